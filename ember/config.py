@@ -1,0 +1,108 @@
+"""Every switch of ember, declared once: its name, environment variable, default and help.
+
+Code reads `config.settings.<name>`; nothing else in ember looks at os.environ. Tests change a
+setting for a block with `config.override(name=value)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(w.strip() for w in text.replace(";", ",").split(",") if w.strip())
+
+
+def _flag(text: str) -> bool:
+    return text.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _optional_path(text: str) -> Path | None:
+    return Path(text).expanduser() if text.strip() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    name: str
+    env: str
+    default: str
+    parse: Callable[[str], Any]
+    help: str
+
+
+FLAGS: tuple[Flag, ...] = (
+    Flag("logs", "EMBER_LOGS", "", _words,
+         "comma-separated log channels to print: graph_breaks, recompiles, guards, ir, kernels, "
+         "perf, fallbacks (or 'all')"),
+    Flag("dump_dir", "EMBER_DUMP", "", _optional_path,
+         "directory where every stage's text is written: captured graph, IR after each pass, "
+         "kernel sources, wrapper"),
+    Flag("cache_dir", "EMBER_CACHE_DIR", "~/.cache/ember", lambda t: Path(t).expanduser(),
+         "directory of the content-addressed cache of built kernels"),
+    Flag("disable", "EMBER_DISABLE", "0", _flag,
+         "run every compiled function eagerly (compile nothing)"),
+    Flag("backend", "EMBER_BACKEND", "", str.strip,
+         "kernel backend: c, triton or interp (IR interpreter); empty picks by device"),
+    Flag("cc", "EMBER_CC", "", str.strip,
+         "C compiler for CPU kernels; empty means $CC, then cc, gcc, clang"),
+    Flag("cflags", "EMBER_CFLAGS", "-O3 -march=native -fno-math-errno -fwrapv -fopenmp",
+         str.split, "flags for the C compiler (never -ffast-math: it breaks inf and NaN)"),
+    Flag("parallel_threshold", "EMBER_PARALLEL_THRESHOLD", "32768", int,
+         "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
+    Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
+         "compiled versions kept per function before it runs eagerly with a warning"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    logs: frozenset[str]
+    dump_dir: Path | None
+    cache_dir: Path
+    disable: bool
+    backend: str
+    cc: str
+    cflags: list[str]
+    parallel_threshold: int
+    recompile_limit: int
+
+
+def load(environ: dict[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    values = {flag.name: flag.parse(environ.get(flag.env, flag.default)) for flag in FLAGS}
+    return Settings(**values)
+
+
+settings: Settings = load()
+
+
+def reload() -> Settings:
+    """Re-read the environment (tests and long-lived processes that change it)."""
+    global settings
+    settings = load()
+    return settings
+
+
+@contextlib.contextmanager
+def override(**changes: Any) -> Iterator[Settings]:
+    global settings
+    saved = settings
+    settings = dataclasses.replace(settings, **changes)
+    try:
+        yield settings
+    finally:
+        settings = saved
+
+
+def describe() -> str:
+    """The help text of every switch, as the README and `python -m ember --help` show it."""
+    lines = []
+    for flag in FLAGS:
+        default = flag.default or "(empty)"
+        lines.append(f"{flag.env:<26} default {default}\n    {flag.help}")
+    return "\n".join(lines)

@@ -1,0 +1,47 @@
+"""Library nodes: an aten op called at run time on real tensors.
+
+A library node's attrs hold the op (`target`), its arguments with `Slot(i)` where the node's
+i-th input tensor goes (`args`, `kwargs`), and the results eager gives (`results`: shape, dtype,
+strides per output). It is how ember runs matmul and convolution, and any op without a rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import torch
+
+
+class Slot(NamedTuple):
+    """Where the library node's input tensor number `index` goes in the argument list."""
+
+    index: int
+
+
+def fill(template: Any, tensors: Sequence[torch.Tensor]) -> Any:
+    if isinstance(template, Slot):
+        return tensors[template.index]
+    if isinstance(template, (list, tuple)):
+        filled = [fill(item, tensors) for item in template]
+        return filled if isinstance(template, list) else tuple(filled)
+    if isinstance(template, dict):
+        return {key: fill(value, tensors) for key, value in template.items()}
+    return template
+
+
+def format_template(template: Any) -> str:
+    if isinstance(template, Slot):
+        return f"${template.index}"
+    if isinstance(template, list):
+        return "[" + ", ".join(format_template(item) for item in template) + "]"
+    if isinstance(template, tuple):
+        return "(" + ", ".join(format_template(item) for item in template) + ")"
+    if isinstance(template, dict):
+        return ", ".join(f"{key}={format_template(value)}" for key, value in template.items())
+    return repr(template)
+
+
+def call(attrs: dict[str, Any], tensors: Sequence[torch.Tensor]) -> Any:
+    target = attrs["target"]
+    return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))

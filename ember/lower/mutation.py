@@ -1,0 +1,153 @@
+"""Making in-place ops functional: functional variants, scatter through view chains.
+
+`x[:, 0].add_(1)` becomes: new_x = scatter(x, slice+squeeze chain, x[:, 0] + 1). Each view op
+has a `scatter_rules` entry that puts a new value of the view back into its base, built from
+pad, where and views, so the write fuses like any other pointwise op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ember import torch_internals
+from ember.ir.graph import Node
+from ember.ir.ops import Op
+from ember.lower.builder import Builder
+from ember.lower.registry import Unsupported
+
+ScatterRule = Callable[[Builder, Node, Node, dict[str, Any]], Node]
+scatter_rules: dict[Op, ScatterRule] = {}
+
+
+def _scatter(op: Op):
+    def register(fn: ScatterRule) -> ScatterRule:
+        scatter_rules[op] = fn
+        return fn
+
+    return register
+
+
+def scatter_through(builder: Builder, root: Node, chain, value: Node) -> Node:
+    """The root's new value after writing `value` into the view `chain` of it."""
+    bases = [root]
+    for op, attrs in chain[:-1]:
+        bases.append(builder.graph.add(op, (bases[-1],), **attrs))
+    for (op, attrs), base in reversed(list(zip(chain, bases))):
+        rule = scatter_rules.get(op)
+        if rule is None:
+            raise Unsupported(f"an in-place write through a {op.value} view")
+        value = rule(builder, base, value, attrs)
+    return value
+
+
+@_scatter(Op.SLICE)
+def _slice_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    dim, start, step = attrs["dim"], attrs["start"], attrs["step"]
+    pads = [(0, 0, 0)] * base.ndim
+    count = value.shape[dim]
+    covered = (count - 1) * step + 1 if count else 0
+    pads[dim] = (start, base.shape[dim] - start - covered, step - 1)
+    if count == 0:
+        return base
+    placed = b.pad(value, pads, 0)
+    mask = b.pad(b.full(True, torch.bool, value.shape), pads, False)
+    return b.where(mask, placed, base)
+
+
+@_scatter(Op.SQUEEZE)
+def _squeeze_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    return b.reshape(value, base.shape)
+
+
+@_scatter(Op.UNSQUEEZE)
+def _unsqueeze_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    return b.reshape(value, base.shape)
+
+
+@_scatter(Op.RESHAPE)
+def _reshape_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    return b.reshape(value, base.shape)
+
+
+@_scatter(Op.PERMUTE)
+def _permute_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    perm = attrs["perm"]
+    inverse = [0] * len(perm)
+    for position, axis in enumerate(perm):
+        inverse[axis] = position
+    return b.permute(value, inverse)
+
+
+@_scatter(Op.FLIP)
+def _flip_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    return b.graph.add(Op.FLIP, (value,), dims=attrs["dims"])
+
+
+@_scatter(Op.AS_STRIDED)
+def _as_strided_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, Any]) -> Node:
+    # Positions in the base's row-major order: write each, the rest keep the base's value.
+    # Done as a library call: as_strided views may overlap, which no index map inverts.
+    from ember.ir.library import Slot
+
+    flat = b.reshape(base, (base.numel,))
+    node = b.graph.add(
+        Op.LIBRARY, (flat, value), target=torch.ops.aten.as_strided_scatter.default,
+        args=(Slot(0), Slot(1), list(attrs["shape"]), list(attrs["strides"]), attrs["offset"]),
+        kwargs={}, results=(((base.numel,), base.dtype, (1,)),), tuple_result=False)
+    return b.reshape(node, base.shape)
+
+
+def functional_variant(func: Any) -> Any | None:
+    """aten.add_.Tensor → aten.add.Tensor; aten.add.out → aten.add.Tensor; else None."""
+    schema = torch_internals.schema_of(func)
+    name = schema.name.split("::")[-1]
+    namespace = getattr(torch.ops, schema.name.split("::")[0])
+    overload = torch_internals.overload_name(func)
+    if name.endswith("_") and not name.startswith("_"):
+        packet = getattr(namespace, name[:-1], None)
+        if packet is not None and overload in packet.overloads():
+            return getattr(packet, overload)
+        return None
+    out_names = {a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None
+                 and a.alias_info.is_write}
+    if not out_names:
+        return None
+    wanted = [a.name for a in schema.arguments if a.name not in out_names]
+    packet = getattr(namespace, name)
+    for candidate_name in packet.overloads():
+        candidate = getattr(packet, candidate_name)
+        arguments = torch_internals.schema_of(candidate).arguments
+        if any(a.alias_info is not None and a.alias_info.is_write for a in arguments):
+            continue
+        if [a.name for a in arguments] == wanted:
+            return candidate
+    return None
+
+
+class CloneAndCall:
+    """Run an in-place op on clones of the tensors it writes; return the clones.
+
+    The generic functional form of an op that has no functional variant.
+    """
+
+    def __init__(self, func: Any, positions: Sequence[int], names: Sequence[str]):
+        self.func = func
+        self.positions = list(positions)
+        self.names = list(names)
+        self.__name__ = f"functional_{getattr(func, '__name__', func)}"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, ...]:
+        args = list(args)
+        clones = []
+        for position, name in zip(self.positions, self.names):
+            if position < len(args):
+                args[position] = args[position].clone()
+                clones.append(args[position])
+            else:
+                kwargs[name] = kwargs[name].clone()
+                clones.append(kwargs[name])
+        self.func(*args, **kwargs)
+        return tuple(clones)

@@ -1,0 +1,3 @@
+"""Lowering rules, one module per family of aten ops; importing this fills `lowerings`."""
+
+from ember.lower.rules import data, nn, pointwise, reductions, views  # noqa: F401

@@ -1,0 +1,508 @@
+"""Pointwise aten ops: math functions, arithmetic, comparisons, activations, casts."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ember.ir import dtypes
+from ember.ir.graph import Node
+from ember.ir.ops import Op
+from ember.lower.builder import Builder
+from ember.lower.registry import Decline, aten, lowering
+
+# aten ops that are one float-valued IR op (integer inputs compute in the default float dtype).
+_FLOAT_UNARY = {
+    aten.exp: Op.EXP, aten.exp2: Op.EXP2, aten.expm1: Op.EXPM1, aten.log: Op.LOG,
+    aten.log2: Op.LOG2, aten.log10: Op.LOG10, aten.log1p: Op.LOG1P, aten.sqrt: Op.SQRT,
+    aten.rsqrt: Op.RSQRT, aten.sin: Op.SIN, aten.cos: Op.COS, aten.tan: Op.TAN,
+    aten.asin: Op.ASIN, aten.acos: Op.ACOS, aten.atan: Op.ATAN, aten.sinh: Op.SINH,
+    aten.cosh: Op.COSH, aten.tanh: Op.TANH, aten.asinh: Op.ASINH, aten.acosh: Op.ACOSH,
+    aten.atanh: Op.ATANH, aten.erf: Op.ERF, aten.erfc: Op.ERFC, aten.sigmoid: Op.SIGMOID,
+    aten.reciprocal: Op.RECIPROCAL,
+}
+
+
+def _float_unary(op: Op):
+    return lambda b, x: b.elementwise(op, x)
+
+
+for _target, _op in _FLOAT_UNARY.items():
+    lowering(_target)(_float_unary(_op))
+
+
+def _integral_identity(op: Op):
+    """floor/ceil/round/trunc: identities on integers, the op on floats."""
+
+    def rule(b: Builder, x: Node) -> Node:
+        return x if not dtypes.is_float(x.dtype) else b.unary(op, x)
+
+    return rule
+
+
+for _target, _op in {aten.floor: Op.FLOOR, aten.ceil: Op.CEIL, aten.trunc: Op.TRUNC,
+                     aten.fix: Op.TRUNC}.items():
+    lowering(_target)(_integral_identity(_op))
+
+
+@lowering(aten.round.default)
+def _round(b: Builder, x: Node) -> Node:
+    return _integral_identity(Op.ROUND)(b, x)
+
+
+@lowering(aten.round.decimals)
+def _round_decimals(b: Builder, x: Node, *, decimals: int = 0) -> Node:
+    if not dtypes.is_float(x.dtype):
+        raise Decline("round(decimals) of integers")
+    if decimals == 0:
+        return b.unary(Op.ROUND, x)
+    scale = 10.0 ** abs(decimals)
+    if decimals > 0:
+        return b.div(b.unary(Op.ROUND, b.mul(x, scale)), scale)
+    return b.mul(b.unary(Op.ROUND, b.div(x, scale)), scale)
+
+
+@lowering(aten.abs)
+def _abs(b: Builder, x: Node) -> Node:
+    return x if x.dtype is torch.bool else b.unary(Op.ABS, x)
+
+
+@lowering(aten.neg)
+def _neg(b: Builder, x: Node) -> Node:
+    return b.unary(Op.NEG, x)
+
+
+@lowering(aten.sign, aten.sgn)
+def _sign(b: Builder, x: Node) -> Node:
+    return x if x.dtype is torch.bool else b.unary(Op.SIGN, x)
+
+
+@lowering(aten.square)
+def _square(b: Builder, x: Node) -> Node:
+    if x.dtype is torch.bool:
+        x = b.cast(x, torch.int64)
+    return b.mul(x, x)
+
+
+@lowering(aten.frac)
+def _frac(b: Builder, x: Node) -> Node:
+    return b.sub(x, b.unary(Op.TRUNC, x))
+
+
+@lowering(aten.bitwise_not)
+def _bitwise_not(b: Builder, x: Node) -> Node:
+    return b.unary(Op.LOGICAL_NOT if x.dtype is torch.bool else Op.BITWISE_NOT, x)
+
+
+@lowering(aten.logical_not)
+def _logical_not(b: Builder, x: Node) -> Node:
+    return b.unary(Op.LOGICAL_NOT, b.cast(x, torch.bool))
+
+
+@lowering(aten.isnan)
+def _isnan(b: Builder, x: Node) -> Node:
+    if not dtypes.is_float(x.dtype):
+        return b.full(False, torch.bool, x.shape)
+    return b.unary(Op.ISNAN, x)
+
+
+@lowering(aten.isinf)
+def _isinf(b: Builder, x: Node) -> Node:
+    if not dtypes.is_float(x.dtype):
+        return b.full(False, torch.bool, x.shape)
+    return b.unary(Op.ISINF, x)
+
+
+@lowering(aten.isfinite)
+def _isfinite(b: Builder, x: Node) -> Node:
+    if not dtypes.is_float(x.dtype):
+        return b.full(True, torch.bool, x.shape)
+    bad = b.binary(Op.BITWISE_OR, b.unary(Op.ISNAN, x), b.unary(Op.ISINF, x))
+    return b.unary(Op.LOGICAL_NOT, bad)
+
+
+@lowering(aten.isposinf)
+def _isposinf(b: Builder, x: Node) -> Node:
+    return b.compare(Op.EQ, x, math.inf) if dtypes.is_float(x.dtype) \
+        else b.full(False, torch.bool, x.shape)
+
+
+@lowering(aten.isneginf)
+def _isneginf(b: Builder, x: Node) -> Node:
+    return b.compare(Op.EQ, x, -math.inf) if dtypes.is_float(x.dtype) \
+        else b.full(False, torch.bool, x.shape)
+
+
+@lowering(aten.signbit)
+def _signbit(b: Builder, x: Node) -> Node:
+    if not dtypes.is_float(x.dtype):
+        return b.compare(Op.LT, x, 0)
+    # copysign(1, x) < 0 sees the sign of -0.0 and of NaNs, as signbit does
+    return b.compare(Op.LT, b.binary(Op.COPYSIGN, b.full(1.0, x.dtype, x.shape), x), 0.0)
+
+
+# -- arithmetic ---------------------------------------------------------------------------
+def _scaled(b: Builder, other, alpha):
+    if alpha is None or alpha == 1:
+        return other
+    return b.mul(other, alpha) if isinstance(other, Node) else other * alpha
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar)
+def _add(b: Builder, x, other, *, alpha=1) -> Node:
+    if isinstance(x, Node) and isinstance(other, Node) and alpha != 1:
+        dtype = b.compute_dtype(x, other)
+        return b.add(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
+    return b.add(x, _scaled(b, other, alpha))
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(b: Builder, x, other, *, alpha=1) -> Node:
+    if isinstance(other, Node) and alpha != 1:
+        dtype = b.compute_dtype(x, other)
+        return b.sub(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
+    return b.sub(x, _scaled(b, other, alpha))
+
+
+@lowering(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(b: Builder, x, other, *, alpha=1) -> Node:
+    return _sub(b, other, x, alpha=alpha) if isinstance(other, Node) \
+        else b.sub(other, _scaled(b, x, alpha))
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(b: Builder, x, other) -> Node:
+    return b.mul(x, other)
+
+
+def _is_integral_division(b: Builder, x, other) -> bool:
+    return not dtypes.is_float(b.compute_dtype(x, other))
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar)
+def _div(b: Builder, x, other) -> Node:
+    return b.div(x, other)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(b: Builder, x, other, *, rounding_mode=None) -> Node:
+    if rounding_mode is None:
+        return b.div(x, other)
+    if _is_integral_division(b, x, other):
+        raise Decline("integer division (division by zero must raise as eager does)")
+    if rounding_mode == "trunc":
+        return b.unary(Op.TRUNC, b.div(x, other))
+    return b.elementwise(Op.FLOORDIV, x, other)
+
+
+@lowering(aten.floor_divide)
+def _floor_divide(b: Builder, x, other) -> Node:
+    if _is_integral_division(b, x, other):
+        raise Decline("integer division (division by zero must raise as eager does)")
+    return b.elementwise(Op.FLOORDIV, x, other)
+
+
+@lowering(aten.remainder.Tensor, aten.remainder.Scalar)
+def _remainder(b: Builder, x, other) -> Node:
+    if _is_integral_division(b, x, other):
+        raise Decline("integer remainder (division by zero must raise as eager does)")
+    return b.elementwise(Op.REMAINDER, x, other)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar)
+def _fmod(b: Builder, x, other) -> Node:
+    if _is_integral_division(b, x, other):
+        raise Decline("integer fmod (division by zero must raise as eager does)")
+    return b.elementwise(Op.FMOD, x, other)
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
+    dtype = b.compute_dtype(x, exponent)
+    if not dtypes.is_float(dtype):
+        raise Decline("integer power")
+    x = b.cast(x, dtype)
+    if exponent == 1:
+        return x
+    if exponent == 2:
+        return b.mul(x, x)
+    if exponent == 3:
+        return b.mul(b.mul(x, x), x)
+    if exponent == 0.5:
+        return b.unary(Op.SQRT, x)
+    if exponent == -0.5:
+        return b.unary(Op.RSQRT, x)
+    if exponent == -1:
+        return b.unary(Op.RECIPROCAL, x)
+    if exponent == -2:
+        return b.unary(Op.RECIPROCAL, b.mul(x, x))
+    return b.elementwise(Op.POW, x, exponent)
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(b: Builder, x, exponent) -> Node:
+    if not dtypes.is_float(b.compute_dtype(x, exponent)):
+        raise Decline("integer power")
+    return b.elementwise(Op.POW, x, exponent)
+
+
+for _target, _op in {aten.maximum: Op.MAXIMUM, aten.minimum: Op.MINIMUM, aten.atan2: Op.ATAN2,
+                     aten.hypot: Op.HYPOT, aten.copysign: Op.COPYSIGN}.items():
+    lowering(_target)(lambda b, x, other, _op=_op: b.elementwise(_op, x, other))
+
+
+@lowering(aten.fmax)
+def _fmax(b: Builder, x: Node, other: Node) -> Node:
+    return _nan_ignoring(b, Op.MAXIMUM, x, other)
+
+
+@lowering(aten.fmin)
+def _fmin(b: Builder, x: Node, other: Node) -> Node:
+    return _nan_ignoring(b, Op.MINIMUM, x, other)
+
+
+def _nan_ignoring(b: Builder, op: Op, x: Node, other: Node) -> Node:
+    result = b.elementwise(op, x, other)
+    if not dtypes.is_float(result.dtype):
+        return result
+    x, other = b.cast(x, result.dtype), b.cast(other, result.dtype)
+    result = b.where(b.unary(Op.ISNAN, b.broadcast_to(x, result.shape)), other, result)
+    return b.where(b.unary(Op.ISNAN, b.broadcast_to(other, result.shape)), x, result)
+
+
+for _target, _op in {aten.bitwise_and: Op.BITWISE_AND, aten.bitwise_or: Op.BITWISE_OR,
+                     aten.bitwise_xor: Op.BITWISE_XOR,
+                     aten.bitwise_left_shift: Op.SHIFT_LEFT, aten.__lshift__: Op.SHIFT_LEFT,
+                     aten.bitwise_right_shift: Op.SHIFT_RIGHT,
+                     aten.__rshift__: Op.SHIFT_RIGHT}.items():
+    lowering(_target)(lambda b, x, other, _op=_op: b.elementwise(_op, x, other))
+
+
+def _logical(op: Op):
+    def rule(b: Builder, x, other) -> Node:
+        x = b.cast(x, torch.bool) if isinstance(x, Node) else b.full(bool(x), torch.bool)
+        other = b.cast(other, torch.bool) if isinstance(other, Node) \
+            else b.full(bool(other), torch.bool)
+        return b.binary(op, x, other)
+
+    return rule
+
+
+lowering(aten.logical_and)(_logical(Op.BITWISE_AND))
+lowering(aten.logical_or)(_logical(Op.BITWISE_OR))
+lowering(aten.logical_xor)(_logical(Op.BITWISE_XOR))
+
+for _target, _op in {aten.eq: Op.EQ, aten.ne: Op.NE, aten.lt: Op.LT, aten.le: Op.LE,
+                     aten.gt: Op.GT, aten.ge: Op.GE}.items():
+    lowering(_target)(lambda b, x, other, _op=_op: b.compare(_op, x, other))
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(b: Builder, condition: Node, x, other) -> Node:
+    dtype = b.compute_dtype(x, other)
+    return b.where(condition, b.operand(x, dtype), b.operand(other, dtype))
+
+
+@lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(b: Builder, x: Node, mask: Node, value) -> Node:
+    if isinstance(value, Node):
+        value = b.reshape(b.cast(value, x.dtype), ())
+    return b.where(mask, b.operand(value, x.dtype), x)
+
+
+def _clamp(b: Builder, x: Node, low, high) -> Node:
+    dtype = b.compute_dtype(*(v for v in (x, low, high) if v is not None))
+    result = b.cast(x, dtype)
+    if low is not None:
+        result = b.elementwise(Op.MAXIMUM, result, b.operand(low, dtype))
+    if high is not None:
+        result = b.elementwise(Op.MINIMUM, result, b.operand(high, dtype))
+    return result
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def _clamp_rule(b: Builder, x: Node, min=None, max=None) -> Node:  # noqa: A002
+    return _clamp(b, x, min, max)
+
+
+@lowering(aten.clamp_min)
+def _clamp_min(b: Builder, x: Node, low) -> Node:
+    return _clamp(b, x, low, None)
+
+
+@lowering(aten.clamp_max)
+def _clamp_max(b: Builder, x: Node, high) -> Node:
+    return _clamp(b, x, None, high)
+
+
+@lowering(aten.nan_to_num)
+def _nan_to_num(b: Builder, x: Node, nan=None, posinf=None, neginf=None) -> Node:
+    if not dtypes.is_float(x.dtype):
+        return x
+    info = torch.finfo(x.dtype)
+    nan = 0.0 if nan is None else nan
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    result = b.where(b.unary(Op.ISNAN, x), b.full(nan, x.dtype), x)
+    result = b.where(b.compare(Op.EQ, x, math.inf), b.full(posinf, x.dtype), result)
+    return b.where(b.compare(Op.EQ, x, -math.inf), b.full(neginf, x.dtype), result)
+
+
+@lowering(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(b: Builder, start: Node, end: Node, weight) -> Node:
+    dtype = b.compute_dtype(start, end, weight)
+    start, end = b.cast(start, dtype), b.cast(end, dtype)
+    weight = b.operand(weight, dtype)
+    difference = b.sub(end, start)
+    low = b.add(start, b.mul(weight, difference))
+    high = b.sub(end, b.mul(difference, b.sub(1, weight)))
+    return b.where(b.compare(Op.LT, b.unary(Op.ABS, weight), 0.5), low, high)
+
+
+@lowering(aten.addcmul)
+def _addcmul(b: Builder, x: Node, tensor1: Node, tensor2: Node, *, value=1) -> Node:
+    dtype = b.compute_dtype(x, tensor1, tensor2)
+    product = b.mul(b.cast(tensor1, dtype), b.cast(tensor2, dtype))
+    return b.add(b.cast(x, dtype), b.mul(product, value) if value != 1 else product)
+
+
+@lowering(aten.addcdiv)
+def _addcdiv(b: Builder, x: Node, tensor1: Node, tensor2: Node, *, value=1) -> Node:
+    dtype = b.compute_dtype(x, tensor1, tensor2)
+    if not dtypes.is_float(dtype):
+        raise Decline("integer addcdiv")
+    quotient = b.div(b.cast(tensor1, dtype), b.cast(tensor2, dtype))
+    return b.add(b.cast(x, dtype), b.mul(quotient, value) if value != 1 else quotient)
+
+
+# -- activations --------------------------------------------------------------------------
+@lowering(aten.relu)
+def _relu(b: Builder, x: Node) -> Node:
+    return b.elementwise(Op.MAXIMUM, x, b.full(0, x.dtype))
+
+
+@lowering(aten.hardtanh)
+def _hardtanh(b: Builder, x: Node, min_val=-1.0, max_val=1.0) -> Node:
+    return _clamp(b, x, min_val, max_val)
+
+
+@lowering(aten.relu6)
+def _relu6(b: Builder, x: Node) -> Node:
+    return _clamp(b, x, 0, 6)
+
+
+@lowering(aten.leaky_relu)
+def _leaky_relu(b: Builder, x: Node, negative_slope=0.01) -> Node:
+    return b.where(b.compare(Op.GT, x, 0), x, b.mul(x, negative_slope))
+
+
+@lowering(aten.elu)
+def _elu(b: Builder, x: Node, alpha=1.0, scale=1.0, input_scale=1.0) -> Node:
+    negative = b.mul(b.unary(Op.EXPM1, b.mul(x, input_scale)), alpha * scale)
+    return b.where(b.compare(Op.GT, x, 0), b.mul(x, scale), negative)
+
+
+@lowering(aten.celu)
+def _celu(b: Builder, x: Node, alpha=1.0) -> Node:
+    return _elu(b, x, alpha, 1.0, 1.0 / alpha)
+
+
+@lowering(aten.selu)
+def _selu(b: Builder, x: Node) -> Node:
+    return _elu(b, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+
+
+@lowering(aten.gelu)
+def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
+    if approximate == "tanh":
+        inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)),
+                      math.sqrt(2.0 / math.pi))
+        return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.TANH, inner), 1.0))
+    return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.ERF, b.mul(x, math.sqrt(0.5))), 1.0))
+
+
+@lowering(aten.silu)
+def _silu(b: Builder, x: Node) -> Node:
+    return b.mul(x, b.unary(Op.SIGMOID, x))
+
+
+@lowering(aten.mish)
+def _mish(b: Builder, x: Node) -> Node:
+    return b.mul(x, b.unary(Op.TANH, _softplus(b, x)))
+
+
+@lowering(aten.softplus)
+def _softplus(b: Builder, x: Node, beta=1.0, threshold=20.0) -> Node:
+    scaled = b.mul(x, beta) if beta != 1 else x
+    soft = b.unary(Op.LOG1P, b.unary(Op.EXP, scaled))
+    if beta != 1:
+        soft = b.div(soft, beta)
+    return b.where(b.compare(Op.GT, scaled, threshold), x, soft)
+
+
+@lowering(aten.hardsigmoid)
+def _hardsigmoid(b: Builder, x: Node) -> Node:
+    return b.div(_clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0)
+
+
+@lowering(aten.hardswish)
+def _hardswish(b: Builder, x: Node) -> Node:
+    return b.mul(x, b.div(_clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0))
+
+
+@lowering(aten.threshold)
+def _threshold(b: Builder, x: Node, threshold, value) -> Node:
+    return b.where(b.compare(Op.LE, x, threshold), b.operand(value, x.dtype), x)
+
+
+@lowering(aten.logit)
+def _logit(b: Builder, x: Node, eps=None) -> Node:
+    if not dtypes.is_float(x.dtype):
+        x = b.cast(x, torch.get_default_dtype())
+    if eps is not None:
+        x = _clamp(b, x, eps, 1.0 - eps)
+    return b.unary(Op.LOG, b.div(x, b.sub(1.0, x)))
+
+
+@lowering(aten.xlogy.Tensor)
+def _xlogy(b: Builder, x: Node, y: Node) -> Node:
+    dtype = b.compute_dtype(x, y)
+    if not dtypes.is_float(dtype):
+        dtype = torch.get_default_dtype()
+    x, y = b.cast(x, dtype), b.cast(y, dtype)
+    product = b.mul(x, b.unary(Op.LOG, y))
+    product = b.where(b.compare(Op.EQ, x, 0.0), b.full(0.0, dtype), product)
+    return b.where(b.unary(Op.ISNAN, b.broadcast_to(y, product.shape)), y, product)
+
+
+# -- casts and copies ---------------------------------------------------------------------
+@lowering(aten._to_copy)
+def _to_copy(b: Builder, x: Node, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None) -> Node:
+    if device is not None and torch.device(device) != b.graph.device:
+        raise Decline("a copy to another device")
+    return b.cast(x, dtype) if dtype is not None else x
+
+
+@lowering(aten.clone, aten.lift_fresh_copy, aten.lift_fresh, aten.positive,
+          aten.contiguous)
+def _clone(b: Builder, x: Node, *, memory_format=None) -> Node:
+    return x
+
+
+@lowering(aten.copy.default)
+def _copy(b: Builder, destination: Node, source: Node, non_blocking: bool = False) -> Node:
+    return b.broadcast_to(b.cast(source, destination.dtype), destination.shape)
+
+
+@lowering(aten.fill.Scalar, aten.fill.Tensor)
+def _fill(b: Builder, x: Node, value) -> Node:
+    if isinstance(value, Node):
+        return b.broadcast_to(b.cast(b.reshape(value, ()), x.dtype), x.shape)
+    return b.full(value, x.dtype, x.shape)
+
+
+@lowering(aten.zero)
+def _zero(b: Builder, x: Node) -> Node:
+    return b.full(0, x.dtype, x.shape)

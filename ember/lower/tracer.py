@@ -1,0 +1,429 @@
+"""FX GraphModule → ember IR, by running the graph on meta tensors under a dispatch mode.
+
+Every aten op that reaches the mode is lowered at once through the `lowerings` table (or
+becomes a library node). Meta tensors give each op's true result shape, dtype and strides, which
+each lowering is checked against. Mutation is made functional here: every tensor remembers its
+storage root and the chain of view nodes leading to it, an in-place op gives the root a new value
+(scattering through the chain), and graph inputs whose root changed are written back at the end.
+This module must not decide fusion or layout; it only says what values the graph computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ember import torch_internals
+from ember.ir import dtypes
+from ember.ir.graph import Graph, Node
+from ember.ir.library import Slot
+from ember.ir.ops import VIEWS, Op
+from ember.lower import rules  # noqa: F401  (fills the lowerings table)
+from ember.lower.builder import Builder, row_major
+from ember.lower.mutation import CloneAndCall, functional_variant, scatter_through
+from ember.lower.registry import Decline, Unsupported, find_rule
+
+ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
+
+
+@dataclasses.dataclass(eq=False)
+class Storage:
+    """One aliasing group: a root value that every view of it is computed from."""
+
+    value: Node
+    input_index: int | None
+    version: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class TensorState:
+    storage: Storage
+    chain: ViewChain | None  # view steps from the root; None: a view ember cannot re-derive
+    node: Node
+    version: int
+
+
+@dataclasses.dataclass
+class OutputSpec:
+    """How the compiled function produces one output of the FX graph.
+
+    kind: "node"    the value of graph.outputs[index]
+          "input"   graph input `index` itself
+          "view"    a view (size, stride, offset) of graph input `index`, or of graph output
+                    `index` when `of_output` is set
+          "same"    the same object as output `index`
+          "value"   the Python value `value`
+    """
+
+    kind: str
+    index: int = -1
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    offset: int = 0
+    of_output: bool = False
+    value: Any = None
+
+
+@dataclasses.dataclass
+class Lowered:
+    graph: Graph
+    outputs: list[OutputSpec]
+    output_tree: Any                   # pytree spec of the FX graph's result
+    attributes: list[str]              # get_attr targets fed as extra inputs, in order
+    constants: list[torch.Tensor]      # tensors created while tracing, fed as extra inputs
+    library_calls: int = 0
+
+
+def to_meta(tensor: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()), dtype=tensor.dtype,
+                               device="meta")
+
+
+def _view_chain(result: Node, base: Node) -> ViewChain | None:
+    steps = []
+    while result is not base:
+        if result.op not in VIEWS:
+            return None
+        steps.append((result.op, dict(result.attrs)))
+        result = result.inputs[0]
+    return tuple(reversed(steps))
+
+
+class Tracer(torch_internals.TorchDispatchMode):
+    def __init__(self, graph: Graph):
+        super().__init__()
+        self.graph = graph
+        self.builder = Builder(graph)
+        self.states: dict[int, TensorState] = {}
+        self.keep_alive: list[torch.Tensor] = []
+        self.constants: list[torch.Tensor] = []
+        self.library_calls = 0
+
+    # -- tensor bookkeeping ---------------------------------------------------------------
+    def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
+             chain: ViewChain | None = ()) -> None:
+        if storage is None:
+            storage = Storage(node, None)
+        self.states[id(meta)] = TensorState(storage, chain, node, storage.version)
+        self.keep_alive.append(meta)
+        if node.strides is None and node.op not in (Op.INPUT, Op.FULL) and meta.ndim:
+            node.strides = tuple(meta.stride())
+
+    def bind_input(self, meta: torch.Tensor, index: int) -> None:
+        node = self.graph.inputs[index]
+        self.bind(meta, node, Storage(node, index))
+
+    def state(self, tensor: torch.Tensor) -> TensorState:
+        try:
+            return self.states[id(tensor)]
+        except KeyError:
+            raise Unsupported("a tensor ember did not see being created") from None
+
+    def current(self, tensor: torch.Tensor) -> Node:
+        """The tensor's value now, re-derived from its root if the root changed since."""
+        state = self.state(tensor)
+        if state.version != state.storage.version:
+            if state.chain is None:
+                raise Unsupported("a view ember cannot re-derive was read after its base changed")
+            node = state.storage.value
+            for op, attrs in state.chain:
+                node = self.graph.add(op, (node,), **attrs)
+            state.node, state.version = node, state.storage.version
+        return state.node
+
+    def assign(self, tensor: torch.Tensor, value: Node) -> None:
+        """Give `tensor` a new value, updating its root (and so every alias of it)."""
+        state = self.state(tensor)
+        if state.chain is None:
+            raise Unsupported("an in-place write through a view ember cannot invert")
+        value = self.builder.broadcast_to(self.builder.cast(value, state.node.dtype),
+                                          state.node.shape)
+        storage = state.storage
+        storage.value = scatter_through(self.builder, storage.value, state.chain, value)
+        storage.version += 1
+        state.node, state.version = value, storage.version
+
+    def to_nodes(self, tree: Any) -> Any:
+        return tree_map(lambda v: self.current(v) if isinstance(v, torch.Tensor) else v, tree)
+
+    def adopt_constant(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A real tensor met while tracing (torch.tensor(...) in the graph): a constant input."""
+        meta = to_meta(tensor)
+        self.constants.append(tensor)
+        node = self.graph.add_input(tensor.shape, tensor.dtype, tensor.stride())
+        self.bind(meta, node, Storage(node, node.attrs["index"]))
+        return meta
+
+    # -- the dispatch hook ----------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        template_kwargs = dict(kwargs)
+        if "device" in kwargs:
+            device = torch.device(kwargs["device"]) if kwargs["device"] is not None else None
+            if device is not None and device.type != "meta" and device != self.graph.device:
+                raise Unsupported(f"{func} creates a tensor on {device}, the graph is on "
+                                  f"{self.graph.device}")
+            kwargs["device"] = "meta"
+        args, kwargs = tree_map(self._meta_argument, (args, kwargs))
+        schema = torch_internals.schema_of(func)
+        written = [(position, argument) for position, argument in enumerate(schema.arguments)
+                   if argument.alias_info is not None and argument.alias_info.is_write]
+        before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
+        try:
+            out = func(*args, **kwargs)
+        except Exception as error:
+            raise Unsupported(f"{func} cannot run on meta tensors: {error}") from error
+        if written:
+            after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
+            if before != after:
+                raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+            self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
+        elif any(r.alias_info is not None for r in schema.returns):
+            self._lower_view(func, args, kwargs, template_kwargs, out)
+        else:
+            self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
+        return out
+
+    def _meta_argument(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+            return self.adopt_constant(value)
+        return value
+
+    @staticmethod
+    def _geometry(tensor: torch.Tensor) -> tuple:
+        return tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset()
+
+    @staticmethod
+    def _written_tensors(written, args, kwargs) -> list[torch.Tensor]:
+        tensors = []
+        for position, argument in written:
+            value = args[position] if position < len(args) else kwargs.get(argument.name)
+            tensors.extend(t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+        return tensors
+
+    # -- functional ops -------------------------------------------------------------------
+    def _lower(self, func, args, kwargs, template_kwargs, out) -> Any:
+        """IR nodes for a functional op's results, shaped like `out`."""
+        flat_out, _ = tree_flatten(out)
+        tensors_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        supported = all(t.dtype in dtypes.SUPPORTED for t in tensors_in + flat_out
+                        if isinstance(t, torch.Tensor))
+        rule = find_rule(func)
+        if rule is not None and supported:
+            try:
+                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+                if self._matches(result, out):
+                    return result
+                raise Decline(f"rule result disagrees with eager's {self._describe(out)}")
+            except Decline as reason:
+                from ember import logs
+
+                logs.channel("fallbacks").debug("%s runs as a library call: %s", func, reason)
+        return self._library(func, args, kwargs, template_kwargs, out)
+
+    def _matches(self, result: Any, out: Any) -> bool:
+        flat_result, _ = tree_flatten(result)
+        flat_out, _ = tree_flatten(out)
+        if len(flat_result) != len(flat_out):
+            return False
+        for node, meta in zip(flat_result, flat_out):
+            if isinstance(meta, torch.Tensor):
+                if not isinstance(node, Node) or node.shape != tuple(meta.shape) \
+                        or node.dtype != meta.dtype:
+                    return False
+            elif node != meta:
+                return False
+        return True
+
+    @staticmethod
+    def _describe(out: Any) -> str:
+        flat, _ = tree_flatten(out)
+        return ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
+                         for t in flat)
+
+    def _library(self, func, args, kwargs, template_kwargs, out) -> Any:
+        inputs: list[Node] = []
+
+        def slot(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):
+                inputs.append(self.current(value))
+                return Slot(len(inputs) - 1)
+            return value
+
+        template_args = tree_map(slot, args)
+        template_kwargs = {key: (tree_map(slot, kwargs[key]) if key != "device" else value)
+                           for key, value in template_kwargs.items()}
+        flat_out, spec = tree_flatten(out)
+        if not all(isinstance(t, torch.Tensor) for t in flat_out):
+            raise Unsupported(f"{func} returns non-tensor values")
+        results = tuple((tuple(t.shape), t.dtype, tuple(t.stride())) for t in flat_out)
+        tuple_result = not isinstance(out, torch.Tensor)
+        node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
+                              kwargs=template_kwargs, results=results,
+                              tuple_result=tuple_result)
+        self.library_calls += 1
+        if not tuple_result:
+            node.strides = results[0][2]
+            return node
+        items = []
+        for index, (_shape, _dtype, strides) in enumerate(results):
+            item = self.graph.add(Op.ITEM, (node,), index=index)
+            item.strides = strides
+            items.append(item)
+        return spec.unflatten(items) if hasattr(spec, "unflatten") else items
+
+    def _bind_results(self, out: Any, result: Any) -> None:
+        flat_out, _ = tree_flatten(out)
+        flat_result, _ = tree_flatten(result)
+        for meta, node in zip(flat_out, flat_result):
+            if isinstance(meta, torch.Tensor):
+                self.bind(meta, node)
+
+    # -- views ----------------------------------------------------------------------------
+    def _lower_view(self, func, args, kwargs, template_kwargs, out) -> None:
+        base = args[0]
+        base_state = self.state(base)
+        base_node = self.current(base)
+        result = self._lower(func, args, kwargs, template_kwargs, out)
+        flat_out, _ = tree_flatten(out)
+        flat_result, _ = tree_flatten(result)
+        for meta, node in zip(flat_out, flat_result):
+            steps = _view_chain(node, base_node)
+            chain = None if steps is None or base_state.chain is None \
+                else base_state.chain + steps
+            self.bind(meta, node, base_state.storage, chain)
+
+    # -- mutation -------------------------------------------------------------------------
+    def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:
+        targets = self._written_tensors(written, args, kwargs)
+        out_names = {argument.name for _, argument in written if argument.kwarg_only}
+        functional = functional_variant(func)
+        if functional is not None:
+            f_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
+            f_template = {k: v for k, v in template_kwargs.items() if k not in out_names}
+            try:
+                f_out = functional(*args, **f_kwargs)
+            except Exception as error:
+                raise Unsupported(f"{functional} cannot run on meta tensors: {error}") from error
+            values = tree_flatten(self._lower(functional, args, f_kwargs, f_template, f_out))[0]
+            values = values[:len(targets)]
+        else:
+            names = [argument.name for _, argument in written]
+            positions = [position for position, _ in written]
+            wrapper = CloneAndCall(func, positions, names)
+            clones = tuple(t.clone() for t in targets)  # meta stand-ins for the results
+            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs, clones))[0]
+        for target, value in zip(targets, values):
+            self.assign(target, value)
+        # An in-place op returns its target; anything else it returns is tracked too.
+        for meta in tree_flatten(out)[0]:
+            if isinstance(meta, torch.Tensor) and id(meta) not in self.states:
+                raise Unsupported(f"{func} returns a tensor that is not one it wrote")
+
+    # -- results --------------------------------------------------------------------------
+    def finish(self, out: Any) -> tuple[list[OutputSpec], Any]:
+        flat, tree = tree_flatten(out)
+        specs: list[OutputSpec] = []
+        seen: dict[int, int] = {}
+        for storage in {id(s.storage): s.storage for s in self.states.values()}.values():
+            if storage.input_index is not None and storage.version > 0:
+                self.graph.writebacks.append((storage.input_index, storage.value))
+        root_outputs: dict[int, int] = {}
+        for position, value in enumerate(flat):
+            if not isinstance(value, torch.Tensor):
+                specs.append(OutputSpec("value", value=value))
+                continue
+            if id(value) in seen:
+                specs.append(OutputSpec("same", index=seen[id(value)]))
+                continue
+            seen[id(value)] = position
+            state = self.state(value)
+            geometry = dict(size=tuple(value.shape), stride=tuple(value.stride()),
+                            offset=value.storage_offset())
+            storage = state.storage
+            if storage.input_index is not None:
+                root = self.graph.inputs[storage.input_index]
+                if state.chain == () and geometry["stride"] == root.strides:
+                    specs.append(OutputSpec("input", index=storage.input_index))
+                else:
+                    specs.append(OutputSpec("view", index=storage.input_index, **geometry))
+            elif state.chain:
+                key = id(storage)
+                if key not in root_outputs:
+                    root_outputs[key] = len(self.graph.outputs)
+                    root_meta = self._root_meta(storage)
+                    self.graph.outputs.append(storage.value)
+                    self.graph.output_strides.append(root_meta)
+                specs.append(OutputSpec("view", index=root_outputs[key], of_output=True,
+                                        **geometry))
+            else:
+                specs.append(OutputSpec("node", index=len(self.graph.outputs)))
+                self.graph.outputs.append(self.current(value))
+                self.graph.output_strides.append(tuple(value.stride()))
+        return specs, tree
+
+    def _root_meta(self, storage: Storage) -> tuple[int, ...]:
+        for state in self.states.values():
+            if state.storage is storage and state.chain == ():
+                return state.node.strides or row_major(state.node.shape)
+        return row_major(storage.value.shape)
+
+
+class _MetaInterpreter(torch.fx.Interpreter):
+    def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor]):
+        super().__init__(module)
+        self.attribute_metas = attributes
+
+    def get_attr(self, target, args, kwargs):
+        if target in self.attribute_metas:
+            return self.attribute_metas[target]
+        return super().get_attr(target, args, kwargs)
+
+
+def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
+    """Lower an FX graph for the given (concrete) inputs."""
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    if any(t.device != device for t in tensors):
+        raise Unsupported("inputs live on several devices")
+    graph = Graph(device)
+    tracer = Tracer(graph)
+    arguments = []
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            meta = to_meta(value)
+            graph.add_input(value.shape, value.dtype, value.stride())
+            tracer.bind_input(meta, len(graph.inputs) - 1)
+            arguments.append(meta)
+        elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise Unsupported("symbolic scalar input")
+        else:
+            arguments.append(value)
+    attributes: dict[str, torch.Tensor] = {}
+    attribute_names = []
+    for fx_node in module.graph.nodes:
+        if fx_node.op == "get_attr" and fx_node.target not in attributes:
+            value = _fetch_attr(module, fx_node.target)
+            if isinstance(value, torch.Tensor):
+                meta = to_meta(value)
+                graph.add_input(value.shape, value.dtype, value.stride())
+                tracer.bind_input(meta, len(graph.inputs) - 1)
+                attributes[fx_node.target] = meta
+                attribute_names.append(fx_node.target)
+    if any(t.device != device for t in (_fetch_attr(module, n) for n in attribute_names)):
+        raise Unsupported("graph attributes live on another device")
+    with tracer:
+        out = _MetaInterpreter(module, attributes).run(*arguments)
+    specs, tree = tracer.finish(out)
+    return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
+
+
+def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value

@@ -1,0 +1,45 @@
+"""The one place ember touches private torch APIs.
+
+Everything here has a test on the installed torch version (tests/test_torch_internals.py), so a
+torch upgrade that moves one of these breaks one obvious test instead of ember at large.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
+
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+
+
+def is_op_overload(value: Any) -> bool:
+    return isinstance(value, OpOverload)
+
+
+def schema_of(func: OpOverload) -> Any:
+    return func._schema
+
+
+def overload_name(func: OpOverload) -> str:
+    return func._overloadname
+
+
+def is_symbolic(value: Any) -> bool:
+    """A SymInt/SymFloat/SymBool, or a tensor whose shape or strides are symbolic."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in (*value.shape, *value.stride()))
+    return False
+
+
+def register_dynamo_backend(name: str, fn: Any) -> None:
+    """Make `torch.compile(backend=name)` find `fn` even when the package is not installed
+    with its entry point (a source checkout on sys.path)."""
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if name not in _COMPILER_FNS:
+        register_backend(fn, name=name)
