@@ -1,0 +1,471 @@
+"""Kernel → C: loops over the iteration space, OpenMP across cores, SIMD within a core.
+
+A kernel's stores are emitted inside loops over its space; every value is computed on demand
+where it is used (`value`), memoized per loop scope and hoisted to the outermost loop whose
+variables it depends on. A reduction used per outer point becomes an inner loop at that point;
+so softmax over rows is one kernel: per row, a max loop, a sum loop, a store loop.
+
+Adjacent dims are merged into one loop when every memory access is affine across them (a
+contiguous 4000x4000 chain becomes one 16M loop), and the outer loops run in parallel when the
+kernel touches enough elements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import torch
+
+from ember import config
+from ember.codegen.c_rules import (PRELUDE, STORAGE_TYPES, c_rules, compute_type, literal, load,
+                                   store, vector_math_declarations)
+from ember.ir.graph import Node
+from ember.ir.ops import Kind, Op
+from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
+from ember.schedule.fuse import store_index
+from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, take_source
+from ember.schedule.plan import Buffer, Kernel, Plan
+
+_OMP_REDUCTION = {Op.SUM: "+", Op.PROD: "*", Op.MAX: "max", Op.MIN: "min", Op.ANY: "|",
+                  Op.ALL: "&"}
+
+
+@dataclasses.dataclass
+class KernelSource:
+    name: str
+    text: str
+    arguments: list[Buffer]
+    checks: bool  # returns nonzero when an index was out of range
+
+
+@dataclasses.dataclass(eq=False)
+class Scope:
+    parent: Scope | None
+    depth: int
+    lines: list[str] = dataclasses.field(default_factory=list)
+    memo: dict = dataclasses.field(default_factory=dict)
+
+    def chain(self):
+        scope = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+
+def render(expr: Expr) -> str:
+    parts = []
+    for atom, coefficient in expr.terms:
+        text = _render_atom(atom)
+        if coefficient == 1:
+            parts.append(text)
+        elif coefficient == -1:
+            parts.append(f"-{text}")
+        else:
+            parts.append(f"{_int(coefficient)}*{text}")
+    if expr.const or not parts:
+        parts.append(_int(expr.const))
+    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+
+
+def _int(value: int) -> str:
+    return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
+
+
+def _render_atom(atom) -> str:
+    if isinstance(atom, (Var, Opaque)):
+        return atom.name
+    if isinstance(atom, Div):
+        return f"({render(atom.expr)} / {_int(atom.divisor)})"
+    if isinstance(atom, Mod):
+        return f"({render(atom.expr)} % {_int(atom.divisor)})"
+    raise TypeError(atom)
+
+
+class CKernelWriter:
+    def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False):
+        self.kernel = kernel
+        self.members = set(kernel.members)
+        self.buffer_of = plan.buffer_of
+        self.arguments: dict[Buffer, str] = {}
+        self.counter = itertools.count()
+        self.loops = itertools.count()
+        self.checks = checks
+        self.uses_checks = False
+        self.defined_at: dict[str, Scope] = {}
+        self.accesses: list[Expr] = []
+        shape, axes = kernel.shape, kernel.axes
+        self.outer_dims = [d for d, n in enumerate(shape) if d not in axes and n != 1]
+        self.inner_dims = [d for d in axes if shape[d] != 1]
+        if groups is None:
+            groups = ([[d] for d in self.outer_dims], [[d] for d in self.inner_dims])
+        self.outer_groups, self.inner_groups = groups
+        threshold = config.settings.parallel_threshold
+        self.parallel = math.prod(shape) >= threshold
+
+    # -- names ----------------------------------------------------------------------------
+    def fresh(self, prefix: str = "v") -> str:
+        return f"{prefix}{next(self.counter)}"
+
+    def argument(self, buffer: Buffer) -> str:
+        root = buffer.root()
+        if root not in self.arguments:
+            self.arguments[root] = f"a_{root.name}"
+        return self.arguments[root]
+
+    # -- scopes ---------------------------------------------------------------------------
+    def scope_for(self, index: Index, scope: Scope) -> Scope:
+        names = set()
+        for expr in index:
+            names |= expr.variables()
+        best = None
+        for name in names:
+            defined = self.defined_at.get(name)
+            if defined is not None and (best is None or defined.depth > best.depth):
+                best = defined
+        if best is None:
+            for best in scope.chain():
+                pass
+        return best
+
+    def open_loops(self, parent: Scope, groups: list[list[int]], prefix: str
+                   ) -> tuple[Scope, dict[int, Expr], list[tuple[Scope, str, int]]]:
+        """Nested loops over `groups` of dims; returns the innermost scope, each dim's index
+        and the open loops (to close in reverse)."""
+        shape = self.kernel.shape
+        index: dict[int, Expr] = {}
+        loops = []
+        scope = parent
+        for group in groups:
+            extent = math.prod(shape[d] for d in group)
+            name = f"{prefix}{group[0]}"
+            scope = Scope(scope, scope.depth + 1)
+            self.defined_at[name] = scope
+            var = Expr.of(Var(name, extent))
+            for d, position in zip(group, unravel(var, tuple(shape[d] for d in group))):
+                index[d] = position
+            loops.append((scope, name, extent))
+        return scope, index, loops
+
+    def close_loops(self, loops, pragmas: list[str]) -> None:
+        """Render loops innermost first into their parents; pragmas[i] goes on loop i."""
+        for (scope, name, extent), pragma in reversed(list(zip(loops, pragmas))):
+            text = []
+            if pragma:
+                text.append(pragma)
+            text.append(f"for (int64_t {name} = 0; {name} < {_int(extent)}; {name}++) {{")
+            text += ["    " + line for line in scope.lines]
+            text.append("}")
+            scope.parent.lines.extend(text)
+
+    def emit(self, scope: Scope, line: str) -> None:
+        scope.lines.append(line)
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, node: Node, index: Index, scope: Scope) -> str:
+        if node.op is Op.FULL:
+            return literal(node.attrs["value"], node.dtype)
+        target = self.scope_for(index, scope)
+        key = (id(node), index)
+        for ancestor in target.chain():
+            if key in ancestor.memo:
+                return ancestor.memo[key]
+        result = self.generate(node, index, target)
+        target.memo[key] = result
+        return result
+
+    def define(self, scope: Scope, dtype: torch.dtype, expression: str) -> str:
+        name = self.fresh()
+        self.emit(scope, f"{compute_type(dtype)} {name} = {expression};")
+        return name
+
+    def offset(self, buffer: Buffer, index: Index) -> str:
+        offset = Expr.of(buffer.offset)
+        for position, stride in zip(index, buffer.strides):
+            if stride:
+                offset = offset + position * stride
+        self.accesses.append(offset)
+        return f"{self.argument(buffer)}[{render(offset)}]"
+
+    def generate(self, node: Node, index: Index, scope: Scope) -> str:
+        buffer = self.buffer_of.get(node)
+        if buffer is not None and node not in self.members:
+            return self.define(scope, node.dtype, load(node.dtype, self.offset(buffer, index)))
+        kind = node.kind
+        if kind is Kind.POINTWISE:
+            args = [self.value(source, index, scope) for source in node.inputs]
+            return self.define(scope, node.dtype, c_rules[node.op](node, args))
+        if kind is Kind.VIEW:
+            return self.value(node.inputs[0], index_rules[node.op](node, index), scope)
+        if kind is Kind.REDUCTION:
+            return self.reduction(node, index, scope)
+        if node.op is Op.IOTA:
+            a = node.attrs
+            position = render(index[a["dim"]])
+            return self.define(scope, node.dtype, f"({compute_type(node.dtype)})"
+                               f"({a['start']} + {a['step']} * {position})")
+        if node.op is Op.PAD:
+            return self.pad(node, index, scope)
+        if node.op is Op.CAT:
+            return self.cat(node, index, scope)
+        if node.op in (Op.TAKE, Op.GATHER):
+            return self.take(node, index, scope)
+        raise AssertionError(f"{node!r} ({node.op.value}) has no buffer in {self.kernel.name}")
+
+    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
+        low, high = expr.bounds()
+        if 0 <= low and high <= size - 1:
+            return expr
+        name = self.fresh("t")
+        self.emit(scope, f"int64_t {name} = ember_clamp_index({render(expr)}, {size});")
+        self.defined_at[name] = scope
+        return Expr.of(Opaque(name, 0, size - 1))
+
+    def pad(self, node: Node, index: Index, scope: Scope) -> str:
+        source_index, checks = pad_source(node, index)
+        if not checks:
+            return self.value(node.inputs[0], source_index, scope)
+        conditions = []
+        clamped = list(source_index)
+        sizes = node.inputs[0].shape
+        for relative, size, step in checks:
+            text = render(relative)
+            conditions.append(f"({text} >= 0 && {text} < {_int(size * step)})")
+            if step > 1:
+                conditions.append(f"({text} % {step} == 0)")
+        for d, size in enumerate(sizes):
+            clamped[d] = self.clamp(source_index[d], size, scope) if size else source_index[d]
+        inner = self.value(node.inputs[0], tuple(clamped), scope)
+        padding = literal(node.attrs["value"], node.dtype)
+        return self.define(scope, node.dtype, f"({' && '.join(conditions)}) ? {inner} : {padding}")
+
+    def cat(self, node: Node, index: Index, scope: Scope) -> str:
+        dim = node.attrs["dim"]
+        low, high = index[dim].bounds()
+        pieces = [p for p in cat_pieces(node, index) if p[2] <= high and p[3] > low]
+        choices = []
+        for source, local, first, end in pieces:
+            local = list(local)
+            local[dim] = self.clamp(local[dim], source.shape[dim], scope)
+            choices.append((self.value(source, tuple(local), scope), end))
+        expression = choices[-1][0]
+        position = render(index[dim])
+        for value, end in reversed(choices[:-1]):
+            expression = f"({position} < {_int(end)} ? {value} : {expression})"
+        return self.define(scope, node.dtype, expression)
+
+    def take(self, node: Node, index: Index, scope: Scope) -> str:
+        x, selector = node.inputs
+        dim = node.attrs["dim"]
+        size = x.shape[dim]
+        if node.op is Op.TAKE:
+            index_at, _ = take_source(node, index, ZERO)
+        else:
+            index_at = index
+        raw = self.value(selector, index_at, scope)
+        name = self.fresh("t")
+        self.emit(scope, f"int64_t {name} = (int64_t){raw};")
+        if node.op is Op.TAKE and node.attrs["wrap"]:
+            self.emit(scope, f"{name} = {name} < 0 ? {name} + {_int(size)} : {name};")
+        self.uses_checks = True
+        self.emit(scope, f"status |= ({name} < 0) | ({name} >= {_int(size)});")
+        self.emit(scope, f"{name} = ember_clamp_index({name}, {_int(size)});")
+        self.defined_at[name] = scope
+        selected = Expr.of(Opaque(name, 0, max(size - 1, 0)))
+        if node.op is Op.TAKE:
+            _, x_at = take_source(node, index, selected)
+        else:
+            x_at = index[:dim] + (selected,) + index[dim + 1:]
+        return self.value(x, x_at, scope)
+
+    # -- reductions -----------------------------------------------------------------------
+    def reduction(self, node: Node, index: Index, scope: Scope) -> str:
+        op = node.op
+        source = node.inputs[0]
+        dtype = node.dtype
+        count = math.prod(source.shape[d] for d in node.attrs["axes"])
+        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and count > 4096
+        acc_type = "double" if wide else compute_type(dtype)
+        acc = self.fresh("acc")
+        nan = self.fresh("nan") if op in (Op.MAX, Op.MIN) and dtype.is_floating_point else None
+        position = self.fresh("pos") if op in (Op.ARGMAX, Op.ARGMIN) else None
+        if op in (Op.ARGMAX, Op.ARGMIN):
+            acc_type = compute_type(source.dtype)
+        self.emit(scope, f"{acc_type} {acc} = {self.initial(op, source.dtype)};")
+        if nan:
+            self.emit(scope, f"int {nan} = 0;")
+        if position:
+            self.emit(scope, f"int64_t {position} = 0;")
+        loop_prefix = f"r{next(self.loops)}_"
+        body, inner_index, loops = self.open_loops(scope, self.inner_groups, loop_prefix)
+        full = tuple(inner_index.get(d, ZERO) if d in self.kernel.axes else index[d]
+                     for d in range(len(self.kernel.shape)))
+        value = self.value(source, full, body)
+        if op is Op.SUM:
+            self.emit(body, f"{acc} += {value};")
+        elif op is Op.PROD:
+            self.emit(body, f"{acc} *= {value};")
+        elif op in (Op.ANY, Op.ALL):
+            self.emit(body, f"{acc} {'|=' if op is Op.ANY else '&='} {value};")
+        elif op in (Op.MAX, Op.MIN):
+            better = ">" if op is Op.MAX else "<"
+            self.emit(body, f"{acc} = {value} {better} {acc} ? {value} : {acc};")
+            if nan:
+                self.emit(body, f"{nan} |= ({value} != {value});")
+        else:
+            better = ">" if op is Op.ARGMAX else "<"
+            (axis,) = node.attrs["axes"]
+            where = render(full[axis])
+            found = f"({value} {better} {acc}"
+            if source.dtype.is_floating_point:
+                found = f"!({acc} != {acc}) && {found} || {value} != {value}"
+            self.emit(body, f"if ({found})) {{ {acc} = {value}; {position} = {where}; }}")
+        pragmas = [""] * len(loops)
+        if loops and op in _OMP_REDUCTION:
+            clause = f"reduction({_OMP_REDUCTION[op]}:{acc})"
+            if nan:
+                clause += f" reduction(|:{nan})"
+            if self.checks:
+                clause += " reduction(|:status)"
+            pragmas[-1] = f"#pragma omp simd {clause}"
+            if scope.depth == 0 and self.parallel and count >= config.settings.parallel_threshold:
+                pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
+                              else f"#pragma omp parallel for {clause}")
+        self.close_loops(loops, pragmas)
+        if nan:
+            self.emit(scope, f"if ({nan}) {acc} = NAN;")
+        if position:
+            return position
+        return self.define(scope, dtype, f"({compute_type(dtype)}){acc}")
+
+    @staticmethod
+    def initial(op: Op, dtype: torch.dtype) -> str:
+        if op is Op.SUM:
+            return "0"
+        if op is Op.PROD:
+            return "1"
+        if op is Op.ANY:
+            return "false"
+        if op is Op.ALL:
+            return "true"
+        low = op in (Op.MAX, Op.ARGMAX)
+        if dtype.is_floating_point:
+            return "-INFINITY" if low else "INFINITY"
+        if dtype is torch.bool:
+            return "false" if low else "true"
+        info = torch.iinfo(dtype)
+        return literal(info.min if low else info.max, dtype)
+
+    # -- the kernel -----------------------------------------------------------------------
+    def write(self) -> KernelSource:
+        kernel = self.kernel
+        space = (kernel.shape, kernel.axes)
+        root = Scope(None, 0)
+        outer, outer_index, outer_loops = self.open_loops(root, self.outer_groups, "i")
+        canonical = {f"i{d}": d for d in range(len(kernel.shape))}
+
+        def placed(node: Node, dims: dict[int, Expr]) -> Index:
+            index = store_index(node.shape, space)
+            mapping = {Var(name, kernel.shape[d]): dims.get(d, ZERO)
+                       for name, d in canonical.items() if kernel.shape[d] != 1}
+            return tuple(e.substitute(mapping) for e in index)
+
+        full_stores = []
+        for item in kernel.stores:
+            index = store_index(item.node.shape, space)
+            if any(f"i{d}" in e.variables() for e in index for d in kernel.axes):
+                full_stores.append(item)
+                continue
+            at = placed(item.node, outer_index)
+            value = self.value(item.node, at, outer)
+            self.emit(outer, f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};")
+        if full_stores:
+            inner, inner_index, inner_loops = self.open_loops(outer, self.inner_groups, "j")
+            dims = {**outer_index, **inner_index}
+            for item in full_stores:
+                at = placed(item.node, dims)
+                value = self.value(item.node, at, inner)
+                self.emit(inner, f"{self.offset(item.buffer, at)} = "
+                                 f"{store(item.node.dtype, value)};")
+            pragmas = [""] * len(inner_loops)
+            if inner_loops:
+                pragmas[-1] = "#pragma omp simd" + (" reduction(|:status)" if self.checks else "")
+            self.close_loops(inner_loops, pragmas)
+        self.close_loops(outer_loops, self.outer_pragmas(outer_loops))
+        signature = ", ".join(
+            f"{STORAGE_TYPES[b.dtype]}* restrict {name}" for b, name in self.arguments.items())
+        body = ["    int64_t status = 0;"] + ["    " + line for line in root.lines]
+        text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
+                          "    return (int)(status != 0);", "}"])
+        return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+
+    def outer_pragmas(self, loops) -> list[str]:
+        pragmas = [""] * len(loops)
+        if not loops:
+            return pragmas
+        status = " reduction(|:status)" if self.checks else ""
+        innermost_is_simd = not self.kernel.axes
+        if innermost_is_simd:
+            pragmas[-1] = "#pragma omp simd" + status
+        if self.parallel:
+            if len(loops) == 1 and innermost_is_simd:
+                pragmas[0] = "#pragma omp parallel for simd" + status
+            else:
+                pragmas[0] = "#pragma omp parallel for" + status
+        return pragmas
+
+
+def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]]:
+    """Merge adjacent dims whose every access is affine across them; then, for parallel
+    kernels, merge leading outer loops until the outermost one has enough iterations."""
+    shape = writer.kernel.shape
+
+    def mergeable(a: int, b: int) -> bool:
+        for offset in writer.accesses:
+            for prefix in _prefixes(offset):
+                va, vb = Var(f"{prefix}{a}", shape[a]), Var(f"{prefix}{b}", shape[b])
+                ca, cb = offset.coefficient(va), offset.coefficient(vb)
+                if ca is None or cb is None or ca != cb * shape[b]:
+                    return False
+        return True
+
+    def merge(dims: list[int]) -> list[list[int]]:
+        groups: list[list[int]] = []
+        for d in dims:
+            if groups and groups[-1][-1] == d - 1 and mergeable(groups[-1][-1], d):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        return groups
+
+    outer = merge(writer.outer_dims)
+    inner = merge(writer.inner_dims)
+    keep_last = not writer.kernel.axes  # the simd loop of a pointwise kernel stays alone
+    while writer.parallel and len(outer) > (2 if keep_last else 1) and \
+            math.prod(shape[d] for d in outer[0]) < 256:
+        outer[0:2] = [outer[0] + outer[1]]
+    return outer, inner
+
+
+def _prefixes(offset: Expr) -> set[str]:
+    prefixes = set()
+    for name in offset.variables():
+        stripped = name.rstrip("0123456789")
+        prefixes.add(stripped)
+    return prefixes
+
+
+def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:
+    first = CKernelWriter(kernel, plan)
+    first.write()
+    groups = plan_groups(first)
+    return CKernelWriter(kernel, plan, groups, checks=first.uses_checks).write()
+
+
+def write_source(plan: Plan) -> tuple[str, list[KernelSource]]:
+    """One C file holding every kernel of the plan."""
+    sources = [write_kernel(kernel, plan) for kernel in plan.kernels]
+    text = "\n\n".join([PRELUDE.strip(), vector_math_declarations(),
+                        *(source.text for source in sources)]) + "\n"
+    return text, sources

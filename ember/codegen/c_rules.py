@@ -1,0 +1,274 @@
+"""C for each primitive (`c_rules`), the C types of dtypes, and the file's prelude.
+
+Values are computed in a *compute type*: float for float16/bfloat16/float32 (so a fused chain
+of half ops rounds once, when stored), double for float64, the integer type itself for
+integers and `bool` for bools. Memory holds the *storage type*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy
+import torch
+
+from ember.ir.graph import Node
+from ember.ir.ops import Op
+
+STORAGE_TYPES = {
+    torch.float16: "_Float16", torch.bfloat16: "uint16_t", torch.float32: "float",
+    torch.float64: "double", torch.bool: "uint8_t", torch.uint8: "uint8_t",
+    torch.int8: "int8_t", torch.int16: "int16_t", torch.int32: "int32_t", torch.int64: "int64_t",
+}
+COMPUTE_TYPES = {**STORAGE_TYPES, torch.float16: "float", torch.bfloat16: "float",
+                 torch.bool: "bool"}
+_BITS = {torch.uint8: 8, torch.int8: 8, torch.int16: 16, torch.int32: 32, torch.int64: 64}
+_UNSIGNED = {torch.uint8: "uint8_t", torch.int8: "uint8_t", torch.int16: "uint16_t",
+             torch.int32: "uint32_t", torch.int64: "uint64_t"}
+
+# Math functions that glibc's libmvec has SIMD versions of (x86-64, glibc >= 2.35).
+VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan",
+               "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+               "erf", "erfc", "pow", "atan2", "hypot")
+
+PRELUDE = r"""
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+static inline float ember_maximumf(float a, float b) { return (a != a || a > b) ? a : b; }
+static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
+static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
+static inline double ember_minimum(double a, double b) { return (a != a || a < b) ? a : b; }
+static inline float ember_signf(float a) { return a != a ? a : (float)((a > 0) - (a < 0)); }
+static inline double ember_sign(double a) { return a != a ? a : (double)((a > 0) - (a < 0)); }
+/* Python-style remainder and floor division, as torch computes them for floats */
+static inline float ember_remainderf(float a, float b) {
+    float m = fmodf(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+static inline double ember_remainder(double a, double b) {
+    double m = fmod(a, b);
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+static inline float ember_floordivf(float a, float b) {
+    if (b == 0) return a / b;
+    float m = fmodf(a, b);
+    float d = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1.0f;
+    if (d != 0) { float f = floorf(d); if (d - f > 0.5f) f += 1.0f; return f; }
+    return copysignf(0.0f, a / b);
+}
+static inline double ember_floordiv(double a, double b) {
+    if (b == 0) return a / b;
+    double m = fmod(a, b);
+    double d = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1.0;
+    if (d != 0) { double f = floor(d); if (d - f > 0.5) f += 1.0; return f; }
+    return copysign(0.0, a / b);
+}
+static inline float ember_bf16_to_float(uint16_t h) {
+    union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+}
+static inline uint16_t ember_float_to_bf16(float f) {
+    union { uint32_t u; float f; } v; v.f = f;
+    if (f != f) return (uint16_t)((v.u >> 16) | 0x40);
+    return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
+}
+static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember_float_to_bf16(f)); }
+static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
+static inline int64_t ember_clamp_index(int64_t i, int64_t n) {
+    return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
+"""
+
+
+def vector_math_declarations() -> str:
+    lines = []
+    for name in VECTOR_MATH:
+        arity = 2 if name in ("pow", "atan2", "hypot") else 1
+        for ctype, suffix in (("float", "f"), ("double", "")):
+            params = ", ".join([ctype] * arity)
+            lines.append("#pragma omp declare simd notinbranch")
+            lines.append(f"{ctype} {name}{suffix}({params});")
+    return "\n".join(lines)
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    return COMPUTE_TYPES[dtype]
+
+
+def literal(value, dtype: torch.dtype) -> str:
+    """A C literal for `value` as a value of `dtype` (rounded to dtype first, as eager does)."""
+    if dtype is torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        value = torch.tensor(value, dtype=dtype).item()
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "-INFINITY"
+        if compute_type(dtype) == "float":
+            return f"{numpy.float32(value)}f"  # numpy prints float32 in its shortest exact form
+        return repr(float(value))
+    value = int(value)
+    if dtype is torch.int64:
+        return f"INT64_C({value})" if value != -(2 ** 63) else "INT64_MIN"
+    return str(value)
+
+
+def load(dtype: torch.dtype, pointer_expression: str) -> str:
+    if dtype is torch.float16:
+        return f"(float){pointer_expression}"
+    if dtype is torch.bfloat16:
+        return f"ember_bf16_to_float({pointer_expression})"
+    if dtype is torch.bool:
+        return f"({pointer_expression} != 0)"
+    return pointer_expression
+
+
+def store(dtype: torch.dtype, value: str) -> str:
+    if dtype is torch.float16:
+        return f"(_Float16)({value})"
+    if dtype is torch.bfloat16:
+        return f"ember_float_to_bf16({value})"
+    if dtype is torch.bool:
+        return f"(uint8_t)({value})"
+    return value
+
+
+def _math(name: str) -> Callable[[Node, list[str]], str]:
+    def rule(node: Node, args: list[str]) -> str:
+        suffix = "f" if compute_type(node.inputs[0].dtype) == "float" else ""
+        return f"{name}{suffix}({', '.join(args)})"
+
+    return rule
+
+
+def _float_or(node: Node, float_name: str, double_name: str) -> str:
+    return float_name if compute_type(node.inputs[0].dtype) == "float" else double_name
+
+
+def _one(node: Node) -> str:
+    return "1.0f" if compute_type(node.dtype) == "float" else "1.0"
+
+
+c_rules: dict[Op, Callable[[Node, list[str]], str]] = {}
+for _op, _name in {
+    Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log", Op.LOG2: "log2",
+    Op.LOG10: "log10", Op.LOG1P: "log1p", Op.SQRT: "sqrt", Op.SIN: "sin", Op.COS: "cos",
+    Op.TAN: "tan", Op.ASIN: "asin", Op.ACOS: "acos", Op.ATAN: "atan", Op.SINH: "sinh",
+    Op.COSH: "cosh", Op.TANH: "tanh", Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh",
+    Op.ERF: "erf", Op.ERFC: "erfc", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND: "rint",
+    Op.TRUNC: "trunc", Op.POW: "pow", Op.ATAN2: "atan2", Op.HYPOT: "hypot",
+    Op.COPYSIGN: "copysign", Op.FMOD: "fmod",
+}.items():
+    c_rules[_op] = _math(_name)
+
+
+def _abs(node: Node, args: list[str]) -> str:
+    (a,) = args
+    if node.dtype.is_floating_point:
+        return f"{_float_or(node, 'fabsf', 'fabs')}({a})"
+    return f"({a} < 0 ? -{a} : {a})"
+
+
+def _arith(symbol: str, bool_symbol: str | None = None):
+    def rule(node: Node, args: list[str]) -> str:
+        a, b = args
+        if node.dtype is torch.bool and bool_symbol:
+            return f"({a} {bool_symbol} {b})"
+        if node.dtype.is_floating_point or node.dtype is torch.int64:
+            return f"({a} {symbol} {b})"
+        # narrow integers: C promotes to int; wrap back to the dtype as eager does
+        return f"({compute_type(node.dtype)})({a} {symbol} {b})"
+
+    return rule
+
+
+def _extremum(which: str):
+    def rule(node: Node, args: list[str]) -> str:
+        a, b = args
+        if node.dtype.is_floating_point:
+            suffix = "f" if compute_type(node.dtype) == "float" else ""
+            return f"ember_{which}{suffix}({a}, {b})"
+        if node.dtype is torch.bool:
+            return f"({a} {'|' if which == 'maximum' else '&'} {b})"
+        return f"({a} {'>' if which == 'maximum' else '<'} {b} ? {a} : {b})"
+
+    return rule
+
+
+def _shift(left: bool):
+    def rule(node: Node, args: list[str]) -> str:
+        a, b = args
+        bits = _BITS.get(node.dtype, 8)
+        ctype = compute_type(node.dtype)
+        if left:
+            shifted = f"({ctype})(({_UNSIGNED.get(node.dtype, 'uint8_t')}){a} << {b})"
+            return f"(({b}) < 0 || ({b}) >= {bits} ? ({ctype})0 : {shifted})"
+        fill = f"({a} < 0 ? ({ctype})-1 : ({ctype})0)"
+        return f"(({b}) < 0 || ({b}) >= {bits} ? {fill} : ({ctype})({a} >> {b}))"
+
+    return rule
+
+
+def _cast(node: Node, args: list[str]) -> str:
+    (a,) = args
+    source, target = node.inputs[0].dtype, node.dtype
+    if target is torch.bool:
+        return f"({a} != 0)"
+    if target is torch.float16:
+        return f"ember_round_f16((float)({a}))"
+    if target is torch.bfloat16:
+        return f"ember_round_bf16((float)({a}))"
+    if source.is_floating_point and target is torch.uint8:
+        return f"(uint8_t)(int64_t)({a})"
+    return f"({compute_type(target)})({a})"
+
+
+def _neg(node: Node, args: list[str]) -> str:
+    if node.dtype.is_floating_point or node.dtype is torch.int64:
+        return f"(-{args[0]})"
+    return f"({compute_type(node.dtype)})(-{args[0]})"
+
+
+c_rules.update({
+    Op.NEG: _neg,
+    Op.ABS: _abs,
+    Op.RSQRT: lambda node, a: f"({_one(node)} / {_float_or(node, 'sqrtf', 'sqrt')}({a[0]}))",
+    Op.SIGMOID: lambda node, a: (f"({_one(node)} / ({_one(node)} + "
+                                 f"{_float_or(node, 'expf', 'exp')}(-{a[0]})))"),
+    Op.RECIPROCAL: lambda node, a: f"({_one(node)} / {a[0]})",
+    Op.SIGN: lambda node, a: (f"{_float_or(node, 'ember_signf', 'ember_sign')}({a[0]})"
+                              if node.dtype.is_floating_point
+                              else f"({compute_type(node.dtype)})(({a[0]} > 0) - ({a[0]} < 0))"),
+    Op.BITWISE_NOT: lambda node, a: f"({compute_type(node.dtype)})(~{a[0]})",
+    Op.LOGICAL_NOT: lambda node, a: f"(!{a[0]})",
+    Op.ISNAN: lambda node, a: f"({a[0]} != {a[0]})",
+    Op.ISINF: lambda node, a: f"({_float_or(node, 'fabsf', 'fabs')}({a[0]}) == INFINITY)",
+    Op.ADD: _arith("+", "|"),
+    Op.SUB: _arith("-"),
+    Op.MUL: _arith("*", "&"),
+    Op.DIV: _arith("/"),
+    Op.FLOORDIV: lambda node, a: f"{_float_or(node, 'ember_floordivf', 'ember_floordiv')}"
+                                 f"({a[0]}, {a[1]})",
+    Op.REMAINDER: lambda node, a: f"{_float_or(node, 'ember_remainderf', 'ember_remainder')}"
+                                  f"({a[0]}, {a[1]})",
+    Op.MAXIMUM: _extremum("maximum"),
+    Op.MINIMUM: _extremum("minimum"),
+    Op.BITWISE_AND: lambda node, a: f"({compute_type(node.dtype)})({a[0]} & {a[1]})",
+    Op.BITWISE_OR: lambda node, a: f"({compute_type(node.dtype)})({a[0]} | {a[1]})",
+    Op.BITWISE_XOR: lambda node, a: f"({compute_type(node.dtype)})({a[0]} ^ {a[1]})",
+    Op.SHIFT_LEFT: _shift(True),
+    Op.SHIFT_RIGHT: _shift(False),
+    Op.EQ: lambda node, a: f"({a[0]} == {a[1]})",
+    Op.NE: lambda node, a: f"({a[0]} != {a[1]})",
+    Op.LT: lambda node, a: f"({a[0]} < {a[1]})",
+    Op.LE: lambda node, a: f"({a[0]} <= {a[1]})",
+    Op.GT: lambda node, a: f"({a[0]} > {a[1]})",
+    Op.GE: lambda node, a: f"({a[0]} >= {a[1]})",
+    Op.WHERE: lambda node, a: f"({a[0]} ? {a[1]} : {a[2]})",
+    Op.CAST: _cast,
+})

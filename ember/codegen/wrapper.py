@@ -1,0 +1,191 @@
+"""Plan → the Python function that runs one compiled graph.
+
+The wrapper is generated source, so a call does only what this graph needs: allocate buffers
+with precomputed shapes and strides, call each kernel with data pointers, call library ops,
+free temporaries after their last use, write back mutated inputs, and return outputs (views of
+inputs rebuilt with as_strided, exactly as eager returns them). Every constant it needs lives in
+its namespace; nothing is looked up per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ember.codegen.c import KernelSource
+from ember.ir.library import Slot
+from ember.ir.ops import Op
+from ember.lower.tracer import OutputSpec
+from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
+
+
+class LayoutMismatch(RuntimeError):
+    """A library call returned strides other than eager's (checked on the first call)."""
+
+
+class KernelIndexError(IndexError):
+    pass
+
+
+def raise_index_error(kernel: str) -> None:
+    raise KernelIndexError(
+        f"index out of range in ember kernel {kernel}: an indexing op (take, gather, "
+        f"embedding, x[index]) read a position outside the tensor, as eager would refuse to")
+
+
+@dataclasses.dataclass
+class WrapperSource:
+    text: str
+    namespace: dict[str, Any]
+
+
+class _Writer:
+    def __init__(self, plan: Plan, device: torch.device):
+        self.plan = plan
+        self.lines: list[str] = []
+        self.namespace: dict[str, Any] = {
+            "empty_strided": torch.empty_strided, "device": device,
+            "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
+        }
+        self.constants = 0
+
+    def constant(self, value: Any, hint: str = "k") -> str:
+        if value is None or isinstance(value, (bool, int, str)):
+            return repr(value)
+        if isinstance(value, float) and value == value and value not in (float("inf"),
+                                                                          float("-inf")):
+            return repr(value)
+        if isinstance(value, (list, tuple)) and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return repr(list(value) if isinstance(value, list) else tuple(value))
+        name = f"{hint}{self.constants}"
+        self.constants += 1
+        self.namespace[name] = value
+        return name
+
+    def dtype(self, dtype: torch.dtype) -> str:
+        name = str(dtype).replace("torch.", "")
+        self.namespace[name] = dtype
+        return name
+
+    def allocate(self, buffer: Buffer) -> None:
+        self.lines.append(f"{buffer.name} = empty_strided({buffer.shape!r}, {buffer.strides!r}, "
+                          f"dtype={self.dtype(buffer.dtype)}, device=device)")
+
+    def alias(self, buffer: Buffer) -> None:
+        base = buffer.base.name
+        self.lines.append(f"{buffer.name} = {base}.as_strided({buffer.shape!r}, "
+                          f"{buffer.strides!r}, {base}.storage_offset() + {buffer.offset})")
+
+
+def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_is_list: bool,
+                  sources: dict[str, KernelSource], functions: dict[str, Any],
+                  device: torch.device, checked: bool) -> WrapperSource:
+    """Python source of `call(args)`: `functions` are the loaded kernels by name; `checked`
+    adds the first call's check that library calls return eager's layouts."""
+    w = _Writer(plan, device)
+    w.namespace.update(functions)
+    lines = w.lines
+    names = ", ".join(b.name for b in plan.inputs)
+    if plan.inputs:
+        lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
+    made: set[Buffer] = set(plan.inputs)
+
+    def ready(buffer: Buffer) -> None:
+        """Emit allocations and alias views a step needs before it runs."""
+        if buffer is None or buffer in made:
+            return
+        if buffer.role == "alias":
+            ready(buffer.base)
+            w.alias(buffer)
+        elif buffer.role in ("temp", "output"):
+            w.allocate(buffer)
+        else:
+            return  # library results appear when their call returns
+        made.add(buffer)
+
+    for position, step in enumerate(plan.steps):
+        if isinstance(step, Kernel):
+            source = sources[step.name]
+            for buffer in source.arguments:
+                ready(buffer)
+            pointers = ", ".join(f"{b.name}.data_ptr()" for b in source.arguments)
+            call = f"{step.name}({pointers})"
+            if source.checks:
+                lines.append(f"if {call}: raise_index_error({step.name!r})")
+            else:
+                lines.append(call)
+        elif isinstance(step, LibraryCall):
+            for buffer in step.inputs:
+                ready(buffer)
+            node = step.node
+            target = w.constant(node.attrs["target"], "op")
+            slots = {i: b.name for i, b in enumerate(step.inputs)}
+            arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
+            arguments += [f"{key}={_fill(value, slots, w)}"
+                          for key, value in node.attrs["kwargs"].items()]
+            if node.attrs["tuple_result"]:
+                result = f"result{position}"
+                lines.append(f"{result} = {target}({', '.join(arguments)})")
+                for index, buffer in enumerate(step.outputs):
+                    if buffer is not None:
+                        lines.append(f"{buffer.name} = {result}[{index}]")
+            else:
+                lines.append(f"{step.outputs[0].name} = {target}({', '.join(arguments)})")
+            for buffer in step.outputs:
+                if buffer is None:
+                    continue
+                made.add(buffer)
+                if checked:
+                    lines.append(f"if {buffer.name}.stride() != {buffer.strides!r}: raise "
+                                 f"LayoutMismatch({buffer.name!r})")
+        else:
+            ready(step.source)
+            lines.append(f"{step.target.name}.copy_({step.source.name})")
+        for buffer in plan.frees[position]:
+            if buffer in made and buffer.role != "input":
+                lines.append(f"del {buffer.name}")
+                made.discard(buffer)
+    for buffer in plan.outputs:
+        ready(buffer)
+    results = []
+    for position, spec in enumerate(outputs):
+        if spec.kind == "node":
+            results.append(plan.outputs[spec.index].name)
+        elif spec.kind == "input":
+            results.append(plan.inputs[spec.index].name)
+        elif spec.kind == "view":
+            base = plan.outputs[spec.index].name if spec.of_output \
+                else plan.inputs[spec.index].name
+            results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
+                           f"{base}.storage_offset() + {spec.offset})")
+        elif spec.kind == "same":
+            results.append(f"r{spec.index}")
+        else:
+            results.append(w.constant(spec.value))
+        if any(s.kind == "same" and s.index == position for s in outputs):
+            lines.append(f"r{position} = {results[-1]}")
+            results[-1] = f"r{position}"
+    joined = ", ".join(results)
+    if output_is_list:
+        lines.append(f"return [{joined}]")
+    else:
+        lines.append(f"return ({joined}{',' if len(results) == 1 else ''})")
+    text = "def call(args):\n" + "\n".join("    " + line for line in lines) + "\n"
+    return WrapperSource(text, w.namespace)
+
+
+def _fill(value: Any, slots: dict[int, str], w: _Writer) -> str:
+    if isinstance(value, Slot):
+        return slots[value.index]
+    if isinstance(value, list) and any(isinstance(v, Slot) for v in value):
+        return "[" + ", ".join(_fill(v, slots, w) for v in value) + "]"
+    if isinstance(value, tuple) and any(isinstance(v, Slot) for v in value):
+        return "(" + ", ".join(_fill(v, slots, w) for v in value) + ",)"
+    return w.constant(value)
+
+
+def library_node_count(plan: Plan) -> int:
+    return sum(1 for node in plan.graph.nodes if node.op is Op.LIBRARY)

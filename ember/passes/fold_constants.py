@@ -1,0 +1,42 @@
+"""fold_constants: compute at compile time what depends only on constants.
+
+Views and casts of a `full` are a `full` of the new shape; pointwise ops whose inputs are all
+`full` are evaluated once with eager torch (so the folded value is exactly eager's); a `where`
+with a constant condition picks its branch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ember.ir.graph import Graph, Node
+from ember.ir.interpreter import interpret_rules
+from ember.ir.ops import Kind, Op
+from ember.passes.rewrite import rewrite
+
+_SHAPE_ONLY = {Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.SQUEEZE, Op.UNSQUEEZE, Op.FLIP,
+               Op.AS_STRIDED}
+
+
+def _full(graph: Graph, value, node: Node) -> Node:
+    return graph.add(Op.FULL, (), value=value, shape=node.shape, dtype=node.dtype)
+
+
+def fold_constants(graph: Graph) -> int:
+    def visit(node: Node) -> Node | None:
+        sources = node.inputs
+        if not sources or not all(s.op is Op.FULL for s in sources):
+            if node.op is Op.WHERE and sources[0].op is Op.FULL:
+                return sources[1] if sources[0].attrs["value"] else sources[2]
+            return None
+        if node.op in _SHAPE_ONLY:
+            return _full(graph, sources[0].attrs["value"], node)
+        if node.op is Op.PAD and sources[0].attrs["value"] == node.attrs["value"]:
+            return _full(graph, node.attrs["value"], node)
+        if node.kind is Kind.POINTWISE:
+            scalars = [torch.tensor(s.attrs["value"], dtype=s.dtype) for s in sources]
+            value = interpret_rules[node.op](node, scalars).item()
+            return _full(graph, value, node)
+        return None
+
+    return rewrite(graph, visit)

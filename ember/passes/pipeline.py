@@ -1,0 +1,36 @@
+"""The graph passes, in the order they run. Each is `pass(graph) -> changes made`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ember import logs
+from ember.ir.graph import Graph
+from ember.ir.verifier import verify
+from ember.passes.cse import eliminate_common_subexpressions
+from ember.passes.dce import eliminate_dead_code
+from ember.passes.fold_constants import fold_constants
+from ember.passes.simplify import simplify_algebra
+
+Pass = Callable[[Graph], int]
+
+PASSES: tuple[Pass, ...] = (
+    fold_constants,
+    simplify_algebra,
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+)
+
+
+def run_passes(graph: Graph, dump: Path | None = None, check: bool = False) -> Graph:
+    """Run every pass once, in order; dump the IR after each into `dump`."""
+    for number, graph_pass in enumerate(PASSES, start=1):
+        changes = graph_pass(graph)
+        if check:
+            verify(graph)
+        logs.dump(dump, f"ir_{number:02d}_{graph_pass.__name__}.txt",
+                  f"# {graph_pass.__name__}: {changes} changes\n{graph}\n")
+    if logs.enabled("ir"):
+        logs.channel("ir").info("IR after passes:\n%s", graph)
+    return graph

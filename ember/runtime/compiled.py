@@ -1,0 +1,57 @@
+"""A compiled graph: the loaded kernels plus the generated wrapper that runs them.
+
+The first call runs a checked wrapper (library results must have eager's strides); later
+calls run the plain one. If the check fails the graph runs eagerly from then on, with a
+warning: a layout ember did not predict must never turn into a wrong answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ember import logs
+from ember.codegen.wrapper import LayoutMismatch, WrapperSource
+
+
+def make_function(source: WrapperSource, filename: str) -> Callable:
+    namespace = dict(source.namespace)
+    exec(compile(source.text, filename, "exec"), namespace)  # noqa: S102 (our own source)
+    return namespace["call"]
+
+
+class CompiledGraph:
+    def __init__(self, checked: WrapperSource, fast: WrapperSource, tensor_positions: list[int],
+                 argument_count: int, eager: Callable, label: str, kernel_count: int,
+                 library_count: int):
+        self.checked = make_function(checked, f"<ember wrapper {label}>")
+        self.fast = make_function(fast, f"<ember wrapper {label}>")
+        self.wrapper_source = fast.text
+        self.eager = eager
+        self.label = label
+        self.kernel_count = kernel_count
+        self.library_count = library_count
+        self.all_tensors = tensor_positions == list(range(argument_count))
+        self.tensor_positions = tensor_positions
+        self._run = self._first_call
+
+    def _first_call(self, tensors: Any) -> Any:
+        try:
+            result = self.checked(tensors)
+        except LayoutMismatch as error:
+            logs.channel("fallbacks").warning(
+                "%s: a library call returned a layout eager would not (%s); this graph runs "
+                "eagerly from now on", self.label, error)
+            self._run = None
+            raise
+        self._run = self.fast
+        return result
+
+    def __call__(self, *args: Any) -> Any:
+        if self._run is None:
+            return self.eager(*args)
+        tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
+        try:
+            return self._run(tensors)
+        except LayoutMismatch:
+            return self.eager(*args)

@@ -1,0 +1,441 @@
+"""Fusion decisions: which nodes get buffers, which share a kernel, in what order.
+
+Every node is inlined into its consumers (computed where it is used, through index maps)
+unless it is *realized*: graph inputs, outputs and write-backs, reductions, library calls and
+their operands, and pointwise values that several realized nodes would recompute at a high cost.
+Realized nodes are then grouped greedily into kernels: a node joins an earlier kernel when their
+iteration spaces agree (the same shape; a reduction's (shape, axes); a pointwise node over the
+reduced shape or the kept shape) and every value it reads from that kernel is read at the very
+index the kernel computes it (so the read never waits on another iteration).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from ember.ir.graph import Graph, Node
+from ember.ir.ops import Kind, Op
+from ember.schedule.expr import ZERO, Expr, Var
+from ember.schedule.indexing import Index, reads
+from ember.schedule.layout import row_major, view_geometry
+from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
+
+Space = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, reduced axes)
+
+# A pointwise value inlined into several realized nodes is computed once into a buffer when its
+# inlined cost (pointwise ops) reaches this many.
+SHARED_COST_LIMIT = 12
+# How many earlier steps a node may be fused back into.
+LOOKBACK = 8
+
+
+def space_index(shape: tuple[int, ...]) -> Index:
+    return tuple(Expr.of(Var(f"i{d}", n)) if n != 1 else ZERO for d, n in enumerate(shape))
+
+
+def store_index(shape: tuple[int, ...], space: Space) -> Index | None:
+    """Index of a node of `shape` stored in a kernel over `space`, or None if it does not fit.
+
+    A node fits when its shape is the space's shape, or the shape with the reduced axes kept
+    as size 1 (or either of those with size-1 dims added or removed)."""
+    full_shape, axes = space
+    full = space_index(full_shape)
+    kept = tuple(ZERO if d in axes else i for d, i in enumerate(full))
+    kept_shape = tuple(1 if d in axes else n for d, n in enumerate(full_shape))
+    for target_shape, index in ((full_shape, full), (kept_shape, kept)):
+        if shape == target_shape:
+            return index
+        dims = [d for d, n in enumerate(target_shape) if n != 1]
+        if [n for n in shape if n != 1] == [target_shape[d] for d in dims]:
+            vars_ = iter(index[d] for d in dims)
+            return tuple(next(vars_) if n != 1 else ZERO for n in shape)
+    return None
+
+
+def natural_space(node: Node) -> Space:
+    if node.kind is Kind.REDUCTION:
+        return node.inputs[0].shape, tuple(node.attrs["axes"])
+    return node.shape, ()
+
+
+class Scheduler:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.users = graph.users()
+        self.realized: set[Node] = set()
+        self.aliases: dict[Node, Node] = {}    # view node -> base it is a strided view of
+        self.steps: list[Step] = []
+        self.step_of: dict[Node, int] = {}
+        self.buffer_of: dict[Node, Buffer] = {}
+        self.buffers: list[Buffer] = []
+        self._names = itertools.count()
+
+    # -- realization ----------------------------------------------------------------------
+    def decide_realized(self) -> None:
+        graph = self.graph
+        realized = self.realized
+        for node in graph.nodes:
+            if node.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or node.kind is Kind.REDUCTION:
+                realized.add(node)
+        realized.update(graph.outputs)
+        realized.update(node for _, node in graph.writebacks)
+        for node in graph.nodes:
+            if node.op is Op.LIBRARY:
+                for operand in node.inputs:
+                    self._realize_operand(operand)
+        for index, node in enumerate(graph.outputs):
+            if node.kind is Kind.VIEW:
+                self._try_output_alias(node, graph.output_strides[index])
+        self._realize_shared()
+
+    def _chain_base(self, node: Node) -> Node:
+        while node.kind is Kind.VIEW and node not in self.aliases:
+            node = node.inputs[0]
+        return node
+
+    def _realize_operand(self, node: Node) -> None:
+        """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
+        self.realized.add(node)
+        if node.kind is not Kind.VIEW:
+            return
+        base = self._chain_base(node)
+        if base.kind is Kind.LEAF and base.op is not Op.INPUT:
+            return
+        self.realized.add(base)
+        self.aliases[node] = base
+
+    def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
+        base = self._chain_base(node)
+        if base.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or base.kind is Kind.LEAF \
+                or base in self.graph.outputs or base.kind is Kind.VIEW:
+            return
+        geometry = view_geometry(node, base, (base.shape, row_major(base.shape), 0))
+        if geometry is not None and geometry[1] == tuple(strides) and geometry[2] == 0:
+            self.realized.add(base)
+            self.aliases[node] = base
+
+    def _realize_shared(self) -> None:
+        """Realize costly pointwise values that several realized nodes would recompute."""
+        inliners: dict[Node, set[Node]] = {}
+        for root in self.graph.nodes:
+            if root not in self.realized or root.op in (Op.INPUT, Op.LIBRARY, Op.ITEM):
+                continue
+            stack, seen = list(root.inputs), set()
+            while stack:
+                node = stack.pop()
+                if node in seen or node in self.realized:
+                    continue
+                seen.add(node)
+                inliners.setdefault(node, set()).add(root)
+                stack.extend(node.inputs)
+        for node in self.graph.nodes:
+            if len(inliners.get(node, ())) >= 2 and self._inline_cost(node) >= SHARED_COST_LIMIT:
+                self.realized.add(node)
+
+    def _inline_cost(self, node: Node) -> int:
+        cost, stack, seen = 0, [node], set()
+        while stack:
+            current = stack.pop()
+            if current in seen or (current in self.realized and current is not node):
+                continue
+            seen.add(current)
+            if current.kind in (Kind.POINTWISE, Kind.DATA):
+                cost += 1
+            stack.extend(current.inputs)
+        return cost
+
+    # -- reads ----------------------------------------------------------------------------
+    def is_boundary(self, node: Node) -> bool:
+        return node in self.realized
+
+    def reads_of(self, node: Node, space: Space) -> list[tuple[Node, Index]]:
+        if node.kind is Kind.REDUCTION:
+            source, at = node.inputs[0], space_index(space[0])
+            if self.is_boundary(source):
+                return [(source, at)]
+            return list(reads(source, at, self.is_boundary))
+        index = store_index(node.shape, space)
+        assert index is not None
+        return list(reads(node, index, self.is_boundary))
+
+    def canonical_index(self, node: Node, space: Space) -> Index | None:
+        if node.kind is Kind.REDUCTION:
+            full = space_index(space[0])
+            return tuple(ZERO if d in space[1] else i for d, i in enumerate(full))
+        return store_index(node.shape, space)
+
+    # -- grouping -------------------------------------------------------------------------
+    def merged_space(self, kernel: Kernel, node: Node) -> Space | None:
+        shape, axes = kernel.shape, kernel.axes
+        node_shape, node_axes = natural_space(node)
+        if node.kind is Kind.REDUCTION:
+            if node_shape != shape:
+                return None
+            if axes in ((), node_axes):
+                return node_shape, node_axes
+            return None
+        if store_index(node.shape, (shape, axes)) is not None:
+            return shape, axes
+        return None
+
+    def try_merge(self, kernel: Kernel, node: Node, node_reads) -> bool:
+        space = self.merged_space(kernel, node)
+        if space is None:
+            return False
+        members = set(kernel.members)
+        for source, at in self.reads_of(node, space):
+            if source in members and at != self.canonical_index(source, space):
+                return False
+        if space != (kernel.shape, kernel.axes):
+            # members keep their indices only if the space only gains reduced axes
+            for member in kernel.members:
+                if self.canonical_index(member, space) is None:
+                    return False
+        kernel.shape, kernel.axes = space
+        kernel.members.append(node)
+        return True
+
+    def place(self, node: Node) -> None:
+        space = natural_space(node)
+        node_reads = self.reads_of(node, space)
+        positions = [self.step_of.get(source, -1) for source, _ in node_reads]
+        lowest = max(positions, default=-1)
+        first = max(lowest, len(self.steps) - LOOKBACK, 0)
+        for position in range(len(self.steps) - 1, first - 1, -1):
+            step = self.steps[position]
+            if isinstance(step, Kernel) and position >= lowest \
+                    and self.try_merge(step, node, node_reads):
+                self.step_of[node] = position
+                return
+        kernel = Kernel(f"kernel{len(self.kernels())}", space[0], space[1], [node], [])
+        self.steps.append(kernel)
+        self.step_of[node] = len(self.steps) - 1
+
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    # -- buffers --------------------------------------------------------------------------
+    def new_buffer(self, node: Node, role: str, strides: tuple[int, ...] | None = None,
+                   prefix: str = "buf") -> Buffer:
+        strides = tuple(strides) if strides is not None else row_major(node.shape)
+        buffer = Buffer(f"{prefix}{next(self._names)}", node.shape, strides, node.dtype, role)
+        self.buffers.append(buffer)
+        return buffer
+
+    def alias_buffer(self, node: Node) -> Buffer:
+        base = self.aliases[node]
+        base_buffer = self.buffer_of[base]
+        geometry = view_geometry(node, base, (base_buffer.shape, base_buffer.strides, 0))
+        if geometry is None:
+            return None
+        shape, strides, offset = geometry
+        buffer = Buffer(f"view{next(self._names)}", shape, strides, node.dtype, "alias",
+                        base=base_buffer, offset=offset)
+        self.buffers.append(buffer)
+        return buffer
+
+    def run(self) -> Plan:
+        graph = self.graph
+        inputs = []
+        for node in graph.inputs:
+            buffer = Buffer(f"in{node.attrs['index']}", node.shape,
+                            node.strides or row_major(node.shape), node.dtype, "input",
+                            input_index=node.attrs["index"])
+            inputs.append(buffer)
+            self.buffer_of[node] = buffer
+        self.decide_realized()
+        library_steps: dict[Node, int] = {}
+        for node in graph.nodes:
+            if node not in self.realized or node.op is Op.INPUT or node in self.aliases:
+                continue
+            if node.op is Op.LIBRARY:
+                self.steps.append(LibraryCall(node, [], []))
+                library_steps[node] = len(self.steps) - 1
+                self.step_of[node] = len(self.steps) - 1
+            elif node.op is Op.ITEM:
+                self.step_of[node] = library_steps[node.inputs[0]]
+            else:
+                self.place(node)
+        for view, base in self.aliases.items():
+            self.step_of[view] = self.step_of.get(base, -1)
+        outputs = self.assign_buffers()
+        plan = Plan(graph, self.steps, self.buffer_of, inputs, outputs, self.buffers)
+        plan.frees = self.lifetimes(plan)
+        return plan
+
+    def assign_buffers(self) -> list[Buffer]:
+        graph = self.graph
+        needs: set[Node] = set()
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                members = set(step.members)
+                space = (step.shape, step.axes)
+                for member in step.members:
+                    needs.update(s for s, _ in self.reads_of(member, space) if s not in members)
+            elif isinstance(step, LibraryCall):
+                needs.update(step.node.inputs)
+        # Outputs claim their buffers first, with eager's strides.
+        outputs: list[Buffer] = []
+        claimed: set[Node] = set()
+        for node, strides in zip(graph.outputs, graph.output_strides):
+            outputs.append(self.output_buffer(node, tuple(strides), claimed))
+            claimed.add(node)
+        # Library results.
+        for step in self.steps:
+            if isinstance(step, LibraryCall):
+                self.assign_library(step)
+        # Write-backs: in place when nothing reads the old value afterwards, else a copy.
+        for index, node in graph.writebacks:
+            self.assign_writeback(index, node)
+        # Temporaries.
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                for member in step.members:
+                    if member in needs and member not in self.buffer_of:
+                        self.buffer_of[member] = self.new_buffer(member, "temp")
+                        step.stores.append(Store(member, self.buffer_of[member]))
+        for view in self.aliases:
+            if view not in self.buffer_of:
+                self.buffer_of[view] = self.alias_buffer(view)
+        for step in self.steps:
+            if isinstance(step, LibraryCall):
+                step.inputs = [self.buffer_of[n] for n in step.node.inputs]
+        return outputs
+
+    def output_buffer(self, node: Node, strides: tuple[int, ...], claimed: set[Node]) -> Buffer:
+        if node in self.aliases:
+            base = self.aliases[node]
+            if base not in self.buffer_of:
+                self.buffer_of[base] = self.new_buffer(base, "temp")
+                self.steps[self.step_of[base]].stores.append(Store(base, self.buffer_of[base]))
+            buffer = self.alias_buffer(node)
+            self.buffer_of[node] = buffer
+            return buffer
+        position = self.step_of.get(node)
+        step = self.steps[position] if position is not None and position >= 0 else None
+        if isinstance(step, Kernel) and node in step.members:
+            buffer = self.new_buffer(node, "output", strides, prefix="out")
+            step.stores.append(Store(node, buffer))
+            self.buffer_of.setdefault(node, buffer)
+            return buffer
+        if isinstance(step, LibraryCall) and node not in claimed:
+            result_strides = self.library_result(node)[2]
+            if tuple(result_strides) == strides:
+                return self.library_buffer(node)
+        # an input, or a library result in another layout: copy it into a fresh buffer
+        buffer = self.new_buffer(node, "output", strides, prefix="out")
+        copy = Kernel(f"kernel{len(self.kernels())}", node.shape, (), [], [Store(node, buffer)])
+        self.steps.append(copy)
+        return buffer
+
+    def library_result(self, node: Node):
+        if node.op is Op.ITEM:
+            return node.inputs[0].attrs["results"][node.attrs["index"]]
+        return node.attrs["results"][0]
+
+    def library_buffer(self, node: Node) -> Buffer:
+        if node not in self.buffer_of:
+            shape, dtype, strides = self.library_result(node)
+            buffer = Buffer(f"lib{next(self._names)}", tuple(shape), tuple(strides), dtype,
+                            "library")
+            self.buffers.append(buffer)
+            self.buffer_of[node] = buffer
+        return self.buffer_of[node]
+
+    def assign_library(self, step: LibraryCall) -> None:
+        node = step.node
+        if node.attrs["tuple_result"]:
+            items = {user.attrs["index"]: user for user in self.users[node]
+                     if user.op is Op.ITEM}
+            step.outputs = [self.library_buffer(items[i]) if i in items else None
+                            for i in range(len(node.attrs["results"]))]
+        else:
+            step.outputs = [self.library_buffer(node)]
+
+    def assign_writeback(self, index: int, node: Node) -> None:
+        target = self.buffer_of[self.graph.inputs[index]]
+        if node is self.graph.inputs[index]:
+            return
+        source_node = self.graph.inputs[index]
+        position = self.step_of.get(node, -1)
+        step = self.steps[position] if position >= 0 else None
+        if isinstance(step, Kernel) and node in step.members and \
+                self._in_place_ok(step, position, node, source_node):
+            step.stores.append(Store(node, target))
+            self.buffer_of.setdefault(node, target)
+            return
+        if node not in self.buffer_of:
+            if isinstance(step, Kernel) and node in step.members:
+                self.buffer_of[node] = self.new_buffer(node, "temp")
+                step.stores.append(Store(node, self.buffer_of[node]))
+            elif node.op in (Op.LIBRARY, Op.ITEM):
+                self.library_buffer(node)
+            elif node in self.aliases:
+                self.buffer_of[node] = self.alias_buffer(node)
+        self.steps.append(Copy(self.buffer_of[node], target))
+
+    def _in_place_ok(self, kernel: Kernel, position: int, node: Node, source: Node) -> bool:
+        """Can `node` be stored straight into input `source`'s memory?"""
+        space = (kernel.shape, kernel.axes)
+        target = self.canonical_index(node, space)
+        for member in kernel.members:
+            for read, at in self.reads_of(member, space):
+                if read is source and at != target:
+                    return False
+        for later in self.steps[position + 1:]:
+            if isinstance(later, LibraryCall) and any(self._reaches(n, source)
+                                                      for n in later.node.inputs):
+                return False
+            if isinstance(later, Kernel):
+                later_space = (later.shape, later.axes)
+                for member in later.members or [s.node for s in later.stores]:
+                    nodes = self.reads_of(member, later_space) if later.members \
+                        else [(member, None)]
+                    if any(read is source for read, _ in nodes):
+                        return False
+        for view, base in self.aliases.items():
+            if base is source:
+                return False
+        return True
+
+    def _reaches(self, node: Node, target: Node) -> bool:
+        while node.kind is Kind.VIEW:
+            node = node.inputs[0]
+        return node is target
+
+    # -- lifetimes ------------------------------------------------------------------------
+    def lifetimes(self, plan: Plan) -> list[list[Buffer]]:
+        last_use: dict[Buffer, int] = {}
+
+        def touch(buffers: Iterable[Buffer | None], position: int) -> None:
+            for buffer in buffers:
+                while buffer is not None:
+                    last_use[buffer] = position
+                    buffer = buffer.base
+
+        for position, step in enumerate(plan.steps):
+            if isinstance(step, Kernel):
+                space = (step.shape, step.axes)
+                members = set(step.members)
+                used = [s.buffer for s in step.stores]
+                for member in step.members or [s.node for s in step.stores]:
+                    if member in members:
+                        used += [self.buffer_of.get(n) for n, _ in self.reads_of(member, space)
+                                 if n not in members]
+                    else:
+                        used.append(self.buffer_of.get(member))
+                touch(used, position)
+            elif isinstance(step, LibraryCall):
+                touch(step.inputs + step.outputs, position)
+            else:
+                touch([step.source, step.target], position)
+        frees: list[list[Buffer]] = [[] for _ in plan.steps]
+        for buffer, position in last_use.items():
+            if buffer.role in ("temp", "library", "alias") and buffer not in plan.outputs:
+                frees[position].append(buffer)
+        return frees
+
+
+def schedule(graph: Graph) -> Plan:
+    return Scheduler(graph).run()

@@ -1,0 +1,168 @@
+"""Index maps: for a node read at some index, which input elements it reads.
+
+`index_rules` maps a view's output index to its input's index (views are index maps, never
+copies). `reads` walks from a node through everything that will be inlined into it and lists
+the realized nodes it touches with the index of each touch; the scheduler fuses by comparing
+those indices, and codegen uses the same maps to address memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ember.ir.graph import Node
+from ember.ir.ops import Kind, Op
+from ember.schedule.expr import ZERO, Expr, Opaque, ravel, unravel
+
+Index = tuple[Expr, ...]
+IndexRule = Callable[[Node, Index], Index]
+index_rules: dict[Op, IndexRule] = {}
+
+
+def _rule(op: Op):
+    def register(fn: IndexRule) -> IndexRule:
+        index_rules[op] = fn
+        return fn
+
+    return register
+
+
+@_rule(Op.RESHAPE)
+def _reshape(node: Node, index: Index) -> Index:
+    source = node.inputs[0]
+    return tuple(unravel(ravel(index, node.shape), source.shape))
+
+
+@_rule(Op.PERMUTE)
+def _permute(node: Node, index: Index) -> Index:
+    result = [ZERO] * len(index)
+    for position, axis in enumerate(node.attrs["perm"]):
+        result[axis] = index[position]
+    return tuple(result)
+
+
+@_rule(Op.EXPAND)
+def _expand(node: Node, index: Index) -> Index:
+    source = node.inputs[0]
+    return tuple(ZERO if n == 1 else i for i, n in zip(index, source.shape))
+
+
+@_rule(Op.SLICE)
+def _slice(node: Node, index: Index) -> Index:
+    dim, start, step = node.attrs["dim"], node.attrs["start"], node.attrs["step"]
+    result = list(index)
+    result[dim] = index[dim] * step + start
+    return tuple(result)
+
+
+@_rule(Op.SQUEEZE)
+def _squeeze(node: Node, index: Index) -> Index:
+    dims = node.attrs["dims"]
+    result, position = [], 0
+    for d in range(node.inputs[0].ndim):
+        if d in dims:
+            result.append(ZERO)
+        else:
+            result.append(index[position])
+            position += 1
+    return tuple(result)
+
+
+@_rule(Op.UNSQUEEZE)
+def _unsqueeze(node: Node, index: Index) -> Index:
+    dim = node.attrs["dim"]
+    return index[:dim] + index[dim + 1:]
+
+
+@_rule(Op.FLIP)
+def _flip(node: Node, index: Index) -> Index:
+    dims = node.attrs["dims"]
+    return tuple((i * -1 + (n - 1)) if d in dims else i
+                 for d, (i, n) in enumerate(zip(index, node.shape)))
+
+
+@_rule(Op.AS_STRIDED)
+def _as_strided(node: Node, index: Index) -> Index:
+    flat = Expr.of(node.attrs["offset"])
+    for position, stride in zip(index, node.attrs["strides"]):
+        flat = flat + position * stride
+    return tuple(unravel(flat, node.inputs[0].shape))
+
+
+def pad_source(node: Node, index: Index) -> tuple[Index, list[tuple[Expr, int, int]]]:
+    """The input index a pad reads at `index`, and the checks (expr, size, step) that say it
+    reads the input at all: 0 <= expr < size*step and expr % step == 0 (trivial ones dropped)."""
+    source, checks = [], []
+    for position, n, (low, _high, interior) in zip(index, node.inputs[0].shape,
+                                                    node.attrs["pads"]):
+        step = interior + 1
+        relative = position - low
+        source.append(relative // step)
+        lowest, highest = relative.bounds()
+        if lowest < 0 or highest > (n - 1) * step or step > 1:
+            checks.append((relative, n, step))
+    return tuple(source), checks
+
+
+def cat_pieces(node: Node, index: Index) -> list[tuple[Node, Index, int, int]]:
+    """(input, its index, first, end) per input of a cat: the input holds [first, end)."""
+    dim = node.attrs["dim"]
+    pieces, first = [], 0
+    for source in node.inputs:
+        end = first + source.shape[dim]
+        local = list(index)
+        local[dim] = index[dim] - first
+        pieces.append((source, tuple(local), first, end))
+        first = end
+    return pieces
+
+
+def take_source(node: Node, index: Index, selected: Expr) -> tuple[Index, Index]:
+    """(index into the index tensor, index into x) of a take, given the selected position."""
+    dim = node.attrs["dim"]
+    width = node.inputs[1].ndim
+    return index[dim:dim + width], index[:dim] + (selected,) + index[dim + width:]
+
+
+def input_indices(node: Node, index: Index) -> list[tuple[Node, Index]]:
+    """The (input, index) pairs a pointwise, view or data node reads at `index`.
+    Data-dependent positions (take, gather) appear as Opaque atoms."""
+    kind = node.kind
+    if kind is Kind.POINTWISE:
+        return [(source, index) for source in node.inputs]
+    if kind is Kind.VIEW:
+        return [(node.inputs[0], index_rules[node.op](node, index))]
+    if node.op is Op.PAD:
+        return [(node.inputs[0], pad_source(node, index)[0])]
+    if node.op is Op.CAT:
+        return [(source, local) for source, local, _, _ in cat_pieces(node, index)]
+    if node.op is Op.TAKE:
+        x = node.inputs[0]
+        selected = Expr.of(Opaque(f"take{node.id}", 0, x.shape[node.attrs["dim"]] - 1))
+        index_at, x_at = take_source(node, index, selected)
+        return [(node.inputs[1], index_at), (x, x_at)]
+    if node.op is Op.GATHER:
+        x, dim = node.inputs[0], node.attrs["dim"]
+        selected = Expr.of(Opaque(f"gather{node.id}", 0, x.shape[dim] - 1))
+        return [(node.inputs[1], index), (x, index[:dim] + (selected,) + index[dim + 1:])]
+    if kind is Kind.LEAF:
+        return []
+    raise AssertionError(f"{node.op.value} is always realized; it has no inline index map")
+
+
+def reads(node: Node, index: Index, is_boundary: Callable[[Node], bool]
+          ) -> Iterator[tuple[Node, Index]]:
+    """Every (boundary node, index) that computing `node` at `index` touches, inlining every
+    node that is not a boundary. `node` itself is expanded even if it is a boundary."""
+    seen: set[tuple[int, Index]] = set()
+    stack = input_indices(node, index)
+    while stack:
+        current, at = stack.pop()
+        key = (id(current), at)
+        if key in seen:
+            continue
+        seen.add(key)
+        if is_boundary(current):
+            yield current, at
+        else:
+            stack.extend(input_indices(current, at))

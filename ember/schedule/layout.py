@@ -1,0 +1,95 @@
+"""Strides of views: when a chain of view nodes over a buffer is itself a strided tensor.
+
+Used to hand a view to a library call (or return it) as an alias of an existing buffer instead
+of copying it, exactly as eager would pass a view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.ir.graph import Node
+from ember.ir.ops import Op
+
+Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # shape, strides, offset
+
+
+def row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _reshape_strides(shape, strides, new_shape) -> tuple[int, ...] | None:
+    """torch's computeStride: the strides of a reshape that is a view, or None."""
+    if not shape:
+        return (1,) * len(new_shape)
+    if 0 in shape:
+        return tuple(strides) if tuple(shape) == tuple(new_shape) else row_major(new_shape)
+    new_strides = [0] * len(new_shape)
+    view_d = len(new_shape) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel, view_numel = 1, 1
+    for tensor_d in range(len(shape) - 1, -1, -1):
+        tensor_numel *= shape[tensor_d]
+        if tensor_d == 0 or (shape[tensor_d - 1] != 1 and
+                             strides[tensor_d - 1] != tensor_numel * chunk_base_stride):
+            while view_d >= 0 and (view_numel < tensor_numel or new_shape[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_shape[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel, view_numel = 1, 1
+    if view_d != -1:
+        return None
+    return tuple(new_strides)
+
+
+def view_geometry(node: Node, base: Node, geometry: Geometry) -> Geometry | None:
+    """Shape, strides and offset of `node` (a chain of views over `base`) when `base` lives
+    in memory with `geometry`; None when the chain is not a strided view."""
+    chain = []
+    while node is not base:
+        if node.kind.value != "view":
+            return None
+        chain.append(node)
+        node = node.inputs[0]
+    shape, strides, offset = geometry
+    for view in reversed(chain):
+        a = view.attrs
+        if view.op is Op.PERMUTE:
+            shape = tuple(shape[p] for p in a["perm"])
+            strides = tuple(strides[p] for p in a["perm"])
+        elif view.op is Op.EXPAND:
+            strides = tuple(0 if n != m else s for n, m, s in zip(shape, view.shape, strides))
+            shape = view.shape
+        elif view.op is Op.SLICE:
+            dim = a["dim"]
+            offset += a["start"] * strides[dim]
+            strides = strides[:dim] + (strides[dim] * a["step"],) + strides[dim + 1:]
+            shape = view.shape
+        elif view.op is Op.SQUEEZE:
+            keep = [d for d in range(len(shape)) if d not in a["dims"]]
+            shape, strides = view.shape, tuple(strides[d] for d in keep)
+        elif view.op is Op.UNSQUEEZE:
+            dim = a["dim"]
+            inner = strides[dim] * shape[dim] if dim < len(shape) else 1
+            shape, strides = view.shape, strides[:dim] + (inner,) + strides[dim:]
+        elif view.op is Op.RESHAPE:
+            new = _reshape_strides(shape, strides, view.shape)
+            if new is None:
+                return None
+            shape, strides = view.shape, new
+        elif view.op is Op.AS_STRIDED:
+            if strides != row_major(shape):
+                return None
+            shape, strides = view.shape, tuple(a["strides"])
+            offset += a["offset"]
+        else:
+            return None
+    return shape, strides, offset
