@@ -89,8 +89,7 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     sources = {k.name: k for k in kernels}
-    is_list = isinstance(lowered.output_tree, object) and _is_list(lowered.output_tree)
-    wrappers = [write_wrapper(plan, lowered.outputs, is_list, sources, functions,
+    wrappers = [write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
                               graph.device, checked) for checked in (True, False)]
     for wrapper in wrappers:
         for position, tensor in enumerate(extras, start=len(tensor_positions)):
@@ -105,10 +104,6 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
                          gm.forward, label, len(kernels), lowered.library_calls)
-
-
-def _is_list(tree: Any) -> bool:
-    return getattr(tree, "type", None) is list
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

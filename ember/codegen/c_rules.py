@@ -110,7 +110,7 @@ def literal(value, dtype: torch.dtype) -> str:
         if math.isinf(value):
             return "INFINITY" if value > 0 else "-INFINITY"
         if compute_type(dtype) == "float":
-            return f"{numpy.float32(value)}f"  # numpy prints float32 in its shortest exact form
+            return str(numpy.float32(value)) + "f"  # numpy: the shortest exact float32 text
         return repr(float(value))
     value = int(value)
     if dtype is torch.int64:
@@ -217,6 +217,12 @@ def _shift(left: bool):
 def _cast(node: Node, args: list[str]) -> str:
     (a,) = args
     source, target = node.inputs[0].dtype, node.dtype
+    # A half value is carried in float between fused ops; leaving the half type, it must
+    # first become the half value eager would hold.
+    if source is torch.float16:
+        a = f"ember_round_f16({a})"
+    elif source is torch.bfloat16:
+        a = f"ember_round_bf16({a})"
     if target is torch.bool:
         return f"({a} != 0)"
     if target is torch.float16:

@@ -80,7 +80,7 @@ class _Writer:
                           f"{buffer.strides!r}, {base}.storage_offset() + {buffer.offset})")
 
 
-def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_is_list: bool,
+def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                   sources: dict[str, KernelSource], functions: dict[str, Any],
                   device: torch.device, checked: bool) -> WrapperSource:
     """Python source of `call(args)`: `functions` are the loaded kernels by name; `checked`
@@ -169,10 +169,16 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_is_list: bool,
             lines.append(f"r{position} = {results[-1]}")
             results[-1] = f"r{position}"
     joined = ", ".join(results)
-    if output_is_list:
+    kind = getattr(output_tree, "type", None)
+    if output_tree.is_leaf():
+        lines.append(f"return {joined}")
+    elif kind is tuple and all(c.is_leaf() for c in output_tree.children()):
+        lines.append(f"return ({joined}{',' if len(results) == 1 else ''})")
+    elif kind is list and all(c.is_leaf() for c in output_tree.children()):
         lines.append(f"return [{joined}]")
     else:
-        lines.append(f"return ({joined}{',' if len(results) == 1 else ''})")
+        w.namespace["output_tree"] = output_tree
+        lines.append(f"return output_tree.unflatten([{joined}])")
     text = "def call(args):\n" + "\n".join("    " + line for line in lines) + "\n"
     return WrapperSource(text, w.namespace)
 

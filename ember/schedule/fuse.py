@@ -430,9 +430,14 @@ class Scheduler:
                 touch(step.inputs + step.outputs, position)
             else:
                 touch([step.source, step.target], position)
+        kept = set()
+        for buffer in plan.outputs:
+            while buffer is not None:
+                kept.add(buffer)
+                buffer = buffer.base
         frees: list[list[Buffer]] = [[] for _ in plan.steps]
         for buffer, position in last_use.items():
-            if buffer.role in ("temp", "library", "alias") and buffer not in plan.outputs:
+            if buffer.role in ("temp", "library", "alias") and buffer not in kept:
                 frees[position].append(buffer)
         return frees
 
