@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
-from ember.backends import compile_graph
+from ember.backends import backend, compile_graph
 from ember.runtime.compiled import CompiledGraph
 
 TOLERANCES = {
@@ -25,26 +25,27 @@ TOLERANCES = {
 }
 
 
-def capture(fn: Callable, args: tuple) -> torch.fx.GraphModule:
-    """An FX graph of `fn` the way Dynamo hands it to a backend."""
-    graphs: list[torch.fx.GraphModule] = []
+class Recorder:
+    """A torch.compile backend that compiles with ember and keeps what it made."""
 
-    def grab(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        graphs.append(gm)
-        return gm.forward
+    def __init__(self):
+        self.compiled: list[Callable] = []
 
-    torch._dynamo.reset()
-    torch.compile(fn, backend=grab, fullgraph=True, dynamic=False)(*copy.deepcopy(args))
-    assert len(graphs) == 1, f"expected one graph, Dynamo made {len(graphs)}"
-    return graphs[0]
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        result = backend(gm, example_inputs)
+        self.compiled.append(result)
+        return result
 
 
-def compile_fn(fn: Callable, args: tuple, dynamo: bool = False) -> Callable:
+def compile_fn(fn: Callable, args: tuple, dynamo: bool = False) -> tuple[Callable, list]:
+    """(callable, compiled graphs): through Dynamo, or straight from torch.fx.symbolic_trace."""
     if dynamo:
-        gm = capture(fn, args)
-    else:
-        gm = torch.fx.symbolic_trace(fn)
-    return compile_graph(gm, list(args))
+        torch._dynamo.reset()
+        recorder = Recorder()
+        return torch.compile(fn, backend=recorder, fullgraph=True, dynamic=False), \
+            recorder.compiled
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), list(args))
+    return compiled, [compiled]
 
 
 def assert_close(actual: Any, expected: Any, **tolerance: Any) -> None:
@@ -68,8 +69,7 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = F
     """Compile `fn`, run it and eager on copies of `args`, and compare results, strides and
     what happened to the arguments (in-place mutation)."""
     with torch.no_grad():
-        compiled = compile_fn(fn, args, dynamo=dynamo)
-        assert isinstance(compiled, CompiledGraph), "ember fell back to eager for this graph"
+        compiled, graphs = compile_fn(fn, args, dynamo=dynamo)
         eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
         expected = fn(*eager_args)
         for _ in range(2):  # the first call runs the checked wrapper, the second the fast one
@@ -82,7 +82,10 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = F
                     if isinstance(want, torch.Tensor) and want.numel() > 1:
                         assert got.stride() == want.stride(), \
                             f"strides {got.stride()} != eager's {want.stride()}"
+    assert graphs, "nothing was compiled"
+    for graph in graphs:
+        assert isinstance(graph, CompiledGraph), "ember fell back to eager for this graph"
     if kernels is not None:
-        assert compiled.kernel_count == kernels, \
-            f"{compiled.kernel_count} kernels, expected {kernels}"
-    return compiled
+        assert sum(g.kernel_count for g in graphs) == kernels, \
+            f"{[g.kernel_count for g in graphs]} kernels, expected {kernels}"
+    return graphs[0] if len(graphs) == 1 else graphs
