@@ -17,6 +17,7 @@ import torch.fx
 from ember import config, logs, torch_internals
 from ember.codegen.c import write_source
 from ember.codegen.wrapper import write_wrapper
+from ember.ir.ops import Op
 from ember.lower import Unsupported, trace
 from ember.passes.pipeline import run_passes
 from ember.runtime.build import BuildError, build, kernel_function, load
@@ -102,8 +103,9 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                                        len(tensor_positions) + len(extras)))
                 + ",)\n", 1)
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(kernels), lowered.library_calls)
+                         gm.forward, label, len(kernels), library_calls)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

@@ -102,8 +102,26 @@ class Scheduler:
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
+        if view_geometry(node, base, self.planned_geometry(base)) is None:
+            return  # not a strided view of the base's buffer: a kernel copies it
         self.realized.add(base)
         self.aliases[node] = base
+
+    def planned_geometry(self, node: Node) -> tuple:
+        """The layout `node`'s buffer will have: inputs and library results keep eager's,
+        outputs take eager's strides, every other buffer is row-major."""
+        if node in self.aliases:
+            base = self.aliases[node]
+            return view_geometry(node, base, self.planned_geometry(base))
+        if node.op is Op.INPUT:
+            return node.shape, node.strides or row_major(node.shape), 0
+        if node.op in (Op.LIBRARY, Op.ITEM):
+            result = self.library_result(node)
+            return tuple(result[0]), tuple(result[2]), 0
+        for output, strides in zip(self.graph.outputs, self.graph.output_strides):
+            if output is node:
+                return node.shape, tuple(strides), 0
+        return node.shape, row_major(node.shape), 0
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         base = self._chain_base(node)
@@ -225,6 +243,8 @@ class Scheduler:
 
     def alias_buffer(self, node: Node) -> Buffer:
         base = self.aliases[node]
+        if base not in self.buffer_of and base in self.aliases:
+            self.buffer_of[base] = self.alias_buffer(base)
         base_buffer = self.buffer_of[base]
         geometry = view_geometry(node, base, (base_buffer.shape, base_buffer.strides, 0))
         if geometry is None:
@@ -275,6 +295,7 @@ class Scheduler:
                     needs.update(s for s, _ in self.reads_of(member, space) if s not in members)
             elif isinstance(step, LibraryCall):
                 needs.update(step.node.inputs)
+        needs.update(self.aliases.values())
         # Outputs claim their buffers first, with eager's strides.
         outputs: list[Buffer] = []
         claimed: set[Node] = set()
