@@ -282,6 +282,7 @@ class Scheduler:
         outputs = self.assign_buffers()
         plan = Plan(graph, self.steps, self.buffer_of, inputs, outputs, self.buffers)
         plan.frees = self.lifetimes(plan)
+        plan.reuse = reuse_memory(plan)
         return plan
 
     def assign_buffers(self) -> list[Buffer]:
@@ -461,6 +462,32 @@ class Scheduler:
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:
                 frees[position].append(buffer)
         return frees
+
+
+def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
+    """Let each new buffer take the memory of a temporary that died at an earlier step (same
+    dtype and byte size), instead of allocating."""
+    first_use: dict[Buffer, int] = {}
+    for position, step in enumerate(plan.steps):
+        touched = [s.buffer for s in step.stores] if isinstance(step, Kernel) else \
+            [step.source, step.target] if isinstance(step, Copy) else []
+        for buffer in touched:
+            first_use.setdefault(buffer, position)
+    born: dict[int, list[Buffer]] = {}
+    for buffer, position in first_use.items():
+        if buffer.role in ("temp", "output"):
+            born.setdefault(position, []).append(buffer)
+    pool: dict[tuple, list[Buffer]] = {}
+    reuse: dict[Buffer, Buffer] = {}
+    for position in range(len(plan.steps)):
+        for buffer in born.get(position, []):
+            free = pool.get((buffer.dtype, buffer.numel))
+            if free:
+                reuse[buffer] = free.pop()
+        for dead in plan.frees[position]:
+            if dead.role == "temp" and dead.base is None:
+                pool.setdefault((dead.dtype, dead.numel), []).append(dead)
+    return reuse
 
 
 def schedule(graph: Graph) -> Plan:
