@@ -416,10 +416,7 @@ class Scheduler:
                         else [(member, None)]
                     if any(read is source for read, _ in nodes):
                         return False
-        for view, base in self.aliases.items():
-            if base is source:
-                return False
-        return True
+        return source not in self.aliases.values()
 
     def _reaches(self, node: Node, target: Node) -> bool:
         while node.kind is Kind.VIEW:
