@@ -110,8 +110,9 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                 + ",)\n", 1)
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
+    written = [index for index, _ in graph.writebacks]
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(kernels), library_calls)
+                         gm.forward, label, len(kernels), library_calls, written)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:
