@@ -1,13 +1,16 @@
 """Ember: a JIT compiler for PyTorch programs.
 
-    torch.compile(model, backend="ember")   # ember's kernels behind Dynamo's capture
+    fast = ember.compile(model_or_fn)          # ember's own bytecode capture + kernels
+    torch.compile(model, backend="ember")      # ember's kernels behind Dynamo's capture
+    ember.explain(fn)(*args)                   # graphs, breaks and their reasons, guards
 """
 
 from ember import config
+from ember.api import compile, explain, reset
 from ember.backends import backend
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
 
-__all__ = ["backend", "config"]
+__all__ = ["backend", "compile", "config", "explain", "reset"]
 __version__ = "0.1.0"

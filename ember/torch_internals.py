@@ -48,3 +48,45 @@ def register_dynamo_backend(name: str, fn: Any) -> None:
         return
     if name not in _COMPILER_FNS:
         register_backend(fn, name=name)
+
+
+def make_fake_mode() -> Any:
+    """A FakeTensorMode: tensors with real metadata (device included) and no data."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def data_dependent_errors() -> tuple[type, ...]:
+    """Exceptions fake tensors raise when a result depends on tensor data."""
+    from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                               DynamicOutputShapeException)
+
+    errors: list[type] = [DataDependentOutputException, DynamicOutputShapeException]
+    try:
+        from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+        errors.append(GuardOnDataDependentSymNode)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def reset_dynamo() -> None:
+    torch._dynamo.reset()
+
+
+def module_has_hooks(module: torch.nn.Module) -> bool:
+    """Forward hooks on the module, or global module hooks, that calling forward would skip."""
+    from torch.nn.modules import module as module_module
+
+    own = (module._forward_hooks, module._forward_pre_hooks)
+    shared = tuple(getattr(module_module, name, {}) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks"))
+    return any(len(hooks) for hooks in own + shared)
+
+
+def lookup_dynamo_backend(name: str) -> Any:
+    """A torch.compile backend by name ("inductor", "aot_eager", ...)."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    return lookup_backend(name)

@@ -1,0 +1,328 @@
+"""ember.compile, ember.explain and ember.reset: the user-facing API of the capture frontend.
+
+A CompiledFunction keeps cache entries, newest first; each is (guard, run). A call binds the
+arguments by name, finds the first entry whose guards accept them and runs it; a miss captures
+again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
+function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import inspect
+import time
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ember import config, logs, torch_internals
+from ember.capture.captured import Captured, capture
+from ember.capture.errors import CaptureError, Unsupported
+from ember.capture.guards import compile_guards, first_failure
+
+_registry: weakref.WeakSet = weakref.WeakSet()
+
+
+def resolve_backend(backend: str | Callable) -> Callable:
+    """"ember", "eager", "inductor" (or any torch.compile backend name), or a callable."""
+    if callable(backend):
+        return backend
+    if backend == "ember":
+        from ember.backends import backend as ember_backend
+
+        return ember_backend
+    if backend == "eager":
+        return lambda gm, example_inputs: gm.forward
+    return torch_internals.lookup_dynamo_backend(backend)
+
+
+@dataclasses.dataclass
+class CacheEntry:
+    guard: Callable[[dict], bool]
+    run: Callable[[dict], Any]
+    captured: Captured | None
+    guard_source: str
+    eager_reason: Unsupported | None = None
+
+
+@dataclasses.dataclass
+class CaptureRecord:
+    """What one capture produced, for explain()."""
+
+    graphs: int
+    ops: list[int]
+    breaks: list[Unsupported]
+    guards: str
+    seconds: float
+
+
+def _binder(function: types.FunctionType) -> Callable[..., dict[str, Any]]:
+    """A function with `function`'s signature that returns its arguments by name: binding
+    happens in C, as fast as a call."""
+    signature = inspect.signature(function)
+    namespace: dict[str, Any] = {}
+    parameters = []
+    for index, parameter in enumerate(signature.parameters.values()):
+        text = parameter.name
+        if parameter.default is not inspect.Parameter.empty:
+            namespace[f"_default{index}"] = parameter.default
+            text += f"=_default{index}"
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            text = "*" + parameter.name
+        elif parameter.kind is parameter.VAR_KEYWORD:
+            text = "**" + parameter.name
+        parameters.append((parameter.kind, text))
+    rendered, star_done = [], False
+    for kind, text in parameters:
+        if kind is inspect.Parameter.KEYWORD_ONLY and not star_done:
+            rendered.append("*")
+            star_done = True
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            star_done = True
+        rendered.append(text)
+        if kind is inspect.Parameter.POSITIONAL_ONLY and (
+                len(rendered) == len([p for p in parameters
+                                      if p[0] is inspect.Parameter.POSITIONAL_ONLY])):
+            rendered.append("/")
+    names = ", ".join(f"{p.name!r}: {p.name}" for p in signature.parameters.values())
+    text = f"def bind({', '.join(rendered)}):\n    return {{{names}}}\n"
+    exec(builtins.compile(text, "<ember binder>", "exec"), namespace)  # noqa: S102 (our own code)
+    return namespace["bind"]
+
+
+class CompiledFunction:
+    def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
+                 mode: str | None = None, backend: str | Callable = "ember"):
+        if inspect.ismethod(function):
+            self.bound_self = function.__self__
+            function = function.__func__
+        else:
+            self.bound_self = None
+        if not isinstance(function, types.FunctionType):
+            raise TypeError(f"ember.compile needs a Python function or an nn.Module, got "
+                            f"{type(function).__name__}")
+        if function.__code__.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                         inspect.CO_ASYNC_GENERATOR):
+            raise TypeError(f"ember.compile cannot compile {function.__qualname__}: it is a "
+                            "generator or coroutine function; compile the code it calls")
+        self.function = function
+        self.fullgraph = fullgraph
+        self.dynamic = dynamic
+        self.mode = mode
+        self.backend = resolve_backend(backend)
+        self.backend_name = backend if isinstance(backend, str) else getattr(
+            backend, "__name__", "custom")
+        self.binder = _binder(function)
+        self.caller = _caller(function)
+        self.entries: list[CacheEntry] = []
+        self.records: list[CaptureRecord] = []
+        self.given_up = False
+        code = function.__code__
+        self.where = f"{function.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
+        _registry.add(self)
+        self.__wrapped__ = function
+        self.__name__ = getattr(function, "__name__", "compiled")
+        self.__doc__ = function.__doc__
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return types.MethodType(self, instance)
+
+    def reset(self) -> None:
+        self.entries.clear()
+        self.records.clear()
+        self.given_up = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if config.settings.disable or self.given_up:
+            return self._eager(args, kwargs)
+        if self.bound_self is not None:
+            args = (self.bound_self, *args)
+        try:
+            arguments = self.binder(*args, **kwargs)
+        except TypeError:
+            return self.function(*args, **kwargs)  # eager raises the right TypeError
+        for entry in self.entries:
+            if entry.guard(arguments):
+                return entry.run(arguments)
+        return self._miss(arguments, args, kwargs)
+
+    def _eager(self, args: tuple, kwargs: dict) -> Any:
+        if self.bound_self is not None:
+            args = (self.bound_self, *args)
+        return self.function(*args, **kwargs)
+
+    def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
+        if self.entries:
+            if len(self.entries) >= config.settings.recompile_limit:
+                logs.channel("recompiles").warning(
+                    "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); it runs eagerly from now "
+                    "on. Last reason: %s", self.where, len(self.entries),
+                    self._why(self.entries[0], arguments))
+                self.given_up = True
+                return self.function(*args, **kwargs)
+            if logs.enabled("recompiles"):
+                logs.channel("recompiles").info("recompiling %s: %s", self.where,
+                                                self._why(self.entries[0], arguments))
+        entry = self._capture(arguments)
+        self.entries.insert(0, entry)
+        return entry.run(arguments)
+
+    def _why(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
+        if entry.captured is None:
+            return "inputs differ from the eager entry's"
+        scope = dict(entry.captured.scope, L=arguments,
+                     C=self.function.__closure__ or ())
+        return first_failure(entry.captured.guards, scope) or "no guard failed (?)"
+
+    def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
+        started = time.perf_counter()
+        captured, session, error = capture(self.function, arguments, self.fullgraph)
+        if error is not None:
+            if self.fullgraph:
+                raise CaptureError(error) from None
+            logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, error)
+            self.records.append(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
+            scope = {"GG": session.globals_dicts, "G": self.function.__globals__,
+                     "K": session.constants, "C": self.function.__closure__ or ()}
+            guard, text = compile_guards(session.guards, scope)
+            return CacheEntry(guard, self.caller, None, text, error)
+        compiled = self.backend(captured.graph_module, list(captured.example_inputs))
+        scope = dict(captured.scope, C=self.function.__closure__ or ())
+        guard, text = compile_guards(captured.guards, scope)
+        namespace = dict(captured.runner_namespace, **scope)
+        exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
+             namespace)  # noqa: S102 (our own code)
+        runner = namespace["run"]
+        if logs.enabled("guards"):
+            logs.channel("guards").info("guards of %s:\n%s", self.where, text)
+        self.records.append(CaptureRecord(1, [captured.op_count], [], text,
+                                          time.perf_counter() - started))
+        return CacheEntry(guard, lambda arguments: runner(arguments, compiled), captured, text)
+
+
+def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:
+    """The inverse of the binder: call `function` with arguments bound by name."""
+    parts = []
+    for parameter in inspect.signature(function).parameters.values():
+        name = f"L[{parameter.name!r}]"
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            parts.append(f"*{name}")
+        elif parameter.kind is parameter.VAR_KEYWORD:
+            parts.append(f"**{name}")
+        elif parameter.kind is parameter.KEYWORD_ONLY:
+            parts.append(f"{parameter.name}={name}")
+        else:
+            parts.append(name)
+    namespace = {"function": function}
+    exec(builtins.compile(f"def call(L):\n    return function({', '.join(parts)})\n",  # noqa: S102
+                 "<ember caller>", "exec"), namespace)
+    return namespace["call"]
+
+
+class CompiledModule(torch.nn.Module):
+    """ember.compile(module): the module's forward, compiled; the module's state stays its own
+    (parameters, buffers and train/eval live in `_orig_mod`)."""
+
+    def __init__(self, module: torch.nn.Module, **options: Any):
+        super().__init__()
+        self._orig_mod = module
+        self._compiled_forward = CompiledFunction(type(module).forward, **options)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        module = self._orig_mod
+        if torch_internals.module_has_hooks(module):
+            return module(*args, **kwargs)
+        return self._compiled_forward(module, *args, **kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._forward_hooks or self._forward_pre_hooks:
+            return super().__call__(*args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+
+def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool = False,
+            dynamic: bool | None = None, mode: str | None = None,
+            backend: str | Callable = "ember") -> Any:
+    """Compile a function or nn.Module (like torch.compile; usable as a decorator)."""
+    options = dict(fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend)
+    if model is None:
+        return lambda fn: compile(fn, **options)
+    if isinstance(model, torch.nn.Module):
+        return CompiledModule(model, **options)
+    if not callable(model):
+        raise TypeError(f"ember.compile needs a function or an nn.Module, got "
+                        f"{type(model).__name__}")
+    return CompiledFunction(model, **options)
+
+
+def reset() -> None:
+    """Forget every compiled version of every function (like torch._dynamo.reset)."""
+    for compiled in list(_registry):
+        compiled.reset()
+
+
+@dataclasses.dataclass
+class ExplainOutput:
+    """What ember.explain(fn)(*args) reports (like torch._dynamo.explain)."""
+
+    graphs: list[torch.fx.GraphModule]
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[Unsupported]
+    guards: list[str]
+    ops_per_graph: list[int]
+    compile_seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"Graph count: {self.graph_count}",
+                 f"Graph break count: {self.graph_break_count}",
+                 f"Op count: {sum(self.ops_per_graph)}"]
+        if self.break_reasons:
+            lines.append("Break reasons:")
+            for number, reason in enumerate(self.break_reasons, start=1):
+                where = f"{reason.location}: " if reason.location else ""
+                hint = f"\n     hint: {reason.hint}" if reason.hint else ""
+                lines.append(f"  {number}. {where}{reason.reason}{hint}")
+        if self.ops_per_graph:
+            lines.append("Ops per graph: " + ", ".join(map(str, self.ops_per_graph)))
+        lines.append(f"Guards: {sum(text.count('if not') for text in self.guards)}")
+        lines.append(f"Capture time: {self.compile_seconds * 1000:.1f} ms")
+        return "\n".join(lines)
+
+
+def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..., ExplainOutput]:
+    """ember.explain(fn)(*args, **kwargs): capture once and report graphs, breaks, guards."""
+
+    def run(*args: Any, **kwargs: Any) -> ExplainOutput:
+        options.setdefault("backend", "eager")
+        compiled = compile(function, **options)
+        target = compiled._compiled_forward if isinstance(compiled, CompiledModule) \
+            else compiled
+        if isinstance(compiled, CompiledModule):
+            args = (compiled._orig_mod, *args)
+        target.records.clear()
+        target.entries.clear()
+        target(*args, **kwargs)
+        graphs = [e.captured.graph_module for e in target.entries if e.captured is not None]
+        records = target.records
+        return ExplainOutput(
+            graphs=graphs, graph_count=sum(r.graphs for r in records),
+            graph_break_count=sum(len(r.breaks) for r in records),
+            break_reasons=[b for r in records for b in r.breaks],
+            guards=[r.guards for r in records if r.guards],
+            ops_per_graph=[n for r in records for n in r.ops],
+            compile_seconds=sum(r.seconds for r in records))
+
+    return run

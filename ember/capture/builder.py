@@ -1,0 +1,175 @@
+"""The FX graph being captured: placeholders by source, one node per tensor operation.
+
+Every operation also runs on fake tensors (real shapes, dtypes, strides and devices, no data)
+so the interpreter knows each result's metadata while the graph is built.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx
+
+from ember import torch_internals
+from ember.capture.errors import Unsupported
+from ember.capture.guards import GuardSet, tensor_signature
+from ember.capture.sources import Source
+from ember.capture.values import (Const, DictValue, SequenceValue, SliceValue, TensorValue,
+                                  Value)
+
+
+class GraphBuilder:
+    def __init__(self, guards: GuardSet):
+        self.graph = torch.fx.Graph()
+        self.fake_mode = torch_internals.make_fake_mode()
+        self.guards = guards
+        self.input_sources: list[Source] = []
+        self.input_values: list[torch.Tensor] = []
+        self._by_source: dict[str, TensorValue] = {}
+        self._by_identity: dict[int, TensorValue] = {}
+        self._names: dict[str, int] = {}
+        self._last_placeholder: torch.fx.Node | None = None
+        self.op_count = 0
+
+    # -- inputs ---------------------------------------------------------------------------
+    def input_tensor(self, tensor: torch.Tensor, source: Source) -> TensorValue:
+        expr = source.expr()
+        if expr in self._by_source:
+            return self._by_source[expr]
+        same = self._by_identity.get(id(tensor))
+        if same is not None:
+            # one tensor reached two ways (tied weights): one input, and a guard that they
+            # are still the same object
+            self.guards.add("id", source, tensor)
+            self._by_source[expr] = same
+            return same
+        self.guards.add("tensor", source, tensor_signature(tensor))
+        name = self._name(expr)
+        # placeholders stay first in the graph, in the order inputs were met
+        anchor = self._last_placeholder
+        context = self.graph.inserting_after(anchor) if anchor is not None else \
+            self.graph.inserting_before(next(iter(self.graph.nodes), None))
+        with context:
+            node = self.graph.placeholder(name)
+        self._last_placeholder = node
+        fake = self.fake_mode.from_tensor(tensor)
+        node.meta["example_value"] = fake
+        value = TensorValue(node, fake, source, type(tensor))
+        self.input_sources.append(source)
+        self.input_values.append(tensor)
+        self._by_source[expr] = value
+        self._by_identity[id(tensor)] = value
+        return value
+
+    def _name(self, expr: str) -> str:
+        base = "".join(c if c.isalnum() else "_" for c in expr).strip("_")[:48] or "input"
+        count = self._names.get(base, 0)
+        self._names[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
+
+    # -- operations -----------------------------------------------------------------------
+    def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any]) -> Value:
+        """Add call_function/call_method `target` on tracked arguments; return the result."""
+        fx_args, fx_kwargs = to_fx(args), to_fx(kwargs)
+        fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
+        try:
+            with self.fake_mode:
+                if kind == "call_method":
+                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+                else:
+                    example = target(*fake_args, **fake_kwargs)
+        except torch_internals.data_dependent_errors() as error:
+            raise Unsupported(f"{_name_of(target)} needs tensor values to know its result "
+                              f"({type(error).__name__})",
+                              "this is a data-dependent operation; keep it outside the "
+                              "compiled function or rewrite it without reading tensor values"
+                              ) from None
+        except Unsupported:
+            raise
+        except Exception as error:
+            raise Unsupported(f"{_name_of(target)} failed while capturing: "
+                              f"{type(error).__name__}: {error}",
+                              "eager raises the same error; fix the call") from None
+        node = self.graph.create_node(kind, target, fx_args, fx_kwargs,
+                                      self._name(_name_of(target)))
+        self.op_count += 1
+        return self.wrap_result(node, example)
+
+    def wrap_result(self, node: torch.fx.Node, example: Any) -> Value:
+        node.meta["example_value"] = example
+        if isinstance(example, torch.Tensor):
+            return TensorValue(node, example)
+        if isinstance(example, (tuple, list)) and all(isinstance(e, torch.Tensor)
+                                                      for e in example):
+            items = []
+            for index, item in enumerate(example):
+                getter = self.graph.call_function(operator.getitem, (node, index))
+                getter.meta["example_value"] = item
+                items.append(TensorValue(getter, item))
+            return SequenceValue(items, type(example) if type(example) in (list, tuple)
+                                 else tuple)
+        if isinstance(example, (bool, int, float)) or example is None:
+            return Const(example)
+        if isinstance(example, torch.Size):
+            return SequenceValue([Const(int(d)) for d in example], torch.Size)
+        raise Unsupported(f"{_name_of(node.target)} returned a {type(example).__name__}, which "
+                          "ember cannot keep in a graph")
+
+    def output(self, values: list[TensorValue]) -> None:
+        self.graph.output(tuple(v.node for v in values))
+
+    def module(self) -> torch.fx.GraphModule:
+        self.graph.lint()
+        return torch.fx.GraphModule(torch.nn.Module(), self.graph)
+
+
+def _name_of(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    return getattr(target, "__name__", None) or str(target)
+
+
+def to_fx(value: Any) -> Any:
+    """Tracked values -> FX node arguments."""
+    if isinstance(value, TensorValue):
+        return value.node
+    if isinstance(value, Const):
+        return value.value
+    if isinstance(value, SequenceValue):
+        items = [to_fx(v) for v in value.items]
+        return list(items) if value.kind is list else tuple(items)
+    if isinstance(value, SliceValue):
+        return slice(to_fx(value.start), to_fx(value.stop), to_fx(value.step))
+    if isinstance(value, DictValue):
+        return {k: to_fx(v) for k, v in value.items.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_fx(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_fx(v) for k, v in value.items()}
+    raise Unsupported(f"a {value.describe() if isinstance(value, Value) else type(value)} "
+                      "cannot be passed to a tensor operation")
+
+
+def to_fake(value: Any) -> Any:
+    """Tracked values -> the arguments the op runs on while capturing."""
+    if isinstance(value, TensorValue):
+        return value.fake
+    if isinstance(value, Const):
+        return value.value
+    if isinstance(value, SequenceValue):
+        items = [to_fake(v) for v in value.items]
+        if value.kind is torch.Size:
+            return torch.Size(items)
+        return list(items) if value.kind is list else tuple(items)
+    if isinstance(value, SliceValue):
+        return slice(to_fake(value.start), to_fake(value.stop), to_fake(value.step))
+    if isinstance(value, DictValue):
+        return {k: to_fake(v) for k, v in value.items.items()}
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_fake(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_fake(v) for k, v in value.items()}
+    raise Unsupported(f"a {value.describe() if isinstance(value, Value) else type(value)} "
+                      "cannot be passed to a tensor operation")

@@ -1,0 +1,53 @@
+"""Why capture stops: a construct ember does not trace, located in the user's code.
+
+`Unsupported` carries the user's file and line, the construct, and what to do about it. With
+fullgraph=True it reaches the user as `CaptureError`; otherwise the frame runs eagerly and the
+reason is logged and reported by `ember.explain`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class Location:
+    filename: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line} in {self.function}"
+
+
+class Unsupported(Exception):
+    """Capture met something it cannot put in a graph."""
+
+    def __init__(self, reason: str, hint: str = "", location: Location | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.hint = hint
+        self.location = location
+
+    def at(self, location: Location) -> Unsupported:
+        if self.location is None:
+            self.location = location
+        return self
+
+    def __str__(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}{self.reason}{hint}"
+
+
+class CaptureError(RuntimeError):
+    """Raised to the user under fullgraph=True: names the file, line, construct and fix."""
+
+    def __init__(self, error: Unsupported):
+        location = error.location
+        where = f'File "{location.filename}", line {location.line}, in {location.function}' \
+            if location else "in the compiled function"
+        hint = f"\n  What to do: {error.hint}" if error.hint else ""
+        super().__init__(f"ember cannot capture this function as one graph (fullgraph=True):\n"
+                         f"  {where}\n  {error.reason}{hint}")
+        self.unsupported = error

@@ -1,0 +1,189 @@
+"""Guards: the checks that say a cached capture is still valid for a new call.
+
+Each guard is a predicate on one source (or on global state). A cache entry's guards compile
+into one flat Python function, cheapest checks first, that reads each source once. When no
+entry's guards pass, `first_failure` names the guard that failed — the recompile reason users
+see on EMBER_LOGS=recompiles ("L['x'].shape[0] changed 4 -> 8").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ember.capture.sources import AttrSource, ItemSource, Source
+
+# Cheapest first: identity and type checks, then values, then tensors.
+_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "keys": 5, "tensor": 6}
+
+
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    kind: str
+    source: Source | None
+    expected: Any
+
+    def key(self) -> tuple:
+        return (self.kind, self.source.expr() if self.source else repr(self.expected))
+
+
+def tensor_signature(tensor: torch.Tensor) -> tuple:
+    return (type(tensor), tensor.dtype, tensor.device, tuple(tensor.shape),
+            tuple(tensor.stride()), tensor.requires_grad)
+
+
+class GuardSet:
+    def __init__(self):
+        self.guards: dict[tuple, Guard] = {}
+
+    def add(self, kind: str, source: Source | None, expected: Any) -> None:
+        guard = Guard(kind, source, expected)
+        self.guards.setdefault(guard.key(), guard)
+
+    def ordered(self) -> list[Guard]:
+        return sorted(self.guards.values(), key=lambda g: (_ORDER[g.kind], _depth(g.source)))
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+
+def _depth(source: Source | None) -> int:
+    depth = 0
+    while isinstance(source, (AttrSource, ItemSource)):
+        source = source.base
+        depth += 1
+    return depth
+
+
+class _Writer:
+    def __init__(self):
+        self.lines: list[str] = []
+        self.namespace: dict[str, Any] = {"torch": torch}
+        self.variables: dict[str, str] = {}
+
+    def constant(self, value: Any) -> str:
+        name = f"k{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def variable(self, source: Source) -> str:
+        expr = source.expr()
+        if expr in self.variables:
+            return self.variables[expr]
+        if isinstance(source, AttrSource):
+            base = self.variable(source.base)
+            text = f"{base}.{source.attr}" if source.attr.isidentifier() \
+                and not source.attr.startswith("__") else f"getattr({base}, {source.attr!r})"
+        elif isinstance(source, ItemSource):
+            text = f"{self.variable(source.base)}[{source.key!r}]"
+        else:
+            text = expr
+        name = f"v{len(self.variables)}"
+        self.lines.append(f"{name} = {text}")
+        self.variables[expr] = name
+        return name
+
+
+def guard_condition(guard: Guard, writer: _Writer) -> str:
+    """A boolean expression that is True when the guard holds (sources read into vars)."""
+    kind, expected = guard.kind, guard.expected
+    if kind == "global":
+        name, value = expected
+        if name == "grad_mode":
+            return f"torch.is_grad_enabled() is {value}"
+        if name == "default_dtype":
+            return f"torch.get_default_dtype() is {writer.constant(value)}"
+        raise AssertionError(name)
+    v = writer.variable(guard.source)
+    if kind == "id":
+        return f"{v} is {writer.constant(expected)}"
+    if kind == "type":
+        return f"type({v}) is {writer.constant(expected)}"
+    if kind == "equals":
+        if expected is None or isinstance(expected, bool):
+            return f"{v} is {expected!r}"
+        return f"(type({v}) is {writer.constant(type(expected))} and {v} == {expected!r})"
+    if kind == "length":
+        return f"len({v}) == {expected}"
+    if kind == "keys":
+        return f"list({v}.keys()) == {list(expected)!r}"
+    if kind == "tensor":
+        kind_, dtype, device, shape, strides, requires_grad = expected
+        return (f"(type({v}) is {writer.constant(kind_)} and {v}.dtype is "
+                f"{writer.constant(dtype)} and {v}.device == {writer.constant(device)} and "
+                f"{v}.shape == {shape!r} and {v}.stride() == {strides!r} and "
+                f"{v}.requires_grad is {requires_grad})")
+    raise AssertionError(kind)
+
+
+def compile_guards(guards: GuardSet, scope: dict[str, Any]) -> tuple[Callable[..., bool], str]:
+    """One flat function guard(L) -> bool, and its source text. `scope` binds the names
+    sources use besides L (G, GG, C, K): they are fixed for a cache entry."""
+    writer = _Writer()
+    body: list[str] = []
+    for guard in guards.ordered():
+        mark = len(writer.lines)
+        condition = guard_condition(guard, writer)
+        body.extend(writer.lines[mark:])
+        del writer.lines[mark:]
+        body.append(f"if not ({condition}): return False")
+    text = "def guard(L):\n    try:\n" + "".join(
+        f"        {line}\n" for line in body) + \
+        "    except Exception:\n        return False\n    return True\n"
+    namespace = dict(writer.namespace, **scope)
+    exec(compile(text, "<ember guards>", "exec"), namespace)  # noqa: S102 (our own code)
+    return namespace["guard"], text
+
+
+def first_failure(guards: GuardSet, scope: dict[str, Any]) -> str | None:
+    """Why the guards reject `scope` (L, G, GG, C, K), in words; None if they accept it."""
+    for guard in guards.ordered():
+        writer = _Writer()
+        condition = guard_condition(guard, writer)
+        namespace = dict(writer.namespace, **scope)
+        try:
+            for line in writer.lines:
+                exec(line, namespace)  # noqa: S102
+            ok = eval(condition, namespace)  # noqa: S307
+        except Exception:
+            ok = False
+        if not ok:
+            return describe_failure(guard, namespace, writer)
+    return None
+
+
+def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -> str:
+    name = guard.source.expr() if guard.source else ""
+    try:
+        actual = guard.source.evaluate(namespace) if guard.source else None
+    except Exception:
+        return f"{name} no longer exists"
+    kind, expected = guard.kind, guard.expected
+    if kind == "global":
+        what, value = expected
+        now = torch.is_grad_enabled() if what == "grad_mode" else torch.get_default_dtype()
+        return f"{what} changed {value} -> {now}"
+    if kind == "tensor" and isinstance(actual, torch.Tensor):
+        labels = ("type", "dtype", "device", "shape", "stride", "requires_grad")
+        for label, want, got in zip(labels, expected, tensor_signature(actual)):
+            if want != got:
+                if label in ("shape", "stride") and len(want) == len(got):
+                    for d, (a, b) in enumerate(zip(want, got)):
+                        if a != b:
+                            return f"{name}.{label}()[{d}] changed {a} -> {b}" \
+                                if label == "stride" else f"{name}.shape[{d}] changed {a} -> {b}"
+                return f"{name}.{label} changed {want} -> {got}"
+    if kind == "type":
+        return f"type({name}) changed {expected.__name__} -> {type(actual).__name__}"
+    if kind == "id":
+        return f"{name} is a different object than when compiled"
+    if kind == "length":
+        return f"len({name}) changed {expected} -> {len(actual)}"
+    if kind == "equals":
+        return f"{name} changed {expected!r} -> {actual!r}"
+    if kind == "keys":
+        return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"
+    return f"{name} failed its {kind} guard"

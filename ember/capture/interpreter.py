@@ -1,0 +1,152 @@
+"""The symbolic interpreter: runs a code object's bytecode on tracked values.
+
+A Frame holds the value stack, locals and cells of one function being captured; opcode
+handlers (ember/capture/opcodes.py) are registered by name with the Python versions they serve,
+so the 3.11/3.12 differences sit side by side. Loops are unrolled by running them; branches on
+Python values follow the value; anything else raises `Unsupported` at the user's line.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import sys
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ember.capture.errors import Location, Unsupported
+from ember.capture.values import CellValue, Value
+
+if TYPE_CHECKING:
+    from ember.capture.session import Session
+
+VERSION = sys.version_info[:2]
+Handler = Callable[["Frame", dis.Instruction], None]
+HANDLERS: dict[str, Handler] = {}
+
+# Instructions run before capture gives up on a frame (an unrolled loop that never ends).
+INSTRUCTION_LIMIT = 200_000
+
+
+def handler(*opnames: str, versions: tuple[tuple[int, int], ...] = ((3, 11), (3, 12))):
+    """Register a handler for opcodes, for the Python versions that have them."""
+
+    def register(fn: Handler) -> Handler:
+        if VERSION in versions:
+            for name in opnames:
+                HANDLERS[name] = fn
+        return fn
+
+    return register
+
+
+class Return(Exception):
+    def __init__(self, value: Value):
+        self.value = value
+
+
+_decoded: dict[types.CodeType, tuple[list[dis.Instruction], dict[int, int], list]] = {}
+
+
+def decode(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int], list]:
+    """Instructions, offset -> index, and the exception table of a code object (cached)."""
+    if code not in _decoded:
+        bytecode = dis.Bytecode(code)
+        instructions = list(bytecode)
+        index = {instruction.offset: i for i, instruction in enumerate(instructions)}
+        _decoded[code] = instructions, index, list(bytecode.exception_entries)
+    return _decoded[code]
+
+
+class Frame:
+    def __init__(self, session: Session, code: types.CodeType, globals_: dict[str, Any],
+                 locals_: dict[str, Value], cells: dict[str, Any], name: str,
+                 parent: Frame | None = None, global_sources: bool = True):
+        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                            inspect.CO_ASYNC_GENERATOR):
+            raise Unsupported(f"{name} is a generator or coroutine",
+                              "ember captures plain functions; call the generator outside")
+        self.session = session
+        self.code = code
+        self.globals = globals_
+        self.global_sources = global_sources
+        self.locals = locals_
+        self.cells = cells
+        self.name = name
+        self.parent = parent
+        self.stack: list[Value] = []
+        self.kw_names: tuple[str, ...] = ()
+        self.instructions, self.index_of, self.exception_table = decode(code)
+        self.pc = 0
+        self.current: dis.Instruction | None = None
+
+    # -- stack ----------------------------------------------------------------------------
+    def push(self, value: Value) -> None:
+        self.stack.append(value)
+
+    def pop(self) -> Value:
+        return self.stack.pop()
+
+    def popn(self, count: int) -> list[Value]:
+        if count == 0:
+            return []
+        values = self.stack[-count:]
+        del self.stack[-count:]
+        return values
+
+    def peek(self, depth: int = 1) -> Value:
+        return self.stack[-depth]
+
+    # -- control --------------------------------------------------------------------------
+    def jump(self, offset: int) -> None:
+        self.pc = self.index_of[offset]
+
+    def location(self) -> Location:
+        line = self.code.co_firstlineno
+        if self.current is not None and self.current.positions is not None \
+                and self.current.positions.lineno is not None:
+            line = self.current.positions.lineno
+        return Location(self.code.co_filename, line, self.name)
+
+    def in_try_block(self, offset: int) -> bool:
+        """Is `offset` inside a try block (not a with-block's cleanup)?"""
+        for entry in self.exception_table:
+            if entry.start <= offset < entry.end:
+                target = self.instructions[self.index_of[entry.target]:][:3]
+                names = [i.opname for i in target]
+                if "WITH_EXCEPT_START" not in names and names[:1] != ["SWAP"] \
+                        and "RERAISE" not in names[:2]:
+                    return True
+        return False
+
+    def run(self) -> Value:
+        session = self.session
+        try:
+            while True:
+                instruction = self.instructions[self.pc]
+                self.current = instruction
+                self.pc += 1
+                session.instructions_run += 1
+                if session.instructions_run > INSTRUCTION_LIMIT:
+                    raise Unsupported("the function runs too many instructions to unroll",
+                                      "a Python loop runs very long; move it outside")
+                fn = HANDLERS.get(instruction.opname)
+                if fn is None:
+                    raise Unsupported(f"Python construct {instruction.opname} is not supported"
+                                      f" yet", "rewrite it, or keep it outside the compiled "
+                                      "function")
+                if self.exception_table and self.in_try_block(instruction.offset):
+                    raise Unsupported("code inside try/except", "move the try/except outside "
+                                      "the compiled function")
+                fn(self, instruction)
+        except Return as result:
+            return result.value
+        except Unsupported as error:
+            raise error.at(self.location()) from None
+
+    def cell(self, name: str) -> Any:
+        cell = self.cells.get(name)
+        if cell is None:
+            cell = self.cells[name] = CellValue(None)
+        return cell

@@ -1,0 +1,571 @@
+"""Python semantics on tracked values: constants, attributes, operators, items, truth,
+iteration, cells and globals. Operations on tensors become graph nodes; operations on known
+Python values run at capture time; the rest is `Unsupported` with a reason.
+"""
+
+from __future__ import annotations
+
+import operator
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember.capture.errors import Unsupported
+from ember.capture.sources import AttrSource, GlobalSource, ItemSource, Source
+from ember.capture.values import (NULL, BoundMethodValue, BuiltinValue, CellValue, Const,
+                                  DictValue, FunctionValue, GradModeValue, IteratorValue,
+                                  ModuleValue, NestedFunctionValue, ObjectValue,
+                                  PythonModuleValue, RangeValue, SequenceValue, SetValue,
+                                  SliceValue, TensorMethodValue, TensorValue, TorchValue, Value,
+                                  ValueMethodValue)
+
+if TYPE_CHECKING:
+    from ember.capture.interpreter import Frame
+    from ember.capture.session import Session
+
+VERSION = sys.version_info[:2]
+
+BINARY = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+    "//": operator.floordiv, "%": operator.mod, "**": operator.pow, "@": operator.matmul,
+    "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
+    ">>": operator.rshift,
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow,
+    "@=": operator.imatmul, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
+    "<<=": operator.ilshift, ">>=": operator.irshift,
+}
+COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+           ">": operator.gt, ">=": operator.ge}
+UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}
+
+
+# -- constants and Python values -----------------------------------------------------------
+def constant(value: Any) -> Value:
+    if isinstance(value, tuple):
+        return SequenceValue([constant(v) for v in value], tuple)
+    return Const(value)
+
+
+def python_value(value: Value) -> Any:
+    """The exact Python object a value stands for, when it is fully known."""
+    if isinstance(value, Const):
+        return value.value
+    if isinstance(value, SequenceValue):
+        items = [python_value(v) for v in value.items]
+        if value.kind is torch.Size:
+            return torch.Size(items)
+        return items if value.kind is list else tuple(items)
+    if isinstance(value, SliceValue):
+        return slice(python_value(value.start), python_value(value.stop),
+                     python_value(value.step))
+    if isinstance(value, RangeValue):
+        return value.range
+    if isinstance(value, DictValue):
+        return {k: python_value(v) for k, v in value.items.items()}
+    if isinstance(value, SetValue):
+        return {python_value(v) for v in value.items}
+    if isinstance(value, ObjectValue):
+        return value.value
+    if isinstance(value, TensorValue):
+        raise Unsupported("a tensor is used where Python needs its value (e.g. as a number, "
+                          "a bool, or in print)",
+                          "this needs the tensor's data: keep it outside the compiled "
+                          "function, or use tensor operations (torch.where) instead")
+    raise Unsupported(f"{value.describe()} is used where its Python value is needed")
+
+
+def is_known(value: Value) -> bool:
+    try:
+        python_value(value)
+        return True
+    except Unsupported:
+        return False
+
+
+def key_of(value: Value) -> Any:
+    key = python_value(value)
+    try:
+        hash(key)
+    except TypeError:
+        raise Unsupported(f"unhashable dict key {key!r}") from None
+    return key
+
+
+def equal_constants(a: Value, b: Value) -> bool:
+    return is_known(a) and is_known(b) and type(python_value(a)) is type(python_value(b)) \
+        and python_value(a) == python_value(b)
+
+
+def identical(a: Value, b: Value) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+        return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.node is b.node
+    if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
+        return python_value(a) is python_value(b)
+    return False
+
+
+def is_none(value: Value) -> bool:
+    return isinstance(value, Const) and value.value is None
+
+
+def wrap_object(session: Session, value: Any, source: Source | None) -> Value:
+    return session.wrap(value, source)
+
+
+# -- cells and globals ---------------------------------------------------------------------
+class RealCell:
+    """A closure cell of a function defined outside the capture, and how to reach it."""
+
+    def __init__(self, cell: types.CellType, source: Source | None):
+        self.cell = cell
+        self.source = source
+
+
+def read_cell(frame: Frame, name: str) -> Value:
+    cell = frame.cell(name)
+    if isinstance(cell, CellValue):
+        if cell.contents is None:
+            raise Unsupported(f"free variable {name!r} is read before it is assigned")
+        return cell.contents
+    shadow = frame.session.side_effects.cells.get(id(cell.cell))
+    if shadow is not None:
+        return shadow
+    try:
+        contents = cell.cell.cell_contents
+    except ValueError:
+        raise Unsupported(f"free variable {name!r} is read before it is assigned") from None
+    return frame.session.wrap(contents, cell.source)
+
+
+def write_cell(frame: Frame, name: str, value: Value) -> None:
+    cell = frame.cell(name)
+    if isinstance(cell, CellValue):
+        cell.contents = value
+        return
+    if cell.source is None:
+        raise Unsupported(f"nonlocal {name!r} of a function ember cannot reach")
+    frame.session.side_effects.set_cell(cell.cell, cell.source, value)
+
+
+def load_global(frame: Frame, name: str) -> Value:
+    session = frame.session
+    globals_dict = frame.globals
+    shadow = session.side_effects.globals.get((id(globals_dict), name))
+    if shadow is not None:
+        return shadow
+    if name in globals_dict:
+        index = session.globals_index(globals_dict)
+        return session.wrap(globals_dict[name], GlobalSource(name, index))
+    builtins_ = globals_dict.get("__builtins__", __builtins__)
+    if isinstance(builtins_, types.ModuleType):
+        builtins_ = vars(builtins_)
+    if name in builtins_:
+        return session.wrap(builtins_[name], None)
+    raise Unsupported(f"name {name!r} is not defined", "eager raises NameError here")
+
+
+def store_global(frame: Frame, name: str, value: Value) -> None:
+    session = frame.session
+    index = session.globals_index(frame.globals)
+    session.side_effects.set_global(frame.globals, index, name, value)
+
+
+# -- attributes ----------------------------------------------------------------------------
+_TENSOR_CONSTANT_ATTRIBUTES = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "is_sparse",
+                               "layout", "requires_grad", "is_leaf", "is_quantized", "is_meta",
+                               "is_nested", "is_mkldnn")
+
+
+def get_attribute(session: Session, value: Value, name: str) -> Value:
+    if isinstance(value, TensorValue):
+        return tensor_attribute(session, value, name)
+    if isinstance(value, ModuleValue):
+        return module_attribute(session, value, name)
+    if isinstance(value, PythonModuleValue):
+        real = getattr(value.value, name, _MISSING)
+        if real is _MISSING:
+            raise Unsupported(f"module {value.value.__name__} has no attribute {name!r}")
+        from ember.capture.session import is_stable_module
+
+        stable = is_stable_module(value.value)
+        source = AttrSource(value.source, name) if value.source is not None else None
+        return session.wrap(real, source, guard=not stable)
+    if isinstance(value, ObjectValue):
+        return object_attribute(session, value, name)
+    if isinstance(value, Const):
+        real = getattr(value.value, name, _MISSING)
+        if real is _MISSING:
+            raise Unsupported(f"{value.describe()} has no attribute {name!r}")
+        if callable(real) and not isinstance(real, type):
+            return ValueMethodValue(value, name)
+        return Const(real)
+    if isinstance(value, (SequenceValue, DictValue, SetValue, RangeValue, SliceValue)):
+        if isinstance(value, SliceValue) and name in ("start", "stop", "step"):
+            return getattr(value, name)
+        if isinstance(value, RangeValue) and name in ("start", "stop", "step"):
+            return Const(getattr(value.range, name))
+        return ValueMethodValue(value, name)
+    if isinstance(value, NestedFunctionValue):
+        if name == "__name__":
+            return Const(value.name)
+    if isinstance(value, GradModeValue) and name in ("__enter__", "__exit__"):
+        return ValueMethodValue(value, name)
+    raise Unsupported(f"attribute {name!r} of {value.describe()}")
+
+
+_MISSING = object()
+
+
+def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
+    fake = value.fake
+    if name in _TENSOR_CONSTANT_ATTRIBUTES:
+        return Const(getattr(fake, name))
+    if name == "shape":
+        return SequenceValue([Const(int(d)) for d in fake.shape], torch.Size)
+    if name == "T":
+        return session.builder.call("call_method", "permute", (value,),
+                                    {"dims": Const(tuple(reversed(range(fake.ndim))))})
+    if name in ("mT", "mH"):
+        return session.builder.call("call_method", "transpose",
+                                    (value, Const(-2), Const(-1)), {})
+    if name == "data":
+        return session.builder.call("call_method", "detach", (value,), {})
+    if name in ("real",) and not fake.is_complex():
+        return value
+    if name in ("grad", "grad_fn", "_base", "_version"):
+        raise Unsupported(f"tensor.{name} inside the compiled function",
+                          f"read tensor.{name} outside the compiled function")
+    attribute = getattr(torch.Tensor, name, _MISSING)
+    if attribute is _MISSING:
+        raise Unsupported(f"tensors have no attribute {name!r}")
+    if callable(attribute):
+        return TensorMethodValue(value, name)
+    raise Unsupported(f"tensor attribute {name!r} is not supported yet")
+
+
+def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
+    module = value.value
+    shadow = session.side_effects.attributes.get((id(module), name))
+    if shadow is not None:
+        return shadow
+    source = AttrSource(value.source, name) if value.source is not None else None
+    for table in ("_parameters", "_buffers", "_modules"):
+        entries = module.__dict__.get(table, {})
+        if name in entries:
+            entry = entries[name]
+            if entry is None:
+                return Const(None)
+            return session.wrap(entry, source)
+    return object_attribute(session, value, name)
+
+
+def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
+    obj = value.value
+    shadow = session.side_effects.attributes.get((id(obj), name))
+    if shadow is not None:
+        return shadow
+    source = AttrSource(value.source, name) if value.source is not None else None
+    instance_dict = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
+    cls = obj if isinstance(obj, type) else type(obj)
+    descriptor = _class_lookup(cls, name)
+    if isinstance(descriptor, property) and not isinstance(obj, type):
+        getter = session.wrap(descriptor.fget, None, guard=False)
+        from ember.capture.calls import call_value
+
+        return call_value(session, getter, [value], {})
+    if name in instance_dict:
+        return session.wrap(instance_dict[name], source)
+    if descriptor is not _MISSING:
+        if isinstance(descriptor, staticmethod):
+            return session.wrap(descriptor.__func__, None, guard=False)
+        if isinstance(descriptor, classmethod):
+            function = session.wrap(descriptor.__func__, None, guard=False)
+            return BoundMethodValue(function, session.wrap(cls, None, guard=False))
+        if isinstance(descriptor, types.FunctionType):
+            function = session.wrap(descriptor, None, guard=False)
+            if isinstance(obj, type):
+                return function
+            return BoundMethodValue(function, value)
+    try:
+        real = getattr(obj, name)
+    except AttributeError:
+        raise Unsupported(f"{type(obj).__name__} object has no attribute {name!r}",
+                          "eager raises AttributeError here") from None
+    if isinstance(real, types.MethodType) and real.__self__ is obj:
+        function = session.wrap(real.__func__, None, guard=False)
+        return BoundMethodValue(function, value)
+    return session.wrap(real, source)
+
+
+def _class_lookup(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def super_attribute(frame: Frame, cls: Value, receiver: Value, name: str) -> Value:
+    klass = python_value(cls)
+    mro = type(python_value(receiver)).__mro__
+    for base in mro[mro.index(klass) + 1:]:
+        if name in base.__dict__:
+            attribute = base.__dict__[name]
+            function = frame.session.wrap(attribute, None, guard=False)
+            if isinstance(attribute, types.FunctionType):
+                return BoundMethodValue(function, receiver)
+            return function
+    raise Unsupported(f"super() has no attribute {name!r}")
+
+
+def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
+    if isinstance(receiver, ObjectValue) and receiver.source is not None:
+        obj = receiver.value
+        if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \
+                name in obj.__dict__.get("_parameters", {}):
+            raise Unsupported("assigning a tensor to a module parameter",
+                              "update the parameter in place, or outside the compiled function")
+        session.side_effects.set_attribute(obj, receiver.source, name, value)
+        return
+    raise Unsupported(f"setting attribute {name!r} of {receiver.describe()}")
+
+
+# -- operators -----------------------------------------------------------------------------
+def _tensor_call(session: Session, target: Any, *args: Value) -> Value:
+    return session.builder.call("call_function", target, args, {})
+
+
+def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
+    function = BINARY.get(symbol)
+    if function is None:
+        raise Unsupported(f"operator {symbol}")
+    if isinstance(left, TensorValue) or isinstance(right, TensorValue):
+        return _tensor_call(session, function, left, right)
+    if isinstance(left, SequenceValue) and isinstance(right, SequenceValue) and \
+            symbol in ("+", "+="):
+        if symbol == "+=" and left.kind is list:
+            left.items.extend(right.items)
+            session.side_effects.mutated(left)
+            return left
+        return SequenceValue(left.items + right.items, left.kind)
+    if isinstance(left, SequenceValue) and symbol in ("*", "*=") and is_known(right):
+        return SequenceValue(left.items * python_value(right), left.kind)
+    if isinstance(left, DictValue) and isinstance(right, DictValue) and symbol in ("|", "|="):
+        return DictValue({**left.items, **right.items})
+    if is_known(left) and is_known(right):
+        try:
+            return constant(function(python_value(left), python_value(right)))
+        except Exception as error:
+            raise Unsupported(f"{type(error).__name__}: {error}",
+                              "eager raises this error here") from None
+    raise Unsupported(f"operator {symbol} on {left.describe()} and {right.describe()}")
+
+
+def unary(session: Session, symbol: str, value: Value) -> Value:
+    if isinstance(value, TensorValue):
+        if symbol == "not":
+            truth(session, value)
+        return _tensor_call(session, UNARY[symbol], value)
+    if symbol == "not":
+        return Const(not truth(session, value))
+    return constant(UNARY[symbol](python_value(value)))
+
+
+def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
+    function = COMPARE.get(symbol)
+    if function is None:
+        raise Unsupported(f"comparison {symbol}")
+    if isinstance(left, TensorValue) or isinstance(right, TensorValue):
+        other = right if isinstance(left, TensorValue) else left
+        if is_none(other) and symbol in ("==", "!="):
+            return Const(symbol == "!=")
+        return _tensor_call(session, function, left, right)
+    if is_known(left) and is_known(right):
+        return Const(function(python_value(left), python_value(right)))
+    if symbol in ("==", "!="):
+        same = identical(left, right)
+        return Const(same if symbol == "==" else not same)
+    raise Unsupported(f"comparison {symbol} of {left.describe()} and {right.describe()}")
+
+
+def contains(session: Session, container: Value, item: Value) -> bool:
+    if isinstance(container, TensorValue) or isinstance(item, TensorValue):
+        raise Unsupported("`in` on a tensor needs its values", "use (x == v).any() instead")
+    if isinstance(container, DictValue):
+        return key_of(item) in container.items
+    if isinstance(container, (SequenceValue, SetValue)):
+        return any(identical(item, v) or equal_constants(item, v) for v in container.items)
+    if isinstance(container, ModuleValue):
+        return python_value(item) in container.value
+    return python_value(item) in python_value(container)
+
+
+# -- items ---------------------------------------------------------------------------------
+def get_item(session: Session, container: Value, key: Value) -> Value:
+    if isinstance(container, TensorValue):
+        return _tensor_call(session, operator.getitem, container, key)
+    if isinstance(container, SequenceValue):
+        index = python_value(key)
+        if isinstance(index, slice):
+            return SequenceValue(container.items[index], container.kind)
+        try:
+            return container.items[index]
+        except (IndexError, TypeError) as error:
+            raise Unsupported(f"{type(error).__name__}: {error}") from None
+    if isinstance(container, DictValue):
+        index = key_of(key)
+        if index not in container.items:
+            raise Unsupported(f"KeyError: {index!r}", "eager raises KeyError here")
+        return container.items[index]
+    if isinstance(container, ModuleValue):
+        index = python_value(key)
+        item = container.value[index]
+        if isinstance(index, slice):
+            return session.wrap(item, None, guard=False) if not isinstance(
+                item, torch.nn.Module) else ModuleValue(item, None)
+        source = ItemSource(container.source, index) if container.source is not None else None
+        return session.wrap(item, source)
+    if isinstance(container, RangeValue):
+        result = container.range[python_value(key)]
+        return RangeValue(result) if isinstance(result, range) else Const(result)
+    if isinstance(container, (Const, ObjectValue)) and is_known(key):
+        try:
+            result = python_value(container)[python_value(key)]
+        except Exception as error:
+            raise Unsupported(f"{type(error).__name__}: {error}") from None
+        return session.wrap(result, None, guard=False) if isinstance(container, ObjectValue) \
+            else constant(result)
+    raise Unsupported(f"indexing {container.describe()}")
+
+
+def set_item(session: Session, container: Value, key: Value, value: Value) -> None:
+    if isinstance(container, TensorValue):
+        _tensor_call(session, operator.setitem, container, key, value)
+        return
+    if isinstance(container, SequenceValue) and container.kind is list:
+        index = python_value(key)
+        if isinstance(index, slice):
+            container.items[index] = unpack(session, value)
+        else:
+            container.items[index] = value
+        session.side_effects.mutated(container)
+        return
+    if isinstance(container, DictValue):
+        container.items[key_of(key)] = value
+        session.side_effects.mutated(container)
+        return
+    raise Unsupported(f"item assignment on {container.describe()}")
+
+
+def delete_item(session: Session, container: Value, key: Value) -> None:
+    if isinstance(container, SequenceValue) and container.kind is list:
+        del container.items[python_value(key)]
+    elif isinstance(container, DictValue):
+        del container.items[key_of(key)]
+    else:
+        raise Unsupported(f"del on {container.describe()}")
+    session.side_effects.mutated(container)
+
+
+def make_set(items: list[Value]) -> SetValue:
+    unique: list[Value] = []
+    for item in items:
+        if not any(equal_constants(item, other) or identical(item, other) for other in unique):
+            unique.append(item)
+    return SetValue(unique)
+
+
+def format_value(session: Session, value: Value, conversion: int, spec: str) -> Value:
+    real = python_value(value)
+    real = {0: real, 1: str(real), 2: repr(real), 3: ascii(real)}[conversion]
+    return Const(format(real, spec))
+
+
+# -- truth and iteration -------------------------------------------------------------------
+def truth(session: Session, value: Value) -> bool:
+    if isinstance(value, TensorValue):
+        raise Unsupported("a branch depends on a tensor's value (data-dependent control flow)",
+                          "use torch.where(cond, a, b) to keep both sides in the graph")
+    if isinstance(value, (SequenceValue, SetValue)):
+        return bool(value.items)
+    if isinstance(value, DictValue):
+        return bool(value.items)
+    if isinstance(value, ModuleValue):
+        return bool(value.value)
+    if isinstance(value, (ObjectValue, NestedFunctionValue, BoundMethodValue,
+                          TensorMethodValue, ValueMethodValue)):
+        if isinstance(value, ObjectValue) and type(value.value).__module__ != "builtins" and \
+                any(hasattr(type(value.value), m) for m in ("__bool__", "__len__")):
+            raise Unsupported(f"truth of {value.describe()} runs its own __bool__/__len__")
+        return True
+    if value is NULL:
+        return False
+    return bool(python_value(value))
+
+
+def unpack(session: Session, value: Value) -> list[Value]:
+    if isinstance(value, (SequenceValue, SetValue)):
+        return list(value.items)
+    if isinstance(value, DictValue):
+        return [constant(k) for k in value.items]
+    if isinstance(value, IteratorValue):
+        items = value.items[value.position:]
+        value.position = len(value.items)
+        return list(items)
+    if isinstance(value, RangeValue):
+        return [Const(i) for i in value.range]
+    if isinstance(value, TensorValue):
+        if value.fake.ndim == 0:
+            raise Unsupported("iteration over a 0-d tensor")
+        pieces = session.builder.call("call_method", "unbind", (value,), {})
+        return list(pieces.items)
+    if isinstance(value, ModuleValue):
+        module = value.value
+        if isinstance(module, torch.nn.ModuleDict):
+            return [Const(k) for k in module.keys()]
+        if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
+            return [session.wrap(m, ItemSource(value.source, i) if value.source else None)
+                    for i, m in enumerate(module)]
+        if isinstance(module, (torch.nn.ParameterList,)):
+            return [session.wrap(p, ItemSource(value.source, i) if value.source else None)
+                    for i, p in enumerate(module)]
+        raise Unsupported(f"iteration over {type(module).__name__}")
+    if isinstance(value, Const) and isinstance(value.value, (str, bytes, tuple, frozenset)):
+        return [constant(v) for v in value.value]
+    raise Unsupported(f"iteration over {value.describe()}")
+
+
+def iterate(session: Session, value: Value) -> IteratorValue:
+    if isinstance(value, IteratorValue):
+        return value
+    return IteratorValue(unpack(session, value))
+
+
+# -- context managers ----------------------------------------------------------------------
+def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
+    if isinstance(manager, GradModeValue):
+        manager.previous = session.grad_enabled
+        set_grad_mode(session, manager.enabled)
+        return ValueMethodValue(manager, "__exit__"), Const(None)
+    raise Unsupported(f"with-block on {manager.describe()}",
+                      "only torch.no_grad(), torch.enable_grad() and "
+                      "torch.set_grad_enabled() blocks are captured")
+
+
+def set_grad_mode(session: Session, enabled: bool) -> None:
+    if session.grad_enabled != enabled:
+        session.builder.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+        session.grad_enabled = enabled
+
+
+def call(frame: Frame, callee: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:
+    from ember.capture.calls import call_value
+
+    return call_value(frame.session, callee, args, kwargs, frame)
+
+
+__all__ = ["BuiltinValue", "FunctionValue", "TorchValue", "CellValue", "Source"]

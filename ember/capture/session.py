@@ -1,0 +1,165 @@
+"""One capture: the graph under construction, its guards and side effects, and the rules that
+turn the program's real objects into tracked values (installing the guard each one needs).
+"""
+
+from __future__ import annotations
+
+import builtins
+import types
+from typing import Any
+
+import torch
+
+from ember.capture.builder import GraphBuilder
+from ember.capture.errors import Unsupported
+from ember.capture.guards import GuardSet
+from ember.capture.side_effects import SideEffects
+from ember.capture.sources import Source
+from ember.capture.values import (BuiltinValue, Const, DictValue, FunctionValue, ModuleValue,
+                                  ObjectValue, PythonModuleValue, RangeValue, SequenceValue,
+                                  SliceValue, TorchValue, Value)
+
+_SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
+            type(NotImplemented))
+_TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+# Attributes of these modules are taken as they are, unguarded: they do not change at run time.
+_STABLE_MODULES = ("torch", "math", "operator", "builtins", "functools", "itertools",
+                   "collections", "typing", "numbers", "warnings", "inspect")
+
+
+def is_stable_module(module: types.ModuleType) -> bool:
+    name = getattr(module, "__name__", "")
+    return name.split(".")[0] in _STABLE_MODULES
+
+
+def is_torch_callable(value: Any) -> bool:
+    """Callables that become graph nodes: torch functions, Tensor methods, ops."""
+    if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return True
+    module = getattr(value, "__module__", None) or ""
+    if isinstance(value, type):
+        return False
+    if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
+        return not module.startswith("torch.nn.modules")
+    objclass = getattr(value, "__objclass__", None)
+    return objclass is not None and issubclass(objclass, torch._C.TensorBase)
+
+
+class Session:
+    def __init__(self, fullgraph: bool = False):
+        self.guards = GuardSet()
+        self.builder = GraphBuilder(self.guards)
+        self.side_effects = SideEffects()
+        self.fullgraph = fullgraph
+        self.instructions_run = 0
+        self.grad_enabled = torch.is_grad_enabled()
+        self.initial_grad_enabled = self.grad_enabled
+        self.globals_dicts: list[dict] = []
+        self.constants: list[Any] = []
+        self._wrapped: dict[str, Value] = {}
+        self.inline_depth = 0
+        self.guards.add("global", None, ("grad_mode", self.grad_enabled))
+        self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
+
+    def globals_index(self, globals_dict: dict) -> int:
+        for index, known in enumerate(self.globals_dicts):
+            if known is globals_dict:
+                return index
+        self.globals_dicts.append(globals_dict)
+        return len(self.globals_dicts) - 1
+
+    def constant_source(self, value: Any) -> Source:
+        """A source for an object with no path from the arguments: kept by the entry."""
+        from ember.capture.sources import ConstantSource
+
+        for index, known in enumerate(self.constants):
+            if known is value:
+                break
+        else:
+            self.constants.append(value)
+            index = len(self.constants) - 1
+        return ConstantSource(index)
+
+    # -- real objects -> tracked values ---------------------------------------------------
+    def wrap(self, value: Any, source: Source | None, guard: bool = True) -> Value:
+        """The tracked value of a real object reached through `source` (guards installed)."""
+        if source is not None:
+            key = source.expr()
+            if key in self._wrapped:
+                return self._wrapped[key]
+        result = self._wrap(value, source, guard and source is not None)
+        if source is not None:
+            self._wrapped[source.expr()] = result
+        return result
+
+    def _wrap(self, value: Any, source: Source | None, guard: bool) -> Value:
+        from ember.capture.sources import AttrSource, ItemSource
+
+        if isinstance(value, torch.Tensor):
+            if source is None:
+                source = self.constant_source(value)
+            return self.builder.input_tensor(value, source)
+        if isinstance(value, _SCALARS):
+            if guard:
+                self.guards.add("equals", source, value)
+            return Const(value, source)
+        if isinstance(value, _TORCH_CONSTANTS):
+            if guard:
+                self.guards.add("equals", source, value)
+            return Const(value, source)
+        if isinstance(value, torch.Size):
+            if guard:
+                self.guards.add("equals", source, value)
+            return SequenceValue([Const(int(d)) for d in value], torch.Size, source)
+        if isinstance(value, (tuple, list)) and type(value) in (tuple, list):
+            if guard:
+                self.guards.add("type", source, type(value))
+                self.guards.add("length", source, len(value))
+            items = [self.wrap(item, ItemSource(source, i) if source else None, guard)
+                     for i, item in enumerate(value)]
+            return SequenceValue(items, type(value), source)
+        if type(value) is dict:
+            if guard:
+                self.guards.add("type", source, dict)
+                self.guards.add("keys", source, tuple(value.keys()))
+            if not all(isinstance(k, (str, int, bool, type(None))) for k in value):
+                raise Unsupported("a dict with keys other than str/int")
+            items = {k: self.wrap(v, ItemSource(source, k) if source else None, guard)
+                     for k, v in value.items()}
+            return DictValue(items, dict, source)
+        if isinstance(value, range):
+            if guard:
+                self.guards.add("equals", source, value)
+            return RangeValue(value, source)
+        if isinstance(value, slice):
+            return SliceValue(Const(value.start), Const(value.stop), Const(value.step), source)
+        if guard:
+            # objects known by identity; other objects only by type (their attributes are
+            # guarded one by one as the code reads them)
+            known_by_identity = isinstance(value, (torch.nn.Module, types.ModuleType, type,
+                                                   types.FunctionType, types.MethodType,
+                                                   types.BuiltinFunctionType)) \
+                or is_torch_callable(value)
+            self.guards.add("id" if known_by_identity else "type", source,
+                            value if known_by_identity else type(value))
+        if isinstance(value, torch.nn.Module):
+            return ModuleValue(value, source)
+        if isinstance(value, types.ModuleType):
+            return PythonModuleValue(value, source)
+        if is_torch_callable(value):
+            return TorchValue(value, source)
+        if isinstance(value, types.FunctionType):
+            return FunctionValue(value, source)
+        if isinstance(value, types.MethodType):
+            from ember.capture.values import BoundMethodValue
+
+            function = self.wrap(value.__func__, AttrSource(source, "__func__")
+                                 if source else None, False)
+            receiver = self.wrap(value.__self__, AttrSource(source, "__self__")
+                                 if source else None, False)
+            return BoundMethodValue(function, receiver, source)
+        if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
+                (isinstance(value, type) and value.__module__ == "builtins") or \
+                value is getattr(builtins, getattr(value, "__name__", ""), None):
+            return BuiltinValue(value, source)
+        return ObjectValue(value, source)

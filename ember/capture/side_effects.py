@@ -1,0 +1,54 @@
+"""Changes the captured code makes to Python objects that outlive the call.
+
+Attribute writes, global and nonlocal writes happen in order; lists and dicts that came in
+from outside are written back with their final contents. All of it runs after the graph, in
+the generated code of the compiled function, so the caller sees what eager would show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ember.capture.sources import Source
+from ember.capture.values import DictValue, SequenceValue, Value
+
+
+@dataclasses.dataclass
+class Effect:
+    kind: str            # "setattr" | "setglobal" | "setcell" | "contents"
+    target: Source | None
+    name: str = ""
+    value: Value | None = None
+    globals_index: int = 0
+
+
+class SideEffects:
+    def __init__(self):
+        self.effects: list[Effect] = []
+        self.attributes: dict[tuple[int, str], Value] = {}   # (id(obj), name) -> new value
+        self.globals: dict[tuple[int, str], Value] = {}
+        self.cells: dict[int, Value] = {}
+        self.containers: dict[int, Value] = {}               # id(SequenceValue) -> it
+
+    def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
+        self.attributes[(id(obj), name)] = value
+        self.effects.append(Effect("setattr", source, name, value))
+
+    def set_global(self, globals_dict: dict, index: int, name: str, value: Value) -> None:
+        self.globals[(id(globals_dict), name)] = value
+        self.effects.append(Effect("setglobal", None, name, value, index))
+
+    def set_cell(self, cell: Any, source: Source, value: Value) -> None:
+        self.cells[id(cell)] = value
+        self.effects.append(Effect("setcell", source, "", value))
+
+    def mutated(self, container: SequenceValue | DictValue) -> None:
+        """A list or dict from outside changed: write its final contents back."""
+        if container.source is None or id(container) in self.containers:
+            return
+        self.containers[id(container)] = container
+        self.effects.append(Effect("contents", container.source, "", container))
+
+    def __bool__(self) -> bool:
+        return bool(self.effects)

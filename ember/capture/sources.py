@@ -1,0 +1,85 @@
+"""Where a captured value came from, as a Python expression evaluated at call time.
+
+Guards check values through their sources and the compiled function fetches its tensor inputs
+through them. Expressions are written over `L` (the frame's arguments by name), `G` (the
+function's globals), `GG` (globals of other functions it calls), `C` (its closure cells) and
+`K` (objects the entry keeps), so guard code reads like the user's code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+class Source:
+    def expr(self) -> str:
+        raise NotImplementedError
+
+    def evaluate(self, scope: dict[str, Any]) -> Any:
+        return eval(self.expr(), {}, scope)  # noqa: S307 (our own expressions)
+
+    def __str__(self) -> str:
+        return self.expr()
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalSource(Source):
+    name: str
+
+    def expr(self) -> str:
+        return f"L[{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class GlobalSource(Source):
+    """A global of the compiled function (index 0, `G`) or of another function it calls
+    (`GG[index]`, the globals dicts the entry keeps)."""
+
+    name: str
+    index: int = 0
+
+    def expr(self) -> str:
+        if self.index == 0:
+            return f"G[{self.name!r}]"
+        return f"GG[{self.index}][{self.name!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosureSource(Source):
+    index: int
+    name: str
+
+    def expr(self) -> str:
+        return f"C[{self.index}].cell_contents"
+
+
+@dataclasses.dataclass(frozen=True)
+class AttrSource(Source):
+    base: Source
+    attr: str
+
+    def expr(self) -> str:
+        if self.attr.isidentifier() and not self.attr.startswith("__"):
+            return f"{self.base.expr()}.{self.attr}"
+        return f"getattr({self.base.expr()}, {self.attr!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ItemSource(Source):
+    base: Source
+    key: Any
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantSource(Source):
+    """An object reachable from no argument (a tensor created at import time and captured
+    by a closure, say): the cache entry keeps it, as `K[index]`."""
+
+    index: int
+
+    def expr(self) -> str:
+        return f"K[{self.index}]"

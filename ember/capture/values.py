@@ -1,0 +1,276 @@
+"""What the symbolic interpreter puts on its stack: tracked values.
+
+A tracked value stands for a Python object of the user's program during capture. Tensors are
+nodes of the FX graph being built (with a fake tensor for their metadata); Python constants
+are known exactly (and guarded); containers hold tracked items; modules, functions and other
+objects are known by identity. Each value may remember its `source` — how to reach the same
+object from the function's arguments, globals or closure — for guards and graph inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+import torch
+import torch.fx
+
+from ember.capture.sources import Source
+
+
+class Value:
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        raise NotImplementedError
+
+    def is_constant(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return type(self).__name__
+
+
+@dataclasses.dataclass(eq=False)
+class Const(Value):
+    """A Python value known exactly at capture time (numbers, strings, None, dtypes, types,
+    devices, ...): operations on it run at capture time."""
+
+    value: Any
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return repr(self.value)
+
+
+@dataclasses.dataclass(eq=False)
+class TensorValue(Value):
+    node: torch.fx.Node
+    fake: torch.Tensor
+    source: Source | None = None
+    exact_type: type = torch.Tensor
+
+    def python_type(self) -> type:
+        return self.exact_type
+
+    def describe(self) -> str:
+        return f"Tensor({str(self.fake.dtype).replace('torch.', '')}{list(self.fake.shape)})"
+
+
+@dataclasses.dataclass(eq=False)
+class SequenceValue(Value):
+    """A list, tuple or torch.Size of tracked items. Lists are mutable: `mutated` marks one
+    whose changes must reach the caller (it has a source, so it outlives the frame)."""
+
+    items: list[Value]
+    kind: type = tuple
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return self.kind
+
+    def is_constant(self) -> bool:
+        return all(item.is_constant() for item in self.items)
+
+
+@dataclasses.dataclass(eq=False)
+class DictValue(Value):
+    items: dict[Any, Value]
+    kind: type = dict
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return self.kind
+
+
+@dataclasses.dataclass(eq=False)
+class SetValue(Value):
+    items: list[Value]
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return set
+
+
+@dataclasses.dataclass(eq=False)
+class RangeValue(Value):
+    range: range
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return range
+
+    def is_constant(self) -> bool:
+        return True
+
+
+@dataclasses.dataclass(eq=False)
+class IteratorValue(Value):
+    """An iterator over items known at capture time (loops are unrolled)."""
+
+    items: list[Value]
+    position: int = 0
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return type(iter(()))
+
+    def next(self) -> Value | None:
+        if self.position >= len(self.items):
+            return None
+        self.position += 1
+        return self.items[self.position - 1]
+
+
+@dataclasses.dataclass(eq=False)
+class SliceValue(Value):
+    start: Value
+    stop: Value
+    step: Value
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return slice
+
+    def is_constant(self) -> bool:
+        return self.start.is_constant() and self.stop.is_constant() and self.step.is_constant()
+
+
+@dataclasses.dataclass(eq=False)
+class ObjectValue(Value):
+    """A Python object known by identity (an nn.Module, a function, a module, a class, any
+    other object): attribute reads look at the real object, calls are traced or inlined."""
+
+    value: Any
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def describe(self) -> str:
+        name = getattr(self.value, "__qualname__", None) or type(self.value).__name__
+        return f"{type(self).__name__}({name})"
+
+
+class ModuleValue(ObjectValue):
+    """An nn.Module: parameters and buffers become graph inputs; calls inline forward."""
+
+
+class FunctionValue(ObjectValue):
+    """A Python function defined outside the captured code: calls are inlined."""
+
+
+class BuiltinValue(ObjectValue):
+    """A builtin function or type (len, isinstance, int, ...): handled by a rule."""
+
+
+class TorchValue(ObjectValue):
+    """A torch callable (torch.relu, F.gelu, a torch.ops op): calls become graph nodes."""
+
+
+class PythonModuleValue(ObjectValue):
+    """A Python module (torch, math, torch.nn.functional): attribute reads."""
+
+
+@dataclasses.dataclass(eq=False)
+class NestedFunctionValue(Value):
+    """A function created while capturing (a lambda, a nested def, a comprehension)."""
+
+    code: types.CodeType
+    globals: dict[str, Any]
+    name: str
+    defaults: tuple[Value, ...] = ()
+    kwdefaults: dict[str, Value] = dataclasses.field(default_factory=dict)
+    closure: tuple[Any, ...] = ()  # CellValue or real cells
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return types.FunctionType
+
+
+@dataclasses.dataclass(eq=False)
+class BoundMethodValue(Value):
+    """`obj.method` for a Python-level method: calling inlines it with obj as self."""
+
+    function: Value
+    receiver: Value
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return types.MethodType
+
+
+@dataclasses.dataclass(eq=False)
+class TensorMethodValue(Value):
+    """`tensor.name` before the call: `x.add` in `x.add(1)`."""
+
+    receiver: TensorValue
+    name: str
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+
+@dataclasses.dataclass(eq=False)
+class ValueMethodValue(Value):
+    """A method of a tracked container or constant, e.g. `items.append`, `d.get`, `s.format`."""
+
+    receiver: Value
+    name: str
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return types.BuiltinMethodType
+
+
+@dataclasses.dataclass(eq=False)
+class CellValue(Value):
+    """A closure cell created while capturing."""
+
+    contents: Value | None = None
+
+    def python_type(self) -> type:
+        return types.CellType
+
+
+@dataclasses.dataclass(eq=False)
+class GradModeValue(Value):
+    """torch.no_grad() / torch.enable_grad() / torch.set_grad_enabled(b) as a context or a
+    decorator."""
+
+    enabled: bool
+    previous: bool | None = None
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return torch.no_grad if not self.enabled else torch.enable_grad
+
+
+@dataclasses.dataclass(eq=False)
+class SuperValue(Value):
+    """`super()` or `super(cls, obj)`: attribute reads look past `klass` in obj's MRO."""
+
+    klass: type
+    receiver: Value
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return super
+
+
+class NullValue(Value):
+    """The NULL that CPython pushes below a callable."""
+
+    def python_type(self) -> type:
+        return type(None)
+
+
+NULL = NullValue()
