@@ -6,11 +6,11 @@
 """
 
 from ember import config
-from ember.api import compile, explain, reset
+from ember.api import compile, explain, graph_break, reset
 from ember.backends import backend
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
 
-__all__ = ["backend", "compile", "config", "explain", "reset"]
+__all__ = ["backend", "compile", "config", "explain", "graph_break", "reset"]
 __version__ = "0.1.0"

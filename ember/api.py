@@ -326,3 +326,17 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
             compile_seconds=sum(r.seconds for r in records))
 
     return run
+
+
+def graph_break() -> None:
+    """Marks a place where capture must stop (like torch._dynamo.graph_break); eagerly, a
+    no-op."""
+
+
+def _graph_break_rule(session: Any, *args: Any, **kwargs: Any) -> Any:
+    raise Unsupported("ember.graph_break() was called", "this break was asked for")
+
+
+from ember.capture.calls import call_rules  # noqa: E402  (rules refer to functions above)
+
+call_rules[graph_break] = _graph_break_rule
