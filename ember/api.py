@@ -195,7 +195,7 @@ class CompiledFunction:
         compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         scope = dict(captured.scope, C=self.function.__closure__ or ())
         guard, text = compile_guards(captured.guards, scope)
-        namespace = dict(captured.runner_namespace, **scope)
+        namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
              namespace)  # noqa: S102 (our own code)
         runner = namespace["run"]
@@ -203,7 +203,7 @@ class CompiledFunction:
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
         self.records.append(CaptureRecord(1, [captured.op_count], [], text,
                                           time.perf_counter() - started))
-        return CacheEntry(guard, lambda arguments: runner(arguments, compiled), captured, text)
+        return CacheEntry(guard, runner, captured, text)
 
 
 def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:

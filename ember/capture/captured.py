@@ -32,7 +32,7 @@ class Captured:
     input_sources: list[Source]
     example_inputs: list[torch.Tensor]
     guards: GuardSet
-    runner_source: str            # def run(L, compiled): ... (fetch, call, effects, result)
+    runner_source: str            # def run(L): ... (fetch, call `compiled`, effects, result)
     runner_namespace: dict[str, Any]
     scope: dict[str, Any]         # G, GG, C, K for guards and the runner
     op_count: int
@@ -129,7 +129,7 @@ def package(session: Session, result: Value) -> Captured:
     fetch = ", ".join(source.expr() for source in builder.input_sources)
     lines = [f"inputs = [{fetch}]", "outputs = compiled(*inputs)", *effect_lines,
              f"return {result_expr}"]
-    text = "def run(L, compiled):\n" + "".join(f"    {line}\n" for line in lines)
+    text = "def run(L):\n" + "".join(f"    {line}\n" for line in lines)
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
              else {}, "K": session.constants}
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
