@@ -108,8 +108,7 @@ class GraphBuilder:
                 getter = self.graph.call_function(operator.getitem, (node, index))
                 getter.meta["example_value"] = item
                 items.append(TensorValue(getter, item))
-            return SequenceValue(items, type(example) if type(example) in (list, tuple)
-                                 else tuple)
+            return SequenceValue(items, type(example))  # list, tuple or a named tuple type
         if isinstance(example, (bool, int, float)) or example is None:
             return Const(example)
         if isinstance(example, torch.Size):

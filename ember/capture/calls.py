@@ -111,7 +111,9 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
     if values is not None:
         keywords = {k: python_value(v) for k, v in kwargs.items()}
         result = getattr(fake, name)(*values, **keywords)
-        return semantics.constant(tuple(result) if isinstance(result, torch.Size) else result)
+        if isinstance(result, torch.Size):
+            return SequenceValue([Const(int(d)) for d in result], torch.Size)
+        return semantics.constant(result)
     return session.builder.call("call_method", name, (tensor, *args), kwargs)
 
 
@@ -182,11 +184,17 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
 
     if session.inline_depth >= MAX_INLINE_DEPTH:
         raise Unsupported("calls nest too deep (recursion?)", "recursion is not captured")
+    # A generator expression is consumed where it is made (sum(x for x in xs)), so running
+    # it to the end at once keeps eager's order of effects. Other generators are not
+    # captured: their laziness could reorder effects.
+    generator = code.co_name == "<genexpr>"
     session.inline_depth += 1
     try:
-        return Frame(session, code, globals_, bound, cells, name, parent).run()
+        frame = Frame(session, code, globals_, bound, cells, name, parent, generator=generator)
+        result = frame.run()
     finally:
         session.inline_depth -= 1
+    return IteratorValue(frame.yielded) if generator else result
 
 
 def inline_function(session: Session, callee: FunctionValue, args: list[Value],
@@ -461,6 +469,13 @@ def _filter(session: Session, function: Value, iterable: Value, **_: Any) -> Val
         if semantics.truth(session, test):
             kept.append(item)
     return IteratorValue(kept)
+
+
+@rule(sorted)
+def _sorted(session: Session, iterable: Value, frame: Any = None, **kwargs: Value) -> Value:
+    values = [python_value(v) for v in unpack(session, iterable)]
+    options = {k: python_value(v) for k, v in kwargs.items()}
+    return SequenceValue([semantics.constant(v) for v in sorted(values, **options)], list)
 
 
 @rule(reversed)

@@ -93,6 +93,8 @@ class _Writer:
                 return f"torch.Size([{items}])"
             if value.kind is tuple:
                 return f"({items}{',' if len(value.items) == 1 else ''})"
+            if hasattr(value.kind, "_make"):  # a namedtuple
+                return f"{self.constant(value.kind)}._make([{items}])"
             return f"{self.constant(value.kind)}(({items}{','if value.items else ''}))"
         if isinstance(value, DictValue):
             return "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.items.items()) + "}"

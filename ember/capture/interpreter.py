@@ -62,9 +62,10 @@ def decode(code: types.CodeType) -> tuple[list[dis.Instruction], dict[int, int],
 class Frame:
     def __init__(self, session: Session, code: types.CodeType, globals_: dict[str, Any],
                  locals_: dict[str, Value], cells: dict[str, Any], name: str,
-                 parent: Frame | None = None, global_sources: bool = True):
-        if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
-                            inspect.CO_ASYNC_GENERATOR):
+                 parent: Frame | None = None, global_sources: bool = True,
+                 generator: bool = False):
+        if not generator and code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                                              inspect.CO_ASYNC_GENERATOR):
             raise Unsupported(f"{name} is a generator or coroutine",
                               "ember captures plain functions; call the generator outside")
         self.session = session
@@ -80,6 +81,7 @@ class Frame:
         self.instructions, self.index_of, self.exception_table = decode(code)
         self.pc = 0
         self.current: dis.Instruction | None = None
+        self.yielded: list[Value] = []  # a generator expression's values, all of them
 
     # -- stack ----------------------------------------------------------------------------
     def push(self, value: Value) -> None:

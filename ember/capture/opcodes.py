@@ -514,6 +514,17 @@ def _before_with(frame: Frame, instruction: Instruction) -> None:
     frame.push(entered)
 
 
+@handler("RETURN_GENERATOR")
+def _return_generator(frame: Frame, instruction: Instruction) -> None:
+    frame.push(Const(None))  # a generator expression runs to its end at once (see calls.py)
+
+
+@handler("YIELD_VALUE")
+def _yield_value(frame: Frame, instruction: Instruction) -> None:
+    frame.yielded.append(frame.pop())
+    frame.push(Const(None))
+
+
 @handler("LOAD_ASSERTION_ERROR")
 def _load_assertion_error(frame: Frame, instruction: Instruction) -> None:
     frame.push(Const(AssertionError))

@@ -44,8 +44,13 @@ UNARY = {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": oper
 
 # -- constants and Python values -----------------------------------------------------------
 def constant(value: Any) -> Value:
-    if isinstance(value, tuple):
-        return SequenceValue([constant(v) for v in value], tuple)
+    """A tracked value for a Python value computed at capture time."""
+    if type(value) in (tuple, list):
+        return SequenceValue([constant(v) for v in value], type(value))
+    if type(value) in (set, frozenset):
+        return SetValue([constant(v) for v in value])
+    if type(value) is dict:
+        return DictValue({k: constant(v) for k, v in value.items()})
     return Const(value)
 
 
@@ -107,6 +112,11 @@ def identical(a: Value, b: Value) -> bool:
     if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
         return python_value(a) is python_value(b)
     return False
+
+
+def field_names(kind: type) -> tuple[str, ...]:
+    """Field names of a namedtuple or of a torch.return_types structseq, else ()."""
+    return tuple(getattr(kind, "_fields", None) or getattr(kind, "__match_args__", ()) or ())
 
 
 def is_none(value: Value) -> bool:
@@ -204,6 +214,8 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
         if callable(real) and not isinstance(real, type):
             return ValueMethodValue(value, name)
         return Const(real)
+    if isinstance(value, SequenceValue) and name in field_names(value.kind):
+        return value.items[field_names(value.kind).index(name)]  # a named tuple's field
     if isinstance(value, (SequenceValue, DictValue, SetValue, RangeValue, SliceValue)):
         if isinstance(value, SliceValue) and name in ("start", "stop", "step"):
             return getattr(value, name)
@@ -548,7 +560,8 @@ def iterate(session: Session, value: Value) -> IteratorValue:
 # -- context managers ----------------------------------------------------------------------
 def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
     if isinstance(manager, GradModeValue):
-        manager.previous = session.grad_enabled
+        if manager.previous is None:  # torch.set_grad_enabled(b) already switched and saved
+            manager.previous = session.grad_enabled
         set_grad_mode(session, manager.enabled)
         return ValueMethodValue(manager, "__exit__"), Const(None)
     raise Unsupported(f"with-block on {manager.describe()}",

@@ -1,0 +1,611 @@
+"""Python semantics under capture: each case runs compiled (fullgraph, one graph) and eager
+over several calls with different inputs, comparing results and effects on arguments."""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks import check_calls
+
+CASES = []
+
+
+def case(*inputs):
+    """Register fn with a list of (args, kwargs) calls."""
+
+    def register(fn):
+        CASES.append(pytest.param(fn, list(inputs), id=fn.__name__))
+        return fn
+
+    return register
+
+
+def t(*shape, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator)
+
+
+def calls(*args_list, **kwargs):
+    return [(args if isinstance(args, tuple) else (args,), kwargs) for args in args_list]
+
+
+# -- arithmetic and operators --------------------------------------------------------------
+@case(*calls(t(4, seed=1), t(4, seed=2)))
+def tensor_arithmetic(x):
+    return (x + 1) * 2 - x / 3 + x ** 2 - (-x) % 1.5 + x // 2
+
+
+@case(*calls((t(3, 4), t(4, 5)), (t(3, 4, seed=3), t(4, 5, seed=4))))
+def matmul_operator(a, b):
+    return a @ b, b.T @ a.T
+
+
+@case(*calls((t(4), 3), (t(4, seed=5), 7)))
+def python_int_arithmetic(x, n):
+    k = n * 2 + 1
+    k //= 3
+    k **= 2
+    return x * k + n % 4 - abs(-n) + divmod(n, 3)[0]
+
+
+@case(*calls((t(4), 2.5), (t(4), -1.5)))
+def python_float_math(x, s):
+    return x * math.sqrt(abs(s)) + math.floor(s) + math.pi * round(s, 1)
+
+
+@case(*calls(t(5), t(5, seed=9)))
+def comparisons_and_where(x):
+    return torch.where(x > 0, x, -x), (x >= 0) & (x < 1), x == x, ~(x > 0)
+
+
+@case(*calls((t(4), 1, 2), (t(4), 3, 3)))
+def chained_comparisons(x, a, b):
+    if 0 < a <= b < 10:
+        return x * a
+    return x - b
+
+
+@case(*calls(torch.arange(6), torch.arange(6) * 3))
+def integer_bit_ops(x):
+    return x & 3, x | 8, x ^ 5, x << 2, x >> 1
+
+
+@case(*calls((t(3), True), (t(3), False)))
+def boolean_ops(x, flag):
+    a = flag and x.shape[0] == 3
+    b = flag or x.ndim > 5
+    return x * (1 if a else 2) + (3 if b else 4), not flag
+
+
+@case(*calls(t(4), t(4, seed=3)))
+def augmented_assignment(x):
+    y = x.clone()
+    y += 1
+    y *= 2
+    y -= x
+    z = 0
+    z += 5
+    return y, z
+
+
+@case(*calls(t(3), t(3, seed=4)))
+def unary_ops(x):
+    return -x, +x, abs(x), x.neg().abs()
+
+
+# -- control flow on Python values ---------------------------------------------------------
+@case(*calls((t(3), "a"), (t(3), "b"), (t(3), "c")))
+def if_elif_else(x, mode):
+    if mode == "a":
+        return x + 1
+    elif mode == "b":
+        return x * 2
+    else:
+        return x - 3
+
+
+@case(*calls((t(3), 0), (t(3), 4)))
+def while_loop(x, n):
+    i = 0
+    while i < n:
+        x = x * 1.5
+        i += 1
+    return x, i
+
+
+@case(*calls((t(3), 5), (t(3), 2)))
+def for_break_continue(x, n):
+    total = x
+    for i in range(10):
+        if i % 2 == 0:
+            continue
+        if i > n:
+            break
+        total = total + i
+    return total
+
+
+@case(*calls((t(2), 3), (t(2), 1)))
+def nested_loops(x, n):
+    out = x
+    for i in range(n):
+        for j in range(i):
+            out = out + i * j
+    return out
+
+
+@case(*calls(t(3), t(3, seed=2)))
+def for_else(x):
+    for i in range(3):
+        if i == 5:
+            break
+    else:
+        x = x + 100
+    return x
+
+
+@case(*calls((t(4), None), (t(4), t(4, seed=7))))
+def optional_argument(x, bias):
+    if bias is not None:
+        x = x + bias
+    return x
+
+
+@case(*calls((t(3), 3), (t(3), 8)))
+def ternary_expression(x, n):
+    return x * (2 if n > 5 else 3), ("big" if n > 5 else "small")
+
+
+@case(*calls(t(3), t(3, seed=6)))
+def walrus(x):
+    if (n := x.shape[0]) > 2:
+        return x * n
+    return x
+
+
+@case(*calls((t(4, 3), 0), (t(4, 3), 1)))
+def branch_on_shape(x, dim):
+    if x.shape[dim] > 3:
+        return x.sum(dim)
+    return x.mean(dim)
+
+
+@case(*calls((t(2), [1, 2, 3]), (t(2), [4])))
+def loop_over_argument_list(x, values):
+    for v in values:
+        x = x + v
+    return x
+
+
+# -- functions -----------------------------------------------------------------------------
+def helper_scale(x, factor=2.0):
+    return x * factor
+
+
+@case(*calls(t(3), t(3, seed=8)))
+def call_global_function(x):
+    return helper_scale(x) + helper_scale(x, factor=0.5)
+
+
+@case(*calls(t(3), t(3, seed=8)))
+def closure_over_local(x):
+    k = 3
+
+    def inner(y):
+        return y * k
+
+    return inner(x) + inner(1)
+
+
+@case(*calls(t(3), t(3, seed=8)))
+def lambda_function(x):
+    square = lambda v: v * v  # noqa: E731
+    return square(x) + square(2)
+
+
+@case(*calls((t(3), t(3, seed=1)), (t(3, seed=2), t(3, seed=3))))
+def star_args(x, y):
+    def add_all(*values, scale=1):
+        total = values[0]
+        for v in values[1:]:
+            total = total + v
+        return total * scale
+
+    return add_all(x, y, x, scale=2), add_all(*[x, y])
+
+
+@case(*calls(t(3), t(3, seed=4)))
+def kwargs_dict(x):
+    def configure(a, **options):
+        return a * options.get("scale", 1) + options.get("shift", 0)
+
+    return configure(x, scale=3, shift=1), configure(x, **{"shift": 2})
+
+
+@case(((t(3),), {}), ((t(3),), {"bias": 1.0}))
+def keyword_only(x, *, bias=0.0):
+    return x + bias
+
+
+@case(*calls(t(3), t(3, seed=5)))
+def nonlocal_counter(x):
+    count = 0
+
+    def bump():
+        nonlocal count
+        count += 1
+
+    bump()
+    bump()
+    return x * count
+
+
+def decorate(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs) + 1
+
+    return wrapper
+
+
+@decorate
+def decorated_helper(x):
+    return x * 2
+
+
+@case(*calls(t(3), t(3, seed=6)))
+def call_decorated(x):
+    return decorated_helper(x)
+
+
+@case(*calls(t(3), t(3, seed=7)))
+def functools_partial_free(x):
+    def add(a, b):
+        return a + b
+
+    return add(x, b=2), add(b=x, a=1)
+
+
+@case(*calls(t(4), t(4, seed=8)))
+def default_argument_values(x, scale=2, offset=(1, 2)):
+    return x * scale + offset[0] - offset[1]
+
+
+# -- containers ----------------------------------------------------------------------------
+@case(*calls(t(3), t(3, seed=9)))
+def list_operations(x):
+    items = [x, x * 2]
+    items.append(x * 3)
+    items.extend([x * 4])
+    items.insert(0, x * 0)
+    last = items.pop()
+    items.reverse()
+    return items, last, len(items), items[1:3], items[-1]
+
+
+@case(*calls(t(3), t(3, seed=9)))
+def tuple_operations(x):
+    pair = (x, 1)
+    triple = pair + (2,)
+    return triple * 2, triple[1:], len(triple), pair[0] * pair[1]
+
+
+@case(*calls(t(3), t(3, seed=9)))
+def dict_operations(x):
+    d = {"a": x, "b": 2}
+    d["c"] = x + 1
+    d.update(e=3)
+    value = d.pop("b")
+    keys = list(d.keys())
+    return d, value, keys, [k for k, v in d.items()], d.get("z", 7), "a" in d
+
+
+@case(*calls(t(3), t(3, seed=9)))
+def set_operations(x):
+    s = {1, 2, 3}
+    s.add(4)
+    return x * len(s | {5}), 3 in s, sorted(s - {1})
+
+
+@case(*calls([t(3), t(3, seed=1)], [t(3, seed=2), t(3, seed=3), t(3, seed=4)]))
+def list_comprehension(xs):
+    return [x * 2 for x in xs if x.shape[0] == 3]
+
+
+@case(*calls([t(3), t(3, seed=1)]))
+def dict_and_set_comprehensions(xs):
+    return {i: x.sum() for i, x in enumerate(xs)}, {len(xs), 2}
+
+
+@case(*calls([t(3), t(3, seed=1), t(3, seed=2)]))
+def generator_expression_in_sum(xs):
+    return sum(x * 2 for x in xs), tuple(x + 1 for x in xs)
+
+
+@case(*calls((t(2, 3),), (t(4, 3),)))
+def nested_containers(x):
+    data = {"layers": [{"w": x, "b": 1}, {"w": x * 2, "b": 2}]}
+    return sum(layer["w"] * layer["b"] for layer in data["layers"])
+
+
+@case(*calls(([t(2), t(2)],), ([t(2)],)))
+def list_argument_read(xs):
+    return torch.stack(xs).sum(0) if len(xs) > 1 else xs[0]
+
+
+@case(*calls(({"a": t(2), "b": t(2, seed=2)},)))
+def dict_argument_read(inputs):
+    return inputs["a"] * inputs["b"], sorted(inputs)
+
+
+# -- unpacking and slicing -----------------------------------------------------------------
+@case(*calls(t(4, 2), t(4, 2, seed=3)))
+def star_unpacking(x):
+    first, *middle, last = x.unbind(0)
+    return first + last, len(middle)
+
+
+@case(*calls(t(4), t(4, seed=3)))
+def nested_unpacking(x):
+    (a, b), c = (x, x * 2), x * 3
+    return a + b + c
+
+
+@case(*calls(t(6, 4), t(6, 4, seed=3)))
+def tensor_slicing(x):
+    return x[1:4], x[::2, 1:], x[-1], x[..., 0], x[:, None, 2], x[[0, 2]]
+
+
+@case(*calls(t(5), t(5, seed=3)))
+def list_slicing(x):
+    items = [x * i for i in range(5)]
+    return items[1:3], items[::-2], items[-2:]
+
+
+@case(*calls(t(3, 4), t(3, 4, seed=3)))
+def swap_variables(x):
+    a, b = x[0], x[1]
+    a, b = b, a
+    return a - b
+
+
+# -- tensor attributes and methods ---------------------------------------------------------
+@case(*calls(t(2, 3, 4), t(5, 1, 2)))
+def tensor_metadata(x):
+    return (x.shape, x.size(), x.size(1), x.dim(), x.ndim, x.numel(), x.dtype, x.device,
+            x.requires_grad, x.is_floating_point(), x.is_contiguous(), x.stride())
+
+
+@case(*calls(t(2, 3), t(4, 3)))
+def shape_arithmetic(x):
+    batch, width = x.shape
+    return x.reshape(batch * width).view(-1, 1).expand(-1, 2), x.new_zeros(batch, 2)
+
+
+@case(*calls(t(2, 3), t(2, 3, seed=1)))
+def tensor_methods(x):
+    return (x.sum(dim=1, keepdim=True), x.mean(), x.max(dim=0).values, x.t(), x.permute(1, 0),
+            x.unsqueeze(0).squeeze(0), x.transpose(0, 1).contiguous(), x.flatten(), x.float())
+
+
+@case(*calls(t(3, 3), t(3, 3, seed=1)))
+def tensor_properties(x):
+    return x.T, x.mT, x.data * 1
+
+
+@case(*calls(t(4), t(4, seed=2)))
+def dtype_conversions(x):
+    return x.to(torch.float64), x.double().float(), x.int(), x.to(dtype=torch.float16), x.bool()
+
+
+@case(*calls(t(4), t(4, seed=2)))
+def torch_constants(x):
+    return x.to(torch.float32) * torch.finfo(torch.float32).eps, torch.float16.itemsize
+
+
+@case(*calls(t(2, 4), t(2, 4, seed=2)))
+def tensor_iteration(x):
+    return [row * 2 for row in x]
+
+
+@case(*calls(t(3), t(3, seed=2)))
+def torch_factories(x):
+    return (torch.zeros(3) + x, torch.ones_like(x), torch.arange(3) * x, torch.full((3,), 2.0),
+            torch.tensor([1.0, 2.0, 3.0]) * x, torch.empty(3).fill_(1) + x)
+
+
+@case(*calls(t(3, 4), t(3, 4, seed=2)))
+def functional_ops(x):
+    return F.relu(x), F.gelu(x), F.softmax(x, dim=-1), F.layer_norm(x, (4,)), F.silu(x)
+
+
+@case(*calls(t(3), t(3, seed=2)))
+def in_place_on_local(x):
+    y = x.clone()
+    y.add_(1).mul_(2)
+    y[0] = 5
+    return y
+
+
+@case(*calls(t(3), t(3, seed=2)))
+def in_place_on_argument(x):
+    x.add_(1)
+    x[1:] *= 2
+    return x.sum()
+
+
+@case(*calls(t(4), t(4, seed=2)))
+def operator_module(x):
+    return operator.add(x, 1), operator.mul(2, x), operator.getitem([1, 2], 0)
+
+
+# -- builtins ------------------------------------------------------------------------------
+@case(*calls(t(3), t(5)))
+def builtin_len_range(x):
+    return [x * i for i in range(len(x))], len([1, 2]), len("abc"), len({"a": 1})
+
+
+@case(*calls([t(2), t(2, seed=1), t(2, seed=2)]))
+def builtin_enumerate_zip(xs):
+    weights = [1.0, 2.0, 3.0]
+    return [x * w * i for i, (x, w) in enumerate(zip(xs, weights), start=1)]
+
+
+@case(*calls((t(2), 3), (t(2), 1.5), (t(2), "s")))
+def builtin_isinstance(x, value):
+    if isinstance(value, int):
+        return x * value
+    if isinstance(value, (float, complex)):
+        return x + value
+    return x, isinstance(x, torch.Tensor), isinstance(value, str)
+
+
+class Config:
+    def __init__(self):
+        self.width = 3
+        self.name = "cfg"
+
+
+CONFIG = Config()
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def builtin_getattr_hasattr(x):
+    return (x * getattr(CONFIG, "width"), getattr(CONFIG, "missing", 7), hasattr(CONFIG, "name"),
+            hasattr(CONFIG, "nope"))
+
+
+@case(*calls((t(2), 3, 7), (t(2), 9, 2)))
+def builtin_min_max_abs(x, a, b):
+    return x * min(a, b) + max(a, b, 5) - abs(a - b), min([a, b]), max((a, b))
+
+
+@case(*calls((t(2), 2.7), (t(2), -1.2)))
+def builtin_conversions(x, v):
+    return x * int(v) + float(int(v)), bool(v), str(int(v)), round(v)
+
+
+@case(*calls([3, 1, 2], [5, 4]))
+def builtin_sorted_reversed_sum(values):
+    return sorted(values), list(reversed(values)), sum(values), any(v > 4 for v in values), \
+        all(v > 0 for v in values)
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def builtin_map_filter(x):
+    return list(map(lambda v: v * 2, [x, x])), list(filter(lambda v: v > 1, [0, 1, 2, 3]))
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def builtin_type(x):
+    return type(x) is torch.Tensor, type(3) is int, type([]).__name__
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def builtin_iter_next(x):
+    it = iter([x, x * 2, x * 3])
+    first = next(it)
+    return first + next(it), next(iter([]), "default")
+
+
+# -- strings and asserts -------------------------------------------------------------------
+@case(*calls((t(2), "layer", 3), (t(2), "block", 10)))
+def fstrings(x, name, n):
+    key = f"{name}_{n:03d}_{x.shape[0]}"
+    return {key: x * n}, f"{n!r}" + name.upper(), "{}-{}".format(name, n)
+
+
+@case(*calls((t(3), 2), (t(3), 5)))
+def assert_on_python_values(x, n):
+    assert n > 0, "n must be positive"
+    assert x.ndim == 1
+    return x * n
+
+
+@case(*calls(t(2), t(2, seed=1)))
+def string_methods(x):
+    name = "Linear_Layer"
+    return x * len(name.split("_")), name.lower().startswith("linear"), ",".join(["a", "b"])
+
+
+# -- grad mode -----------------------------------------------------------------------------
+@case(*calls(t(3), t(3, seed=1)))
+def no_grad_block(x):
+    with torch.no_grad():
+        y = x * 2
+    return y + 1, torch.is_grad_enabled()
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def enable_grad_inside_no_grad(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            inner = torch.is_grad_enabled()
+        outer = torch.is_grad_enabled()
+    return x * 2, inner, outer
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def set_grad_enabled_block(x):
+    with torch.set_grad_enabled(False):
+        y = x + 1
+    return y, torch.is_grad_enabled()
+
+
+# -- globals, math, misc -------------------------------------------------------------------
+SCALE = 1.5
+TABLE = {"a": 2, "b": 3}
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def read_globals(x):
+    return x * SCALE + TABLE["a"] - len(TABLE)
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def none_and_identity(x):
+    y = None
+    z = x
+    return y is None, z is x, x is not None, (y or 3)
+
+
+@case(*calls((t(3), [1, 2]), (t(3), [5])))
+def membership(x, values):
+    return x * (2 if 1 in values else 3), 3 not in values, "a" in "abc"
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def early_return_in_loop(x):
+    for i in range(5):
+        if i == 2:
+            return x * i
+    return x
+
+
+@case(*calls(t(2, 2), t(2, 2, seed=1)))
+def returns_nested_structure(x):
+    return {"out": (x, [x * 2, {"deep": x * 3}]), "n": 2, "none": None}
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def returns_python_only(x):
+    return x.shape[0] * 2, "done"
+
+
+@case(*calls(t(3), t(3, seed=1)))
+def math_functions(x):
+    return x * math.exp(1) + math.log(2) + math.cos(0) + math.ceil(1.2) + math.inf * 0 + 1
+
+
+@pytest.mark.parametrize("fn, inputs", CASES)
+def test_python_semantics(fn, inputs):
+    check_calls(fn, inputs)
+
+
+def test_there_are_enough_cases():
+    assert len(CASES) >= 80
