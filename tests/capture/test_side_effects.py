@@ -1,0 +1,153 @@
+"""Side effects on objects that outlive the call are replayed after the graph, in order."""
+
+from __future__ import annotations
+
+import torch
+from checks import check_calls, same
+
+import ember
+
+EVENTS: list = []
+COUNTERS: dict = {"calls": 0}
+LAST = None
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_append_to_argument_list():
+    def fn(x, log):
+        log.append(x * 2)
+        log.append("tag")
+        return x + len(log)
+
+    check_calls(fn, [((t(3), []), {}), ((t(3, seed=1), [1, 2]), {})])
+
+
+def test_mutate_argument_dict():
+    def fn(x, state):
+        state["seen"] = state.get("seen", 0) + 1
+        state["last"] = x.sum()
+        del state["drop"]
+        return x * state["seen"]
+
+    check_calls(fn, [((t(3), {"drop": 1}), {}), ((t(3), {"drop": 2, "seen": 4}), {})])
+
+
+def test_global_list_and_dict():
+    def fn(x):
+        EVENTS.append("called")
+        COUNTERS["calls"] += 1
+        return x * COUNTERS["calls"]
+
+    def state():
+        return [list(EVENTS), dict(COUNTERS)]
+
+    EVENTS.clear()
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    for step in range(3):
+        before = (list(EVENTS), dict(COUNTERS))
+        expected = fn(t(3))
+        eager_after = (list(EVENTS), dict(COUNTERS))
+        EVENTS[:] = before[0]
+        COUNTERS.clear()
+        COUNTERS.update(before[1])
+        actual = compiled(t(3))
+        same(actual, expected)
+        assert (list(EVENTS), dict(COUNTERS)) == eager_after, step
+
+
+def test_global_assignment():
+    def fn(x):
+        global LAST
+        LAST = x.shape[0]
+        return x * 2
+
+    global LAST
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    LAST = None
+    compiled(t(5))
+    assert LAST == 5
+    compiled(t(5))
+    compiled(t(7))
+    assert LAST == 7
+
+
+def test_nonlocal_of_outer_function():
+    def make():
+        count = 0
+
+        def fn(x):
+            nonlocal count
+            count += 1
+            return x * count
+
+        return fn, lambda: count
+
+    fn, read = make()
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    eager_fn, eager_read = make()
+    for _ in range(3):
+        same(compiled(t(2)), eager_fn(t(2)))
+        assert read() == eager_read()
+
+
+def test_module_attribute_writes():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+            self.steps = 0
+            self.history = []
+
+        def forward(self, x):
+            self.steps += 1
+            self.history.append(self.steps)
+            self.last_norm = x.norm()
+            return self.lin(x) * self.steps
+
+    torch.manual_seed(0)
+    model, twin = Counter(), Counter()
+    twin.load_state_dict(model.state_dict())
+    compiled = ember.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        for step in range(3):
+            x = t(2, 3, seed=step)
+            same(compiled(x), twin(x))
+            assert model.steps == twin.steps and model.history == twin.history
+            same(model.last_norm, twin.last_norm)
+
+
+def test_buffer_updated_in_place():
+    class Running(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.zeros(3))
+
+        def forward(self, x):
+            self.mean.mul_(0.9).add_(x.mean(0) * 0.1)
+            return x - self.mean
+
+    model, twin = Running(), Running()
+    compiled = ember.compile(model, fullgraph=True)
+    for step in range(3):
+        x = t(4, 3, seed=step)
+        same(compiled(x), twin(x))
+        same(model.mean, twin.mean)
+
+
+def test_order_of_effects_is_eager_order():
+    def fn(x, log, obj):
+        log.append(1)
+        obj.value = len(log)
+        log.append(obj.value + 1)
+        return x
+
+    class Holder:
+        value = 0
+
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    log, holder = [], Holder()
+    compiled(t(2), log, holder)
+    assert log == [1, 2] and holder.value == 1
