@@ -1,0 +1,344 @@
+"""Timing primitives: steady-state `benchmark`, cold `first_call` in a fresh process, break-even.
+
+`benchmark` times a callable in this process (warm-up, device sync, many samples, median and
+quartiles). `first_call` starts `trial.py` in a fresh interpreter with empty compiler caches and
+reads back what it measured. Nothing here knows about particular workloads or reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import math
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# A sample shorter than this is dominated by timer resolution and loop overhead, so fast
+# functions are timed in batches of calls whose total reaches it.
+SAMPLE_TARGET_S = 2e-4
+
+
+@dataclasses.dataclass
+class Timing:
+    """Seconds per call, one value per sample; each sample averages `number` calls."""
+
+    samples: list[float]
+    number: int = 1
+
+    @property
+    def calls(self) -> int:
+        return len(self.samples) * self.number
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    @property
+    def q1(self) -> float:
+        return _quantile(self.samples, 0.25)
+
+    @property
+    def q3(self) -> float:
+        return _quantile(self.samples, 0.75)
+
+    @property
+    def minimum(self) -> float:
+        return min(self.samples)
+
+    @property
+    def maximum(self) -> float:
+        return max(self.samples)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median: 0.02 means the middle half of the
+        samples lies within 2% of the median's size."""
+        return (self.q3 - self.q1) / self.median if self.median > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"{format_ms(self.median)} ms/call (IQR {format_ms(self.q1)}-"
+                f"{format_ms(self.q3)} ms, {self.calls} calls)")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(median_s=self.median, q1_s=self.q1, q3_s=self.q3, min_s=self.minimum,
+                    max_s=self.maximum, calls=self.calls, number=self.number,
+                    samples_s=list(self.samples))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Timing:
+        return cls(samples=list(data["samples_s"]), number=int(data["number"]))
+
+
+def _quantile(values: list[float], fraction: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), exact for one sample."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def format_ms(seconds: float) -> str:
+    """Milliseconds with about three significant digits and no exponent: 0.152, 12.3, 490."""
+    value = seconds * 1e3
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def tensors_in(value: Any) -> list[Any]:
+    """The tensors in nested args (lists, tuples, dicts) and in a module's parameters/buffers."""
+    import torch
+
+    found: list[Any] = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, torch.nn.Module):
+            found.extend(item.parameters())
+            found.extend(item.buffers())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+    return found
+
+
+def device_sync(*values: Any) -> Callable[[], None]:
+    """The call that waits for queued device work touching `values`: torch.cuda.synchronize
+    when any tensor lives on a CUDA device, else a no-op (so CPU-only torch never touches
+    torch.cuda)."""
+    import torch
+
+    if any(t.device.type == "cuda" for t in tensors_in(list(values))):
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def benchmark(fn: Callable[..., Any], *args: Any, desc: str | None = None, warmup: int = 2,
+              repeat: int = 20, min_time: float = 0.5, max_time: float = 20.0) -> Timing:
+    """Steady-state time per call of `fn(*args)`: `warmup` untimed calls, then samples until
+    at least `repeat` samples and `min_time` seconds (stopping at `max_time` once 3 samples
+    exist). Each sample ends with a device sync, so it is latency, launch overhead included.
+    With `desc`, prints `desc: 0.15 ms/call`."""
+    sync = device_sync(fn, *args)
+    started = time.perf_counter()
+    for _ in range(max(1, warmup)):
+        fn(*args)
+        sync()
+    per_call = (time.perf_counter() - started) / max(1, warmup)
+    number = max(1, math.ceil(SAMPLE_TARGET_S / per_call)) if per_call > 0 else 1000
+    samples: list[float] = []
+    gc.collect()
+    # NOTE: a collection inside a sample would charge the garbage of earlier calls to it.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        begun = time.perf_counter()
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                fn(*args)
+                sync()
+            end = time.perf_counter()
+            samples.append((end - start) / number)
+            elapsed = end - begun
+            if len(samples) >= repeat and elapsed >= min_time:
+                break
+            if elapsed >= max_time and len(samples) >= min(3, repeat):
+                break
+    finally:
+        if collecting:
+            gc.enable()
+    timing = Timing(samples, number)
+    if desc is not None:
+        print(f"{desc}: {format_ms(timing.median)} ms/call")
+    return timing
+
+
+def break_even(first_call_s: float, steady_s: float, eager_s: float) -> int | None:
+    """The smallest call count n with first + (n-1)*steady <= n*eager: how many calls until
+    compiling has paid for itself. None ("never") when the compiled steady state is not
+    faster than eager (even if its first call were); 1 when the first call is no slower than an
+    eager call."""
+    if steady_s >= eager_s:
+        return None
+    if first_call_s <= eager_s:
+        return 1
+    n = max(1, math.ceil((first_call_s - steady_s) / (eager_s - steady_s)))
+    # Floating-point rounding can leave ceil one off either way: settle on the exact inequality.
+    while n > 1 and first_call_s + (n - 2) * steady_s <= (n - 1) * eager_s:
+        n -= 1
+    while first_call_s + (n - 1) * steady_s > n * eager_s:
+        n += 1
+    return n
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+@dataclasses.dataclass
+class TimingOptions:
+    warmup: int = 2
+    repeat: int = 20
+    min_time: float = 0.5
+    max_time: float = 20.0
+
+
+@dataclasses.dataclass
+class Trial:
+    """What one fresh process measured for one workload and one variant."""
+
+    workload: str
+    variant: str
+    size: str
+    description: str | None = None
+    first_call_s: float | None = None
+    second_call_s: float | None = None
+    import_torch_s: float | None = None
+    import_ember_s: float | None = None
+    build_s: float | None = None
+    steady: Timing | None = None
+    check: dict[str, Any] | None = None
+    graphs: int | None = None
+    kernels: int | None = None
+    fallbacks: list[str] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    wall_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and (self.check is None or bool(self.check.get("ok")))
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["steady"] = self.steady.to_json() if self.steady else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trial:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        if values.get("steady"):
+            values["steady"] = Timing.from_json(values["steady"])
+        return cls(**values)
+
+
+def trial_environment(cache_root: Path) -> dict[str, str]:
+    """The child's environment: ours, with every compiler cache pointed into `cache_root` (empty
+    for a cold start) and ember's fallback channel on, so the child can report fallbacks."""
+    import ember
+
+    environ = dict(os.environ)
+    for variable, folder in (("EMBER_CACHE_DIR", "ember"), ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+                             ("TRITON_CACHE_DIR", "triton")):
+        environ[variable] = str(cache_root / folder)
+    channels = [c for c in environ.get("EMBER_LOGS", "").split(",") if c.strip()]
+    environ["EMBER_LOGS"] = ",".join([*channels, "fallbacks"])
+    # The child runs trial.py as a script (so that importing ember can be timed); it must find
+    # this same ember first.
+    root = str(Path(ember.__file__).resolve().parent.parent)
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, environ.get("PYTHONPATH")) if p)
+    return environ
+
+
+def run_trial(workload: str, variant: str, *, size: str = "full",
+              timing: TimingOptions | None = None, check: bool = False,
+              cache_root: Path | None = None, timeout: float = 600.0,
+              on_progress: Callable[[str], None] | None = None) -> Trial:
+    """Measure `variant` of `workload` in a fresh Python process: the first call (capture and
+    compile, with empty caches unless `cache_root` holds earlier builds), then, with `timing`,
+    the steady state, and with `check`, the outputs against eager. Failures come back in
+    `Trial.error`, never as exceptions."""
+    started = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix="ember-trial-"))
+    caches = cache_root if cache_root is not None else scratch / "caches"
+    result_path, log_path = scratch / "result.json", scratch / "stderr.txt"
+    command = [sys.executable, "-P", str(Path(__file__).with_name("trial.py")),
+               "--workload", workload, "--variant", variant, "--size", size,
+               "--result", str(result_path)]
+    if timing is not None:
+        command += ["--timing", json.dumps(dataclasses.asdict(timing))]
+    if check:
+        command.append("--check")
+    try:
+        with open(log_path, "w") as log:
+            returncode = _run_child(command, trial_environment(caches), log, timeout,
+                                    on_progress or (lambda line: None))
+        trial = Trial(workload, variant, size)
+        if result_path.exists():
+            trial = Trial.from_json(json.loads(result_path.read_text()))
+        if returncode != 0 and trial.error is None:
+            why = "timed out" if returncode is None else f"exited with status {returncode}"
+            trial.error = f"the measuring process {why}: {_tail(log_path)}"
+        trial.wall_s = time.perf_counter() - started
+        return trial
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def first_call(workload: str, variant: str = "ember", *, size: str = "full",
+               timeout: float = 600.0) -> Trial:
+    """The first call of `variant` on `workload` (a name from workloads.py or
+    `file.py:builder`) in a fresh process with cold caches. `Trial.first_call_s` is the call
+    alone; importing torch and ember is in `import_torch_s` / `import_ember_s`."""
+    return run_trial(workload, variant, size=size, timeout=timeout)
+
+
+def _run_child(command: list[str], environ: dict[str, str], log: Any, timeout: float,
+               on_progress: Callable[[str], None]) -> int | None:
+    """Run the child, passing each stdout line to `on_progress` as it comes and calling it with
+    "" about once a second (so a terminal can show elapsed time). None when it timed out."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
+                               env=environ, bufsize=1)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in process.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    finished = False
+    while not finished:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            line = ""
+        if line is None:
+            finished = True
+        else:
+            on_progress(line)
+        if time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            reader.join(timeout=5)
+            return None
+    return process.wait()
+
+
+def _tail(path: Path, characters: int = 2000) -> str:
+    text = path.read_text(errors="replace").strip() if path.exists() else ""
+    return text[-characters:] if text else "(no output)"
