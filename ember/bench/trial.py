@@ -1,8 +1,9 @@
-"""One measurement in a fresh interpreter: imports, build, first call, steady state, check.
+"""Measurements in a fresh interpreter: imports, then per workload build, first call, steady
+state and check, each workload with empty compiler caches of its own.
 
-harness.run_trial starts this file as a script (`python -P trial.py ...`, empty compiler caches),
-so that importing torch and ember can be timed apart from the first call. It prints progress
-lines on stdout and writes what it measured as JSON to --result; it reports errors, never raises.
+harness.run_trials starts this file as a script (`python -P trial.py ...`) so that importing
+torch and ember is timed apart from the first calls. Progress goes to stdout as
+`workload<TAB>text` lines; results are appended to --result as one JSON line per workload.
 """
 
 from __future__ import annotations
@@ -10,17 +11,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import re
+import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", required=True)
+    parser.add_argument("--workloads", nargs="+", required=True)
     parser.add_argument("--variant", required=True)
     parser.add_argument("--size", default="full")
+    parser.add_argument("--cache-root", required=True, type=Path)
     parser.add_argument("--result", required=True, type=Path)
     parser.add_argument("--timing", type=json.loads, default=None,
                         help="keyword arguments of harness.benchmark; absent: no steady state")
@@ -28,8 +33,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def progress(text: str) -> None:
-    print(text, flush=True)
+class Reporter:
+    """Progress lines for the parent on the real stdout. Everything else written to stdout
+    (the user's prints, a compiler's chatter) goes to stderr, which the parent keeps as a log."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self.workload = "-"
+
+    def __call__(self, text: str) -> None:
+        self.stream.write(f"{self.workload}\t{text}\n")
 
 
 class _Collect(logging.Handler):
@@ -41,62 +56,75 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def measure(options: argparse.Namespace, result: dict[str, Any]) -> None:
-    result["stage"] = "import"
-    progress("importing torch")
-    start = time.perf_counter()
-    import torch
-    import torch._dynamo  # noqa: F401  (every compiled variant needs it; not its first call)
-    result["import_torch_s"] = time.perf_counter() - start
-    start = time.perf_counter()
-    import ember  # noqa: F401  (registers the backend)
-    result["import_ember_s"] = time.perf_counter() - start
+def cold_caches(root: Path, workload: str) -> Path:
+    """Point every compiler's disk cache at a folder of this workload's own: empty on a first
+    run, warm when a later run is given the same root."""
+    folder = root / re.sub(r"[^A-Za-z0-9_.-]", "_", workload)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    os.environ["EMBER_CACHE_DIR"] = str(folder / "ember")
+    return folder / "ember"
 
-    from ember import logs
+
+def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
+            progress: Reporter) -> None:
+    import torch
+
+    from ember import config, logs
     from ember.bench import harness, variants, workloads
 
+    torch.compiler.reset()
     fallbacks = _Collect()
     logs.channel("fallbacks").addHandler(fallbacks)
-    result["stage"] = "build"
-    progress("building the workload")
-    workload = workloads.resolve(options.workload)
-    start = time.perf_counter()
-    fn, args = workload.instantiate(options.size)
-    result["build_s"] = time.perf_counter() - start
-    result["description"] = workloads.describe(fn, args)
+    compiles = variants.Compiles()
+    try:
+        with config.override(cache_dir=cold_caches(options.cache_root, name)):
+            result["stage"] = "build"
+            progress("building the workload")
+            workload = workloads.resolve(name)
+            start = time.perf_counter()
+            fn, args = workload.instantiate(options.size)
+            result["build_s"] = time.perf_counter() - start
+            result["description"] = workloads.describe(fn, args)
+            with torch.set_grad_enabled(workload.grad):
+                runnable, compiles = variants.prepare(options.variant, fn, workload)
+                outputs = run_measured(runnable, args, options, result, progress, harness)
+            if options.check:
+                result["stage"] = "check"
+                progress("checking against eager")
+                reference, reference_args = workload.instantiate(options.size)
+                with torch.set_grad_enabled(workload.grad):
+                    expected = [_detached(reference(*reference_args)) for _ in outputs]
+                result["check"] = compare(outputs, expected, workload.tolerance)
+        result["graphs"], result["kernels"] = compiles.graphs, compiles.kernels
+        del result["stage"]
+    finally:
+        logs.channel("fallbacks").removeHandler(fallbacks)
+        ran_eagerly = [f"{compiles.eager_graphs} of {compiles.graphs} graphs ran eagerly"]
+        result["fallbacks"] = (ran_eagerly if compiles.eager_graphs else []) + fallbacks.messages
 
-    with torch.set_grad_enabled(workload.grad):
-        runnable, compiles = variants.prepare(options.variant, fn, workload)
-        sync = harness.device_sync(fn, *args)
-        result["stage"] = "first call"
-        progress("first call" + ("" if options.variant == "eager" else " (capture + compile)"))
+
+def run_measured(runnable: Any, args: tuple[Any, ...], options: argparse.Namespace,
+                 result: dict[str, Any], progress: Reporter, harness: Any) -> list[Any]:
+    """The first and second calls, timed one by one, then the steady state; gives the first
+    two outputs (the first runs ember's checked wrapper, the second its fast one)."""
+    sync = harness.device_sync(runnable, *args)
+    outputs = []
+    for stage in ("first call", "second call"):
+        result["stage"] = stage
+        if stage == "first call":
+            progress("first call" + ("" if options.variant == "eager" else
+                                     " (capture + compile)"))
         start = time.perf_counter()
-        first = runnable(*args)
+        output = runnable(*args)
         sync()
-        result["first_call_s"] = time.perf_counter() - start
-        first = _detached(first)
-        result["stage"] = "second call"
-        start = time.perf_counter()
-        second = runnable(*args)
-        sync()
-        result["second_call_s"] = time.perf_counter() - start
-        second = _detached(second)
-        if options.timing is not None:
-            result["stage"] = "steady state"
-            progress("timing the steady state")
-            result["steady"] = harness.benchmark(runnable, *args, **options.timing).to_json()
-        if options.check:
-            result["stage"] = "check"
-            progress("checking against eager")
-            reference, reference_args = workload.instantiate(options.size)
-            expected = [_detached(reference(*reference_args)) for _ in range(2)]
-            result["check"] = compare([first, second], expected, workload.tolerance)
-    result["graphs"], result["kernels"] = compiles.graphs, compiles.kernels
-    result["fallbacks"] = fallbacks.messages
-    if compiles.eager_graphs:
-        result["fallbacks"].insert(
-            0, f"{compiles.eager_graphs} of {compiles.graphs} graphs ran eagerly")
-    del result["stage"]
+        result[stage.replace(" ", "_") + "_s"] = time.perf_counter() - start
+        outputs.append(_detached(output))
+    if options.timing is not None:
+        result["stage"] = "steady state"
+        progress("timing the steady state")
+        result["steady"] = harness.benchmark(runnable, *args, **options.timing).to_json()
+    return outputs
 
 
 def _detached(value: Any) -> Any:
@@ -143,27 +171,51 @@ def compare(actual: Any, expected: Any, tolerance: dict[str, float]) -> dict[str
         try:
             torch.testing.assert_close(a, e, equal_nan=True, **tolerance)
         except AssertionError as error:
-            lines = [line for line in str(error).splitlines() if line.strip()]
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
             return dict(ok=False, message=f"output {position}: " + " ".join(lines[:4]),
                         max_abs_error=worst)
     return dict(ok=True, message="matches eager", max_abs_error=worst)
 
 
+def _failure(error: BaseException, stage: str) -> str:
+    last = traceback.extract_tb(error.__traceback__)[-1]
+    return (f"{stage} failed: {type(error).__name__}: {error} "
+            f"({Path(last.filename).name}:{last.lineno})")
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
-    result: dict[str, Any] = dict(workload=options.workload, variant=options.variant,
-                                  size=options.size)
+    progress = Reporter()
+    progress.workload = options.workloads[0]
+    cold_caches(options.cache_root, options.workloads[0])  # before torch reads the variables
+    progress("importing torch")
+    start = time.perf_counter()
+    import torch
+    import torch._dynamo  # noqa: F401  (every compiled variant needs it: not its first call)
+    imports = {"import_torch_s": time.perf_counter() - start}
+    start = time.perf_counter()
+    import ember  # noqa: F401  (registers the backend)
+    imports["import_ember_s"] = time.perf_counter() - start
+    from ember.bench.harness import Trial
+
     status = 0
-    try:
-        measure(options, result)
-    except Exception as error:
-        stage = result.pop("stage", "?")
-        last = traceback.extract_tb(error.__traceback__)[-1]
-        result["error"] = (f"{stage} failed: {type(error).__name__}: {error} "
-                           f"({Path(last.filename).name}:{last.lineno})")
-        traceback.print_exc()
-        status = 1
-    options.result.write_text(json.dumps(result))
+    with open(options.result, "a") as results:
+        for order, name in enumerate(options.workloads):
+            progress.workload = name
+            result: dict[str, Any] = dict(workload=name, variant=options.variant,
+                                          size=options.size, process_order=order)
+            if order == 0:
+                result.update(imports)
+            try:
+                measure(name, options, result, progress)
+            except Exception as error:
+                result["error"] = _failure(error, result.pop("stage", "setup"))
+                traceback.print_exc()
+                status = 1
+            result["threads"] = torch.get_num_threads()
+            results.write(json.dumps(result) + "\n")
+            results.flush()
+            progress("done: " + Trial.from_json(result).summary())
     return status
 
 

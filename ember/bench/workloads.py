@@ -102,7 +102,8 @@ WORKLOADS: tuple[Workload, ...] = (
              _square(4096, 1024, 64), dict(rtol=2e-5, atol=1e-6)),
     Workload("layer_norm", "layer_norm", "layer_norm over the last dim, with weight and bias",
              build_layer_norm, _square(4096, 1024, 64), dict(rtol=1e-4, atol=1e-4)),
-    Workload("S5", "mlp3_b16_fwd", "Linear 1024->4096->4096->1024 with SiLU, eval, no_grad",
+    Workload("S5", "mlp3_b16_fwd", "Linear width->hidden->hidden->width with SiLU between "
+             "(1024 and 4096 at full size), eval, no_grad",
              build_mlp3, {"full": dict(batch=16, width=1024, hidden=4096),
                           "quick": dict(batch=16, width=256, hidden=1024),
                           "tiny": dict(batch=4, width=32, hidden=64)},
@@ -157,7 +158,8 @@ def describe(fn: Any, args: tuple[Any, ...]) -> str:
     parts = []
     if isinstance(fn, torch.nn.Module):
         count = sum(p.numel() for p in fn.parameters())
-        parts.append(f"{type(fn).__name__} {count / 1e6:.1f}M params")
+        parts.append(f"{type(fn).__name__} " + (f"{count / 1e6:.1f}M" if count >= 1e5 else
+                                                 f"{count:,}") + " params")
         names = list(inspect.signature(fn.forward).parameters)
     else:
         try:
