@@ -123,7 +123,9 @@ def _s(seconds: float | None) -> str:
 def _x(value: float | None) -> str:
     if value is None:
         return "—"
-    return f"{value:.3f}x" if value < 0.1 else f"{value:.2f}x"
+    if value < 0.1:
+        return f"{value:.3f}x"
+    return f"{value:.2f}x" if value < 10 else f"{value:.0f}x"
 
 
 def _calls(value: int | str | None) -> str:
@@ -150,36 +152,40 @@ def _check_cell(result: WorkloadResult, variants: list[str]) -> str:
     return ", ".join(problems) if problems else "ok"
 
 
-def table_rows(run: Run) -> tuple[list[str], list[list[str]]]:
-    """The one table both the terminal and the report show: one row per workload."""
-    variants = run.variants
+def steady_table(run: Run) -> tuple[list[str], list[list[str]]]:
+    """Steady state, one row per workload: median ms per variant, ember's ratios, the check."""
+    variants, has = run.variants, set(run.variants).__contains__
     headers = ["workload"] + [f"{v} ms" for v in variants]
-    has = set(variants).__contains__
-    if has(OURS) and has(BASELINE):
-        headers.append("ember/eager")
-    if has(OURS) and has(PEER):
-        headers.append("ember/inductor")
-    headers += [f"{v} 1st s" for v in variants if v != BASELINE]
-    if has(OURS) and has(PEER):
-        headers.append("1st ember/inductor")
-    headers += [f"break-even {v}" for v in variants if v != BASELINE and has(BASELINE)]
-    headers.append("check")
+    ratios = [(OURS, BASELINE), (OURS, PEER)] if has(OURS) else []
+    ratios = [(a, b) for a, b in ratios if has(b)]
+    headers += [f"{a}/{b}" for a, b in ratios] + ["check"]
     rows = []
     for result in run.results:
-        row = [_label(result)] + [_ms(result.steady(v)) for v in variants]
-        if has(OURS) and has(BASELINE):
-            row.append(_x(ratio(result.steady(OURS), result.steady(BASELINE))))
-        if has(OURS) and has(PEER):
-            row.append(_x(ratio(result.steady(OURS), result.steady(PEER))))
-        for variant in variants:
-            if variant != BASELINE:
-                mark = "*" if _warm_process(result, variant) else ""
-                row.append(_s(result.first_call(variant)) + mark)
-        if has(OURS) and has(PEER):
+        rows.append([_label(result)] + [_ms(result.steady(v)) for v in variants]
+                    + [_x(ratio(result.steady(a), result.steady(b))) for a, b in ratios]
+                    + [_check_cell(result, variants)])
+    return headers, rows
+
+
+def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
+    """First call (cold) per compiled variant, ember's over Inductor's, and break-even counts."""
+    compiled = [v for v in run.variants if v != BASELINE]
+    has = set(run.variants).__contains__
+    headers = ["workload"] + [f"{v} 1st s" for v in compiled]
+    both = has(OURS) and has(PEER)
+    if both:
+        headers.append(f"{OURS}/{PEER}")
+    if has(BASELINE):
+        headers += [f"break-even {v}" for v in compiled]
+    rows = []
+    for result in run.results:
+        row = [_label(result)]
+        row += [_s(result.first_call(v)) + ("*" if _warm_process(result, v) else "")
+                for v in compiled]
+        if both:
             row.append(_x(ratio(result.first_call(OURS), result.first_call(PEER))))
-        row += [_calls(result.break_even(v)) for v in variants
-                if v != BASELINE and has(BASELINE)]
-        row.append(_check_cell(result, variants))
+        if has(BASELINE):
+            row += [_calls(result.break_even(v)) for v in compiled]
         rows.append(row)
     return headers, rows
 
@@ -211,9 +217,10 @@ def problems(run: Run) -> list[str]:
         for variant, trial in result.trials.items():
             status = result.status(variant)
             if status not in ("ok", ""):
-                lines.append(f"{_label(result)} {variant}: {status}")
+                kind, _, why = status.partition(": ")
+                lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
             for message in trial.fallbacks:
-                lines.append(f"{_label(result)} {variant}: fell back to eager: {message}")
+                lines.append(f"FALLBACK {_label(result)} {variant}: {message}")
     return lines
 
 
@@ -228,23 +235,25 @@ def load_note(run: Run) -> str | None:
 
 
 def terminal(run: Run) -> str:
-    headers, rows = table_rows(run)
-    parts = [text_table(headers, rows)]
+    parts = ["steady state (median per call)", text_table(*steady_table(run))]
+    if any(v != BASELINE for v in run.variants):
+        parts += ["", "first call (capture + compile, cold caches, imports excluded); "
+                  "break-even in calls vs eager", text_table(*first_call_table(run))]
     if any(_warm_process(r, v) for r in run.results for v in run.variants):
         parts.append("* first call in a process that had already compiled other workloads "
                      "(caches empty, process warm)")
     note = load_note(run)
     if note:
         parts.append(f"note: {note}")
-    parts += [f"FAIL  {line}" if "FAIL" in line else f"note  {line}" for line in problems(run)]
+    parts += [line for line in problems(run)]
     return "\n".join(parts)
 
 
 def markdown(run: Run) -> str:
     machine = run.machine
-    headers, rows = table_rows(run)
-    cores = f"{machine.get('cores')} cores ({machine.get('usable_cores')} usable), " \
-            f"torch uses {machine.get('torch_threads')} threads"
+    threads = sorted({t.threads for r in run.results for t in r.trials.values() if t.threads})
+    cores = f"{machine.get('cores')} cores ({machine.get('usable_cores')} usable), measured " \
+            f"with {', '.join(map(str, threads)) or machine.get('torch_threads')} torch threads"
     loads = f"{machine.get('load_average_start')} at start, {machine.get('load_average_end')} " \
             "at end (1-minute)"
     lines = [
@@ -271,20 +280,27 @@ def markdown(run: Run) -> str:
     lines += [
         "## Results",
         "",
-        "Steady state: median time per call (ms). First call (`1st`, s): capture and compile on "
-        "cold caches in a fresh process, imports excluded. Break-even: calls until the compiled "
-        "variant, first call included, has spent no more time than eager.",
+        "Steady state: median time per call, in ms. Ratios below 1 mean ember is faster.",
         "",
-        markdown_table(headers, rows),
+        markdown_table(*steady_table(run)),
         "",
     ]
+    if any(v != BASELINE for v in run.variants):
+        lines += [
+            "First call (`1st`, s): capture and compile on cold caches in a fresh process, "
+            "imports excluded. Break-even: calls until the compiled variant, first call "
+            "included, has spent no more time than eager.",
+            "",
+            markdown_table(*first_call_table(run)),
+            "",
+        ]
     if any(_warm_process(r, v) for r in run.results for v in run.variants):
         lines += ["\\* measured in a process that had already compiled the workloads above it "
                   "(its caches empty, the process warm): smaller than a cold first call.", ""]
     found = problems(run)
     if found:
-        lines += ["## Problems", ""] + [f"- **{line}**" if "FAIL" in line else f"- {line}"
-                                        for line in found] + [""]
+        lines += ["## Problems", ""] + [f"- **{line}**" if line.startswith("FAIL") else
+                                        f"- {line}" for line in found] + [""]
     lines += ["## Workloads", ""]
     for result in run.results:
         lines += [f"### {_label(result)}", "", f"{result.what}. Inputs: {result.description}.",
