@@ -98,7 +98,8 @@ class Progress:
         if text:
             if self.live and self.current:
                 self.stream.write("\r\033[K")
-            self.current = f"{self.variant:<9} {workload}: {text}"
+            where = "" if workload in (None, "-") else f" {workload}"
+            self.current = f"{self.variant:<9}{where}: {text}"
             self.step_start = time.monotonic()
             # A finished workload's line stays; on a TTY the steps before it are overwritten.
             done = text.startswith("done:")

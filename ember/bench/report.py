@@ -303,8 +303,9 @@ def markdown(run: Run) -> str:
                                         f"- {line}" for line in found] + [""]
     lines += ["## Workloads", ""]
     for result in run.results:
-        lines += [f"### {_label(result)}", "", f"{result.what}. Inputs: {result.description}.",
-                  "", markdown_table(*_detail_rows(result)), ""]
+        inputs = f" Inputs: {result.description}." if result.description else ""
+        lines += [f"### {_label(result)}", "", f"{result.what}.{inputs}", "",
+                  markdown_table(*_detail_rows(result)), ""]
     lines += ["## How this was measured", ""] + [f"- {line}" for line in _method(run)] + [""]
     return "\n".join(lines)
 

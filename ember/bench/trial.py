@@ -185,8 +185,7 @@ def _failure(error: BaseException, stage: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
-    progress = Reporter()
-    progress.workload = options.workloads[0]
+    progress = Reporter()  # "-": the imports belong to no workload (nor to its time limit)
     cold_caches(options.cache_root, options.workloads[0])  # before torch reads the variables
     progress("importing torch")
     start = time.perf_counter()

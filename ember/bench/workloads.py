@@ -134,7 +134,7 @@ def resolve(spec: str) -> Workload:
         raise ValueError(f"{location} has no function {attribute!r}")
     takes_size = "size" in inspect.signature(builder).parameters
     sizes = {size: ({"size": size} if takes_size else {}) for size in SIZES}
-    return Workload(spec, attribute, f"{attribute}() from {location}", builder, sizes)
+    return Workload(spec, spec, f"{attribute}() from {location}", builder, sizes)
 
 
 def _load_module(location: str) -> Any:
