@@ -42,8 +42,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_const", const="quick", dest="size",
                         help="smaller shapes (about 1/16 of the elements), fewer repeats, one "
                              "process per variant")
-    parser.add_argument("--size", choices=workloads.SIZES, default="full",
+    parser.add_argument("--size", choices=workloads.SIZES,
                         help="shapes to run (default: full, the seed shapes)")
+    parser.set_defaults(size="full")  # one default for the two options that set it
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help=f"run only these workloads ({SEED_NAMES})")
     parser.add_argument("--variants", default=",".join(VARIANTS),

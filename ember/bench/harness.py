@@ -378,6 +378,8 @@ def _run_child(command: list[str], environ: dict[str, str], log: Any, timeout: f
     return current, process.wait()
 
 
-def _tail(path: Path, characters: int = 1500) -> str:
-    text = path.read_text(errors="replace").strip() if path.exists() else ""
-    return text[-characters:] if text else "(no output)"
+def _tail(path: Path, lines: int = 6) -> str:
+    """The last lines of a child's stderr on one line (a report cell, a list item)."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    return " / ".join(kept)[-1000:] if kept else "(no output)"

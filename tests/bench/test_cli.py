@@ -97,3 +97,13 @@ def test_without_a_c_compiler_ember_runs_eagerly_and_says_so(tmp_path):
     assert "no C compiler found" in ember["fallbacks"][1]
     assert "FALLBACK S1 gelu_ish ember: 1 of 1 graphs ran eagerly" in done.stdout
     assert "C compiler: none found" in (tmp_path / "report.md").read_text()
+
+
+def test_options():
+    from ember.bench.cli import parser
+
+    assert parser().parse_args([]).size == "full"
+    assert parser().parse_args(["--quick"]).size == "quick"
+    assert parser().parse_args(["--size", "tiny"]).size == "tiny"
+    options = parser().parse_args(["--only", "S1", "S2", "--variants", "eager,ember"])
+    assert options.only == ["S1", "S2"] and options.variants == "eager,ember"
