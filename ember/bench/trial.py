@@ -71,7 +71,7 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
     import torch
 
     from ember import config, logs
-    from ember.bench import harness, variants, workloads
+    from ember.bench import variants, workloads
 
     torch.compiler.reset()
     fallbacks = _Collect()
@@ -88,7 +88,7 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
             result["description"] = workloads.describe(fn, args)
             with torch.set_grad_enabled(workload.grad):
                 runnable, compiles = variants.prepare(options.variant, fn, workload)
-                outputs = run_measured(runnable, args, options, result, progress, harness)
+                outputs = run_measured(runnable, args, options, result, progress)
             if options.check:
                 result["stage"] = "check"
                 progress("checking against eager")
@@ -105,9 +105,11 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
 
 
 def run_measured(runnable: Any, args: tuple[Any, ...], options: argparse.Namespace,
-                 result: dict[str, Any], progress: Reporter, harness: Any) -> list[Any]:
+                 result: dict[str, Any], progress: Reporter) -> list[Any]:
     """The first and second calls, timed one by one, then the steady state; gives the first
     two outputs (the first runs ember's checked wrapper, the second its fast one)."""
+    from ember.bench import harness
+
     sync = harness.device_sync(runnable, *args)
     outputs = []
     for stage in ("first call", "second call"):
