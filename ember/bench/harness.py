@@ -13,6 +13,7 @@ import json
 import math
 import os
 import queue
+import signal
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from typing import Any
 # A sample shorter than this is dominated by timer resolution and loop overhead, so fast
 # functions are timed in batches of calls whose total reaches it.
 SAMPLE_TARGET_S = 2e-4
+IMPORT_LIMIT_S = 300.0
 
 
 @dataclasses.dataclass
@@ -346,8 +348,26 @@ def _run_child(command: list[str], environ: dict[str, str], log: Any, timeout: f
     """Run the child, passing each `workload<TAB>text` line of its stdout to `on_progress` as it
     comes, and (None, "") about once a second (so a terminal can show elapsed time). Returns
     the workload it was on last and its exit status, None when one ran past `timeout`."""
+    # Its own session, so that a timeout also stops what it started (compile workers).
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True,
-                               env=environ, bufsize=1)
+                               env=environ, bufsize=1, start_new_session=True)
+    try:
+        return _follow(process, timeout, on_progress)
+    except BaseException:  # Ctrl-C no longer reaches the child's session: pass it on
+        _stop(process)
+        raise
+
+
+def _stop(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _follow(process: subprocess.Popen, timeout: float,
+            on_progress: Progress) -> tuple[str | None, int | None]:
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
@@ -358,7 +378,9 @@ def _run_child(command: list[str], environ: dict[str, str], log: Any, timeout: f
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     current: str | None = None
-    deadline = time.monotonic() + timeout
+    # Imports come before any workload and get a limit of their own: a busy machine must not
+    # turn a slow `import torch` into a blamed workload.
+    deadline = time.monotonic() + max(timeout, IMPORT_LIMIT_S)
     while True:
         try:
             line = lines.get(timeout=1.0)
@@ -368,11 +390,11 @@ def _run_child(command: list[str], environ: dict[str, str], log: Any, timeout: f
             break
         workload, tab, text = line.partition("\t")
         if tab and workload != current:
-            current, deadline = workload, time.monotonic() + timeout
+            limit = max(timeout, IMPORT_LIMIT_S) if workload == "-" else timeout
+            current, deadline = workload, time.monotonic() + limit
         on_progress(workload if tab else None, text)
         if time.monotonic() > deadline:
-            process.kill()
-            process.wait()
+            _stop(process)
             reader.join(timeout=5)
             return current, None
     return current, process.wait()

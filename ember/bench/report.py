@@ -332,7 +332,9 @@ def _detail_rows(result: WorkloadResult) -> tuple[list[str], list[list[str]]]:
             "—" if trial.kernels is None else f"{trial.kernels} in {trial.graphs} graph(s)",
             result.status(variant),
         ])
-    return headers, rows
+    # Columns nobody measured (warm-cache first calls without --warm-cache, kernels of eager).
+    kept = [i for i in range(len(headers)) if any(row[i] != "—" for row in rows)]
+    return [headers[i] for i in kept], [[row[i] for i in kept] for row in rows]
 
 
 def _method(run: Run) -> list[str]:

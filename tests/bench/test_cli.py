@@ -22,7 +22,7 @@ def bench(*arguments, env=None):
 
 def test_bench_writes_report_and_raw_numbers(tmp_path):
     done = bench("--size", "tiny", "--only", "S1", "softmax", "--variants", "eager,ember",
-                 "--out", str(tmp_path))
+                 "--warm-cache", "--out", str(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["size"] == "tiny" and data["variants"] == ["eager", "ember"]
@@ -43,6 +43,8 @@ def test_bench_writes_report_and_raw_numbers(tmp_path):
             steady["median_s"] / eager["steady"]["median_s"])
         assert summary["status"] == {"eager": "ok", "ember": "ok"}
     assert s1["trials"]["ember"]["kernels"] == 1
+    assert s1["trials"]["ember"]["first_call_warm_cache_s"] > 0
+    assert s1["trials"]["eager"]["first_call_warm_cache_s"] is None
     assert s1["trials"]["eager"]["import_torch_s"] > 0          # the first in its process
     assert softmax["trials"]["ember"]["process_order"] == 1     # tiny: one process per variant
     markdown = (tmp_path / "report.md").read_text()
@@ -77,7 +79,7 @@ def test_a_crash_or_a_hang_costs_only_its_own_workload(tmp_path):
             time.sleep(120)
     """))
     trials = run_trials([f"{user}:hanging", f"{user}:crashing", "S1"], "eager", size="tiny",
-                        timeout=8)
+                        timeout=4)
     assert trials[0].error.startswith("the measuring process ran past the time limit")
     assert trials[1].error.startswith("the measuring process exited (7)")
     assert trials[2].error is None and trials[2].first_call_s > 0
@@ -107,3 +109,13 @@ def test_options():
     assert parser().parse_args(["--size", "tiny"]).size == "tiny"
     options = parser().parse_args(["--only", "S1", "S2", "--variants", "eager,ember"])
     assert options.only == ["S1", "S2"] and options.variants == "eager,ember"
+
+
+def test_help_lists_commands_and_switches(capsys):
+    from ember.__main__ import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "bench" in out and "EMBER_CACHE_DIR" in out
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
