@@ -175,8 +175,12 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
                  f"{options.size}, one process per {options.process}; {about['cpu']}, "
                  f"{about['usable_cores']} cores, torch {about['torch']}, load "
                  f"{about['load_average_start']}")
-    with tempfile.TemporaryDirectory(prefix="ember-bench-") as scratch:
-        trials = measure(chosen, variants, options, progress, Path(scratch))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ember-bench-") as scratch:
+            trials = measure(chosen, variants, options, progress, Path(scratch))
+    except KeyboardInterrupt:
+        progress.say("\ninterrupted: no report written")
+        return 130
     about["load_average_end"] = machine.load_average()
 
     results = [report.WorkloadResult(w.name, w.title, w.what,

@@ -1,9 +1,6 @@
-"""Measurements in a fresh interpreter: imports, then per workload build, first call, steady
-state and check, each workload with empty compiler caches of its own.
-
-harness.run_trials starts this file as a script (`python -P trial.py ...`) so that importing
-torch and ember is timed apart from the first calls. Progress goes to stdout as
-`workload<TAB>text` lines; results are appended to --result as one JSON line per workload.
+"""A fresh interpreter's measurements: timed imports, then per workload (each with empty
+compiler caches) build, first call, steady state and check. harness.run_trials runs this file as
+a script; progress goes to stdout as `workload<TAB>text`, results to --result as JSON lines.
 """
 
 from __future__ import annotations
