@@ -229,8 +229,10 @@ def load_note(run: Run) -> str | None:
     loads = [run.machine.get("load_average_start"), run.machine.get("load_average_end")]
     highest = max((x for x in loads if x is not None), default=None)
     if highest is not None and highest > 0.5 * cores:
+        threads = run.settings.get("threads")
+        advice = "" if threads == 1 else "; --threads 1 steadies them"
         return (f"load average reached {highest} on {cores} cores: other work was running, so "
-                "timings are noisy (compare ratios within this run only)")
+                f"timings are noisy (compare ratios within this run only{advice})")
     return None
 
 
