@@ -6,6 +6,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.ember-installed
 TORCH  ?= torch==2.13.0
+# Options for `python -m ember bench`, e.g. make bench BENCH_FLAGS="--quick --only S1"
+BENCH_FLAGS ?=
 
 .PHONY: test bench lint clean
 
@@ -20,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	$(BIN)/python -m ember bench
+	$(BIN)/python -m ember bench $(BENCH_FLAGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ember tests

@@ -1,0 +1,39 @@
+"""`python -m ember COMMAND`: the command-line entry points.
+
+    python -m ember bench [--quick] [--out DIR] [--only NAME ...]   (see `bench --help`)
+    python -m ember --help                                          (commands and switches)
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ember import config
+
+USAGE = """usage: python -m ember COMMAND [options]
+
+commands:
+  bench     time the seed workloads (or file.py:builder) eagerly, under torch.compile and
+            under ember; write a report (python -m ember bench --help)
+
+switches (environment variables):
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE + config.describe())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "bench":
+        from ember.bench.cli import main as bench
+
+        return bench(rest)
+    print(f"python -m ember: unknown command {command!r}\n\n{USAGE}{config.describe()}",
+          file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""`python -m ember bench`: every workload under every variant, then a table and a report.
+
+Parses the command line, runs the trials (harness.run_trials) with progress on the terminal,
+and hands the numbers to report.py. A failing variant or wrong answer is reported in its row
+and in the exit status; the run always goes on to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
+
+from ember.bench import machine, report, workloads
+from ember.bench.harness import TimingOptions, Trial, run_trials
+from ember.bench.variants import VARIANTS
+
+SEED_NAMES = ", ".join(w.name for w in workloads.WORKLOADS)
+TIMING = {
+    "full": TimingOptions(warmup=2, repeat=15, min_time=1.0, max_time=15.0),
+    "quick": TimingOptions(warmup=1, repeat=5, min_time=0.2, max_time=3.0),
+    "tiny": TimingOptions(warmup=1, repeat=3, min_time=0.02, max_time=0.5),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ember bench",
+        description="Time the seed workloads (or your own) eagerly, under torch.compile's "
+                    "Inductor and under ember: first call on cold caches, steady state, "
+                    "break-even; check answers against eager; write a report.")
+    parser.add_argument("targets", nargs="*", metavar="WORKLOAD",
+                        help="workloads to run besides --only: a seed name (S1, softmax, ...) "
+                             "or your code as file.py:builder, where builder() returns "
+                             "(fn or module, args)")
+    parser.add_argument("--quick", action="store_const", const="quick", dest="size",
+                        help="smaller shapes (about 1/16 of the elements), fewer repeats, one "
+                             "process per variant")
+    parser.add_argument("--size", choices=workloads.SIZES,
+                        help="shapes to run (default: full, the seed shapes)")
+    parser.set_defaults(size="full")  # one default for the two options that set it
+    parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
+                        help=f"run only these workloads ({SEED_NAMES})")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of {','.join(VARIANTS)}")
+    parser.add_argument("--out", type=Path, default=Path("ember-bench"),
+                        help="folder for report.md and results.json (default ./ember-bench)")
+    parser.add_argument("--process", choices=("trial", "variant"), default=None,
+                        help="a fresh process per workload and variant (every first call cold; "
+                             "default for full size) or one per variant (faster; default for "
+                             "--quick and tiny)")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="also time each compiled first call again in a fresh process "
+                             "with the caches the cold run filled")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip comparing compiled outputs with eager")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS for the measuring processes (default: as set, or "
+                             "all cores); 1 steadies timings on a machine busy with other work")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds one workload may take under one variant (default 600)")
+    return parser
+
+
+def selected(options: argparse.Namespace) -> list[workloads.Workload]:
+    names = [*options.only, *options.targets]
+    if not names:
+        return list(workloads.WORKLOADS)
+    chosen = []
+    for name in names:
+        workload = workloads.resolve(name)
+        if workload not in chosen:
+            chosen.append(workload)
+    return chosen
+
+
+class Progress:
+    """One line per step on the terminal, with the run's elapsed seconds; on a TTY the current
+    step's line also counts up its own seconds while a compile is running."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.live = stream.isatty()
+        self.start = time.monotonic()
+        self.step_start = self.start
+        self.variant = ""
+        self.current = ""
+
+    def stamp(self) -> str:
+        return f"[{time.monotonic() - self.start:6.1f}s]"
+
+    def __call__(self, workload: str | None, text: str) -> None:
+        if text:
+            if self.live and self.current:
+                self.stream.write("\r\033[K")
+            where = "" if workload in (None, "-") else f" {workload}"
+            self.current = f"{self.variant:<9}{where}: {text}"
+            self.step_start = time.monotonic()
+            # A finished workload's line stays; on a TTY the steps before it are overwritten.
+            done = text.startswith("done:")
+            self.stream.write(f"{self.stamp()} {self.current}"
+                              + ("\n" if done or not self.live else ""))
+            if done:
+                self.current = ""
+        elif self.live and self.current:
+            waited = time.monotonic() - self.step_start
+            self.stream.write(f"\r\033[K{self.stamp()} {self.current} ... {waited:.0f}s")
+        self.stream.flush()
+
+    def say(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def measure(chosen: list[workloads.Workload], variants: list[str], options: argparse.Namespace,
+            progress: Progress, scratch: Path) -> dict[tuple[str, str], Trial]:
+    """Every (workload, variant) Trial, in the order the process mode asks for."""
+    timing = TIMING[options.size]
+    names = [w.name for w in chosen]
+    trials: dict[tuple[str, str], Trial] = {}
+
+    def run(batch: list[str], variant: str) -> None:
+        progress.variant = variant
+        caches = scratch / variant
+        found = run_trials(batch, variant, size=options.size, timing=timing,
+                           check=variant != "eager" and not options.no_check,
+                           cache_root=caches, timeout=options.timeout, threads=options.threads,
+                           on_progress=progress)
+        if options.warm_cache and variant != "eager":
+            progress.variant = f"{variant} (warm cache)"
+            warm = run_trials(batch, variant, size=options.size, cache_root=caches,
+                              timeout=options.timeout, threads=options.threads,
+                              on_progress=progress)
+            for trial, again in zip(found, warm):
+                trial.first_call_warm_cache_s = again.first_call_s
+        for trial in found:
+            trials[trial.workload, variant] = trial
+
+    if options.process == "trial":
+        for name in names:
+            for variant in variants:
+                run([name], variant)
+    else:
+        for variant in variants:
+            run(names, variant)
+    return trials
+
+
+def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
+    options = parser().parse_args(argv)
+    stream = stream or sys.stdout
+    variants = [v.strip() for v in options.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        parser().error(f"unknown variant(s) {', '.join(unknown)}: choose from "
+                       f"{', '.join(VARIANTS)}")
+    try:
+        chosen = selected(options)
+    except ValueError as error:
+        parser().error(str(error))
+    if options.process is None:
+        options.process = "trial" if options.size == "full" else "variant"
+
+    started = time.monotonic()
+    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    about = machine.describe()
+    progress = Progress(stream)
+    progress.say(f"ember bench: {len(chosen)} workload(s) x {len(variants)} variant(s), size "
+                 f"{options.size}, one process per {options.process}; {about['cpu']}, "
+                 f"{about['usable_cores']} cores, torch {about['torch']}, load "
+                 f"{about['load_average_start']}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="ember-bench-") as scratch:
+            trials = measure(chosen, variants, options, progress, Path(scratch))
+    except KeyboardInterrupt:
+        progress.say("\ninterrupted: no report written")
+        return 130
+    about["load_average_end"] = machine.load_average()
+
+    results = [report.WorkloadResult(w.name, w.title, w.what,
+                                     {v: trials[w.name, v] for v in variants}) for w in chosen]
+    settings = {"timing": dataclasses.asdict(TIMING[options.size]), "process": options.process,
+                "check": not options.no_check, "warm_cache": options.warm_cache,
+                "timeout_s": options.timeout, "threads": options.threads}
+    command = "python -m ember bench " + shlex.join(argv if argv is not None else sys.argv[1:])
+    run = report.Run(date, command.strip(), options.size, variants, about, settings, results,
+                     time.monotonic() - started)
+    markdown, raw = report.write(run, options.out)
+    progress.say("\n" + report.terminal(run))
+    progress.say(f"\nreport: {markdown}\nraw numbers: {raw}")
+    return 0 if run.ok else 1

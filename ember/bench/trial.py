@@ -1,0 +1,221 @@
+"""A fresh interpreter's measurements: timed imports, then per workload (each with empty
+compiler caches) build, first call, steady state and check. harness.run_trials runs this file as
+a script; progress goes to stdout as `workload<TAB>text`, results to --result as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workloads", nargs="+", required=True)
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--size", default="full")
+    parser.add_argument("--cache-root", required=True, type=Path)
+    parser.add_argument("--result", required=True, type=Path)
+    parser.add_argument("--timing", type=json.loads, default=None,
+                        help="keyword arguments of harness.benchmark; absent: no steady state")
+    parser.add_argument("--check", action="store_true", help="compare outputs with eager")
+    return parser.parse_args(argv)
+
+
+class Reporter:
+    """Progress lines for the parent on the real stdout. Everything else written to stdout
+    (the user's prints, a compiler's chatter) goes to stderr, which the parent keeps as a log."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self.workload = "-"
+
+    def __call__(self, text: str) -> None:
+        self.stream.write(f"{self.workload}\t{text}\n")
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def cold_caches(root: Path, workload: str) -> Path:
+    """Point every compiler's disk cache at a folder of this workload's own: empty on a first
+    run, warm when a later run is given the same root."""
+    folder = root / re.sub(r"[^A-Za-z0-9_.-]", "_", workload)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(folder / "triton")
+    os.environ["EMBER_CACHE_DIR"] = str(folder / "ember")
+    return folder / "ember"
+
+
+def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
+            progress: Reporter) -> None:
+    import torch
+
+    from ember import config, logs
+    from ember.bench import variants, workloads
+
+    torch.compiler.reset()
+    fallbacks = _Collect()
+    logs.channel("fallbacks").addHandler(fallbacks)
+    compiles = variants.Compiles()
+    try:
+        with config.override(cache_dir=cold_caches(options.cache_root, name)):
+            result["stage"] = "build"
+            progress("building the workload")
+            workload = workloads.resolve(name)
+            start = time.perf_counter()
+            fn, args = workload.instantiate(options.size)
+            result["build_s"] = time.perf_counter() - start
+            result["description"] = workloads.describe(fn, args)
+            with torch.set_grad_enabled(workload.grad):
+                runnable, compiles = variants.prepare(options.variant, fn, workload)
+                outputs = run_measured(runnable, args, options, result, progress)
+            if options.check:
+                result["stage"] = "check"
+                progress("checking against eager")
+                reference, reference_args = workload.instantiate(options.size)
+                with torch.set_grad_enabled(workload.grad):
+                    expected = [_detached(reference(*reference_args)) for _ in outputs]
+                result["check"] = compare(outputs, expected, workload.tolerance)
+        result["graphs"], result["kernels"] = compiles.graphs, compiles.kernels
+        del result["stage"]
+    finally:
+        logs.channel("fallbacks").removeHandler(fallbacks)
+        ran_eagerly = [f"{compiles.eager_graphs} of {compiles.graphs} graphs ran eagerly"]
+        result["fallbacks"] = (ran_eagerly if compiles.eager_graphs else []) + fallbacks.messages
+
+
+def run_measured(runnable: Any, args: tuple[Any, ...], options: argparse.Namespace,
+                 result: dict[str, Any], progress: Reporter) -> list[Any]:
+    """The first and second calls, timed one by one, then the steady state; gives the first
+    two outputs (the first runs ember's checked wrapper, the second its fast one)."""
+    from ember.bench import harness
+
+    sync = harness.device_sync(runnable, *args)
+    outputs = []
+    for stage in ("first call", "second call"):
+        result["stage"] = stage
+        if stage == "first call":
+            progress("first call" + ("" if options.variant == "eager" else
+                                     " (capture + compile)"))
+        start = time.perf_counter()
+        output = runnable(*args)
+        sync()
+        result[stage.replace(" ", "_") + "_s"] = time.perf_counter() - start
+        outputs.append(_detached(output))
+    if options.timing is not None:
+        result["stage"] = "steady state"
+        progress("timing the steady state")
+        result["steady"] = harness.benchmark(runnable, *args, **options.timing).to_json()
+    return outputs
+
+
+def _detached(value: Any) -> Any:
+    """A copy that later calls cannot change (outputs may alias state the function updates)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, dict):
+        return [leaf for key in sorted(value, key=str) for leaf in _leaves(value[key])]
+    return [value]
+
+
+def compare(actual: Any, expected: Any, tolerance: dict[str, float]) -> dict[str, Any]:
+    """{"ok", "message", "max_abs_error"}: `actual` against eager's `expected`, leaf by leaf,
+    with torch.testing.assert_close at the workload's tolerance."""
+    import torch
+
+    got, want = _leaves(actual), _leaves(expected)
+    if len(got) != len(want):
+        return dict(ok=False, message=f"{len(got)} outputs, eager gives {len(want)}",
+                    max_abs_error=None)
+    worst = 0.0
+    for position, (a, e) in enumerate(zip(got, want)):
+        if not isinstance(e, torch.Tensor):
+            if a != e:
+                return dict(ok=False, message=f"output {position}: {a!r} != eager's {e!r}",
+                            max_abs_error=None)
+            continue
+        if isinstance(a, torch.Tensor) and a.shape == e.shape and e.numel():
+            if e.dtype.is_floating_point or e.dtype.is_complex:
+                difference = (a.double() - e.double()).abs().nan_to_num(nan=0.0)
+                worst = max(worst, float(difference.max()))
+        try:
+            torch.testing.assert_close(a, e, equal_nan=True, **tolerance)
+        except AssertionError as error:
+            lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+            return dict(ok=False, message=f"output {position}: " + " ".join(lines[:4]),
+                        max_abs_error=worst)
+    return dict(ok=True, message="matches eager", max_abs_error=worst)
+
+
+def _failure(error: BaseException, stage: str) -> str:
+    last = traceback.extract_tb(error.__traceback__)[-1]
+    return (f"{stage} failed: {type(error).__name__}: {error} "
+            f"({Path(last.filename).name}:{last.lineno})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    progress = Reporter()  # "-": the imports belong to no workload (nor to its time limit)
+    cold_caches(options.cache_root, options.workloads[0])  # before torch reads the variables
+    progress("importing torch")
+    start = time.perf_counter()
+    import torch
+    import torch._dynamo  # noqa: F401  (every compiled variant needs it: not its first call)
+    imports = {"import_torch_s": time.perf_counter() - start}
+    start = time.perf_counter()
+    import ember  # noqa: F401  (registers the backend)
+    imports["import_ember_s"] = time.perf_counter() - start
+    from ember.bench.harness import Trial
+
+    status = 0
+    with open(options.result, "a") as results:
+        for order, name in enumerate(options.workloads):
+            progress.workload = name
+            result: dict[str, Any] = dict(workload=name, variant=options.variant,
+                                          size=options.size, process_order=order)
+            if order == 0:
+                result.update(imports)
+            try:
+                measure(name, options, result, progress)
+            except Exception as error:
+                result["error"] = _failure(error, result.pop("stage", "setup"))
+                traceback.print_exc()
+                status = 1
+            result["threads"] = torch.get_num_threads()
+            results.write(json.dumps(result) + "\n")
+            results.flush()
+            progress("done: " + Trial.from_json(result).summary())
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

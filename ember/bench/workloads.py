@@ -1,0 +1,180 @@
+"""The benchmark workloads: each a builder returning (fn or module, args), at three sizes.
+
+`full` are the seed shapes of ../shared/ANCHORS.md, `quick` about 1/16 of the elements, `tiny`
+what tests can afford. `resolve` also accepts user code as `file.py:builder` or
+`package.module:builder`. Builders make tensors only; they never compile or time anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SIZES = ("full", "quick", "tiny")
+SEED = 0
+
+Builder = Callable[..., tuple[Callable[..., Any], tuple[Any, ...]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """`build(**sizes[size])` gives (fn, args). `grad` runs the calls with grad mode on
+    (training steps); `mode` is the torch.compile mode of the compiled variants."""
+
+    name: str
+    title: str
+    what: str
+    build: Builder
+    sizes: dict[str, dict[str, Any]]
+    tolerance: dict[str, float] = dataclasses.field(default_factory=dict)
+    grad: bool = False
+    mode: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name == self.title else f"{self.name} {self.title}"
+
+    def instantiate(self, size: str = "full") -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        """A fresh (fn, args), the same numbers every time (seeded): two instances can run
+        side by side, one eagerly and one compiled, even when the function mutates state."""
+        torch.manual_seed(SEED)
+        with torch.no_grad():
+            fn, args = self.build(**self.sizes[size])
+        return fn, tuple(args)
+
+
+def gelu_ish(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1 + torch.tanh(0.8 * (x + 0.04 * x**3)))
+
+
+def gelu_chain20(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(20):
+        x = F.gelu(x * 1.01 + 0.01)
+    return x
+
+
+def softmax_last(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def layer_norm_last(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(x, weight.shape, weight, bias)
+
+
+def build_elementwise(fn: Callable[..., Any]) -> Builder:
+    return lambda rows, cols: (fn, (torch.randn(rows, cols),))
+
+
+def build_layer_norm(rows: int, cols: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return layer_norm_last, (torch.randn(rows, cols), torch.randn(cols), torch.randn(cols))
+
+
+def build_mlp3(batch: int, width: int, hidden: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, hidden), torch.nn.SiLU(),
+        torch.nn.Linear(hidden, hidden), torch.nn.SiLU(),
+        torch.nn.Linear(hidden, width)).eval()
+    return model, (torch.randn(batch, width),)
+
+
+def _square(full: int, quick: int, tiny: int) -> dict[str, dict[str, Any]]:
+    return {"full": dict(rows=full, cols=full), "quick": dict(rows=quick, cols=quick),
+            "tiny": dict(rows=tiny, cols=tiny)}
+
+
+# The seed workloads of issue 2, in the order the report lists them. S3 (training step, grad=True),
+# S4 (deep thin, mode="reduce-overhead") and S6 (branchy) slot in here as more entries.
+WORKLOADS: tuple[Workload, ...] = (
+    Workload("S1", "gelu_ish", "0.5*x*(1+tanh(0.8*(x+0.04*x**3)))", build_elementwise(gelu_ish),
+             _square(4000, 1000, 64), dict(rtol=2e-5, atol=2e-5)),
+    Workload("S2", "gelu_chain20", "20x gelu(x*1.01+0.01), erf gelu",
+             build_elementwise(gelu_chain20), _square(4096, 1024, 64), dict(rtol=1e-4, atol=1e-4)),
+    Workload("softmax", "softmax", "softmax(x, dim=-1)", build_elementwise(softmax_last),
+             _square(4096, 1024, 64), dict(rtol=2e-5, atol=1e-6)),
+    Workload("layer_norm", "layer_norm", "layer_norm over the last dim, with weight and bias",
+             build_layer_norm, _square(4096, 1024, 64), dict(rtol=1e-4, atol=1e-4)),
+    Workload("S5", "mlp3_b16_fwd", "Linear width->hidden->hidden->width with SiLU between "
+             "(1024 and 4096 at full size), eval, no_grad",
+             build_mlp3, {"full": dict(batch=16, width=1024, hidden=4096),
+                          "quick": dict(batch=16, width=256, hidden=1024),
+                          "tiny": dict(batch=4, width=32, hidden=64)},
+             dict(rtol=1e-4, atol=1e-5)),
+)
+
+
+def find(name: str) -> Workload | None:
+    for workload in WORKLOADS:
+        if name.lower() in (workload.name.lower(), workload.title.lower()):
+            return workload
+    return None
+
+
+def resolve(spec: str) -> Workload:
+    """A workload by name (`S1`, `gelu_ish`, case-insensitive) or user code: `file.py:builder`
+    or `package.module:builder`, where `builder()` (or `builder(size=...)` when it takes a
+    `size` argument) returns (fn or module, args)."""
+    found = find(spec)
+    if found is not None:
+        return found
+    if ":" not in spec:
+        known = ", ".join(w.name for w in WORKLOADS)
+        raise ValueError(f"unknown workload {spec!r}: use one of {known}, or file.py:builder")
+    location, _, attribute = spec.rpartition(":")
+    builder = getattr(_load_module(location), attribute, None)
+    if not callable(builder):
+        raise ValueError(f"{location} has no function {attribute!r}")
+    takes_size = "size" in inspect.signature(builder).parameters
+    sizes = {size: ({"size": size} if takes_size else {}) for size in SIZES}
+    return Workload(spec, spec, f"{attribute}() from {location}", builder, sizes)
+
+
+def _load_module(location: str) -> Any:
+    if not location.endswith(".py"):
+        return importlib.import_module(location)
+    path = Path(location).resolve()
+    if not path.exists():
+        raise ValueError(f"no such file: {location}")
+    # Like running the file as a script: its own folder is importable.
+    sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(f"ember_bench_user_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def describe(fn: Any, args: tuple[Any, ...]) -> str:
+    """A short line on what is being run: `x 4000x4000 float32` or
+    `Sequential 25.2M params; x 16x1024 float32`."""
+    parts = []
+    if isinstance(fn, torch.nn.Module):
+        count = sum(p.numel() for p in fn.parameters())
+        parts.append(f"{type(fn).__name__} " + (f"{count / 1e6:.1f}M" if count >= 1e5 else
+                                                 f"{count:,}") + " params")
+        names = list(inspect.signature(fn.forward).parameters)
+    else:
+        try:
+            names = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            names = []
+    shown = []
+    for position, value in enumerate(args):
+        name = names[position] if position < len(names) else f"arg{position}"
+        if isinstance(value, torch.Tensor):
+            shape = "x".join(str(d) for d in value.shape) or "scalar"
+            dtype = str(value.dtype).removeprefix("torch.")
+            shown.append(f"{name} {shape} {dtype}")
+        else:
+            shown.append(f"{name} {type(value).__name__}")
+    if shown:
+        parts.append(", ".join(shown))
+    return "; ".join(parts)

@@ -1,0 +1,121 @@
+"""`python -m ember bench` end to end on tiny shapes (eager and ember only, to stay fast): the
+files it writes and what they say; a crashing or hanging workload; no C compiler."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ember.bench.harness import run_trials
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(*arguments, env=None):
+    return subprocess.run([sys.executable, "-m", "ember", "bench", *arguments], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_bench_writes_report_and_raw_numbers(tmp_path):
+    done = bench("--size", "tiny", "--only", "S1", "softmax", "--variants", "eager,ember",
+                 "--warm-cache", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["size"] == "tiny" and data["variants"] == ["eager", "ember"]
+    assert [w["name"] for w in data["workloads"]] == ["S1", "softmax"]
+    s1, softmax = data["workloads"]
+    assert s1["description"] == "x 64x64 float32"
+    for workload in (s1, softmax):
+        eager, ember = workload["trials"]["eager"], workload["trials"]["ember"]
+        assert eager["error"] is None and ember["error"] is None
+        assert ember["check"]["ok"] and ember["check"]["max_abs_error"] < 1e-4
+        assert ember["graphs"] == 1 and ember["fallbacks"] == []
+        assert 0 < ember["first_call_s"] < 60
+        steady = ember["steady"]
+        assert steady["calls"] == len(steady["samples_s"]) * steady["number"] >= 3
+        assert steady["q1_s"] <= steady["median_s"] <= steady["q3_s"]
+        summary = workload["summary"]
+        assert summary["ember_over_eager"] == pytest.approx(
+            steady["median_s"] / eager["steady"]["median_s"])
+        assert summary["status"] == {"eager": "ok", "ember": "ok"}
+    assert s1["trials"]["ember"]["kernels"] == 1
+    assert s1["trials"]["ember"]["first_call_warm_cache_s"] > 0
+    assert s1["trials"]["eager"]["first_call_warm_cache_s"] is None
+    assert s1["trials"]["eager"]["import_torch_s"] > 0          # the first in its process
+    assert softmax["trials"]["ember"]["process_order"] == 1     # tiny: one process per variant
+    markdown = (tmp_path / "report.md").read_text()
+    ratio = s1["summary"]["ember_over_eager"]
+    assert f"| S1 gelu_ish | {ratio_cell(s1, 'eager')} | {ratio_cell(s1, 'ember')} |" in markdown
+    assert f"{ratio:.2f}x" in markdown or f"{ratio:.3f}x" in markdown
+    assert f"- CPU: {data['machine']['cpu']}" in markdown
+    assert data["date"] in markdown
+    assert "steady state (median per call)" in done.stdout
+    assert "ember     S1: done: first call" in done.stdout
+
+
+def ratio_cell(workload, variant):
+    from ember.bench.harness import format_ms
+
+    return format_ms(workload["trials"][variant]["steady"]["median_s"])
+
+
+@pytest.mark.slow
+def test_a_crash_or_a_hang_costs_only_its_own_workload(tmp_path):
+    user = tmp_path / "user.py"
+    user.write_text(textwrap.dedent("""
+        import os, time, torch
+
+        def crash(x):
+            os._exit(7)
+
+        def crashing():
+            return crash, (torch.ones(2),)
+
+        def hanging():
+            time.sleep(120)
+    """))
+    trials = run_trials([f"{user}:hanging", f"{user}:crashing", "S1"], "eager", size="tiny",
+                        timeout=4)
+    assert trials[0].error.startswith("the measuring process ran past the time limit")
+    assert trials[1].error.startswith("the measuring process exited (7)")
+    assert trials[2].error is None and trials[2].first_call_s > 0
+
+
+def test_without_a_c_compiler_ember_runs_eagerly_and_says_so(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "EMBER_CC")}
+    env["PATH"] = str(empty)
+    done = bench("--size", "tiny", "--only", "S1", "--variants", "ember", "--out",
+                 str(tmp_path), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ember = json.loads((tmp_path / "results.json").read_text())["workloads"][0]["trials"]["ember"]
+    assert ember["check"]["ok"]
+    assert ember["fallbacks"][0] == "1 of 1 graphs ran eagerly"
+    assert "no C compiler found" in ember["fallbacks"][1]
+    assert "FALLBACK S1 gelu_ish ember: 1 of 1 graphs ran eagerly" in done.stdout
+    assert "C compiler: none found" in (tmp_path / "report.md").read_text()
+
+
+def test_options():
+    from ember.bench.cli import parser
+
+    assert parser().parse_args([]).size == "full"
+    assert parser().parse_args(["--quick"]).size == "quick"
+    assert parser().parse_args(["--size", "tiny"]).size == "tiny"
+    options = parser().parse_args(["--only", "S1", "S2", "--variants", "eager,ember"])
+    assert options.only == ["S1", "S2"] and options.variants == "eager,ember"
+
+
+def test_help_lists_commands_and_switches(capsys):
+    from ember.__main__ import main
+
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "bench" in out and "EMBER_CACHE_DIR" in out
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
