@@ -31,7 +31,7 @@ _labels = itertools.count()
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """torch.compile backend: compile `gm` for inputs like `example_inputs`."""
     if config.settings.disable:
-        return gm.forward
+        return EagerGraph(gm, "EMBER_DISABLE=1")
     if any(torch_internals.is_symbolic(x) for x in example_inputs):
         return ShapeSpecialized(gm)
     return compile_graph(gm, example_inputs)
@@ -50,25 +50,42 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     return None
 
 
+class EagerGraph:
+    """A graph ember runs eagerly, and why (what `backend` returns when it cannot compile)."""
+
+    kernel_count = 0
+    library_count = 0
+
+    def __init__(self, gm: torch.fx.GraphModule, reason: str):
+        self.forward = gm.forward
+        self.reason = reason
+
+    def __call__(self, *args: Any) -> Any:
+        return self.forward(*args)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     label = f"graph{next(_labels)}"
     reason = eager_reason(example_inputs)
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
-        return gm.forward
+        return EagerGraph(gm, reason)
     try:
         return compile_stages(gm, example_inputs, label)
     except Unsupported as error:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, error)
+        reason = str(error)
     except BuildError as error:
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
+        reason = str(error)
     except Exception as error:  # an ember bug must not stop the user's program
         logs.channel("fallbacks").warning(
             "%s runs eagerly after an internal error in ember (please report it): %s: %s",
             label, type(error).__name__, error)
         if "raise" in config.settings.logs:
             raise
-    return gm.forward
+        reason = f"internal error {type(error).__name__}: {error}"
+    return EagerGraph(gm, reason)
 
 
 def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],

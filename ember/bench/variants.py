@@ -35,7 +35,7 @@ def _inductor(fn: Callable[..., Any], workload: Workload,
 
 
 def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Callable[..., Any]:
-    from ember.backends import backend
+    from ember.backends import EagerGraph, backend
     from ember.runtime.compiled import CompiledGraph
 
     compiles.graphs = compiles.kernels = compiles.eager_graphs = 0
@@ -47,7 +47,7 @@ def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Ca
         compiles.graphs += 1
         if isinstance(result, CompiledGraph):
             compiles.kernels += result.kernel_count
-        elif getattr(result, "__self__", None) is gm:  # gm.forward: this graph runs eagerly
+        elif isinstance(result, EagerGraph):
             compiles.eager_graphs += 1
         return result
 
