@@ -59,8 +59,10 @@ def make_fake_mode() -> Any:
 
 def data_dependent_errors() -> tuple[type, ...]:
     """Exceptions fake tensors raise when a result depends on tensor data."""
-    from torch._subclasses.fake_tensor import (DataDependentOutputException,
-                                               DynamicOutputShapeException)
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+    )
 
     errors: list[type] = [DataDependentOutputException, DynamicOutputShapeException]
     try:

@@ -16,8 +16,7 @@ from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.sources import Source
-from ember.capture.values import (Const, DictValue, SequenceValue, SliceValue, TensorValue,
-                                  Value)
+from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
 
 
 class GraphBuilder:

@@ -20,11 +20,29 @@ from ember.capture import semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, ItemSource, Source
-from ember.capture.values import (NULL, BoundMethodValue, BuiltinValue, CellValue, Const,
-                                  DictValue, FunctionValue, GradModeValue, IteratorValue,
-                                  ModuleValue, NestedFunctionValue, ObjectValue, RangeValue,
-                                  SequenceValue, SetValue, SuperValue, TensorMethodValue,
-                                  TensorValue, TorchValue, Value, ValueMethodValue)
+from ember.capture.values import (
+    NULL,
+    BoundMethodValue,
+    BuiltinValue,
+    CellValue,
+    Const,
+    DictValue,
+    FunctionValue,
+    GradModeValue,
+    IteratorValue,
+    ModuleValue,
+    NestedFunctionValue,
+    ObjectValue,
+    RangeValue,
+    SequenceValue,
+    SetValue,
+    SuperValue,
+    TensorMethodValue,
+    TensorValue,
+    TorchValue,
+    Value,
+    ValueMethodValue,
+)
 
 if TYPE_CHECKING:
     from ember.capture.interpreter import Frame
@@ -250,7 +268,7 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
                 return Const(obj(*values, **{k: python_value(v) for k, v in kwargs.items()}))
         raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled function",
                           "create it outside and pass it in")
-    call = getattr(type(obj), "__call__", None)
+    call = type(obj).__dict__.get("__call__") or getattr(type(obj), "__call__", None)
     if isinstance(call, types.FunctionType):
         function = session.wrap(call, None, guard=False)
         return call_value(session, function, [callee, *args], kwargs, parent)
@@ -441,16 +459,17 @@ def _range(session: Session, *args: Value, **_: Any) -> Value:
 
 
 @rule(enumerate)
-def _enumerate(session: Session, iterable: Value, start: Value = Const(0), **_: Any) -> Value:
-    first = python_value(start)
+def _enumerate(session: Session, iterable: Value, start: Value | None = None,
+               **_: Any) -> Value:
+    first = python_value(start) if start is not None else 0
     return IteratorValue([SequenceValue([Const(first + i), item], tuple)
                           for i, item in enumerate(unpack(session, iterable))])
 
 
 @rule(zip)
-def _zip(session: Session, *iterables: Value, strict: Value = Const(False), **_: Any) -> Value:
+def _zip(session: Session, *iterables: Value, strict: Value | None = None, **_: Any) -> Value:
     columns = [unpack(session, it) for it in iterables]
-    if python_value(strict) and len({len(c) for c in columns}) > 1:
+    if strict is not None and python_value(strict) and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) of different lengths")
     return IteratorValue([SequenceValue(list(row), tuple) for row in zip(*columns)])
 
@@ -573,8 +592,8 @@ def _super(session: Session, *args: Value, frame: Frame | None = None, **_: Any)
 
 
 @rule(sum)
-def _sum(session: Session, iterable: Value, start: Value = Const(0), **_: Any) -> Value:
-    total = start
+def _sum(session: Session, iterable: Value, start: Value | None = None, **_: Any) -> Value:
+    total = start if start is not None else Const(0)
     for item in unpack(session, iterable):
         total = semantics.binary(session, "+", total, item)
     return total

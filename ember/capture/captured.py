@@ -21,9 +21,19 @@ from ember.capture.semantics import RealCell
 from ember.capture.session import Session
 from ember.capture.side_effects import Effect
 from ember.capture.sources import ClosureSource, LocalSource, Source
-from ember.capture.values import (BoundMethodValue, Const, DictValue, IteratorValue,
-                                  ObjectValue, RangeValue, SequenceValue, SetValue, SliceValue,
-                                  TensorValue, Value)
+from ember.capture.values import (
+    BoundMethodValue,
+    Const,
+    DictValue,
+    IteratorValue,
+    ObjectValue,
+    RangeValue,
+    SequenceValue,
+    SetValue,
+    SliceValue,
+    TensorValue,
+    Value,
+)
 
 
 @dataclasses.dataclass

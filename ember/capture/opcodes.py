@@ -12,9 +12,20 @@ import importlib
 from ember.capture import semantics
 from ember.capture.errors import Unsupported
 from ember.capture.interpreter import Frame, Return, handler
-from ember.capture.values import (NULL, BoundMethodValue, CellValue, Const, DictValue,
-                                  IteratorValue, NestedFunctionValue, SequenceValue, SetValue,
-                                  SliceValue, TensorValue, Value)
+from ember.capture.values import (
+    NULL,
+    BoundMethodValue,
+    CellValue,
+    Const,
+    DictValue,
+    IteratorValue,
+    NestedFunctionValue,
+    SequenceValue,
+    SetValue,
+    SliceValue,
+    TensorValue,
+    Value,
+)
 
 Instruction = dis.Instruction
 

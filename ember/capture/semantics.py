@@ -14,12 +14,30 @@ import torch
 
 from ember.capture.errors import Unsupported
 from ember.capture.sources import AttrSource, GlobalSource, ItemSource, Source
-from ember.capture.values import (NULL, BoundMethodValue, BuiltinValue, CellValue, Const,
-                                  DictValue, FunctionValue, GradModeValue, IteratorValue,
-                                  ModuleValue, NestedFunctionValue, ObjectValue,
-                                  PythonModuleValue, RangeValue, SequenceValue, SetValue,
-                                  SliceValue, TensorMethodValue, TensorValue, TorchValue, Value,
-                                  ValueMethodValue)
+from ember.capture.values import (
+    NULL,
+    BoundMethodValue,
+    BuiltinValue,
+    CellValue,
+    Const,
+    DictValue,
+    FunctionValue,
+    GradModeValue,
+    IteratorValue,
+    ModuleValue,
+    NestedFunctionValue,
+    ObjectValue,
+    PythonModuleValue,
+    RangeValue,
+    SequenceValue,
+    SetValue,
+    SliceValue,
+    TensorMethodValue,
+    TensorValue,
+    TorchValue,
+    Value,
+    ValueMethodValue,
+)
 
 if TYPE_CHECKING:
     from ember.capture.interpreter import Frame

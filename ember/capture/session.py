@@ -15,9 +15,20 @@ from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.side_effects import SideEffects
 from ember.capture.sources import Source
-from ember.capture.values import (BuiltinValue, Const, DictValue, FunctionValue, ModuleValue,
-                                  ObjectValue, PythonModuleValue, RangeValue, SequenceValue,
-                                  SliceValue, TorchValue, Value)
+from ember.capture.values import (
+    BuiltinValue,
+    Const,
+    DictValue,
+    FunctionValue,
+    ModuleValue,
+    ObjectValue,
+    PythonModuleValue,
+    RangeValue,
+    SequenceValue,
+    SliceValue,
+    TorchValue,
+    Value,
+)
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
             type(NotImplemented))
@@ -62,9 +73,9 @@ class Session:
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
 
     def globals_index(self, globals_dict: dict) -> int:
-        for index, known in enumerate(self.globals_dicts):
+        for position, known in enumerate(self.globals_dicts):
             if known is globals_dict:
-                return index
+                return position
         self.globals_dicts.append(globals_dict)
         return len(self.globals_dicts) - 1
 
