@@ -268,7 +268,8 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
                 return Const(obj(*values, **{k: python_value(v) for k, v in kwargs.items()}))
         raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled function",
                           "create it outside and pass it in")
-    call = type(obj).__dict__.get("__call__") or getattr(type(obj), "__call__", None)
+    call = next((klass.__dict__["__call__"] for klass in type(obj).__mro__
+                 if "__call__" in klass.__dict__), None)
     if isinstance(call, types.FunctionType):
         function = session.wrap(call, None, guard=False)
         return call_value(session, function, [callee, *args], kwargs, parent)

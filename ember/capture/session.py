@@ -83,13 +83,11 @@ class Session:
         """A source for an object with no path from the arguments: kept by the entry."""
         from ember.capture.sources import ConstantSource
 
-        for index, known in enumerate(self.constants):
+        for position, known in enumerate(self.constants):
             if known is value:
-                break
-        else:
-            self.constants.append(value)
-            index = len(self.constants) - 1
-        return ConstantSource(index)
+                return ConstantSource(position)
+        self.constants.append(value)
+        return ConstantSource(len(self.constants) - 1)
 
     # -- real objects -> tracked values ---------------------------------------------------
     def wrap(self, value: Any, source: Source | None, guard: bool = True) -> Value:
