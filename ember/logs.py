@@ -15,29 +15,22 @@ from ember import config
 
 CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "perf", "fallbacks")
 
-_handler = logging.StreamHandler(sys.stderr)
-_handler.setFormatter(logging.Formatter("[ember.%(channel)s] %(message)s"))
-
-
-class _ChannelFilter(logging.Filter):
-    def __init__(self, channel: str):
-        super().__init__()
-        self.channel = channel
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.channel = self.channel
-        return True
+# All channels hang under the "ember" logger, which prints to stderr and does not pass records
+# on to the root logger (an application's logging setup stays untouched).
+_root = logging.getLogger("ember")
+if not _root.handlers:
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    _root.addHandler(_handler)
+    _root.propagate = False
+    _root.setLevel(logging.DEBUG)
 
 
 def channel(name: str) -> logging.Logger:
+    """The logger of one channel: everything when EMBER_LOGS lists it, else warnings only."""
     assert name in CHANNELS, name
     logger = logging.getLogger(f"ember.{name}")
-    if not logger.handlers:
-        logger.addHandler(_handler)
-        logger.addFilter(_ChannelFilter(name))
-        logger.propagate = False
-    enabled = name in config.settings.logs or "all" in config.settings.logs
-    logger.setLevel(logging.DEBUG if enabled else logging.WARNING)
+    logger.setLevel(logging.DEBUG if enabled(name) else logging.WARNING)
     return logger
 
 

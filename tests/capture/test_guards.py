@@ -1,0 +1,208 @@
+"""Guard soundness: whatever changes between calls, the compiled function either recompiles
+(and says why) or stays correct — never a stale result."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from checks import same
+
+import ember
+from ember import config
+
+SCALE = 2.0
+
+
+def t(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+@pytest.fixture
+def recompiles(caplog):
+    """Recompile log lines (EMBER_LOGS=recompiles)."""
+    root = logging.getLogger("ember")
+    root.addHandler(caplog.handler)
+    try:
+        with config.override(logs=frozenset({"recompiles"})):
+            yield caplog
+    finally:
+        root.removeHandler(caplog.handler)
+
+
+def entries(compiled) -> int:
+    return len(compiled.entries)
+
+
+def test_changed_global_recompiles(recompiles):
+    global SCALE
+
+    def fn(x):
+        return x * SCALE
+
+    compiled = ember.compile(fn, backend="eager")
+    x = t(3)
+    SCALE = 2.0
+    same(compiled(x), x * 2.0)
+    SCALE = 3.0
+    same(compiled(x), x * 3.0)
+    assert entries(compiled) == 2
+    assert "G['SCALE'] changed 2.0 -> 3.0" in recompiles.text
+
+
+def test_shape_change_recompiles_and_says_which_dim(recompiles):
+    compiled = ember.compile(lambda x: x.sum(0) * x.shape[0], backend="eager")
+    for n in (4, 4, 8):
+        x = t(n, 3)
+        same(compiled(x), x.sum(0) * n)
+    assert entries(compiled) == 2
+    assert "L['x'].shape[0] changed 4 -> 8" in recompiles.text
+
+
+def test_dtype_change_recompiles():
+    compiled = ember.compile(lambda x: x * 2, backend="eager")
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        x = t(3, dtype=dtype)
+        same(compiled(x), x * 2)
+    assert entries(compiled) == 2
+
+
+def test_python_float_argument():
+    compiled = ember.compile(lambda x, s: x * s, backend="eager")
+    x = t(3)
+    for s in (2.0, 3.0, 2.0, 0.5):
+        same(compiled(x, s), x * s)
+    assert entries(compiled) == 3
+
+
+def test_int_versus_float_argument_of_equal_value():
+    compiled = ember.compile(lambda x, s: x * s, backend="eager")
+    x = torch.arange(3)
+    same(compiled(x, 2), x * 2)
+    same(compiled(x, 2.0), x * 2.0)  # a float promotes the result: must not reuse the int entry
+
+
+def test_module_attribute_change():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.factor = 1.0
+
+        def forward(self, x):
+            return x * self.factor
+
+    model = Scaled()
+    compiled = ember.compile(model, backend="eager")
+    x = t(3)
+    same(compiled(x), x)
+    model.factor = 4.0
+    same(compiled(x), x * 4.0)
+
+
+def test_train_eval_switch():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5),
+                                torch.nn.BatchNorm1d(4))
+    compiled = ember.compile(model)
+    x = t(8, 4)
+    with torch.no_grad():
+        model.eval()
+        same(compiled(x), model(x))
+        model.train()
+        torch.manual_seed(1)
+        got = compiled(x)
+        torch.manual_seed(1)
+        same(got, model(x))  # the same random draws, in eager's order
+        model.eval()
+        same(compiled(x), model(x))
+
+
+def test_grad_mode_is_guarded():
+    w = torch.randn(3, requires_grad=True)
+    compiled = ember.compile(lambda x: (x * w).sum())
+    x = t(3)
+    with torch.no_grad():
+        assert not compiled(x).requires_grad
+    result = compiled(x)
+    assert result.requires_grad
+    result.backward()
+    same(w.grad, x)
+
+
+def test_default_dtype_is_guarded():
+    compiled = ember.compile(lambda x: x + torch.ones(3), backend="eager")
+    x = t(3, dtype=torch.float64)
+    same(compiled(x), x + torch.ones(3))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        same(compiled(x), x + torch.ones(3))
+        assert compiled(x).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_requires_grad_change_recompiles():
+    compiled = ember.compile(lambda x: x * 2, backend="eager")
+    x = t(3)
+    assert not compiled(x).requires_grad
+    y = t(3).requires_grad_()
+    assert compiled(y).requires_grad
+
+
+def test_strides_are_guarded():
+    compiled = ember.compile(lambda x: x + 1)
+    x = t(4, 5)
+    same(compiled(x), x + 1)
+    same(compiled(x.t()), x.t() + 1)
+    same(compiled(x[:, ::2].contiguous()[:, :2].t().contiguous().t()), x[:, ::2][:, :2] + 1)
+    assert entries(compiled) >= 2
+
+
+def test_list_length_and_contents_are_guarded():
+    compiled = ember.compile(lambda x, ks: x * sum(ks), backend="eager")
+    x = t(3)
+    same(compiled(x, [1, 2]), x * 3)
+    same(compiled(x, [1, 2, 3]), x * 6)
+    same(compiled(x, [5, 2]), x * 7)
+
+
+def test_replaced_parameter_object_is_seen():
+    model = torch.nn.Linear(3, 3)
+    compiled = ember.compile(model, backend="eager")
+    x = t(2, 3)
+    with torch.no_grad():
+        same(compiled(x), model(x))
+        model.weight = torch.nn.Parameter(torch.ones(3, 3))
+        same(compiled(x), model(x))
+        model.weight.mul_(2)  # in place: same object, new values
+        same(compiled(x), model(x))
+
+
+def test_recompile_limit_falls_back_to_eager_with_one_warning(recompiles):
+    compiled = ember.compile(lambda x, n: x * n, backend="eager")
+    x = t(2)
+    with config.override(recompile_limit=3):
+        for n in range(6):
+            same(compiled(x, n), x * n)
+    assert entries(compiled) == 3
+    assert compiled.given_up
+    warnings = [r for r in recompiles.records if "recompiled 3 times" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_reset_forgets_everything():
+    compiled = ember.compile(lambda x: x + 1, backend="eager")
+    compiled(t(2))
+    assert entries(compiled) == 1
+    ember.reset()
+    assert entries(compiled) == 0
+    same(compiled(t(2)), t(2) + 1)
+
+
+def test_guard_source_is_readable():
+    compiled = ember.compile(lambda x, k=2: x * k, backend="eager")
+    compiled(t(3))
+    text = compiled.entries[0].guard_source
+    assert "L['x']" in text and "L['k']" in text and "def guard(L):" in text

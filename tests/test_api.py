@@ -1,0 +1,129 @@
+"""ember.compile as users call it: decorator, methods, modules, backends."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from checks import same
+
+import ember
+from ember.runtime.compiled import CompiledGraph
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_decorator_forms():
+    @ember.compile
+    def plain(x):
+        return x * 2
+
+    @ember.compile(fullgraph=True, backend="eager")
+    def configured(x):
+        return x + 1
+
+    same(plain(t(3)), t(3) * 2)
+    same(configured(t(3)), t(3) + 1)
+    assert configured.__name__ == "configured"
+
+
+def test_bound_method_and_method_decorator():
+    class Scaler:
+        def __init__(self, k):
+            self.k = k
+
+        def apply(self, x):
+            return x * self.k
+
+        @ember.compile(backend="eager")
+        def decorated(self, x):
+            return x + self.k
+
+    scaler = Scaler(3)
+    same(ember.compile(scaler.apply, backend="eager")(t(2)), t(2) * 3)
+    same(scaler.decorated(t(2)), t(2) + 3)
+    same(Scaler(5).decorated(t(2)), t(2) + 5)
+
+
+def test_module_wrapper_keeps_the_module_state():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    compiled = ember.compile(model)
+    assert isinstance(compiled, torch.nn.Module)
+    model.note = "kept"
+    assert compiled.note == "kept"  # attributes reach the original module
+    assert set(compiled.state_dict()) == {f"_orig_mod.{k}" for k in model.state_dict()}
+    with torch.no_grad():
+        same(compiled(t(3, 4)), model(t(3, 4)))
+        compiled.eval()
+        assert not model.training
+        same(compiled(t(3, 4)), model(t(3, 4)))
+
+
+def test_module_keyword_arguments():
+    class Mixer(torch.nn.Module):
+        def forward(self, x, *, scale=1.0, bias=None):
+            y = x * scale
+            return y if bias is None else y + bias
+
+    compiled = ember.compile(Mixer(), backend="eager")
+    same(compiled(t(3)), t(3))
+    same(compiled(t(3), scale=2.0, bias=t(3, seed=1)), t(3) * 2 + t(3, seed=1))
+
+
+def test_module_with_hooks_runs_eagerly_with_hooks():
+    model = torch.nn.Linear(3, 3)
+    seen = []
+    model.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    compiled = ember.compile(model)
+    with torch.no_grad():
+        same(compiled(t(2, 3)), model(t(2, 3)))
+    assert len(seen) == 2
+
+
+def test_ember_backend_end_to_end_compiles_kernels():
+    def block(x, w, b):
+        return F.layer_norm(F.gelu(x @ w + b), (w.shape[1],))
+
+    graphs = []
+
+    def recording(gm, example_inputs):
+        result = ember.backend(gm, example_inputs)
+        graphs.append(result)
+        return result
+
+    compiled = ember.compile(block, backend=recording, fullgraph=True)
+    args = (t(8, 16), t(16, 32, seed=1), t(32, seed=2))
+    with torch.no_grad():
+        for _ in range(2):
+            same(compiled(*args), block(*args))
+    assert len(graphs) == 1 and isinstance(graphs[0], CompiledGraph)
+    assert graphs[0].kernel_count <= 2 and graphs[0].library_count == 1
+
+
+def test_same_answers_through_each_backend():
+    def fn(x):
+        return torch.softmax(x * 2, dim=-1) + x.mean()
+
+    x = t(16, 16)
+    for backend in ("eager", "ember"):
+        same(ember.compile(fn, backend=backend)(x), fn(x))
+
+
+def test_disable_switch_runs_eagerly():
+    calls = []
+
+    def fn(x):
+        calls.append(1)
+        return x + 1
+
+    compiled = ember.compile(fn, backend="eager")
+    with ember.config.override(disable=True):
+        same(compiled(t(2)), t(2) + 1)
+    assert compiled.entries == [] and len(calls) == 1
+
+
+def test_torch_compile_backend_name():
+    fn = torch.compile(lambda x: torch.tanh(x) * 2, backend="ember")
+    same(fn(t(5)), torch.tanh(t(5)) * 2)
