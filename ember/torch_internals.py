@@ -27,6 +27,17 @@ def overload_name(func: OpOverload) -> str:
     return func._overloadname
 
 
+def elementwise_strides(tensors: list[torch.Tensor], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides eager's TensorIterator gives the result of a pointwise op whose tensor
+    operands are `tensors` (in argument order), broadcast to `shape`."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    operands = [t.expand(shape) for t in tensors if t.ndim]
+    if not operands:
+        return tuple(torch.empty(shape, device="meta").stride())
+    return tuple(compute_elementwise_output_strides(*operands))
+
+
 def is_symbolic(value: Any) -> bool:
     """A SymInt/SymFloat/SymBool, or a tensor whose shape or strides are symbolic."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):

@@ -41,8 +41,9 @@ static inline float ember_maximumf(float a, float b) { return (a != a || a > b) 
 static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
 static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
 static inline double ember_minimum(double a, double b) { return (a != a || a < b) ? a : b; }
-static inline float ember_signf(float a) { return a != a ? a : (float)((a > 0) - (a < 0)); }
-static inline double ember_sign(double a) { return a != a ? a : (double)((a > 0) - (a < 0)); }
+/* torch.sign: NaN and -0.0 give +0.0 */
+static inline float ember_signf(float a) { return (float)((a > 0) - (a < 0)); }
+static inline double ember_sign(double a) { return (double)((a > 0) - (a < 0)); }
 /* Python-style remainder and floor division, as torch computes them for floats */
 static inline float ember_remainderf(float a, float b) {
     float m = fmodf(a, b);

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from ember import torch_internals
 from ember.ir.graph import Node
@@ -101,7 +102,9 @@ def _as_strided_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, An
 
 
 def functional_variant(func: Any) -> Any | None:
-    """aten.add_.Tensor → aten.add.Tensor; aten.add.out → aten.add.Tensor; else None."""
+    """aten.add_.Tensor → aten.add.Tensor; aten.add.out → aten.add.Tensor;
+    aten.rrelu_with_noise → aten.rrelu_with_noise_functional (see `returns_written_last`);
+    else None."""
     schema = torch_internals.schema_of(func)
     name = schema.name.split("::")[-1]
     namespace = getattr(torch.ops, schema.name.split("::")[0])
@@ -114,6 +117,9 @@ def functional_variant(func: Any) -> Any | None:
     out_names = {a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None
                  and a.alias_info.is_write}
     if not out_names:
+        packet = getattr(namespace, f"{name}_functional", None)
+        if packet is not None and overload in packet.overloads():
+            return getattr(packet, overload)
         return None
     wanted = [a.name for a in schema.arguments if a.name not in out_names]
     packet = getattr(namespace, name)
@@ -127,8 +133,15 @@ def functional_variant(func: Any) -> Any | None:
     return None
 
 
+def returns_written_last(functional: Any) -> bool:
+    """A `<op>_functional` variant returns the op's own results first, then the new values of
+    the tensors the op writes (where `add` returns only the new value of what `add_` writes)."""
+    return torch_internals.schema_of(functional).name.endswith("_functional")
+
+
 class CloneAndCall:
-    """Run an in-place op on clones of the tensors it writes; return the clones.
+    """Run an in-place op on clones of the tensors it writes; return the clones, then the
+    tensors the op returns that are none of them (the op's own results).
 
     The generic functional form of an op that has no functional variant.
     """
@@ -149,5 +162,7 @@ class CloneAndCall:
             else:
                 kwargs[name] = kwargs[name].clone()
                 clones.append(kwargs[name])
-        self.func(*args, **kwargs)
-        return tuple(clones)
+        result = self.func(*args, **kwargs)
+        fresh = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)
+                 and not any(t is clone for clone in clones)]
+        return (*clones, *fresh)

@@ -24,10 +24,20 @@ from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
-from ember.lower.mutation import CloneAndCall, functional_variant, scatter_through
+from ember.lower.mutation import (
+    CloneAndCall,
+    functional_variant,
+    returns_written_last,
+    scatter_through,
+)
 from ember.lower.registry import Decline, Unsupported, find_rule
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
+
+# Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
+# kernels follow the input's layout.
+ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
+                               torch.ops.aten.rrelu_with_noise.default})
 
 
 @dataclasses.dataclass(eq=False)
@@ -181,12 +191,38 @@ class Tracer(torch_internals.TorchDispatchMode):
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
             if before != after:
                 raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+            if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
+                out = self._eager_layout(func, args, kwargs, out)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
         elif any(r.alias_info is not None for r in schema.returns):
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
+            out = self._eager_layout(func, args, kwargs, out)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    @staticmethod
+    def _eager_layout(func, args, kwargs, out) -> Any:
+        """`out`, with the strides eager's CPU kernel gives it where the meta kernel differs.
+
+        NOTE: some pointwise ops (copysign, xlogy, logical_and, ...) get their meta kernel from
+        a Python decomposition whose operand order differs from the aten op's, so their meta
+        strides are not eager's; TensorIterator's rule over the op's own operands is.
+        """
+        if func in ROW_MAJOR_RESULTS:
+            return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
+                            if isinstance(t, torch.Tensor) else t, out)
+        if torch.Tag.pointwise not in func.tags or not isinstance(out, torch.Tensor) \
+                or out.numel() == 0 or out.ndim < 2:
+            return out
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        try:
+            strides = torch_internals.elementwise_strides(tensors, tuple(out.shape))
+        except RuntimeError:  # operands that do not broadcast to the result: keep meta's
+            return out
+        if strides == tuple(out.stride()):
+            return out
+        return torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device="meta")
 
     def _meta_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
@@ -300,6 +336,10 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- mutation -------------------------------------------------------------------------
     def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:
         targets = self._written_tensors(written, args, kwargs)
+        # tensors the op returns besides those it writes (rrelu_with_noise writes `noise` and
+        # returns a new tensor)
+        fresh = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                 and not any(t is target for target in targets)]
         out_names = {argument.name for _, argument in written if argument.kwarg_only}
         functional = functional_variant(func)
         if functional is not None:
@@ -310,19 +350,24 @@ class Tracer(torch_internals.TorchDispatchMode):
             except Exception as error:
                 raise Unsupported(f"{functional} cannot run on meta tensors: {error}") from error
             values = tree_flatten(self._lower(functional, args, f_kwargs, f_template, f_out))[0]
-            values = values[:len(targets)]
+            if returns_written_last(functional):
+                results, values = values[:len(fresh)], values[len(fresh):]
+            else:
+                results, values = [], values[:len(targets)]
         else:
             names = [argument.name for _, argument in written]
             positions = [position for position, _ in written]
             wrapper = CloneAndCall(func, positions, names)
-            clones = tuple(t.clone() for t in targets)  # meta stand-ins for the results
-            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs, clones))[0]
+            stand_ins = (*(t.clone() for t in targets), *fresh)  # meta stand-ins for results
+            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs,
+                                              stand_ins))[0]
+            results, values = values[len(targets):], values[:len(targets)]
         for target, value in zip(targets, values):
             self.assign(target, value)
-        # An in-place op returns its target; anything else it returns is tracked too.
-        for meta in tree_flatten(out)[0]:
-            if isinstance(meta, torch.Tensor) and id(meta) not in self.states:
-                raise Unsupported(f"{func} returns a tensor that is not one it wrote")
+        if len(results) != len(fresh):
+            raise Unsupported(f"{func} returns tensors ember cannot match to its results")
+        for meta, node in zip(fresh, results):
+            self.bind(meta, node)
 
     # -- results --------------------------------------------------------------------------
     def finish(self, out: Any) -> tuple[list[OutputSpec], Any]:

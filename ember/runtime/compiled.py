@@ -35,6 +35,11 @@ class CompiledGraph:
         self.tensor_positions = tensor_positions
         self._run = self._first_call
 
+    @property
+    def runs_eagerly(self) -> bool:
+        """True once a layout check failed and the graph gave up on its compiled form."""
+        return self._run is None
+
     def _first_call(self, tensors: Any) -> Any:
         try:
             result = self.checked(tensors)

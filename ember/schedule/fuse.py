@@ -102,8 +102,28 @@ class Scheduler:
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
+        base_geometry = self._expected_geometry(base)
+        if base_geometry is None or view_geometry(node, base, base_geometry) is None:
+            return  # not a strided view (a flip, a reshape that copies): computed into a buffer
         self.realized.add(base)
         self.aliases[node] = base
+
+    def _expected_geometry(self, node: Node) -> tuple | None:
+        """Shape, strides and offset the buffer of realized `node` will have (see
+        assign_buffers), or None when unknown."""
+        if node in self.aliases:
+            base = self.aliases[node]
+            base_geometry = self._expected_geometry(base)
+            return None if base_geometry is None else view_geometry(node, base, base_geometry)
+        if node.op is Op.INPUT:
+            return node.shape, node.strides or row_major(node.shape), 0
+        if node in self.graph.outputs:
+            position = self.graph.outputs.index(node)
+            return node.shape, tuple(self.graph.output_strides[position]), 0
+        if node.op in (Op.LIBRARY, Op.ITEM):
+            shape, _dtype, strides = self.library_result(node)
+            return tuple(shape), tuple(strides), 0
+        return node.shape, row_major(node.shape), 0
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         base = self._chain_base(node)

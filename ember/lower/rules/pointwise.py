@@ -9,7 +9,7 @@ import torch
 from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
-from ember.lower.builder import Builder
+from ember.lower.builder import Builder, normalize_dim
 from ember.lower.registry import Decline, aten, lowering
 
 # aten ops that are one float-valued IR op (integer inputs compute in the default float dtype).
@@ -217,11 +217,26 @@ def _fmod(b: Builder, x, other) -> Node:
     return b.elementwise(Op.FMOD, x, other)
 
 
+def _integer_power(b: Builder, x: Node, exponent: int) -> Node:
+    """x ** exponent by repeated squaring: exact, and wrapping on overflow as eager's does."""
+    result = b.full(1, x.dtype, x.shape)
+    square = x
+    while exponent:
+        if exponent & 1:
+            result = square if result.op is Op.FULL else b.mul(result, square)
+        exponent >>= 1
+        if exponent:
+            square = b.mul(square, square)
+    return result
+
+
 @lowering(aten.pow.Tensor_Scalar)
 def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
     dtype = b.compute_dtype(x, exponent)
     if not dtypes.is_float(dtype):
-        raise Decline("integer power")
+        if isinstance(exponent, bool) or not isinstance(exponent, int) or exponent < 0:
+            raise Decline("integer power with a negative exponent (eager raises)")
+        return _integer_power(b, b.cast(x, dtype), exponent)
     x = b.cast(x, dtype)
     if exponent == 1:
         return x
@@ -229,9 +244,10 @@ def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
         return b.mul(x, x)
     if exponent == 3:
         return b.mul(b.mul(x, x), x)
-    if exponent == 0.5:
+    # NOTE: eager computes float16 powers with pow() itself, which differs from sqrt at -inf
+    if exponent == 0.5 and dtype is not torch.float16:
         return b.unary(Op.SQRT, x)
-    if exponent == -0.5:
+    if exponent == -0.5 and dtype is not torch.float16:
         return b.unary(Op.RSQRT, x)
     if exponent == -1:
         return b.unary(Op.RECIPROCAL, x)
@@ -384,17 +400,27 @@ def _relu(b: Builder, x: Node) -> Node:
 
 @lowering(aten.hardtanh)
 def _hardtanh(b: Builder, x: Node, min_val=-1.0, max_val=1.0) -> Node:
-    return _clamp(b, x, min_val, max_val)
+    # unlike clamp, the result keeps x's dtype: the bounds convert to it (integers truncate)
+    return _clamp(b, x, b.full(min_val, x.dtype), b.full(max_val, x.dtype))
 
 
 @lowering(aten.relu6)
 def _relu6(b: Builder, x: Node) -> Node:
-    return _clamp(b, x, 0, 6)
+    return _hardtanh(b, x, 0, 6)
 
 
 @lowering(aten.leaky_relu)
 def _leaky_relu(b: Builder, x: Node, negative_slope=0.01) -> Node:
     return b.where(b.compare(Op.GT, x, 0), x, b.mul(x, negative_slope))
+
+
+@lowering(aten.rrelu_with_noise_functional)
+def _rrelu_eval(b: Builder, x: Node, noise: Node, lower=0.125, upper=1.0 / 3.0,
+                training: bool = False, generator=None) -> tuple[Node, Node]:
+    if training:
+        raise Decline("rrelu in training draws random slopes")
+    # in eval, a leaky relu with the mean slope; `noise` is left as it was
+    return _leaky_relu(b, x, (lower + upper) / 2), noise
 
 
 @lowering(aten.elu)
@@ -439,6 +465,39 @@ def _softplus(b: Builder, x: Node, beta=1.0, threshold=20.0) -> Node:
     if beta != 1:
         soft = b.div(soft, beta)
     return b.where(b.compare(Op.GT, scaled, threshold), x, soft)
+
+
+@lowering(aten.log_sigmoid_forward)
+def _log_sigmoid_forward(b: Builder, x: Node) -> tuple[Node, Node]:
+    # eager's CPU kernel also returns exp(-|x|) (its backward's buffer)
+    buffer = b.unary(Op.EXP, b.unary(Op.NEG, b.unary(Op.ABS, x)))
+    return b.sub(b.minimum(x, 0.0), b.unary(Op.LOG1P, buffer)), buffer
+
+
+@lowering(aten.hardshrink)
+def _hardshrink(b: Builder, x: Node, lambd=0.5) -> Node:
+    inside = b.binary(Op.BITWISE_AND, b.compare(Op.GE, x, -lambd), b.compare(Op.LE, x, lambd))
+    return b.where(inside, b.full(0, x.dtype), x)
+
+
+@lowering(aten.softshrink)
+def _softshrink(b: Builder, x: Node, lambd=0.5) -> Node:
+    # x * 0 in the middle, as eager: it keeps NaN and the sign of zero
+    middle = b.where(b.compare(Op.LT, x, -lambd), b.add(x, lambd), b.mul(x, 0))
+    return b.where(b.compare(Op.GT, x, lambd), b.sub(x, lambd), middle)
+
+
+@lowering(aten.glu)
+def _glu(b: Builder, x: Node, dim: int = -1) -> Node:
+    dim = normalize_dim(dim, x.ndim)
+    half = x.shape[dim] // 2
+    first, second = b.slice(x, dim, 0, half), b.slice(x, dim, half, 2 * half)
+    return b.mul(first, b.unary(Op.SIGMOID, second))
+
+
+@lowering(aten._prelu_kernel)
+def _prelu(b: Builder, x: Node, weight: Node) -> Node:
+    return b.where(b.compare(Op.GT, x, 0), x, b.mul(weight, x))
 
 
 @lowering(aten.hardsigmoid)
