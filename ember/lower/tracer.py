@@ -174,7 +174,11 @@ class Tracer(torch_internals.TorchDispatchMode):
         template_kwargs = dict(kwargs)
         if "device" in kwargs:
             device = torch.device(kwargs["device"]) if kwargs["device"] is not None else None
-            if device is not None and device.type != "meta" and device != self.graph.device:
+            if device is not None and device.type == "meta":
+                # an op called on our meta tensors from inside another (x.to(dtype) in
+                # softmax(x, dtype=...)) names their device: the graph's device at run time
+                template_kwargs["device"] = self.graph.device
+            elif device is not None and device != self.graph.device:
                 raise Unsupported(f"{func} creates a tensor on {device}, the graph is on "
                                   f"{self.graph.device}")
             kwargs["device"] = "meta"
@@ -251,7 +255,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         rule = find_rule(func)
         if rule is not None and supported:
             try:
-                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+                # rules see the device the op runs on, not the meta device of the tracing
+                rule_kwargs = {key: (template_kwargs[key] if key == "device" else value)
+                               for key, value in kwargs.items()}
+                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(rule_kwargs))
                 if self._matches(result, out):
                     return result
                 raise Decline(f"rule result disagrees with eager's {self._describe(out)}")

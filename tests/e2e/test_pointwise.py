@@ -438,3 +438,13 @@ def test_reduced_float_chain_rounds_like_eager():
     x = make(64, dtype=torch.float16, special=True)
     check(lambda x: ((x * 3.3 + 1.1) * 0.7, (x.float() * 3.3).half() + 1,
                      x.bfloat16() * 1.01 - 0.3), x)
+
+
+def test_broadcasting_chain_is_one_kernel():
+    # row and column vectors, a 0-d tensor and scalars broadcast into one fused loop
+    def chain(x, row, column, scale):
+        y = torch.sigmoid(x * row + column) * scale
+        return torch.where(y > 0.5, y.exp(), -y) + torch.tanh(row) / 3
+
+    check(chain, make(64, 48), make(48, seed=1), make(64, 1, seed=2), torch.tensor(1.5),
+          kernels=1, library=0)

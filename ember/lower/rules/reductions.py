@@ -190,8 +190,9 @@ def _std_mean(b: Builder, x: Node, dim=None, *, correction=None, keepdim=False):
 def _logsumexp(b: Builder, x: Node, dim, keepdim: bool = False) -> Node:
     if not dtypes.is_float(x.dtype):
         x = b.cast(x, torch.get_default_dtype())
-    if x.numel == 0:
-        raise Decline("logsumexp of an empty tensor")
+    if _count(x, dim) == 0:  # the log of an empty sum
+        shape = b.reduce(Op.SUM, x, dim, keepdim).shape
+        return b.full(-math.inf, x.dtype, shape)
     peak = b.reduce(Op.MAX, x, dim, True)
     peak = b.where(b.unary(Op.ISINF, peak), b.full(0.0, x.dtype), peak)
     total = b.reduce(Op.SUM, b.unary(Op.EXP, b.sub(x, peak)), dim, True)
