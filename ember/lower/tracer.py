@@ -219,6 +219,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         if torch.Tag.pointwise not in func.tags or not isinstance(out, torch.Tensor) \
                 or out.numel() == 0 or out.ndim < 2:
             return out
+        if any(a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
+            return out  # clone: the layout is asked for, not TensorIterator's
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         try:
             strides = torch_internals.elementwise_strides(tensors, tuple(out.shape))
