@@ -200,6 +200,15 @@ def test_float_division_modes(dtype):
     check(apply_all(DIVISIONS, 2), a, b, library=0)
 
 
+@pytest.mark.parametrize("dtype", (torch.int32, torch.int64, torch.uint8, torch.int8), ids=str)
+def test_integer_division_by_constants(dtype):
+    a = make(7, 8, dtype=dtype, low=-100, high=100, seed=1)
+    check(lambda a: {"rem": a % 3, "rem_neg": a % -7, "floordiv": a // 4, "floordiv_neg": a // -3,
+                     "trunc": torch.div(a, -5, rounding_mode="trunc"),
+                     "floor": torch.div(a, 2, rounding_mode="floor"), "fmod": torch.fmod(a, 3),
+                     "fmod_neg": torch.fmod(a, -4), "wrapped": a % 300}, a, library=0)
+
+
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64, torch.uint8), ids=str)
 def test_integer_division_modes_run_as_library_calls(dtype):
     # integer division by zero must raise as in eager, so these stay library calls; mixed

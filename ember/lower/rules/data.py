@@ -169,6 +169,18 @@ def _flip(b: Builder, x: Node, dims: Sequence[int]) -> Node:
     return b.graph.add(Op.FLIP, (x,), dims=dims)
 
 
+@lowering(aten.rot90)
+def _rot90(b: Builder, x: Node, k: int = 1, dims: Sequence[int] = (0, 1)) -> Node:
+    first, second = (normalize_dim(d, x.ndim) for d in dims)
+    turns = k % 4
+    if turns == 0:
+        return x
+    if turns == 2:
+        return _flip(b, x, [first, second])
+    flipped = _flip(b, x, [second if turns == 1 else first])
+    return b.transpose(flipped, first, second)
+
+
 @lowering(aten.roll)
 def _roll(b: Builder, x: Node, shifts: Sequence[int], dims: Sequence[int] = ()) -> Node:
     if not dims:
@@ -199,9 +211,8 @@ def _repeat(b: Builder, x: Node, repeats: Sequence[int]) -> Node:
 # -- indexing -----------------------------------------------------------------------------
 @lowering(aten.index_select)
 def _index_select(b: Builder, x: Node, dim: int, index: Node) -> Node:
-    if x.ndim == 0:
-        return b.take(b.reshape(x, (1,)), b.reshape(index, (index.numel,)), 0) \
-            if index.ndim else b.take(b.reshape(x, (1,)), index, 0)
+    if x.ndim == 0:  # a 0-d tensor stays 0-d (its one-element index must hold 0)
+        return b.reshape(b.take(b.reshape(x, (1,)), b.reshape(index, (index.numel,)), 0), ())
     return b.take(x, b.reshape(index, (index.numel,)) if index.ndim else index, dim)
 
 

@@ -9,7 +9,7 @@ import torch
 from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
-from ember.lower.builder import Builder, normalize_dim
+from ember.lower.builder import Builder, normalize_dim, wrap_integer
 from ember.lower.registry import Decline, aten, lowering
 
 # aten ops that are one float-valued IR op (integer inputs compute in the default float dtype).
@@ -176,8 +176,23 @@ def _mul(b: Builder, x, other) -> Node:
     return b.mul(x, other)
 
 
-def _is_integral_division(b: Builder, x, other) -> bool:
-    return not dtypes.is_float(b.compute_dtype(x, other))
+def _integer_divisor(b: Builder, x, other) -> torch.dtype | None:
+    """The integer dtype of an integer division whose divisor is a safe constant, or None for a
+    float division. Declines a tensor divisor (it may hold a zero, which must raise as in eager)
+    and 0 or -1 (the minimum integer divided by -1 overflows in C)."""
+    dtype = b.compute_dtype(x, other)
+    if dtypes.is_float(dtype):
+        return None
+    if isinstance(other, Node):
+        raise Decline("integer division by a tensor (a zero in it must raise as in eager)")
+    divisor = wrap_integer(int(other), dtype)
+    if divisor == 0 or (divisor == -1 and dtype.is_signed):
+        raise Decline(f"integer division by {divisor}")
+    return dtype
+
+
+def _integer_division(b: Builder, op: Op, x, other, dtype: torch.dtype) -> Node:
+    return b.binary(op, b.operand(x, dtype), b.full(other, dtype))
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar)
@@ -189,31 +204,35 @@ def _div(b: Builder, x, other) -> Node:
 def _div_mode(b: Builder, x, other, *, rounding_mode=None) -> Node:
     if rounding_mode is None:
         return b.div(x, other)
-    if _is_integral_division(b, x, other):
-        raise Decline("integer division (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
     if rounding_mode == "trunc":
+        if dtype is not None:  # Op.DIV truncates integers
+            return _integer_division(b, Op.DIV, x, other, dtype)
         return b.unary(Op.TRUNC, b.div(x, other))
-    return b.elementwise(Op.FLOORDIV, x, other)
+    return _floor_divide(b, x, other)
 
 
 @lowering(aten.floor_divide)
 def _floor_divide(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer division (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.FLOORDIV, x, other, dtype)
     return b.elementwise(Op.FLOORDIV, x, other)
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar)
 def _remainder(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer remainder (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.REMAINDER, x, other, dtype)
     return b.elementwise(Op.REMAINDER, x, other)
 
 
 @lowering(aten.fmod.Tensor, aten.fmod.Scalar)
 def _fmod(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer fmod (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.FMOD, x, other, dtype)
     return b.elementwise(Op.FMOD, x, other)
 
 
