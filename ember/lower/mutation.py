@@ -133,6 +133,25 @@ def functional_variant(func: Any) -> Any | None:
     return None
 
 
+def view_variant(func: Any) -> Any | None:
+    """aten.squeeze_.dim → aten.squeeze.dim: the view op an in-place restriding op applies to
+    its tensor (squeeze_, unsqueeze_, t_, transpose_, ...), else None."""
+    schema = torch_internals.schema_of(func)
+    name = schema.name.split("::")[-1]
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    namespace = getattr(torch.ops, schema.name.split("::")[0])
+    packet = getattr(namespace, name[:-1], None)
+    overload = torch_internals.overload_name(func)
+    if packet is None or overload not in packet.overloads():
+        return None
+    view = getattr(packet, overload)
+    returns = torch_internals.schema_of(view).returns
+    if returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+        return view
+    return None
+
+
 def returns_written_last(functional: Any) -> bool:
     """A `<op>_functional` variant returns the op's own results first, then the new values of
     the tensors the op writes (where `add` returns only the new value of what `add_` writes)."""

@@ -29,10 +29,25 @@ from ember.lower.mutation import (
     functional_variant,
     returns_written_last,
     scatter_through,
+    view_variant,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
+
+def _batch_norm_statistics(args, out):
+    """CPU's native_batch_norm in eval returns empty statistics; the meta kernel, per-channel
+    ones."""
+    training = args[5]
+    if training:
+        return out
+    result, mean, invstd = out
+    return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
+            torch.empty((0,), dtype=invstd.dtype, device="meta"))
+
+
+# Results of CPU kernels that differ in shape from the meta kernels' (by op).
+CPU_RESULTS = {torch.ops.aten.native_batch_norm.default: _batch_norm_statistics}
 
 # Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout.
@@ -194,7 +209,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         if written:
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
             if before != after:
-                raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+                self._restride(func, args, kwargs, out)
+                return out
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
                 out = self._eager_layout(func, args, kwargs, out)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
@@ -212,7 +228,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         NOTE: some pointwise ops (copysign, xlogy, logical_and, ...) get their meta kernel from
         a Python decomposition whose operand order differs from the aten op's, so their meta
         strides are not eager's; TensorIterator's rule over the op's own operands is.
+        Only CPU kernels exist for now: these are their layouts.
         """
+        if func in CPU_RESULTS:
+            return CPU_RESULTS[func](args, out)
         if func in ROW_MAJOR_RESULTS:
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
                             if isinstance(t, torch.Tensor) else t, out)
@@ -341,6 +360,27 @@ class Tracer(torch_internals.TorchDispatchMode):
             chain = None if steps is None or base_state.chain is None \
                 else base_state.chain + steps
             self.bind(meta, node, base_state.storage, chain)
+
+    def _restride(self, func, args, kwargs, out) -> None:
+        """An in-place view op (x.squeeze_(0), x.t_()): the tensor becomes a view of itself."""
+        view = view_variant(func)
+        rule = find_rule(view) if view is not None else None
+        if rule is None:
+            raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+        base = args[0]
+        state = self.state(base)
+        before = self.current(base)
+        try:
+            result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+        except Decline as reason:
+            raise Unsupported(f"{func} in place: {reason}") from None
+        if not self._matches(result, out):
+            raise Unsupported(f"{func} in place: the view disagrees with eager's")
+        steps = _view_chain(result, before)
+        chain = None if steps is None or state.chain is None else state.chain + steps
+        self.states[id(base)] = TensorState(state.storage, chain, result, state.storage.version)
+        if result.strides is None and result.op not in (Op.INPUT, Op.FULL) and base.ndim:
+            result.strides = tuple(base.stride())
 
     # -- mutation -------------------------------------------------------------------------
     def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:

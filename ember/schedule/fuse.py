@@ -97,7 +97,7 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
-        if node.kind is not Kind.VIEW:
+        if node.kind is not Kind.VIEW or node in self.aliases:  # (an operand of two calls)
             return
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
@@ -295,6 +295,7 @@ class Scheduler:
                     needs.update(s for s, _ in self.reads_of(member, space) if s not in members)
             elif isinstance(step, LibraryCall):
                 needs.update(step.node.inputs)
+        needs.update(self.aliases.values())  # a view passed on as an alias needs its base stored
         # Outputs claim their buffers first, with eager's strides.
         outputs: list[Buffer] = []
         claimed: set[Node] = set()
