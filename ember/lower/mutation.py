@@ -110,9 +110,16 @@ def functional_variant(func: Any) -> Any | None:
     namespace = getattr(torch.ops, schema.name.split("::")[0])
     overload = torch_internals.overload_name(func)
     if name.endswith("_") and not name.startswith("_"):
+        # the overload of the functional op taking the same arguments (pow_.Scalar is
+        # pow_(Tensor, Scalar), whose functional form is pow.Tensor_Scalar, not pow.Scalar)
         packet = getattr(namespace, name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            return getattr(packet, overload)
+        if packet is None:
+            return None
+        wanted = _signature(schema)
+        names = [overload] + [o for o in packet.overloads() if o != overload]
+        for candidate in (getattr(packet, o) for o in names if o in packet.overloads()):
+            if _signature(torch_internals.schema_of(candidate)) == wanted:
+                return candidate
         return None
     out_names = {a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None
                  and a.alias_info.is_write}
@@ -131,6 +138,10 @@ def functional_variant(func: Any) -> Any | None:
         if [a.name for a in arguments] == wanted:
             return candidate
     return None
+
+
+def _signature(schema: Any) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments]
 
 
 def view_variant(func: Any) -> Any | None:

@@ -187,8 +187,16 @@ class Tracer(torch_internals.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         template_kwargs = dict(kwargs)
-        if "device" in kwargs:
-            device = torch.device(kwargs["device"]) if kwargs["device"] is not None else None
+        schema = torch_internals.schema_of(func)
+        if "device" in kwargs or any(a.name == "device" and a.kwarg_only
+                                     for a in schema.arguments):
+            # every tensor made while tracing is a meta tensor (torch.zeros(3) names no device)
+            device = kwargs.get("device")
+            device = torch.device(device) if device is not None else None
+            if device is None and torch.get_default_device() != self.graph.device:
+                raise Unsupported(f"{func} creates a tensor on the default device "
+                                  f"{torch.get_default_device()}, the graph is on "
+                                  f"{self.graph.device}")
             if device is not None and device.type == "meta":
                 # an op called on our meta tensors from inside another (x.to(dtype) in
                 # softmax(x, dtype=...)) names their device: the graph's device at run time
@@ -198,7 +206,6 @@ class Tracer(torch_internals.TorchDispatchMode):
                                   f"{self.graph.device}")
             kwargs["device"] = "meta"
         args, kwargs = tree_map(self._meta_argument, (args, kwargs))
-        schema = torch_internals.schema_of(func)
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
@@ -277,7 +284,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         if rule is not None and supported:
             try:
                 # rules see the device the op runs on, not the meta device of the tracing
-                rule_kwargs = {key: (template_kwargs[key] if key == "device" else value)
+                rule_kwargs = {key: (template_kwargs.get(key) if key == "device" else value)
                                for key, value in kwargs.items()}
                 result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(rule_kwargs))
                 if self._matches(result, out):
