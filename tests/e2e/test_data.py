@@ -31,7 +31,8 @@ def test_creation():
 ARANGES = {
     "int": lambda: torch.arange(10), "start": lambda: torch.arange(3, 11),
     "step": lambda: torch.arange(2, 20, 3), "negative_step": lambda: torch.arange(10, -5, -2),
-    "float": lambda: torch.arange(0.0, 1.0, 0.1), "float_negative": lambda: torch.arange(1, -1, -0.3),
+    "float": lambda: torch.arange(0.0, 1.0, 0.1),
+    "float_negative": lambda: torch.arange(1, -1, -0.3),
     "float_step_int_bounds": lambda: torch.arange(0, 5, 0.5),
     "dtype": lambda: torch.arange(5, dtype=torch.float16),
     "int32": lambda: torch.arange(-3, 4, dtype=torch.int32), "empty": lambda: torch.arange(5, 5),
@@ -118,10 +119,28 @@ def test_flip_roll_repeat():
                 "roll_zero": x.roll(4, 1), "repeat": x.repeat(2, 1, 3),
                 "repeat_new_dims": x.repeat(2, 1, 1, 2), "tile": x.tile((2,)),
                 "rot90": torch.rot90(x, 1, (1, 2)),
-                "rot90_2": torch.rot90(x, 2, (0, -1)), "rot90_3": torch.rot90(x, -1, (2, 0)), "expand_as_repeat": x[:, :1].repeat(1, 3, 1)}
+                "rot90_2": torch.rot90(x, 2, (0, -1)),
+                "rot90_3": torch.rot90(x, -1, (2, 0)), "expand_as_repeat": x[:, :1].repeat(1, 3, 1)}
 
     check(fn, x, library=0)
     check(fn, make_layout("transposed", 3, 4, 5), library=0)
+
+
+def test_nearest_upsampling_and_pixel_shuffle():
+    image = make(2, 8, 3, 5)
+    signal, volume = make(2, 3, 7, seed=1), make(1, 2, 2, 3, 4, seed=2)
+
+    def fn(image, signal, volume):
+        return {"twice": F.interpolate(image, scale_factor=2),
+                "size": F.interpolate(image, size=(7, 4)),
+                "fraction": F.interpolate(image, scale_factor=1.7),
+                "recompute": F.interpolate(image, scale_factor=1.5, recompute_scale_factor=True),
+                "down": F.interpolate(image, size=(2, 2)), "1d": F.interpolate(signal, size=10),
+                "3d": F.interpolate(volume, scale_factor=(2, 1.5, 0.5)),
+                "shuffle": F.pixel_shuffle(image, 2),
+                "unshuffle": F.pixel_unshuffle(image[..., :2, :4], 2)}
+
+    check(fn, image, signal, volume, library=0)
 
 
 @pytest.mark.parametrize("index_dtype", (torch.int64, torch.int32), ids=str)

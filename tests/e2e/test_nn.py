@@ -23,11 +23,12 @@ def test_matmul_family():
                 "addmm_beta0": torch.addmm(bias * float("nan"), a, b, beta=0),
                 "baddbmm": torch.baddbmm(bias, batch_a, batch_b, alpha=-1.0),
                 "addmv": torch.addmv(bias[:1].expand(5), a, b[:, 0], beta=2.0),
-                "addbmm": torch.addbmm(bias, batch_a, batch_b),
+                "addbmm": torch.addbmm(bias, batch_a, batch_b, beta=0.5),
+                "addr": torch.addr(a[:, :3], a[:, 0], b[0], alpha=2.0), "mv": torch.mv(a, b[:, 1]),
                 "linear": F.linear(a, b.t(), bias), "linear_no_bias": F.linear(batch_a, b.t()),
                 "einsum": torch.einsum("bij,jk->bik", batch_a, b)}
 
-    check(fn, a, b, batch_a, batch_b, bias, **MATMUL_TOLERANCE)
+    check(fn, a, b, batch_a, batch_b, bias, library=0, **MATMUL_TOLERANCE)
 
 
 def test_linear_epilogue_fuses():

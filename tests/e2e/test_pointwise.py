@@ -22,7 +22,8 @@ FLOAT_UNARY = {
     "asin": torch.asin, "acos": torch.acos, "atan": torch.atan, "sinh": torch.sinh,
     "cosh": torch.cosh, "tanh": torch.tanh, "asinh": torch.asinh, "acosh": torch.acosh,
     "atanh": torch.atanh, "erf": torch.erf, "erfc": torch.erfc, "sigmoid": torch.sigmoid,
-    "reciprocal": torch.reciprocal,
+    "reciprocal": torch.reciprocal, "deg2rad": torch.deg2rad, "rad2deg": torch.rad2deg,
+    "sinc": torch.sinc,
 }
 
 
@@ -249,7 +250,8 @@ def test_integer_powers_by_tensors_run_as_library_calls():
 FLOAT_BINARY = {
     "atan2": torch.atan2, "hypot": torch.hypot, "copysign": torch.copysign,
     "fmax": torch.fmax, "fmin": torch.fmin, "maximum": torch.maximum, "minimum": torch.minimum,
-    "xlogy": torch.xlogy, "special_xlogy": torch.special.xlogy,
+    "xlogy": torch.xlogy, "special_xlogy": torch.special.xlogy, "logaddexp": torch.logaddexp,
+    "logaddexp2": torch.logaddexp2, "heaviside": torch.heaviside,
 }
 
 
@@ -297,8 +299,8 @@ def test_bitwise_and_logical(dtype):
 def test_logical_mixed_dtypes():
     a = make(4, 5, special=True)
     b = make(4, 5, dtype=torch.int32, seed=1)
-    check(lambda a, b: (torch.logical_and(a, b), torch.logical_or(a, b > 0), torch.logical_xor(a, b),
-                        torch.logical_not(b)), a, b, library=0)
+    check(lambda a, b: (torch.logical_and(a, b), torch.logical_or(a, b > 0),
+                        torch.logical_xor(a, b), torch.logical_not(b)), a, b, library=0)
 
 
 # -- selection ------------------------------------------------------------------------------

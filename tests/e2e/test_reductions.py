@@ -25,6 +25,7 @@ def float_reductions(dim, keepdim):
         "any": (x > 1).any(dim, keepdim) if isinstance(dim, int) else (x > 1).any(dim),
         "all": (x > -2).all(dim, keepdim) if isinstance(dim, int) else (x > -2).all(dim),
         "count_nonzero": torch.count_nonzero(x > 0, dim),
+        "nansum": torch.nansum(x.masked_fill(x > 2, math.nan), dim, keepdim),
     }
 
 
@@ -49,7 +50,10 @@ def test_full_reductions():
                 "argmax_keep": x.argmax(keepdim=True), "any": (x > 2.9).any(),
                 "all": (x < 2.9).all(), "count_nonzero": torch.count_nonzero(x > 0),
                 "var_mean": torch.var_mean(x), "std_mean": torch.std_mean(x, correction=0),
-                "logsumexp": torch.logsumexp(x, (0, 1))}
+                "logsumexp": torch.logsumexp(x, (0, 1)), "trace": torch.trace(x),
+                "trace_t": torch.trace(x.t()[:3]), "aminmax": torch.aminmax(x),
+                "aminmax_dim": torch.aminmax(x, dim=-1, keepdim=True),
+                "nansum": torch.nansum(x.masked_fill(x > 1, math.nan))}
 
     check(fn, make(7, 9), library=0)
 
@@ -57,8 +61,8 @@ def test_full_reductions():
 def test_large_reductions_accumulate_accurately():
     # beyond one SIMD-friendly chunk and the parallel threshold, many rows
     x = make(600, 700) + 1.0
-    check(lambda x: (x.sum(), x.sum(0), x.sum(1), x.mean(), x.var(1), x.amax(0), (1 + x * 1e-3).prod(0)),
-          x, rtol=1e-4, atol=1e-4)
+    check(lambda x: (x.sum(), x.sum(0), x.sum(1), x.mean(), x.var(1), x.amax(0),
+                     (1 + x * 1e-3).prod(0)), x, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", (torch.int32, torch.int64, torch.uint8, torch.int8,
@@ -73,9 +77,10 @@ def test_integer_reductions(dtype):
                   "mean_all_f64": x.mean(dtype=torch.float64), "amax": x.amax(0),
                   "amin": x.amin((1, 2)), "max": x.max(), "min": x.min(),
                   "max_dim": x.max(1), "min_dim": x.min(-1, True), "any": x.any(1),
-                  "all": x.all(), "count_nonzero": torch.count_nonzero(x, (0, 1))}
-        if dtype is not torch.bool:  # eager has no argmax of bools
-            result.update(argmax=x.argmax(0), argmin=x.argmin())
+                  "all": x.all(), "count_nonzero": torch.count_nonzero(x, (0, 1)),
+                  "nansum": torch.nansum(x, 1), "aminmax": torch.aminmax(x, dim=0)}
+        if dtype is not torch.bool:  # eager has no argmax or trace of bools
+            result.update(argmax=x.argmax(0), argmin=x.argmin(), trace=torch.trace(x[0]))
         return result
 
     check(fn, x, library=0)

@@ -10,7 +10,8 @@ from helpers import LAYOUTS, check, make, make_layout
 def views_of(x):
     """Views of a (4, 6, 5) tensor, by every view op ember has a rule for."""
     return {
-        "reshape": x.reshape(4, 30), "reshape_infer": x.reshape(-1, 5), "flatten": x.flatten(1), "flatten_all": x.flatten(),
+        "reshape": x.reshape(4, 30), "reshape_infer": x.reshape(-1, 5),
+        "flatten": x.flatten(1), "flatten_all": x.flatten(),
         "unflatten": x.unflatten(1, (2, 3)), "t": x[0].t(), "T": x[0].T, "mT": x.mT,
         "transpose": x.transpose(0, -1), "transpose_neg": x.transpose(-2, -3),
         "permute": x.permute(2, 0, 1), "permute_neg": x.permute(-1, -3, -2),

@@ -208,6 +208,60 @@ def _repeat(b: Builder, x: Node, repeats: Sequence[int]) -> Node:
     return b.reshape(b.expand(pairs, tuple(grown)), tuple(final))
 
 
+# -- resampling ---------------------------------------------------------------------------
+def _upsample_nearest(b: Builder, x: Node, output_size: Sequence[int], scales) -> Node:
+    """Nearest neighbours over the trailing dims: source = min(floor(out * scale), in - 1),
+    in float32 as eager computes it (scale = 1/scale_factor when given, else in/out)."""
+    for position, (size, scale) in enumerate(zip(output_size, scales)):
+        dim = x.ndim - len(output_size) + position
+        source_size = x.shape[dim]
+        if size == source_size:
+            continue
+        ratio = 1.0 / scale if scale is not None and scale > 0 else source_size / size
+        ratio = float(torch.tensor(ratio, dtype=torch.float32))
+        position_float = b.cast(b.iota((size,), 0), torch.float32)
+        source = b.cast(b.unary(Op.FLOOR, b.mul(position_float, ratio)), torch.int64)
+        source = b.minimum(source, source_size - 1)
+        x = b.take(x, source, dim)
+    return x
+
+
+@lowering(aten.upsample_nearest1d.default)
+def _upsample_nearest1d(b: Builder, x: Node, output_size, scales=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales])
+
+
+@lowering(aten.upsample_nearest2d.default)
+def _upsample_nearest2d(b: Builder, x: Node, output_size, scales_h=None, scales_w=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales_h, scales_w])
+
+
+@lowering(aten.upsample_nearest3d.default)
+def _upsample_nearest3d(b: Builder, x: Node, output_size, scales_d=None, scales_h=None,
+                        scales_w=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales_d, scales_h, scales_w])
+
+
+@lowering(aten.pixel_shuffle)
+def _pixel_shuffle(b: Builder, x: Node, upscale_factor: int) -> Node:
+    r = upscale_factor
+    *batch, channels, height, width = x.shape
+    lead = len(batch)
+    split = b.reshape(x, (*batch, channels // (r * r), r, r, height, width))
+    moved = b.permute(split, [*range(lead), lead, lead + 3, lead + 1, lead + 4, lead + 2])
+    return b.reshape(moved, (*batch, channels // (r * r), height * r, width * r))
+
+
+@lowering(aten.pixel_unshuffle)
+def _pixel_unshuffle(b: Builder, x: Node, downscale_factor: int) -> Node:
+    r = downscale_factor
+    *batch, channels, height, width = x.shape
+    lead = len(batch)
+    split = b.reshape(x, (*batch, channels, height // r, r, width // r, r))
+    moved = b.permute(split, [*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
+    return b.reshape(moved, (*batch, channels * r * r, height // r, width // r))
+
+
 # -- indexing -----------------------------------------------------------------------------
 @lowering(aten.index_select)
 def _index_select(b: Builder, x: Node, dim: int, index: Node) -> Node:

@@ -23,6 +23,16 @@ def _bmm(b: Builder, x: Node, y: Node) -> Node:
     return b.library(aten.bmm.default, (x, y), (x.shape[0], x.shape[1], y.shape[2]), x.dtype)
 
 
+@lowering(aten.mv.default)
+def _mv(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.mv.default, (x, y), (x.shape[0],), x.dtype)
+
+
+@lowering(aten.dot.default)
+def _dot(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.dot.default, (x, y), (), x.dtype)
+
+
 def _epilogue(b: Builder, bias: Node, product: Node, beta, alpha) -> Node:
     if alpha != 1:
         product = b.mul(product, alpha)
@@ -40,6 +50,25 @@ def _addmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node
 @lowering(aten.baddbmm.default)
 def _baddbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
     return _epilogue(b, bias, _bmm(b, x, y), beta, alpha)
+
+
+@lowering(aten.addmv.default)
+def _addmv(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
+    return _epilogue(b, bias, _mv(b, x, y), beta, alpha)
+
+
+@lowering(aten.addbmm.default)
+def _addbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
+    # the sum of the batch of products, then the same epilogue as addmm
+    return _epilogue(b, bias, b.reduce(Op.SUM, _bmm(b, x, y), [0]), beta, alpha)
+
+
+@lowering(aten.addr.default)
+def _addr(b: Builder, x: Node, first: Node, second: Node, *, beta=1, alpha=1) -> Node:
+    if not dtypes.is_float(b.compute_dtype(x, first, second)):
+        raise Decline("addr of integers or bools")
+    outer = b.mul(b.unsqueeze(first, 1), b.unsqueeze(second, 0))
+    return _epilogue(b, x, outer, beta, alpha)
 
 
 # -- normalisations -----------------------------------------------------------------------

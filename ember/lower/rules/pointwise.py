@@ -554,6 +554,59 @@ def _xlogy(b: Builder, x: Node, y: Node) -> Node:
     return b.where(b.unary(Op.ISNAN, b.broadcast_to(y, product.shape)), y, product)
 
 
+@lowering(aten.logaddexp)
+def _logaddexp(b: Builder, x: Node, other: Node) -> Node:
+    return _log_add_exp(b, x, other, Op.EXP, 1.0)
+
+
+@lowering(aten.logaddexp2)
+def _logaddexp2(b: Builder, x: Node, other: Node) -> Node:
+    return _log_add_exp(b, x, other, Op.EXP2, 1.0 / math.log(2.0))
+
+
+def _log_add_exp(b: Builder, x: Node, other: Node, exp: Op, scale: float) -> Node:
+    """max + log1p(exp(-|x - other|)) * scale, and x itself where both are the same infinity
+    (where the difference would be NaN), as eager's kernel computes it."""
+    dtype = b.compute_dtype(x, other)
+    if not dtypes.is_float(dtype):
+        raise Decline("logaddexp of integers (eager refuses)")
+    x, other = b.broadcast(b.cast(x, dtype), b.cast(other, dtype))
+    tail = b.unary(Op.LOG1P, b.unary(exp, b.unary(Op.NEG, b.unary(Op.ABS, b.sub(x, other)))))
+    if scale != 1.0:
+        tail = b.mul(tail, scale)
+    result = b.add(b.maximum(x, other), tail)
+    same_infinity = b.binary(Op.BITWISE_AND, b.compare(Op.EQ, x, other), b.unary(Op.ISINF, x))
+    return b.where(same_infinity, x, result)
+
+
+@lowering(aten.heaviside)
+def _heaviside(b: Builder, x: Node, values: Node) -> Node:
+    positive = b.cast(b.compare(Op.GT, x, 0), x.dtype)
+    return b.where(b.compare(Op.EQ, x, 0), b.cast(values, x.dtype), positive)
+
+
+@lowering(aten.deg2rad)
+def _deg2rad(b: Builder, x: Node) -> Node:
+    return b.mul(_as_float(b, x), math.pi / 180.0)
+
+
+@lowering(aten.rad2deg)
+def _rad2deg(b: Builder, x: Node) -> Node:
+    return b.mul(_as_float(b, x), 180.0 / math.pi)
+
+
+@lowering(aten.sinc)
+def _sinc(b: Builder, x: Node) -> Node:
+    x = _as_float(b, x)
+    product = b.mul(x, math.pi)
+    return b.where(b.compare(Op.EQ, x, 0), b.full(1.0, x.dtype),
+                   b.div(b.unary(Op.SIN, product), product))
+
+
+def _as_float(b: Builder, x: Node) -> Node:
+    return x if dtypes.is_float(x.dtype) else b.cast(x, torch.get_default_dtype())
+
+
 # -- casts and copies ---------------------------------------------------------------------
 @lowering(aten._to_copy)
 def _to_copy(b: Builder, x: Node, *, dtype=None, layout=None, device=None, pin_memory=None,

@@ -44,6 +44,22 @@ def _prod(b: Builder, x: Node, dim: int, keepdim: bool = False, *, dtype=None) -
     return b.reduce(Op.PROD, b.cast(x, _accumulate_dtype(x, dtype)), [dim], keepdim)
 
 
+@lowering(aten.nansum)
+def _nansum(b: Builder, x: Node, dim=None, keepdim: bool = False, *, dtype=None) -> Node:
+    if dtypes.is_float(x.dtype):
+        x = b.where(b.unary(Op.ISNAN, x), b.full(0, x.dtype), x)
+    return b.reduce(Op.SUM, b.cast(x, _accumulate_dtype(x, dtype)), dim, keepdim)
+
+
+@lowering(aten.trace)
+def _trace(b: Builder, x: Node) -> Node:
+    rows, cols = x.shape
+    count = min(rows, cols)
+    flat = b.reshape(x, (rows * cols,))
+    diagonal = b.slice(flat, 0, 0, (count - 1) * (cols + 1) + 1 if count else 0, cols + 1)
+    return b.reduce(Op.SUM, b.cast(diagonal, _accumulate_dtype(x, None)), None)
+
+
 def mean(b: Builder, x: Node, dim=None, keepdim: bool = False) -> Node:
     total = b.reduce(Op.SUM, x, dim, keepdim)
     return b.div(total, _count(x, dim))
@@ -103,6 +119,14 @@ def _max_dim(b: Builder, x: Node, dim: int, keepdim: bool = False) -> tuple[Node
 @lowering(aten.min.dim)
 def _min_dim(b: Builder, x: Node, dim: int, keepdim: bool = False) -> tuple[Node, Node]:
     return (_extreme(b, Op.MIN, x, [dim], keepdim), _arg(b, Op.ARGMIN, x, dim, keepdim))
+
+
+@lowering(aten.aminmax)
+def _aminmax(b: Builder, x: Node, *, dim=None, keepdim: bool = False) -> tuple[Node, Node]:
+    dims = None if dim is None else [dim]
+    if dim is None and keepdim:
+        dims = list(range(x.ndim))
+    return _extreme(b, Op.MIN, x, dims, keepdim), _extreme(b, Op.MAX, x, dims, keepdim)
 
 
 def _arg(b: Builder, op: Op, x: Node, dim, keepdim: bool) -> Node:
