@@ -35,19 +35,24 @@ from ember.lower.registry import Decline, Unsupported, find_rule
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 
-def _batch_norm_statistics(args, out):
-    """CPU's native_batch_norm in eval returns empty statistics; the meta kernel, per-channel
-    ones."""
-    training = args[5]
-    if training:
-        return out
-    result, mean, invstd = out
-    return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
-            torch.empty((0,), dtype=invstd.dtype, device="meta"))
+def _batch_norm_statistics(training_argument: int | None):
+    """CPU's batch norm in eval returns empty statistics; the meta kernel, per-channel ones."""
+
+    def fix(args, out):
+        if training_argument is not None and args[training_argument]:
+            return out
+        result, mean, invstd = out
+        return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
+                torch.empty((0,), dtype=invstd.dtype, device="meta"))
+
+    return fix
 
 
 # Results of CPU kernels that differ in shape from the meta kernels' (by op).
-CPU_RESULTS = {torch.ops.aten.native_batch_norm.default: _batch_norm_statistics}
+CPU_RESULTS = {
+    torch.ops.aten.native_batch_norm.default: _batch_norm_statistics(5),
+    torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
+}
 
 # Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout.

@@ -9,6 +9,8 @@ import torch.nn.functional as F
 from helpers import LAYOUTS, check, make, make_layout, watching_fallbacks
 
 from ember.backends import compile_graph
+
+aten = torch.ops.aten
 from ember.runtime.compiled import CompiledGraph
 
 
@@ -25,7 +27,8 @@ def test_creation():
                 "scalar_tensor": torch.scalar_tensor(4.5) + x.sum(),
                 "zeros_empty": torch.zeros(0, 3), "zero_dim": torch.ones(())}
 
-    check(fn, make(3, 4), library=0)
+    # Dynamo keeps factory calls in the graph (torch.fx.symbolic_trace would fold them)
+    check(fn, make(3, 4), library=0, dynamo=True)
 
 
 ARANGES = {
@@ -37,22 +40,26 @@ ARANGES = {
     "dtype": lambda: torch.arange(5, dtype=torch.float16),
     "int32": lambda: torch.arange(-3, 4, dtype=torch.int32), "empty": lambda: torch.arange(5, 5),
     "linspace": lambda: torch.linspace(0, 1, 7), "linspace_one": lambda: torch.linspace(-2, 2, 1),
+    "linspace_int": lambda: torch.linspace(0, 10, 4, dtype=torch.int64),
+    "linspace_half": lambda: torch.linspace(-1, 1.3, 9, dtype=torch.float16),
+    "linspace_double": lambda: torch.linspace(-3, 1e3, 100, dtype=torch.float64),
+    "linspace_long": lambda: torch.linspace(0.1, 7.3, 1001),
 }
 
 
 def test_arange_and_linspace():
-    # constants only: the input keeps the graph on a device
+    # Dynamo keeps factory calls in the graph; the input keeps the graph on a device
     check(lambda x: {"x": x * 2, **{name: fn() for name, fn in ARANGES.items()}}, make(3),
-          library=0)
+          library=0, dynamo=True)
 
 
 def test_eye_tril_triu():
     def fn(x, y):
-        return {"eye": torch.eye(4), "eye_rect": torch.eye(3, 5, dtype=torch.int64),
+        return {"eye": torch.eye(4) + x[0, 0], "eye_rect": torch.eye(3, 5, dtype=torch.int64),
                 "tril": x.tril(), "triu": x.triu(), "tril_1": x.tril(1), "triu_-1": x.triu(-1),
                 "tril_batched": y.tril(-2), "triu_big": y.triu(7), "triu_int": x.int().triu(2)}
 
-    check(fn, make(4, 5), make(2, 3, 4), library=0)
+    check(fn, make(4, 5), make(2, 3, 4), library=0, dynamo=True)
 
 
 CATS = [
@@ -210,3 +217,38 @@ def test_where_of_nan_and_masked_data():
     check(lambda x: (torch.where(torch.isnan(x), torch.zeros_like(x), x),
                      torch.where(x > 0, x, math.nan), x.masked_fill(torch.isinf(x), 0)), x,
           library=0)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16, torch.float64, torch.int32,
+                                   torch.int64, torch.uint8, torch.int8, torch.bool), ids=str)
+def test_data_movement_in_every_dtype(dtype):
+    x, y = make(4, 5, dtype=dtype), make(4, 5, dtype=dtype, seed=1)
+    index = torch.tensor([3, 0, 0, 2])
+
+    def fn(x, y, index):
+        return {"cat": torch.cat([x, y], 1), "stack": torch.stack([x, y.t().t()]),
+                "pad": F.pad(x, (1, 2, 0, 1)), "flip": x.flip(1), "roll": x.roll(2, 1),
+                "repeat": x.repeat(2, 1), "index_select": x.index_select(0, index),
+                "gather": x.gather(1, index[:, None].expand(4, 2)), "take": x[index],
+                "where": torch.where(y.bool(), x, y), "tril": x.tril(), "triu": y.triu(1),
+                "transpose_copy": x.t().contiguous(), "full_like": torch.full_like(x, 1),
+                "zeros_like": torch.zeros_like(y)}
+
+    check(fn, x, y, index, library=0)
+
+
+def test_aten_creation_overloads_called_directly():
+    # what decompositions and exported programs call
+    def fn(x):
+        return {"full": aten.full.default([2, 3], 1.5, device=x.device) + x[0, 0],
+                "zeros": aten.zeros.default([3], dtype=torch.int32, device=x.device),
+                "empty_strided": aten.empty_strided.default([2, 2], [1, 2]).fill_(2.0),
+                "new_empty": aten.new_empty.default(x, [2]).zero_(),
+                "new_empty_strided": aten.new_empty_strided.default(x, [2], [1]).fill_(1),
+                "arange": aten.arange.start_step(1, 10, 2, device=x.device),
+                "arange_end": aten.arange.default(4, dtype=torch.float32, device=x.device),
+                "arange_start": aten.arange.start(-2, 3, device=x.device),
+                "eye_m": aten.eye.m(2, 3, device=x.device), "eye": aten.eye.default(2),
+                "lift": aten.lift_fresh_copy.default(x) * 2}
+
+    check(fn, make(3, 4), library=0)

@@ -145,6 +145,22 @@ def test_dropout_in_eval_is_identity():
                      F.alpha_dropout(x, 0.2, False), F.dropout(x, 0.0, True) * 2), x, library=0)
 
 
+def test_aten_nn_overloads_called_directly():
+    aten = torch.ops.aten
+    x, y = make(2, 3, 4), make(2, 3, 4, seed=1)
+    mean, var = make(3, seed=2), make(3, seed=3, low=0.5, high=2)
+
+    def fn(x, y, mean, var):
+        return {"dropout_eval": aten.native_dropout.default(x, 0.5, False),
+                "l1_loss": aten.l1_loss.default(x, y, 1),
+                "batch_norm_no_training": aten._native_batch_norm_legit_no_training.default(
+                    x, None, mean, mean, var, 0.1, 1e-5)[0],
+                "batch_norm_no_stats": aten._native_batch_norm_legit.no_stats(
+                    x, mean, None, True, 0.1, 1e-5)}
+
+    check(fn, x, y, mean, var, library=0)
+
+
 def test_attention_decomposed_by_hand():
     q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
 

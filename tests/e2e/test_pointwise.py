@@ -459,3 +459,35 @@ def test_broadcasting_chain_is_one_kernel():
 
     check(chain, make(64, 48), make(48, seed=1), make(64, 1, seed=2), torch.tensor(1.5),
           kernels=1, library=0)
+
+
+def test_large_tensors_run_in_parallel_loops():
+    # past EMBER_PARALLEL_THRESHOLD: OpenMP loops over transposed, strided and broadcast reads
+    x = make_layout("transposed", 300, 400, special=True)
+    y = make_layout("strided", 300, 400, seed=1)
+    row = make(400, seed=2)
+    check(lambda x, y, row: (torch.tanh(x * y + row) - x.exp() / 3, torch.where(x > y, x, row),
+                             (x + 1).half(), torch.maximum(x, y).t()), x, y, row, library=0)
+
+
+def test_aten_overloads_called_directly():
+    # overloads that torch's Python API never picks but decompositions and exports call
+    aten = torch.ops.aten
+    x, c = make(4, 5, special=True), make(4, 5, dtype=torch.bool)
+
+    def fn(x, c):
+        return {"where_scalar": aten.where.Scalar(c, 1.5, -2),
+                "where_scalar_other": aten.where.ScalarOther(c, x, 0.5),
+                "where_scalar_self": aten.where.ScalarSelf(c, 3, x),
+                "sub_scalar": aten.sub.Scalar(x, 2, 3), "div_scalar_mode": aten.div.Scalar_mode(
+                    x, 2.5, rounding_mode="floor"), "max_other": aten.max.other(x, x.flip(0)),
+                "min_other": aten.min.other(x, x.flip(0)), "fix": aten.fix.default(x),
+                "isfinite": aten.isfinite.default(x), "positive": aten.positive.default(x),
+                "relu6": aten.relu6.default(x), "selu": aten.selu.default(x),
+                "square": aten.square.default(x), "alias": aten.alias.default(x) * 1,
+                "contiguous": aten.contiguous.default(x.t()) * 1,
+                "reshape": aten.reshape.default(x, [5, 4]) * 1,
+                "reshape_alias": aten._reshape_alias.default(x, [20], [1]) * 1,
+                "narrow": aten.narrow.default(x, 1, 1, 3) * 1}
+
+    check(fn, x, c, library=0)

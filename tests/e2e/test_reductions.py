@@ -212,3 +212,16 @@ def test_reduction_chain_fuses_with_pointwise():
     # a pointwise producer, a row reduction and a pointwise consumer: one kernel
     compiled = check(lambda x: (x * 2 + 1).sum(-1, keepdim=True) * 3, make(32, 64), library=0)
     assert compiled.kernel_count == 1
+
+
+def test_large_reduced_float_reductions():
+    # long rows of half values: eager accumulates in float, and so must ember
+    x = make(4, 9000, dtype=torch.float16)
+    check(lambda x: (x.sum(1), x.mean(), x.float().sum(0).sum(), F.softmax(x, 1).amax(1),
+                     x.bfloat16().sum(1), torch.linalg.vector_norm(x, 2, 1)), x,
+          rtol=5e-3, atol=5e-3, library=0)
+
+
+def test_softmax_over_size_one_and_long_rows():
+    check(lambda x, y: (F.softmax(x, 1), F.log_softmax(x, 1), F.softmax(y, 0), F.softmax(y, 1)),
+          make(5, 1), make(3, 50000, low=-30, high=30), library=0)

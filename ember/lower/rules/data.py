@@ -101,6 +101,27 @@ def _arange(b: Builder, start, end=None, step=1, *, dtype=None, layout=None, dev
     return b.cast(b.add(b.mul(index, float(step)), float(start)), dtype)
 
 
+@lowering(aten.linspace.default)
+def _linspace(b: Builder, start, end, steps: int, *, dtype=None, layout=None, device=None,
+              pin_memory=None) -> Node:
+    """Eager's kernel: the first half counts up from start, the second down from end (so both
+    ends are exact), in the dtype itself for floats and in double for integers."""
+    dtype = _dtype(dtype)
+    if steps <= 1:
+        return b.full(start, dtype, (steps,))
+    compute = dtype if dtype in (torch.float32, torch.float64) else torch.float64
+    if dtype in dtypes.REDUCED_FLOAT:
+        compute = torch.float32
+    first = torch.tensor(start, dtype=dtype).to(compute)
+    last = torch.tensor(end, dtype=dtype).to(compute)
+    step = ((last - first) / (steps - 1)).item()
+    index = b.cast(b.iota((steps,), 0), compute)
+    rising = b.add(b.mul(index, step), first.item())
+    falling = b.sub(last.item(), b.mul(b.sub(steps - 1, index), step))
+    halfway = b.compare(Op.LT, b.iota((steps,), 0), steps // 2)
+    return b.cast(b.where(halfway, rising, falling), dtype)
+
+
 @lowering(aten.eye.default, aten.eye.m)
 def _eye(b: Builder, n: int, m: int | None = None, *, dtype=None, layout=None, device=None,
          pin_memory=None) -> Node:

@@ -149,8 +149,10 @@ def _scaled(b: Builder, other, alpha):
     return b.mul(other, alpha) if isinstance(other, Node) else other * alpha
 
 
+# NOTE: alpha is positional in the Scalar overloads (add.Scalar(self, other, alpha=1)), keyword
+# only in the Tensor ones: the rules take it either way.
 @lowering(aten.add.Tensor, aten.add.Scalar)
-def _add(b: Builder, x, other, *, alpha=1) -> Node:
+def _add(b: Builder, x, other, alpha=1) -> Node:
     if isinstance(x, Node) and isinstance(other, Node) and alpha != 1:
         dtype = b.compute_dtype(x, other)
         return b.add(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
@@ -158,7 +160,7 @@ def _add(b: Builder, x, other, *, alpha=1) -> Node:
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
-def _sub(b: Builder, x, other, *, alpha=1) -> Node:
+def _sub(b: Builder, x, other, alpha=1) -> Node:
     if isinstance(other, Node) and alpha != 1:
         dtype = b.compute_dtype(x, other)
         return b.sub(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
@@ -166,7 +168,7 @@ def _sub(b: Builder, x, other, *, alpha=1) -> Node:
 
 
 @lowering(aten.rsub.Tensor, aten.rsub.Scalar)
-def _rsub(b: Builder, x, other, *, alpha=1) -> Node:
+def _rsub(b: Builder, x, other, alpha=1) -> Node:
     return _sub(b, other, x, alpha=alpha) if isinstance(other, Node) \
         else b.sub(other, _scaled(b, x, alpha))
 
