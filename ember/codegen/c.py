@@ -19,8 +19,16 @@ import math
 import torch
 
 from ember import config
-from ember.codegen.c_rules import (PRELUDE, STORAGE_TYPES, c_rules, compute_type, literal, load,
-                                   store, vector_math_declarations)
+from ember.codegen.c_rules import (
+    PRELUDE,
+    STORAGE_TYPES,
+    c_rules,
+    compute_type,
+    literal,
+    load,
+    store,
+    vector_math_declarations,
+)
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
@@ -124,9 +132,8 @@ class CKernelWriter:
             defined = self.defined_at.get(name)
             if defined is not None and (best is None or defined.depth > best.depth):
                 best = defined
-        if best is None:
-            for best in scope.chain():
-                pass
+        if best is None:  # the outermost scope
+            *_, best = scope.chain()
         return best
 
     def open_loops(self, parent: Scope, groups: list[list[int]], prefix: str
@@ -245,7 +252,7 @@ class CKernelWriter:
         low, high = index[dim].bounds()
         pieces = [p for p in cat_pieces(node, index) if p[2] <= high and p[3] > low]
         choices = []
-        for source, local, first, end in pieces:
+        for source, local, _first, end in pieces:
             local = list(local)
             local[dim] = self.clamp(local[dim], source.shape[dim], scope)
             choices.append((self.value(source, tuple(local), scope), end))

@@ -18,7 +18,7 @@ from ember.codegen.c import KernelSource
 from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.lower.tracer import OutputSpec
-from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
+from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 
 class LayoutMismatch(RuntimeError):

@@ -415,9 +415,8 @@ class Scheduler:
                         else [(member, None)]
                     if any(read is source for read, _ in nodes):
                         return False
-        for view, base in self.aliases.items():
-            if base is source:
-                return False
+        if source in self.aliases.values():
+            return False
         return True
 
     def _reaches(self, node: Node, target: Node) -> bool:

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from helpers import LAYOUTS, check, make, make_layout, watching_fallbacks
 
 from ember.backends import compile_graph
+from ember.runtime.compiled import CompiledGraph
 
 aten = torch.ops.aten
-from ember.runtime.compiled import CompiledGraph
 
 
 def test_creation():
