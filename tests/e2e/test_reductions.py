@@ -225,3 +225,13 @@ def test_large_reduced_float_reductions():
 def test_softmax_over_size_one_and_long_rows():
     check(lambda x, y: (F.softmax(x, 1), F.log_softmax(x, 1), F.softmax(y, 0), F.softmax(y, 1)),
           make(5, 1), make(3, 50000, low=-30, high=30), library=0)
+
+
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+def test_reduced_float_statistics_do_not_overflow(dtype):
+    # 400000 elements: the element count and the sum pass float16's 65504; eager computes
+    # mean, var and std in float32 and rounds once
+    x = make(4, 100000, dtype=dtype, low=0.5, high=1.5)
+    check(lambda x: (x.mean(), x.mean(1), x.var(1), x.std(), torch.var_mean(x, 1),
+                     torch.std_mean(x, 0), F.layer_norm(x, (100000,)).amax()), x,
+          rtol=5e-3, atol=5e-3, library=0)

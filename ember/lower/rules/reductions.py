@@ -60,9 +60,16 @@ def _trace(b: Builder, x: Node) -> Node:
     return b.reduce(Op.SUM, b.cast(diagonal, _accumulate_dtype(x, None)), None)
 
 
+def _wide(b: Builder, x: Node) -> Node:
+    """float16/bfloat16 statistics are computed in float32 (as eager's CPU kernels do): a
+    float16 sum or element count overflows at 65504."""
+    return b.cast(x, torch.float32) if x.dtype in dtypes.REDUCED_FLOAT else x
+
+
 def mean(b: Builder, x: Node, dim=None, keepdim: bool = False) -> Node:
-    total = b.reduce(Op.SUM, x, dim, keepdim)
-    return b.div(total, _count(x, dim))
+    total = b.reduce(Op.SUM, _wide(b, x), dim, keepdim)
+    result = b.div(total, _count(x, dim))
+    return b.cast(result, x.dtype) if x.dtype in dtypes.REDUCED_FLOAT else result
 
 
 @lowering(aten.mean.default)
@@ -177,9 +184,11 @@ def _count_nonzero(b: Builder, x: Node, dim=None) -> Node:
 
 
 def variance(b: Builder, x: Node, dim, correction, keepdim: bool) -> tuple[Node, Node]:
-    """(var, mean) by two passes: mean first, then the mean squared deviation."""
+    """(var, mean) by two passes: mean first, then the mean squared deviation; in float32 for
+    float16/bfloat16 (the callers cast back)."""
     if not dtypes.is_float(x.dtype):
         raise Decline("variance of integers")
+    x = _wide(b, x)
     center = b.div(b.reduce(Op.SUM, x, dim, True), _count(x, dim))
     deviation = b.sub(x, center)
     squares = b.reduce(Op.SUM, b.mul(deviation, deviation), dim, keepdim)
@@ -191,23 +200,24 @@ def variance(b: Builder, x: Node, dim, correction, keepdim: bool) -> tuple[Node,
 
 @lowering(aten.var.correction)
 def _var(b: Builder, x: Node, dim=None, *, correction=None, keepdim: bool = False) -> Node:
-    return variance(b, x, dim, correction, keepdim)[0]
+    return b.cast(variance(b, x, dim, correction, keepdim)[0], x.dtype)
 
 
 @lowering(aten.std.correction)
 def _std(b: Builder, x: Node, dim=None, *, correction=None, keepdim: bool = False) -> Node:
-    return b.unary(Op.SQRT, variance(b, x, dim, correction, keepdim)[0])
+    return b.cast(b.unary(Op.SQRT, variance(b, x, dim, correction, keepdim)[0]), x.dtype)
 
 
 @lowering(aten.var_mean.correction)
 def _var_mean(b: Builder, x: Node, dim=None, *, correction=None, keepdim=False):
-    return variance(b, x, dim, correction, keepdim)
+    var, center = variance(b, x, dim, correction, keepdim)
+    return b.cast(var, x.dtype), b.cast(center, x.dtype)
 
 
 @lowering(aten.std_mean.correction)
 def _std_mean(b: Builder, x: Node, dim=None, *, correction=None, keepdim=False):
     var, center = variance(b, x, dim, correction, keepdim)
-    return b.unary(Op.SQRT, var), center
+    return b.cast(b.unary(Op.SQRT, var), x.dtype), b.cast(center, x.dtype)
 
 
 @lowering(aten.logsumexp)
