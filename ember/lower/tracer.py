@@ -54,6 +54,15 @@ CPU_RESULTS = {
     torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
 }
 
+# Pointwise ops whose CPU kernels allocate their result like the input (empty_like) or
+# multiply by a wrapped scalar, so TensorIterator's fast set-up (a row-major result for
+# row-major operands, whatever the strides of their size-1 dims) does not apply.
+INPUT_LAYOUT_RESULTS = frozenset({
+    torch.ops.aten.hardtanh.default, torch.ops.aten.relu6.default,
+    torch.ops.aten.nan_to_num.default, torch.ops.aten.deg2rad.default,
+    torch.ops.aten.rad2deg.default,
+})
+
 # Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout.
 ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
@@ -253,8 +262,13 @@ class Tracer(torch_internals.TorchDispatchMode):
         if any(a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
             return out  # clone: the layout is asked for, not TensorIterator's
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        # a Python number as `self` or `other` is an operand of eager's TensorIterator too
+        arguments = torch_internals.schema_of(func).arguments
+        wrapped = func in INPUT_LAYOUT_RESULTS or any(
+            isinstance(value, (int, float, bool)) and argument.name in ("self", "other")
+            for argument, value in zip(arguments, args))
         try:
-            strides = torch_internals.elementwise_strides(tensors, tuple(out.shape))
+            strides = torch_internals.elementwise_strides(tensors, tuple(out.shape), wrapped)
         except RuntimeError:  # operands that do not broadcast to the result: keep meta's
             return out
         if strides == tuple(out.stride()):
