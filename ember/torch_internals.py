@@ -27,34 +27,6 @@ def overload_name(func: OpOverload) -> str:
     return func._overloadname
 
 
-def elementwise_strides(tensors: list[torch.Tensor], shape: tuple[int, ...],
-                        wrapped_scalars: bool = False) -> tuple[int, ...]:
-    """The strides eager's TensorIterator gives the result of a pointwise op whose tensor
-    operands are `tensors` (in argument order), broadcast to `shape`; `wrapped_scalars` says
-    that Python numbers are operands too (the `other` of add, mul, ...)."""
-    from torch._prims_common import (
-        compute_elementwise_output_strides,
-        is_non_overlapping_and_dense_or_false,
-    )
-
-    contiguous = tuple(torch.empty(shape, device="meta").stride())
-    # TensorIterator's fast set-up: operands of the result's shape that all share a layout
-    if tensors and not wrapped_scalars and all(tuple(t.shape) == shape for t in tensors):
-        if all(t.is_contiguous() for t in tensors):
-            return contiguous
-        if len(shape) == 4 and all(t.is_contiguous(memory_format=torch.channels_last)
-                                   for t in tensors):
-            return tuple(torch.empty(shape, device="meta").to(
-                memory_format=torch.channels_last).stride())
-        if all(is_non_overlapping_and_dense_or_false(t) and t.stride() == tensors[0].stride()
-               for t in tensors):
-            return tuple(tensors[0].stride())
-    operands = [t.expand(shape) for t in tensors if t.ndim]
-    if not operands:
-        return contiguous
-    return tuple(compute_elementwise_output_strides(*operands))
-
-
 def is_symbolic(value: Any) -> bool:
     """A SymInt/SymFloat/SymBool, or a tensor whose shape or strides are symbolic."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):

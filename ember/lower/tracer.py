@@ -24,6 +24,7 @@ from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
+from ember.lower.layout import elementwise_strides, like_strides
 from ember.lower.mutation import (
     CloneAndCall,
     functional_variant,
@@ -54,9 +55,8 @@ CPU_RESULTS = {
     torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
 }
 
-# Pointwise ops whose CPU kernels allocate their result like the input (empty_like) or
-# multiply by a wrapped scalar, so TensorIterator's fast set-up (a row-major result for
-# row-major operands, whatever the strides of their size-1 dims) does not apply.
+# Pointwise ops whose CPU kernels allocate their result with empty_like(input) rather than
+# through TensorIterator.
 INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.hardtanh.default, torch.ops.aten.relu6.default,
     torch.ops.aten.nan_to_num.default, torch.ops.aten.deg2rad.default,
@@ -264,12 +264,14 @@ class Tracer(torch_internals.TorchDispatchMode):
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         # a Python number as `self` or `other` is an operand of eager's TensorIterator too
         arguments = torch_internals.schema_of(func).arguments
-        wrapped = func in INPUT_LAYOUT_RESULTS or any(
-            isinstance(value, (int, float, bool)) and argument.name in ("self", "other")
-            for argument, value in zip(arguments, args))
+        wrapped = any(isinstance(value, (int, float, bool)) and argument.name in ("self", "other")
+                      for argument, value in zip(arguments, args))
         try:
-            strides = torch_internals.elementwise_strides(tensors, tuple(out.shape), wrapped)
-        except RuntimeError:  # operands that do not broadcast to the result: keep meta's
+            if func in INPUT_LAYOUT_RESULTS:
+                strides = like_strides(args[0])
+            else:
+                strides = elementwise_strides(tensors, tuple(out.shape), wrapped)
+        except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's
             return out
         if strides == tuple(out.stride()):
             return out
