@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ember.ir.graph import Graph, Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Expr, Var
-from ember.schedule.indexing import Index, reads
+from ember.schedule.indexing import Index, index_rules, reads
 from ember.schedule.layout import row_major, view_geometry
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
 
@@ -205,6 +205,7 @@ class Scheduler:
             return False
         members = set(kernel.members)
         for source, at in self.reads_of(node, space):
+            source, at = self.through_alias(source, at)
             if source in members and at != self.canonical_index(source, space):
                 return False
         if space != (kernel.shape, kernel.axes):
@@ -216,10 +217,20 @@ class Scheduler:
         kernel.members.append(node)
         return True
 
+    def through_alias(self, node: Node, index: Index) -> tuple[Node, Index]:
+        """A read of a view that aliases a buffer is a read of that buffer's node."""
+        while node in self.aliases:
+            base = self.aliases[node]
+            while node is not base:
+                index = index_rules[node.op](node, index)
+                node = node.inputs[0]
+        return node, index
+
     def place(self, node: Node) -> None:
         space = natural_space(node)
         node_reads = self.reads_of(node, space)
-        positions = [self.step_of.get(source, -1) for source, _ in node_reads]
+        positions = [self.step_of.get(self.through_alias(source, at)[0], -1)
+                     for source, at in node_reads]
         lowest = max(positions, default=-1)
         first = max(lowest, len(self.steps) - LOOKBACK, 0)
         for position in range(len(self.steps) - 1, first - 1, -1):
@@ -332,7 +343,10 @@ class Scheduler:
                 self.steps[self.step_of[base]].stores.append(Store(base, self.buffer_of[base]))
             buffer = self.alias_buffer(node)
             self.buffer_of[node] = buffer
-            return buffer
+            if buffer.strides == strides or node.numel <= 1:
+                return buffer
+            # a view passed to a library call as an alias, returned in another layout
+            return self.copied_output(node, strides)
         position = self.step_of.get(node)
         step = self.steps[position] if position is not None and position >= 0 else None
         if isinstance(step, Kernel) and node in step.members:
@@ -344,7 +358,11 @@ class Scheduler:
             result_strides = self.library_result(node)[2]
             if tuple(result_strides) == strides:
                 return self.library_buffer(node)
-        # an input, or a library result in another layout: copy it into a fresh buffer
+        # an input, or a library result in another layout
+        return self.copied_output(node, strides)
+
+    def copied_output(self, node: Node, strides: tuple[int, ...]) -> Buffer:
+        """A fresh output buffer that a copy kernel at the end fills with `node`."""
         buffer = self.new_buffer(node, "output", strides, prefix="out")
         copy = Kernel(f"kernel{len(self.kernels())}", node.shape, (), [], [Store(node, buffer)])
         self.steps.append(copy)

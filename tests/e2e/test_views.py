@@ -104,3 +104,18 @@ def test_views_of_integer_and_bool_tensors():
         x = make(4, 6, 5, dtype=dtype)
         check(lambda x: {k: v for k, v in views_of(x).items() if k != "expand_new_dims"}, x,
               library=0)
+
+
+def test_reading_a_returned_view_at_another_index():
+    # the row maxima are returned (a view of the reduction's buffer) and read flipped by a
+    # pointwise op: that op must not share the reduction's loop (it reads later elements)
+    x = make_layout("strided", 3, 8)
+    check(lambda x: (torch.cat([x, x * 2], -1).amax(-2) * 1,
+                     torch.cat([x, x * 2], -1).amax(-2).flip(0) - 1.0), x, library=0)
+
+
+def test_view_passed_to_a_library_call_and_returned():
+    # the slice goes to cumsum (a library call) as an alias; returned, it takes eager's layout
+    x = make_layout("strided", 8, 8, 5)
+    check(lambda x: (torch.sigmoid(x)[..., 1::2] * 1, torch.sigmoid(x)[..., 1::2].cumsum(-1)),
+          x, library=1)
