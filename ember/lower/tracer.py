@@ -55,12 +55,12 @@ CPU_RESULTS = {
     torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
 }
 
-# Pointwise ops whose CPU kernels allocate their result with empty_like(input) rather than
-# through TensorIterator.
+# Ops whose CPU kernels allocate their result with empty_like(input), where the meta kernels
+# (or TensorIterator, for pointwise ones) may choose other strides for size-1 dims.
 INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.hardtanh.default, torch.ops.aten.relu6.default,
     torch.ops.aten.nan_to_num.default, torch.ops.aten.deg2rad.default,
-    torch.ops.aten.rad2deg.default,
+    torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
 })
 
 # Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
@@ -256,23 +256,24 @@ class Tracer(torch_internals.TorchDispatchMode):
         if func in ROW_MAJOR_RESULTS:
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
                             if isinstance(t, torch.Tensor) else t, out)
-        if torch.Tag.pointwise not in func.tags or not isinstance(out, torch.Tensor) \
-                or out.numel() == 0 or out.ndim < 2:
+        if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
             return out
-        if any(a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
-            return out  # clone: the layout is asked for, not TensorIterator's
-        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        # a Python number as `self` or `other` is an operand of eager's TensorIterator too
-        arguments = torch_internals.schema_of(func).arguments
-        wrapped = any(isinstance(value, (int, float, bool)) and argument.name in ("self", "other")
-                      for argument, value in zip(arguments, args))
-        try:
-            if func in INPUT_LAYOUT_RESULTS:
-                strides = like_strides(args[0])
-            else:
+        if func in INPUT_LAYOUT_RESULTS:
+            strides = like_strides(args[0])
+        elif torch.Tag.pointwise not in func.tags or any(
+                a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
+            return out  # (clone: the layout is asked for, not TensorIterator's)
+        else:
+            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            # a Python number as `self` or `other` is an operand of TensorIterator too
+            arguments = torch_internals.schema_of(func).arguments
+            wrapped = any(isinstance(value, (int, float, bool))
+                          and argument.name in ("self", "other")
+                          for argument, value in zip(arguments, args))
+            try:
                 strides = elementwise_strides(tensors, tuple(out.shape), wrapped)
-        except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's
-            return out
+            except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's
+                return out
         if strides == tuple(out.stride()):
             return out
         return torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device="meta")

@@ -119,3 +119,11 @@ def test_view_passed_to_a_library_call_and_returned():
     x = make_layout("strided", 8, 8, 5)
     check(lambda x: (torch.sigmoid(x)[..., 1::2] * 1, torch.sigmoid(x)[..., 1::2].cumsum(-1)),
           x, library=1)
+
+
+def test_consumer_of_a_returned_view_in_the_reduction_kernel():
+    # the reduced value is returned (a squeezed view of its buffer) and used by pointwise ops in
+    # the kernel that computes it: they must compute it, not load it before it is stored
+    x = make(1, 1, 5)
+    check(lambda x: (torch.exp(x.sum(-2)), x.sum(-2), torch.tanh(x.amax(1)) + x.amax(1)), x,
+          library=0)

@@ -61,3 +61,13 @@ def test_pointwise_results_take_eager_strides(op):
         described = [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
                      for a in args]
         assert corrected.stride() == expected.stride(), f"{op}{described}"
+
+
+def test_flip_keeps_the_layout_of_its_input():
+    # eager's flip allocates like its input (empty_like); the meta kernel, row-major
+    for x in _operands():
+        if x.ndim:
+            meta = _meta(x)
+            corrected = Tracer._eager_layout(torch.ops.aten.flip.default, [meta, [0]], {},
+                                             torch.ops.aten.flip.default(meta, [0]))
+            assert corrected.stride() == x.flip(0).stride(), (tuple(x.shape), x.stride())
