@@ -6,14 +6,18 @@ eager would make any comparison pass) and, when asked, how many kernels it gener
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import logging
+import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
+from ember import config
 from ember.backends import backend, compile_graph
 from ember.runtime.compiled import CompiledGraph
 
@@ -48,27 +52,60 @@ def compile_fn(fn: Callable, args: tuple, dynamo: bool = False) -> tuple[Callabl
     return compiled, [compiled]
 
 
+class _Fallbacks(logging.Handler):
+    """Collects what the `fallbacks` channel says, to explain a failed "ember compiled" check."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def watching_fallbacks() -> Iterator[_Fallbacks]:
+    """Internal errors raise (instead of falling back) and fallback reasons are recorded."""
+    handler = _Fallbacks()
+    logger = logging.getLogger("ember.fallbacks")
+    level = logger.level
+    with config.override(logs=config.settings.logs | {"raise", "fallbacks"}):
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        try:
+            yield handler
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+
 def assert_close(actual: Any, expected: Any, **tolerance: Any) -> None:
+    """Compare two results leaf by leaf; a failure names the leaf (its pytree path)."""
     flat_actual, _ = tree_flatten(actual)
-    flat_expected, _ = tree_flatten(expected)
-    assert len(flat_actual) == len(flat_expected)
-    for got, want in zip(flat_actual, flat_expected):
+    flat_expected, _ = tree_flatten_with_path(expected)
+    assert len(flat_actual) == len(flat_expected), \
+        f"{len(flat_actual)} results, eager gives {len(flat_expected)}"
+    for got, (path, want) in zip(flat_actual, flat_expected):
+        where = f"result{keystr(path)}"
         if isinstance(want, torch.Tensor):
-            assert isinstance(got, torch.Tensor), f"expected a tensor, got {type(got)}"
-            assert got.shape == want.shape, f"shape {tuple(got.shape)} != {tuple(want.shape)}"
-            assert got.dtype == want.dtype, f"dtype {got.dtype} != {want.dtype}"
+            assert isinstance(got, torch.Tensor), f"{where}: expected a tensor, got {type(got)}"
+            assert got.shape == want.shape, \
+                f"{where}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+            assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
             options = dict(TOLERANCES.get(want.dtype, dict(rtol=0, atol=0)))
             options.update(tolerance)
-            torch.testing.assert_close(got, want, equal_nan=True, **options)
+            torch.testing.assert_close(got, want, equal_nan=True, **options,
+                                       msg=lambda text, where=where: f"{where}: {text}")
         else:
-            assert got == want
+            assert got == want, f"{where}: {got!r} != {want!r}"
 
 
-def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = False,
-          strides: bool = True, **tolerance: Any) -> CompiledGraph:
+def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | None = None,
+          dynamo: bool = False, strides: bool = True, **tolerance: Any) -> CompiledGraph:
     """Compile `fn`, run it and eager on copies of `args`, and compare results, strides and
-    what happened to the arguments (in-place mutation)."""
-    with torch.no_grad():
+    what happened to the arguments (in-place mutation). `kernels` and `library` are the exact
+    numbers of generated kernels and of aten ops left to run as library calls (all graphs)."""
+    with torch.no_grad(), watching_fallbacks() as fallbacks:
         compiled, graphs = compile_fn(fn, args, dynamo=dynamo)
         eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
         expected = fn(*eager_args)
@@ -78,14 +115,68 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = F
             assert_close(actual, expected, **tolerance)
             assert_close(got_args, eager_args, **tolerance)
             if strides:
-                for got, want in zip(tree_flatten(actual)[0], tree_flatten(expected)[0]):
+                for got, (path, want) in zip(tree_flatten(actual)[0],
+                                             tree_flatten_with_path(expected)[0]):
                     if isinstance(want, torch.Tensor) and want.numel() > 1:
                         assert got.stride() == want.stride(), \
-                            f"strides {got.stride()} != eager's {want.stride()}"
+                            f"result{keystr(path)}: strides {got.stride()} != " \
+                            f"eager's {want.stride()}"
+    why = "; ".join(fallbacks.messages)
     assert graphs, "nothing was compiled"
     for graph in graphs:
-        assert isinstance(graph, CompiledGraph), "ember fell back to eager for this graph"
+        assert isinstance(graph, CompiledGraph), f"ember fell back to eager: {why}"
+        assert not graph.runs_eagerly, f"{graph.label} switched to eager: {why}"
     if kernels is not None:
         assert sum(g.kernel_count for g in graphs) == kernels, \
             f"{[g.kernel_count for g in graphs]} kernels, expected {kernels}"
+    if library is not None:
+        assert sum(g.library_count for g in graphs) == library, \
+            f"{[g.library_count for g in graphs]} library calls, expected {library}: {why}"
     return graphs[0] if len(graphs) == 1 else graphs
+
+
+# -- inputs ---------------------------------------------------------------------------------
+FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, -0.5, 1.0, -1.0)
+LAYOUTS = ("contiguous", "transposed", "strided", "expanded")
+
+
+def make(*shape: int, dtype: torch.dtype = torch.float32, low: float | None = None,
+         high: float | None = None, special: bool = False, seed: int = 0) -> torch.Tensor:
+    """A deterministic random tensor; `special` plants NaN, ±inf, ±0 and halves at the front
+    (float dtypes only)."""
+    generator = torch.Generator().manual_seed(seed)
+    if dtype is torch.bool:
+        return torch.rand(shape, generator=generator) < 0.5
+    if dtype.is_floating_point:
+        low = -3.0 if low is None else low
+        high = 3.0 if high is None else high
+        x = torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
+        x = x.to(dtype)
+        if special and x.numel():
+            flat = x.view(-1)
+            count = min(len(FLOAT_SPECIALS), flat.numel())
+            flat[:count] = torch.tensor(FLOAT_SPECIALS[:count], dtype=dtype)
+        return x
+    info = torch.iinfo(dtype)
+    low = max(info.min, -20 if low is None else int(low))
+    high = min(info.max, 20 if high is None else int(high))
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=dtype)
+
+
+def make_layout(layout: str, *shape: int, **options: Any) -> torch.Tensor:
+    """A tensor of `shape` whose memory layout is `layout` (one of LAYOUTS): transposed (the
+    last two dims swapped in memory), strided (every other element of a larger tensor, from an
+    offset) or expanded (dim 0 broadcast from size 1)."""
+    if layout == "contiguous" or not shape:
+        return make(*shape, **options)
+    if layout == "transposed":
+        if len(shape) < 2:
+            return make(*shape, **options).flip(0)
+        swapped = (*shape[:-2], shape[-1], shape[-2])
+        return make(*swapped, **options).transpose(-1, -2)
+    if layout == "strided":
+        wide = (*shape[:-1], 2 * shape[-1] + 1)
+        return make(*wide, **options)[..., 1::2]
+    if layout == "expanded":
+        return make(1, *shape[1:], **options).expand(*shape)
+    raise ValueError(f"unknown layout {layout!r}")

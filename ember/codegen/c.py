@@ -97,6 +97,10 @@ class CKernelWriter:
         self.kernel = kernel
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
+        # buffers this kernel itself fills: a view aliasing one is computed, not loaded (the
+        # load could come before the store)
+        self.own_buffers = {plan.buffer_of[m] for m in kernel.members
+                            if m in plan.buffer_of and plan.buffer_of[m].role != "input"}
         self.arguments: dict[Buffer, str] = {}
         self.counter = itertools.count()
         self.loops = itertools.count()
@@ -140,10 +144,8 @@ class CKernelWriter:
             defined = self.defined_at.get(name)
             if defined is not None and (best is None or defined.depth > best.depth):
                 best = defined
-        if best is None:
-            best = scope
-            while best.parent is not None:
-                best = best.parent
+        if best is None:  # the outermost scope
+            *_, best = scope.chain()
         return best
 
     def open_loops(self, parent: Scope, groups: list[list[int]], prefix: str
@@ -221,6 +223,8 @@ class CKernelWriter:
 
     def generate(self, node: Node, index: Index, scope: Scope) -> str:
         buffer = self.buffer_of.get(node)
+        if buffer is not None and buffer.role == "alias" and buffer.root() in self.own_buffers:
+            buffer = None
         if buffer is not None and node not in self.members:
             return self.define(scope, node.dtype, load(node.dtype, self.offset(buffer, index)))
         kind = node.kind

@@ -41,8 +41,9 @@ static inline float ember_maximumf(float a, float b) { return (a != a || a > b) 
 static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
 static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
 static inline double ember_minimum(double a, double b) { return (a != a || a < b) ? a : b; }
-static inline float ember_signf(float a) { return a != a ? a : (float)((a > 0) - (a < 0)); }
-static inline double ember_sign(double a) { return a != a ? a : (double)((a > 0) - (a < 0)); }
+/* torch.sign: NaN and -0.0 give +0.0 */
+static inline float ember_signf(float a) { return (float)((a > 0) - (a < 0)); }
+static inline double ember_sign(double a) { return (double)((a > 0) - (a < 0)); }
 /* Python-style remainder and floor division, as torch computes them for floats */
 static inline float ember_remainderf(float a, float b) {
     float m = fmodf(a, b);
@@ -67,6 +68,15 @@ static inline double ember_floordiv(double a, double b) {
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1.0;
     if (d != 0) { double f = floor(d); if (d - f > 0.5) f += 1.0; return f; }
     return copysign(0.0, a / b);
+}
+/* the same for integers (the divisor is never 0, nor -1 for signed types) */
+static inline int64_t ember_remainder_int(int64_t a, int64_t b) {
+    int64_t m = a % b;
+    return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m;
+}
+static inline int64_t ember_floordiv_int(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
 static inline float ember_bf16_to_float(uint16_t h) {
     union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
@@ -177,7 +187,7 @@ for _op, _name in {
     Op.COSH: "cosh", Op.TANH: "tanh", Op.ASINH: "asinh", Op.ACOSH: "acosh", Op.ATANH: "atanh",
     Op.ERFC: "erfc", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.ROUND: "rint",
     Op.TRUNC: "trunc", Op.POW: "pow", Op.ATAN2: "atan2", Op.HYPOT: "hypot",
-    Op.COPYSIGN: "copysign", Op.FMOD: "fmod",
+    Op.COPYSIGN: "copysign",
 }.items():
     c_rules[_op] = _math(_name)
 
@@ -200,6 +210,25 @@ def _arith(symbol: str, bool_symbol: str | None = None):
         return f"({compute_type(node.dtype)})({a} {symbol} {b})"
 
     return rule
+
+
+def _division(which: str):
+    """floordiv and remainder with the divisor's sign, as Python and torch round."""
+
+    def rule(node: Node, args: list[str]) -> str:
+        a, b = args
+        if node.dtype.is_floating_point:
+            return f"{_float_or(node, f'ember_{which}f', f'ember_{which}')}({a}, {b})"
+        return f"({compute_type(node.dtype)})ember_{which}_int({a}, {b})"
+
+    return rule
+
+
+def _fmod(node: Node, args: list[str]) -> str:
+    a, b = args
+    if node.dtype.is_floating_point:
+        return _math("fmod")(node, args)
+    return f"({compute_type(node.dtype)})({a} % {b})"  # C's % truncates, as fmod does
 
 
 def _extremum(which: str):
@@ -275,10 +304,9 @@ c_rules.update({
     Op.SUB: _arith("-"),
     Op.MUL: _arith("*", "&"),
     Op.DIV: _arith("/"),
-    Op.FLOORDIV: lambda node, a: f"{_float_or(node, 'ember_floordivf', 'ember_floordiv')}"
-                                 f"({a[0]}, {a[1]})",
-    Op.REMAINDER: lambda node, a: f"{_float_or(node, 'ember_remainderf', 'ember_remainder')}"
-                                  f"({a[0]}, {a[1]})",
+    Op.FMOD: _fmod,
+    Op.FLOORDIV: _division("floordiv"),
+    Op.REMAINDER: _division("remainder"),
     Op.MAXIMUM: _extremum("maximum"),
     Op.MINIMUM: _extremum("minimum"),
     Op.BITWISE_AND: lambda node, a: f"({compute_type(node.dtype)})({a[0]} & {a[1]})",

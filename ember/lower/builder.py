@@ -57,7 +57,7 @@ class Builder:
         if dtype is torch.bool:
             value = bool(value)
         elif dtypes.is_integral(dtype):
-            value = int(value)
+            value = wrap_integer(int(value), dtype)
         else:
             value = float(value)
         return self.graph.add(Op.FULL, (), value=value, shape=tuple(shape), dtype=dtype)
@@ -267,6 +267,16 @@ class Builder:
                               tuple_result=False)
         node.strides = strides
         return node
+
+
+def wrap_integer(value: int, dtype: torch.dtype) -> int:
+    """`value` converted to an integer dtype as eager converts a scalar: modulo 2**bits (so -1
+    becomes 255 in uint8, as `uint8_tensor > -1` sees it)."""
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    if dtype.is_signed and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
 
 
 def row_major(shape: Sequence[int]) -> tuple[int, ...]:

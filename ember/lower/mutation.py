@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from ember import torch_internals
 from ember.ir.graph import Node
@@ -101,19 +102,31 @@ def _as_strided_scatter(b: Builder, base: Node, value: Node, attrs: dict[str, An
 
 
 def functional_variant(func: Any) -> Any | None:
-    """aten.add_.Tensor → aten.add.Tensor; aten.add.out → aten.add.Tensor; else None."""
+    """aten.add_.Tensor → aten.add.Tensor; aten.add.out → aten.add.Tensor;
+    aten.rrelu_with_noise → aten.rrelu_with_noise_functional (see `returns_written_last`);
+    else None."""
     schema = torch_internals.schema_of(func)
     name = schema.name.split("::")[-1]
     namespace = getattr(torch.ops, schema.name.split("::")[0])
     overload = torch_internals.overload_name(func)
     if name.endswith("_") and not name.startswith("_"):
+        # the overload of the functional op taking the same arguments (pow_.Scalar is
+        # pow_(Tensor, Scalar), whose functional form is pow.Tensor_Scalar, not pow.Scalar)
         packet = getattr(namespace, name[:-1], None)
-        if packet is not None and overload in packet.overloads():
-            return getattr(packet, overload)
+        if packet is None:
+            return None
+        wanted = _signature(schema)
+        names = [overload] + [o for o in packet.overloads() if o != overload]
+        for candidate in (getattr(packet, o) for o in names if o in packet.overloads()):
+            if _signature(torch_internals.schema_of(candidate)) == wanted:
+                return candidate
         return None
     out_names = {a.name for a in schema.arguments if a.kwarg_only and a.alias_info is not None
                  and a.alias_info.is_write}
     if not out_names:
+        packet = getattr(namespace, f"{name}_functional", None)
+        if packet is not None and overload in packet.overloads():
+            return getattr(packet, overload)
         return None
     wanted = [a.name for a in schema.arguments if a.name not in out_names]
     packet = getattr(namespace, name)
@@ -127,8 +140,38 @@ def functional_variant(func: Any) -> Any | None:
     return None
 
 
+def _signature(schema: Any) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in schema.arguments]
+
+
+def view_variant(func: Any) -> Any | None:
+    """aten.squeeze_.dim → aten.squeeze.dim: the view op an in-place restriding op applies to
+    its tensor (squeeze_, unsqueeze_, t_, transpose_, ...), else None."""
+    schema = torch_internals.schema_of(func)
+    name = schema.name.split("::")[-1]
+    if not name.endswith("_") or name.startswith("_"):
+        return None
+    namespace = getattr(torch.ops, schema.name.split("::")[0])
+    packet = getattr(namespace, name[:-1], None)
+    overload = torch_internals.overload_name(func)
+    if packet is None or overload not in packet.overloads():
+        return None
+    view = getattr(packet, overload)
+    returns = torch_internals.schema_of(view).returns
+    if returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns):
+        return view
+    return None
+
+
+def returns_written_last(functional: Any) -> bool:
+    """A `<op>_functional` variant returns the op's own results first, then the new values of
+    the tensors the op writes (where `add` returns only the new value of what `add_` writes)."""
+    return torch_internals.schema_of(functional).name.endswith("_functional")
+
+
 class CloneAndCall:
-    """Run an in-place op on clones of the tensors it writes; return the clones.
+    """Run an in-place op on clones of the tensors it writes; return the clones, then the
+    tensors the op returns that are none of them (the op's own results).
 
     The generic functional form of an op that has no functional variant.
     """
@@ -149,5 +192,7 @@ class CloneAndCall:
             else:
                 kwargs[name] = kwargs[name].clone()
                 clones.append(kwargs[name])
-        self.func(*args, **kwargs)
-        return tuple(clones)
+        result = self.func(*args, **kwargs)
+        fresh = [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)
+                 and not any(t is clone for clone in clones)]
+        return (*clones, *fresh)

@@ -24,10 +24,49 @@ from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
-from ember.lower.mutation import CloneAndCall, functional_variant, scatter_through
+from ember.lower.layout import elementwise_strides, like_strides
+from ember.lower.mutation import (
+    CloneAndCall,
+    functional_variant,
+    returns_written_last,
+    scatter_through,
+    view_variant,
+)
 from ember.lower.registry import Decline, Unsupported, find_rule
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
+
+def _batch_norm_statistics(training_argument: int | None):
+    """CPU's batch norm in eval returns empty statistics; the meta kernel, per-channel ones."""
+
+    def fix(args, out):
+        if training_argument is not None and args[training_argument]:
+            return out
+        result, mean, invstd = out
+        return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
+                torch.empty((0,), dtype=invstd.dtype, device="meta"))
+
+    return fix
+
+
+# Results of CPU kernels that differ in shape from the meta kernels' (by op).
+CPU_RESULTS = {
+    torch.ops.aten.native_batch_norm.default: _batch_norm_statistics(5),
+    torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
+}
+
+# Ops whose CPU kernels allocate their result with empty_like(input), where the meta kernels
+# (or TensorIterator, for pointwise ones) may choose other strides for size-1 dims.
+INPUT_LAYOUT_RESULTS = frozenset({
+    torch.ops.aten.hardtanh.default, torch.ops.aten.relu6.default,
+    torch.ops.aten.nan_to_num.default, torch.ops.aten.deg2rad.default,
+    torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
+})
+
+# Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
+# kernels follow the input's layout.
+ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
+                               torch.ops.aten.rrelu_with_noise.default})
 
 
 @dataclasses.dataclass(eq=False)
@@ -162,14 +201,25 @@ class Tracer(torch_internals.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         template_kwargs = dict(kwargs)
-        if "device" in kwargs:
-            device = torch.device(kwargs["device"]) if kwargs["device"] is not None else None
-            if device is not None and device.type != "meta" and device != self.graph.device:
+        schema = torch_internals.schema_of(func)
+        if "device" in kwargs or any(a.name == "device" and a.kwarg_only
+                                     for a in schema.arguments):
+            # every tensor made while tracing is a meta tensor (torch.zeros(3) names no device)
+            device = kwargs.get("device")
+            device = torch.device(device) if device is not None else None
+            if device is None and torch.get_default_device() != self.graph.device:
+                raise Unsupported(f"{func} creates a tensor on the default device "
+                                  f"{torch.get_default_device()}, the graph is on "
+                                  f"{self.graph.device}")
+            if device is not None and device.type == "meta":
+                # an op called on our meta tensors from inside another (x.to(dtype) in
+                # softmax(x, dtype=...)) names their device: the graph's device at run time
+                template_kwargs["device"] = self.graph.device
+            elif device is not None and device != self.graph.device:
                 raise Unsupported(f"{func} creates a tensor on {device}, the graph is on "
                                   f"{self.graph.device}")
             kwargs["device"] = "meta"
         args, kwargs = tree_map(self._meta_argument, (args, kwargs))
-        schema = torch_internals.schema_of(func)
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
@@ -180,13 +230,53 @@ class Tracer(torch_internals.TorchDispatchMode):
         if written:
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
             if before != after:
-                raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+                self._restride(func, args, kwargs, out)
+                return out
+            if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
+                out = self._eager_layout(func, args, kwargs, out)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
         elif any(r.alias_info is not None for r in schema.returns):
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
+            out = self._eager_layout(func, args, kwargs, out)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    @staticmethod
+    def _eager_layout(func, args, kwargs, out) -> Any:
+        """`out`, with the strides eager's CPU kernel gives it where the meta kernel differs.
+
+        NOTE: some pointwise ops (copysign, xlogy, logical_and, ...) get their meta kernel from
+        a Python decomposition whose operand order differs from the aten op's, so their meta
+        strides are not eager's; TensorIterator's rule over the op's own operands is.
+        Only CPU kernels exist for now: these are their layouts.
+        """
+        if func in CPU_RESULTS:
+            return CPU_RESULTS[func](args, out)
+        if func in ROW_MAJOR_RESULTS:
+            return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
+                            if isinstance(t, torch.Tensor) else t, out)
+        if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
+            return out
+        if func in INPUT_LAYOUT_RESULTS:
+            strides = like_strides(args[0])
+        elif torch.Tag.pointwise not in func.tags or any(
+                a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
+            return out  # (clone: the layout is asked for, not TensorIterator's)
+        else:
+            tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            # a Python number as `self` or `other` is an operand of TensorIterator too
+            arguments = torch_internals.schema_of(func).arguments
+            wrapped = any(isinstance(value, (int, float, bool))
+                          and argument.name in ("self", "other")
+                          for argument, value in zip(arguments, args))
+            try:
+                strides = elementwise_strides(tensors, tuple(out.shape), wrapped)
+            except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's
+                return out
+        if strides == tuple(out.stride()):
+            return out
+        return torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device="meta")
 
     def _meta_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
@@ -215,7 +305,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         rule = find_rule(func)
         if rule is not None and supported:
             try:
-                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+                # rules see the device the op runs on, not the meta device of the tracing
+                rule_kwargs = {key: (template_kwargs.get(key) if key == "device" else value)
+                               for key, value in kwargs.items()}
+                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(rule_kwargs))
                 if self._matches(result, out):
                     return result
                 raise Decline(f"rule result disagrees with eager's {self._describe(out)}")
@@ -297,9 +390,34 @@ class Tracer(torch_internals.TorchDispatchMode):
                 else base_state.chain + steps
             self.bind(meta, node, base_state.storage, chain)
 
+    def _restride(self, func, args, kwargs, out) -> None:
+        """An in-place view op (x.squeeze_(0), x.t_()): the tensor becomes a view of itself."""
+        view = view_variant(func)
+        rule = find_rule(view) if view is not None else None
+        if rule is None:
+            raise Unsupported(f"{func} changes a tensor's shape or strides in place")
+        base = args[0]
+        state = self.state(base)
+        before = self.current(base)
+        try:
+            result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+        except Decline as reason:
+            raise Unsupported(f"{func} in place: {reason}") from None
+        if not self._matches(result, out):
+            raise Unsupported(f"{func} in place: the view disagrees with eager's")
+        steps = _view_chain(result, before)
+        chain = None if steps is None or state.chain is None else state.chain + steps
+        self.states[id(base)] = TensorState(state.storage, chain, result, state.storage.version)
+        if result.strides is None and result.op not in (Op.INPUT, Op.FULL) and base.ndim:
+            result.strides = tuple(base.stride())
+
     # -- mutation -------------------------------------------------------------------------
     def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:
         targets = self._written_tensors(written, args, kwargs)
+        # tensors the op returns besides those it writes (rrelu_with_noise writes `noise` and
+        # returns a new tensor)
+        fresh = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+                 and not any(t is target for target in targets)]
         out_names = {argument.name for _, argument in written if argument.kwarg_only}
         functional = functional_variant(func)
         if functional is not None:
@@ -310,19 +428,24 @@ class Tracer(torch_internals.TorchDispatchMode):
             except Exception as error:
                 raise Unsupported(f"{functional} cannot run on meta tensors: {error}") from error
             values = tree_flatten(self._lower(functional, args, f_kwargs, f_template, f_out))[0]
-            values = values[:len(targets)]
+            if returns_written_last(functional):
+                results, values = values[:len(fresh)], values[len(fresh):]
+            else:
+                results, values = [], values[:len(targets)]
         else:
             names = [argument.name for _, argument in written]
             positions = [position for position, _ in written]
             wrapper = CloneAndCall(func, positions, names)
-            clones = tuple(t.clone() for t in targets)  # meta stand-ins for the results
-            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs, clones))[0]
+            stand_ins = (*(t.clone() for t in targets), *fresh)  # meta stand-ins for results
+            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs,
+                                              stand_ins))[0]
+            results, values = values[len(targets):], values[:len(targets)]
         for target, value in zip(targets, values):
             self.assign(target, value)
-        # An in-place op returns its target; anything else it returns is tracked too.
-        for meta in tree_flatten(out)[0]:
-            if isinstance(meta, torch.Tensor) and id(meta) not in self.states:
-                raise Unsupported(f"{func} returns a tensor that is not one it wrote")
+        if len(results) != len(fresh):
+            raise Unsupported(f"{func} returns tensors ember cannot match to its results")
+        for meta, node in zip(fresh, results):
+            self.bind(meta, node)
 
     # -- results --------------------------------------------------------------------------
     def finish(self, out: Any) -> tuple[list[OutputSpec], Any]:

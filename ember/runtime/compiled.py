@@ -36,6 +36,11 @@ class CompiledGraph:
         self.written_inputs = list(written_inputs)
         self._run = self._first_call
 
+    @property
+    def runs_eagerly(self) -> bool:
+        """True once a layout check failed and the graph gave up on its compiled form."""
+        return self._run is None
+
     def _first_call(self, tensors: Any) -> Any:
         # Inputs the graph writes are saved: if the check fails midway, eager must start from
         # the values the caller passed.

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ember.ir.graph import Graph, Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Expr, Var
-from ember.schedule.indexing import Index, reads
+from ember.schedule.indexing import Index, index_rules, reads
 from ember.schedule.layout import row_major, view_geometry
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
 
@@ -97,30 +97,32 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
-        if node.kind is not Kind.VIEW:
+        if node.kind is not Kind.VIEW or node in self.aliases:  # (an operand of two calls)
             return
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
-        if view_geometry(node, base, self.planned_geometry(base)) is None:
-            return  # not a strided view of the base's buffer: a kernel copies it
+        base_geometry = self._expected_geometry(base)
+        if base_geometry is None or view_geometry(node, base, base_geometry) is None:
+            return  # not a strided view (a flip, a reshape that copies): computed into a buffer
         self.realized.add(base)
         self.aliases[node] = base
 
-    def planned_geometry(self, node: Node) -> tuple:
-        """The layout `node`'s buffer will have: inputs and library results keep eager's,
-        outputs take eager's strides, every other buffer is row-major."""
+    def _expected_geometry(self, node: Node) -> tuple | None:
+        """Shape, strides and offset the buffer of realized `node` will have (see
+        assign_buffers), or None when unknown."""
         if node in self.aliases:
             base = self.aliases[node]
-            return view_geometry(node, base, self.planned_geometry(base))
+            base_geometry = self._expected_geometry(base)
+            return None if base_geometry is None else view_geometry(node, base, base_geometry)
         if node.op is Op.INPUT:
             return node.shape, node.strides or row_major(node.shape), 0
+        if node in self.graph.outputs:
+            position = self.graph.outputs.index(node)
+            return node.shape, tuple(self.graph.output_strides[position]), 0
         if node.op in (Op.LIBRARY, Op.ITEM):
-            result = self.library_result(node)
-            return tuple(result[0]), tuple(result[2]), 0
-        for output, strides in zip(self.graph.outputs, self.graph.output_strides):
-            if output is node:
-                return node.shape, tuple(strides), 0
+            shape, _dtype, strides = self.library_result(node)
+            return tuple(shape), tuple(strides), 0
         return node.shape, row_major(node.shape), 0
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
@@ -203,6 +205,7 @@ class Scheduler:
             return False
         members = set(kernel.members)
         for source, at in self.reads_of(node, space):
+            source, at = self.through_alias(source, at)
             if source in members and at != self.canonical_index(source, space):
                 return False
         if space != (kernel.shape, kernel.axes):
@@ -214,10 +217,20 @@ class Scheduler:
         kernel.members.append(node)
         return True
 
+    def through_alias(self, node: Node, index: Index) -> tuple[Node, Index]:
+        """A read of a view that aliases a buffer is a read of that buffer's node."""
+        while node in self.aliases:
+            base = self.aliases[node]
+            while node is not base:
+                index = index_rules[node.op](node, index)
+                node = node.inputs[0]
+        return node, index
+
     def place(self, node: Node) -> None:
         space = natural_space(node)
         node_reads = self.reads_of(node, space)
-        positions = [self.step_of.get(source, -1) for source, _ in node_reads]
+        positions = [self.step_of.get(self.through_alias(source, at)[0], -1)
+                     for source, at in node_reads]
         lowest = max(positions, default=-1)
         first = max(lowest, len(self.steps) - LOOKBACK, 0)
         for position in range(len(self.steps) - 1, first - 1, -1):
@@ -296,7 +309,7 @@ class Scheduler:
                     needs.update(s for s, _ in self.reads_of(member, space) if s not in members)
             elif isinstance(step, LibraryCall):
                 needs.update(step.node.inputs)
-        needs.update(self.aliases.values())
+        needs.update(self.aliases.values())  # a view passed on as an alias needs its base stored
         # Outputs claim their buffers first, with eager's strides.
         outputs: list[Buffer] = []
         claimed: set[Node] = set()
@@ -333,7 +346,10 @@ class Scheduler:
                 self.steps[self.step_of[base]].stores.append(Store(base, self.buffer_of[base]))
             buffer = self.alias_buffer(node)
             self.buffer_of[node] = buffer
-            return buffer
+            if buffer.strides == strides or node.numel <= 1:
+                return buffer
+            # a view passed to a library call as an alias, returned in another layout
+            return self.copied_output(node, strides)
         position = self.step_of.get(node)
         step = self.steps[position] if position is not None and position >= 0 else None
         if isinstance(step, Kernel) and node in step.members:
@@ -345,7 +361,11 @@ class Scheduler:
             result_strides = self.library_result(node)[2]
             if tuple(result_strides) == strides:
                 return self.library_buffer(node)
-        # an input, or a library result in another layout: copy it into a fresh buffer
+        # an input, or a library result in another layout
+        return self.copied_output(node, strides)
+
+    def copied_output(self, node: Node, strides: tuple[int, ...]) -> Buffer:
+        """A fresh output buffer that a copy kernel at the end fills with `node`."""
         buffer = self.new_buffer(node, "output", strides, prefix="out")
         copy = Kernel(f"kernel{len(self.kernels())}", node.shape, (), [], [Store(node, buffer)])
         self.steps.append(copy)
@@ -416,7 +436,9 @@ class Scheduler:
                         else [(member, None)]
                     if any(read is source for read, _ in nodes):
                         return False
-        return source not in self.aliases.values()
+        if source in self.aliases.values():
+            return False
+        return True
 
     def _reaches(self, node: Node, target: Node) -> bool:
         while node.kind is Kind.VIEW:

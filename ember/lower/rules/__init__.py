@@ -1,3 +1,3 @@
 """Lowering rules, one module per family of aten ops; importing this fills `lowerings`."""
 
-from ember.lower.rules import data, nn, pointwise, reductions, views  # noqa: F401
+from ember.lower.rules import activations, data, nn, pointwise, reductions, views  # noqa: F401

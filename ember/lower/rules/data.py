@@ -101,6 +101,27 @@ def _arange(b: Builder, start, end=None, step=1, *, dtype=None, layout=None, dev
     return b.cast(b.add(b.mul(index, float(step)), float(start)), dtype)
 
 
+@lowering(aten.linspace.default)
+def _linspace(b: Builder, start, end, steps: int, *, dtype=None, layout=None, device=None,
+              pin_memory=None) -> Node:
+    """Eager's kernel: the first half counts up from start, the second down from end (so both
+    ends are exact), in the dtype itself for floats and in double for integers."""
+    dtype = _dtype(dtype)
+    if steps <= 1:
+        return b.full(start, dtype, (steps,))
+    compute = dtype if dtype in (torch.float32, torch.float64) else torch.float64
+    if dtype in dtypes.REDUCED_FLOAT:
+        compute = torch.float32
+    first = torch.tensor(start, dtype=dtype).to(compute)
+    last = torch.tensor(end, dtype=dtype).to(compute)
+    step = ((last - first) / (steps - 1)).item()
+    index = b.cast(b.iota((steps,), 0), compute)
+    rising = b.add(b.mul(index, step), first.item())
+    falling = b.sub(last.item(), b.mul(b.sub(steps - 1, index), step))
+    halfway = b.compare(Op.LT, b.iota((steps,), 0), steps // 2)
+    return b.cast(b.where(halfway, rising, falling), dtype)
+
+
 @lowering(aten.eye.default, aten.eye.m)
 def _eye(b: Builder, n: int, m: int | None = None, *, dtype=None, layout=None, device=None,
          pin_memory=None) -> Node:
@@ -169,6 +190,18 @@ def _flip(b: Builder, x: Node, dims: Sequence[int]) -> Node:
     return b.graph.add(Op.FLIP, (x,), dims=dims)
 
 
+@lowering(aten.rot90)
+def _rot90(b: Builder, x: Node, k: int = 1, dims: Sequence[int] = (0, 1)) -> Node:
+    first, second = (normalize_dim(d, x.ndim) for d in dims)
+    turns = k % 4
+    if turns == 0:
+        return x
+    if turns == 2:
+        return _flip(b, x, [first, second])
+    flipped = _flip(b, x, [second if turns == 1 else first])
+    return b.transpose(flipped, first, second)
+
+
 @lowering(aten.roll)
 def _roll(b: Builder, x: Node, shifts: Sequence[int], dims: Sequence[int] = ()) -> Node:
     if not dims:
@@ -196,12 +229,65 @@ def _repeat(b: Builder, x: Node, repeats: Sequence[int]) -> Node:
     return b.reshape(b.expand(pairs, tuple(grown)), tuple(final))
 
 
+# -- resampling ---------------------------------------------------------------------------
+def _upsample_nearest(b: Builder, x: Node, output_size: Sequence[int], scales) -> Node:
+    """Nearest neighbours over the trailing dims: source = min(floor(out * scale), in - 1),
+    in float32 as eager computes it (scale = 1/scale_factor when given, else in/out)."""
+    for position, (size, scale) in enumerate(zip(output_size, scales)):
+        dim = x.ndim - len(output_size) + position
+        source_size = x.shape[dim]
+        if size == source_size:
+            continue
+        ratio = 1.0 / scale if scale is not None and scale > 0 else source_size / size
+        ratio = float(torch.tensor(ratio, dtype=torch.float32))
+        position_float = b.cast(b.iota((size,), 0), torch.float32)
+        source = b.cast(b.unary(Op.FLOOR, b.mul(position_float, ratio)), torch.int64)
+        source = b.minimum(source, source_size - 1)
+        x = b.take(x, source, dim)
+    return x
+
+
+@lowering(aten.upsample_nearest1d.default)
+def _upsample_nearest1d(b: Builder, x: Node, output_size, scales=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales])
+
+
+@lowering(aten.upsample_nearest2d.default)
+def _upsample_nearest2d(b: Builder, x: Node, output_size, scales_h=None, scales_w=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales_h, scales_w])
+
+
+@lowering(aten.upsample_nearest3d.default)
+def _upsample_nearest3d(b: Builder, x: Node, output_size, scales_d=None, scales_h=None,
+                        scales_w=None) -> Node:
+    return _upsample_nearest(b, x, output_size, [scales_d, scales_h, scales_w])
+
+
+@lowering(aten.pixel_shuffle)
+def _pixel_shuffle(b: Builder, x: Node, upscale_factor: int) -> Node:
+    r = upscale_factor
+    *batch, channels, height, width = x.shape
+    lead = len(batch)
+    split = b.reshape(x, (*batch, channels // (r * r), r, r, height, width))
+    moved = b.permute(split, [*range(lead), lead, lead + 3, lead + 1, lead + 4, lead + 2])
+    return b.reshape(moved, (*batch, channels // (r * r), height * r, width * r))
+
+
+@lowering(aten.pixel_unshuffle)
+def _pixel_unshuffle(b: Builder, x: Node, downscale_factor: int) -> Node:
+    r = downscale_factor
+    *batch, channels, height, width = x.shape
+    lead = len(batch)
+    split = b.reshape(x, (*batch, channels, height // r, r, width // r, r))
+    moved = b.permute(split, [*range(lead), lead, lead + 2, lead + 4, lead + 1, lead + 3])
+    return b.reshape(moved, (*batch, channels * r * r, height // r, width // r))
+
+
 # -- indexing -----------------------------------------------------------------------------
 @lowering(aten.index_select)
 def _index_select(b: Builder, x: Node, dim: int, index: Node) -> Node:
-    if x.ndim == 0:
-        return b.take(b.reshape(x, (1,)), b.reshape(index, (index.numel,)), 0) \
-            if index.ndim else b.take(b.reshape(x, (1,)), index, 0)
+    if x.ndim == 0:  # a 0-d tensor stays 0-d (its one-element index must hold 0)
+        return b.reshape(b.take(b.reshape(x, (1,)), b.reshape(index, (index.numel,)), 0), ())
     return b.take(x, b.reshape(index, (index.numel,)) if index.ndim else index, dim)
 
 

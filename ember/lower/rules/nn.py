@@ -23,6 +23,16 @@ def _bmm(b: Builder, x: Node, y: Node) -> Node:
     return b.library(aten.bmm.default, (x, y), (x.shape[0], x.shape[1], y.shape[2]), x.dtype)
 
 
+@lowering(aten.mv.default)
+def _mv(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.mv.default, (x, y), (x.shape[0],), x.dtype)
+
+
+@lowering(aten.dot.default)
+def _dot(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.dot.default, (x, y), (), x.dtype)
+
+
 def _epilogue(b: Builder, bias: Node, product: Node, beta, alpha) -> Node:
     if alpha != 1:
         product = b.mul(product, alpha)
@@ -40,6 +50,25 @@ def _addmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node
 @lowering(aten.baddbmm.default)
 def _baddbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
     return _epilogue(b, bias, _bmm(b, x, y), beta, alpha)
+
+
+@lowering(aten.addmv.default)
+def _addmv(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
+    return _epilogue(b, bias, _mv(b, x, y), beta, alpha)
+
+
+@lowering(aten.addbmm.default)
+def _addbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
+    # the sum of the batch of products, then the same epilogue as addmm
+    return _epilogue(b, bias, b.reduce(Op.SUM, _bmm(b, x, y), [0]), beta, alpha)
+
+
+@lowering(aten.addr.default)
+def _addr(b: Builder, x: Node, first: Node, second: Node, *, beta=1, alpha=1) -> Node:
+    if not dtypes.is_float(b.compute_dtype(x, first, second)):
+        raise Decline("addr of integers or bools")
+    outer = b.mul(b.unsqueeze(first, 1), b.unsqueeze(second, 0))
+    return _epilogue(b, x, outer, beta, alpha)
 
 
 # -- normalisations -----------------------------------------------------------------------
@@ -112,12 +141,52 @@ def _batch_norm_inference(b: Builder, x: Node, weight, bias, running_mean, runni
 @lowering(aten.native_batch_norm.default)
 def _native_batch_norm(b: Builder, x: Node, weight, bias, running_mean, running_var,
                        training: bool, momentum: float, eps: float):
-    if training or running_mean is None:
+    if not training and running_mean is not None:
+        out = _batch_norm_eval(b, x, weight, bias, running_mean, running_var, eps)
+        empty = b.full(0, _statistics_dtype(x), (0,))  # what the CPU kernel returns in eval
+        return out, empty, empty
+    if running_mean is not None:
+        # NOTE: the schema does not say it, but the kernel updates the running statistics
         raise Decline("batch norm in training mode updates running statistics")
-    return _batch_norm_inference(b, x, weight, bias, running_mean, running_var, momentum, eps)
+    return _batch_norm_training(b, x, weight, bias, eps)
+
+
+def _batch_norm_training(b: Builder, x: Node, weight, bias, eps: float):
+    """Batch statistics over every dim but the channels: (out, mean, 1/std) (instance_norm)."""
+    if not dtypes.is_float(x.dtype):
+        raise Decline("batch norm of integers")
+    axes = [0] + list(range(2, x.ndim))
+    out, center, rstd = _normalize(b, x, axes, eps)
+    channel_shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if weight is not None:
+        out = b.mul(out, b.reshape(b.cast(weight, out.dtype), channel_shape))
+    if bias is not None:
+        out = b.add(out, b.reshape(b.cast(bias, out.dtype), channel_shape))
+    channels = (x.shape[1],)
+    return b.cast(out, x.dtype), b.reshape(center, channels), b.reshape(rstd, channels)
+
+
+@lowering(aten._native_batch_norm_legit.no_stats)
+def _batch_norm_no_stats(b: Builder, x: Node, weight, bias, training: bool, momentum: float,
+                         eps: float):
+    return _batch_norm_training(b, x, weight, bias, eps)
 
 
 # -- losses -------------------------------------------------------------------------------
+@lowering(aten.binary_cross_entropy_with_logits.default)
+def _bce_with_logits(b: Builder, x: Node, target: Node, weight=None, pos_weight=None,
+                     reduction: int = 1) -> Node:
+    # eager's formula: (1 - target) * x - log_sigmoid(x) * (1 + (pos_weight - 1) * target)
+    log_sigmoid = b.sub(b.minimum(x, 0.0),
+                        b.unary(Op.LOG1P, b.unary(Op.EXP, b.unary(Op.NEG, b.unary(Op.ABS, x)))))
+    if pos_weight is not None:
+        log_sigmoid = b.mul(log_sigmoid, b.add(b.mul(b.sub(pos_weight, 1), target), 1))
+    loss = b.sub(b.mul(b.sub(1, target), x), log_sigmoid)
+    if weight is not None:
+        loss = b.mul(loss, weight)
+    return _reduce_loss(b, loss, reduction)
+
+
 def _reduce_loss(b: Builder, loss: Node, reduction: int) -> Node:
     if reduction == 0:
         return loss

@@ -1,4 +1,4 @@
-"""Pointwise aten ops: math functions, arithmetic, comparisons, activations, casts."""
+"""Pointwise aten ops: math functions, arithmetic, comparisons, selection, casts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
-from ember.lower.builder import Builder
+from ember.lower.builder import Builder, wrap_integer
 from ember.lower.registry import Decline, aten, lowering
 
 # aten ops that are one float-valued IR op (integer inputs compute in the default float dtype).
@@ -149,8 +149,10 @@ def _scaled(b: Builder, other, alpha):
     return b.mul(other, alpha) if isinstance(other, Node) else other * alpha
 
 
+# NOTE: alpha is positional in the Scalar overloads (add.Scalar(self, other, alpha=1)), keyword
+# only in the Tensor ones: the rules take it either way.
 @lowering(aten.add.Tensor, aten.add.Scalar)
-def _add(b: Builder, x, other, *, alpha=1) -> Node:
+def _add(b: Builder, x, other, alpha=1) -> Node:
     if isinstance(x, Node) and isinstance(other, Node) and alpha != 1:
         dtype = b.compute_dtype(x, other)
         return b.add(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
@@ -158,7 +160,7 @@ def _add(b: Builder, x, other, *, alpha=1) -> Node:
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar)
-def _sub(b: Builder, x, other, *, alpha=1) -> Node:
+def _sub(b: Builder, x, other, alpha=1) -> Node:
     if isinstance(other, Node) and alpha != 1:
         dtype = b.compute_dtype(x, other)
         return b.sub(b.cast(x, dtype), b.mul(b.cast(other, dtype), alpha))
@@ -166,7 +168,7 @@ def _sub(b: Builder, x, other, *, alpha=1) -> Node:
 
 
 @lowering(aten.rsub.Tensor, aten.rsub.Scalar)
-def _rsub(b: Builder, x, other, *, alpha=1) -> Node:
+def _rsub(b: Builder, x, other, alpha=1) -> Node:
     return _sub(b, other, x, alpha=alpha) if isinstance(other, Node) \
         else b.sub(other, _scaled(b, x, alpha))
 
@@ -176,8 +178,23 @@ def _mul(b: Builder, x, other) -> Node:
     return b.mul(x, other)
 
 
-def _is_integral_division(b: Builder, x, other) -> bool:
-    return not dtypes.is_float(b.compute_dtype(x, other))
+def _integer_divisor(b: Builder, x, other) -> torch.dtype | None:
+    """The integer dtype of an integer division whose divisor is a safe constant, or None for a
+    float division. Declines a tensor divisor (it may hold a zero, which must raise as in eager)
+    and 0 or -1 (the minimum integer divided by -1 overflows in C)."""
+    dtype = b.compute_dtype(x, other)
+    if dtypes.is_float(dtype):
+        return None
+    if isinstance(other, Node):
+        raise Decline("integer division by a tensor (a zero in it must raise as in eager)")
+    divisor = wrap_integer(int(other), dtype)
+    if divisor == 0 or (divisor == -1 and dtype.is_signed):
+        raise Decline(f"integer division by {divisor}")
+    return dtype
+
+
+def _integer_division(b: Builder, op: Op, x, other, dtype: torch.dtype) -> Node:
+    return b.binary(op, b.operand(x, dtype), b.full(other, dtype))
 
 
 @lowering(aten.div.Tensor, aten.div.Scalar)
@@ -189,39 +206,58 @@ def _div(b: Builder, x, other) -> Node:
 def _div_mode(b: Builder, x, other, *, rounding_mode=None) -> Node:
     if rounding_mode is None:
         return b.div(x, other)
-    if _is_integral_division(b, x, other):
-        raise Decline("integer division (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
     if rounding_mode == "trunc":
+        if dtype is not None:  # Op.DIV truncates integers
+            return _integer_division(b, Op.DIV, x, other, dtype)
         return b.unary(Op.TRUNC, b.div(x, other))
-    return b.elementwise(Op.FLOORDIV, x, other)
+    return _floor_divide(b, x, other)
 
 
 @lowering(aten.floor_divide)
 def _floor_divide(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer division (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.FLOORDIV, x, other, dtype)
     return b.elementwise(Op.FLOORDIV, x, other)
 
 
 @lowering(aten.remainder.Tensor, aten.remainder.Scalar)
 def _remainder(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer remainder (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.REMAINDER, x, other, dtype)
     return b.elementwise(Op.REMAINDER, x, other)
 
 
 @lowering(aten.fmod.Tensor, aten.fmod.Scalar)
 def _fmod(b: Builder, x, other) -> Node:
-    if _is_integral_division(b, x, other):
-        raise Decline("integer fmod (division by zero must raise as eager does)")
+    dtype = _integer_divisor(b, x, other)
+    if dtype is not None:
+        return _integer_division(b, Op.FMOD, x, other, dtype)
     return b.elementwise(Op.FMOD, x, other)
+
+
+def _integer_power(b: Builder, x: Node, exponent: int) -> Node:
+    """x ** exponent by repeated squaring: exact, and wrapping on overflow as eager's does."""
+    result = b.full(1, x.dtype, x.shape)
+    square = x
+    while exponent:
+        if exponent & 1:
+            result = square if result.op is Op.FULL else b.mul(result, square)
+        exponent >>= 1
+        if exponent:
+            square = b.mul(square, square)
+    return result
 
 
 @lowering(aten.pow.Tensor_Scalar)
 def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
     dtype = b.compute_dtype(x, exponent)
     if not dtypes.is_float(dtype):
-        raise Decline("integer power")
+        if isinstance(exponent, bool) or not isinstance(exponent, int) or exponent < 0:
+            raise Decline("integer power with a negative exponent (eager raises)")
+        return _integer_power(b, b.cast(x, dtype), exponent)
     x = b.cast(x, dtype)
     if exponent == 1:
         return x
@@ -229,9 +265,10 @@ def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
         return b.mul(x, x)
     if exponent == 3:
         return b.mul(b.mul(x, x), x)
-    if exponent == 0.5:
+    # NOTE: eager computes float16 powers with pow() itself, which differs from sqrt at -inf
+    if exponent == 0.5 and dtype is not torch.float16:
         return b.unary(Op.SQRT, x)
-    if exponent == -0.5:
+    if exponent == -0.5 and dtype is not torch.float16:
         return b.unary(Op.RSQRT, x)
     if exponent == -1:
         return b.unary(Op.RECIPROCAL, x)
@@ -311,7 +348,8 @@ def _masked_fill(b: Builder, x: Node, mask: Node, value) -> Node:
     return b.where(mask, b.operand(value, x.dtype), x)
 
 
-def _clamp(b: Builder, x: Node, low, high) -> Node:
+def clamp(b: Builder, x: Node, low, high) -> Node:
+    """min(max(x, low), high) in the promoted dtype, NaN-propagating; a bound may be None."""
     dtype = b.compute_dtype(*(v for v in (x, low, high) if v is not None))
     result = b.cast(x, dtype)
     if low is not None:
@@ -323,17 +361,17 @@ def _clamp(b: Builder, x: Node, low, high) -> Node:
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 def _clamp_rule(b: Builder, x: Node, min=None, max=None) -> Node:  # noqa: A002
-    return _clamp(b, x, min, max)
+    return clamp(b, x, min, max)
 
 
 @lowering(aten.clamp_min)
 def _clamp_min(b: Builder, x: Node, low) -> Node:
-    return _clamp(b, x, low, None)
+    return clamp(b, x, low, None)
 
 
 @lowering(aten.clamp_max)
 def _clamp_max(b: Builder, x: Node, high) -> Node:
-    return _clamp(b, x, None, high)
+    return clamp(b, x, None, high)
 
 
 @lowering(aten.nan_to_num)
@@ -376,92 +414,13 @@ def _addcdiv(b: Builder, x: Node, tensor1: Node, tensor2: Node, *, value=1) -> N
     return b.add(b.cast(x, dtype), b.mul(quotient, value) if value != 1 else quotient)
 
 
-# -- activations --------------------------------------------------------------------------
-@lowering(aten.relu)
-def _relu(b: Builder, x: Node) -> Node:
-    return b.elementwise(Op.MAXIMUM, x, b.full(0, x.dtype))
-
-
-@lowering(aten.hardtanh)
-def _hardtanh(b: Builder, x: Node, min_val=-1.0, max_val=1.0) -> Node:
-    return _clamp(b, x, min_val, max_val)
-
-
-@lowering(aten.relu6)
-def _relu6(b: Builder, x: Node) -> Node:
-    return _clamp(b, x, 0, 6)
-
-
-@lowering(aten.leaky_relu)
-def _leaky_relu(b: Builder, x: Node, negative_slope=0.01) -> Node:
-    return b.where(b.compare(Op.GT, x, 0), x, b.mul(x, negative_slope))
-
-
-@lowering(aten.elu)
-def _elu(b: Builder, x: Node, alpha=1.0, scale=1.0, input_scale=1.0) -> Node:
-    negative = b.mul(b.unary(Op.EXPM1, b.mul(x, input_scale)), alpha * scale)
-    return b.where(b.compare(Op.GT, x, 0), b.mul(x, scale), negative)
-
-
-@lowering(aten.celu)
-def _celu(b: Builder, x: Node, alpha=1.0) -> Node:
-    return _elu(b, x, alpha, 1.0, 1.0 / alpha)
-
-
-@lowering(aten.selu)
-def _selu(b: Builder, x: Node) -> Node:
-    return _elu(b, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
-
-
-@lowering(aten.gelu)
-def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
-    if approximate == "tanh":
-        inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)),
-                      math.sqrt(2.0 / math.pi))
-        return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.TANH, inner), 1.0))
-    return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.ERF, b.mul(x, math.sqrt(0.5))), 1.0))
-
-
-@lowering(aten.silu)
-def _silu(b: Builder, x: Node) -> Node:
-    return b.mul(x, b.unary(Op.SIGMOID, x))
-
-
-@lowering(aten.mish)
-def _mish(b: Builder, x: Node) -> Node:
-    return b.mul(x, b.unary(Op.TANH, _softplus(b, x)))
-
-
-@lowering(aten.softplus)
-def _softplus(b: Builder, x: Node, beta=1.0, threshold=20.0) -> Node:
-    scaled = b.mul(x, beta) if beta != 1 else x
-    soft = b.unary(Op.LOG1P, b.unary(Op.EXP, scaled))
-    if beta != 1:
-        soft = b.div(soft, beta)
-    return b.where(b.compare(Op.GT, scaled, threshold), x, soft)
-
-
-@lowering(aten.hardsigmoid)
-def _hardsigmoid(b: Builder, x: Node) -> Node:
-    return b.div(_clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0)
-
-
-@lowering(aten.hardswish)
-def _hardswish(b: Builder, x: Node) -> Node:
-    return b.mul(x, b.div(_clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0))
-
-
-@lowering(aten.threshold)
-def _threshold(b: Builder, x: Node, threshold, value) -> Node:
-    return b.where(b.compare(Op.LE, x, threshold), b.operand(value, x.dtype), x)
-
-
+# -- other functions ----------------------------------------------------------------------
 @lowering(aten.logit)
 def _logit(b: Builder, x: Node, eps=None) -> Node:
     if not dtypes.is_float(x.dtype):
         x = b.cast(x, torch.get_default_dtype())
     if eps is not None:
-        x = _clamp(b, x, eps, 1.0 - eps)
+        x = clamp(b, x, eps, 1.0 - eps)
     return b.unary(Op.LOG, b.div(x, b.sub(1.0, x)))
 
 
@@ -474,6 +433,59 @@ def _xlogy(b: Builder, x: Node, y: Node) -> Node:
     product = b.mul(x, b.unary(Op.LOG, y))
     product = b.where(b.compare(Op.EQ, x, 0.0), b.full(0.0, dtype), product)
     return b.where(b.unary(Op.ISNAN, b.broadcast_to(y, product.shape)), y, product)
+
+
+@lowering(aten.logaddexp)
+def _logaddexp(b: Builder, x: Node, other: Node) -> Node:
+    return _log_add_exp(b, x, other, Op.EXP, 1.0)
+
+
+@lowering(aten.logaddexp2)
+def _logaddexp2(b: Builder, x: Node, other: Node) -> Node:
+    return _log_add_exp(b, x, other, Op.EXP2, 1.0 / math.log(2.0))
+
+
+def _log_add_exp(b: Builder, x: Node, other: Node, exp: Op, scale: float) -> Node:
+    """max + log1p(exp(-|x - other|)) * scale, and x itself where both are the same infinity
+    (where the difference would be NaN), as eager's kernel computes it."""
+    dtype = b.compute_dtype(x, other)
+    if not dtypes.is_float(dtype):
+        raise Decline("logaddexp of integers (eager refuses)")
+    x, other = b.broadcast(b.cast(x, dtype), b.cast(other, dtype))
+    tail = b.unary(Op.LOG1P, b.unary(exp, b.unary(Op.NEG, b.unary(Op.ABS, b.sub(x, other)))))
+    if scale != 1.0:
+        tail = b.mul(tail, scale)
+    result = b.add(b.maximum(x, other), tail)
+    same_infinity = b.binary(Op.BITWISE_AND, b.compare(Op.EQ, x, other), b.unary(Op.ISINF, x))
+    return b.where(same_infinity, x, result)
+
+
+@lowering(aten.heaviside)
+def _heaviside(b: Builder, x: Node, values: Node) -> Node:
+    positive = b.cast(b.compare(Op.GT, x, 0), x.dtype)
+    return b.where(b.compare(Op.EQ, x, 0), b.cast(values, x.dtype), positive)
+
+
+@lowering(aten.deg2rad)
+def _deg2rad(b: Builder, x: Node) -> Node:
+    return b.mul(_as_float(b, x), math.pi / 180.0)
+
+
+@lowering(aten.rad2deg)
+def _rad2deg(b: Builder, x: Node) -> Node:
+    return b.mul(_as_float(b, x), 180.0 / math.pi)
+
+
+@lowering(aten.sinc)
+def _sinc(b: Builder, x: Node) -> Node:
+    x = _as_float(b, x)
+    product = b.mul(x, math.pi)
+    return b.where(b.compare(Op.EQ, x, 0), b.full(1.0, x.dtype),
+                   b.div(b.unary(Op.SIN, product), product))
+
+
+def _as_float(b: Builder, x: Node) -> Node:
+    return x if dtypes.is_float(x.dtype) else b.cast(x, torch.get_default_dtype())
 
 
 # -- casts and copies ---------------------------------------------------------------------

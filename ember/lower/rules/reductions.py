@@ -44,9 +44,32 @@ def _prod(b: Builder, x: Node, dim: int, keepdim: bool = False, *, dtype=None) -
     return b.reduce(Op.PROD, b.cast(x, _accumulate_dtype(x, dtype)), [dim], keepdim)
 
 
+@lowering(aten.nansum)
+def _nansum(b: Builder, x: Node, dim=None, keepdim: bool = False, *, dtype=None) -> Node:
+    if dtypes.is_float(x.dtype):
+        x = b.where(b.unary(Op.ISNAN, x), b.full(0, x.dtype), x)
+    return b.reduce(Op.SUM, b.cast(x, _accumulate_dtype(x, dtype)), dim, keepdim)
+
+
+@lowering(aten.trace)
+def _trace(b: Builder, x: Node) -> Node:
+    rows, cols = x.shape
+    count = min(rows, cols)
+    flat = b.reshape(x, (rows * cols,))
+    diagonal = b.slice(flat, 0, 0, (count - 1) * (cols + 1) + 1 if count else 0, cols + 1)
+    return b.reduce(Op.SUM, b.cast(diagonal, _accumulate_dtype(x, None)), None)
+
+
+def _wide(b: Builder, x: Node) -> Node:
+    """float16/bfloat16 statistics are computed in float32 (as eager's CPU kernels do): a
+    float16 sum or element count overflows at 65504."""
+    return b.cast(x, torch.float32) if x.dtype in dtypes.REDUCED_FLOAT else x
+
+
 def mean(b: Builder, x: Node, dim=None, keepdim: bool = False) -> Node:
-    total = b.reduce(Op.SUM, x, dim, keepdim)
-    return b.div(total, _count(x, dim))
+    total = b.reduce(Op.SUM, _wide(b, x), dim, keepdim)
+    result = b.div(total, _count(x, dim))
+    return b.cast(result, x.dtype) if x.dtype in dtypes.REDUCED_FLOAT else result
 
 
 @lowering(aten.mean.default)
@@ -105,6 +128,14 @@ def _min_dim(b: Builder, x: Node, dim: int, keepdim: bool = False) -> tuple[Node
     return (_extreme(b, Op.MIN, x, [dim], keepdim), _arg(b, Op.ARGMIN, x, dim, keepdim))
 
 
+@lowering(aten.aminmax)
+def _aminmax(b: Builder, x: Node, *, dim=None, keepdim: bool = False) -> tuple[Node, Node]:
+    dims = None if dim is None else [dim]
+    if dim is None and keepdim:
+        dims = list(range(x.ndim))
+    return _extreme(b, Op.MIN, x, dims, keepdim), _extreme(b, Op.MAX, x, dims, keepdim)
+
+
 def _arg(b: Builder, op: Op, x: Node, dim, keepdim: bool) -> Node:
     if x.dtype is torch.bool:
         x = b.cast(x, torch.uint8)
@@ -153,9 +184,11 @@ def _count_nonzero(b: Builder, x: Node, dim=None) -> Node:
 
 
 def variance(b: Builder, x: Node, dim, correction, keepdim: bool) -> tuple[Node, Node]:
-    """(var, mean) by two passes: mean first, then the mean squared deviation."""
+    """(var, mean) by two passes: mean first, then the mean squared deviation; in float32 for
+    float16/bfloat16 (the callers cast back)."""
     if not dtypes.is_float(x.dtype):
         raise Decline("variance of integers")
+    x = _wide(b, x)
     center = b.div(b.reduce(Op.SUM, x, dim, True), _count(x, dim))
     deviation = b.sub(x, center)
     squares = b.reduce(Op.SUM, b.mul(deviation, deviation), dim, keepdim)
@@ -167,31 +200,33 @@ def variance(b: Builder, x: Node, dim, correction, keepdim: bool) -> tuple[Node,
 
 @lowering(aten.var.correction)
 def _var(b: Builder, x: Node, dim=None, *, correction=None, keepdim: bool = False) -> Node:
-    return variance(b, x, dim, correction, keepdim)[0]
+    return b.cast(variance(b, x, dim, correction, keepdim)[0], x.dtype)
 
 
 @lowering(aten.std.correction)
 def _std(b: Builder, x: Node, dim=None, *, correction=None, keepdim: bool = False) -> Node:
-    return b.unary(Op.SQRT, variance(b, x, dim, correction, keepdim)[0])
+    return b.cast(b.unary(Op.SQRT, variance(b, x, dim, correction, keepdim)[0]), x.dtype)
 
 
 @lowering(aten.var_mean.correction)
 def _var_mean(b: Builder, x: Node, dim=None, *, correction=None, keepdim=False):
-    return variance(b, x, dim, correction, keepdim)
+    var, center = variance(b, x, dim, correction, keepdim)
+    return b.cast(var, x.dtype), b.cast(center, x.dtype)
 
 
 @lowering(aten.std_mean.correction)
 def _std_mean(b: Builder, x: Node, dim=None, *, correction=None, keepdim=False):
     var, center = variance(b, x, dim, correction, keepdim)
-    return b.unary(Op.SQRT, var), center
+    return b.cast(b.unary(Op.SQRT, var), x.dtype), b.cast(center, x.dtype)
 
 
 @lowering(aten.logsumexp)
 def _logsumexp(b: Builder, x: Node, dim, keepdim: bool = False) -> Node:
     if not dtypes.is_float(x.dtype):
         x = b.cast(x, torch.get_default_dtype())
-    if x.numel == 0:
-        raise Decline("logsumexp of an empty tensor")
+    if _count(x, dim) == 0:  # the log of an empty sum
+        shape = b.reduce(Op.SUM, x, dim, keepdim).shape
+        return b.full(-math.inf, x.dtype, shape)
     peak = b.reduce(Op.MAX, x, dim, True)
     peak = b.where(b.unary(Op.ISINF, peak), b.full(0.0, x.dtype), peak)
     total = b.reduce(Op.SUM, b.unary(Op.EXP, b.sub(x, peak)), dim, True)

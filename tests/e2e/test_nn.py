@@ -1,0 +1,195 @@
+"""Neural-network ops against eager: the matmul family with fused epilogues, normalisations
+(with kernel counts), losses, dropout in eval, attention, and whole small modules."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check, make, make_layout
+
+MATMUL_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_family():
+    a, b = make(5, 7), make(7, 3, seed=1)
+    batch_a, batch_b = make(2, 5, 7, seed=2), make(2, 7, 3, seed=3)
+    bias = make(3, seed=4)
+
+    def fn(a, b, batch_a, batch_b, bias):
+        return {"mm": a @ b, "mm_t": b.t() @ a.t(), "bmm": torch.bmm(batch_a, batch_b),
+                "matmul_broadcast": batch_a @ b, "matmul_vec": a @ b[:, 0],
+                "vec_mat": b[:, 0] @ b, "dot": b[:, 0] @ b[:, 1],
+                "addmm": torch.addmm(bias, a, b), "addmm_scaled": torch.addmm(
+                    bias, a, b, beta=0.5, alpha=2.0),
+                "addmm_beta0": torch.addmm(bias * float("nan"), a, b, beta=0),
+                "baddbmm": torch.baddbmm(bias, batch_a, batch_b, alpha=-1.0),
+                "addmv": torch.addmv(bias[:1].expand(5), a, b[:, 0], beta=2.0),
+                "addbmm": torch.addbmm(bias, batch_a, batch_b, beta=0.5),
+                "addr": torch.addr(a[:, :3], a[:, 0], b[0], alpha=2.0), "mv": torch.mv(a, b[:, 1]),
+                "linear": F.linear(a, b.t(), bias), "linear_no_bias": F.linear(batch_a, b.t()),
+                "einsum": torch.einsum("bij,jk->bik", batch_a, b)}
+
+    check(fn, a, b, batch_a, batch_b, bias, library=0, **MATMUL_TOLERANCE)
+
+
+def test_linear_epilogue_fuses():
+    # the bias add and activation run in one kernel after the library matmul
+    x, weight, bias = make(16, 32), make(64, 32, seed=1), make(64, seed=2)
+    compiled = check(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, weight, bias,
+                     **MATMUL_TOLERANCE)
+    assert compiled.kernel_count == 1
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                         ids=str)
+def test_layer_norm(dtype):
+    x = make(4, 6, 32, dtype=dtype)
+    weight, bias = make(32, dtype=dtype, seed=1), make(32, dtype=dtype, seed=2)
+
+    def fn(x, w, b):
+        return {"affine": F.layer_norm(x, (32,), w, b), "plain": F.layer_norm(x, (32,)),
+                "two_dims": F.layer_norm(x, (6, 32), eps=1e-3),
+                "weight_only": F.layer_norm(x, (32,), w)}
+
+    check(fn, x, weight, bias, library=0)
+
+
+def test_layer_norm_in_at_most_two_kernels():
+    x, weight, bias = make(64, 128), make(128, seed=1), make(128, seed=2)
+    compiled = check(lambda x, w, b: F.layer_norm(x, (128,), w, b), x, weight, bias, library=0)
+    assert compiled.kernel_count <= 2
+
+
+def test_native_layer_norm_statistics():
+    x = make_layout("transposed", 8, 16)
+    check(lambda x: torch.native_layer_norm(x, (16,), None, None, 1e-5), x, library=0)
+
+
+def test_rms_norm():
+    x, weight = make(4, 5, 16), make(16, seed=1)
+    check(lambda x, w: (F.rms_norm(x, (16,), w), F.rms_norm(x, (16,), eps=1e-3),
+                        F.rms_norm(x.half(), (16,), w.half())), x, weight, library=0)
+
+
+def test_group_norm_and_batch_norm_eval():
+    x = make(2, 6, 5, 4)
+    weight, bias = make(6, seed=1), make(6, seed=2)
+    mean, var = make(6, seed=3), make(6, seed=4, low=0.5, high=2.0)
+
+    def fn(x, w, b, m, v):
+        return {"group": F.group_norm(x, 3, w, b), "group_plain": F.group_norm(x, 2),
+                "batch_eval": F.batch_norm(x, m, v, w, b, training=False),
+                "batch_eval_plain": F.batch_norm(x, m, v, training=False, eps=1e-3),
+                "instance": F.instance_norm(x), "batch_3d": F.batch_norm(
+                    x.flatten(2), m, v, w, b, training=False)}
+
+    check(fn, x, weight, bias, mean, var, library=0)
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_classification_losses(reduction):
+    logits = make(6, 5, seed=1)
+    target = torch.tensor([0, 4, 2, 2, 1, 3])
+    weight = make(5, seed=2, low=0.1, high=2.0)
+
+    def fn(logits, target, weight):
+        log_probs = F.log_softmax(logits, -1)
+        ignored = target.masked_fill(target == 2, -100)
+        return {"nll": F.nll_loss(log_probs, target, reduction=reduction),
+                "nll_weight": F.nll_loss(log_probs, target, weight, reduction=reduction),
+                "nll_ignore": F.nll_loss(log_probs, ignored, reduction=reduction),
+                "nll_ignore_custom": F.nll_loss(log_probs, target, ignore_index=4,
+                                                reduction=reduction),
+                "cross_entropy": F.cross_entropy(logits, target, reduction=reduction),
+                "cross_entropy_weight": F.cross_entropy(logits, ignored, weight,
+                                                        reduction=reduction),
+                "cross_entropy_1d": F.cross_entropy(logits[0], target[0], reduction=reduction),
+                "label_smoothing": F.cross_entropy(logits, target, label_smoothing=0.1,
+                                                   reduction=reduction),
+                "soft_targets": F.cross_entropy(logits, F.softmax(logits.flip(0), -1),
+                                                reduction=reduction)}
+
+    check(fn, logits, target, weight, library=0)
+
+
+def test_nll_loss_2d():
+    logits = make(2, 4, 3, 5)
+    target = torch.randint(0, 4, (2, 3, 5), generator=torch.Generator().manual_seed(0))
+    check(lambda x, t: (F.cross_entropy(x, t), F.nll_loss(F.log_softmax(x, 1), t, reduction="none"),
+                        F.cross_entropy(x, t, ignore_index=1, reduction="sum")),
+          logits, target, library=0)
+
+
+@pytest.mark.parametrize("reduction", ("mean", "sum", "none"))
+def test_regression_losses(reduction):
+    x, y = make(4, 7), make(4, 7, seed=1)
+    p, t = make(4, 7, low=0.01, high=0.99, seed=2), make(4, 7, low=0, high=1, seed=3)
+
+    def fn(x, y, p, t):
+        return {"mse": F.mse_loss(x, y, reduction=reduction),
+                "l1": F.l1_loss(x, y, reduction=reduction),
+                "smooth_l1": F.smooth_l1_loss(x, y, reduction=reduction, beta=0.5),
+                "smooth_l1_0": F.smooth_l1_loss(x, y, reduction=reduction, beta=0.0),
+                "huber": F.huber_loss(x, y, reduction=reduction, delta=1.5),
+                "bce": F.binary_cross_entropy(p, t, reduction=reduction),
+                "bce_weight": F.binary_cross_entropy(p, t, t + 1, reduction=reduction),
+                "bce_logits": F.binary_cross_entropy_with_logits(x, t, reduction=reduction),
+                "kl_div": F.kl_div(F.log_softmax(x, -1), F.softmax(y, -1), reduction=reduction
+                                   if reduction != "mean" else "batchmean")}
+
+    check(fn, x, y, p, t, library=0)
+
+
+def test_dropout_in_eval_is_identity():
+    x = make(4, 5)
+    check(lambda x: (F.dropout(x, 0.5, training=False), F.dropout1d(x[None], 0.3, False),
+                     F.alpha_dropout(x, 0.2, False), F.dropout(x, 0.0, True) * 2), x, library=0)
+
+
+def test_aten_nn_overloads_called_directly():
+    aten = torch.ops.aten
+    x, y = make(2, 3, 4), make(2, 3, 4, seed=1)
+    mean, var = make(3, seed=2), make(3, seed=3, low=0.5, high=2)
+
+    def fn(x, y, mean, var):
+        return {"dropout_eval": aten.native_dropout.default(x, 0.5, False),
+                "l1_loss": aten.l1_loss.default(x, y, 1),
+                "batch_norm_no_training": aten._native_batch_norm_legit_no_training.default(
+                    x, None, mean, mean, var, 0.1, 1e-5)[0],
+                "batch_norm_no_stats": aten._native_batch_norm_legit.no_stats(
+                    x, mean, None, True, 0.1, 1e-5)}
+
+    check(fn, x, y, mean, var, library=0)
+
+
+def test_attention_decomposed_by_hand():
+    q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
+
+    def attention(q, k, v):
+        scores = q @ k.transpose(-2, -1) / 4.0
+        mask = torch.ones(8, 8, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+        return F.softmax(scores, -1) @ v
+
+    check(attention, q, k, v, **MATMUL_TOLERANCE)
+
+
+def test_scaled_dot_product_attention():
+    q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
+    check(lambda q, k, v: (F.scaled_dot_product_attention(q, k, v),
+                           F.scaled_dot_product_attention(q, k, v, is_causal=True)),
+          q, k, v, **MATMUL_TOLERANCE)
+
+
+def test_transformer_block_modules():
+    torch.manual_seed(0)
+    block = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True).eval()
+    check(block, make(2, 5, 32), dynamo=True, **MATMUL_TOLERANCE)
+
+
+def test_conv_model_with_buffers():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 4),
+                                torch.nn.LogSoftmax(-1)).eval()
+    check(model, make(2, 3, 8, 8), dynamo=True, **MATMUL_TOLERANCE)
