@@ -55,6 +55,7 @@ class EagerGraph:
 
     kernel_count = 0
     library_count = 0
+    fallback_count = 0
 
     def __init__(self, gm: torch.fx.GraphModule, reason: str):
         self.forward = gm.forward
@@ -129,7 +130,8 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
     written = [index for index, _ in graph.writebacks]
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(kernels), library_calls, written)
+                         gm.forward, label, len(kernels), library_calls, written,
+                         lowered.library_calls)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

@@ -130,8 +130,9 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | N
         assert sum(g.kernel_count for g in graphs) == kernels, \
             f"{[g.kernel_count for g in graphs]} kernels, expected {kernels}"
     if library is not None:
-        assert sum(g.library_count for g in graphs) == library, \
-            f"{[g.library_count for g in graphs]} library calls, expected {library}: {why}"
+        assert sum(g.fallback_count for g in graphs) == library, \
+            f"{[g.fallback_count for g in graphs]} calls of ops without a rule, expected " \
+            f"{library}: {why}"
     return graphs[0] if len(graphs) == 1 else graphs
 
 

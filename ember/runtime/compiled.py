@@ -23,14 +23,16 @@ def make_function(source: WrapperSource, filename: str) -> Callable:
 class CompiledGraph:
     def __init__(self, checked: WrapperSource, fast: WrapperSource, tensor_positions: list[int],
                  argument_count: int, eager: Callable, label: str, kernel_count: int,
-                 library_count: int, written_inputs: list[int] = ()):
+                 library_count: int, written_inputs: list[int] = (),
+                 fallback_count: int = 0):
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         self.fast = make_function(fast, f"<ember wrapper {label}>")
         self.wrapper_source = fast.text
         self.eager = eager
         self.label = label
         self.kernel_count = kernel_count
-        self.library_count = library_count
+        self.library_count = library_count    # calls of aten ops at run time (matmul, ...)
+        self.fallback_count = fallback_count  # of those, ops that have no lowering rule
         self.all_tensors = tensor_positions == list(range(argument_count))
         self.tensor_positions = tensor_positions
         self.written_inputs = list(written_inputs)

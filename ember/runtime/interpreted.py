@@ -26,6 +26,7 @@ class InterpretedGraph:
         self.label = label
         self.kernel_count = 0
         self.library_count = 0
+        self.fallback_count = 0
 
     def __call__(self, *args: Any) -> Any:
         inputs = [args[i] for i in self.tensor_positions] + list(self.extras)
