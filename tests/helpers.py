@@ -104,7 +104,8 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | N
           dynamo: bool = False, strides: bool = True, **tolerance: Any) -> CompiledGraph:
     """Compile `fn`, run it and eager on copies of `args`, and compare results, strides and
     what happened to the arguments (in-place mutation). `kernels` and `library` are the exact
-    numbers of generated kernels and of aten ops left to run as library calls (all graphs)."""
+    numbers of generated kernels and of aten ops without a lowering rule left to run as
+    library calls (all graphs; matmul and other library calls by design are not counted)."""
     with torch.no_grad(), watching_fallbacks() as fallbacks:
         compiled, graphs = compile_fn(fn, args, dynamo=dynamo)
         eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
