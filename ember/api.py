@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
-from ember.capture.captured import Captured, capture
+from ember.capture.breaks import resume_function
+from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import compile_guards, first_failure
 
@@ -58,11 +59,26 @@ class CaptureRecord:
     breaks: list[Unsupported]
     guards: str
     seconds: float
+    graph: torch.fx.GraphModule | None = None
+
+
+def _positional_names(function: types.FunctionType) -> list[str] | None:
+    """A resume function's parameter names when some are not identifiers (pytest's rewritten
+    asserts leave locals like `@py_assert1`): it is only ever called positionally."""
+    code = function.__code__
+    names = list(code.co_varnames[:code.co_argcount])
+    if all(name.isidentifier() for name in names) or code.co_flags & (
+            inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount:
+        return None
+    return names
 
 
 def _binder(function: types.FunctionType) -> Callable[..., dict[str, Any]]:
     """A function with `function`'s signature that returns its arguments by name: binding
     happens in C, as fast as a call."""
+    names = _positional_names(function)
+    if names is not None:
+        return lambda *args: dict(zip(names, args))
     signature = inspect.signature(function)
     namespace: dict[str, Any] = {}
     parameters = []
@@ -94,9 +110,41 @@ def _binder(function: types.FunctionType) -> Callable[..., dict[str, Any]]:
     return namespace["bind"]
 
 
+# Resume functions nest (a break in a resume function makes another); past this depth they
+# run as plain Python (a loop whose every iteration breaks would otherwise nest without end).
+MAX_RESUME_DEPTH = 16
+
+
+class Resume:
+    """A resume function, built and ember-compiled the first time a break reaches it."""
+
+    def __init__(self, parent: CompiledFunction, spec: Resumption):
+        self.parent = parent
+        self.spec = spec
+        self.compiled: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
+            parent, spec = self.parent, self.spec
+            function = resume_function(parent.function, parent.function.__code__, spec.start,
+                                       spec.stack, spec.locals, spec.cells)
+            if parent.depth + 1 >= MAX_RESUME_DEPTH:
+                logs.channel("graph_breaks").info(
+                    "%s: breaks nest %d deep; the rest runs as Python", parent.where,
+                    MAX_RESUME_DEPTH)
+                self.compiled = function
+            else:
+                self.compiled = CompiledFunction(
+                    function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
+                    backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
+                    where=parent.where)
+        return self.compiled(*args)
+
+
 class CompiledFunction:
     def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
-                 mode: str | None = None, backend: str | Callable = "ember"):
+                 mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
+                 collector: list | None = None, where: str | None = None):
         if inspect.ismethod(function):
             self.bound_self = function.__self__
             function = function.__func__
@@ -121,8 +169,12 @@ class CompiledFunction:
         self.entries: list[CacheEntry] = []
         self.records: list[CaptureRecord] = []
         self.given_up = False
+        self.depth = depth              # 0, or how many breaks led to this resume function
+        self.collector = collector      # shared with resume functions, for explain()
+        self.callees: dict[Any, CompiledFunction] = {}
         code = function.__code__
-        self.where = f"{function.__qualname__} ({code.co_filename}:{code.co_firstlineno})"
+        self.where = where or f"{function.__qualname__} ({code.co_filename}:" \
+                              f"{code.co_firstlineno})"
         _registry.add(self)
         self.__wrapped__ = function
         self.__name__ = getattr(function, "__name__", "compiled")
@@ -180,6 +232,20 @@ class CompiledFunction:
                      C=self.function.__closure__ or ())
         return first_failure(entry.captured.guards, scope) or "no guard failed (?)"
 
+    def record(self, record: CaptureRecord) -> None:
+        self.records.append(record)
+        if self.collector is not None:
+            self.collector.append(record)
+
+    def callee(self, function: types.FunctionType) -> CompiledFunction:
+        """A function the code calls at a break, compiled on its own (its breaks resume in
+        its own frame)."""
+        if function not in self.callees:
+            self.callees[function] = CompiledFunction(
+                function, backend=self.backend, dynamic=self.dynamic, mode=self.mode,
+                collector=self.collector)
+        return self.callees[function]
+
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
         captured, session, error = capture(self.function, arguments, self.fullgraph)
@@ -187,7 +253,7 @@ class CompiledFunction:
             if self.fullgraph:
                 raise CaptureError(error) from None
             logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, error)
-            self.records.append(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
+            self.record(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
             scope = {"GG": session.globals_dicts, "G": self.function.__globals__,
                      "K": session.constants, "C": self.function.__closure__ or ()}
             guard, text = compile_guards(session.guards, scope)
@@ -196,18 +262,27 @@ class CompiledFunction:
         scope = dict(captured.scope, C=self.function.__closure__ or ())
         guard, text = compile_guards(captured.guards, scope)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
+        for resumption in captured.resumptions:
+            namespace[resumption.name] = Resume(self, resumption)
+        for name, function in captured.callees.items():
+            namespace[name] = self.callee(function)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
              namespace)  # noqa: S102 (our own code)
         runner = namespace["run"]
         if logs.enabled("guards"):
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
-        self.records.append(CaptureRecord(1, [captured.op_count], [], text,
-                                          time.perf_counter() - started))
+
+        breaks = [captured.break_reason] if captured.break_reason is not None else []
+        self.record(CaptureRecord(1, [captured.op_count], breaks, text,
+                                  time.perf_counter() - started, captured.graph_module))
         return CacheEntry(guard, runner, captured, text)
 
 
 def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:
     """The inverse of the binder: call `function` with arguments bound by name."""
+    names = _positional_names(function)
+    if names is not None:
+        return lambda arguments: function(*[arguments[name] for name in names])
     parts = []
     for parameter in inspect.signature(function).parameters.values():
         name = f"L[{parameter.name!r}]"
@@ -312,11 +387,13 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
             else compiled
         if isinstance(compiled, CompiledModule):
             args = (compiled._orig_mod, *args)
+        collector: list[CaptureRecord] = []
         target.records.clear()
         target.entries.clear()
+        target.collector = collector
         target(*args, **kwargs)
-        graphs = [e.captured.graph_module for e in target.entries if e.captured is not None]
-        records = target.records
+        records = collector
+        graphs = [r.graph for r in records if r.graph is not None]
         return ExplainOutput(
             graphs=graphs, graph_count=sum(r.graphs for r in records),
             graph_break_count=sum(len(r.breaks) for r in records),

@@ -115,6 +115,20 @@ class GraphBuilder:
         raise Unsupported(f"{_name_of(node.target)} returned a {type(example).__name__}, which "
                           "ember cannot keep in a graph")
 
+    def last_node(self) -> torch.fx.Node | None:
+        nodes = self.graph.nodes
+        return next(iter(reversed(nodes)), None) if len(nodes) else None
+
+    def rollback(self, last: torch.fx.Node | None, op_count: int) -> None:
+        """Erase the operations added after `last` (placeholders stay: an unused input is
+        harmless, and its guard only makes the entry more specific)."""
+        for node in reversed(list(self.graph.nodes)):
+            if node is last:
+                break
+            if node.op != "placeholder":
+                self.graph.erase_node(node)
+        self.op_count = op_count
+
     def output(self, values: list[TensorValue]) -> None:
         self.graph.output(tuple(v.node for v in values))
 

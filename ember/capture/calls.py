@@ -290,6 +290,7 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     if isinstance(receiver, DictValue):
         return _dict_method(session, receiver, name, args, kwargs)
     if isinstance(receiver, SetValue) and name == "add":
+        session.side_effects.changed(receiver)
         receiver.items.append(args[0])
         return Const(None)
     if semantics.is_known(receiver) and all(semantics.is_known(a) for a in args) and \
@@ -513,6 +514,7 @@ def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value
     if not isinstance(iterator, IteratorValue):
         raise Unsupported(f"next() of {iterator.describe()}")
     item = iterator.next()
+    session.side_effects.changed(iterator)
     if item is None:
         if default:
             return default[0]

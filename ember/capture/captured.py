@@ -13,27 +13,39 @@ from typing import Any
 import torch
 import torch.fx
 
+from ember import logs
 from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
+from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
+from ember.capture.rebuild import Rebuilder
 from ember.capture.semantics import RealCell
 from ember.capture.session import Session
 from ember.capture.side_effects import Effect
 from ember.capture.sources import ClosureSource, LocalSource, Source
 from ember.capture.values import (
+    NULL,
     BoundMethodValue,
     Const,
     DictValue,
-    IteratorValue,
-    ObjectValue,
-    RangeValue,
-    SequenceValue,
-    SetValue,
-    SliceValue,
-    TensorValue,
+    FunctionValue,
+    ModuleValue,
     Value,
 )
+
+
+@dataclasses.dataclass
+class Resumption:
+    """A resume function the runner calls by `name`: the code from instruction `start` (as
+    the bytecode package counts), taking the stack (NULL slots pushed, not passed), then the
+    locals and cells by name."""
+
+    name: str
+    start: int
+    stack: list[Value]
+    locals: list[str]
+    cells: list[str]
 
 
 @dataclasses.dataclass
@@ -46,6 +58,10 @@ class Captured:
     runner_namespace: dict[str, Any]
     scope: dict[str, Any]         # G, GG, C, K for guards and the runner
     op_count: int
+    # at a graph break: why, the resume functions, and functions the runner calls compiled
+    break_reason: Unsupported | None = None
+    resumptions: list[Resumption] = dataclasses.field(default_factory=list)
+    callees: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool
@@ -61,94 +77,131 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
     try:
         frame = Frame(session, code, function.__globals__, locals_, cells,
                       function.__qualname__)
-        result = frame.run()
-        captured = package(session, result)
+        try:
+            result = frame.run()
+            captured = package(session, result)
+        except GraphBreak as stop:
+            captured = package_break(session, stop, frame)
     except Unsupported as error:
         return None, session, error
     return captured, session, None
 
 
-class _Writer:
-    """Python expressions that rebuild values after the graph ran."""
+def effect_lines(session: Session, writer: Rebuilder) -> list[str]:
+    """Replay the side effects, then leave grad mode as the captured code left it."""
+    lines = []
+    for effect in session.side_effects.effects:
+        line = _effect_line(effect, writer)
+        lines += writer.flush() + [line]
+    if session.grad_enabled != session.initial_grad_enabled:
+        # torch.set_grad_enabled(b) as a statement: the caller sees the new mode
+        lines.append(f"torch._C._set_grad_enabled({session.grad_enabled})")
+    return lines
 
-    def __init__(self):
-        self.outputs: list[TensorValue] = []
-        self.namespace: dict[str, Any] = {"torch": torch}
 
-    def constant(self, value: Any) -> str:
-        if value is None or isinstance(value, (bool, int, str)) or (
-                isinstance(value, float) and value == value and abs(value) != float("inf")):
-            return repr(value)
-        name = f"k{len(self.namespace)}"
-        self.namespace[name] = value
-        return name
-
-    def expr(self, value: Value, prefer_source: bool = True) -> str:
-        if isinstance(value, TensorValue):
-            for index, known in enumerate(self.outputs):
-                if known.node is value.node:
-                    return f"outputs[{index}]"
-            self.outputs.append(value)
-            return f"outputs[{len(self.outputs) - 1}]"
-        if prefer_source and value.source is not None and \
-                isinstance(value, (SequenceValue, DictValue, ObjectValue)):
-            return value.source.expr()
-        if isinstance(value, Const):
-            return self.constant(value.value)
-        if isinstance(value, SequenceValue):
-            items = ", ".join(self.expr(item) for item in value.items)
-            if value.kind is list:
-                return f"[{items}]"
-            if value.kind is torch.Size:
-                return f"torch.Size([{items}])"
-            if value.kind is tuple:
-                return f"({items}{',' if len(value.items) == 1 else ''})"
-            if hasattr(value.kind, "_make"):  # a namedtuple
-                return f"{self.constant(value.kind)}._make([{items}])"
-            return f"{self.constant(value.kind)}(({items}{','if value.items else ''}))"
-        if isinstance(value, DictValue):
-            return "{" + ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.items.items()) + "}"
-        if isinstance(value, SetValue):
-            return "{" + ", ".join(self.expr(v) for v in value.items) + "}" if value.items \
-                else "set()"
-        if isinstance(value, SliceValue):
-            return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, " \
-                   f"{self.expr(value.step)})"
-        if isinstance(value, RangeValue):
-            return repr(value.range)
-        if isinstance(value, IteratorValue):
-            items = ", ".join(self.expr(v) for v in value.items[value.position:])
-            return f"iter([{items}])"
-        if isinstance(value, ObjectValue):
-            return self.constant(value.value)
-        if isinstance(value, BoundMethodValue) and isinstance(value.receiver, ObjectValue) \
-                and isinstance(value.function, ObjectValue):
-            return f"{self.constant(value.function.value)}.__get__(" \
-                   f"{self.expr(value.receiver)})"
-        raise Unsupported(f"returning {value.describe()} from the compiled function")
+def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> str:
+    """def run(L): fetch inputs, run the graph, then `tail` (effects, result or a break)."""
+    builder = session.builder
+    builder.output(writer.outputs)
+    fetch = ", ".join(source.expr() for source in builder.input_sources)
+    lines = [f"inputs = [{fetch}]", "outputs = compiled(*inputs)", *tail]
+    return "def run(L):\n" + "".join(f"    {line}\n" for line in lines)
 
 
 def package(session: Session, result: Value) -> Captured:
-    writer = _Writer()
-    effect_lines = [_effect_line(effect, writer) for effect in session.side_effects.effects]
-    if session.grad_enabled != session.initial_grad_enabled:
-        # torch.set_grad_enabled(b) as a statement: the caller sees the new mode
-        effect_lines.append(f"torch._C._set_grad_enabled({session.grad_enabled})")
+    writer = Rebuilder()
+    lines = effect_lines(session, writer)
     result_expr = writer.expr(result)
+    lines += writer.flush() + [f"return {result_expr}"]
+    text = runner_text(session, writer, lines)
     builder = session.builder
-    builder.output(writer.outputs)
     graph_module = builder.module()
-    fetch = ", ".join(source.expr() for source in builder.input_sources)
-    lines = [f"inputs = [{fetch}]", "outputs = compiled(*inputs)", *effect_lines,
-             f"return {result_expr}"]
-    text = "def run(L):\n" + "".join(f"    {line}\n" for line in lines)
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
              else {}, "K": session.constants}
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count)
 
 
-def _effect_line(effect: Effect, writer: _Writer) -> str:
+def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
+    """The graph up to the break, and a runner that finishes the instruction natively and
+    calls the resume function(s)."""
+    writer = Rebuilder()
+    lines = effect_lines(session, writer)
+    below = [writer.expr(v) for v in stop.below if v is not NULL]
+    # a resume function's own stack arguments are dead once its prologue pushed them
+    live = {name: value for name, value in stop.locals.items()
+            if not name.startswith(STACK_PREFIX)}
+    local_names = list(live)
+    locals_ = [writer.expr(v) for v in live.values()]
+    cell_names = [name for name in stop.cells if name not in live]
+    cells_ = [writer.expr(stop.cells[name]) for name in cell_names]
+    callees: dict[str, Any] = {}
+    resumptions = []
+    after = frame.instructions
+    number = instruction_number(after, stop.index + 1)
+
+    def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str]) -> str:
+        resumptions.append(Resumption(name, start, stack, local_names, cell_names))
+        return f"{name}({', '.join([*stack_exprs, *locals_, *cells_])})"
+
+    if stop.kind == "call":
+        callee = _callee(stop.callee, writer, callees)
+        arguments = [writer.expr(a) for a in stop.args]
+        arguments += [f"{k}={writer.expr(v)}" for k, v in stop.kwargs.items()]
+        if stop.star is not None:
+            arguments.append(f"*{writer.expr(stop.star)}")
+        if stop.star_kwargs is not None:
+            arguments.append(f"**{writer.expr(stop.star_kwargs)}")
+        lines += writer.flush()
+        lines.append(f"result = {callee}({', '.join(arguments)})")
+        stack = [*stop.below, Const(None)]  # the slot the call's result takes
+        call = resume_call("resume_next", number, stack, [*below, "result"])
+        lines.append(f"return {call}")
+    else:
+        condition = writer.expr(stop.condition)
+        lines += writer.flush()
+        taken_stack = [*stop.below, stop.condition] if stop.keeps else list(stop.below)
+        taken_exprs = [*below, condition] if stop.keeps else below
+        taken = resume_call("resume_taken", instruction_number(after, stop.target_index),
+                            taken_stack, taken_exprs)
+        following = resume_call("resume_next", number, list(stop.below), below)
+        lines.append(f"if bool({condition}) is {stop.jumps_when}:")
+        lines.append(f"    return {taken}")
+        lines.append(f"return {following}")
+    text = runner_text(session, writer, lines)
+    builder = session.builder
+    graph_module = builder.module()
+    scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
+             else {}, "K": session.constants}
+    location = stop.reason.location
+    logs.channel("graph_breaks").info("graph break at %s: %s", location, stop.reason.reason)
+    return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
+                    session.guards, text, writer.namespace, scope, builder.op_count,
+                    stop.reason, resumptions, callees)
+
+
+def _callee(callee: Value, writer: Rebuilder, callees: dict[str, Any]) -> str:
+    """The expression of what the break calls natively: user functions and module forwards
+    are called through their own ember-compiled version (named in `callees`)."""
+    from ember import torch_internals
+
+    def compiled(function: types.FunctionType) -> str:
+        name = f"callee{len(callees)}"
+        callees[name] = function
+        return name
+
+    if isinstance(callee, FunctionValue):
+        return compiled(callee.value)
+    if isinstance(callee, BoundMethodValue) and isinstance(callee.function, FunctionValue):
+        return f"{compiled(callee.function.value)}.__get__({writer.expr(callee.receiver)})"
+    if isinstance(callee, ModuleValue) and not torch_internals.module_has_hooks(callee.value):
+        forward = type(callee.value).forward
+        if isinstance(forward, types.FunctionType):
+            return f"{compiled(forward)}.__get__({writer.expr(callee)})"
+    return writer.expr(callee)
+
+
+def _effect_line(effect: Effect, writer: Rebuilder) -> str:
     if effect.kind == "setattr":
         return f"setattr({effect.target.expr()}, {effect.name!r}, {writer.expr(effect.value)})"
     if effect.kind == "setglobal":

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dis
 import inspect
+import math
 import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ember.capture.breaks import CALLS, JUMPS, GraphBreak, Snapshot, call_parts
 from ember.capture.errors import Location, Unsupported
-from ember.capture.values import CellValue, Value
+from ember.capture.values import CellValue, TensorValue, Value, births
 
 if TYPE_CHECKING:
     from ember.capture.session import Session
@@ -124,6 +126,7 @@ class Frame:
 
     def run(self) -> Value:
         session = self.session
+        breakable = self.parent is None and session.allow_breaks
         try:
             while True:
                 instruction = self.instructions[self.pc]
@@ -141,11 +144,56 @@ class Frame:
                 if self.exception_table and self.in_try_block(instruction.offset):
                     raise Unsupported("code inside try/except", "move the try/except outside "
                                       "the compiled function")
-                fn(self, instruction)
+                if not breakable:
+                    fn(self, instruction)
+                    continue
+                snapshot = self.snapshot()
+                try:
+                    fn(self, instruction)
+                except Unsupported as error:
+                    raise self.graph_break(instruction, snapshot,
+                                           error.at(self.location())) from None
         except Return as result:
             return result.value
         except Unsupported as error:
             raise error.at(self.location()) from None
+
+    # -- graph breaks (root frame only) ----------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        session = self.session
+        session.side_effects.oldest_changed = math.inf
+        builder = session.builder
+        return Snapshot(list(self.stack), dict(self.locals), self.kw_names,
+                        builder.last_node(), builder.op_count,
+                        len(session.side_effects.effects), session.grad_enabled, next(births))
+
+    def graph_break(self, instruction: dis.Instruction, snapshot: Snapshot,
+                    error: Unsupported) -> Exception:
+        """The GraphBreak that undoes `instruction`, or `error` when it cannot be undone."""
+        session = self.session
+        name = instruction.opname
+        if name not in CALLS and name not in JUMPS:
+            return error
+        if len(session.side_effects.effects) != snapshot.effects or \
+                session.side_effects.oldest_changed < snapshot.serial:
+            return error  # the failed instruction changed state that a native rerun repeats
+        session.builder.rollback(snapshot.last_node, snapshot.op_count)
+        session.grad_enabled = snapshot.grad_enabled
+        cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()
+                 if isinstance(cell, CellValue) and cell.contents is not None}
+        index = self.pc - 1
+        if name in CALLS:
+            below, callee, args, kwargs, star, star_kwargs = call_parts(
+                instruction, snapshot.stack, snapshot.kw_names)
+            return GraphBreak(error, instruction, index, "call", below, snapshot.locals, cells,
+                              callee, args, kwargs, star, star_kwargs)
+        condition = snapshot.stack[-1]
+        if not isinstance(condition, TensorValue):
+            return error
+        when, keeps = JUMPS[name]
+        return GraphBreak(error, instruction, index, "jump", snapshot.stack[:-1],
+                          snapshot.locals, cells, condition=condition, jumps_when=when,
+                          keeps=keeps, target_index=self.index_of[instruction.argval])
 
     def cell(self, name: str) -> Any:
         cell = self.cells.get(name)

@@ -452,6 +452,7 @@ def _for_iter(frame: Frame, instruction: Instruction) -> None:
     iterator = frame.peek()
     if not isinstance(iterator, IteratorValue):
         raise Unsupported(f"iteration over {iterator.describe()}")
+    frame.session.side_effects.changed(iterator)
     item = iterator.next()
     if item is not None:
         frame.push(item)

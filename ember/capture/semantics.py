@@ -173,6 +173,7 @@ def read_cell(frame: Frame, name: str) -> Value:
 def write_cell(frame: Frame, name: str, value: Value) -> None:
     cell = frame.cell(name)
     if isinstance(cell, CellValue):
+        frame.session.side_effects.changed(cell)
         cell.contents = value
         return
     if cell.source is None:
@@ -544,6 +545,8 @@ def unpack(session: Session, value: Value) -> list[Value]:
         return [constant(k) for k in value.items]
     if isinstance(value, IteratorValue):
         items = value.items[value.position:]
+        if items:
+            session.side_effects.changed(value)
         value.position = len(value.items)
         return list(items)
     if isinstance(value, RangeValue):

@@ -58,6 +58,7 @@ def is_torch_callable(value: Any) -> bool:
 
 class Session:
     def __init__(self, fullgraph: bool = False):
+        self.allow_breaks = not fullgraph
         self.guards = GuardSet()
         self.builder = GraphBuilder(self.guards)
         self.side_effects = SideEffects()

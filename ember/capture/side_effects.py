@@ -8,6 +8,7 @@ the generated code of the compiled function, so the caller sees what eager would
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from ember.capture.sources import Source
@@ -30,6 +31,13 @@ class SideEffects:
         self.globals: dict[tuple[int, str], Value] = {}
         self.cells: dict[int, Value] = {}
         self.containers: dict[int, Value] = {}               # id(SequenceValue) -> it
+        # The birth (values.births) of the oldest mutable value changed since the interpreter
+        # last reset it: a graph break can undo an instruction only if nothing older changed.
+        self.oldest_changed = math.inf
+
+    def changed(self, value: Value) -> None:
+        """A mutable value (list, dict, set, iterator, cell) changed, wherever it came from."""
+        self.oldest_changed = min(self.oldest_changed, getattr(value, "born", -1))
 
     def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
         self.attributes[(id(obj), name)] = value
@@ -44,7 +52,8 @@ class SideEffects:
         self.effects.append(Effect("setcell", source, "", value))
 
     def mutated(self, container: SequenceValue | DictValue) -> None:
-        """A list or dict from outside changed: write its final contents back."""
+        """A list or dict changed; one from outside gets its final contents written back."""
+        self.changed(container)
         if container.source is None or id(container) in self.containers:
             return
         self.containers[id(container)] = container

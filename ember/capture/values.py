@@ -10,6 +10,7 @@ object from the function's arguments, globals or closure — for guards and grap
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import types
 from typing import Any
 
@@ -17,6 +18,10 @@ import torch
 import torch.fx
 
 from ember.capture.sources import Source
+
+# Creation order of mutable tracked values: a graph break rolls back to an instruction's start
+# only if no value older than that instruction was mutated by it.
+births = itertools.count()
 
 
 class Value:
@@ -72,6 +77,7 @@ class SequenceValue(Value):
     items: list[Value]
     kind: type = tuple
     source: Source | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
 
     def python_type(self) -> type:
         return self.kind
@@ -85,6 +91,7 @@ class DictValue(Value):
     items: dict[Any, Value]
     kind: type = dict
     source: Source | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
 
     def python_type(self) -> type:
         return self.kind
@@ -94,6 +101,7 @@ class DictValue(Value):
 class SetValue(Value):
     items: list[Value]
     source: Source | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
 
     def python_type(self) -> type:
         return set
@@ -118,6 +126,7 @@ class IteratorValue(Value):
     items: list[Value]
     position: int = 0
     source: Source | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
 
     def python_type(self) -> type:
         return type(iter(()))
@@ -236,6 +245,7 @@ class CellValue(Value):
     """A closure cell created while capturing."""
 
     contents: Value | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
 
     def python_type(self) -> type:
         return types.CellType

@@ -1,0 +1,147 @@
+"""Graph breaks: stop capturing at an instruction of the root frame, and resume after it.
+
+When the root frame meets a call it cannot trace (print, tensor.item(), an untraceable C
+function, a user function that itself cannot be traced) or a branch on a tensor's value, the
+interpreter undoes that instruction and raises `GraphBreak` with the frame's state. The
+compiled function then runs the graph captured so far, replays its side effects, rebuilds the
+stack and locals in Python, runs the instruction natively, and calls a *resume function*: a
+copy of the function's code that starts right after the instruction (assembled with the
+`bytecode` package), which ember compiles in turn, lazily, with its own guards and cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import dis
+import inspect
+import types
+from typing import Any
+
+from ember.capture.errors import Unsupported
+from ember.capture.values import NULL, Value
+
+CALLS = ("CALL", "CALL_FUNCTION_EX")
+STACK_PREFIX = "___stack"
+# opcode -> (jumps when the value is, keeps the value on the stack when it jumps)
+JUMPS = {
+    "POP_JUMP_IF_TRUE": (True, False), "POP_JUMP_IF_FALSE": (False, False),
+    "POP_JUMP_FORWARD_IF_TRUE": (True, False), "POP_JUMP_FORWARD_IF_FALSE": (False, False),
+    "POP_JUMP_BACKWARD_IF_TRUE": (True, False), "POP_JUMP_BACKWARD_IF_FALSE": (False, False),
+    "JUMP_IF_TRUE_OR_POP": (True, True), "JUMP_IF_FALSE_OR_POP": (False, True),
+}
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The root frame's state before an instruction, to undo it for a break."""
+
+    stack: list[Value]
+    locals: dict[str, Value]
+    kw_names: tuple[str, ...]
+    last_node: Any
+    op_count: int
+    effects: int
+    grad_enabled: bool
+    serial: int
+
+
+@dataclasses.dataclass
+class GraphBreak(Exception):
+    """Capture stops before `instruction` (index `index` in the frame's instructions)."""
+
+    reason: Unsupported
+    instruction: dis.Instruction
+    index: int
+    kind: str                              # "call" or "jump"
+    below: list[Value]                     # the stack under what the instruction consumes
+    locals: dict[str, Value]
+    cells: dict[str, Value]                # cell variables of the frame (contents)
+    callee: Value | None = None
+    args: list[Value] = dataclasses.field(default_factory=list)
+    kwargs: dict[str, Value] = dataclasses.field(default_factory=dict)
+    star: Value | None = None              # CALL_FUNCTION_EX: the args tuple and kwargs dict
+    star_kwargs: Value | None = None
+    condition: Value | None = None
+    jumps_when: bool = False
+    keeps: bool = False                    # JUMP_IF_*_OR_POP keeps the value when it jumps
+    target_index: int = -1
+
+
+def call_parts(instruction: dis.Instruction, stack: list[Value], kw_names: tuple[str, ...]
+               ) -> tuple[list[Value], Value, list[Value], dict[str, Value], Value | None,
+                          Value | None]:
+    """(stack below the call, callee, positional, keywords, star args, star kwargs)."""
+    if instruction.opname == "CALL_FUNCTION_EX":
+        has_kwargs = instruction.arg & 1
+        count = 4 if has_kwargs else 3
+        parts = stack[-count:]
+        null, callee, star = parts[0], parts[1], parts[2]
+        star_kwargs = parts[3] if has_kwargs else None
+        if null is not NULL:
+            raise Unsupported("a method call through *args at a break")
+        return stack[:-count], callee, [], {}, star, star_kwargs
+    count = instruction.arg
+    arguments = stack[len(stack) - count:]
+    first, second = stack[-count - 2], stack[-count - 1]
+    if first is NULL:
+        callee = second
+    else:
+        callee, arguments = first, [second, *arguments]
+    positional = arguments[:len(arguments) - len(kw_names)]
+    keywords = dict(zip(kw_names, arguments[len(arguments) - len(kw_names):]))
+    return stack[:-count - 2], callee, positional, keywords, None, None
+
+
+# -- resume functions ----------------------------------------------------------------------
+def resume_function(function: types.FunctionType, code: types.CodeType, start: int,
+                    stack: list[Value], locals_: list[str], cells: list[str]
+                    ) -> types.FunctionType:
+    """A function running `code` from instruction `start` (an index into dis's instructions,
+    EXTENDED_ARG excluded): its arguments are the stack values (NULLs are pushed, not passed),
+    then the live locals and cell contents, by name."""
+    import bytecode
+
+    program = bytecode.Bytecode.from_code(code)
+    position = _position_of(program, start)
+    label = bytecode.Label()
+    program.insert(position, label)
+    stack_names = [f"{STACK_PREFIX}{i}" for i, value in enumerate(stack) if value is not NULL]
+    prologue = []
+    if code.co_freevars:
+        prologue.append(bytecode.Instr("COPY_FREE_VARS", len(code.co_freevars)))
+    for name in code.co_cellvars:
+        prologue.append(bytecode.Instr("MAKE_CELL", bytecode.CellVar(name)))
+    prologue.append(bytecode.Instr("RESUME", 0))
+    names = iter(stack_names)
+    for value in stack:
+        prologue.append(bytecode.Instr("PUSH_NULL") if value is NULL
+                        else bytecode.Instr("LOAD_FAST", next(names)))
+    prologue.append(bytecode.Instr("JUMP_FORWARD", label))
+    program[0:0] = prologue
+    program.argnames = [*stack_names, *locals_, *[c for c in cells if c not in locals_]]
+    program.argcount = len(program.argnames)
+    program.posonlyargcount = 0
+    program.kwonlyargcount = 0
+    program.flags &= ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    program.name = f"{code.co_name}_resume_at_{start}"
+    resumed = program.to_code()
+    return types.FunctionType(resumed, function.__globals__, resumed.co_name, None,
+                              function.__closure__)
+
+
+def _position_of(program: Any, start: int) -> int:
+    import bytecode
+
+    count = 0
+    for position, item in enumerate(program):
+        if isinstance(item, bytecode.Instr):
+            if count == start:
+                return position
+            count += 1
+    raise ValueError(f"no instruction {start} in {program.name}")
+
+
+def instruction_number(instructions: list[dis.Instruction], index: int) -> int:
+    """The position of instructions[index] among them with EXTENDED_ARG left out (how the
+    bytecode package counts instructions)."""
+    return sum(1 for i in instructions[:index] if i.opname != "EXTENDED_ARG")

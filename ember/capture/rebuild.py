@@ -1,0 +1,135 @@
+"""Tracked values → Python expressions that rebuild them after the graph ran.
+
+The generated code of a compiled function uses these to return results, replay side effects
+and, at a graph break, rebuild the stack and locals for the rest of the function. Tensors come
+from the graph's outputs; objects with a source are fetched through it (so identity is kept);
+new containers are built once each (so two references stay one object).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import torch
+
+from ember.capture.errors import Unsupported
+from ember.capture.values import (
+    BoundMethodValue,
+    CellValue,
+    Const,
+    DictValue,
+    GradModeValue,
+    IteratorValue,
+    NestedFunctionValue,
+    ObjectValue,
+    RangeValue,
+    SequenceValue,
+    SetValue,
+    SliceValue,
+    TensorMethodValue,
+    TensorValue,
+    Value,
+    ValueMethodValue,
+)
+
+
+class Rebuilder:
+    def __init__(self):
+        self.outputs: list[TensorValue] = []
+        self.namespace: dict[str, Any] = {"torch": torch, "types": types}
+        self.lines: list[str] = []          # temporaries, in the order expressions need them
+        self._memo: dict[int, str] = {}
+
+    def constant(self, value: Any) -> str:
+        if value is None or isinstance(value, (bool, int, str)) or (
+                isinstance(value, float) and value == value and abs(value) != float("inf")):
+            return repr(value)
+        for name, known in self.namespace.items():
+            if known is value and name.startswith("k"):
+                return name
+        name = f"k{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def temporary(self, value: Value, expression: str) -> str:
+        name = f"t{len(self._memo)}"
+        self.lines.append(f"{name} = {expression}")
+        self._memo[id(value)] = name
+        return name
+
+    def expr(self, value: Value, prefer_source: bool = True) -> str:
+        if id(value) in self._memo:
+            return self._memo[id(value)]
+        if isinstance(value, TensorValue):
+            for index, known in enumerate(self.outputs):
+                if known.node is value.node:
+                    return f"outputs[{index}]"
+            self.outputs.append(value)
+            return f"outputs[{len(self.outputs) - 1}]"
+        if prefer_source and value.source is not None and \
+                isinstance(value, (SequenceValue, DictValue, ObjectValue)):
+            return value.source.expr()
+        if isinstance(value, Const):
+            return self.constant(value.value)
+        if isinstance(value, SequenceValue):
+            items = ", ".join(self.expr(item) for item in value.items)
+            if value.kind is list:
+                return self.temporary(value, f"[{items}]")
+            if value.kind is torch.Size:
+                return f"torch.Size([{items}])"
+            if value.kind is tuple:
+                return f"({items}{',' if len(value.items) == 1 else ''})"
+            if hasattr(value.kind, "_make"):  # a namedtuple
+                return f"{self.constant(value.kind)}._make([{items}])"
+            return f"{self.constant(value.kind)}(({items}{',' if value.items else ''}))"
+        if isinstance(value, DictValue):
+            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.items.items())
+            return self.temporary(value, "{" + body + "}")
+        if isinstance(value, SetValue):
+            body = ", ".join(self.expr(v) for v in value.items)
+            return self.temporary(value, "{" + body + "}" if value.items else "set()")
+        if isinstance(value, SliceValue):
+            return f"slice({self.expr(value.start)}, {self.expr(value.stop)}, " \
+                   f"{self.expr(value.step)})"
+        if isinstance(value, RangeValue):
+            return repr(value.range)
+        if isinstance(value, IteratorValue):
+            items = ", ".join(self.expr(v) for v in value.items[value.position:])
+            return self.temporary(value, f"iter([{items}])")
+        if isinstance(value, ObjectValue):
+            return self.constant(value.value)
+        if isinstance(value, BoundMethodValue) and isinstance(value.function, ObjectValue):
+            return f"{self.constant(value.function.value)}.__get__({self.expr(value.receiver)})"
+        if isinstance(value, TensorMethodValue):
+            return f"{self.expr(value.receiver)}.{value.name}"
+        if isinstance(value, ValueMethodValue):
+            if isinstance(value.receiver, GradModeValue) and value.name == "__exit__":
+                return self._grad_mode_exit(value.receiver)
+            return f"{self.expr(value.receiver)}.{value.name}"
+        if isinstance(value, NestedFunctionValue):
+            if value.closure:
+                raise Unsupported("a function defined inside, with a closure, is alive at the "
+                                  "break", "move the nested function out of the compiled code")
+            defaults = ", ".join(self.expr(d) for d in value.defaults)
+            return (f"types.FunctionType({self.constant(value.code)}, "
+                    f"{self.constant(value.globals)}, {value.name!r}, ({defaults}"
+                    f"{',' if len(value.defaults) == 1 else ''}))")
+        if isinstance(value, CellValue):
+            raise Unsupported("a closure cell is alive at the break")
+        raise Unsupported(f"{value.describe()} cannot be rebuilt in Python")
+
+    def _grad_mode_exit(self, mode: GradModeValue) -> str:
+        """The __exit__ of a with-block over grad mode, entered for real: leaving the block in
+        the resumed code restores the mode that was active before it."""
+        kind = "torch.enable_grad()" if mode.enabled else "torch.no_grad()"
+        name = f"t{len(self._memo)}"
+        self.lines.append(f"torch._C._set_grad_enabled({bool(mode.previous)})")
+        self.lines.append(f"{name} = {kind}")
+        self.lines.append(f"{name}.__enter__()")
+        self._memo[id(mode)] = name
+        return f"{name}.__exit__"
+
+    def flush(self) -> list[str]:
+        lines, self.lines = self.lines, []
+        return lines
