@@ -39,9 +39,9 @@ class GraphBuilder:
             return self._by_source[expr]
         same = self._by_identity.get(id(tensor))
         if same is not None:
-            # one tensor reached two ways (tied weights): one input, and a guard that they
-            # are still the same object
-            self.guards.add("id", source, tensor)
+            # one tensor reached two ways (tied weights, f(x, x)): one input, and a guard that
+            # both ways still reach one object
+            self.guards.add("same", source, same.source)
             self._by_source[expr] = same
             return same
         self.guards.add("tensor", source, tensor_signature(tensor))

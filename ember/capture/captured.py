@@ -145,7 +145,10 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         return f"{name}({', '.join([*stack_exprs, *locals_, *cells_])})"
 
     if stop.kind == "call":
-        callee = _callee(stop.callee, writer, callees)
+        # a function that broke inside is called compiled (its own breaks resume in its own
+        # frame); one that was itself the problem (print, graph_break) is called as it is
+        inside = stop.reason.depth > 0
+        callee = _callee(stop.callee, writer, callees) if inside else writer.expr(stop.callee)
         arguments = [writer.expr(a) for a in stop.args]
         arguments += [f"{k}={writer.expr(v)}" for k, v in stop.kwargs.items()]
         if stop.star is not None:

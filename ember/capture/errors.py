@@ -28,10 +28,12 @@ class Unsupported(Exception):
         self.reason = reason
         self.hint = hint
         self.location = location
+        self.depth = 0  # how many inlined calls deep the construct was
 
-    def at(self, location: Location) -> Unsupported:
+    def at(self, location: Location, depth: int = 0) -> Unsupported:
         if self.location is None:
             self.location = location
+            self.depth = depth
         return self
 
     def __str__(self) -> str:

@@ -17,7 +17,8 @@ import torch
 from ember.capture.sources import AttrSource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
-_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "keys": 5, "tensor": 6}
+_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "keys": 5, "tensor": 6,
+          "same": 7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +28,8 @@ class Guard:
     expected: Any
 
     def key(self) -> tuple:
+        if self.kind == "same":
+            return (self.kind, self.source.expr(), self.expected.expr())
         return (self.kind, self.source.expr() if self.source else repr(self.expected))
 
 
@@ -108,6 +111,8 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         return f"(type({v}) is {writer.constant(type(expected))} and {v} == {expected!r})"
     if kind == "length":
         return f"len({v}) == {expected}"
+    if kind == "same":  # two paths reach one object
+        return f"{v} is {writer.variable(expected)}"
     if kind == "keys":
         return f"list({v}.keys()) == {list(expected)!r}"
     if kind == "tensor":
@@ -186,4 +191,6 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
         return f"{name} changed {expected!r} -> {actual!r}"
     if kind == "keys":
         return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"
+    if kind == "same":
+        return f"{name} is no longer the same object as {expected.expr()}"
     return f"{name} failed its {kind} guard"

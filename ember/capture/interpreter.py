@@ -152,11 +152,11 @@ class Frame:
                     fn(self, instruction)
                 except Unsupported as error:
                     raise self.graph_break(instruction, snapshot,
-                                           error.at(self.location())) from None
+                                           error.at(self.location(), 0)) from None
         except Return as result:
             return result.value
         except Unsupported as error:
-            raise error.at(self.location()) from None
+            raise error.at(self.location(), session.inline_depth) from None
 
     # -- graph breaks (root frame only) ----------------------------------------------------
     def snapshot(self) -> Snapshot:

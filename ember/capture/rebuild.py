@@ -59,6 +59,9 @@ class Rebuilder:
         return name
 
     def expr(self, value: Value, prefer_source: bool = True) -> str:
+        if prefer_source and value.source is not None and \
+                isinstance(value, (SequenceValue, DictValue, ObjectValue)):
+            return value.source.expr()  # the caller's own object (after its write-back)
         if id(value) in self._memo:
             return self._memo[id(value)]
         if isinstance(value, TensorValue):
@@ -67,9 +70,6 @@ class Rebuilder:
                     return f"outputs[{index}]"
             self.outputs.append(value)
             return f"outputs[{len(self.outputs) - 1}]"
-        if prefer_source and value.source is not None and \
-                isinstance(value, (SequenceValue, DictValue, ObjectValue)):
-            return value.source.expr()
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):

@@ -69,6 +69,8 @@ class Session:
         self.globals_dicts: list[dict] = []
         self.constants: list[Any] = []
         self._wrapped: dict[str, Value] = {}
+        self._containers: dict[int, Value] = {}
+        self._keep_alive: list[Any] = []
         self.inline_depth = 0
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
@@ -97,9 +99,19 @@ class Session:
             key = source.expr()
             if key in self._wrapped:
                 return self._wrapped[key]
+        if type(value) in (list, dict, set) and id(value) in self._containers:
+            # one list reached two ways: one tracked value, so a change through either path
+            # is seen through both (and a guard that both still reach one object)
+            known = self._containers[id(value)]
+            if source is not None and known.source is not None:
+                self.guards.add("same", source, known.source)
+            return known
         result = self._wrap(value, source, guard and source is not None)
         if source is not None:
             self._wrapped[source.expr()] = result
+        if type(value) in (list, dict, set):
+            self._containers[id(value)] = result
+            self._keep_alive.append(value)
         return result
 
     def _wrap(self, value: Any, source: Source | None, guard: bool) -> Value:
@@ -143,6 +155,24 @@ class Session:
             return RangeValue(value, source)
         if isinstance(value, slice):
             return SliceValue(Const(value.start), Const(value.stop), Const(value.step), source)
+        if isinstance(value, types.BuiltinMethodType) and \
+                isinstance(value.__self__, (torch.Tensor, list, dict, set)):
+            # a method of a tensor or container, bound before a graph break
+            from ember.capture.values import TensorMethodValue, ValueMethodValue
+
+            receiver = self.wrap(value.__self__, AttrSource(source, "__self__") if source
+                                 else None, guard)
+            kind = TensorMethodValue if isinstance(value.__self__, torch.Tensor) \
+                else ValueMethodValue
+            return kind(receiver, value.__name__, source)
+        if isinstance(value, types.MethodType) and value.__name__ == "__exit__" and \
+                isinstance(value.__self__, (torch.no_grad, torch.enable_grad)):
+            # a grad-mode block entered before a graph break, left in resumed code
+            from ember.capture.values import GradModeValue, ValueMethodValue
+
+            mode = GradModeValue(isinstance(value.__self__, torch.enable_grad),
+                                 getattr(value.__self__, "prev", True))
+            return ValueMethodValue(mode, "__exit__", source)
         if guard:
             # objects known by identity; other objects only by type (their attributes are
             # guarded one by one as the code reads them)

@@ -1,0 +1,402 @@
+"""Graph breaks with resumption: compiled and eager side by side over several calls that take
+different paths, comparing results, arguments, printed output and graph/break counts."""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+from contextlib import redirect_stdout
+
+import pytest
+import torch
+import torch.nn.functional as F
+from checks import same
+
+import ember
+from ember import config
+
+CASES = []
+
+
+def case(*calls, breaks=None):
+    def register(fn):
+        CASES.append(pytest.param(fn, list(calls), breaks, id=fn.__name__))
+        return fn
+
+    return register
+
+
+def t(*shape, seed=0, sign=1.0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).abs() * sign
+
+
+POS, NEG = t(6, sign=1.0), t(6, seed=3, sign=-1.0)
+
+
+def both(*args, **kwargs):
+    return (args, kwargs)
+
+
+@case(both(POS), both(NEG), both(POS * 2), breaks=1)
+def seed_branch(x):
+    x = x * 2
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+@case(both(POS), both(NEG), breaks=1)
+def branch_else_continues(x):
+    y = x + 1
+    if (y > 1).any():
+        y = y * 3
+    else:
+        y = y - 3
+    return y.sum(), y
+
+
+@case(both(POS), both(NEG))
+def nested_branches(x):
+    if x.mean() > 0:
+        if x.max() > 100:
+            return x * 0
+        return x * 2
+    return -x
+
+
+@case(both(POS), both(NEG), breaks=1)
+def branch_with_and(x):
+    if x.sum() > 0 and x.shape[0] == 6:
+        return x + 1
+    return x
+
+
+@case(both(POS), both(NEG))
+def while_on_tensor_condition(x):
+    steps = 0
+    while x.abs().sum() > 1 and steps < 5:
+        x = x / 2
+        steps += 1
+    return x, steps
+
+
+@case(both(POS), both(NEG), breaks=1)
+def item_in_arithmetic(x):
+    scale = x.abs().max().item()
+    return x / scale
+
+
+@case(both(POS), both(NEG), breaks=1)
+def tolist_then_python(x):
+    values = x[:3].tolist()
+    return x * len(values), [round(v, 3) for v in values]
+
+
+@case(both(POS), both(NEG), breaks=1)
+def bool_of_tensor(x):
+    flag = bool((x > 0).all())
+    return x + (1 if flag else -1)
+
+
+@case(both(POS), both(NEG), breaks=1)
+def print_in_the_middle(x):
+    y = x * 2
+    print("middle", y.shape, y.sum())
+    return y + 1
+
+
+@case(both(POS), both(NEG), breaks=2)
+def two_prints(x):
+    print("first", x.shape)
+    y = x.exp()
+    print("second")
+    return y
+
+
+@case(both(POS), both(NEG), breaks=1)
+def explicit_graph_break(x):
+    y = torch.relu(x)
+    ember.graph_break()
+    return y * 3
+
+
+def untraceable(value):
+    return sorted(value.tolist())[0]  # reads the data: cannot be captured
+
+
+# A break inside a called function counts twice: at the call site, and in the function's own
+# frame, which runs compiled on its own (as torch.compile counts them too).
+@case(both(POS), both(NEG), breaks=2)
+def call_into_untraceable_function(x):
+    low = untraceable(x * 2)
+    return x - low
+
+
+def helper_with_print(x):
+    y = x + 1
+    print("helper", y.shape)
+    return y * 2
+
+
+@case(both(POS), both(NEG))
+def break_inside_inlined_call(x):
+    a = x * 3
+    b = helper_with_print(a)
+    return a + b
+
+
+@case(both(POS), both(NEG))
+def break_inside_method_call(x):
+    class Scaler:
+        def __init__(self, k):
+            self.k = k
+
+    return x * bump(Scaler(2), x)
+
+
+def bump(scaler, x):
+    print("bump", scaler.k)
+    return scaler.k + 1
+
+
+@case(both(POS, 3), both(NEG, 5), breaks=1)
+def many_live_locals(x, n):
+    a, b, c, d = x + 1, x * 2, n * 3, [x, n]
+    e = {"k": x - 1, "n": n}
+    f = (a, (b, (c, "deep")))
+    print("break", n)
+    return a + b + c + d[0] + e["k"] + f[1][0] + d[1] + e["n"], f[1][1][1]
+
+
+@case(both(POS), both(NEG))
+def nested_tuple_on_stack(x):
+    return (x, (x + 1, torch.tensor(x.sum().item())))
+
+
+@case(both(POS), both(NEG), breaks=2)
+def keyword_call_break(x):
+    return F.dropout(x, p=0.0, training=False) + untraceable_keywords(x, scale=2.0, shift=1)
+
+
+def untraceable_keywords(x, *, scale, shift):
+    return float(x.sum()) * scale + shift
+
+
+@case(both(POS), both(NEG), breaks=1)
+def method_call_break(x):
+    parts = [x * 2]
+    parts.append(x.sum().item())
+    return parts[0] * parts[1]
+
+
+@case(both(POS), both(NEG))
+def break_in_no_grad_block(x):
+    with torch.no_grad():
+        y = x * 2
+        print("grad enabled:", torch.is_grad_enabled())
+        z = y + 1
+    return z, torch.is_grad_enabled()
+
+
+@case(both(POS, [1, 2]), both(NEG, [3]))
+def mutations_before_break(x, log):
+    log.append(x.sum())
+    log.append("before")
+    print("logged", len(log))
+    log.append("after")
+    return x * len(log)
+
+
+@case(both(POS), both(NEG))
+def break_in_loop(x):
+    total = x
+    for i in range(3):
+        total = total + i
+        print("step", i)
+    return total
+
+
+@case(both(POS), both(NEG))
+def data_dependent_in_loop(x):
+    for _ in range(3):
+        if x.sum() > 0:
+            x = x - 1
+        else:
+            x = x + 1
+    return x
+
+
+@case(both(POS), both(NEG))
+def early_exit_on_tensor(x):
+    for i in range(4):
+        if (x > 10).all():
+            return x, i
+        x = x * 2
+    return x, -1
+
+
+@case(both(POS), both(NEG))
+def conditional_expression_on_tensor(x):
+    return x if x.sum() > 0 else -x
+
+
+@case(both(POS), both(NEG))
+def break_then_more_graph(x):
+    y = torch.tanh(x)
+    print("y")
+    z = F.softmax(y, dim=0)
+    w = z.cumsum(0)
+    return w * 2
+
+
+@case(both(POS), both(NEG))
+def result_of_item_used_in_shapes(x):
+    n = int(x.abs().sum().item()) % 3 + 1
+    return x[:n] * 2
+
+
+@case(both(POS), both(NEG))
+def closure_and_break(x):
+    k = 3
+
+    def scale(v):
+        return v * k
+
+    print("closure")
+    return scale(x)
+
+
+@case(both(POS), both(NEG))
+def return_in_branch_with_tuple(x):
+    if x[0] > 0:
+        return x.sum(), "positive"
+    return x.mean(), "negative"
+
+
+@case(both(POS), both(NEG))
+def item_in_fstring(x):
+    message = f"sum={x.sum().item():.3f}"
+    return x + 1, message
+
+
+@case(both(POS), both(NEG))
+def kwargs_star_call_break(x):
+    options = {"sep": "|"}
+    print("a", "b", **options)
+    return x * 2
+
+
+@case(both(POS), both(NEG))
+def list_comprehension_with_item(x):
+    values = [v.item() for v in x[:3]]
+    return x * sum(values)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(6, 6)
+        self.second = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        if h.sum() > 0:
+            h = h * 2
+        return self.second(h)
+
+
+def module_with_branch(x):
+    return NET(x)
+
+
+NET = Net()
+
+
+@case(both(POS.reshape(1, 6)), both(NEG.reshape(1, 6)))
+def submodule_with_data_dependent_forward(x):
+    return module_with_branch(x) + 1
+
+
+@pytest.mark.parametrize("fn, calls, breaks", CASES)
+def test_breaks_match_eager(fn, calls, breaks):
+    compiled = ember.compile(fn, backend="eager")
+    with torch.no_grad():
+        for number, (args, kwargs) in enumerate(calls):
+            eager_in, compiled_in = copy.deepcopy((args, kwargs)), copy.deepcopy((args, kwargs))
+            eager_out, compiled_out = io.StringIO(), io.StringIO()
+            with redirect_stdout(eager_out):
+                expected = fn(*eager_in[0], **eager_in[1])
+            with redirect_stdout(compiled_out):
+                actual = compiled(*compiled_in[0], **compiled_in[1])
+            same(actual, expected, f"call {number} result")
+            same(compiled_in, eager_in, f"call {number} arguments")
+            assert compiled_out.getvalue() == eager_out.getvalue(), f"call {number} printed"
+    if breaks is not None:
+        with redirect_stdout(io.StringIO()), torch.no_grad():
+            report = ember.explain(fn)(*copy.deepcopy(calls[0][0]), **calls[0][1])
+        assert report.graph_break_count == breaks
+
+
+def test_there_are_enough_break_cases():
+    assert len(CASES) >= 30
+
+
+def test_seed_branch_has_one_break_and_two_graphs():
+    report = ember.explain(seed_branch)(POS)
+    assert (report.graph_count, report.graph_break_count) == (2, 1)
+    assert "torch.where" in report.break_reasons[0].hint
+
+
+def test_graph_break_between_two_model_calls_adds_one_graph():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.ReLU())
+
+    def clean(x):
+        return model(model(x))
+
+    def broken(x):
+        y = model(x)
+        ember.graph_break()
+        return model(y)
+
+    x = POS.reshape(1, 6)
+    with torch.no_grad():
+        clean_report = ember.explain(clean)(x)
+        broken_report = ember.explain(broken)(x)
+    assert clean_report.graph_count == 1 and clean_report.graph_break_count == 0
+    assert broken_report.graph_count == clean_report.graph_count + 1
+    assert broken_report.graph_break_count == 1
+
+
+def test_fullgraph_raises_at_the_first_break():
+    with pytest.raises(ember.capture.errors.CaptureError) as raised:
+        ember.compile(print_in_the_middle, fullgraph=True)(POS)
+    assert "print()" in str(raised.value) and __file__ in str(raised.value)
+
+
+def test_graph_breaks_log_one_line_per_break(caplog):
+    root = logging.getLogger("ember")
+    root.addHandler(caplog.handler)
+    try:
+        with config.override(logs=frozenset({"graph_breaks"})), redirect_stdout(io.StringIO()):
+            compiled = ember.compile(two_prints, backend="eager")
+            for _ in range(3):
+                compiled(POS)
+    finally:
+        root.removeHandler(caplog.handler)
+    lines = [r.getMessage() for r in caplog.records if "graph break" in r.getMessage()]
+    assert len(lines) == 2  # each break once, when first met
+    assert all("two_prints" in line for line in lines)
+
+
+def test_breaks_with_the_ember_backend_compile_kernels():
+    def fn(x):
+        y = torch.tanh(x * 2) + 1
+        if y.sum() > 0:
+            return F.softmax(y, dim=0)
+        return y
+
+    compiled = ember.compile(fn)
+    with torch.no_grad():
+        for x in (POS, NEG):
+            same(compiled(x), fn(x))
