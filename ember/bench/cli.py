@@ -19,7 +19,7 @@ from typing import TextIO
 
 from ember.bench import machine, report, workloads
 from ember.bench.harness import TimingOptions, Trial, run_trials
-from ember.bench.variants import VARIANTS
+from ember.bench.variants import VARIANTS, variant_rules
 
 SEED_NAMES = ", ".join(w.name for w in workloads.WORKLOADS)
 TIMING = {
@@ -48,7 +48,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
                         help=f"run only these workloads ({SEED_NAMES})")
     parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated subset of {','.join(VARIANTS)}")
+                        help=f"comma-separated subset of {','.join(variant_rules)} "
+                             f"(default {','.join(VARIANTS)})")
     parser.add_argument("--out", type=Path, default=Path("ember-bench"),
                         help="folder for report.md and results.json (default ./ember-bench)")
     parser.add_argument("--process", choices=("trial", "variant"), default=None,
@@ -156,10 +157,10 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     options = parser().parse_args(argv)
     stream = stream or sys.stdout
     variants = [v.strip() for v in options.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in variants if v not in variant_rules]
     if unknown or not variants:
         parser().error(f"unknown variant(s) {', '.join(unknown)}: choose from "
-                       f"{', '.join(VARIANTS)}")
+                       f"{', '.join(variant_rules)}")
     try:
         chosen = selected(options)
     except ValueError as error:

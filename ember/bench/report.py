@@ -14,7 +14,9 @@ from typing import Any
 from ember.bench.harness import Trial, break_even, format_ms, ratio
 
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
-NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember"}
+NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember.compile",
+         "dynamo+ember": "torch.compile(backend='ember')",
+         "dynamo-eager": "torch.compile(backend='eager')"}
 
 
 @dataclasses.dataclass
@@ -156,8 +158,8 @@ def steady_table(run: Run) -> tuple[list[str], list[list[str]]]:
     """Steady state, one row per workload: median ms per variant, ember's ratios, the check."""
     variants, has = run.variants, set(run.variants).__contains__
     headers = ["workload"] + [f"{v} ms" for v in variants]
-    ratios = [(OURS, BASELINE), (OURS, PEER)] if has(OURS) else []
-    ratios = [(a, b) for a, b in ratios if has(b)]
+    ratios = [(OURS, BASELINE), (OURS, PEER), ("dynamo+ember", PEER)]
+    ratios = [(a, b) for a, b in ratios if has(a) and has(b)]
     headers += [f"{a}/{b}" for a, b in ratios] + ["check"]
     rows = []
     for result in run.results:

@@ -1,8 +1,9 @@
 """The ways a workload can run: eagerly, through torch.compile's Inductor, through ember.
 
-`prepare(variant, fn, workload)` gives the callable to time plus a `Compiles` record that the
-ember variant fills in as Dynamo hands it graphs. A new variant (ember's own frontend, a
-reduce-overhead mode) is one more entry in `variant_rules`.
+`ember` is ember.compile (ember's own bytecode capture and its kernels); `dynamo+ember` is
+torch.compile(backend="ember") (Dynamo's capture, ember's kernels); `dynamo-eager` is Dynamo's
+capture alone (torch.compile(backend="eager")), for per-call overhead. `prepare(variant, fn,
+workload)` gives the callable to time plus a `Compiles` record the ember variants fill in.
 """
 
 from __future__ import annotations
@@ -34,14 +35,14 @@ def _inductor(fn: Callable[..., Any], workload: Workload,
     return torch.compile(fn, mode=workload.mode)
 
 
-def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Callable[..., Any]:
+def _recording_backend(compiles: Compiles) -> Callable:
+    """ember's backend, wrapped only to count what it returns (a fallback to eager would
+    otherwise look like a fast, correct run)."""
     from ember.backends import EagerGraph, backend
     from ember.runtime.compiled import CompiledGraph
 
     compiles.graphs = compiles.kernels = compiles.eager_graphs = 0
 
-    # The same backend function `backend="ember"` finds in Dynamo's registry, wrapped only to
-    # count what it returns (a fallback to eager would otherwise look like a fast, correct run).
     def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         result = backend(gm, example_inputs)
         compiles.graphs += 1
@@ -51,16 +52,35 @@ def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Ca
             compiles.eager_graphs += 1
         return result
 
-    return torch.compile(fn, backend=recording_backend)
+    return recording_backend
+
+
+def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Callable[..., Any]:
+    import ember
+
+    return ember.compile(fn, backend=_recording_backend(compiles), mode=workload.mode)
+
+
+def _dynamo_ember(fn: Callable[..., Any], workload: Workload,
+                  compiles: Compiles) -> Callable[..., Any]:
+    return torch.compile(fn, backend=_recording_backend(compiles))
+
+
+def _dynamo_eager(fn: Callable[..., Any], workload: Workload,
+                  compiles: Compiles) -> Callable[..., Any]:
+    return torch.compile(fn, backend="eager")
 
 
 variant_rules: dict[str, Callable[[Callable[..., Any], Workload, Compiles], Callable[..., Any]]] = {
     "eager": _eager,
     "inductor": _inductor,
     "ember": _ember,
+    "dynamo+ember": _dynamo_ember,
+    "dynamo-eager": _dynamo_eager,
 }
 
-VARIANTS: tuple[str, ...] = tuple(variant_rules)
+# What a run compares by default (dynamo-eager only serves the overhead measurement).
+VARIANTS: tuple[str, ...] = ("eager", "inductor", "ember", "dynamo+ember")
 
 
 def prepare(variant: str, fn: Callable[..., Any],

@@ -86,6 +86,43 @@ def build_mlp3(batch: int, width: int, hidden: int) -> tuple[Callable[..., Any],
     return model, (torch.randn(batch, width),)
 
 
+def branchy(x: torch.Tensor) -> torch.Tensor:
+    """S6: a branch on a tensor's value, one graph break."""
+    x = x * 2
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+def branchless(x: torch.Tensor) -> torch.Tensor:
+    """S6 written without the break (torch.where): the cost of the break is the difference."""
+    x = x * 2
+    return torch.where(x.sum() > 0, x + 1, x - 1)
+
+
+class PrintingMLP(torch.nn.Module):
+    """An MLP whose forward prints once: one graph break per call."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.first = torch.nn.Linear(width, hidden)
+        self.second = torch.nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.gelu(self.first(x))
+        print("hidden", tuple(h.shape))
+        return self.second(h)
+
+
+def build_printing_mlp(batch: int, width: int, hidden: int
+                       ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    return PrintingMLP(width, hidden).eval(), (torch.randn(batch, width),)
+
+
+def one_op(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
 def _square(full: int, quick: int, tiny: int) -> dict[str, dict[str, Any]]:
     return {"full": dict(rows=full, cols=full), "quick": dict(rows=quick, cols=quick),
             "tiny": dict(rows=tiny, cols=tiny)}
@@ -108,6 +145,20 @@ WORKLOADS: tuple[Workload, ...] = (
                           "quick": dict(batch=16, width=256, hidden=1024),
                           "tiny": dict(batch=4, width=32, hidden=64)},
              dict(rtol=1e-4, atol=1e-5)),
+    Workload("S6", "branchy", "x=x*2; if x.sum()>0: return x+1; return x-1 (one graph break)",
+             build_elementwise(branchy), _square(4000, 1000, 64), dict(rtol=1e-5, atol=1e-5)),
+    Workload("S6-where", "branchless", "S6 with torch.where instead of the branch (no break)",
+             build_elementwise(branchless), _square(4000, 1000, 64),
+             dict(rtol=1e-5, atol=1e-5)),
+    Workload("mlp-print", "printing_mlp", "Linear-GELU-Linear whose forward prints once "
+             "(one graph break), eval, no_grad", build_printing_mlp,
+             {"full": dict(batch=64, width=1024, hidden=4096),
+              "quick": dict(batch=64, width=256, hidden=1024),
+              "tiny": dict(batch=4, width=32, hidden=64)}, dict(rtol=1e-4, atol=1e-5)),
+    Workload("overhead", "one_op", "x + 1 on 8 elements: per-call overhead over the op",
+             lambda n: (one_op, (torch.randn(n),)),
+             {"full": dict(n=8), "quick": dict(n=8), "tiny": dict(n=8)},
+             dict(rtol=0, atol=0)),
 )
 
 
