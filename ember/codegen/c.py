@@ -190,7 +190,9 @@ class CKernelWriter:
 
     def generate(self, node: Node, index: Index, scope: Scope) -> str:
         buffer = self.buffer_of.get(node)
-        if buffer is not None and node not in self.members:
+        # an alias is a view: computed through its index map from its base (which this very
+        # kernel may be computing), never loaded
+        if buffer is not None and node not in self.members and buffer.role != "alias":
             return self.define(scope, node.dtype, load(node.dtype, self.offset(buffer, index)))
         kind = node.kind
         if kind is Kind.POINTWISE:

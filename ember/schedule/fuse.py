@@ -147,7 +147,9 @@ class Scheduler:
 
     # -- reads ----------------------------------------------------------------------------
     def is_boundary(self, node: Node) -> bool:
-        return node in self.realized
+        # NOTE: an alias (a strided view of a realized base) is read through its index map:
+        # a kernel that reads it reads the base, which may be computed in that same kernel.
+        return node in self.realized and node not in self.aliases
 
     def reads_of(self, node: Node, space: Space) -> list[tuple[Node, Index]]:
         if node.kind is Kind.REDUCTION:

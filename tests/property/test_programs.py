@@ -1,0 +1,28 @@
+"""Random programs (pointwise chains with broadcasting, promotion, comparisons, where, casts,
+and reductions) over inputs of random shapes, strides and dtypes: ember equals eager."""
+
+from helpers import check
+from hypothesis import given, settings
+from strategies import programs, tolerance
+
+from ember import config
+
+
+@settings(max_examples=200)
+@given(programs())
+def test_pointwise_programs_match_eager(program):
+    check(program.function(), *program.inputs, **tolerance(program))
+
+
+@settings(max_examples=200)
+@given(programs(reductions=True))
+def test_reduction_programs_match_eager(program):
+    check(program.function(), *program.inputs, **tolerance(program))
+
+
+@settings(max_examples=60)
+@given(programs(reductions=True))
+def test_parallel_kernels_match_eager(program):
+    """Every kernel opens an OpenMP parallel region (the threshold is one element)."""
+    with config.override(parallel_threshold=1):
+        check(program.function(), *program.inputs, **tolerance(program))
