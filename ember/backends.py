@@ -17,10 +17,12 @@ import torch.fx
 from ember import config, logs, torch_internals
 from ember.codegen.c import write_source
 from ember.codegen.wrapper import write_wrapper
+from ember.ir.ops import Op
 from ember.lower import Unsupported, trace
 from ember.passes.pipeline import run_passes
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph
+from ember.runtime.interpreted import InterpretedGraph
 from ember.schedule.fuse import schedule
 
 _labels = itertools.count()
@@ -40,6 +42,8 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return "inputs require grad while grad mode is on (training graphs run eagerly for now)"
+    if config.settings.backend not in ("", "c", "interp"):
+        return f"EMBER_BACKEND={config.settings.backend} is not available (use c or interp)"
     devices = {t.device.type for t in tensors}
     if devices - {"cpu"}:
         return f"tensors on {', '.join(sorted(devices - {'cpu'}))} (only the CPU backend exists)"
@@ -68,13 +72,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
 
 
 def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                   label: str) -> CompiledGraph:
+                   label: str) -> CompiledGraph | InterpretedGraph:
     """lower → passes → schedule → codegen → build → wrapper."""
     dump = logs.dump_folder(label)
     logs.dump(dump, "fx_graph.py", gm.code)
     lowered = trace(gm, example_inputs)
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
     graph = run_passes(lowered.graph, dump)
+    extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
+    tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    if config.settings.backend == "interp":
+        return InterpretedGraph(graph, lowered.outputs, lowered.output_tree, extras,
+                                tensor_positions, label)
     plan = schedule(graph)
     logs.dump(dump, "schedule.txt", plan.describe())
     source, kernels = write_source(plan)
@@ -86,8 +95,6 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
         functions = {k.name: kernel_function(library, k.name, len(k.arguments)) for k in kernels}
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
-    extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
-    tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     sources = {k.name: k for k in kernels}
     wrappers = [write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
                               graph.device, checked) for checked in (True, False)]
@@ -102,8 +109,10 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                                        len(tensor_positions) + len(extras)))
                 + ",)\n", 1)
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
+    written = [index for index, _ in graph.writebacks]
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(kernels), lowered.library_calls)
+                         gm.forward, label, len(kernels), library_calls, written)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

@@ -38,8 +38,13 @@ def is_symbolic(value: Any) -> bool:
 
 def register_dynamo_backend(name: str, fn: Any) -> None:
     """Make `torch.compile(backend=name)` find `fn` even when the package is not installed
-    with its entry point (a source checkout on sys.path)."""
+    with its entry point (a source checkout on sys.path). When the entry point exists, torch
+    registers it itself on first lookup (registering here too would be a duplicate)."""
+    from importlib.metadata import entry_points
+
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
+    if name in entry_points(group="torch_dynamo_backends").names:
+        return
     if name not in _COMPILER_FNS:
         register_backend(fn, name=name)

@@ -19,8 +19,16 @@ import math
 import torch
 
 from ember import config
-from ember.codegen.c_rules import (PRELUDE, STORAGE_TYPES, c_rules, compute_type, literal, load,
-                                   store, vector_math_declarations)
+from ember.codegen.c_rules import (
+    PRELUDE,
+    STORAGE_TYPES,
+    c_rules,
+    compute_type,
+    literal,
+    load,
+    store,
+    vector_math_declarations,
+)
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
@@ -84,7 +92,8 @@ def _render_atom(atom) -> str:
 
 
 class CKernelWriter:
-    def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False):
+    def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
+                 column: int | None = None):
         self.kernel = kernel
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
@@ -103,6 +112,13 @@ class CKernelWriter:
         self.outer_groups, self.inner_groups = groups
         threshold = config.settings.parallel_threshold
         self.parallel = math.prod(shape) >= threshold
+        # Column mode (reductions whose kept innermost dim is the contiguous one): the last
+        # outer loop walks blocks of `column` positions, and every per-position value is an
+        # array over the block's lanes, so the innermost loop runs along contiguous memory.
+        self.column = column
+        self.block_scope: Scope | None = None
+        self.block_base: Expr | None = None
+        self.column_arrays: dict = {}
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -125,8 +141,9 @@ class CKernelWriter:
             if defined is not None and (best is None or defined.depth > best.depth):
                 best = defined
         if best is None:
-            for best in scope.chain():
-                pass
+            best = scope
+            while best.parent is not None:
+                best = best.parent
         return best
 
     def open_loops(self, parent: Scope, groups: list[list[int]], prefix: str
@@ -145,16 +162,30 @@ class CKernelWriter:
             var = Expr.of(Var(name, extent))
             for d, position in zip(group, unravel(var, tuple(shape[d] for d in group))):
                 index[d] = position
-            loops.append((scope, name, extent))
+            loops.append((scope, name, _int(extent)))
         return scope, index, loops
+
+    def open_lanes(self, parent: Scope) -> tuple[Scope, Expr, tuple]:
+        """A loop over the lanes of the current column block."""
+        name = self.fresh("l")
+        scope = Scope(parent, parent.depth + 1)
+        self.defined_at[name] = scope
+        return scope, Expr.of(Var(name, self.column)), (scope, name, "lanes")
+
+    def column_index(self, lane: Expr) -> dict[int, Expr]:
+        group = self.outer_groups[-1]
+        position = self.block_base + lane
+        return dict(zip(group, unravel(position, tuple(self.kernel.shape[d] for d in group))))
 
     def close_loops(self, loops, pragmas: list[str]) -> None:
         """Render loops innermost first into their parents; pragmas[i] goes on loop i."""
-        for (scope, name, extent), pragma in reversed(list(zip(loops, pragmas))):
+        for (scope, name, bound), pragma in reversed(list(zip(loops, pragmas))):
+            if not scope.lines:
+                continue  # nothing to do per iteration
             text = []
             if pragma:
                 text.append(pragma)
-            text.append(f"for (int64_t {name} = 0; {name} < {_int(extent)}; {name}++) {{")
+            text.append(f"for (int64_t {name} = 0; {name} < {bound}; {name}++) {{")
             text += ["    " + line for line in scope.lines]
             text.append("}")
             scope.parent.lines.extend(text)
@@ -247,7 +278,7 @@ class CKernelWriter:
         low, high = index[dim].bounds()
         pieces = [p for p in cat_pieces(node, index) if p[2] <= high and p[3] > low]
         choices = []
-        for source, local, first, end in pieces:
+        for source, local, _first, end in pieces:
             local = list(local)
             local[dim] = self.clamp(local[dim], source.shape[dim], scope)
             choices.append((self.value(source, tuple(local), scope), end))
@@ -283,46 +314,24 @@ class CKernelWriter:
 
     # -- reductions -----------------------------------------------------------------------
     def reduction(self, node: Node, index: Index, scope: Scope) -> str:
-        op = node.op
-        source = node.inputs[0]
-        dtype = node.dtype
-        count = math.prod(source.shape[d] for d in node.attrs["axes"])
-        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and count > 4096
-        acc_type = "double" if wide else compute_type(dtype)
-        acc = self.fresh("acc")
-        nan = self.fresh("nan") if op in (Op.MAX, Op.MIN) and dtype.is_floating_point else None
-        position = self.fresh("pos") if op in (Op.ARGMAX, Op.ARGMIN) else None
-        if op in (Op.ARGMAX, Op.ARGMIN):
-            acc_type = compute_type(source.dtype)
+        if self.column is not None:
+            lane = self.lane_of(index)
+            if lane is not None:
+                return self.column_reduction(node, index, lane, scope)
+        op, source, dtype = node.op, node.inputs[0], node.dtype
+        acc_type, acc, nan, position = self.accumulators(node)
         self.emit(scope, f"{acc_type} {acc} = {self.initial(op, source.dtype)};")
         if nan:
             self.emit(scope, f"int {nan} = 0;")
         if position:
             self.emit(scope, f"int64_t {position} = 0;")
-        loop_prefix = f"r{next(self.loops)}_"
-        body, inner_index, loops = self.open_loops(scope, self.inner_groups, loop_prefix)
+        body, inner_index, loops = self.open_loops(scope, self.inner_groups,
+                                                   f"r{next(self.loops)}_")
         full = tuple(inner_index.get(d, ZERO) if d in self.kernel.axes else index[d]
                      for d in range(len(self.kernel.shape)))
         value = self.value(source, full, body)
-        if op is Op.SUM:
-            self.emit(body, f"{acc} += {value};")
-        elif op is Op.PROD:
-            self.emit(body, f"{acc} *= {value};")
-        elif op in (Op.ANY, Op.ALL):
-            self.emit(body, f"{acc} {'|=' if op is Op.ANY else '&='} {value};")
-        elif op in (Op.MAX, Op.MIN):
-            better = ">" if op is Op.MAX else "<"
-            self.emit(body, f"{acc} = {value} {better} {acc} ? {value} : {acc};")
-            if nan:
-                self.emit(body, f"{nan} |= ({value} != {value});")
-        else:
-            better = ">" if op is Op.ARGMAX else "<"
-            (axis,) = node.attrs["axes"]
-            where = render(full[axis])
-            found = f"({value} {better} {acc}"
-            if source.dtype.is_floating_point:
-                found = f"!({acc} != {acc}) && {found} || {value} != {value}"
-            self.emit(body, f"if ({found})) {{ {acc} = {value}; {position} = {where}; }}")
+        for line in self.combine(node, acc, nan, position, value, full):
+            self.emit(body, line)
         pragmas = [""] * len(loops)
         if loops and op in _OMP_REDUCTION:
             clause = f"reduction({_OMP_REDUCTION[op]}:{acc})"
@@ -331,6 +340,7 @@ class CKernelWriter:
             if self.checks:
                 clause += " reduction(|:status)"
             pragmas[-1] = f"#pragma omp simd {clause}"
+            count = math.prod(source.shape[d] for d in node.attrs["axes"])
             if scope.depth == 0 and self.parallel and count >= config.settings.parallel_threshold:
                 pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
                               else f"#pragma omp parallel for {clause}")
@@ -340,6 +350,101 @@ class CKernelWriter:
         if position:
             return position
         return self.define(scope, dtype, f"({compute_type(dtype)}){acc}")
+
+    def accumulators(self, node: Node) -> tuple[str, str, str | None, str | None]:
+        """(accumulator C type, accumulator, NaN flag or None, argmax position or None)."""
+        op, source, dtype = node.op, node.inputs[0], node.dtype
+        count = math.prod(source.shape[d] for d in node.attrs["axes"])
+        # long float sums accumulate in double: eager's cascade summation is that accurate
+        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and count > 4096
+        acc_type = "double" if wide else compute_type(dtype)
+        if op in (Op.ARGMAX, Op.ARGMIN):
+            acc_type = compute_type(source.dtype)
+        nan = self.fresh("nan") if op in (Op.MAX, Op.MIN) and dtype.is_floating_point else None
+        position = self.fresh("pos") if op in (Op.ARGMAX, Op.ARGMIN) else None
+        return acc_type, self.fresh("acc"), nan, position
+
+    def combine(self, node: Node, acc: str, nan: str | None, position: str | None, value: str,
+                full: Index) -> list[str]:
+        """C statements folding `value` into the accumulator."""
+        op = node.op
+        if op is Op.SUM:
+            return [f"{acc} += {value};"]
+        if op is Op.PROD:
+            return [f"{acc} *= {value};"]
+        if op in (Op.ANY, Op.ALL):
+            return [f"{acc} {'|=' if op is Op.ANY else '&='} {value};"]
+        if op in (Op.MAX, Op.MIN):
+            better = ">" if op is Op.MAX else "<"
+            lines = [f"{acc} = {value} {better} {acc} ? {value} : {acc};"]
+            if nan:
+                lines.append(f"{nan} |= ({value} != {value});")
+            return lines
+        # argmax/argmin: the first extreme wins; the first NaN beats everything
+        better = ">" if op is Op.ARGMAX else "<"
+        (axis,) = node.attrs["axes"]
+        found = f"{value} {better} {acc}"
+        if node.inputs[0].dtype.is_floating_point:
+            found = f"!({acc} != {acc}) && ({found} || {value} != {value})"
+        return [f"if ({found}) {{ {acc} = {value}; {position} = {render(full[axis])}; }}"]
+
+    def lane_of(self, index: Index) -> Expr | None:
+        """In column mode, the lane an index of a per-position value refers to."""
+        dim = self.outer_groups[-1][-1]
+        group = self.outer_groups[-1]
+        position = index[dim] if len(group) == 1 else None
+        if position is None:
+            from ember.schedule.expr import ravel
+            position = ravel([index[d] for d in group], tuple(self.kernel.shape[d] for d in group))
+        lane = position - self.block_base
+        if len(lane.terms) == 1 and lane.const == 0 and lane.terms[0][1] == 1 \
+                and isinstance(lane.terms[0][0], Var) and lane.terms[0][0].name.startswith("l"):
+            return lane
+        return None
+
+    def column_reduction(self, node: Node, index: Index, lane: Expr, scope: Scope) -> str:
+        group = self.outer_groups[-1]
+        key = (id(node), tuple(ZERO if d in group else e for d, e in enumerate(index)))
+        if key not in self.column_arrays:
+            self.column_arrays[key] = self.column_accumulate(node, index)
+        acc, position, _nan = self.column_arrays[key]
+        at = render(lane)
+        if position:
+            return f"{position}[{at}]"
+        return self.define(scope, node.dtype, f"({compute_type(node.dtype)}){acc}[{at}]")
+
+    def column_accumulate(self, node: Node, index: Index) -> tuple[str, str | None, str | None]:
+        """Accumulator arrays over the block's lanes, filled by loops over the reduced dims
+        with the lane loop innermost (contiguous, vectorized)."""
+        block, width = self.block_scope, self.column
+        op, source = node.op, node.inputs[0]
+        acc_type, acc, nan, position = self.accumulators(node)
+        init = [f"{acc}[l] = {self.initial(op, source.dtype)};"]
+        self.emit(block, f"{acc_type} {acc}[{width}];")
+        if nan:
+            self.emit(block, f"int {nan}[{width}];")
+            init.append(f"{nan}[l] = 0;")
+        if position:
+            self.emit(block, f"int64_t {position}[{width}];")
+            init.append(f"{position}[l] = 0;")
+        self.emit(block, f"for (int64_t l = 0; l < {width}; l++) {{ {' '.join(init)} }}")
+        body, inner_index, loops = self.open_loops(block, self.inner_groups,
+                                                   f"r{next(self.loops)}_")
+        lanes, lane, lane_loop = self.open_lanes(body)
+        dims = {**inner_index, **self.column_index(lane)}
+        full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
+                     for d in range(len(self.kernel.shape)))
+        value = self.value(source, full, lanes)
+        at = render(lane)
+        for line in self.combine(node, f"{acc}[{at}]", f"{nan}[{at}]" if nan else None,
+                                 f"{position}[{at}]" if position else None, value, full):
+            self.emit(lanes, line)
+        status = " reduction(|:status)" if self.checks else ""
+        self.close_loops([*loops, lane_loop], [""] * len(loops) + ["#pragma omp simd" + status])
+        if nan:
+            self.emit(block, f"for (int64_t l = 0; l < {width}; l++) "
+                             f"{{ if ({nan}[l]) {acc}[l] = NAN; }}")
+        return acc, position, nan
 
     @staticmethod
     def initial(op: Op, dtype: torch.dtype) -> str:
@@ -364,7 +469,11 @@ class CKernelWriter:
         kernel = self.kernel
         space = (kernel.shape, kernel.axes)
         root = Scope(None, 0)
-        outer, outer_index, outer_loops = self.open_loops(root, self.outer_groups, "i")
+        groups = self.outer_groups[:-1] if self.column else self.outer_groups
+        outer, outer_index, outer_loops = self.open_loops(root, groups, "i")
+        epilogue = None
+        if self.column:
+            outer, outer_index, epilogue = self.open_column(outer, outer_index, outer_loops)
         canonical = {f"i{d}": d for d in range(len(kernel.shape))}
 
         def placed(node: Node, dims: dict[int, Expr]) -> Index:
@@ -382,9 +491,17 @@ class CKernelWriter:
             at = placed(item.node, outer_index)
             value = self.value(item.node, at, outer)
             self.emit(outer, f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};")
+        status = " reduction(|:status)" if self.checks else ""
+        if epilogue is not None:
+            self.close_loops([epilogue], ["#pragma omp simd" + status])
         if full_stores:
-            inner, inner_index, inner_loops = self.open_loops(outer, self.inner_groups, "j")
+            parent = self.block_scope if self.column else outer
+            inner, inner_index, inner_loops = self.open_loops(parent, self.inner_groups, "j")
             dims = {**outer_index, **inner_index}
+            if self.column:
+                inner, lane, lane_loop = self.open_lanes(inner)
+                dims.update(self.column_index(lane))
+                inner_loops.append(lane_loop)
             for item in full_stores:
                 at = placed(item.node, dims)
                 value = self.value(item.node, at, inner)
@@ -392,7 +509,7 @@ class CKernelWriter:
                                  f"{store(item.node.dtype, value)};")
             pragmas = [""] * len(inner_loops)
             if inner_loops:
-                pragmas[-1] = "#pragma omp simd" + (" reduction(|:status)" if self.checks else "")
+                pragmas[-1] = "#pragma omp simd" + status
             self.close_loops(inner_loops, pragmas)
         self.close_loops(outer_loops, self.outer_pragmas(outer_loops))
         signature = ", ".join(
@@ -401,6 +518,22 @@ class CKernelWriter:
         text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
                           "    return (int)(status != 0);", "}"])
         return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+
+    def open_column(self, outer: Scope, outer_index: dict[int, Expr], outer_loops: list):
+        """The block loop over the last outer group, and the lanes loop of the epilogue."""
+        group, width = self.outer_groups[-1], self.column
+        extent = math.prod(self.kernel.shape[d] for d in group)
+        blocks = -(-extent // width)
+        name = f"b{group[0]}"
+        block = Scope(outer, outer.depth + 1)
+        self.defined_at[name] = block
+        outer_loops.append((block, name, _int(blocks)))
+        self.block_scope = block
+        self.block_base = Expr.of(Var(name, blocks)) * width
+        self.emit(block, f"int64_t lanes = {_int(extent)} - {name} * {width} < {width} ? "
+                         f"{_int(extent)} - {name} * {width} : {width};")
+        lanes, lane, loop = self.open_lanes(block)
+        return lanes, {**outer_index, **self.column_index(lane)}, loop
 
     def outer_pragmas(self, loops) -> list[str]:
         pragmas = [""] * len(loops)
@@ -443,11 +576,34 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
 
     outer = merge(writer.outer_dims)
     inner = merge(writer.inner_dims)
-    keep_last = not writer.kernel.axes  # the simd loop of a pointwise kernel stays alone
+    column = None
+    if writer.kernel.axes and outer and _kept_dim_is_contiguous(writer, outer[-1][-1]):
+        column = min(COLUMN_WIDTH, math.prod(shape[d] for d in outer[-1]))
+    keep_last = not writer.kernel.axes or column is not None
     while writer.parallel and len(outer) > (2 if keep_last else 1) and \
             math.prod(shape[d] for d in outer[0]) < 256:
         outer[0:2] = [outer[0] + outer[1]]
-    return outer, inner
+    return outer, inner, column
+
+
+# Lanes per block in column mode: accumulators stay in L1, each row chunk is a long stream.
+COLUMN_WIDTH = 256
+
+
+def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
+    """Do more accesses walk memory contiguously along kept dim `dim` than along a reduced
+    dim? Then a reduction loop should vectorize across `dim` (column mode)."""
+    shape = writer.kernel.shape
+    along_kept = along_reduced = 0
+    for offset in writer.accesses:
+        if offset.coefficient(Var(f"i{dim}", shape[dim])) == 1:
+            along_kept += 1
+        for prefix in _prefixes(offset):
+            if any(offset.coefficient(Var(f"{prefix}{d}", shape[d])) == 1
+                   for d in writer.inner_dims):
+                along_reduced += 1
+                break
+    return along_kept > along_reduced and shape[dim] >= 8
 
 
 def _prefixes(offset: Expr) -> set[str]:
@@ -461,8 +617,9 @@ def _prefixes(offset: Expr) -> set[str]:
 def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:
     first = CKernelWriter(kernel, plan)
     first.write()
-    groups = plan_groups(first)
-    return CKernelWriter(kernel, plan, groups, checks=first.uses_checks).write()
+    outer, inner, column = plan_groups(first)
+    return CKernelWriter(kernel, plan, (outer, inner), checks=first.uses_checks,
+                         column=column).write()
 
 
 def write_source(plan: Plan) -> tuple[str, list[KernelSource]]:

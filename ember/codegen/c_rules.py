@@ -76,7 +76,9 @@ static inline uint16_t ember_float_to_bf16(float f) {
     if (f != f) return (uint16_t)((v.u >> 16) | 0x40);
     return (uint16_t)((v.u + 0x7FFF + ((v.u >> 16) & 1)) >> 16);
 }
-static inline float ember_round_bf16(float f) { return ember_bf16_to_float(ember_float_to_bf16(f)); }
+static inline float ember_round_bf16(float f) {
+    return ember_bf16_to_float(ember_float_to_bf16(f));
+}
 static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
 /* erf in float, branch-free so that it vectorizes: an odd Taylor polynomial near zero (exact
    to float rounding for |x| < 0.5) and Abramowitz & Stegun 7.1.26 beyond (error < 1.5e-7). */

@@ -18,7 +18,7 @@ from ember.codegen.c import KernelSource
 from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.lower.tracer import OutputSpec
-from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
+from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 
 class LayoutMismatch(RuntimeError):
@@ -100,6 +100,14 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         if buffer.role == "alias":
             ready(buffer.base)
             w.alias(buffer)
+        elif buffer in plan.reuse:
+            old = plan.reuse[buffer]
+            if (old.shape, old.strides) == (buffer.shape, buffer.strides):
+                lines.append(f"{buffer.name} = {old.name}")
+            else:
+                lines.append(f"{buffer.name} = {old.name}.as_strided({buffer.shape!r}, "
+                             f"{buffer.strides!r})")
+            lines.append(f"del {old.name}")
         elif buffer.role in ("temp", "output"):
             w.allocate(buffer)
         else:
@@ -144,8 +152,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         else:
             ready(step.source)
             lines.append(f"{step.target.name}.copy_({step.source.name})")
+        reused = set(plan.reuse.values())
         for buffer in plan.frees[position]:
-            if buffer in made and buffer.role != "input":
+            if buffer in made and buffer.role != "input" and buffer not in reused:
                 lines.append(f"del {buffer.name}")
                 made.discard(buffer)
     for buffer in plan.outputs:

@@ -23,7 +23,7 @@ def make_function(source: WrapperSource, filename: str) -> Callable:
 class CompiledGraph:
     def __init__(self, checked: WrapperSource, fast: WrapperSource, tensor_positions: list[int],
                  argument_count: int, eager: Callable, label: str, kernel_count: int,
-                 library_count: int):
+                 library_count: int, written_inputs: list[int] = ()):
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         self.fast = make_function(fast, f"<ember wrapper {label}>")
         self.wrapper_source = fast.text
@@ -33,12 +33,18 @@ class CompiledGraph:
         self.library_count = library_count
         self.all_tensors = tensor_positions == list(range(argument_count))
         self.tensor_positions = tensor_positions
+        self.written_inputs = list(written_inputs)
         self._run = self._first_call
 
     def _first_call(self, tensors: Any) -> Any:
+        # Inputs the graph writes are saved: if the check fails midway, eager must start from
+        # the values the caller passed.
+        saved = {i: tensors[i].clone() for i in self.written_inputs if i < len(tensors)}
         try:
             result = self.checked(tensors)
         except LayoutMismatch as error:
+            for i, value in saved.items():
+                tensors[i].copy_(value)
             logs.channel("fallbacks").warning(
                 "%s: a library call returned a layout eager would not (%s); this graph runs "
                 "eagerly from now on", self.label, error)

@@ -102,8 +102,26 @@ class Scheduler:
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
+        if view_geometry(node, base, self.planned_geometry(base)) is None:
+            return  # not a strided view of the base's buffer: a kernel copies it
         self.realized.add(base)
         self.aliases[node] = base
+
+    def planned_geometry(self, node: Node) -> tuple:
+        """The layout `node`'s buffer will have: inputs and library results keep eager's,
+        outputs take eager's strides, every other buffer is row-major."""
+        if node in self.aliases:
+            base = self.aliases[node]
+            return view_geometry(node, base, self.planned_geometry(base))
+        if node.op is Op.INPUT:
+            return node.shape, node.strides or row_major(node.shape), 0
+        if node.op in (Op.LIBRARY, Op.ITEM):
+            result = self.library_result(node)
+            return tuple(result[0]), tuple(result[2]), 0
+        for output, strides in zip(self.graph.outputs, self.graph.output_strides):
+            if output is node:
+                return node.shape, tuple(strides), 0
+        return node.shape, row_major(node.shape), 0
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         base = self._chain_base(node)
@@ -227,6 +245,8 @@ class Scheduler:
 
     def alias_buffer(self, node: Node) -> Buffer:
         base = self.aliases[node]
+        if base not in self.buffer_of and base in self.aliases:
+            self.buffer_of[base] = self.alias_buffer(base)
         base_buffer = self.buffer_of[base]
         geometry = view_geometry(node, base, (base_buffer.shape, base_buffer.strides, 0))
         if geometry is None:
@@ -264,6 +284,7 @@ class Scheduler:
         outputs = self.assign_buffers()
         plan = Plan(graph, self.steps, self.buffer_of, inputs, outputs, self.buffers)
         plan.frees = self.lifetimes(plan)
+        plan.reuse = reuse_memory(plan)
         return plan
 
     def assign_buffers(self) -> list[Buffer]:
@@ -277,6 +298,7 @@ class Scheduler:
                     needs.update(s for s, _ in self.reads_of(member, space) if s not in members)
             elif isinstance(step, LibraryCall):
                 needs.update(step.node.inputs)
+        needs.update(self.aliases.values())
         # Outputs claim their buffers first, with eager's strides.
         outputs: list[Buffer] = []
         claimed: set[Node] = set()
@@ -396,10 +418,7 @@ class Scheduler:
                         else [(member, None)]
                     if any(read is source for read, _ in nodes):
                         return False
-        for view, base in self.aliases.items():
-            if base is source:
-                return False
-        return True
+        return source not in self.aliases.values()
 
     def _reaches(self, node: Node, target: Node) -> bool:
         while node.kind is Kind.VIEW:
@@ -442,6 +461,32 @@ class Scheduler:
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:
                 frees[position].append(buffer)
         return frees
+
+
+def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
+    """Let each new buffer take the memory of a temporary that died at an earlier step (same
+    dtype and byte size), instead of allocating."""
+    first_use: dict[Buffer, int] = {}
+    for position, step in enumerate(plan.steps):
+        touched = [s.buffer for s in step.stores] if isinstance(step, Kernel) else \
+            [step.source, step.target] if isinstance(step, Copy) else []
+        for buffer in touched:
+            first_use.setdefault(buffer, position)
+    born: dict[int, list[Buffer]] = {}
+    for buffer, position in first_use.items():
+        if buffer.role in ("temp", "output"):
+            born.setdefault(position, []).append(buffer)
+    pool: dict[tuple, list[Buffer]] = {}
+    reuse: dict[Buffer, Buffer] = {}
+    for position in range(len(plan.steps)):
+        for buffer in born.get(position, []):
+            free = pool.get((buffer.dtype, buffer.numel))
+            if free:
+                reuse[buffer] = free.pop()
+        for dead in plan.frees[position]:
+            if dead.role == "temp" and dead.base is None:
+                pool.setdefault((dead.dtype, dead.numel), []).append(dead)
+    return reuse
 
 
 def schedule(graph: Graph) -> Plan:

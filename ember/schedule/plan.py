@@ -91,6 +91,8 @@ class Plan:
     buffers: list[Buffer]
     # temp buffers whose last use is each step (freed after it)
     frees: list[list[Buffer]] = dataclasses.field(default_factory=list)
+    # buffer -> dead temporary of the same size whose memory it takes instead of allocating
+    reuse: dict[Buffer, Buffer] = dataclasses.field(default_factory=dict)
 
     @property
     def kernels(self) -> list[Kernel]:
