@@ -97,8 +97,8 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
-        if node.kind is not Kind.VIEW:
-            return
+        if node.kind is not Kind.VIEW or node in self.aliases:
+            return  # not a view, or already an alias (an operand of an earlier call too)
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
