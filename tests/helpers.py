@@ -6,14 +6,17 @@ eager would make any comparison pass) and, when asked, how many kernels it gener
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten
 
+from ember import config
 from ember.backends import backend, compile_graph
 from ember.runtime.compiled import CompiledGraph
 
@@ -74,6 +77,19 @@ def significant_strides(tensor: torch.Tensor) -> tuple[int | None, ...]:
     return tuple(s if n > 1 else None for n, s in zip(tensor.shape, tensor.stride()))
 
 
+def sharing(outputs: Any, inputs: Any) -> set[tuple[int, int]]:
+    """Which outputs share memory with which outputs or inputs: pairs (i, j) of positions in
+    outputs + inputs, i an output. Aliasing is part of eager's contract (a write through one
+    output is seen through the other)."""
+    tensors = [t for t in tree_flatten(outputs)[0] + tree_flatten(inputs)[0]]
+    outputs_count = len(tree_flatten(outputs)[0])
+    pointers = [t.untyped_storage().data_ptr()
+                if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() else None
+                for t in tensors]
+    return {(i, j) for i in range(outputs_count) for j in range(len(tensors))
+            if i != j and pointers[i] is not None and pointers[i] == pointers[j]}
+
+
 def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = False,
           strides: bool = True, **tolerance: Any) -> CompiledGraph:
     """Compile `fn`, run it and eager on copies of `args`, and compare results, strides and
@@ -87,6 +103,8 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = F
             actual = compiled(*got_args)
             assert_close(actual, expected, **tolerance)
             assert_close(got_args, eager_args, **tolerance)
+            assert sharing(actual, got_args) == sharing(expected, eager_args), \
+                "outputs share memory with each other or the inputs unlike eager's"
             if strides:
                 for got, want in zip(tree_flatten(actual)[0], tree_flatten(expected)[0]):
                     if isinstance(want, torch.Tensor):
@@ -99,3 +117,22 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, dynamo: bool = F
         assert sum(g.kernel_count for g in graphs) == kernels, \
             f"{[g.kernel_count for g in graphs]} kernels, expected {kernels}"
     return graphs[0] if len(graphs) == 1 else graphs
+
+
+@contextlib.contextmanager
+def captured_log(channel: str) -> Iterator[list[str]]:
+    """The messages ember logs on `channel` inside the block (the channel switched on)."""
+    messages: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    logger = logging.getLogger(f"ember.{channel}")
+    handler = Collect()
+    logger.addHandler(handler)
+    try:
+        with config.override(logs=config.settings.logs | {channel}):
+            yield messages
+    finally:
+        logger.removeHandler(handler)

@@ -351,6 +351,10 @@ class Tracer(torch_internals.TorchDispatchMode):
                     specs.append(OutputSpec("input", index=storage.input_index))
                 else:
                     specs.append(OutputSpec("view", index=storage.input_index, **geometry))
+            elif state.chain is not None and id(storage) in root_outputs:
+                # memory another output already holds: a view of that output, as in eager
+                specs.append(OutputSpec("view", index=root_outputs[id(storage)],
+                                        of_output=True, **geometry))
             elif state.chain:
                 key = id(storage)
                 if key not in root_outputs:
@@ -361,15 +365,20 @@ class Tracer(torch_internals.TorchDispatchMode):
                 specs.append(OutputSpec("view", index=root_outputs[key], of_output=True,
                                         **geometry))
             else:
+                if state.chain == ():
+                    root_outputs[id(storage)] = len(self.graph.outputs)
                 specs.append(OutputSpec("node", index=len(self.graph.outputs)))
                 self.graph.outputs.append(self.current(value))
                 self.graph.output_strides.append(tuple(value.stride()))
         return specs, tree
 
     def _root_meta(self, storage: Storage) -> tuple[int, ...]:
-        for state in self.states.values():
-            if state.storage is storage and state.chain == ():
-                return state.node.strides or row_major(state.node.shape)
+        """Eager's strides of a storage's root tensor (those of its meta tensor: the root's
+        node may be another buffer's value, such as an input that round() returned as is)."""
+        for meta in self.keep_alive:
+            state = self.states.get(id(meta))
+            if state is not None and state.storage is storage and state.chain == ():
+                return tuple(meta.stride())
         return row_major(storage.value.shape)
 
 

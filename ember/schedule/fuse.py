@@ -328,7 +328,10 @@ class Scheduler:
         return outputs
 
     def output_buffer(self, node: Node, strides: tuple[int, ...], claimed: set[Node]) -> Buffer:
-        if node in self.aliases:
+        # NOTE: outputs at different positions never share memory here (eager's own sharing
+        # is rebuilt from the tracer's output specs): a node that is two outputs (merged by
+        # CSE) gets a second buffer, stored by its kernel or copied.
+        if node in self.aliases and node not in claimed:
             base = self.aliases[node]
             if base not in self.buffer_of:
                 self.buffer_of[base] = self.new_buffer(base, "temp")
