@@ -18,7 +18,14 @@ from torch.utils._pytree import tree_flatten
 
 from ember import config
 from ember.backends import backend, compile_graph
-from ember.runtime.compiled import CompiledGraph
+from ember.codegen.c import write_source
+from ember.codegen.wrapper import write_wrapper
+from ember.ir import Graph
+from ember.lower import OutputSpec
+from ember.runtime.build import build, kernel_function, load
+from ember.runtime.compiled import CompiledGraph, make_function
+from ember.schedule.fuse import schedule
+from ember.schedule.layout import row_major
 
 TOLERANCES = {
     torch.float16: dict(rtol=2e-3, atol=2e-3),
@@ -136,3 +143,22 @@ def captured_log(channel: str) -> Iterator[list[str]]:
             yield messages
     finally:
         logger.removeHandler(handler)
+
+
+def compile_ir(graph: Graph) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    """Schedule, generate, build and wrap an IR graph built by hand: call(inputs) -> outputs
+    (what the interpreter gives for the same graph is the answer to compare with)."""
+    if not graph.output_strides:
+        graph.output_strides = [row_major(node.shape) for node in graph.outputs]
+    plan = schedule(graph)
+    source, kernels = write_source(plan)
+    functions = {}
+    if kernels:
+        library = load(build(source, ["-lmvec", "-lm"])[0])
+        functions = {k.name: kernel_function(library, k.name, len(k.arguments))
+                     for k in kernels}
+    specs = [OutputSpec("node", index=i) for i in range(len(graph.outputs))]
+    tree = tree_flatten(list(range(len(graph.outputs))))[1]
+    wrapper = write_wrapper(plan, specs, tree, {k.name: k for k in kernels}, functions,
+                            graph.device, checked=False)
+    return make_function(wrapper, "<ember test wrapper>")
