@@ -569,3 +569,65 @@ def tolerance(program: Program) -> dict[str, float]:
     if torch.float32 in inexact:
         return dict(rtol=2e-5, atol=2e-5)
     return {}
+
+
+# -- index expressions (schedule/expr.py) -----------------------------------------------------
+def index_variables(count: int = 3) -> st.SearchStrategy:
+    """Loop variables with small extents (every point can be enumerated)."""
+    from ember.schedule.expr import Var
+
+    return st.lists(st.sampled_from([1, 2, 3, 4, 5, 6, 8]), min_size=1, max_size=count).map(
+        lambda extents: [Var(f"i{n}", e) for n, e in enumerate(extents)])
+
+
+@st.composite
+def index_expressions(draw, variables, depth: int = 3):
+    """(Expr, the same expression as a Python function of the variables' values): sums,
+    products by constants, floor divisions and modulos by positive constants, nested."""
+    from ember.schedule.expr import Expr
+
+    kind = draw(st.sampled_from(["var", "const"] + (["add", "mul", "div", "mod"] * 2
+                                                    if depth > 0 else [])))
+    if kind == "var":
+        var = draw(st.sampled_from(variables))
+        return Expr.of(var), lambda values, name=var.name: values[name]
+    if kind == "const":
+        value = draw(st.integers(-6, 12))
+        return Expr.of(value), lambda values, value=value: value
+    left, left_fn = draw(index_expressions(variables, depth - 1))
+    if kind == "add":
+        right, right_fn = draw(index_expressions(variables, depth - 1))
+        return left + right, lambda values: left_fn(values) + right_fn(values)
+    number = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12] if kind != "mul" else [-2, -1, 2, 3, 4]))
+    if kind == "mul":
+        return left * number, lambda values: left_fn(values) * number
+    if kind == "div":
+        return left // number, lambda values: left_fn(values) // number
+    return left % number, lambda values: left_fn(values) % number
+
+
+# -- reshapes (schedule/layout.py) --------------------------------------------------------------
+@st.composite
+def reshape_targets(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape with as many elements: adjacent dims merged, dims split into factors, size-1
+    dims inserted or dropped."""
+    dims = list(shape)
+    result: list[int] = []
+    position = 0
+    while position < len(dims):
+        take = draw(st.sampled_from([1, 1, 2, 3]))
+        group = dims[position:position + take]
+        position += take
+        size = math.prod(group)
+        divisors = [d for d in range(2, size) if size % d == 0]
+        if divisors and draw(st.booleans()):
+            factor = draw(st.sampled_from(divisors))
+            result += [factor, size // factor]
+        else:
+            result.append(size)
+    result = [n for n in result if n != 1 or draw(st.booleans())]
+    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
+        result.insert(draw(st.integers(0, len(result))), 1)
+    if math.prod(result) != math.prod(shape):  # only when shape holds a 0 and 1s were dropped
+        result.append(0)
+    return tuple(result)

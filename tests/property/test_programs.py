@@ -3,7 +3,7 @@ and reductions) over inputs of random shapes, strides and dtypes: ember equals e
 
 from helpers import check
 from hypothesis import given, settings
-from strategies import programs, tolerance
+from property.strategies import programs, tolerance
 
 from ember import config
 
