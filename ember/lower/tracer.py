@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten, tree_map
 
 from ember import torch_internals
 from ember.ir import dtypes
@@ -26,6 +25,7 @@ from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
 from ember.lower.mutation import CloneAndCall, functional_variant, scatter_through
 from ember.lower.registry import Decline, Unsupported, find_rule
+from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 

@@ -10,19 +10,19 @@ from property.strategies import index_expressions, index_variables
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, floordiv, modulo, ravel, unravel
 
 i, j, k = Var("i", 4), Var("j", 3), Var("k", 5)
-I, J, K = Expr.of(i), Expr.of(j), Expr.of(k)
+EI, EJ, EK = Expr.of(i), Expr.of(j), Expr.of(k)
 
 
 def test_division_and_modulo_use_value_ranges():
-    assert (I * 4 + 3) // 4 == I                      # 3 < 4: the remainder never carries
-    assert (J * 4 + I) // 4 == J and (J * 4 + I) % 4 == I
-    assert I // 4 == ZERO and I % 4 == I
-    assert (I + 1) // 8 == ZERO                       # i + 1 <= 4 < 8
-    assert (I + 1) // 4 == Expr.of(Div(I + 1, 4))     # i = 3 reaches 4
-    assert (J * 6 + I * 2) // 2 == J * 3 + I
-    assert (I * 2) % 4 == modulo(I, 2) * 2            # common factor taken out
-    assert (K + 12) % 4 == (K) % 4                    # constant multiple of the divisor dropped
-    assert floordiv(I, 1) is I and modulo(K, 1) == ZERO
+    assert (EI * 4 + 3) // 4 == EI                      # 3 < 4: the remainder never carries
+    assert (EJ * 4 + EI) // 4 == EJ and (EJ * 4 + EI) % 4 == EI
+    assert EI // 4 == ZERO and EI % 4 == EI
+    assert (EI + 1) // 8 == ZERO                       # i + 1 <= 4 < 8
+    assert (EI + 1) // 4 == Expr.of(Div(EI + 1, 4))     # i = 3 reaches 4
+    assert (EJ * 6 + EI * 2) // 2 == EJ * 3 + EI
+    assert (EI * 2) % 4 == modulo(EI, 2) * 2            # common factor taken out
+    assert (EK + 12) % 4 == (EK) % 4                    # constant multiple of the divisor dropped
+    assert floordiv(EI, 1) is EI and modulo(EK, 1) == ZERO
 
 
 def test_nested_divisions_and_modulos_fold():
@@ -37,25 +37,25 @@ def test_split_indices_recombine():
     assert (n // 4) * 4 + n % 4 == n
     assert (n // 4) * 12 + (n % 4) * 3 == n * 3
     assert ravel(unravel(n, (5, 4, 5)), (5, 4, 5)) == n
-    assert ravel(unravel(K * 3 + I, (5, 3)), (5, 3)) == K * 3 + I
+    assert ravel(unravel(EK * 3 + EI, (5, 3)), (5, 3)) == EK * 3 + EI
 
 
 def test_unravel_of_a_row_major_index_is_the_index():
-    assert unravel(ravel((K, J), (5, 3)), (5, 3)) == [K, J]
-    assert unravel(ravel((K, ZERO, J), (5, 1, 3)), (5, 1, 3)) == [K, ZERO, J]
-    assert unravel(I, (0, 4)) == [ZERO, ZERO]         # an empty shape has no positions
+    assert unravel(ravel((EK, EJ), (5, 3)), (5, 3)) == [EK, EJ]
+    assert unravel(ravel((EK, ZERO, EJ), (5, 1, 3)), (5, 1, 3)) == [EK, ZERO, EJ]
+    assert unravel(EI, (0, 4)) == [ZERO, ZERO]         # an empty shape has no positions
 
 
 def test_substitute_and_coefficient():
-    expr = I * 6 + (J + K) // 2 + 1
+    expr = EI * 6 + (EJ + EK) // 2 + 1
     assert expr.coefficient(i) == 6
     assert expr.coefficient(j) is None                # inside a division
     assert expr.coefficient(Var("z", 2)) == 0
-    replaced = expr.substitute({i: J * 2, k: Expr.of(1)})
-    assert replaced == J * 12 + (J + 1) // 2 + 1
+    replaced = expr.substitute({i: EJ * 2, k: Expr.of(1)})
+    assert replaced == EJ * 12 + (EJ + 1) // 2 + 1
     assert replaced.variables() == {"j"}
-    assert (I * 2 + Expr.of(Opaque("t", 0, 9))).bounds() == (0, 15)
-    assert (I * -2 + 5).bounds() == (-1, 5)
+    assert (EI * 2 + Expr.of(Opaque("t", 0, 9))).bounds() == (0, 15)
+    assert (EI * -2 + 5).bounds() == (-1, 5)
 
 
 @settings(max_examples=300)
