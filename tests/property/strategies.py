@@ -135,6 +135,8 @@ class Value:
     exact: every element is the exact real result (or a NaN/inf reached the same way), so
     ember and eager hold the same bits and a comparison, rounding or argmax of it is fair.
     bound, frac: finite elements satisfy |v| <= bound and are multiples of 2**-frac.
+    root: the value whose memory it views (itself when it is no view); writes to any value of
+    a root change them all. writable: an in-place write to it is legal (not an expanded view).
     """
 
     name: str
@@ -143,6 +145,8 @@ class Value:
     bound: float
     frac: int
     finite: bool
+    root: str = ""
+    writable: bool = True
 
     @property
     def dtype(self) -> torch.dtype:
@@ -294,18 +298,20 @@ class _Builder:
         self.used: set[str] = set()
         self.count = 0
 
-    def add_input(self, tensor: torch.Tensor, specials: bool) -> Value:
+    def add_input(self, tensor: torch.Tensor, specials: bool, writable: bool) -> Value:
         name = f"x{len(self.values)}"
         value = Value(name, torch.zeros(tensor.shape, dtype=tensor.dtype), exact=True, bound=2.0,
                       frac=2 if tensor.dtype in FLOATS else 0,
-                      finite=not (specials and tensor.dtype in FLOATS))
+                      finite=not (specials and tensor.dtype in FLOATS), root=name,
+                      writable=writable)
         if tensor.dtype in INTEGERS:
             value = dataclasses.replace(value, bound=6.0)
         self.values.append(value)
         return value
 
     def emit(self, expression: str, operands: list[Value], exact: bool, bound: float,
-             frac: int, finite: bool) -> Value | None:
+             frac: int, finite: bool, root: str | None = None,
+             writable: bool = True) -> Value | None:
         # Zeros on the CPU, not meta tensors: only CPU kernels say which dtypes eager accepts.
         namespace = {"torch": torch, **{v.name: torch.zeros(v.shape, dtype=v.dtype)
                                         for v in operands}}
@@ -322,7 +328,8 @@ class _Builder:
             finite = True
         else:
             bound, frac, finite = 1.0, 0, True
-        value = Value(name, example, exact, bound if exact else math.inf, frac, finite)
+        value = Value(name, example, exact, bound if exact else math.inf, frac, finite,
+                      root or name, writable)
         self.used.update(v.name for v in operands)
         self.lines.append(f"{name} = {expression}")
         self.values.append(value)
@@ -447,7 +454,60 @@ class _Builder:
         else:
             return None
         bound, frac = _bits(x)
-        return self.emit(text, [x], x.exact, bound, frac, x.finite)
+        # a flip is a copy; a reshape may be one too, but writes are tracked conservatively
+        return self.emit(text, [x], x.exact, bound, frac, x.finite,
+                         root=None if kind == "flip" else x.root,
+                         writable=x.writable and kind != "expand")
+
+    def mutate(self) -> Value | None:
+        """An in-place op on a value or a view of it (slice, select, transpose): the tracer
+        makes it functional, writes inputs back, and every alias sees the new value."""
+        target = self.pick(lambda v: v.writable)
+        if target is None:
+            return None
+        rank = len(target.shape)
+        view = self.draw(st.sampled_from(["", "slice", "select", "transpose"]))
+        if view == "slice" and rank:
+            dim = self.draw(st.sampled_from(range(rank)))
+            view = f"[{':, ' * dim}{self.draw(st.sampled_from([0, 1]))}::" \
+                   f"{self.draw(st.sampled_from([1, 2]))}]"
+        elif view == "select" and rank and target.shape[0] > 0:
+            view = f"[{self.draw(st.integers(-target.shape[0], target.shape[0] - 1))}]"
+        elif view == "transpose" and rank >= 2:
+            view = f".transpose(0, {rank - 1})"
+        else:
+            view = ""
+        op = self.draw(st.sampled_from(["add_", "mul_", "copy_", "fill_", "zero_"]))
+        bound, frac = _bits(target)
+        operands, exact, finite = [target], target.exact, target.finite
+        if op in ("add_", "mul_", "copy_"):
+            value = self.pick(lambda v: v.exact and v.root != target.root)  # no overlap
+            if value is None:
+                return None
+            value = self.maybe_scalar(value, "arith")
+            operands.append(value)
+            (value_bound, value_frac) = _bits(value)
+            exact, finite = exact and value.exact, finite and value.finite
+            if op == "add_":
+                bound, frac = bound + value_bound, max(frac, value_frac)
+            elif op == "mul_":
+                bound, frac = bound * value_bound, frac + value_frac
+            else:
+                bound, frac, exact, finite = value_bound, value_frac, value.exact, value.finite
+            text = f"{target.name}{view}.{op}({value.name})"
+        elif op == "fill_":
+            text = f"{target.name}{view}.fill_({self.draw(st.sampled_from([2, -1, 0.5]))})"
+            bound = max(bound, 2.0)
+        else:
+            text = f"{target.name}{view}.zero_()"
+        result = self.emit(text, operands, exact, bound, frac, finite, root=target.root)
+        if result is not None:
+            # every value of that memory now holds what was written (conservatively merged)
+            self.values = [dataclasses.replace(
+                v, exact=v.exact and result.exact, bound=max(v.bound, result.bound),
+                frac=max(v.frac, result.frac), finite=v.finite and result.finite)
+                if v.root == target.root and v is not result else v for v in self.values]
+        return result
 
     def reduction(self) -> Value | None:
         op = self.draw(st.sampled_from(REDUCTIONS))
@@ -514,7 +574,8 @@ def input_tensors(draw, shape: tuple[int, ...], dtype: torch.dtype | None = None
 
 
 @st.composite
-def programs(draw, reductions: bool = False, min_steps: int = 1, max_steps: int = 6,
+def programs(draw, reductions: bool = False, mutations: bool = False, min_steps: int = 1,
+             max_steps: int = 6,
              dtypes: tuple[torch.dtype, ...] = DTYPES) -> Program:
     """A random program over 1-3 inputs that broadcast together."""
     shape = draw(shapes())
@@ -527,8 +588,10 @@ def programs(draw, reductions: bool = False, min_steps: int = 1, max_steps: int 
                                                       draw(st.sampled_from(dtypes))))
         inputs.append(tensor)
         input_layouts.append(layout)
-        builder.add_input(tensor, specials)
+        builder.add_input(tensor, specials, writable=not layout.expanded)
     kinds = ["unary", "binary", "binary", "where", "cast", "view"]
+    if mutations:
+        kinds += ["mutate", "mutate"]
     if reductions:
         kinds += ["reduction", "reduction"]
     steps = draw(st.sampled_from(range(min_steps, max_steps + 1)))
