@@ -459,6 +459,45 @@ class _Builder:
                          root=None if kind == "flip" else x.root,
                          writable=x.writable and kind != "expand")
 
+    def data(self) -> Value | None:
+        """Data movement: cat, constant pad, roll, indexing with a constant index tensor
+        (negative indices included), gather."""
+        x = self.pick()
+        rank, shape = len(x.shape), x.shape
+        kind = self.draw(st.sampled_from(["cat", "pad", "roll", "index", "gather"]))
+        if rank == 0:
+            return None
+        dim = self.draw(st.sampled_from(range(rank)))
+        size = shape[dim]
+        operands = [x]
+        if kind == "cat":
+            other = self.pick(lambda v: v.shape == shape) or x
+            operands.append(other)
+            text = f"torch.cat([{x.name}, {other.name}], {dim - rank})"
+        elif kind == "pad":
+            low, high = self.draw(st.sampled_from([0, 1, 2])), self.draw(st.sampled_from([0, 3]))
+            value = 1 if x.dtype is not torch.bool else True
+            text = f"torch.nn.functional.pad({x.name}, ({low}, {high}), value={value})"
+        elif kind == "roll":
+            text = f"torch.roll({x.name}, {self.draw(st.integers(-3, 3))}, {dim})"
+        elif kind == "index" and size > 0:
+            count = self.draw(st.sampled_from([1, 2, 4]))
+            picks = [self.draw(st.integers(-size, size - 1)) for _ in range(count)]
+            text = f"{x.name}[{':, ' * dim}torch.tensor({picks}, dtype=torch.int64)]"
+        elif kind == "gather" and size > 0:
+            index_shape = list(shape)
+            index_shape[dim] = self.draw(st.sampled_from([1, 2, 3]))
+            generator = torch.Generator().manual_seed(self.draw(st.integers(0, 2 ** 16)))
+            index = torch.randint(0, size, index_shape, generator=generator)
+            text = (f"torch.gather({x.name}, {dim}, "
+                    f"torch.tensor({index.tolist()}, dtype=torch.int64))")
+        else:
+            return None
+        bounds = [_bits(v) for v in operands]
+        return self.emit(text, operands, all(v.exact for v in operands),
+                         max(max(b for b, _ in bounds), 1.0), max(f for _, f in bounds),
+                         all(v.finite for v in operands))
+
     def mutate(self) -> Value | None:
         """An in-place op on a value or a view of it (slice, select, transpose): the tracer
         makes it functional, writes inputs back, and every alias sees the new value."""
@@ -589,7 +628,7 @@ def programs(draw, reductions: bool = False, mutations: bool = False, min_steps:
         inputs.append(tensor)
         input_layouts.append(layout)
         builder.add_input(tensor, specials, writable=not layout.expanded)
-    kinds = ["unary", "binary", "binary", "where", "cast", "view"]
+    kinds = ["unary", "binary", "binary", "where", "cast", "view", "data"]
     if mutations:
         kinds += ["mutate", "mutate"]
     if reductions:
