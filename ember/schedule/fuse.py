@@ -12,8 +12,9 @@ index the kernel computes it (so the read never waits on another iteration).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from ember import torch_internals
 from ember.ir.graph import Graph, Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Expr, Var
@@ -65,6 +66,7 @@ class Scheduler:
         self.users = graph.users()
         self.realized: set[Node] = set()
         self.aliases: dict[Node, Node] = {}    # view node -> base it is a strided view of
+        self.operands: set[Node] = set()        # library calls' operands
         self.steps: list[Step] = []
         self.step_of: dict[Node, int] = {}
         self.buffer_of: dict[Node, Buffer] = {}
@@ -97,6 +99,7 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
+        self.operands.add(node)
         if node.kind is not Kind.VIEW or node in self.aliases:
             return  # not a view, or already an alias (an operand of an earlier call too)
         base = self._chain_base(node)
@@ -109,7 +112,7 @@ class Scheduler:
 
     def planned_geometry(self, node: Node) -> tuple:
         """The layout `node`'s buffer will have: inputs and library results keep eager's,
-        outputs take eager's strides, every other buffer is row-major."""
+        outputs and library operands take eager's strides, every other buffer is row-major."""
         if node in self.aliases:
             base = self.aliases[node]
             return view_geometry(node, base, self.planned_geometry(base))
@@ -121,7 +124,15 @@ class Scheduler:
         for output, strides in zip(self.graph.outputs, self.graph.output_strides):
             if output is node:
                 return node.shape, tuple(strides), 0
-        return node.shape, row_major(node.shape), 0
+        return node.shape, self.temp_strides(node), 0
+
+    def temp_strides(self, node: Node) -> tuple[int, ...]:
+        """Row-major, except for a library call's operand: eager's layout, since an op such as
+        as_strided reads memory by its strides, not by its values' positions."""
+        if node in self.operands and node.strides is not None and \
+                len(node.strides) == node.ndim:
+            return tuple(node.strides)
+        return row_major(node.shape)
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         base = self._chain_base(node)
@@ -317,7 +328,8 @@ class Scheduler:
             if isinstance(step, Kernel):
                 for member in step.members:
                     if member in needs and member not in self.buffer_of:
-                        self.buffer_of[member] = self.new_buffer(member, "temp")
+                        self.buffer_of[member] = self.new_buffer(member, "temp",
+                                                                 self.temp_strides(member))
                         step.stores.append(Store(member, self.buffer_of[member]))
         for view in self.aliases:
             if view not in self.buffer_of:
@@ -346,7 +358,11 @@ class Scheduler:
             step.stores.append(Store(node, buffer))
             self.buffer_of.setdefault(node, buffer)
             return buffer
-        if isinstance(step, LibraryCall) and node not in claimed:
+        # a library result that views an operand's memory is copied: eager's output here is a
+        # fresh tensor (else the tracer would have returned a view of that operand)
+        library = node.inputs[0] if node.op is Op.ITEM else node
+        if isinstance(step, LibraryCall) and node not in claimed and \
+                not _returns_views(library):
             result_strides = self.library_result(node)[2]
             if tuple(result_strides) == strides:
                 return self.library_buffer(node)
@@ -408,7 +424,8 @@ class Scheduler:
         target = self.canonical_index(node, space)
         for member in kernel.members:
             for read, at in self.reads_of(member, space):
-                if read is source and at != target:
+                if (read is source and at != target) or \
+                        (read is not source and self._reaches(read, source)):
                     return False
         for later in self.steps[position + 1:]:
             if isinstance(later, LibraryCall) and any(self._reaches(n, source)
@@ -419,24 +436,52 @@ class Scheduler:
                 for member in later.members or [s.node for s in later.stores]:
                     nodes = self.reads_of(member, later_space) if later.members \
                         else [(member, None)]
-                    if any(read is source for read, _ in nodes):
+                    if any(self._reaches(read, source) for read, _ in nodes):
                         return False
         return source not in self.aliases.values()
 
     def _reaches(self, node: Node, target: Node) -> bool:
-        while node.kind is Kind.VIEW:
-            node = node.inputs[0]
-        return node is target
+        """Is `node` held in `target`'s memory: target itself, a view of it, or the result of
+        a library op that returns a view of its operands?"""
+        stack, seen = [node], set()
+        while stack:
+            node = stack.pop()
+            if node is target:
+                return True
+            if node in seen:
+                continue
+            seen.add(node)
+            if node.kind is Kind.VIEW or node.op is Op.ITEM:
+                stack.append(node.inputs[0])
+            elif node.op is Op.LIBRARY and _returns_views(node):
+                stack.extend(node.inputs)
+        return False
 
     # -- lifetimes ------------------------------------------------------------------------
     def lifetimes(self, plan: Plan) -> list[list[Buffer]]:
         last_use: dict[Buffer, int] = {}
+        # NOTE: a library op may return a view of its operands (as_strided, view(dtype)):
+        # while its result lives, their memory must stay, neither freed nor reused.
+        holds: dict[Buffer, list[Buffer]] = {}
+        for step in plan.steps:
+            if isinstance(step, LibraryCall) and _returns_views(step.node):
+                for output in step.outputs:
+                    if output is not None:
+                        holds[output] = list(step.inputs)
+
+        def memory_of(buffer: Buffer | None) -> Iterator[Buffer]:
+            stack, seen = [buffer], set()
+            while stack:
+                buffer = stack.pop()
+                if buffer is not None and buffer not in seen:
+                    seen.add(buffer)
+                    yield buffer
+                    stack += [buffer.base, *holds.get(buffer, ())]
 
         def touch(buffers: Iterable[Buffer | None], position: int) -> None:
             for buffer in buffers:
-                while buffer is not None:
-                    last_use[buffer] = position
-                    buffer = buffer.base
+                for held in memory_of(buffer):
+                    last_use[held] = position
 
         for position, step in enumerate(plan.steps):
             if isinstance(step, Kernel):
@@ -454,16 +499,20 @@ class Scheduler:
                 touch(step.inputs + step.outputs, position)
             else:
                 touch([step.source, step.target], position)
-        kept = set()
-        for buffer in plan.outputs:
-            while buffer is not None:
-                kept.add(buffer)
-                buffer = buffer.base
+        kept = {held for buffer in plan.outputs for held in memory_of(buffer)}
         frees: list[list[Buffer]] = [[] for _ in plan.steps]
         for buffer, position in last_use.items():
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:
                 frees[position].append(buffer)
         return frees
+
+
+def _returns_views(node: Node) -> bool:
+    """Does this library call's result share memory with its operands (by its schema)?"""
+    target = node.attrs["target"]
+    if not torch_internals.is_op_overload(target):
+        return False
+    return any(r.alias_info is not None for r in torch_internals.schema_of(target).returns)
 
 
 def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:

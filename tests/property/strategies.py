@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import torch
+from hypothesis import assume
 from hypothesis import strategies as st
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -733,3 +734,36 @@ def reshape_targets(draw, shape: tuple[int, ...]) -> tuple[int, ...]:
     if math.prod(result) != math.prod(shape):  # only when shape holds a 0 and 1s were dropped
         result.append(0)
     return tuple(result)
+
+
+# -- large reductions (column mode, OpenMP reductions, double accumulation) ------------------
+@st.composite
+def large_reductions(draw) -> Program:
+    """One reduction over a tensor of up to ~70k elements (blocks of column mode, parallel
+    regions, long float sums) followed by an epilogue that broadcasts it back."""
+    rank = draw(st.sampled_from([2, 3]))
+    shape = tuple(draw(st.sampled_from([1, 3, 7, 64, 255, 257, 300, 600])) for _ in range(rank))
+    while math.prod(shape) > 70_000:
+        shape = tuple(n if n != max(shape) else 7 for n in shape)
+    dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16,
+                                  torch.int32, torch.bool]))
+    tensor, layout, specials = draw(input_tensors(shape, dtype))
+    builder = _Builder(draw)
+    x = builder.add_input(tensor, specials, writable=False)
+    op = draw(st.sampled_from(["sum", "amax", "amin", "argmax", "mean", "any"]))
+    if op == "mean" and dtype not in FLOATS:
+        op = "sum"
+    dims = draw(st.lists(st.sampled_from(range(rank)), min_size=1, max_size=rank, unique=True))
+    if op == "argmax":
+        dims = dims[:1]
+    keep = "keepdim=True"
+    text = f"torch.{op}({x.name}, dim={dims[0] if op == 'argmax' else tuple(dims)}, {keep})"
+    exact = op in ("amax", "amin", "argmax", "any") or dtype not in FLOATS
+    reduced = builder.emit(text, [x], exact, 1e9, 2, False)
+    assume(reduced is not None)  # e.g. argmax of bools, which eager refuses
+    epilogue = draw(st.sampled_from(["sub", "mul", "none"]))
+    if epilogue != "none" and reduced.dtype is not torch.bool and dtype is not torch.bool:
+        builder.emit(f"torch.{epilogue}({x.name}, {reduced.name})", [x, reduced], False,
+                     math.inf, 0, False)
+    outputs = [v.name for v in builder.values[1:] if v.name not in builder.used]
+    return Program([tensor], [layout], builder.lines, outputs, builder.values)

@@ -4,7 +4,7 @@ gives eager's outputs, strides, memory sharing and mutated inputs (tests/helpers
 
 from helpers import check
 from hypothesis import given, settings
-from property.strategies import programs, tolerance
+from property.strategies import large_reductions, programs, tolerance
 
 from ember import config
 
@@ -40,3 +40,10 @@ def test_parallel_kernels_match_eager(program):
 def test_programs_through_dynamo_match_eager(program):
     """The front door: torch.compile(fn, backend=...) with Dynamo capturing the graph."""
     check(program.function(), *program.inputs, dynamo=True, **tolerance(program))
+
+
+@settings(max_examples=40)
+@given(large_reductions())
+def test_large_reductions_match_eager(program):
+    """Reductions long enough for column blocks, parallel regions and double accumulation."""
+    check(program.function(), *program.inputs, **tolerance(program))

@@ -2,7 +2,7 @@
 
 import torch
 import torch.nn.functional as F
-from helpers import check
+from helpers import captured_log, check
 
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
@@ -120,3 +120,38 @@ def test_costly_shared_values_are_computed_once():
     kernels = [s for s in plan.steps if isinstance(s, Kernel)]
     assert any(s.buffer.role == "temp" for k in kernels for s in k.stores)
     check(fn, torch.randn(8, 16))
+
+
+# Library ops that return a view of their operand (as_strided has no lowering rule; view(dtype)
+# reinterprets bits): their results share memory with the operand's buffer.
+def test_memory_viewed_by_a_library_result_is_not_reused_while_it_lives():
+    def fn(x, w):
+        y = x * 2
+        z = torch.as_strided(y, (4, 4), (1, 4))     # a view of y's buffer
+        b = torch.relu((x.sum(0, keepdim=True) * 3) @ w + 1)
+        return (z + b.sum()).contiguous(), b        # new buffers born after y's last use
+
+    check(fn, torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_an_input_read_through_a_library_view_is_not_overwritten_before_the_read():
+    def fn(x):
+        z = torch.as_strided(x, (4, 4), (1, 4))
+        w = z * 1                                   # simplified to z itself
+        x.add_(1)
+        return w
+
+    check(fn, torch.randn(4, 4))
+
+
+def test_library_operands_have_eagers_layout():
+    def strided(x):
+        return torch.as_strided(x.t() * 2, (3, 2), (1, 3)) + 1
+
+    def bits(x):
+        return (x.t() * 2).view(torch.int32) + 1
+
+    for fn in (strided, bits):
+        with captured_log("fallbacks") as records:
+            check(fn, torch.randn(4, 3))
+        assert not records  # no layout mismatch, no eager fallback
