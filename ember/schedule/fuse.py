@@ -14,8 +14,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 
-from ember import torch_internals
 from ember.ir.graph import Graph, Node
+from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Expr, Var
 from ember.schedule.indexing import Index, reads
@@ -66,7 +66,8 @@ class Scheduler:
         self.users = graph.users()
         self.realized: set[Node] = set()
         self.aliases: dict[Node, Node] = {}    # view node -> base it is a strided view of
-        self.operands: set[Node] = set()        # library calls' operands
+        # library calls' operands -> eager's strides of them (None where not recorded)
+        self.operands: dict[Node, tuple[int, ...] | None] = {}
         self.steps: list[Step] = []
         self.step_of: dict[Node, int] = {}
         self.buffer_of: dict[Node, Buffer] = {}
@@ -84,7 +85,10 @@ class Scheduler:
         realized.update(node for _, node in graph.writebacks)
         for node in graph.nodes:
             if node.op is Op.LIBRARY:
-                for operand in node.inputs:
+                layouts = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
+                for operand, strides in zip(node.inputs, layouts):
+                    if self.operands.get(operand) is None:
+                        self.operands[operand] = strides
                     self._realize_operand(operand)
         for index, node in enumerate(graph.outputs):
             if node.kind is Kind.VIEW:
@@ -99,7 +103,6 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
-        self.operands.add(node)
         if node.kind is not Kind.VIEW or node in self.aliases:
             return  # not a view, or already an alias (an operand of an earlier call too)
         base = self._chain_base(node)
@@ -127,11 +130,12 @@ class Scheduler:
         return node.shape, self.temp_strides(node), 0
 
     def temp_strides(self, node: Node) -> tuple[int, ...]:
-        """Row-major, except for a library call's operand: eager's layout, since an op such as
-        as_strided reads memory by its strides, not by its values' positions."""
-        if node in self.operands and node.strides is not None and \
-                len(node.strides) == node.ndim:
-            return tuple(node.strides)
+        """Row-major, except for a library call's operand: eager's layout of that operand,
+        since an op such as as_strided reads memory by its strides, not by its values'
+        positions (eager's operand may be a copy laid out unlike the value it copies)."""
+        strides = self.operands.get(node)
+        if strides is not None and len(strides) == node.ndim:
+            return tuple(strides)
         return row_major(node.shape)
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
@@ -362,7 +366,7 @@ class Scheduler:
         # fresh tensor (else the tracer would have returned a view of that operand)
         library = node.inputs[0] if node.op is Op.ITEM else node
         if isinstance(step, LibraryCall) and node not in claimed and \
-                not _returns_views(library):
+                not returns_views(library.attrs):
             result_strides = self.library_result(node)[2]
             if tuple(result_strides) == strides:
                 return self.library_buffer(node)
@@ -453,7 +457,7 @@ class Scheduler:
             seen.add(node)
             if node.kind is Kind.VIEW or node.op is Op.ITEM:
                 stack.append(node.inputs[0])
-            elif node.op is Op.LIBRARY and _returns_views(node):
+            elif node.op is Op.LIBRARY and returns_views(node.attrs):
                 stack.extend(node.inputs)
         return False
 
@@ -464,7 +468,7 @@ class Scheduler:
         # while its result lives, their memory must stay, neither freed nor reused.
         holds: dict[Buffer, list[Buffer]] = {}
         for step in plan.steps:
-            if isinstance(step, LibraryCall) and _returns_views(step.node):
+            if isinstance(step, LibraryCall) and returns_views(step.node.attrs):
                 for output in step.outputs:
                     if output is not None:
                         holds[output] = list(step.inputs)
@@ -505,14 +509,6 @@ class Scheduler:
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:
                 frees[position].append(buffer)
         return frees
-
-
-def _returns_views(node: Node) -> bool:
-    """Does this library call's result share memory with its operands (by its schema)?"""
-    target = node.attrs["target"]
-    if not torch_internals.is_op_overload(target):
-        return False
-    return any(r.alias_info is not None for r in torch_internals.schema_of(target).returns)
 
 
 def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:

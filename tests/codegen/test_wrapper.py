@@ -3,7 +3,8 @@ does at run time: library calls, outputs that are views, layout checks, index er
 
 import pytest
 import torch
-from helpers import check
+import torch.nn.functional as F
+from helpers import captured_log, check
 
 from ember.codegen.c import write_source
 from ember.codegen.wrapper import KernelIndexError, LayoutMismatch, write_wrapper
@@ -81,3 +82,17 @@ def test_outputs_that_are_python_values_and_repeated_tensors():
     fast, _ = _wrappers(fn, torch.randn(4))
     assert "r0 = out0" in fast.text and "output_tree.unflatten(" in fast.text
     check(fn, torch.randn(4))
+
+
+def test_a_view_returning_library_call_on_an_operand_laid_out_unlike_eagers_runs_eagerly():
+    """pad by nothing lowers to its input, a sliced tensor; eager's result is a dense copy,
+    and as_strided reads memory by strides: ember's first call sees the difference and the
+    graph runs eagerly (with a warning) rather than answer wrongly."""
+    def fn(x):
+        return torch.as_strided(F.pad(x, (0, 0)), (2,), (1,)).sum()
+
+    x = torch.arange(8.0)[::2]
+    with captured_log("fallbacks") as records:
+        check(fn, x)
+    assert any("layout" in r.getMessage() for r in records)
+    check(lambda x: torch.as_strided(x * 2, (2, 2), (1, 2)) + 1, x)  # laid out as eager's

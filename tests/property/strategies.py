@@ -254,6 +254,9 @@ BINARY = [
     ("bitwise_xor", "torch.bitwise_xor({}, {})", "bitwise"),
 ]
 REDUCTIONS = ("sum", "mean", "amax", "amin", "prod", "argmax", "any")
+_BITCAST = {torch.float32: torch.int32, torch.int32: torch.float32, torch.float64: torch.int64,
+            torch.int64: torch.float64, torch.float16: torch.bfloat16,
+            torch.bfloat16: torch.float16}
 
 
 @dataclasses.dataclass
@@ -292,8 +295,9 @@ class Program:
 class _Builder:
     """Grows a program one step at a time, tracking each value with an example tensor."""
 
-    def __init__(self, draw):
+    def __init__(self, draw, mutations: bool = False):
         self.draw = draw
+        self.mutations = mutations
         self.values: list[Value] = []
         self.lines: list[str] = []
         self.used: set[str] = set()
@@ -465,7 +469,12 @@ class _Builder:
         (negative indices included), gather."""
         x = self.pick()
         rank, shape = len(x.shape), x.shape
-        kind = self.draw(st.sampled_from(["cat", "pad", "roll", "index", "gather"]))
+        kinds = ["cat", "pad", "roll", "index", "gather"]
+        if not self.mutations:
+            # library calls returning views of their operand's memory (no rule rederives
+            # them after a write, so the tracer refuses writes to what they view)
+            kinds += ["as_strided", "bitcast"]
+        kind = self.draw(st.sampled_from(kinds))
         if rank == 0:
             return None
         dim = self.draw(st.sampled_from(range(rank)))
@@ -492,6 +501,18 @@ class _Builder:
             index = torch.randint(0, size, index_shape, generator=generator)
             text = (f"torch.gather({x.name}, {dim}, "
                     f"torch.tensor({index.tolist()}, dtype=torch.int64))")
+        elif kind == "as_strided" and x.example.numel() > 0:
+            rows = self.draw(st.integers(1, 3))
+            row_stride = self.draw(st.integers(0, 3))
+            columns = self.draw(st.integers(1, 3))
+            numel = x.example.numel()
+            if (rows - 1) * row_stride + columns - 1 >= numel:
+                return None
+            text = f"torch.as_strided({x.name}, ({rows}, {columns}), ({row_stride}, 1))"
+        elif kind == "bitcast" and x.dtype in _BITCAST:
+            text = f"{x.name}.view({_BITCAST[x.dtype]})"
+            return self.emit(text, operands, False, math.inf, 0, False, root=x.root,
+                             writable=False)
         else:
             return None
         bounds = [_bits(v) for v in operands]
@@ -619,7 +640,7 @@ def programs(draw, reductions: bool = False, mutations: bool = False, min_steps:
              dtypes: tuple[torch.dtype, ...] = DTYPES) -> Program:
     """A random program over 1-3 inputs that broadcast together."""
     shape = draw(shapes())
-    builder = _Builder(draw)
+    builder = _Builder(draw, mutations)
     count = draw(st.sampled_from([1, 2, 2, 3]))
     inputs, input_layouts = [], []
     for position in range(count):
