@@ -10,19 +10,19 @@ from property.strategies import index_expressions, index_variables
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, floordiv, modulo, ravel, unravel
 
 i, j, k = Var("i", 4), Var("j", 3), Var("k", 5)
-EI, EJ, EK = Expr.of(i), Expr.of(j), Expr.of(k)
+vi, vj, vk = Expr.of(i), Expr.of(j), Expr.of(k)
 
 
 def test_division_and_modulo_use_value_ranges():
-    assert (EI * 4 + 3) // 4 == EI                      # 3 < 4: the remainder never carries
-    assert (EJ * 4 + EI) // 4 == EJ and (EJ * 4 + EI) % 4 == EI
-    assert EI // 4 == ZERO and EI % 4 == EI
-    assert (EI + 1) // 8 == ZERO                       # i + 1 <= 4 < 8
-    assert (EI + 1) // 4 == Expr.of(Div(EI + 1, 4))     # i = 3 reaches 4
-    assert (EJ * 6 + EI * 2) // 2 == EJ * 3 + EI
-    assert (EI * 2) % 4 == modulo(EI, 2) * 2            # common factor taken out
-    assert (EK + 12) % 4 == (EK) % 4                    # constant multiple of the divisor dropped
-    assert floordiv(EI, 1) is EI and modulo(EK, 1) == ZERO
+    assert (vi * 4 + 3) // 4 == vi                      # 3 < 4: the remainder never carries
+    assert (vj * 4 + vi) // 4 == vj and (vj * 4 + vi) % 4 == vi
+    assert vi // 4 == ZERO and vi % 4 == vi
+    assert (vi + 1) // 8 == ZERO                       # i + 1 <= 4 < 8
+    assert (vi + 1) // 4 == Expr.of(Div(vi + 1, 4))     # i = 3 reaches 4
+    assert (vj * 6 + vi * 2) // 2 == vj * 3 + vi
+    assert (vi * 2) % 4 == modulo(vi, 2) * 2            # common factor taken out
+    assert (vk + 12) % 4 == (vk) % 4                    # constant multiple of the divisor dropped
+    assert floordiv(vi, 1) is vi and modulo(vk, 1) == ZERO
 
 
 def test_nested_divisions_and_modulos_fold():
@@ -37,25 +37,25 @@ def test_split_indices_recombine():
     assert (n // 4) * 4 + n % 4 == n
     assert (n // 4) * 12 + (n % 4) * 3 == n * 3
     assert ravel(unravel(n, (5, 4, 5)), (5, 4, 5)) == n
-    assert ravel(unravel(EK * 3 + EI, (5, 3)), (5, 3)) == EK * 3 + EI
+    assert ravel(unravel(vk * 3 + vi, (5, 3)), (5, 3)) == vk * 3 + vi
 
 
 def test_unravel_of_a_row_major_index_is_the_index():
-    assert unravel(ravel((EK, EJ), (5, 3)), (5, 3)) == [EK, EJ]
-    assert unravel(ravel((EK, ZERO, EJ), (5, 1, 3)), (5, 1, 3)) == [EK, ZERO, EJ]
-    assert unravel(EI, (0, 4)) == [ZERO, ZERO]         # an empty shape has no positions
+    assert unravel(ravel((vk, vj), (5, 3)), (5, 3)) == [vk, vj]
+    assert unravel(ravel((vk, ZERO, vj), (5, 1, 3)), (5, 1, 3)) == [vk, ZERO, vj]
+    assert unravel(vi, (0, 4)) == [ZERO, ZERO]         # an empty shape has no positions
 
 
 def test_substitute_and_coefficient():
-    expr = EI * 6 + (EJ + EK) // 2 + 1
+    expr = vi * 6 + (vj + vk) // 2 + 1
     assert expr.coefficient(i) == 6
     assert expr.coefficient(j) is None                # inside a division
     assert expr.coefficient(Var("z", 2)) == 0
-    replaced = expr.substitute({i: EJ * 2, k: Expr.of(1)})
-    assert replaced == EJ * 12 + (EJ + 1) // 2 + 1
+    replaced = expr.substitute({i: vj * 2, k: Expr.of(1)})
+    assert replaced == vj * 12 + (vj + 1) // 2 + 1
     assert replaced.variables() == {"j"}
-    assert (EI * 2 + Expr.of(Opaque("t", 0, 9))).bounds() == (0, 15)
-    assert (EI * -2 + 5).bounds() == (-1, 5)
+    assert (vi * 2 + Expr.of(Opaque("t", 0, 9))).bounds() == (0, 15)
+    assert (vi * -2 + 5).bounds() == (-1, 5)
 
 
 @settings(max_examples=300)
