@@ -97,10 +97,6 @@ class CKernelWriter:
         self.kernel = kernel
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
-        # buffers this kernel itself fills: a view aliasing one is computed, not loaded (the
-        # load could come before the store)
-        self.own_buffers = {plan.buffer_of[m] for m in kernel.members
-                            if m in plan.buffer_of and plan.buffer_of[m].role != "input"}
         self.arguments: dict[Buffer, str] = {}
         self.counter = itertools.count()
         self.loops = itertools.count()
@@ -223,9 +219,9 @@ class CKernelWriter:
 
     def generate(self, node: Node, index: Index, scope: Scope) -> str:
         buffer = self.buffer_of.get(node)
-        if buffer is not None and buffer.role == "alias" and buffer.root() in self.own_buffers:
-            buffer = None
-        if buffer is not None and node not in self.members:
+        # an alias is a view: computed through its index map from its base (which this very
+        # kernel may be computing), never loaded
+        if buffer is not None and node not in self.members and buffer.role != "alias":
             return self.define(scope, node.dtype, load(node.dtype, self.offset(buffer, index)))
         kind = node.kind
         if kind is Kind.POINTWISE:

@@ -41,7 +41,7 @@ static inline float ember_maximumf(float a, float b) { return (a != a || a > b) 
 static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
 static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
 static inline double ember_minimum(double a, double b) { return (a != a || a < b) ? a : b; }
-/* torch.sign: NaN and -0.0 give +0.0 */
+/* sign as eager's: 0 for NaN and for either zero */
 static inline float ember_signf(float a) { return (float)((a > 0) - (a < 0)); }
 static inline double ember_sign(double a) { return (double)((a > 0) - (a < 0)); }
 /* Python-style remainder and floor division, as torch computes them for floats */
@@ -296,7 +296,8 @@ c_rules.update({
     Op.SIGN: lambda node, a: (f"{_float_or(node, 'ember_signf', 'ember_sign')}({a[0]})"
                               if node.dtype.is_floating_point
                               else f"({compute_type(node.dtype)})(({a[0]} > 0) - ({a[0]} < 0))"),
-    Op.BITWISE_NOT: lambda node, a: f"({compute_type(node.dtype)})(~{a[0]})",
+    Op.BITWISE_NOT: lambda node, a: (f"(!{a[0]})" if node.dtype is torch.bool  # ~true is -2
+                                     else f"({compute_type(node.dtype)})(~{a[0]})"),
     Op.LOGICAL_NOT: lambda node, a: f"(!{a[0]})",
     Op.ISNAN: lambda node, a: f"({a[0]} != {a[0]})",
     Op.ISINF: lambda node, a: f"({_float_or(node, 'fabsf', 'fabs')}({a[0]}) == INFINITY)",

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ember.codegen.c import KernelSource
-from ember.ir.library import Slot
+from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.lower.tracer import OutputSpec
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
@@ -27,6 +27,11 @@ class LayoutMismatch(RuntimeError):
 
 class KernelIndexError(IndexError):
     pass
+
+
+def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
+    """Do `tensor`'s elements lie where eager's strides put them (size-1 dims aside)?"""
+    return all(n <= 1 or s == t for n, s, t in zip(tensor.shape, tensor.stride(), strides))
 
 
 def raise_index_error(kernel: str) -> None:
@@ -48,6 +53,7 @@ class _Writer:
         self.namespace: dict[str, Any] = {
             "empty_strided": torch.empty_strided, "device": device,
             "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
+            "same_layout": same_layout,
         }
         self.constants = 0
 
@@ -129,6 +135,11 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             for buffer in step.inputs:
                 ready(buffer)
             node = step.node
+            if checked and returns_views(node.attrs) and node.attrs.get("operand_strides"):
+                # its result depends on how its operands lie in memory: as eager's must
+                for buffer, strides in zip(step.inputs, node.attrs["operand_strides"]):
+                    lines.append(f"if not same_layout({buffer.name}, {tuple(strides)!r}): "
+                                 f"raise LayoutMismatch({buffer.name!r})")
             target = w.constant(node.attrs["target"], "op")
             slots = {i: b.name for i, b in enumerate(step.inputs)}
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
@@ -168,8 +179,11 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         elif spec.kind == "view":
             base = plan.outputs[spec.index].name if spec.of_output \
                 else plan.inputs[spec.index].name
-            results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
-                           f"{base}.storage_offset() + {spec.offset})")
+            if spec.dtype is None:
+                results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
+                               f"{base}.storage_offset() + {spec.offset})")
+            else:  # the base's memory read as another dtype
+                results.append(f"{w.constant(spec, 'spec')}.view_of({base})")
         elif spec.kind == "same":
             results.append(f"r{spec.index}")
         else:

@@ -2,7 +2,8 @@
 
 A library node's attrs hold the op (`target`), its arguments with `Slot(i)` where the node's
 i-th input tensor goes (`args`, `kwargs`), and the results eager gives (`results`: shape, dtype,
-strides per output). It is how ember runs matmul and convolution, and any op without a rule.
+strides per output; `operand_strides`, eager's strides of each input, when the tracer made
+the node). It is how ember runs matmul and convolution, and any op without a rule.
 """
 
 from __future__ import annotations
@@ -45,3 +46,14 @@ def format_template(template: Any) -> str:
 def call(attrs: dict[str, Any], tensors: Sequence[torch.Tensor]) -> Any:
     target = attrs["target"]
     return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))
+
+
+def returns_views(attrs: dict[str, Any]) -> bool:
+    """Does the call's result share memory with its operands (as_strided, view(dtype))? Then
+    the result depends on the operands' layout, and their memory lives as long as it does."""
+    from ember import torch_internals
+
+    target = attrs["target"]
+    if not torch_internals.is_op_overload(target):
+        return False
+    return any(r.alias_info is not None for r in torch_internals.schema_of(target).returns)

@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten, tree_map
 
 from ember import torch_internals
 from ember.ir import dtypes
@@ -33,6 +32,7 @@ from ember.lower.mutation import (
     view_variant,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
+from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 
@@ -93,7 +93,8 @@ class OutputSpec:
     kind: "node"    the value of graph.outputs[index]
           "input"   graph input `index` itself
           "view"    a view (size, stride, offset) of graph input `index`, or of graph output
-                    `index` when `of_output` is set
+                    `index` when `of_output` is set; of its memory read as `dtype` when set
+                    (x.view(torch.int32)); offset counts elements of the view's dtype
           "same"    the same object as output `index`
           "value"   the Python value `value`
     """
@@ -105,6 +106,15 @@ class OutputSpec:
     offset: int = 0
     of_output: bool = False
     value: Any = None
+    dtype: torch.dtype | None = None
+
+    def view_of(self, base: torch.Tensor) -> torch.Tensor:
+        """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
+        if self.dtype is None or self.dtype == base.dtype:
+            return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
+        start = base.storage_offset() * base.element_size() // self.dtype.itemsize
+        view = torch.empty(0, dtype=self.dtype, device=base.device)
+        return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
 
 
 @dataclasses.dataclass
@@ -340,10 +350,12 @@ class Tracer(torch_internals.TorchDispatchMode):
 
     def _library(self, func, args, kwargs, template_kwargs, out) -> Any:
         inputs: list[Node] = []
+        operand_strides: list[tuple[int, ...]] = []
 
         def slot(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
                 inputs.append(self.current(value))
+                operand_strides.append(tuple(value.stride()))
                 return Slot(len(inputs) - 1)
             return value
 
@@ -357,7 +369,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         tuple_result = not isinstance(out, torch.Tensor)
         node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
                               kwargs=template_kwargs, results=results,
-                              tuple_result=tuple_result)
+                              tuple_result=tuple_result, operand_strides=tuple(operand_strides))
         self.library_calls += 1
         if not tuple_result:
             node.strides = results[0][2]
@@ -465,16 +477,24 @@ class Tracer(torch_internals.TorchDispatchMode):
                 continue
             seen[id(value)] = position
             state = self.state(value)
-            geometry = dict(size=tuple(value.shape), stride=tuple(value.stride()),
-                            offset=value.storage_offset())
             storage = state.storage
+            geometry = dict(size=tuple(value.shape), stride=tuple(value.stride()),
+                            offset=value.storage_offset(),
+                            dtype=value.dtype if value.dtype != storage.value.dtype else None)
             if storage.input_index is not None:
                 root = self.graph.inputs[storage.input_index]
                 if state.chain == () and geometry["stride"] == root.strides:
                     specs.append(OutputSpec("input", index=storage.input_index))
                 else:
                     specs.append(OutputSpec("view", index=storage.input_index, **geometry))
-            elif state.chain:
+            elif state.chain is not None and id(storage) in root_outputs:
+                # memory another output already holds: a view of that output, as in eager
+                specs.append(OutputSpec("view", index=root_outputs[id(storage)],
+                                        of_output=True, **geometry))
+            elif state.chain != ():
+                # a view of memory that no other output holds yet: its root becomes an output
+                # (also when ember cannot re-derive the view: its geometry still says where
+                # its elements live)
                 key = id(storage)
                 if key not in root_outputs:
                     root_outputs[key] = len(self.graph.outputs)
@@ -484,15 +504,20 @@ class Tracer(torch_internals.TorchDispatchMode):
                 specs.append(OutputSpec("view", index=root_outputs[key], of_output=True,
                                         **geometry))
             else:
+                if state.chain == ():
+                    root_outputs[id(storage)] = len(self.graph.outputs)
                 specs.append(OutputSpec("node", index=len(self.graph.outputs)))
                 self.graph.outputs.append(self.current(value))
                 self.graph.output_strides.append(tuple(value.stride()))
         return specs, tree
 
     def _root_meta(self, storage: Storage) -> tuple[int, ...]:
-        for state in self.states.values():
-            if state.storage is storage and state.chain == ():
-                return state.node.strides or row_major(state.node.shape)
+        """Eager's strides of a storage's root tensor (those of its meta tensor: the root's
+        node may be another buffer's value, such as an input that round() returned as is)."""
+        for meta in self.keep_alive:
+            state = self.states.get(id(meta))
+            if state is not None and state.storage is storage and state.chain == ():
+                return tuple(meta.stride())
         return row_major(storage.value.shape)
 
 

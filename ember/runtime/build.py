@@ -25,10 +25,22 @@ class BuildError(RuntimeError):
     """The C compiler is missing or rejected a generated file (the message says which)."""
 
 
-@functools.cache
 def find_compiler() -> str:
-    candidates = [config.settings.cc, os.environ.get("CC", ""), "cc", "gcc", "clang"]
-    for candidate in candidates:
+    """The C compiler to use: EMBER_CC when set (and then only it), else $CC, cc, gcc, clang.
+    Looked up once per setting: a changed EMBER_CC (config.override) takes effect at once."""
+    return _find_compiler(config.settings.cc, os.environ.get("CC", ""))
+
+
+@functools.cache
+def _find_compiler(requested: str, environment: str) -> str:
+    if requested:
+        # an explicit choice is never silently replaced by another compiler
+        found = shutil.which(requested)
+        if found is None:
+            raise BuildError(f"EMBER_CC={requested} is not a program that can be run; "
+                             f"set EMBER_CC to a C compiler (or leave it empty to use cc)")
+        return found
+    for candidate in (environment, "cc", "gcc", "clang"):
         if candidate and shutil.which(candidate):
             return shutil.which(candidate)
     raise BuildError("no C compiler found (looked for $EMBER_CC, $CC, cc, gcc, clang); "

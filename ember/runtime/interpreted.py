@@ -46,8 +46,7 @@ class InterpretedGraph:
                 results.append(inputs[spec.index])
             elif spec.kind == "view":
                 base = laid_out[spec.index] if spec.of_output else inputs[spec.index]
-                results.append(base.as_strided(spec.size, spec.stride,
-                                               base.storage_offset() + spec.offset))
+                results.append(spec.view_of(base))
             elif spec.kind == "same":
                 results.append(results[spec.index])
             else:

@@ -268,6 +268,8 @@ def ravel(index: Iterable[Expr], shape: Iterable[int]) -> Expr:
 
 def unravel(linear: Expr, shape: tuple[int, ...]) -> list[Expr]:
     """Row-major index in `shape` of the linear position `linear` (0 <= linear < numel)."""
+    if 0 in shape:
+        return [ZERO] * len(shape)  # an empty shape has no positions: nothing is ever read
     index = []
     for d, size in enumerate(shape):
         inner = max(math.prod(shape[d + 1:]), 1)

@@ -12,9 +12,10 @@ index the kernel computes it (so the read never waits on another iteration).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ember.ir.graph import Graph, Node
+from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Expr, Var
 from ember.schedule.indexing import Index, index_rules, reads
@@ -65,6 +66,8 @@ class Scheduler:
         self.users = graph.users()
         self.realized: set[Node] = set()
         self.aliases: dict[Node, Node] = {}    # view node -> base it is a strided view of
+        # library calls' operands -> eager's strides of them (None where not recorded)
+        self.operands: dict[Node, tuple[int, ...] | None] = {}
         self.steps: list[Step] = []
         self.step_of: dict[Node, int] = {}
         self.buffer_of: dict[Node, Buffer] = {}
@@ -82,7 +85,10 @@ class Scheduler:
         realized.update(node for _, node in graph.writebacks)
         for node in graph.nodes:
             if node.op is Op.LIBRARY:
-                for operand in node.inputs:
+                layouts = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
+                for operand, strides in zip(node.inputs, layouts):
+                    if self.operands.get(operand) is None:
+                        self.operands[operand] = strides
                     self._realize_operand(operand)
         for index, node in enumerate(graph.outputs):
             if node.kind is Kind.VIEW:
@@ -97,23 +103,24 @@ class Scheduler:
     def _realize_operand(self, node: Node) -> None:
         """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
         self.realized.add(node)
-        if node.kind is not Kind.VIEW or node in self.aliases:  # (an operand of two calls)
-            return
+        if node.kind is not Kind.VIEW or node in self.aliases:
+            return  # not a view, or already an alias (an operand of an earlier call too)
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
             return
-        base_geometry = self._expected_geometry(base)
+        base_geometry = self.planned_geometry(base)
         if base_geometry is None or view_geometry(node, base, base_geometry) is None:
             return  # not a strided view (a flip, a reshape that copies): computed into a buffer
         self.realized.add(base)
         self.aliases[node] = base
 
-    def _expected_geometry(self, node: Node) -> tuple | None:
-        """Shape, strides and offset the buffer of realized `node` will have (see
-        assign_buffers), or None when unknown."""
+    def planned_geometry(self, node: Node) -> tuple | None:
+        """(shape, strides, offset) `node`'s buffer will have, or None when not strided:
+        inputs and library results keep eager's layout, outputs and library operands take
+        eager's strides, every other buffer is row-major."""
         if node in self.aliases:
             base = self.aliases[node]
-            base_geometry = self._expected_geometry(base)
+            base_geometry = self.planned_geometry(base)
             return None if base_geometry is None else view_geometry(node, base, base_geometry)
         if node.op is Op.INPUT:
             return node.shape, node.strides or row_major(node.shape), 0
@@ -121,9 +128,18 @@ class Scheduler:
             position = self.graph.outputs.index(node)
             return node.shape, tuple(self.graph.output_strides[position]), 0
         if node.op in (Op.LIBRARY, Op.ITEM):
-            shape, _dtype, strides = self.library_result(node)
-            return tuple(shape), tuple(strides), 0
-        return node.shape, row_major(node.shape), 0
+            result = self.library_result(node)
+            return tuple(result[0]), tuple(result[2]), 0
+        return node.shape, self.temp_strides(node), 0
+
+    def temp_strides(self, node: Node) -> tuple[int, ...]:
+        """Row-major, except for a library call's operand: eager's layout of that operand,
+        since an op such as as_strided reads memory by its strides, not by its values'
+        positions (eager's operand may be a copy laid out unlike the value it copies)."""
+        strides = self.operands.get(node)
+        if strides is not None and len(strides) == node.ndim:
+            return tuple(strides)
+        return row_major(node.shape)
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         base = self._chain_base(node)
@@ -167,7 +183,9 @@ class Scheduler:
 
     # -- reads ----------------------------------------------------------------------------
     def is_boundary(self, node: Node) -> bool:
-        return node in self.realized
+        # NOTE: an alias (a strided view of a realized base) is read through its index map:
+        # a kernel that reads it reads the base, which may be computed in that same kernel.
+        return node in self.realized and node not in self.aliases
 
     def reads_of(self, node: Node, space: Space) -> list[tuple[Node, Index]]:
         if node.kind is Kind.REDUCTION:
@@ -328,7 +346,8 @@ class Scheduler:
             if isinstance(step, Kernel):
                 for member in step.members:
                     if member in needs and member not in self.buffer_of:
-                        self.buffer_of[member] = self.new_buffer(member, "temp")
+                        self.buffer_of[member] = self.new_buffer(member, "temp",
+                                                                 self.temp_strides(member))
                         step.stores.append(Store(member, self.buffer_of[member]))
         for view in self.aliases:
             if view not in self.buffer_of:
@@ -339,7 +358,10 @@ class Scheduler:
         return outputs
 
     def output_buffer(self, node: Node, strides: tuple[int, ...], claimed: set[Node]) -> Buffer:
-        if node in self.aliases:
+        # NOTE: outputs at different positions never share memory here (eager's own sharing
+        # is rebuilt from the tracer's output specs): a node that is two outputs (merged by
+        # CSE) gets a second buffer, stored by its kernel or copied.
+        if node in self.aliases and node not in claimed:
             base = self.aliases[node]
             if base not in self.buffer_of:
                 self.buffer_of[base] = self.new_buffer(base, "temp")
@@ -357,7 +379,11 @@ class Scheduler:
             step.stores.append(Store(node, buffer))
             self.buffer_of.setdefault(node, buffer)
             return buffer
-        if isinstance(step, LibraryCall) and node not in claimed:
+        # a library result that views an operand's memory is copied: eager's output here is a
+        # fresh tensor (else the tracer would have returned a view of that operand)
+        library = node.inputs[0] if node.op is Op.ITEM else node
+        if isinstance(step, LibraryCall) and node not in claimed and \
+                not returns_views(library.attrs):
             result_strides = self.library_result(node)[2]
             if tuple(result_strides) == strides:
                 return self.library_buffer(node)
@@ -423,7 +449,8 @@ class Scheduler:
         target = self.canonical_index(node, space)
         for member in kernel.members:
             for read, at in self.reads_of(member, space):
-                if read is source and at != target:
+                if (read is source and at != target) or \
+                        (read is not source and self._reaches(read, source)):
                     return False
         for later in self.steps[position + 1:]:
             if isinstance(later, LibraryCall) and any(self._reaches(n, source)
@@ -434,26 +461,54 @@ class Scheduler:
                 for member in later.members or [s.node for s in later.stores]:
                     nodes = self.reads_of(member, later_space) if later.members \
                         else [(member, None)]
-                    if any(read is source for read, _ in nodes):
+                    if any(self._reaches(read, source) for read, _ in nodes):
                         return False
         if source in self.aliases.values():
             return False
         return True
 
     def _reaches(self, node: Node, target: Node) -> bool:
-        while node.kind is Kind.VIEW:
-            node = node.inputs[0]
-        return node is target
+        """Is `node` held in `target`'s memory: target itself, a view of it, or the result of
+        a library op that returns a view of its operands?"""
+        stack, seen = [node], set()
+        while stack:
+            node = stack.pop()
+            if node is target:
+                return True
+            if node in seen:
+                continue
+            seen.add(node)
+            if node.kind is Kind.VIEW or node.op is Op.ITEM:
+                stack.append(node.inputs[0])
+            elif node.op is Op.LIBRARY and returns_views(node.attrs):
+                stack.extend(node.inputs)
+        return False
 
     # -- lifetimes ------------------------------------------------------------------------
     def lifetimes(self, plan: Plan) -> list[list[Buffer]]:
         last_use: dict[Buffer, int] = {}
+        # NOTE: a library op may return a view of its operands (as_strided, view(dtype)):
+        # while its result lives, their memory must stay, neither freed nor reused.
+        holds: dict[Buffer, list[Buffer]] = {}
+        for step in plan.steps:
+            if isinstance(step, LibraryCall) and returns_views(step.node.attrs):
+                for output in step.outputs:
+                    if output is not None:
+                        holds[output] = list(step.inputs)
+
+        def memory_of(buffer: Buffer | None) -> Iterator[Buffer]:
+            stack, seen = [buffer], set()
+            while stack:
+                buffer = stack.pop()
+                if buffer is not None and buffer not in seen:
+                    seen.add(buffer)
+                    yield buffer
+                    stack += [buffer.base, *holds.get(buffer, ())]
 
         def touch(buffers: Iterable[Buffer | None], position: int) -> None:
             for buffer in buffers:
-                while buffer is not None:
-                    last_use[buffer] = position
-                    buffer = buffer.base
+                for held in memory_of(buffer):
+                    last_use[held] = position
 
         for position, step in enumerate(plan.steps):
             if isinstance(step, Kernel):
@@ -471,11 +526,7 @@ class Scheduler:
                 touch(step.inputs + step.outputs, position)
             else:
                 touch([step.source, step.target], position)
-        kept = set()
-        for buffer in plan.outputs:
-            while buffer is not None:
-                kept.add(buffer)
-                buffer = buffer.base
+        kept = {held for buffer in plan.outputs for held in memory_of(buffer)}
         frees: list[list[Buffer]] = [[] for _ in plan.steps]
         for buffer, position in last_use.items():
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:

@@ -504,8 +504,9 @@ def _clone(b: Builder, x: Node, *, memory_format=None) -> Node:
 
 
 @lowering(aten.copy.default)
-def _copy(b: Builder, destination: Node, source: Node, non_blocking: bool = False) -> Node:
-    return b.broadcast_to(b.cast(source, destination.dtype), destination.shape)
+def _copy(b: Builder, destination: Node, source, non_blocking: bool = False) -> Node:
+    # source may be a Python number: x.copy_(2.5) reaches aten.copy_ with the scalar as is
+    return b.broadcast_to(b.operand(source, destination.dtype), destination.shape)
 
 
 @lowering(aten.fill.Scalar, aten.fill.Tensor)

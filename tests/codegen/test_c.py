@@ -1,0 +1,84 @@
+"""ember.codegen.c: the C text of a few kernels (golden files) and what such kernels compute.
+
+Goldens live in tests/codegen/golden/; after a deliberate change to the generated code,
+regenerate them with EMBER_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check
+
+from ember import config
+from ember.codegen.c import render, write_source
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.schedule.expr import Expr, Var
+from ember.schedule.fuse import schedule
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def kernel_text(fn, *args) -> str:
+    """The kernels (without the shared prelude) that ember generates for fn(*args)."""
+    with config.override(parallel_threshold=32768):
+        lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+        plan = schedule(run_passes(lowered.graph))
+        _, kernels = write_source(plan)
+    return "\n\n".join(kernel.text for kernel in kernels) + "\n"
+
+
+def assert_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("EMBER_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"no golden {path}: run with EMBER_UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} changed; EMBER_UPDATE_GOLDEN=1 rewrites it"
+
+
+GOLDENS = {
+    "pointwise.c": (lambda x, y: torch.sigmoid(x * y + 1.5).to(torch.float16),
+                    (torch.randn(4, 6), torch.randn(6))),
+    "softmax_rows.c": (lambda x: F.softmax(x, -1), (torch.randn(4, 10),)),
+    "sum_dim0.c": (lambda x: x.sum(0), (torch.randn(5, 12),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDENS))
+def test_kernel_text_is_golden(name):
+    fn, args = GOLDENS[name]
+    assert_golden(name, kernel_text(fn, *args))
+    check(fn, *args, kernels=1)
+
+
+def test_the_source_file_holds_the_prelude_vector_math_and_every_kernel():
+    lowered = trace(torch.fx.symbolic_trace(lambda x: (x.exp().sum(1).t(), x + 1)),
+                    [torch.randn(3, 4, 5)])
+    plan = schedule(run_passes(lowered.graph))
+    source, kernels = write_source(plan)
+    assert source.startswith("#include <math.h>")
+    assert "#pragma omp declare simd notinbranch\nfloat expf(float);" in source
+    assert [k.name for k in kernels] == [f"kernel{i}" for i in range(len(kernels))]
+    for kernel in kernels:
+        assert f"int {kernel.name}(" in source
+
+
+def test_large_kernels_run_in_parallel():
+    lowered = trace(torch.fx.symbolic_trace(lambda x: torch.tanh(x) * 2), [torch.randn(50, 40)])
+    plan = schedule(run_passes(lowered.graph))
+    with config.override(parallel_threshold=1000):
+        parallel = write_source(plan)[0]
+    with config.override(parallel_threshold=10 ** 9):
+        serial = write_source(plan)[0]
+    assert "#pragma omp parallel for" in parallel and "#pragma omp parallel" not in serial
+
+
+def test_index_expressions_render_as_c():
+    i, j = Var("i0", 4), Var("j1", 1 << 40)
+    assert render(Expr.of(i) * 3 + 2) == "(3*i0 + 2)"
+    assert render(Expr.of(i) * -1) == "-i0"
+    assert render((Expr.of(j) + 1) // 7) == "((j1 + 1) / 7)"
+    assert render(Expr.of(j) * (1 << 33)) == "INT64_C(8589934592)*j1"

@@ -1,0 +1,98 @@
+"""ember.codegen.wrapper: the generated Python that runs a plan (golden text), and what it
+does at run time: library calls, outputs that are views, layout checks, index errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import captured_log, check
+
+from ember.codegen.c import write_source
+from ember.codegen.wrapper import KernelIndexError, LayoutMismatch, write_wrapper
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.runtime.compiled import make_function
+from ember.schedule.fuse import schedule
+
+
+def _wrappers(fn, *args):
+    lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+    graph = run_passes(lowered.graph)
+    plan = schedule(graph)
+    _, kernels = write_source(plan)
+    sources = {k.name: k for k in kernels}
+    return [write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, {}, graph.device,
+                          checked) for checked in (False, True)]
+
+
+def _library_graph(x, w):
+    h = (x * 2) @ w
+    return torch.relu(h) + 1, h.t()
+
+
+def test_wrapper_text_for_a_graph_with_a_library_call():
+    fast, checked = _wrappers(_library_graph, torch.randn(3, 4), torch.randn(4, 5))
+    assert fast.text == """\
+def call(args):
+    in0, in1 = args
+    buf2 = empty_strided((3, 4), (4, 1), dtype=float32, device=device)
+    kernel0(in0.data_ptr(), buf2.data_ptr())
+    lib1 = op0(buf2, in1)
+    del buf2
+    out0 = empty_strided((3, 5), (5, 1), dtype=float32, device=device)
+    kernel1(lib1.data_ptr(), out0.data_ptr())
+    return (out0, lib1.as_strided((5, 3), (1, 5), lib1.storage_offset() + 0))
+"""
+    assert fast.namespace["op0"] is torch.ops.aten.mm.default
+    # the first call checks that the library result has the layout the plan assumed
+    assert checked.text == fast.text.replace(
+        "    lib1 = op0(buf2, in1)\n",
+        "    lib1 = op0(buf2, in1)\n"
+        "    if lib1.stride() != (5, 1): raise LayoutMismatch('lib1')\n")
+    check(_library_graph, torch.randn(3, 4), torch.randn(4, 5), kernels=2)
+
+
+def test_a_layout_the_plan_did_not_expect_raises_on_the_checked_call():
+    _, checked = _wrappers(_library_graph, torch.randn(3, 4), torch.randn(4, 5))
+    namespace = dict(checked.namespace)
+    namespace["op0"] = lambda a, b: (b.t() @ a.t()).t()  # right values, transposed layout
+    namespace.update(kernel0=lambda *pointers: 0, kernel1=lambda *pointers: 0)
+    call = make_function(type(checked)(checked.text, namespace), "<test>")
+    with pytest.raises(LayoutMismatch, match="lib1"):
+        call([torch.randn(3, 4), torch.randn(4, 5)])
+
+
+def test_out_of_range_indices_raise_like_eager():
+    def fn(x, index):
+        return x[index] * 2
+
+    x = torch.randn(5, 3)
+    check(fn, x, torch.tensor([4, 0, -5]))
+    compiled = check(fn, x, torch.tensor([1, 2]))
+    with pytest.raises(KernelIndexError, match="index out of range in ember kernel"):
+        compiled(x, torch.tensor([1, 5]))
+    with pytest.raises(IndexError):
+        fn(x, torch.tensor([1, 5]))
+
+
+def test_outputs_that_are_python_values_and_repeated_tensors():
+    def fn(x):
+        y = x + 1
+        return y, y, 3, {"a": y * 2, "b": [x.shape[0]]}
+
+    fast, _ = _wrappers(fn, torch.randn(4))
+    assert "r0 = out0" in fast.text and "output_tree.unflatten(" in fast.text
+    check(fn, torch.randn(4))
+
+
+def test_a_view_returning_library_call_on_an_operand_laid_out_unlike_eagers_runs_eagerly():
+    """pad by nothing lowers to its input, a sliced tensor; eager's result is a dense copy,
+    and as_strided reads memory by strides: ember's first call sees the difference and the
+    graph runs eagerly (with a warning) rather than answer wrongly."""
+    def fn(x):
+        return torch.as_strided(F.pad(x, (0, 0)), (2,), (1,)).sum()
+
+    x = torch.arange(8.0)[::2]
+    with captured_log("fallbacks") as records:
+        check(fn, x)
+    assert any("layout" in r.getMessage() for r in records)
+    check(lambda x: torch.as_strided(x * 2, (2, 2), (1, 2)) + 1, x)  # laid out as eager's

@@ -1,0 +1,141 @@
+"""ember.lower.tracer: FX graph -> IR with mutation made functional, outputs that alias inputs
+returned as views with eager's strides, and ops without a working rule as library calls."""
+
+import pytest
+import torch
+from helpers import captured_log, check
+
+from ember.ir import Op
+from ember.lower import lowerings, trace
+from ember.lower.registry import aten
+
+
+def _lower(fn, *args):
+    return trace(torch.fx.symbolic_trace(fn), list(args))
+
+
+def test_mutation_through_views_writes_back_to_the_input():
+    def fn(x, y):
+        x[:, 1].add_(1)                 # slice + select
+        x.t()[0].mul_(2)                # permute + select
+        y.view(2, 6)[1, ::3].fill_(-5)  # reshape + select + strided slice
+        return x.sum()
+
+    lowered = _lower(fn, torch.randn(3, 4), torch.randn(3, 4))
+    assert sorted(index for index, _ in lowered.graph.writebacks) == [0, 1]
+    check(fn, torch.randn(3, 4), torch.randn(3, 4))
+
+
+def test_a_view_read_after_its_base_changed_sees_the_new_value():
+    def fn(x):
+        row = x[0]
+        column = x.t()[1:, 2]
+        x.add_(1)
+        x[1].mul_(3)
+        return row * 2, column + 0
+
+    check(fn, torch.randn(3, 4))
+
+
+def test_writes_through_one_alias_are_seen_through_another():
+    def fn(x):
+        a = x[:, :2]
+        b = x.t()
+        a.zero_()
+        return b.clone(), a.sum()
+
+    check(fn, torch.randn(3, 4))
+
+
+def test_outputs_aliasing_inputs_are_views_of_the_input_with_eagers_strides():
+    def fn(x):
+        return x.t(), x[1:, ::2], x.unsqueeze(1).expand(3, 2, 4), x
+
+    x = torch.randn(3, 4)
+    lowered = _lower(fn, x)
+    assert [spec.kind for spec in lowered.outputs] == ["view", "view", "view", "input"]
+    compiled = check(fn, x)
+    outputs = compiled(x)
+    for got, want in zip(outputs, fn(x)):
+        assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        assert (got.shape, got.stride(), got.storage_offset()) == \
+            (want.shape, want.stride(), want.storage_offset())
+    assert outputs[3] is x
+
+
+def test_a_mutated_input_returned_is_the_input_object():
+    def fn(x):
+        x.mul_(2)
+        return x
+
+    x = torch.randn(5)
+    compiled = check(fn, x)
+    assert compiled(x) is x
+
+
+def test_outputs_aliasing_other_outputs_share_their_memory():
+    def fn(x):
+        y = x * 2
+        return y, y.t(), y[1]
+
+    compiled = check(fn, torch.randn(3, 4))
+    y, yt, row = compiled(torch.randn(3, 4))
+    assert yt.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    assert row.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+
+
+def test_a_declined_rule_becomes_a_library_call():
+    def fn(x, y):
+        return torch.floor_divide(x, y) + 1  # integer division declines (it must raise on 0)
+
+    x, y = torch.arange(-6, 6), torch.tensor([4, -3, 5, 7] * 3)
+    lowered = _lower(fn, x, y)
+    library = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
+    assert len(library) == 1 and lowered.library_calls == 1
+    assert library[0].attrs["target"] is aten.floor_divide.default
+    compiled = check(fn, x, y)
+    assert compiled.library_count == 1
+
+
+def test_a_rule_whose_result_disagrees_with_eager_becomes_a_library_call(monkeypatch):
+    # a broken rule: computes in float64 where eager gives float32
+    monkeypatch.setitem(lowerings, aten.sin.default,
+                        lambda b, x: b.unary(Op.SIN, b.cast(x, torch.float64)))
+    with captured_log("fallbacks") as records:
+        lowered = _lower(lambda x: torch.sin(x) * 2, torch.randn(4))
+    assert lowered.library_calls == 1
+    assert any("rule result disagrees with eager's torch.float32[4]" in r.getMessage()
+               for r in records)
+    check(lambda x: torch.sin(x) * 2, torch.randn(4))
+
+
+def test_library_results_keep_eagers_layout_for_later_kernels():
+    def fn(x, w):
+        return torch.relu(x @ w).t() + 1
+
+    check(fn, torch.randn(5, 3), torch.randn(3, 4), kernels=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.int32, torch.bool])
+def test_inputs_keep_their_dtypes_and_strides(dtype):
+    x = torch.zeros(4, 6, dtype=dtype)[:, ::2].t()
+    lowered = _lower(lambda a: a + a, x)
+    (node,) = lowered.graph.inputs
+    assert (node.shape, node.dtype, node.strides) == ((3, 4), dtype, (2, 6))
+
+
+def test_views_of_an_op_that_returned_its_input_unchanged():
+    """round() of integers lowers to its input; views of its (fresh, dense) result must use
+    the result's strides, not those of the sliced input the IR node stands for."""
+    def fn(x):
+        y = torch.round(x)
+        return y.permute(2, 0, 1), y[:, 1]
+
+    check(fn, torch.arange(600).reshape(10, 6, 10)[1::2, ::3, 1:])
+
+
+def test_equal_outputs_do_not_share_memory_unless_eager_does():
+    def fn(x):
+        return x.sum(0), x.sum(0), x.t()[0] * 1, (x * 1).t()[0]
+
+    check(fn, torch.randn(3, 4))

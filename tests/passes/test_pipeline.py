@@ -1,0 +1,29 @@
+"""ember.passes.pipeline: every pass runs once, in order, and each one's IR is dumped."""
+
+import torch
+
+from ember.ir import Graph, Op
+from ember.passes.pipeline import PASSES, run_passes
+
+
+def test_passes_run_in_order_and_dump_their_ir(tmp_path):
+    graph = Graph(torch.device("cpu"))
+    x = graph.add_input((2,), torch.float32)
+    one = graph.add(Op.FULL, (), value=1.0, shape=(2,), dtype=torch.float32)
+    two = graph.add(Op.ADD, (one, one))                 # folded
+    scaled = graph.add(Op.MUL, (x, graph.add(Op.DIV, (two, two))))  # x * 1 after folding
+    graph.add(Op.EXP, (x,))                            # dead
+    graph.outputs = [graph.add(Op.ADD, (scaled, graph.add(Op.NEG, (graph.add(Op.NEG, (x,)),))))]
+    run_passes(graph, tmp_path, check=True)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [f"ir_{i:02d}_{p.__name__}.txt" for i, p in enumerate(PASSES, start=1)]
+    assert [p.__name__ for p in PASSES] == ["fold_constants", "simplify_algebra",
+                                            "eliminate_common_subexpressions",
+                                            "eliminate_dead_code"]
+    assert str(graph) == """\
+graph(%0: f32[2]) {
+  %8 = add(%0, %0) : f32[2]
+  return (%8)
+}"""
+    assert (tmp_path / "ir_04_eliminate_dead_code.txt").read_text().startswith(
+        "# eliminate_dead_code: ")

@@ -1,0 +1,99 @@
+"""ember.runtime.build: the content-addressed disk cache, compile errors that name the file,
+and a missing compiler, which makes the graph run eagerly with a warning (never a crash)."""
+
+import logging
+import subprocess
+
+import pytest
+import torch
+from helpers import captured_log
+
+from ember import config
+from ember.backends import compile_graph
+from ember.runtime import build as build_module
+from ember.runtime.build import BuildError, build, find_compiler, kernel_function, load
+from ember.runtime.compiled import CompiledGraph
+
+SOURCE = "int add_one(int* a) { a[0] += 1; return 0; }\n"
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with config.override(cache_dir=tmp_path):
+        yield tmp_path
+
+
+@pytest.fixture
+def compiler_calls(monkeypatch):
+    """Every command ember runs through subprocess (compilations and --version probes)."""
+    calls = []
+    real = subprocess.run
+
+    def run(command, *args, **kwargs):
+        calls.append(list(command))
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(build_module.subprocess, "run", run)
+    return calls
+
+
+def test_a_second_build_of_the_same_source_is_a_cache_hit(cache, compiler_calls):
+    first, cached = build(SOURCE, [])
+    assert not cached and first.exists() and first.parent.parent == cache / "c"
+    assert any("-shared" in call for call in compiler_calls)
+    compiler_calls.clear()
+    second, cached = build(SOURCE, [])
+    assert cached and second == first
+    assert compiler_calls == []  # the compiler is not even started
+
+
+def test_a_different_flag_or_source_is_a_miss(cache, compiler_calls):
+    first, _ = build(SOURCE, [])
+    with config.override(cflags=config.settings.cflags + ["-DEMBER_TEST_FLAG=1"]):
+        flagged, cached = build(SOURCE, [])
+    assert not cached and flagged != first
+    other, cached = build(SOURCE + "/* another kernel */\n", [])
+    assert not cached and other not in (first, flagged)
+    linked, cached = build(SOURCE, ["-lm"])
+    assert not cached and linked != first
+
+
+def test_a_built_library_loads_and_runs(cache):
+    path, _ = build(SOURCE, [])
+    function = kernel_function(load(path), "add_one", 1)
+    value = torch.tensor([41], dtype=torch.int32)
+    assert function(value.data_ptr()) == 0 and value.item() == 42
+
+
+def test_a_compile_failure_names_the_generated_file(cache):
+    with pytest.raises(BuildError) as error:
+        build("int broken( {\n", [])
+    message = str(error.value)
+    assert "failed on generated kernel source" in message
+    path = message.split("generated kernel source ")[1].split(":")[0]
+    assert path.endswith(".c") and path.startswith(str(cache))
+    assert open(path).read() == "int broken( {\n"
+    assert not list(cache.rglob("*.so"))  # no half-built library left behind
+
+
+def test_an_explicit_compiler_that_does_not_exist_is_an_error_not_a_substitute():
+    with config.override(cc="/nonexistent/ember-cc"):
+        with pytest.raises(BuildError, match="EMBER_CC=/nonexistent/ember-cc"):
+            find_compiler()
+    assert find_compiler()  # the setting is looked up per value, not cached for good
+
+
+def test_without_a_compiler_a_graph_runs_eagerly_with_a_warning(cache):
+    def fn(x):
+        return torch.sin(x) * 2 + 1
+
+    x = torch.randn(5)
+    with config.override(cc="/nonexistent/ember-cc"), captured_log("fallbacks") as records:
+        compiled = compile_graph(torch.fx.symbolic_trace(fn), [x])
+    assert not isinstance(compiled, CompiledGraph)
+    (record,) = records
+    assert record.levelno == logging.WARNING
+    assert "runs eagerly" in record.getMessage()
+    assert "EMBER_CC=/nonexistent/ember-cc" in record.getMessage()
+    torch.testing.assert_close(compiled(x), fn(x))
+    assert isinstance(compile_graph(torch.fx.symbolic_trace(fn), [x]), CompiledGraph)

@@ -1,0 +1,84 @@
+"""ember.schedule.expr: index expressions simplify with value ranges and stay equal to what
+they compute."""
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from property.strategies import index_expressions, index_variables
+
+from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, floordiv, modulo, ravel, unravel
+
+i, j, k = Var("i", 4), Var("j", 3), Var("k", 5)
+vi, vj, vk = Expr.of(i), Expr.of(j), Expr.of(k)
+
+
+def test_division_and_modulo_use_value_ranges():
+    assert (vi * 4 + 3) // 4 == vi                      # 3 < 4: the remainder never carries
+    assert (vj * 4 + vi) // 4 == vj and (vj * 4 + vi) % 4 == vi
+    assert vi // 4 == ZERO and vi % 4 == vi
+    assert (vi + 1) // 8 == ZERO                       # i + 1 <= 4 < 8
+    assert (vi + 1) // 4 == Expr.of(Div(vi + 1, 4))     # i = 3 reaches 4
+    assert (vj * 6 + vi * 2) // 2 == vj * 3 + vi
+    assert (vi * 2) % 4 == modulo(vi, 2) * 2            # common factor taken out
+    assert (vk + 12) % 4 == (vk) % 4                    # constant multiple of the divisor dropped
+    assert floordiv(vi, 1) is vi and modulo(vk, 1) == ZERO
+
+
+def test_nested_divisions_and_modulos_fold():
+    n = Expr.of(Var("n", 100))
+    assert (n // 4) // 5 == n // 20
+    assert (n % 12) % 4 == n % 4
+    assert (n % 12) % 5 == Expr.of(Mod(Expr.of(Mod(n, 12)), 5))  # 5 does not divide 12
+
+
+def test_split_indices_recombine():
+    n = Expr.of(Var("n", 100))
+    assert (n // 4) * 4 + n % 4 == n
+    assert (n // 4) * 12 + (n % 4) * 3 == n * 3
+    assert ravel(unravel(n, (5, 4, 5)), (5, 4, 5)) == n
+    assert ravel(unravel(vk * 3 + vi, (5, 3)), (5, 3)) == vk * 3 + vi
+
+
+def test_unravel_of_a_row_major_index_is_the_index():
+    assert unravel(ravel((vk, vj), (5, 3)), (5, 3)) == [vk, vj]
+    assert unravel(ravel((vk, ZERO, vj), (5, 1, 3)), (5, 1, 3)) == [vk, ZERO, vj]
+    assert unravel(vi, (0, 4)) == [ZERO, ZERO]         # an empty shape has no positions
+
+
+def test_substitute_and_coefficient():
+    expr = vi * 6 + (vj + vk) // 2 + 1
+    assert expr.coefficient(i) == 6
+    assert expr.coefficient(j) is None                # inside a division
+    assert expr.coefficient(Var("z", 2)) == 0
+    replaced = expr.substitute({i: vj * 2, k: Expr.of(1)})
+    assert replaced == vj * 12 + (vj + 1) // 2 + 1
+    assert replaced.variables() == {"j"}
+    assert (vi * 2 + Expr.of(Opaque("t", 0, 9))).bounds() == (0, 15)
+    assert (vi * -2 + 5).bounds() == (-1, 5)
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_simplified_expressions_compute_what_they_were_built_from(data):
+    variables = data.draw(index_variables())
+    expr, reference = data.draw(index_expressions(variables))
+    low, high = expr.bounds()
+    for values in itertools.product(*(range(v.extent) for v in variables)):
+        point = {v.name: value for v, value in zip(variables, values)}
+        want = reference(point)
+        assert _evaluate(expr, point) == want, (str(expr), point)
+        assert low <= want <= high, (str(expr), point, (low, high))
+
+
+def _evaluate(expr: Expr, point: dict[str, int]) -> int:
+    total = expr.const
+    for atom, coefficient in expr.terms:
+        if isinstance(atom, Var):
+            value = point[atom.name]
+        elif isinstance(atom, Div):
+            value = _evaluate(atom.expr, point) // atom.divisor
+        else:
+            value = _evaluate(atom.expr, point) % atom.divisor
+        total += coefficient * value
+    return total

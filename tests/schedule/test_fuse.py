@@ -1,0 +1,157 @@
+"""ember.schedule.fuse: fusion decisions, counted exactly, and the plans they give."""
+
+import torch
+import torch.nn.functional as F
+from helpers import captured_log, check
+
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.schedule.fuse import schedule
+from ember.schedule.plan import Copy, Kernel, LibraryCall
+
+
+def _plan(fn, *args):
+    lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+    return schedule(run_passes(lowered.graph, check=True))
+
+
+def _steps(plan):
+    return [type(step).__name__ for step in plan.steps]
+
+
+def test_a_pointwise_chain_is_one_kernel():
+    check(lambda x: torch.sigmoid(x * 2 + 1).exp() - x, torch.randn(8, 16), kernels=1)
+
+
+def test_independent_outputs_of_one_shape_share_a_kernel_with_a_store_each():
+    def fn(x, y):
+        return x + y, x * y, (x - y).t()
+
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    check(fn, x, y, kernels=1)
+    (kernel,) = _plan(fn, x, y).steps
+    assert len(kernel.stores) == 3 and all(s.buffer.role == "output" for s in kernel.stores)
+
+
+def test_a_reduction_and_its_pointwise_epilogue_are_one_kernel():
+    check(lambda x: x.sum(1, keepdim=True) * 2 + x, torch.randn(8, 16), kernels=1)
+    check(lambda x: F.softmax(x, -1), torch.randn(8, 16), kernels=1)
+    check(lambda x: F.softmax(x, 0), torch.randn(8, 16), kernels=1)
+    check(lambda x: (x.sum(1), x.amax(1), x.argmax(1)), torch.randn(8, 16), kernels=1)
+
+
+def test_a_reduction_read_transposed_needs_a_second_kernel():
+    def fn(x):
+        return x.exp().sum(1).reshape(2, 4).t() * 3
+
+    check(fn, torch.randn(8, 16), kernels=2)
+    plan = _plan(fn, torch.randn(8, 16))
+    first, second = plan.steps
+    assert first.axes == (1,) and second.axes == ()
+    assert [s.buffer.role for s in first.stores] == ["temp"]
+
+
+def test_library_calls_are_kernel_boundaries():
+    def fn(x, w):
+        return torch.relu((x * 2) @ w) + 1
+
+    compiled = check(fn, torch.randn(8, 16), torch.randn(16, 4), kernels=2)
+    assert compiled.library_count == 1
+    assert _steps(_plan(fn, torch.randn(8, 16), torch.randn(16, 4))) == \
+        ["Kernel", "LibraryCall", "Kernel"]
+
+
+def test_a_view_of_an_input_goes_to_a_library_call_without_a_copy():
+    def fn(x, w):
+        return x.t()[1:] @ w
+
+    x, w = torch.randn(16, 8), torch.randn(16, 4)
+    compiled = check(fn, x, w, kernels=0)
+    plan = _plan(fn, x, w)
+    (call,) = plan.steps
+    assert isinstance(call, LibraryCall) and call.inputs[0].role == "alias"
+    assert compiled.library_count == 1
+
+
+def test_one_view_feeding_two_library_calls():
+    """Regression: a view that was already a library operand was aliased to itself and
+    building its buffer recursed forever."""
+    def fn(x):
+        y = x.sum(0)
+        return torch.pow(y, 2), torch.pow(y, 3)  # integer powers are library calls
+
+    check(fn, torch.arange(12).reshape(3, 4))
+
+
+def test_a_kernel_reads_an_output_alias_of_its_own_value_through_its_index_map():
+    """Regression: an output returned as a view of a reduction computed in the same kernel
+    was loaded before the kernel stored it."""
+    def fn(x, y):
+        total = torch.sum(y)
+        return total + x, total
+
+    check(fn, torch.tensor(-0.25), torch.tensor(-0.25, dtype=torch.float64), kernels=1)
+
+
+def test_a_written_input_is_updated_in_place_unless_its_old_value_is_read_later():
+    def in_place(x):
+        x.mul_(2)
+        return x.sum()
+
+    def read_later(x):
+        old = x.t() * 1      # read transposed: not at the index being written
+        x.add_(1)
+        return old
+
+    x = torch.randn(6, 6)
+    check(in_place, x)
+    assert not any(isinstance(s, Copy) for s in _plan(in_place, x).steps)
+    check(read_later, x)
+
+
+def test_costly_shared_values_are_computed_once():
+    def fn(x):
+        shared = x
+        for _ in range(14):
+            shared = torch.sin(shared) * 1.5 + 0.1
+        return shared.sum(0), shared.sum(1)
+
+    plan = _plan(fn, torch.randn(8, 16))
+    kernels = [s for s in plan.steps if isinstance(s, Kernel)]
+    assert any(s.buffer.role == "temp" for k in kernels for s in k.stores)
+    check(fn, torch.randn(8, 16))
+
+
+# Library ops that return a view of their operand (as_strided has no lowering rule; view(dtype)
+# reinterprets bits): their results share memory with the operand's buffer.
+def test_memory_viewed_by_a_library_result_is_not_reused_while_it_lives():
+    def fn(x, w):
+        y = x * 2
+        z = torch.as_strided(y, (4, 4), (1, 4))     # a view of y's buffer
+        b = torch.relu((x.sum(0, keepdim=True) * 3) @ w + 1)
+        return (z + b.sum()).contiguous(), b        # new buffers born after y's last use
+
+    check(fn, torch.randn(4, 4), torch.randn(4, 4))
+
+
+def test_an_input_read_through_a_library_view_is_not_overwritten_before_the_read():
+    def fn(x):
+        z = torch.as_strided(x, (4, 4), (1, 4))
+        w = z * 1                                   # simplified to z itself
+        x.add_(1)
+        return w
+
+    check(fn, torch.randn(4, 4))
+
+
+def test_library_operands_have_eagers_layout():
+    def strided(x):
+        return torch.as_strided(x.t() * 2, (3, 2), (1, 3)) + 1
+
+    def bits(x):
+        return (x.t() * 2).view(torch.int32) + 1
+
+    for fn in (strided, bits):
+        with captured_log("fallbacks") as records:
+            check(fn, torch.randn(4, 3))
+        assert not records  # no layout mismatch, no eager fallback

@@ -1,0 +1,85 @@
+"""ember.backends: the backend contract and its fallbacks (each one logged, none fatal)."""
+
+import logging
+
+import pytest
+import torch
+from helpers import captured_log, check
+
+from ember import config
+from ember.backends import backend, compile_graph
+from ember.runtime.compiled import CompiledGraph
+
+
+def _fn(x):
+    return torch.tanh(x) * 3
+
+
+def _traced():
+    return torch.fx.symbolic_trace(_fn)
+
+
+def test_a_graph_compiles_and_matches_eager():
+    compiled = check(_fn, torch.randn(4, 5), kernels=1)
+    assert isinstance(compiled, CompiledGraph) and compiled.library_count == 0
+
+
+def test_disabled_ember_returns_the_graph_itself():
+    gm = _traced()
+    with config.override(disable=True):
+        assert backend(gm, [torch.randn(3)]) == gm.forward
+
+
+def test_training_graphs_run_eagerly_and_say_why():
+    x = torch.randn(3, requires_grad=True)
+    with captured_log("fallbacks") as records:
+        compiled = compile_graph(_traced(), [x])
+    assert not isinstance(compiled, CompiledGraph)
+    assert any("require grad" in r.getMessage() for r in records)
+    with torch.no_grad():
+        assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
+
+
+def test_an_internal_error_falls_back_with_a_warning_or_raises_when_asked(monkeypatch):
+    import ember.backends
+
+    def broken(graph):
+        raise ZeroDivisionError("a bug in a pass")
+
+    monkeypatch.setattr(ember.backends, "schedule", broken)
+    x = torch.randn(3)
+    with captured_log("fallbacks") as records:
+        compiled = compile_graph(_traced(), [x])
+    (record,) = records
+    assert record.levelno == logging.WARNING
+    assert "internal error in ember (please report it): ZeroDivisionError" in record.getMessage()
+    torch.testing.assert_close(compiled(x), _fn(x))
+    with config.override(logs=frozenset({"raise"})), pytest.raises(ZeroDivisionError):
+        compile_graph(_traced(), [x])
+
+
+def test_the_interpreter_backend_gives_the_same_answers():
+    def fn(x, y):
+        x[0].add_(1)
+        return torch.softmax(x * y, -1), x.t()
+
+    with config.override(backend="interp"):
+        compiled = check(fn, torch.randn(3, 4), torch.randn(4))
+    assert compiled.kernel_count == 0
+
+
+def test_shape_symbolic_graphs_compile_once_per_shape():
+    recorder = []
+
+    def counting(gm, example_inputs):
+        compiled = backend(gm, example_inputs)
+        recorder.append(compiled)
+        return compiled
+
+    fn = torch.compile(_fn, backend=counting, dynamic=True)
+    for n in (3, 5, 3):
+        x = torch.randn(n, 2)
+        torch.testing.assert_close(fn(x), _fn(x))
+    (specialized,) = recorder
+    assert len(specialized.cache) == 2
+    assert all(isinstance(c, CompiledGraph) for c in specialized.cache.values())

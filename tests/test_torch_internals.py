@@ -1,0 +1,99 @@
+"""Each private torch API ember uses exists and behaves as ember expects on the installed
+torch (ember/torch_internals.py is the only module that imports them)."""
+
+import torch
+
+from ember import torch_internals
+from ember.torch_internals import (
+    OpOverload,
+    OpOverloadPacket,
+    TorchDispatchMode,
+    TreeSpec,
+    tree_flatten,
+    tree_map,
+)
+
+aten = torch.ops.aten
+
+
+def test_op_overloads_and_packets():
+    assert isinstance(aten.add.Tensor, OpOverload) and isinstance(aten.add, OpOverloadPacket)
+    assert torch_internals.is_op_overload(aten.add.Tensor)
+    assert not torch_internals.is_op_overload(aten.add) and not torch_internals.is_op_overload(1)
+    assert aten.add.Tensor.overloadpacket is aten.add                  # registry.find_rule
+    assert "Tensor" in aten.add.overloads() and "out" in aten.add.overloads()
+    assert torch_internals.overload_name(aten.add.Tensor) == "Tensor"
+    assert aten.mm.default.__name__ == "mm.default"                     # printer, wrapper
+    assert torch.Tag.nondeterministic_seeded in aten.rand_like.default.tags   # dce
+    assert torch.Tag.nondeterministic_seeded not in aten.add.Tensor.tags
+
+
+def test_schemas_describe_arguments_and_aliasing():
+    schema = torch_internals.schema_of(aten.add_.Tensor)
+    assert schema.name == "aten::add_"
+    names = [a.name for a in schema.arguments]
+    assert names == ["self", "other", "alpha"]
+    self_argument = schema.arguments[0]
+    assert self_argument.alias_info is not None and self_argument.alias_info.is_write
+    assert schema.arguments[1].alias_info is None
+    assert [a.kwarg_only for a in schema.arguments] == [False, False, True]
+    out = torch_internals.schema_of(aten.add.out)
+    assert [(a.name, a.kwarg_only, a.alias_info is not None and a.alias_info.is_write)
+            for a in out.arguments][-1] == ("out", True, True)
+    view = torch_internals.schema_of(aten.t.default)
+    assert view.returns[0].alias_info is not None and not view.returns[0].alias_info.is_write
+    assert torch_internals.schema_of(aten.add.Tensor).returns[0].alias_info is None
+
+
+def test_a_dispatch_mode_sees_aten_ops_on_meta_tensors():
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty(2, 3, device="meta")
+    with Record():
+        y = (x.t() * 2).sum(0)
+    assert seen == [aten.t.default, aten.mul.Tensor, aten.sum.dim_IntList]
+    assert y.device.type == "meta" and y.shape == (2,)
+
+
+def test_pytrees_flatten_and_rebuild():
+    tree = (torch.ones(1), {"a": [2, torch.zeros(2)], "b": None})
+    leaves, spec = tree_flatten(tree)
+    assert isinstance(spec, TreeSpec) and len(leaves) == 4
+    assert spec.type is tuple and not spec.is_leaf()                     # wrapper
+    assert [child.is_leaf() for child in spec.children()] == [True, False]
+    rebuilt = spec.unflatten(leaves)
+    assert rebuilt[1]["a"][0] == 2 and rebuilt[1]["b"] is None
+    doubled = tree_map(lambda v: v * 2 if isinstance(v, int) else v, tree)
+    assert doubled[1]["a"][0] == 4
+    assert tree_flatten(torch.ones(1))[1].is_leaf()
+
+
+def test_symbolic_values_are_recognized():
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    size = ShapeEnv().create_unbacked_symint()
+    assert torch_internals.is_symbolic(size)
+    assert not torch_internals.is_symbolic(3) and not torch_internals.is_symbolic(torch.ones(2))
+
+
+def test_dynamo_finds_registered_backends():
+    calls = []
+
+    def counting_backend(gm, example_inputs):
+        calls.append(len(example_inputs))
+        return gm.forward
+
+    torch_internals.register_dynamo_backend("ember_test_counting", counting_backend)
+    torch_internals.register_dynamo_backend("ember_test_counting", counting_backend)  # no error
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="ember_test_counting")
+    assert torch.equal(compiled(torch.ones(3)), torch.full((3,), 3.0))
+    assert calls == [1]
+    import ember  # noqa: F401  (registers "ember")
+
+    assert torch.equal(torch.compile(lambda x: x.sin(), backend="ember")(torch.zeros(2)),
+                       torch.zeros(2))
