@@ -132,11 +132,14 @@ def sharing(outputs: Any, inputs: Any) -> set[tuple[int, int]]:
 
 
 def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | None = None,
-          dynamo: bool = False, strides: bool = True, **tolerance: Any) -> CompiledGraph:
+          dynamo: bool = False, strides: bool = True, may_switch_to_eager: bool = False,
+          **tolerance: Any) -> CompiledGraph:
     """Compile `fn`, run it and eager on copies of `args`, and compare results, strides and
     what happened to the arguments (in-place mutation). `kernels` and `library` are the exact
     numbers of generated kernels and of aten ops without a lowering rule left to run as
-    library calls (all graphs; matmul and other library calls by design are not counted)."""
+    library calls (all graphs; matmul and other library calls by design are not counted).
+    `may_switch_to_eager` accepts a graph that its first call sent to eager (a library call
+    returned a layout ember did not predict) — right answers, but no speed."""
     with torch.no_grad(), watching_fallbacks() as fallbacks:
         compiled, graphs = compile_fn(fn, args, dynamo=dynamo)
         eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
@@ -160,7 +163,9 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | N
     for graph in graphs:
         assert isinstance(graph, (CompiledGraph, InterpretedGraph)), \
             f"ember fell back to eager: {why}"
-        assert not getattr(graph, "runs_eagerly", False), f"{graph.label} switched to eager: {why}"
+        if not may_switch_to_eager:
+            assert not getattr(graph, "runs_eagerly", False), \
+                f"{graph.label} switched to eager: {why}"
     if kernels is not None:
         assert sum(g.kernel_count for g in graphs) == kernels, \
             f"{[g.kernel_count for g in graphs]} kernels, expected {kernels}"

@@ -7,7 +7,7 @@ import torch
 from helpers import captured_log, check
 
 from ember import config
-from ember.backends import backend, compile_graph
+from ember.backends import EagerGraph, backend, compile_graph
 from ember.runtime.compiled import CompiledGraph
 
 
@@ -24,10 +24,14 @@ def test_a_graph_compiles_and_matches_eager():
     assert isinstance(compiled, CompiledGraph) and compiled.library_count == 0
 
 
-def test_disabled_ember_returns_the_graph_itself():
+def test_disabled_ember_runs_the_graph_eagerly_and_says_why():
     gm = _traced()
     with config.override(disable=True):
-        assert backend(gm, [torch.randn(3)]) == gm.forward
+        result = backend(gm, [torch.randn(3)])
+    assert isinstance(result, EagerGraph) and result.forward == gm.forward
+    assert "EMBER_DISABLE" in result.reason
+    x = torch.randn(3)
+    torch.testing.assert_close(result(x), gm(x))
 
 
 def test_training_graphs_run_eagerly_and_say_why():

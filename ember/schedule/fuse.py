@@ -146,6 +146,8 @@ class Scheduler:
         if base.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or base.kind is Kind.LEAF \
                 or base in self.graph.outputs or base.kind is Kind.VIEW:
             return
+        if any(self.aliases.get(output) is base for output in self.graph.outputs):
+            return  # another output already views this memory: eager's outputs are separate
         geometry = view_geometry(node, base, (base.shape, row_major(base.shape), 0))
         if geometry is not None and geometry[1] == tuple(strides) and geometry[2] == 0:
             self.realized.add(base)

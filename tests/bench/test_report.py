@@ -98,7 +98,7 @@ def test_written_files_hold_the_numbers(tmp_path):
     assert "- CPU: AMD EPYC, 2 cores (2 usable)" in markdown
     assert "2026-11-29T10:00:00+00:00" in markdown and "torch 2.13.0+cpu" in markdown
     assert "- **FAIL S5 mlp3_b16_fwd ember: output 0" in markdown
-    assert "| ember | 24.5 | 23.3–27.0 | 22.1 | 3 | 0.25 |" in markdown  # detail: IQR, min
+    assert "| ember.compile | 24.5 | 23.3–27.0 | 22.1 | 3 | 0.25 |" in markdown  # detail: IQR, min
     data = json.loads(json_path.read_text())
     s1 = data["workloads"][0]
     assert s1["trials"]["ember"]["steady"]["samples_s"] == [0.0245 * 0.9, 0.0245, 0.0245 * 1.2]

@@ -32,10 +32,15 @@ def test_seed_shapes_are_those_of_the_anchors():
         "softmax": "x 4096x4096 float32",
         "layer_norm": "x 4096x4096 float32, weight 4096 float32, bias 4096 float32",
         "S5": "Sequential 25.2M params; input 16x1024 float32",
+        "S6": "x 4000x4000 float32",
+        "S6-where": "x 4000x4000 float32",
+        "mlp-print": "PrintingMLP 8.4M params; x 64x1024 float32",
+        "overhead": "x 8 float32",
     }
 
 
-@pytest.mark.parametrize("workload", workloads.WORKLOADS, ids=lambda w: w.name)
+@pytest.mark.parametrize("workload", [w for w in workloads.WORKLOADS if w.name != "overhead"],
+                         ids=lambda w: w.name)
 def test_quick_is_about_a_sixteenth_of_full(workload):
     assert elements(workload, "full") / elements(workload, "quick") == pytest.approx(16, rel=0.1)
 
