@@ -39,7 +39,8 @@ def test_parallel_kernels_match_eager(program):
 @given(programs(reductions=True, mutations=True))
 def test_programs_through_dynamo_match_eager(program):
     """The front door: torch.compile(fn, backend=...) with Dynamo capturing the graph."""
-    check(program.function(), *program.inputs, may_switch_to_eager=True, dynamo=True, **tolerance(program))
+    check(program.function(), *program.inputs, may_switch_to_eager=True, dynamo=True,
+          **tolerance(program))
 
 
 @settings(max_examples=40)
