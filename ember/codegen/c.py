@@ -508,6 +508,11 @@ class CKernelWriter:
             pragmas = [""] * len(inner_loops)
             if inner_loops:
                 pragmas[-1] = "#pragma omp simd" + status
+                if parent.depth == 0 and self.parallel:
+                    # no outer loop to share out (a full reduction and its epilogue): the
+                    # threads split the store loop instead
+                    pragmas[0] = "#pragma omp parallel for" + (
+                        " simd" if len(inner_loops) == 1 else "") + status
             self.close_loops(inner_loops, pragmas)
         self.close_loops(outer_loops, self.outer_pragmas(outer_loops))
         signature = ", ".join(
