@@ -18,6 +18,8 @@ from ember.codegen.c import KernelSource
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.lower.tracer import OutputSpec
+from ember.runtime import memory
+from ember.runtime.memory import empty_cpu
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 
@@ -51,11 +53,12 @@ class _Writer:
         self.plan = plan
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = {
-            "empty_strided": torch.empty_strided, "device": device,
+            "empty_strided": torch.empty_strided, "empty_cpu": empty_cpu, "device": device,
             "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
             "same_layout": same_layout,
         }
         self.constants = 0
+        self.device = device
 
     def constant(self, value: Any, hint: str = "k") -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -77,6 +80,11 @@ class _Writer:
         return name
 
     def allocate(self, buffer: Buffer) -> None:
+        if self.device.type == "cpu" and buffer.nbytes >= memory.MIN_BYTES:
+            # large CPU buffers ask for huge pages (see ember/runtime/memory.py)
+            self.lines.append(f"{buffer.name} = empty_cpu({buffer.shape!r}, {buffer.strides!r}, "
+                              f"{self.dtype(buffer.dtype)})")
+            return
         self.lines.append(f"{buffer.name} = empty_strided({buffer.shape!r}, {buffer.strides!r}, "
                           f"dtype={self.dtype(buffer.dtype)}, device=device)")
 

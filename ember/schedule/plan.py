@@ -37,6 +37,14 @@ class Buffer:
     def numel(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffer spans (its last element's end), as an allocation needs."""
+        if self.numel == 0:
+            return 0
+        span = 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+        return span * self.dtype.itemsize
+
     def root(self) -> Buffer:
         return self.base.root() if self.base is not None else self
 
