@@ -16,7 +16,8 @@ from ember.bench.harness import Trial, break_even, format_ms, ratio
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
 NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember.compile",
          "dynamo+ember": "torch.compile(backend='ember')",
-         "dynamo-eager": "torch.compile(backend='eager')"}
+         "dynamo-eager": "torch.compile(backend='eager')",
+         "ember-eager": "ember.compile(backend='eager')"}
 
 
 @dataclasses.dataclass

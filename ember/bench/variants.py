@@ -2,7 +2,8 @@
 
 `ember` is ember.compile (ember's own bytecode capture and its kernels); `dynamo+ember` is
 torch.compile(backend="ember") (Dynamo's capture, ember's kernels); `dynamo-eager` is Dynamo's
-capture alone (torch.compile(backend="eager")), for per-call overhead. `prepare(variant, fn,
+capture alone (torch.compile(backend="eager")) and `ember-eager` ember's capture alone
+(ember.compile(backend="eager")), for capture time and per-call overhead. `prepare(variant, fn,
 workload)` gives the callable to time plus a `Compiles` record the ember variants fill in.
 """
 
@@ -66,6 +67,13 @@ def _dynamo_ember(fn: Callable[..., Any], workload: Workload,
     return torch.compile(fn, backend=_recording_backend(compiles))
 
 
+def _ember_eager(fn: Callable[..., Any], workload: Workload,
+                 compiles: Compiles) -> Callable[..., Any]:
+    import ember
+
+    return ember.compile(fn, backend="eager")
+
+
 def _dynamo_eager(fn: Callable[..., Any], workload: Workload,
                   compiles: Compiles) -> Callable[..., Any]:
     return torch.compile(fn, backend="eager")
@@ -77,6 +85,7 @@ variant_rules: dict[str, Callable[[Callable[..., Any], Workload, Compiles], Call
     "ember": _ember,
     "dynamo+ember": _dynamo_ember,
     "dynamo-eager": _dynamo_eager,
+    "ember-eager": _ember_eager,
 }
 
 # What a run compares by default (dynamo-eager only serves the overhead measurement).

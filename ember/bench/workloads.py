@@ -119,6 +119,21 @@ def build_printing_mlp(batch: int, width: int, hidden: int
     return PrintingMLP(width, hidden).eval(), (torch.randn(batch, width),)
 
 
+class GeluIsh(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return gelu_ish(x)
+
+
+def build_s3_forward(batch: int, width: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """S3's model (4 Linear layers with gelu_ish between), forward only."""
+    layers: list[torch.nn.Module] = []
+    for position in range(4):
+        layers.append(torch.nn.Linear(width, width))
+        if position < 3:
+            layers.append(GeluIsh())
+    return torch.nn.Sequential(*layers), (torch.randn(batch, width),)
+
+
 def one_op(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
@@ -155,6 +170,10 @@ WORKLOADS: tuple[Workload, ...] = (
              {"full": dict(batch=64, width=1024, hidden=4096),
               "quick": dict(batch=64, width=256, hidden=1024),
               "tiny": dict(batch=4, width=32, hidden=64)}, dict(rtol=1e-4, atol=1e-5)),
+    Workload("S3-forward", "mlp4_forward", "S3's model: 4x Linear(1024,1024) with gelu_ish "
+             "between, X 512x1024, forward under no_grad", build_s3_forward,
+             {"full": dict(batch=512, width=1024), "quick": dict(batch=128, width=256),
+              "tiny": dict(batch=4, width=32)}, dict(rtol=1e-4, atol=1e-4)),
     Workload("overhead", "one_op", "x + 1 on 8 elements: per-call overhead over the op",
              lambda n: (one_op, (torch.randn(n),)),
              {"full": dict(n=8), "quick": dict(n=8), "tiny": dict(n=8)},

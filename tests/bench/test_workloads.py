@@ -35,6 +35,7 @@ def test_seed_shapes_are_those_of_the_anchors():
         "S6": "x 4000x4000 float32",
         "S6-where": "x 4000x4000 float32",
         "mlp-print": "PrintingMLP 8.4M params; x 64x1024 float32",
+        "S3-forward": "Sequential 4.2M params; input 512x1024 float32",
         "overhead": "x 8 float32",
     }
 
