@@ -348,8 +348,19 @@ def _masked_fill(b: Builder, x: Node, mask: Node, value) -> Node:
     return b.where(mask, b.operand(value, x.dtype), x)
 
 
+def _scalar_nan_bound_applies() -> bool:
+    """Does this torch's clamp(x, min=nan) give NaN (2.13) or leave x alone (2.11)? Ask it."""
+    return bool(torch.isnan(torch.clamp(torch.tensor([1.0]), min=math.nan))[0])
+
+
+SCALAR_NAN_BOUND_APPLIES = _scalar_nan_bound_applies()
+
+
 def clamp(b: Builder, x: Node, low, high) -> Node:
     """min(max(x, low), high) in the promoted dtype, NaN-propagating; a bound may be None."""
+    if not SCALAR_NAN_BOUND_APPLIES:
+        low = None if isinstance(low, float) and math.isnan(low) else low
+        high = None if isinstance(high, float) and math.isnan(high) else high
     dtype = b.compute_dtype(*(v for v in (x, low, high) if v is not None))
     result = b.cast(x, dtype)
     if low is not None:
