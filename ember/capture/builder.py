@@ -143,45 +143,34 @@ def _name_of(target: Any) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
-def to_fx(value: Any) -> Any:
-    """Tracked values -> FX node arguments."""
+def _convert(value: Any, tensor: Any, size: Any) -> Any:
+    """Tracked values -> Python arguments, tensors given by `tensor(value)`."""
     if isinstance(value, TensorValue):
-        return value.node
+        return tensor(value)
     if isinstance(value, Const):
         return value.value
     if isinstance(value, SequenceValue):
-        items = [to_fx(v) for v in value.items]
+        items = [_convert(v, tensor, size) for v in value.items]
+        if value.kind is torch.Size:
+            return size(items)
         return list(items) if value.kind is list else tuple(items)
     if isinstance(value, SliceValue):
-        return slice(to_fx(value.start), to_fx(value.stop), to_fx(value.step))
+        return slice(*(_convert(v, tensor, size) for v in (value.start, value.stop, value.step)))
     if isinstance(value, DictValue):
-        return {k: to_fx(v) for k, v in value.items.items()}
+        return {k: _convert(v, tensor, size) for k, v in value.items.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(to_fx(v) for v in value)
+        return type(value)(_convert(v, tensor, size) for v in value)
     if isinstance(value, dict):
-        return {k: to_fx(v) for k, v in value.items()}
+        return {k: _convert(v, tensor, size) for k, v in value.items()}
     raise Unsupported(f"a {value.describe() if isinstance(value, Value) else type(value)} "
                       "cannot be passed to a tensor operation")
+
+
+def to_fx(value: Any) -> Any:
+    """Tracked values -> FX node arguments (a torch.Size stays a tuple of ints there)."""
+    return _convert(value, lambda t: t.node, tuple)
 
 
 def to_fake(value: Any) -> Any:
     """Tracked values -> the arguments the op runs on while capturing."""
-    if isinstance(value, TensorValue):
-        return value.fake
-    if isinstance(value, Const):
-        return value.value
-    if isinstance(value, SequenceValue):
-        items = [to_fake(v) for v in value.items]
-        if value.kind is torch.Size:
-            return torch.Size(items)
-        return list(items) if value.kind is list else tuple(items)
-    if isinstance(value, SliceValue):
-        return slice(to_fake(value.start), to_fake(value.stop), to_fake(value.step))
-    if isinstance(value, DictValue):
-        return {k: to_fake(v) for k, v in value.items.items()}
-    if isinstance(value, (tuple, list)):
-        return type(value)(to_fake(v) for v in value)
-    if isinstance(value, dict):
-        return {k: to_fake(v) for k, v in value.items()}
-    raise Unsupported(f"a {value.describe() if isinstance(value, Value) else type(value)} "
-                      "cannot be passed to a tensor operation")
+    return _convert(value, lambda t: t.fake, torch.Size)

@@ -132,6 +132,15 @@ class Graph:
         return format_graph(self)
 
 
+def row_major(shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a contiguous (C-order) tensor of `shape`, as torch gives them."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def topological(nodes: Iterable[Node]) -> list[Node]:
     """Nodes ordered so that inputs come first (stable for nodes already in order)."""
     order: list[Node] = []

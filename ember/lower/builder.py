@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import torch
 
 from ember.ir import dtypes
-from ember.ir.graph import Graph, Node, Shape
+from ember.ir.graph import Graph, Node, Shape, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import COMPARISONS, FLOAT_ONLY, Op
 
@@ -278,10 +278,3 @@ def wrap_integer(value: int, dtype: torch.dtype) -> int:
         value -= 1 << bits
     return value
 
-
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))

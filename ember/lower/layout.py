@@ -11,13 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-
-def _row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+from ember.ir.graph import row_major
 
 
 def _non_overlapping_and_dense(tensor: torch.Tensor) -> bool:
@@ -47,7 +41,7 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
     # fast set-up: operands of the result's shape that all share one layout
     if tensors and not wrapped_scalars and all(tuple(t.shape) == shape for t in tensors):
         if all(t.is_contiguous() for t in tensors):
-            return _row_major(shape)
+            return row_major(shape)
         if ndim == 4 and all(t.is_contiguous(memory_format=torch.channels_last)
                              for t in tensors):
             return tuple(torch.empty(shape, device="meta")
@@ -56,7 +50,7 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
                for t in tensors):
             return tuple(tensors[0].stride())
     if ndim <= 1:
-        return _row_major(shape)
+        return row_major(shape)
     # reorder_dimensions: broadcast dims (stride 0) never decide; equal strides put the
     # smaller dim first; ambiguous pairs keep their order
     operand_strides = []

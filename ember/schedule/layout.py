@@ -6,20 +6,10 @@ of copying it, exactly as eager would pass a view.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from ember.ir.graph import Node
+from ember.ir.graph import Node, row_major
 from ember.ir.ops import Op
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # shape, strides, offset
-
-
-def row_major(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _reshape_strides(shape, strides, new_shape) -> tuple[int, ...] | None:
