@@ -8,7 +8,6 @@ from __future__ import annotations
 import builtins
 import inspect
 import math
-import operator
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,12 +18,11 @@ from ember import torch_internals
 from ember.capture import semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
-from ember.capture.sources import AttrSource, ItemSource, Source
+from ember.capture.sources import AttrSource, ItemSource
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
     BuiltinValue,
-    CellValue,
     Const,
     DictValue,
     FunctionValue,
@@ -33,10 +31,8 @@ from ember.capture.values import (
     ModuleValue,
     NestedFunctionValue,
     ObjectValue,
-    RangeValue,
     SequenceValue,
     SetValue,
-    SuperValue,
     TensorMethodValue,
     TensorValue,
     TorchValue,
@@ -418,311 +414,6 @@ def call_builtin(session: Session, function: Any, args: list[Value],
     raise Unsupported(f"builtin {getattr(function, '__name__', function)}() is not supported")
 
 
-@rule(len)
-def _len(session: Session, value: Value, **_: Any) -> Value:
-    if isinstance(value, TensorValue):
-        if value.fake.ndim == 0:
-            raise Unsupported("len() of a 0-d tensor")
-        return Const(int(value.fake.shape[0]))
-    if isinstance(value, (SequenceValue, SetValue)):
-        return Const(len(value.items))
-    if isinstance(value, DictValue):
-        return Const(len(value.items))
-    if isinstance(value, ModuleValue):
-        return Const(len(value.value))
-    return Const(len(python_value(value)))
-
-
-@rule(isinstance)
-def _isinstance(session: Session, value: Value, classes: Value, **_: Any) -> Value:
-    kinds = python_value(classes)
-    kind = value.python_type() if not isinstance(value, ObjectValue) else type(value.value)
-    if isinstance(value, TensorValue) and value.exact_type is torch.Tensor:
-        kind = torch.Tensor
-    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
-    return Const(any(_is_subclass(kind, k) for k in kinds))
-
-
-def _is_subclass(kind: type, target: Any) -> bool:
-    try:
-        return issubclass(kind, target)
-    except TypeError:
-        return False
-
-
-@rule(issubclass)
-def _issubclass(session: Session, kind: Value, classes: Value, **_: Any) -> Value:
-    return Const(issubclass(python_value(kind), python_value(classes)))
-
-
-@rule(range)
-def _range(session: Session, *args: Value, **_: Any) -> Value:
-    return RangeValue(range(*[python_value(a) for a in args]))
-
-
-@rule(enumerate)
-def _enumerate(session: Session, iterable: Value, start: Value | None = None,
-               **_: Any) -> Value:
-    first = python_value(start) if start is not None else 0
-    return IteratorValue([SequenceValue([Const(first + i), item], tuple)
-                          for i, item in enumerate(unpack(session, iterable))])
-
-
-@rule(zip)
-def _zip(session: Session, *iterables: Value, strict: Value | None = None, **_: Any) -> Value:
-    columns = [unpack(session, it) for it in iterables]
-    if strict is not None and python_value(strict) and len({len(c) for c in columns}) > 1:
-        raise Unsupported("zip(strict=True) of different lengths")
-    return IteratorValue([SequenceValue(list(row), tuple) for row in zip(*columns)])
-
-
-@rule(map)
-def _map(session: Session, function: Value, *iterables: Value, **_: Any) -> Value:
-    columns = [unpack(session, it) for it in iterables]
-    return IteratorValue([call_value(session, function, list(row), {}) for row in zip(*columns)])
-
-
-@rule(filter)
-def _filter(session: Session, function: Value, iterable: Value, **_: Any) -> Value:
-    kept = []
-    for item in unpack(session, iterable):
-        test = item if semantics.is_none(function) else call_value(session, function, [item], {})
-        if semantics.truth(session, test):
-            kept.append(item)
-    return IteratorValue(kept)
-
-
-@rule(sorted)
-def _sorted(session: Session, iterable: Value, frame: Any = None, **kwargs: Value) -> Value:
-    values = [python_value(v) for v in unpack(session, iterable)]
-    options = {k: python_value(v) for k, v in kwargs.items()}
-    return SequenceValue([semantics.constant(v) for v in sorted(values, **options)], list)
-
-
-@rule(reversed)
-def _reversed(session: Session, iterable: Value, **_: Any) -> Value:
-    return IteratorValue(list(reversed(unpack(session, iterable))))
-
-
-@rule(iter)
-def _iter(session: Session, iterable: Value, **_: Any) -> Value:
-    return semantics.iterate(session, iterable)
-
-
-@rule(next)
-def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value:
-    if not isinstance(iterator, IteratorValue):
-        raise Unsupported(f"next() of {iterator.describe()}")
-    item = iterator.next()
-    session.side_effects.changed(iterator)
-    if item is None:
-        if default:
-            return default[0]
-        raise Unsupported("StopIteration", "eager raises StopIteration here")
-    return item
-
-
-call_rules[list] = lambda session, iterable=None, **_: SequenceValue(
-    unpack(session, iterable) if iterable is not None else [], list)
-call_rules[tuple] = lambda session, iterable=None, **_: SequenceValue(
-    unpack(session, iterable) if iterable is not None else [], tuple)
-
-
-@rule(dict)
-def _dict(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
-    items: dict[Any, Value] = {}
-    if args:
-        source = args[0]
-        if isinstance(source, DictValue):
-            items.update(source.items)
-        else:
-            for pair in unpack(session, source):
-                key, value = unpack(session, pair)
-                items[semantics.key_of(key)] = value
-    items.update(kwargs)
-    return DictValue(items)
-
-
-@rule(set, frozenset)
-def _set(session: Session, iterable: Value = None, **_: Any) -> Value:
-    return semantics.make_set(unpack(session, iterable) if iterable is not None else [])
-
-
-@rule(getattr)
-def _getattr(session: Session, obj: Value, name: Value, *default: Value, **_: Any) -> Value:
-    try:
-        return semantics.get_attribute(session, obj, python_value(name))
-    except Unsupported as error:
-        if default and "no attribute" in error.reason:
-            return default[0]
-        raise
-
-
-@rule(hasattr)
-def _hasattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
-    try:
-        semantics.get_attribute(session, obj, python_value(name))
-        return Const(True)
-    except Unsupported as error:
-        if "no attribute" in error.reason:
-            return Const(False)
-        raise
-
-
-@rule(setattr)
-def _setattr(session: Session, obj: Value, name: Value, value: Value, **_: Any) -> Value:
-    semantics.set_attribute(session, obj, python_value(name), value)
-    return Const(None)
-
-
-@rule(type)
-def _type(session: Session, value: Value, **_: Any) -> Value:
-    kind = value.python_type() if not isinstance(value, ObjectValue) else type(value.value)
-    return session.wrap(kind, None, guard=False)
-
-
-@rule(super)
-def _super(session: Session, *args: Value, frame: Frame | None = None, **_: Any) -> Value:
-    if args:
-        return SuperValue(python_value(args[0]), args[1])
-    if frame is None or "__class__" not in frame.cells or not frame.code.co_varnames:
-        raise Unsupported("super() without arguments outside a method")
-    klass = semantics.read_cell(frame, "__class__")
-    receiver = frame.locals.get(frame.code.co_varnames[0])
-    if receiver is None:
-        receiver = semantics.read_cell(frame, frame.code.co_varnames[0])
-    return SuperValue(python_value(klass), receiver)
-
-
-@rule(sum)
-def _sum(session: Session, iterable: Value, start: Value | None = None, **_: Any) -> Value:
-    total = start if start is not None else Const(0)
-    for item in unpack(session, iterable):
-        total = semantics.binary(session, "+", total, item)
-    return total
-
-
-def _extremum(pick: Callable):
-    def run(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
-        values = unpack(session, args[0]) if len(args) == 1 else list(args)
-        if any(isinstance(v, TensorValue) for v in values):
-            raise Unsupported(f"builtin {pick.__name__}() compares tensors (data-dependent)",
-                              f"use torch.{'maximum' if pick is max else 'minimum'} instead")
-        return semantics.constant(pick([python_value(v) for v in values],
-                                       **{k: python_value(v) for k, v in kwargs.items()}))
-
-    return run
-
-
-call_rules[min] = _extremum(min)
-call_rules[max] = _extremum(max)
-
-
-@rule(abs)
-def _abs(session: Session, value: Value, **_: Any) -> Value:
-    if isinstance(value, TensorValue):
-        return session.builder.call("call_function", operator.abs, (value,), {})
-    return semantics.constant(abs(python_value(value)))
-
-
-def _numeric(kind: type):
-    def run(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
-        if any(isinstance(a, TensorValue) for a in args):
-            raise Unsupported(f"{kind.__name__}() of a tensor reads its value",
-                              "keep it outside the compiled function")
-        return semantics.constant(kind(*[python_value(a) for a in args]))
-
-    return run
-
-
-for _kind in (int, float, bool, str, complex):
-    call_rules[_kind] = _numeric(_kind)
-
-
-def _truthy(pick: Callable):
-    def run(session: Session, iterable: Value, frame: Any = None, **_: Any) -> Value:
-        return Const(pick(semantics.truth(session, v) for v in unpack(session, iterable)))
-
-    return run
-
-
-call_rules[all] = _truthy(all)
-call_rules[any] = _truthy(any)
-
-
-@rule(callable)
-def _callable(session: Session, value: Value, **_: Any) -> Value:
-    return Const(not isinstance(value, (Const, SequenceValue, DictValue, TensorValue))
-                 or callable(getattr(value, "value", None)))
-
-
-# -- torch functions that are not graph operations -----------------------------------------
-@rule(torch.no_grad)
-def _no_grad(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
-    return GradModeValue(False)
-
-
-@rule(torch.enable_grad)
-def _enable_grad(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
-    return GradModeValue(True)
-
-
-@rule(torch.set_grad_enabled)
-def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any) -> Value:
-    enabled = bool(python_value(mode))
-    previous = session.grad_enabled
-    semantics.set_grad_mode(session, enabled)
-    value = GradModeValue(enabled, previous)
-    return value
-
-
-@rule(torch.is_grad_enabled)
-def _is_grad_enabled(session: Session, frame: Any = None, **_: Any) -> Value:
-    return Const(session.grad_enabled)
-
-
-@rule(torch.get_default_dtype)
-def _get_default_dtype(session: Session, frame: Any = None, **_: Any) -> Value:
-    return Const(torch.get_default_dtype())
-
-
-@rule(torch.is_tensor)
-def _is_tensor(session: Session, value: Value, frame: Any = None, **_: Any) -> Value:
-    return Const(isinstance(value, TensorValue))
-
-
-@rule(torch.is_floating_point)
-def _is_floating_point(session: Session, value: Value, frame: Any = None, **_: Any) -> Value:
-    return Const(value.fake.is_floating_point())
-
-
-@rule(torch.numel)
-def _numel(session: Session, value: Value, frame: Any = None, **_: Any) -> Value:
-    return Const(value.fake.numel())
-
-
-@rule(torch.Size)
-def _size(session: Session, dims: Value = None, frame: Any = None, **_: Any) -> Value:
-    return SequenceValue(unpack(session, dims) if dims is not None else [], torch.Size)
-
-
-def _constant_call(session: Session, function: Any, args: list[Value],
-                   kwargs: dict[str, Value]) -> Value:
-    return session.wrap(function(*[python_value(a) for a in args],
-                                 **{k: python_value(v) for k, v in kwargs.items()}),
-                        None, guard=False)
-
-
-for _function in (torch.device, torch.finfo, torch.iinfo, torch.promote_types,
-                  torch.result_type, torch.can_cast):
-    call_rules[_function] = (lambda function: lambda session, *a, frame=None, **k:
-                             _constant_call(session, function, list(a), k))(_function)
-
-for _function, _value in ((torch.jit.is_scripting, False), (torch.jit.is_tracing, False),
-                          (torch.compiler.is_compiling, True),
-                          (torch.compiler.is_dynamo_compiling, False)):
-    call_rules[_function] = (lambda value: lambda session, *a, frame=None, **k:
-                             Const(value))(_value)
-
-
-__all__ = ["BuiltinValue", "CellValue", "Source"]
+# The per-callable rules (builtins, torch functions that are not graph operations) fill
+# `call_rules`; they call back into this module.
+from ember.capture import builtin_rules  # noqa: E402,F401

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dis
 import importlib
 
-from ember.capture import semantics
+from ember.capture import attributes, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
@@ -149,7 +149,7 @@ def _store_global(frame: Frame, instruction: Instruction) -> None:
 @handler("LOAD_ATTR")
 def _load_attr(frame: Frame, instruction: Instruction) -> None:
     receiver = frame.pop()
-    value = semantics.get_attribute(frame.session, receiver, instruction.argval)
+    value = attributes.get_attribute(frame.session, receiver, instruction.argval)
     if instruction.opname == "LOAD_ATTR" and semantics.VERSION >= (3, 12) and instruction.arg & 1:
         frame.push(NULL)  # method form: NULL + bound callable is equivalent for CALL
     frame.push(value)
@@ -159,7 +159,7 @@ def _load_attr(frame: Frame, instruction: Instruction) -> None:
 def _load_method(frame: Frame, instruction: Instruction) -> None:
     receiver = frame.pop()
     frame.push(NULL)
-    frame.push(semantics.get_attribute(frame.session, receiver, instruction.argval))
+    frame.push(attributes.get_attribute(frame.session, receiver, instruction.argval))
 
 
 @handler("LOAD_SUPER_ATTR", versions=((3, 12),))
@@ -167,7 +167,7 @@ def _load_super_attr(frame: Frame, instruction: Instruction) -> None:
     receiver = frame.pop()
     cls = frame.pop()
     frame.pop()  # the global `super`
-    value = semantics.super_attribute(frame, cls, receiver, instruction.argval)
+    value = attributes.super_attribute(frame, cls, receiver, instruction.argval)
     if instruction.arg & 1:
         frame.push(NULL)
     frame.push(value)
@@ -177,7 +177,7 @@ def _load_super_attr(frame: Frame, instruction: Instruction) -> None:
 def _store_attr(frame: Frame, instruction: Instruction) -> None:
     receiver = frame.pop()
     value = frame.pop()
-    semantics.set_attribute(frame.session, receiver, instruction.argval, value)
+    attributes.set_attribute(frame.session, receiver, instruction.argval, value)
 
 
 # -- operators -----------------------------------------------------------------------------
@@ -567,7 +567,7 @@ def _import_name(frame: Frame, instruction: Instruction) -> None:
 @handler("IMPORT_FROM")
 def _import_from(frame: Frame, instruction: Instruction) -> None:
     module = frame.peek()
-    frame.push(semantics.get_attribute(frame.session, module, instruction.argval))
+    frame.push(attributes.get_attribute(frame.session, module, instruction.argval))
 
 
 __all__ = ["BoundMethodValue", "TensorValue", "Value", "SetValue"]

@@ -1,0 +1,198 @@
+"""Attribute reads and writes on tracked values: tensor metadata and methods, module
+parameters, buffers and submodules, object attributes (properties, methods, class attributes),
+super(). Reads of real objects go through `session.wrap`, which installs the guards."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember.capture.errors import Unsupported
+from ember.capture.semantics import field_names, python_value
+from ember.capture.sources import AttrSource
+from ember.capture.values import (
+    BoundMethodValue,
+    Const,
+    DictValue,
+    GradModeValue,
+    ModuleValue,
+    NestedFunctionValue,
+    ObjectValue,
+    PythonModuleValue,
+    RangeValue,
+    SequenceValue,
+    SetValue,
+    SliceValue,
+    TensorMethodValue,
+    TensorValue,
+    Value,
+    ValueMethodValue,
+)
+
+if TYPE_CHECKING:
+    from ember.capture.interpreter import Frame
+    from ember.capture.session import Session
+
+
+_TENSOR_CONSTANT_ATTRIBUTES = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "is_sparse",
+                               "layout", "requires_grad", "is_leaf", "is_quantized", "is_meta",
+                               "is_nested", "is_mkldnn")
+
+
+def get_attribute(session: Session, value: Value, name: str) -> Value:
+    if isinstance(value, TensorValue):
+        return tensor_attribute(session, value, name)
+    if isinstance(value, ModuleValue):
+        return module_attribute(session, value, name)
+    if isinstance(value, PythonModuleValue):
+        real = getattr(value.value, name, _MISSING)
+        if real is _MISSING:
+            raise Unsupported(f"module {value.value.__name__} has no attribute {name!r}")
+        from ember.capture.session import is_stable_module
+
+        stable = is_stable_module(value.value)
+        source = AttrSource(value.source, name) if value.source is not None else None
+        return session.wrap(real, source, guard=not stable)
+    if isinstance(value, ObjectValue):
+        return object_attribute(session, value, name)
+    if isinstance(value, Const):
+        real = getattr(value.value, name, _MISSING)
+        if real is _MISSING:
+            raise Unsupported(f"{value.describe()} has no attribute {name!r}")
+        if callable(real) and not isinstance(real, type):
+            return ValueMethodValue(value, name)
+        return Const(real)
+    if isinstance(value, SequenceValue) and name in field_names(value.kind):
+        return value.items[field_names(value.kind).index(name)]  # a named tuple's field
+    if isinstance(value, (SequenceValue, DictValue, SetValue, RangeValue, SliceValue)):
+        if isinstance(value, SliceValue) and name in ("start", "stop", "step"):
+            return getattr(value, name)
+        if isinstance(value, RangeValue) and name in ("start", "stop", "step"):
+            return Const(getattr(value.range, name))
+        return ValueMethodValue(value, name)
+    if isinstance(value, NestedFunctionValue):
+        if name == "__name__":
+            return Const(value.name)
+    if isinstance(value, GradModeValue) and name in ("__enter__", "__exit__"):
+        return ValueMethodValue(value, name)
+    raise Unsupported(f"attribute {name!r} of {value.describe()}")
+
+
+_MISSING = object()
+
+
+def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
+    fake = value.fake
+    if name in _TENSOR_CONSTANT_ATTRIBUTES:
+        return Const(getattr(fake, name))
+    if name == "shape":
+        return SequenceValue([Const(int(d)) for d in fake.shape], torch.Size)
+    if name == "T":
+        return session.builder.call("call_method", "permute", (value,),
+                                    {"dims": Const(tuple(reversed(range(fake.ndim))))})
+    if name in ("mT", "mH"):
+        return session.builder.call("call_method", "transpose",
+                                    (value, Const(-2), Const(-1)), {})
+    if name == "data":
+        return session.builder.call("call_method", "detach", (value,), {})
+    if name in ("real",) and not fake.is_complex():
+        return value
+    if name in ("grad", "grad_fn", "_base", "_version"):
+        raise Unsupported(f"tensor.{name} inside the compiled function",
+                          f"read tensor.{name} outside the compiled function")
+    attribute = getattr(torch.Tensor, name, _MISSING)
+    if attribute is _MISSING:
+        raise Unsupported(f"tensors have no attribute {name!r}")
+    if callable(attribute):
+        return TensorMethodValue(value, name)
+    raise Unsupported(f"tensor attribute {name!r} is not supported yet")
+
+
+def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
+    module = value.value
+    shadow = session.side_effects.attributes.get((id(module), name))
+    if shadow is not None:
+        return shadow
+    source = AttrSource(value.source, name) if value.source is not None else None
+    for table in ("_parameters", "_buffers", "_modules"):
+        entries = module.__dict__.get(table, {})
+        if name in entries:
+            entry = entries[name]
+            if entry is None:
+                return Const(None)
+            return session.wrap(entry, source)
+    return object_attribute(session, value, name)
+
+
+def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
+    obj = value.value
+    shadow = session.side_effects.attributes.get((id(obj), name))
+    if shadow is not None:
+        return shadow
+    source = AttrSource(value.source, name) if value.source is not None else None
+    instance_dict = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
+    cls = obj if isinstance(obj, type) else type(obj)
+    descriptor = _class_lookup(cls, name)
+    if isinstance(descriptor, property) and not isinstance(obj, type):
+        getter = session.wrap(descriptor.fget, None, guard=False)
+        from ember.capture.calls import call_value
+
+        return call_value(session, getter, [value], {})
+    if name in instance_dict:
+        return session.wrap(instance_dict[name], source)
+    if descriptor is not _MISSING:
+        if isinstance(descriptor, staticmethod):
+            return session.wrap(descriptor.__func__, None, guard=False)
+        if isinstance(descriptor, classmethod):
+            function = session.wrap(descriptor.__func__, None, guard=False)
+            return BoundMethodValue(function, session.wrap(cls, None, guard=False))
+        if isinstance(descriptor, types.FunctionType):
+            function = session.wrap(descriptor, None, guard=False)
+            if isinstance(obj, type):
+                return function
+            return BoundMethodValue(function, value)
+    try:
+        real = getattr(obj, name)
+    except AttributeError:
+        raise Unsupported(f"{type(obj).__name__} object has no attribute {name!r}",
+                          "eager raises AttributeError here") from None
+    if isinstance(real, types.MethodType) and real.__self__ is obj:
+        function = session.wrap(real.__func__, None, guard=False)
+        return BoundMethodValue(function, value)
+    return session.wrap(real, source)
+
+
+def _class_lookup(cls: type, name: str) -> Any:
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def super_attribute(frame: Frame, cls: Value, receiver: Value, name: str) -> Value:
+    klass = python_value(cls)
+    mro = type(python_value(receiver)).__mro__
+    for base in mro[mro.index(klass) + 1:]:
+        if name in base.__dict__:
+            attribute = base.__dict__[name]
+            function = frame.session.wrap(attribute, None, guard=False)
+            if isinstance(attribute, types.FunctionType):
+                return BoundMethodValue(function, receiver)
+            return function
+    raise Unsupported(f"super() has no attribute {name!r}")
+
+
+def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
+    if isinstance(receiver, ObjectValue) and receiver.source is not None:
+        obj = receiver.value
+        if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \
+                name in obj.__dict__.get("_parameters", {}):
+            raise Unsupported("assigning a tensor to a module parameter",
+                              "update the parameter in place, or outside the compiled function")
+        session.side_effects.set_attribute(obj, receiver.source, name, value)
+        return
+    raise Unsupported(f"setting attribute {name!r} of {receiver.describe()}")
+
+

@@ -1,0 +1,77 @@
+"""Loop planning for C kernels, from the memory accesses of a first writing: which adjacent
+dims share one loop (every access affine across them), which loops are merged so the parallel
+one has enough iterations, and when a reduction runs in column mode (vectorized across the
+contiguous kept dim)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from ember.schedule.expr import Expr, Var
+
+if TYPE_CHECKING:
+    from ember.codegen.c import CKernelWriter
+
+
+def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]]:
+    """Merge adjacent dims whose every access is affine across them; then, for parallel
+    kernels, merge leading outer loops until the outermost one has enough iterations."""
+    shape = writer.kernel.shape
+
+    def mergeable(a: int, b: int) -> bool:
+        for offset in writer.accesses:
+            for prefix in _prefixes(offset):
+                va, vb = Var(f"{prefix}{a}", shape[a]), Var(f"{prefix}{b}", shape[b])
+                ca, cb = offset.coefficient(va), offset.coefficient(vb)
+                if ca is None or cb is None or ca != cb * shape[b]:
+                    return False
+        return True
+
+    def merge(dims: list[int]) -> list[list[int]]:
+        groups: list[list[int]] = []
+        for d in dims:
+            if groups and groups[-1][-1] == d - 1 and mergeable(groups[-1][-1], d):
+                groups[-1].append(d)
+            else:
+                groups.append([d])
+        return groups
+
+    outer = merge(writer.outer_dims)
+    inner = merge(writer.inner_dims)
+    column = None
+    if writer.kernel.axes and outer and _kept_dim_is_contiguous(writer, outer[-1][-1]):
+        column = min(COLUMN_WIDTH, math.prod(shape[d] for d in outer[-1]))
+    keep_last = not writer.kernel.axes or column is not None
+    while writer.parallel and len(outer) > (2 if keep_last else 1) and \
+            math.prod(shape[d] for d in outer[0]) < 256:
+        outer[0:2] = [outer[0] + outer[1]]
+    return outer, inner, column
+
+
+# Lanes per block in column mode: accumulators stay in L1, each row chunk is a long stream.
+COLUMN_WIDTH = 256
+
+
+def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
+    """Do more accesses walk memory contiguously along kept dim `dim` than along a reduced
+    dim? Then a reduction loop should vectorize across `dim` (column mode)."""
+    shape = writer.kernel.shape
+    along_kept = along_reduced = 0
+    for offset in writer.accesses:
+        if offset.coefficient(Var(f"i{dim}", shape[dim])) == 1:
+            along_kept += 1
+        for prefix in _prefixes(offset):
+            if any(offset.coefficient(Var(f"{prefix}{d}", shape[d])) == 1
+                   for d in writer.inner_dims):
+                along_reduced += 1
+                break
+    return along_kept > along_reduced and shape[dim] >= 8
+
+
+def _prefixes(offset: Expr) -> set[str]:
+    prefixes = set()
+    for name in offset.variables():
+        stripped = name.rstrip("0123456789")
+        prefixes.add(stripped)
+    return prefixes
