@@ -206,3 +206,13 @@ def test_guard_source_is_readable():
     compiled(t(3))
     text = compiled.entries[0].guard_source
     assert "L['x']" in text and "L['k']" in text and "def guard(L):" in text
+
+
+def test_guards_channel_prints_the_guard_function():
+    from helpers import captured_log
+
+    with captured_log("guards") as records:
+        ember.compile(lambda x: x * 2, backend="eager")(t(3))
+    (record,) = [r for r in records if "guards of" in r.getMessage()]
+    text = record.getMessage()
+    assert "def guard(L):" in text and "v0 = L['x']" in text and "v0.shape == (3,)" in text
