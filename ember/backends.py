@@ -8,6 +8,7 @@ cannot compile runs eagerly with the reason logged; ember never stops the user's
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,14 +17,19 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.codegen.c import write_source
+from ember.codegen.triton import write_module
+from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.ops import Op
 from ember.lower import Unsupported, trace
+from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
+from ember.runtime import triton_launch
 from ember.runtime.build import BuildError, build, kernel_function, load
-from ember.runtime.compiled import CompiledGraph
+from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
 from ember.schedule.fuse import schedule
+from ember.schedule.plan import Buffer, Plan
 
 _labels = itertools.count()
 
@@ -42,11 +48,31 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         return "inputs require grad while grad mode is on (training graphs run eagerly for now)"
-    if config.settings.backend not in ("", "c", "interp"):
-        return f"EMBER_BACKEND={config.settings.backend} is not available (use c or interp)"
     devices = {t.device.type for t in tensors}
-    if devices - {"cpu"}:
-        return f"tensors on {', '.join(sorted(devices - {'cpu'}))} (only the CPU backend exists)"
+    if devices - {"cpu", "cuda"}:
+        return f"tensors on {', '.join(sorted(devices - {'cpu', 'cuda'}))} (ember compiles for " \
+               f"CPU and CUDA devices)"
+    if len({t.device for t in tensors}) > 1:
+        return "tensors on several devices: " + ", ".join(sorted({str(t.device) for t in tensors}))
+    return _codegen_reason(kernel_backend("cuda" if "cuda" in devices else "cpu"))
+
+
+def kernel_backend(device_type: str) -> str:
+    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
+    Triton on CUDA."""
+    chosen = config.settings.backend
+    if chosen:
+        return chosen
+    return "triton" if device_type == "cuda" else "c"
+
+
+def _codegen_reason(chosen: str) -> str | None:
+    if chosen not in ("c", "triton", "interp"):
+        return f"EMBER_BACKEND={chosen} is not a backend (use c, triton or interp)"
+    if chosen == "triton":
+        missing = triton_launch.available()
+        if missing:
+            return f"{missing}: CUDA graphs run eagerly (pip install triton)"
     return None
 
 
@@ -99,11 +125,53 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     graph = run_passes(lowered.graph, dump)
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-    if config.settings.backend == "interp":
+    device = graph.device
+    chosen = kernel_backend(device.type)
+    if chosen == "interp":
         return InterpretedGraph(graph, lowered.outputs, lowered.output_tree, extras,
                                 tensor_positions, label)
+    if chosen == "c" and device.type != "cpu":
+        raise Unsupported(f"EMBER_BACKEND=c compiles for the CPU; these tensors are on {device}")
+    if chosen == "triton" and device.type == "cpu" and not triton_launch.interpreting():
+        raise Unsupported("EMBER_BACKEND=triton on CPU tensors needs TRITON_INTERPRET=1")
+    if chosen == "triton":
+        calls = calls_for(TRITON_LIBRARY_OPS)(graph)
+        if calls:
+            logs.dump(dump, "ir_triton_library_calls.txt", str(graph))
     plan = schedule(graph)
     logs.dump(dump, "schedule.txt", plan.describe())
+    make = _triton_kernels if chosen == "triton" else _c_kernels
+    sources, functions, misaligned = make(plan, label, dump)
+
+    def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None):
+        wrapper = write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
+                                device, checked, check_alignment=fallback is not None)
+        wrapper.namespace["misaligned"] = fallback
+        for position, tensor in enumerate(extras, start=len(tensor_positions)):
+            wrapper.namespace[f"extra{position}"] = tensor
+        if extras and fallback is not None:  # (the fallback is given args with the extras)
+            wrapper.text = wrapper.text.replace(
+                "def call(args):\n",
+                "def call(args):\n    args = (*args, "
+                + ", ".join(f"extra{p}" for p in range(len(tensor_positions),
+                                                       len(tensor_positions) + len(extras)))
+                + ",)\n", 1)
+        return wrapper
+
+    # misaligned inputs take a build that does not assume 16-byte alignment (made on demand)
+    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None),
+                                           f"<ember wrapper {label} (misaligned inputs)>"))
+    wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
+    logs.dump(dump, "wrapper.py", wrappers[1].text)
+    library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
+    written = [index for index, _ in graph.writebacks]
+    return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
+                         gm.forward, label, len(sources), library_calls, written,
+                         lowered.library_calls)
+
+
+def _c_kernels(plan: Plan, label: str, dump: Any):
+    """One C file for the plan, built with the C compiler and loaded."""
     source, kernels = write_source(plan)
     logs.dump(dump, "kernels.c", source)
     functions = {}
@@ -113,25 +181,57 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
         functions = {k.name: kernel_function(library, k.name, len(k.arguments)) for k in kernels}
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
+    return {k.name: k for k in kernels}, functions, None
+
+
+def _triton_kernels(plan: Plan, label: str, dump: Any):
+    """One Triton module for the plan; its kernels compiled for the GPU (or interpreted)."""
+    text, kernels = write_module(plan)
+    logs.dump(dump, "kernels.py", text)
+    module = triton_launch.load_module(text)
     sources = {k.name: k for k in kernels}
-    wrappers = [write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
-                              graph.device, checked) for checked in (True, False)]
-    for wrapper in wrappers:
-        for position, tensor in enumerate(extras, start=len(tensor_positions)):
-            wrapper.namespace[f"extra{position}"] = tensor
-        if extras:
-            wrapper.text = wrapper.text.replace(
-                "def call(args):\n",
-                "def call(args):\n    args = (*args, "
-                + ", ".join(f"extra{p}" for p in range(len(tensor_positions),
-                                                       len(tensor_positions) + len(extras)))
-                + ",)\n", 1)
-    logs.dump(dump, "wrapper.py", wrappers[1].text)
-    library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
-    written = [index for index, _ in graph.writebacks]
-    return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(kernels), library_calls, written,
-                         lowered.library_calls)
+    if triton_launch.interpreting():
+        launches = triton_launch.interpreted_kernels(module, kernels)
+        return sources, {k.name: f for k, f in zip(kernels, launches)}, None
+    device_index = plan.graph.device.index
+    if device_index is None:
+        device_index = torch.cuda.current_device()
+    inputs = set(plan.inputs)
+
+    def compiled(assume_inputs_aligned: bool) -> dict[str, Any]:
+        aligned = [[_known_aligned(b, inputs, assume_inputs_aligned) for b in k.arguments]
+                   for k in kernels]
+        start = time.perf_counter()
+        launches = triton_launch.compile_kernels(module, kernels, aligned, device_index)
+        logs.channel("kernels").info("%s: %d Triton kernels in %.3f s", label, len(kernels),
+                                     time.perf_counter() - start)
+        return {k.name: f for k, f in zip(kernels, launches)}
+
+    return sources, compiled(True), lambda: compiled(False)
+
+
+def _known_aligned(buffer: Buffer, inputs: set[Buffer], assume_inputs: bool) -> bool:
+    """May the kernel assume this argument's data is 16-byte aligned? Ember allocates temps and
+    outputs (the caching allocator aligns them); inputs are checked by the wrapper on each
+    call; a library result that views its operands may start anywhere."""
+    if buffer in inputs:
+        return assume_inputs
+    if buffer.role == "library":
+        return False
+    return True
+
+
+class _Lazy:
+    """A function built on its first call."""
+
+    def __init__(self, make: Callable[[], Callable]):
+        self.make = make
+        self.function: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self.function is None:
+            self.function = self.make()
+        return self.function(*args)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

@@ -93,3 +93,8 @@ def lookup_dynamo_backend(name: str) -> Any:
     from torch._dynamo.backends.registry import lookup_backend
 
     return lookup_backend(name)
+
+
+def current_raw_stream(device_index: int) -> int:
+    """The handle of the current CUDA stream of a device (what kernel launchers take)."""
+    return torch._C._cuda_getCurrentRawStream(device_index)

@@ -14,12 +14,14 @@ from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.codegen.c import KernelSource
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.lower.tracer import OutputSpec
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
+from ember.runtime.triton_launch import DeviceLaunch
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 
@@ -96,15 +98,19 @@ class _Writer:
 
 def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                   sources: dict[str, KernelSource], functions: dict[str, Any],
-                  device: torch.device, checked: bool) -> WrapperSource:
+                  device: torch.device, checked: bool, check_alignment: bool = True
+                  ) -> WrapperSource:
     """Python source of `call(args)`: `functions` are the loaded kernels by name; `checked`
-    adds the first call's check that library calls return eager's layouts."""
+    adds the first call's check that library calls return eager's layouts; `check_alignment`
+    (CUDA) sends inputs that are not 16-byte aligned to the `misaligned` build."""
     w = _Writer(plan, device)
     w.namespace.update(functions)
     lines = w.lines
     names = ", ".join(b.name for b in plan.inputs)
     if plan.inputs:
         lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
+    if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
+        lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     made: set[Buffer] = set(plan.inputs)
 
     def ready(buffer: Buffer) -> None:
@@ -133,12 +139,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
-            pointers = ", ".join(f"{b.name}.data_ptr()" for b in source.arguments)
-            call = f"{step.name}({pointers})"
-            if source.checks:
-                lines.append(f"if {call}: raise_index_error({step.name!r})")
-            else:
-                lines.append(call)
+            lines.extend(_launch(step.name, source, functions.get(step.name), w))
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:
                 ready(buffer)
@@ -212,6 +213,38 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         lines.append(f"return output_tree.unflatten([{joined}])")
     text = "def call(args):\n" + "\n".join("    " + line for line in lines) + "\n"
     return WrapperSource(text, w.namespace)
+
+
+def _launch(name: str, source: Any, function: Any, w: _Writer) -> list[str]:
+    """The lines that run one kernel: a C function on data pointers, a Triton kernel through
+    its launcher on tensors (grid and metadata as constants), or an interpreted one."""
+    if isinstance(source, KernelSource):
+        pointers = ", ".join(f"{b.name}.data_ptr()" for b in source.arguments)
+        call = f"{name}({pointers})"
+        return [f"if {call}: raise_index_error({name!r})"] if source.checks else [call]
+    if source.grid[0] == 0:
+        return []  # an empty iteration space: nothing to launch
+    tensors = ", ".join(b.name for b in source.arguments)
+    if isinstance(function, DeviceLaunch):
+        launcher, *fixed = function.prefix()
+        gx, gy, gz = function.grid
+        rest = ", ".join(w.constant(value, "meta") for value in fixed)
+        return [f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, {tensors})"]
+    return [f"{name}({tensors})"]
+
+
+def _cuda_prologue(plan: Plan, sources: dict[str, Any], w: _Writer, check_alignment: bool
+                   ) -> list[str]:
+    """The current stream, and the check that inputs passed to kernels are 16-byte aligned
+    as the kernels were compiled to assume (else the build without that promise runs)."""
+    w.namespace["current_stream"] = torch_internals.current_raw_stream
+    lines = [f"stream = current_stream({w.device.index or 0})"]
+    used = {b.root() for source in sources.values() for b in source.arguments}
+    inputs = [b for b in plan.inputs if b in used]
+    if inputs and check_alignment:
+        pointers = " | ".join(f"{b.name}.data_ptr()" for b in inputs)
+        lines.append(f"if ({pointers}) & 15: return misaligned(args)")
+    return lines
 
 
 def _fill(value: Any, slots: dict[int, str], w: _Writer) -> str:

@@ -1,0 +1,719 @@
+"""Kernel → Triton: the same scheduled kernels the C backend renders, as blocks of a GPU grid.
+
+A kernel's iteration space splits into the kept dims, flattened into one index `x`, and the
+reduced dims, flattened into `r`. Each program of the grid takes XBLOCK consecutive values of
+`x`: a pointwise kernel is a 1-D block; a reduction kernel is a 2-D tile [XBLOCK, RBLOCK] that
+either holds a whole row (*persistent*: every value of the row is loaded once and stays in
+registers, so softmax reads its input once) or walks the row in RBLOCK steps (*looped*: one
+loop per reduction, each keeping RBLOCK partial accumulators). Values are computed on demand
+where used and memoized per scope, as in the C writer; a value is hoisted out of a loop when it
+does not depend on the loop's index.
+
+The tile is chosen from the kernel's memory accesses (a first writing collects them): the
+kept dim being the contiguous one (a reduction over a strided dim) asks for a wide XBLOCK and a
+short RBLOCK so each load is coalesced across `x`; offsets that can reach 2**31 make every
+index int64.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import torch
+
+from ember.codegen.triton_rules import (
+    SIGNATURE_TYPES,
+    compute_type,
+    literal,
+    load,
+    prelude,
+    store,
+    triton_rules,
+)
+from ember.ir.graph import Node
+from ember.ir.ops import Kind, Op
+from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
+from ember.schedule.fuse import store_index
+from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, take_source
+from ember.schedule.plan import Buffer, Kernel, Plan
+
+INT32_LIMIT = 2 ** 31
+# Ops whose Triton form takes Python constants as operands as they are (operators, where).
+_LITERAL_OPERANDS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.EQ, Op.NE, Op.LT, Op.LE,
+                               Op.GT, Op.GE, Op.WHERE})
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """How a kernel maps onto the grid."""
+
+    xblock: int
+    rblock: int = 0            # 0: a pointwise kernel
+    persistent: bool = False   # the whole row in one tile
+    num_warps: int = 4
+    int64: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Heuristics:
+    """The tile sizes ember picks (ember/bench's GPU script times alternatives)."""
+
+    pointwise_block: int = 1024       # elements per program of a large pointwise kernel
+    pointwise_warps: int = 4          # 8 elements (32 bytes of float32) per thread
+    persistent_max: int = 8192        # longest row held whole in registers
+    persistent_elements: int = 4096   # elements per program of a persistent tile
+    looped_rblock: int = 2048
+    column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
+    column_xblock: int = 64
+
+
+HEURISTICS = Heuristics()
+
+
+@dataclasses.dataclass
+class TritonKernel:
+    """A rendered kernel and what launching it needs."""
+
+    name: str
+    text: str
+    arguments: list[Buffer]
+    signature: dict[str, str]
+    grid: tuple[int, int, int]
+    num_warps: int
+    checks: bool  # asserts that gathered indices are in range (compiled with debug on)
+
+
+@dataclasses.dataclass(eq=False)
+class Scope:
+    parent: Scope | None
+    depth: int
+    header: str = ""                # the loop statement a row scope is the body of
+    row: str = ""                   # the row index variable of a row scope
+    lines: list[str] = dataclasses.field(default_factory=list)
+    memo: dict = dataclasses.field(default_factory=dict)
+
+    def chain(self):
+        scope = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+
+def render(expr: Expr) -> str:
+    parts = []
+    for atom, coefficient in expr.terms:
+        text = _render_atom(atom)
+        if coefficient == 1:
+            parts.append(text)
+        elif coefficient == -1:
+            parts.append(f"-{text}")
+        else:
+            parts.append(f"{coefficient} * {text}")
+    if expr.const or not parts:
+        parts.append(str(expr.const))
+    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+
+
+def _render_atom(atom) -> str:
+    if isinstance(atom, (Var, Opaque)):
+        return atom.name
+    # Triton's // and % on integers truncate, as C's do; index expressions are never negative
+    # where they are used (a pad's checks guard the reads where they could be)
+    if isinstance(atom, Div):
+        return f"({render(atom.expr)} // {atom.divisor})"
+    if isinstance(atom, Mod):
+        return f"({render(atom.expr)} % {atom.divisor})"
+    raise TypeError(atom)
+
+
+def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
+    """`value` as a Triton tensor: a Python constant becomes a one-element tensor of `dtype`'s
+    compute type (so methods like .to() apply, and integer constants keep their width)."""
+    if value.startswith("tl.full([], "):
+        return value.replace("[]", unit, 1)
+    if value.isidentifier() or value.startswith("tl.full("):
+        return value
+    return f"tl.full({unit}, {value}, {compute_type(dtype)})"
+
+
+def _needs_int64(expr: Expr) -> bool:
+    low, high = expr.bounds()
+    if high >= INT32_LIMIT or low < -INT32_LIMIT:
+        return True
+    return any(_needs_int64(atom.expr) for atom, _ in expr.terms if isinstance(atom, (Div, Mod)))
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+class TritonKernelWriter:
+    def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None):
+        self.kernel = kernel
+        self.members = set(kernel.members)
+        self.buffer_of = plan.buffer_of
+        self.arguments: dict[Buffer, str] = {}
+        self.counter = itertools.count()
+        self.loops = itertools.count()
+        self.tiling = tiling
+        self.analysis = tiling is None  # a first writing, only to collect the accesses
+        self.uses_checks = False
+        self.defined_at: dict[str, Scope] = {}
+        self.deps: dict[str, frozenset[str]] = {}   # a value's name -> "x"/"r" it varies on
+        self.masks: dict[str, str] = {}              # block variable -> its mask, if needed
+        self.accesses: list[Expr] = []
+        shape, axes = kernel.shape, kernel.axes
+        self.outer_dims = [d for d, n in enumerate(shape) if d not in axes and n != 1]
+        self.inner_dims = [d for d in axes if shape[d] != 1]
+        self.xnumel = math.prod(shape[d] for d in self.outer_dims)
+        self.rnumel = math.prod(shape[d] for d in self.inner_dims)
+        self.reduces = bool(axes)
+        self.unit = "[1, 1]" if self.reduces else "[1]"   # the shape of a one-element block
+
+    # -- names ----------------------------------------------------------------------------
+    def fresh(self, prefix: str = "v") -> str:
+        return f"{prefix}{next(self.counter)}"
+
+    def argument(self, buffer: Buffer) -> str:
+        root = buffer.root()
+        if root not in self.arguments:
+            self.arguments[root] = f"p_{root.name}"
+        return self.arguments[root]
+
+    def emit(self, scope: Scope, line: str) -> None:
+        scope.lines.append(line)
+
+    def temp(self, dtype: torch.dtype, expression: str, scope: Scope | None = None,
+             deps: frozenset[str] = frozenset()) -> str:
+        scope = scope or self.current
+        name = self.fresh("t")
+        self.emit(scope, f"{name} = {expression}")
+        self.deps[name] = deps or self.current_deps
+        return name
+
+    # -- shapes ---------------------------------------------------------------------------
+    def block_shape(self, deps: frozenset[str]) -> str:
+        if not self.reduces:
+            return "[XBLOCK]"
+        return "[XBLOCK, RBLOCK]" if "r" in deps else "[XBLOCK, 1]"
+
+    def deps_of(self, *values: str) -> frozenset[str]:
+        found: frozenset[str] = frozenset()
+        for value in values:
+            found |= self.deps.get(value, frozenset())
+        return found
+
+    def index_deps(self, exprs) -> frozenset[str]:
+        names: set[str] = set()
+        for expr in exprs:
+            for name in expr.variables():
+                names.add(name)
+        found: set[str] = set()
+        for name in names:
+            if name in self.var_level:
+                found.add(self.var_level[name])
+            elif name in self.deps:
+                found |= self.deps[name]
+        return frozenset(found)
+
+    def mask_for(self, exprs) -> str | None:
+        """The lanes whose block positions exist, for an access at these expressions."""
+        names: set[str] = set()
+        for expr in exprs:
+            names |= expr.variables()
+        masks = [self.masks[name] for name in sorted(names) if name in self.masks]
+        return " & ".join(masks) if masks else None
+
+    def full_block(self, value: str, dtype: torch.dtype) -> str:
+        """`value` broadcast to the whole [XBLOCK, RBLOCK] tile."""
+        deps = self.deps_of(value)
+        if deps == frozenset({"x", "r"}):
+            return value
+        if not deps and not value.isidentifier():
+            return f"tl.full([XBLOCK, RBLOCK], {value}, {compute_type(dtype)})"
+        return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+
+    # -- scopes ---------------------------------------------------------------------------
+    def scope_for(self, index: Index, scope: Scope) -> Scope:
+        names = set()
+        for expr in index:
+            names |= expr.variables()
+        best = None
+        for name in names:
+            defined = self.defined_at.get(name)
+            if defined is not None and (best is None or defined.depth > best.depth):
+                best = defined
+        if best is None:
+            *_, best = scope.chain()
+        return best
+
+    # -- values ---------------------------------------------------------------------------
+    def value(self, node: Node, index: Index, scope: Scope) -> str:
+        if node.op is Op.FULL:
+            return literal(node.attrs["value"], node.dtype)
+        target = self.scope_for(index, scope)
+        key = (id(node), index)
+        for ancestor in target.chain():
+            if key in ancestor.memo:
+                return ancestor.memo[key]
+        saved = self.current, self.current_deps
+        self.current, self.current_deps = target, self.index_deps(index)
+        try:
+            result = self.generate(node, index, target)
+        finally:
+            self.current, self.current_deps = saved
+        target.memo[key] = result
+        return result
+
+    def define(self, scope: Scope, expression: str, deps: frozenset[str]) -> str:
+        name = self.fresh()
+        self.emit(scope, f"{name} = {expression}")
+        self.deps[name] = deps
+        return name
+
+    def offset(self, buffer: Buffer, index: Index) -> Expr:
+        offset = Expr.of(buffer.offset)
+        for position, stride in zip(index, buffer.strides):
+            if stride:
+                offset = offset + position * stride
+        self.accesses.append(offset)
+        return offset
+
+    def load(self, buffer: Buffer, index: Index, scope: Scope, dtype: torch.dtype) -> str:
+        offset = self.offset(buffer, index)
+        pointer = f"{self.argument(buffer)} + {render(offset)}"
+        if not self.index_deps([offset]):
+            # one element for every lane: a [1] block rather than a 0-d value (Triton's
+            # interpreter mistypes comparisons between 0-d values)
+            pointer += f" + tl.zeros({self.unit}, tl.int32)"
+        mask = self.mask_for([offset])
+        text = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
+        return self.define(scope, load(dtype, text), self.index_deps([offset]))
+
+    def generate(self, node: Node, index: Index, scope: Scope) -> str:
+        buffer = self.buffer_of.get(node)
+        # an alias is a view: computed through its index map from its base (which this very
+        # kernel may be computing), never loaded
+        if buffer is not None and node not in self.members and buffer.role != "alias":
+            return self.load(buffer, index, scope, node.dtype)
+        kind = node.kind
+        if kind is Kind.POINTWISE:
+            args = [self.value(source, index, scope) for source in node.inputs]
+            if node.op not in _LITERAL_OPERANDS:
+                # functions and methods want tensors: constants become 0-d tensors
+                args = [as_tensor(a, source.dtype, self.unit)
+                        for a, source in zip(args, node.inputs)]
+            deps = self.deps_of(*args)
+            self.current_deps = deps
+            return self.define(scope, triton_rules[node.op](node, args, self), deps)
+        if kind is Kind.VIEW:
+            return self.value(node.inputs[0], index_rules[node.op](node, index), scope)
+        if kind is Kind.REDUCTION:
+            return self.reduction(node, index, scope)
+        if node.op is Op.IOTA:
+            a = node.attrs
+            position = index[a["dim"]]
+            expression = f"({a['start']} + {a['step']} * {render(position)})"
+            return self.define(scope, f"{expression}.to({compute_type(node.dtype)})",
+                               self.index_deps([position]))
+        if node.op is Op.PAD:
+            return self.pad(node, index, scope)
+        if node.op is Op.CAT:
+            return self.cat(node, index, scope)
+        if node.op in (Op.TAKE, Op.GATHER):
+            return self.take(node, index, scope)
+        raise AssertionError(f"{node!r} ({node.op.value}) has no buffer in {self.kernel.name}")
+
+    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
+        low, high = expr.bounds()
+        if 0 <= low and high <= size - 1:
+            return expr
+        name = self.fresh("t")
+        self.emit(scope, f"{name} = tl.minimum(tl.maximum({render(expr)}, 0), {size - 1})")
+        self.defined_at[name] = scope
+        self.deps[name] = self.index_deps([expr])
+        return Expr.of(Opaque(name, 0, size - 1))
+
+    def pad(self, node: Node, index: Index, scope: Scope) -> str:
+        source_index, checks = pad_source(node, index)
+        if not checks:
+            return self.value(node.inputs[0], source_index, scope)
+        conditions = []
+        clamped = list(source_index)
+        sizes = node.inputs[0].shape
+        for relative, size, step in checks:
+            text = render(relative)
+            conditions.append(f"({text} >= 0) & ({text} < {size * step})")
+            if step > 1:
+                conditions.append(f"({text} % {step} == 0)")
+        for d, size in enumerate(sizes):
+            clamped[d] = self.clamp(source_index[d], size, scope) if size else source_index[d]
+        inner = self.value(node.inputs[0], tuple(clamped), scope)
+        padding = literal(node.attrs["value"], node.dtype)
+        condition = " & ".join(f"({c})" for c in conditions)
+        deps = self.deps_of(inner) | self.index_deps(index)
+        return self.define(scope, f"tl.where({condition}, {inner}, {padding})", deps)
+
+    def cat(self, node: Node, index: Index, scope: Scope) -> str:
+        dim = node.attrs["dim"]
+        low, high = index[dim].bounds()
+        pieces = [p for p in cat_pieces(node, index) if p[2] <= high and p[3] > low]
+        choices = []
+        for source, local, _first, end in pieces:
+            local = list(local)
+            local[dim] = self.clamp(local[dim], source.shape[dim], scope)
+            choices.append((self.value(source, tuple(local), scope), end))
+        expression = choices[-1][0]
+        position = render(index[dim])
+        for value, end in reversed(choices[:-1]):
+            expression = f"tl.where({position} < {end}, {value}, {expression})"
+        deps = self.deps_of(*(value for value, _ in choices)) | self.index_deps([index[dim]])
+        return self.define(scope, expression, deps)
+
+    def take(self, node: Node, index: Index, scope: Scope) -> str:
+        x, selector = node.inputs
+        dim = node.attrs["dim"]
+        size = x.shape[dim]
+        if node.op is Op.TAKE:
+            index_at, _ = take_source(node, index, ZERO)
+        else:
+            index_at = index
+        raw = self.value(selector, index_at, scope)
+        deps = self.deps_of(raw)
+        itype = "tl.int64" if self.tiling and self.tiling.int64 else "tl.int32"
+        name = self.fresh("t")
+        self.emit(scope, f"{name} = {raw}.to(tl.int64)")
+        if node.op is Op.TAKE and node.attrs["wrap"]:
+            self.emit(scope, f"{name} = tl.where({name} < 0, {name} + {size}, {name})")
+        self.uses_checks = True
+        mask = self.mask_for(index_at)
+        condition = f"({name} >= 0) & ({name} < {size})"
+        mask_argument = f", mask={mask}" if mask else ""
+        self.emit(scope, f'tl.device_assert({condition}, "index out of range in ember kernel '
+                         f'{self.kernel.name}"{mask_argument})')
+        self.emit(scope, f"{name} = tl.minimum(tl.maximum({name}, 0), {max(size - 1, 0)})"
+                         f".to({itype})")
+        self.defined_at[name] = scope
+        self.deps[name] = deps
+        selected = Expr.of(Opaque(name, 0, max(size - 1, 0)))
+        if node.op is Op.TAKE:
+            _, x_at = take_source(node, index, selected)
+        else:
+            x_at = index[:dim] + (selected,) + index[dim + 1:]
+        return self.value(x, x_at, scope)
+
+    # -- reductions -----------------------------------------------------------------------
+    def reduction(self, node: Node, index: Index, scope: Scope) -> str:
+        op, source = node.op, node.inputs[0]
+        if self.analysis:
+            body, full = self.open_row(scope, index)
+            self.value(source, full, body)
+            self.close_row(body)
+            return self.define(scope, "0", frozenset({"x"}))
+        tiling = self.tiling
+        acc_type = self.accumulator_type(node)
+        init = self.initial(op, source.dtype, acc_type)
+        if self.rnumel == 0:  # an empty row: the reduction's identity, nothing is read
+            return self.finish(node, scope, f"tl.full([XBLOCK, RBLOCK], {init}, {acc_type})",
+                               None)
+        position = None
+        if tiling.persistent:
+            body, full = self.open_row(scope, index)
+            value = self.reduced_value(node, self.value(source, full, body))
+            mask = self.masks.get("r")
+            if op in (Op.ARGMAX, Op.ARGMIN):
+                position = self.full_block(self.position(node, full, body), torch.int64)
+            if mask:
+                value = f"tl.where({mask}, {value}, {init})"
+            return self.finish(node, scope, value, position)
+        acc = self.fresh("acc")
+        self.emit(scope, f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {acc_type})")
+        if op in (Op.ARGMAX, Op.ARGMIN):
+            position = self.fresh("pos")
+            self.emit(scope, f"{position} = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+        body, full = self.open_row(scope, index)
+        value = self.reduced_value(node, self.value(source, full, body))
+        mask = self.masks.get(body.row)
+        if mask:
+            value = f"tl.where({mask}, {value}, {init})"
+        for line in self.combine(node, acc, position, value, full, body):
+            self.emit(body, line)
+        self.close_row(body)
+        return self.finish(node, scope, acc, position)
+
+    def reduced_value(self, node: Node, value: str) -> str:
+        """The value folded into the accumulator: the whole tile, in the accumulator's type."""
+        block = self.full_block(value, node.inputs[0].dtype)
+        if node.op in (Op.ANY, Op.ALL) or node.inputs[0].dtype is torch.bool:
+            return f"({block} != 0).to(tl.int32)"
+        acc_type = self.accumulator_type(node)
+        if compute_type(node.inputs[0].dtype) != acc_type:
+            return f"{block}.to({acc_type})"
+        return block
+
+    def position(self, node: Node, full: Index, scope: Scope) -> str:
+        (axis,) = node.attrs["axes"]
+        expr = full[axis]
+        return self.define(scope, f"{render(expr)}.to(tl.int64)" if expr.terms else "0",
+                           self.index_deps([expr]))
+
+    def combine(self, node: Node, acc: str, position: str | None, value: str, full: Index,
+                body: Scope) -> list[str]:
+        op = node.op
+        if op is Op.SUM:
+            return [f"{acc} = {acc} + {value}"]
+        if op is Op.PROD:
+            return [f"{acc} = {acc} * {value}"]
+        if op in (Op.MAX, Op.MIN, Op.ANY, Op.ALL):
+            return [f"{acc} = {self.pairwise(node, acc, value)}"]
+        here = self.full_block(self.position(node, full, body), torch.int64)
+        which = "argmax" if op is Op.ARGMAX else "argmin"
+        return [f"{acc}, {position} = ember_{which}_combine({acc}, {position}, {value}, {here})"]
+
+    def pairwise(self, node: Node, a: str, b: str) -> str:
+        high = node.op in (Op.MAX, Op.ANY)
+        if self.accumulator_type(node) in ("tl.float32", "tl.float64"):
+            return f"ember_{'max' if high else 'min'}_nan({a}, {b})"
+        return f"tl.{'maximum' if high else 'minimum'}({a}, {b})"
+
+    def finish(self, node: Node, scope: Scope, tile: str, position: str | None) -> str:
+        op = node.op
+        if op is Op.SUM:
+            result = f"tl.sum({tile}, axis=1, keep_dims=True)"
+        elif op is Op.PROD:
+            result = f"tl.reduce({tile}, 1, ember_mul, keep_dims=True)"
+        elif op in (Op.ARGMAX, Op.ARGMIN):
+            which = "argmax" if op is Op.ARGMAX else "argmin"
+            name = self.fresh("v")
+            self.emit(scope, f"_, {name} = tl.reduce(({tile}, {position}), 1, "
+                             f"ember_{which}_combine, keep_dims=True)")
+            self.deps[name] = frozenset({"x"})
+            return name
+        else:
+            high = op in (Op.MAX, Op.ANY)
+            if self.accumulator_type(node) in ("tl.float32", "tl.float64"):
+                combine = f"ember_{'max' if high else 'min'}_nan"
+                result = f"tl.reduce({tile}, 1, {combine}, keep_dims=True)"
+            else:
+                result = f"tl.{'max' if high else 'min'}({tile}, axis=1, keep_dims=True)"
+        if op in (Op.ANY, Op.ALL) or node.dtype is torch.bool:
+            result = f"({result} != 0)"
+        elif self.accumulator_type(node) != compute_type(node.dtype):
+            result = f"{result}.to({compute_type(node.dtype)})"
+        return self.define(scope, result, frozenset({"x"}))
+
+    def accumulator_type(self, node: Node) -> str:
+        source = node.inputs[0].dtype
+        if node.op in (Op.ANY, Op.ALL) or source is torch.bool:
+            return "tl.int32"
+        if node.op in (Op.ARGMAX, Op.ARGMIN):
+            return compute_type(source)
+        return compute_type(node.dtype)
+
+    def initial(self, op: Op, dtype: torch.dtype, acc_type: str) -> str:
+        if op is Op.SUM:
+            return "0"
+        if op is Op.PROD:
+            return "1"
+        if op is Op.ANY:
+            return "0"
+        if op is Op.ALL:
+            return "1"
+        low = op in (Op.MAX, Op.ARGMAX)
+        if dtype is torch.bool:
+            return "0" if low else "1"
+        if dtype.is_floating_point:
+            return 'float("-inf")' if low else 'float("inf")'
+        info = torch.iinfo(dtype)
+        return str(info.min if low else info.max)
+
+    # -- rows -----------------------------------------------------------------------------
+    def open_row(self, scope: Scope, index: Index) -> tuple[Scope, Index]:
+        """The scope in which a row's elements are computed, and the full index there. A
+        persistent tile has one row index for the whole kernel (so values are shared between
+        reductions); a looped tile opens a new loop per use."""
+        shape = self.kernel.shape
+        if self.analysis:
+            body = Scope(scope, scope.depth + 1)
+            dims = {d: Expr.of(Var(f"r{d}", shape[d])) for d in self.inner_dims}
+        elif self.tiling.persistent:
+            body = self.root
+            dims = dict(zip(self.inner_dims, unravel(Expr.of(Var("r", self.rnumel)),
+                                                    tuple(shape[d] for d in self.inner_dims))))
+        else:
+            name = f"r{next(self.loops)}"
+            body = Scope(scope, scope.depth + 1, row=name)
+            self.defined_at[name] = body
+            self.var_level[name] = "r"
+            rtype = ".to(tl.int64)" if self.tiling.int64 else ""
+            self.emit(body, f"{name} = ({name}_offset + tl.arange(0, RBLOCK)[None, :]){rtype}")
+            if self.rnumel % self.tiling.rblock:
+                self.masks[name] = f"{name}_mask"
+                self.emit(body, f"{name}_mask = {name} < {self.rnumel}")
+            body.header = f"for {name}_offset in range(0, {self.rnumel}, RBLOCK):"
+            dims = dict(zip(self.inner_dims, unravel(Expr.of(Var(name, self.rnumel)),
+                                                    tuple(shape[d] for d in self.inner_dims))))
+        full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
+                     for d in range(len(shape)))
+        return body, full
+
+    def close_row(self, body: Scope) -> None:
+        if body is self.root or not body.lines:
+            return
+        body.parent.lines.append(body.header)
+        body.parent.lines.extend("    " + line for line in body.lines)
+
+    # -- the kernel -----------------------------------------------------------------------
+    def write(self) -> TritonKernel | None:
+        kernel = self.kernel
+        shape, axes = kernel.shape, kernel.axes
+        space = (shape, axes)
+        self.root = root = Scope(None, 0)
+        self.current, self.current_deps = root, frozenset()
+        self.var_level: dict[str, str] = {}
+        outer_shape = tuple(shape[d] for d in self.outer_dims)
+        if self.analysis:
+            self.outer_index = {d: Expr.of(Var(f"i{d}", shape[d])) for d in self.outer_dims}
+        else:
+            self.var_level["x"] = "x"
+            self.defined_at["x"] = root
+            self.outer_index = dict(zip(self.outer_dims,
+                                        unravel(Expr.of(Var("x", self.xnumel)), outer_shape)))
+            self.header(root)
+        canonical = {f"i{d}": d for d in range(len(shape))}
+
+        def placed(node: Node, dims: dict[int, Expr]) -> Index:
+            index = store_index(node.shape, space)
+            mapping = {Var(name, shape[d]): dims.get(d, ZERO)
+                       for name, d in canonical.items() if shape[d] != 1}
+            return tuple(e.substitute(mapping) for e in index)
+
+        full_stores = []
+        for item in kernel.stores:
+            index = store_index(item.node.shape, space)
+            if any(f"i{d}" in e.variables() for e in index for d in axes):
+                full_stores.append(item)
+                continue
+            at = placed(item.node, self.outer_index)
+            value = self.value(item.node, at, root)
+            self.store(root, item, at, value, "x")
+        if full_stores and self.rnumel:
+            outer = tuple(self.outer_index.get(d, ZERO) for d in range(len(shape)))
+            body, full = self.open_row(root, outer)
+            dims = {d: full[d] for d in range(len(shape))}
+            for item in full_stores:
+                at = placed(item.node, dims)
+                value = self.value(item.node, at, body)
+                self.store(body, item, at, value, "r")
+            self.close_row(body)
+        if self.analysis:
+            return None
+        return self.finish_kernel(root)
+
+    def header(self, root: Scope) -> None:
+        tiling = self.tiling
+        pid = "tl.program_id(0).to(tl.int64)" if tiling.int64 else "tl.program_id(0)"
+        if self.reduces:
+            self.emit(root, f"x = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]")
+        else:
+            self.emit(root, f"x = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
+        self.deps["x"] = frozenset({"x"})
+        if self.xnumel % tiling.xblock:
+            self.masks["x"] = "xmask"
+            self.emit(root, f"xmask = x < {self.xnumel}")
+        if self.reduces and tiling.persistent:
+            rtype = ".to(tl.int64)" if tiling.int64 else ""
+            self.emit(root, f"r = tl.arange(0, RBLOCK)[None, :]{rtype}")
+            self.var_level["r"] = "r"
+            self.defined_at["r"] = root
+            if self.rnumel % tiling.rblock:
+                self.masks["r"] = "rmask"
+                self.emit(root, f"rmask = r < {self.rnumel}")
+
+    def store(self, scope: Scope, item, index: Index, value: str, level: str) -> None:
+        offset = self.offset(item.buffer, index)
+        pointer = f"{self.argument(item.buffer)} + {render(offset)}"
+        if self.analysis:
+            return
+        wanted = frozenset({"x"}) if level == "x" else frozenset({"x", "r"})
+        if not self.reduces:
+            wanted = frozenset({"x"})
+        if self.index_deps([offset]) != wanted:
+            shape = self.block_shape(wanted)
+            pointer = f"tl.broadcast_to({pointer}, {shape})"
+        names = ["x"] + ([scope.row or "r"] if level == "r" else [])
+        masks = [self.masks[n] for n in names if n in self.masks]
+        mask = f", mask={' & '.join(masks)}" if masks else ""
+        value = store(item.node.dtype, as_tensor(value, item.node.dtype, self.unit))
+        self.emit(scope, f"tl.store({pointer}, {value}{mask})")
+
+    def finish_kernel(self, root: Scope) -> TritonKernel:
+        kernel, tiling = self.kernel, self.tiling
+        params = list(self.arguments.values())
+        lines = ["@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
+                 f"def {kernel.name}({', '.join(params)}):",
+                 f"    XBLOCK: tl.constexpr = {tiling.xblock}"]
+        if self.reduces:
+            lines.append(f"    RBLOCK: tl.constexpr = {tiling.rblock}")
+        lines += ["    " + line for line in root.lines]
+        signature = {name: SIGNATURE_TYPES[buffer.dtype]
+                     for buffer, name in self.arguments.items()}
+        grid = (-(-self.xnumel // tiling.xblock), 1, 1)
+        return TritonKernel(kernel.name, "\n".join(lines), list(self.arguments), signature, grid,
+                            tiling.num_warps, self.uses_checks)
+
+
+def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics = HEURISTICS) -> Tiling:
+    """Tile sizes from the kernel's extents and the first writing's memory accesses."""
+    xnumel, rnumel = writer.xnumel, writer.rnumel
+    int64 = xnumel * max(rnumel, 1) >= INT32_LIMIT or any(
+        _needs_int64(offset) for offset in writer.accesses)
+    if not writer.reduces:
+        block = min(_pow2(xnumel), heuristics.pointwise_block)
+        warps = max(1, min(heuristics.pointwise_warps, block // 256))
+        return Tiling(block, num_warps=warps, int64=int64)
+    if _kept_dim_is_contiguous(writer):
+        rblock = min(_pow2(rnumel), heuristics.column_rblock)
+        xblock = min(_pow2(xnumel), heuristics.column_xblock)
+        persistent = rnumel <= rblock
+        warps = max(1, min(8, xblock * rblock // 256))
+        return Tiling(xblock, rblock, persistent, warps, int64)
+    if rnumel <= heuristics.persistent_max:
+        rblock = _pow2(rnumel)
+        xblock = max(1, min(_pow2(xnumel), heuristics.persistent_elements // rblock))
+        warps = max(1, min(16, xblock * rblock // 512))
+        return Tiling(xblock, rblock, True, warps, int64)
+    rblock = heuristics.looped_rblock
+    return Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64)
+
+
+def _kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
+    """Do more accesses walk memory contiguously along the innermost kept dim than along a
+    reduced dim? Then loads coalesce across x, and the tile is wide in x, short in r."""
+    if not writer.outer_dims:
+        return False
+    shape = writer.kernel.shape
+    last = writer.outer_dims[-1]
+    along_kept = along_reduced = 0
+    for offset in writer.accesses:
+        if offset.coefficient(Var(f"i{last}", shape[last])) == 1:
+            along_kept += 1
+        if any(offset.coefficient(Var(f"r{d}", shape[d])) == 1 for d in writer.inner_dims):
+            along_reduced += 1
+    return along_kept > along_reduced and shape[last] >= 16
+
+
+def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> TritonKernel:
+    """Write once to see every memory access, choose the tile, write again."""
+    first = TritonKernelWriter(kernel, plan, None)
+    first.write()
+    return TritonKernelWriter(kernel, plan, tiling or choose_tiling(first)).write()
+
+
+def write_module(plan: Plan) -> tuple[str, list[TritonKernel]]:
+    """One Python module holding every kernel of the plan (and the helpers they call)."""
+    kernels = [write_kernel(kernel, plan) for kernel in plan.kernels]
+    text = "\n\n\n".join([prelude().rstrip(), *(k.text for k in kernels)]) + "\n"
+    return text, kernels

@@ -1,0 +1,163 @@
+"""Triton kernels: load the generated module, compile each kernel once, launch it directly.
+
+The only module that touches Triton's internals (as ember/torch_internals.py is for torch's).
+On a GPU each kernel is compiled with `triton.compile` for the current device (several at once
+on a cold cache; Triton's own disk cache keeps the binaries) and launched through the compiled
+kernel's launcher with its grid and metadata bound in advance, so a launch costs one call into
+Triton's C launcher instead of the `@triton.jit` dispatch (argument binding, specialization
+keys, cache lookup) on every call. Under TRITON_INTERPRET=1 the same kernels run on CPU
+tensors through Triton's interpreter, which is how they are tested without a GPU.
+
+Pointer arguments are compiled as 16-byte aligned (so loads and stores vectorize) except where
+ember cannot know: the wrapper checks its inputs' alignment on each call and runs a second
+build without that promise for misaligned inputs (see ember/codegen/wrapper.py).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import importlib.util
+import os
+import sys
+import types
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ember import config
+from ember.codegen.triton import TritonKernel
+
+
+class TritonUnavailable(RuntimeError):
+    pass
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
+
+
+def available() -> str | None:
+    """None when Triton can run kernels here, else why not."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "triton is not installed"
+    return None
+
+
+def module_folder() -> Path:
+    folder = Path(config.settings.cache_dir) / "triton"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def load_module(text: str) -> types.ModuleType:
+    """Import the generated source from a content-addressed file (Triton reads the kernels'
+    source through `inspect`, so it must live in a real file)."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    name = f"ember_triton_{digest}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = module_folder() / f"{name}.py"
+    if not path.exists() or path.read_text() != text:
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        partial.replace(path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclasses.dataclass
+class InterpretedLaunch:
+    """A kernel run by Triton's interpreter on CPU tensors."""
+
+    fn: Any
+    grid: tuple[int, int, int]
+    name: str
+    checks: bool
+
+    def __call__(self, *args: Any) -> None:
+        from triton.runtime import interpreter
+        from triton.runtime.errors import InterpreterError
+
+        from ember.codegen.wrapper import KernelIndexError
+
+        builder = interpreter.interpreter_builder
+        saved = builder.options
+        if self.checks:  # the interpreter runs device_assert only with debug on
+            builder.options = dataclasses.replace(saved, debug=True)
+        try:
+            self.fn[self.grid](*args)
+        except InterpreterError as error:
+            if "index out of range" in str(error):
+                raise KernelIndexError(
+                    f"index out of range in ember kernel {self.name}: an indexing op (take, "
+                    f"gather, embedding, x[index]) read a position outside the tensor, as "
+                    f"eager would refuse to") from None
+            raise
+        finally:
+            builder.options = saved
+
+
+@dataclasses.dataclass
+class DeviceLaunch:
+    """A compiled kernel and the fixed part of its launcher's arguments."""
+
+    compiled: Any
+    grid: tuple[int, int, int]
+
+    def prefix(self) -> tuple:
+        """Arguments of the launcher before the stream, and after it up to the tensors."""
+        compiled = self.compiled
+        launcher = compiled.run
+        direct = (getattr(launcher, "global_scratch_size", 1) == 0
+                  and getattr(launcher, "profile_scratch_size", 1) == 0
+                  and hasattr(launcher, "launch"))
+        if direct:
+            # straight into Triton's C launcher: grid, stream, function, cooperative, pdl,
+            # scratch buffers (none), metadata, launch metadata and hooks (none)
+            return (launcher.launch, compiled.function, launcher.launch_cooperative_grid,
+                    launcher.launch_pdl, None, None, compiled.packed_metadata, None, None, None)
+        return (launcher, compiled.function, compiled.packed_metadata, None, None, None)
+
+
+def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
+    return {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
+
+
+def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
+                    aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
+    """Compile each kernel for the current GPU, several at a time, and load them."""
+    import triton
+    from triton.compiler import ASTSource
+
+    target = triton.runtime.driver.active.get_current_target()
+
+    def build(position: int) -> DeviceLaunch:
+        kernel = kernels[position]
+        fn = getattr(module, kernel.name)
+        source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
+        options = {"num_warps": kernel.num_warps, "num_stages": 1, "debug": kernel.checks}
+        compiled = triton.compile(source, target=target, options=options)
+        import torch
+
+        with torch.cuda.device(device_index):
+            compiled._init_handles()  # load the binary; build (or find) the C launcher
+        return DeviceLaunch(compiled, kernel.grid)
+
+    if len(kernels) <= 1:
+        return [build(i) for i in range(len(kernels))]
+    workers = min(len(kernels), os.cpu_count() or 1, 16)
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(build, range(len(kernels))))
+
+
+def interpreted_kernels(module: types.ModuleType, kernels: list[TritonKernel]
+                        ) -> list[InterpretedLaunch]:
+    return [InterpretedLaunch(getattr(module, k.name), k.grid, k.name, k.checks)
+            for k in kernels]
