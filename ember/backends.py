@@ -186,10 +186,11 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
 
 def _triton_kernels(plan: Plan, label: str, dump: Any):
     """One Triton module for the plan; its kernels compiled for the GPU (or interpreted)."""
-    text, kernels = write_module(plan)
+    text, launches = write_module(plan)
     logs.dump(dump, "kernels.py", text)
     module = triton_launch.load_module(text)
-    sources = {k.name: k for k in kernels}
+    sources = {launch.name: launch for launch in launches}
+    kernels = [kernel for launch in launches for kernel in launch.kernels]
     if triton_launch.interpreting():
         launches = triton_launch.interpreted_kernels(module, kernels)
         return sources, {k.name: f for k, f in zip(kernels, launches)}, None

@@ -10,6 +10,7 @@ import contextlib
 import copy
 import logging
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -177,6 +178,8 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | N
 
 
 # -- inputs ---------------------------------------------------------------------------------
+# Where the tensors tests make live: EMBER_TEST_DEVICE=cuda runs the suite on a GPU.
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu")
 FLOAT_SPECIALS = (math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, -0.5, 1.0, -1.0)
 LAYOUTS = ("contiguous", "transposed", "strided", "expanded")
 
@@ -187,7 +190,7 @@ def make(*shape: int, dtype: torch.dtype = torch.float32, low: float | None = No
     (float dtypes only)."""
     generator = torch.Generator().manual_seed(seed)
     if dtype is torch.bool:
-        return torch.rand(shape, generator=generator) < 0.5
+        return (torch.rand(shape, generator=generator) < 0.5).to(DEVICE)
     if dtype.is_floating_point:
         low = -3.0 if low is None else low
         high = 3.0 if high is None else high
@@ -197,11 +200,11 @@ def make(*shape: int, dtype: torch.dtype = torch.float32, low: float | None = No
             flat = x.view(-1)
             count = min(len(FLOAT_SPECIALS), flat.numel())
             flat[:count] = torch.tensor(FLOAT_SPECIALS[:count], dtype=dtype)
-        return x
+        return x.to(DEVICE)
     info = torch.iinfo(dtype)
     low = max(info.min, -20 if low is None else int(low))
     high = min(info.max, 20 if high is None else int(high))
-    return torch.randint(low, high + 1, shape, generator=generator, dtype=dtype)
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=dtype).to(DEVICE)
 
 
 def make_layout(layout: str, *shape: int, **options: Any) -> torch.Tensor:

@@ -40,6 +40,9 @@ from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, 
 from ember.schedule.plan import Buffer, Kernel, Plan
 
 INT32_LIMIT = 2 ** 31
+_TORCH_TYPES = {"tl.float32": torch.float32, "tl.float64": torch.float64,
+                "tl.int32": torch.int32, "tl.int64": torch.int64, "tl.int16": torch.int16,
+                "tl.int8": torch.int8, "tl.uint8": torch.uint8}
 # Ops whose Triton form takes Python constants as operands as they are (operators, where).
 _LITERAL_OPERANDS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.EQ, Op.NE, Op.LT, Op.LE,
                                Op.GT, Op.GE, Op.WHERE})
@@ -54,6 +57,8 @@ class Tiling:
     persistent: bool = False   # the whole row in one tile
     num_warps: int = 4
     int64: bool = False
+    parts: int = 1             # a split reduction: each row in `parts` chunks of `chunk`
+    chunk: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,9 @@ class Heuristics:
     persistent_max: int = 8192        # longest row held whole in registers
     persistent_elements: int = 4096   # elements per program of a persistent tile
     looped_rblock: int = 2048
+    split_min_row: int = 16384        # rows at least this long may be split ...
+    split_target_programs: int = 512  # ... when fewer programs than this would run
+    split_max_parts: int = 256
     column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
     column_xblock: int = 64
 
@@ -72,17 +80,51 @@ class Heuristics:
 HEURISTICS = Heuristics()
 
 
+@dataclasses.dataclass(eq=False)
+class Workspace:
+    """Scratch memory of a split reduction: each chunk's partial result per row."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def root(self) -> Workspace:
+        return self
+
+
 @dataclasses.dataclass
 class TritonKernel:
-    """A rendered kernel and what launching it needs."""
+    """One rendered @triton.jit function and what launching it needs."""
 
     name: str
     text: str
-    arguments: list[Buffer]
+    arguments: list[Buffer | Workspace]
     signature: dict[str, str]
     grid: tuple[int, int, int]
     num_warps: int
     checks: bool  # asserts that gathered indices are in range (compiled with debug on)
+
+
+@dataclasses.dataclass
+class KernelLaunches:
+    """What one scheduled kernel becomes: one Triton kernel, or for a split reduction one per
+    stage (partial results into workspaces, then the finishing kernel)."""
+
+    name: str
+    kernels: list[TritonKernel]
+    workspaces: list[Workspace]
+
+    @property
+    def arguments(self) -> list[Buffer]:
+        """The plan's buffers the kernels touch (workspaces aside)."""
+        seen: list[Buffer] = []
+        for kernel in self.kernels:
+            seen += [b for b in kernel.arguments if isinstance(b, Buffer) and b not in seen]
+        return seen
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return self.kernels[-1].grid
 
 
 @dataclasses.dataclass(eq=False)
@@ -150,8 +192,14 @@ def _pow2(n: int) -> int:
 
 
 class TritonKernelWriter:
-    def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None):
+    def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
+                 workspaces: dict | None = None):
         self.kernel = kernel
+        # a split reduction is written once per stage: stage k (1..) stores the partial
+        # results of the reductions of level k; stage 0 finishes them all and stores
+        self.stage = stage
+        self.workspaces: dict[Node, list[Workspace]] = workspaces if workspaces is not None \
+            else {}
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
         self.arguments: dict[Buffer, str] = {}
@@ -176,11 +224,15 @@ class TritonKernelWriter:
     def fresh(self, prefix: str = "v") -> str:
         return f"{prefix}{next(self.counter)}"
 
-    def argument(self, buffer: Buffer) -> str:
+    def argument(self, buffer: Buffer | Workspace) -> str:
         root = buffer.root()
         if root not in self.arguments:
             self.arguments[root] = f"p_{root.name}"
         return self.arguments[root]
+
+    @property
+    def split(self) -> bool:
+        return self.tiling is not None and self.tiling.parts > 1
 
     def emit(self, scope: Scope, line: str) -> None:
         scope.lines.append(line)
@@ -415,6 +467,8 @@ class TritonKernelWriter:
         tiling = self.tiling
         acc_type = self.accumulator_type(node)
         init = self.initial(op, source.dtype, acc_type)
+        if self.split and (self.stage == 0 or self.levels[node] < self.stage):
+            return self.gather_partials(node, scope)
         if self.rnumel == 0:  # an empty row: the reduction's identity, nothing is read
             return self.finish(node, scope, f"tl.full([XBLOCK, RBLOCK], {init}, {acc_type})",
                                None)
@@ -441,7 +495,83 @@ class TritonKernelWriter:
         for line in self.combine(node, acc, position, value, full, body):
             self.emit(body, line)
         self.close_row(body)
+        if self.split:
+            return self.store_partials(node, scope, acc, position)
         return self.finish(node, scope, acc, position)
+
+    # -- split reductions -----------------------------------------------------------------
+    def reduction_levels(self) -> dict[Node, int]:
+        """1 + the highest level of the kernel's reductions a reduction reads (a variance
+        after its mean is level 2): each level is one more pass over the rows."""
+        members, levels = self.members, {}
+
+        def level(node: Node, seen: set) -> int:
+            if node in levels:
+                return levels[node]
+            found = 0
+            stack = list(node.inputs)
+            while stack:
+                current = stack.pop()
+                if current in seen:
+                    continue
+                seen.add(current)
+                if current.kind is Kind.REDUCTION and current in members:
+                    found = max(found, level(current, set()))
+                    continue
+                buffer = self.buffer_of.get(current)
+                if buffer is not None and current not in members and buffer.role != "alias":
+                    continue  # loaded: not computed here
+                stack.extend(current.inputs)
+            levels[node] = found + 1 if node.kind is Kind.REDUCTION else found
+            return levels[node]
+
+        for node in self.kernel.members:
+            if node.kind is Kind.REDUCTION:
+                level(node, set())
+        return {n: v for n, v in levels.items() if n.kind is Kind.REDUCTION}
+
+    def workspaces_of(self, node: Node) -> list[Workspace]:
+        if node not in self.workspaces:
+            shape = (self.tiling.parts, self.xnumel)
+            spaces = [Workspace(f"{self.kernel.name}_ws{len(self.workspaces)}", shape,
+                                _TORCH_TYPES[self.accumulator_type(node)])]
+            if node.op in (Op.ARGMAX, Op.ARGMIN):
+                spaces.append(Workspace(spaces[0].name + "_at", shape, torch.int64))
+            self.workspaces[node] = spaces
+        return self.workspaces[node]
+
+    def store_partials(self, node: Node, scope: Scope, acc: str, position: str | None) -> str:
+        """This chunk's partial result of each row, into the node's workspace."""
+        partial = self.finish(node, scope, acc, position, raw=True)
+        spaces = self.workspaces_of(node)
+        mask = f", mask={self.masks['x']}" if "x" in self.masks else ""
+        at = f"tl.program_id(1) * {self.xnumel} + x"
+        self.emit(scope, f"tl.store({self.argument(spaces[0])} + {at}, {partial[0]}{mask})")
+        if len(partial) > 1:
+            self.emit(scope, f"tl.store({self.argument(spaces[1])} + {at}, {partial[1]}{mask})")
+        return partial[0]
+
+    def gather_partials(self, node: Node, scope: Scope) -> str:
+        """A reduction finished from its chunks' partial results."""
+        spaces = self.workspaces_of(node)
+        parts = self.tiling.parts
+        lanes = _pow2(parts)
+        part = self.fresh("part")
+        self.emit(scope, f"{part} = tl.arange(0, {lanes})[None, :]")
+        masks = [self.masks["x"]] if "x" in self.masks else []
+        if lanes != parts:
+            masks.append(f"({part} < {parts})")
+        at = f"{part} * {self.xnumel} + x"
+        init = self.initial(node.op, node.inputs[0].dtype, self.accumulator_type(node))
+        mask = f", mask={' & '.join(masks)}, other={init}" if masks else ""
+        values = self.define(scope, f"tl.load({self.argument(spaces[0])} + {at}{mask})",
+                             frozenset({"x", "r"}))
+        position = None
+        if len(spaces) > 1:
+            mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
+            position = self.define(scope, f"tl.load({self.argument(spaces[1])} + {at}{mask})",
+                                   frozenset({"x", "r"}))
+        return self.finish(node, scope, values, position)
 
     def reduced_value(self, node: Node, value: str) -> str:
         """The value folded into the accumulator: the whole tile, in the accumulator's type."""
@@ -478,7 +608,10 @@ class TritonKernelWriter:
             return f"ember_{'max' if high else 'min'}_nan({a}, {b})"
         return f"tl.{'maximum' if high else 'minimum'}({a}, {b})"
 
-    def finish(self, node: Node, scope: Scope, tile: str, position: str | None) -> str:
+    def finish(self, node: Node, scope: Scope, tile: str, position: str | None,
+               raw: bool = False):
+        """The row's result from a tile of partial results. `raw`: the accumulator's value
+        (and position) as a split reduction stores it, not yet in the node's dtype."""
         op = node.op
         if op is Op.SUM:
             result = f"tl.sum({tile}, axis=1, keep_dims=True)"
@@ -486,11 +619,11 @@ class TritonKernelWriter:
             result = f"tl.reduce({tile}, 1, ember_mul, keep_dims=True)"
         elif op in (Op.ARGMAX, Op.ARGMIN):
             which = "argmax" if op is Op.ARGMAX else "argmin"
-            name = self.fresh("v")
-            self.emit(scope, f"_, {name} = tl.reduce(({tile}, {position}), 1, "
+            value, name = self.fresh("v"), self.fresh("v")
+            self.emit(scope, f"{value}, {name} = tl.reduce(({tile}, {position}), 1, "
                              f"ember_{which}_combine, keep_dims=True)")
-            self.deps[name] = frozenset({"x"})
-            return name
+            self.deps[name] = self.deps[value] = frozenset({"x"})
+            return (value, name) if raw else name
         else:
             high = op in (Op.MAX, Op.ANY)
             if self.accumulator_type(node) in ("tl.float32", "tl.float64"):
@@ -498,6 +631,8 @@ class TritonKernelWriter:
                 result = f"tl.reduce({tile}, 1, {combine}, keep_dims=True)"
             else:
                 result = f"tl.{'max' if high else 'min'}({tile}, axis=1, keep_dims=True)"
+        if raw:
+            return (self.define(scope, result, frozenset({"x"})),)
         if op in (Op.ANY, Op.ALL) or node.dtype is torch.bool:
             result = f"({result} != 0)"
         elif self.accumulator_type(node) != compute_type(node.dtype):
@@ -548,11 +683,16 @@ class TritonKernelWriter:
             self.defined_at[name] = body
             self.var_level[name] = "r"
             rtype = ".to(tl.int64)" if self.tiling.int64 else ""
-            self.emit(body, f"{name} = ({name}_offset + tl.arange(0, RBLOCK)[None, :]){rtype}")
+            start = "chunk + " if self.split else ""
+            self.emit(body, f"{name} = ({start}{name}_offset + tl.arange(0, RBLOCK)[None, :])"
+                            f"{rtype}")
             if self.rnumel % self.tiling.rblock:
                 self.masks[name] = f"{name}_mask"
                 self.emit(body, f"{name}_mask = {name} < {self.rnumel}")
-            body.header = f"for {name}_offset in range(0, {self.rnumel}, RBLOCK):"
+            if self.split:  # this program's chunk of the row
+                body.header = f"for {name}_offset in range(0, {self.tiling.chunk}, RBLOCK):"
+            else:
+                body.header = f"for {name}_offset in range(0, {self.rnumel}, RBLOCK):"
             dims = dict(zip(self.inner_dims, unravel(Expr.of(Var(name, self.rnumel)),
                                                     tuple(shape[d] for d in self.inner_dims))))
         full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
@@ -590,6 +730,12 @@ class TritonKernelWriter:
                        for name, d in canonical.items() if shape[d] != 1}
             return tuple(e.substitute(mapping) for e in index)
 
+        if self.split and self.stage:
+            # a partial stage: only this level's reductions, each into its workspace
+            for node in kernel.members:
+                if node.kind is Kind.REDUCTION and self.levels[node] == self.stage:
+                    self.value(node, placed(node, self.outer_index), root)
+            return self.finish_kernel(root)
         full_stores = []
         for item in kernel.stores:
             index = store_index(item.node.shape, space)
@@ -614,6 +760,9 @@ class TritonKernelWriter:
 
     def header(self, root: Scope) -> None:
         tiling = self.tiling
+        if self.split:
+            self.levels = self.reduction_levels()
+            self.emit(root, f"chunk = tl.program_id(1) * {tiling.chunk}")
         pid = "tl.program_id(0).to(tl.int64)" if tiling.int64 else "tl.program_id(0)"
         if self.reduces:
             self.emit(root, f"x = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]")
@@ -645,6 +794,8 @@ class TritonKernelWriter:
             pointer = f"tl.broadcast_to({pointer}, {shape})"
         names = ["x"] + ([scope.row or "r"] if level == "r" else [])
         masks = [self.masks[n] for n in names if n in self.masks]
+        if self.split and level == "x" and self.final_grid_parts() > 1:
+            masks.append("(tl.program_id(1) == 0)")  # one chunk stores each row's values
         mask = f", mask={' & '.join(masks)}" if masks else ""
         value = store(item.node.dtype, as_tensor(value, item.node.dtype, self.unit))
         self.emit(scope, f"tl.store({pointer}, {value}{mask})")
@@ -653,16 +804,30 @@ class TritonKernelWriter:
         kernel, tiling = self.kernel, self.tiling
         params = list(self.arguments.values())
         lines = ["@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
-                 f"def {kernel.name}({', '.join(params)}):",
+                 f"def {self.kernel_name()}({', '.join(params)}):",
                  f"    XBLOCK: tl.constexpr = {tiling.xblock}"]
         if self.reduces:
             lines.append(f"    RBLOCK: tl.constexpr = {tiling.rblock}")
         lines += ["    " + line for line in root.lines]
         signature = {name: SIGNATURE_TYPES[buffer.dtype]
                      for buffer, name in self.arguments.items()}
-        grid = (-(-self.xnumel // tiling.xblock), 1, 1)
-        return TritonKernel(kernel.name, "\n".join(lines), list(self.arguments), signature, grid,
-                            tiling.num_warps, self.uses_checks)
+        rows = -(-self.xnumel // tiling.xblock)
+        parts = tiling.parts if self.stage else self.final_grid_parts()
+        return TritonKernel(self.kernel_name(), "\n".join(lines), list(self.arguments),
+                            signature, (rows, parts, 1), tiling.num_warps, self.uses_checks)
+
+    def kernel_name(self) -> str:
+        return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name
+
+    def final_grid_parts(self) -> int:
+        """The finishing kernel of a split reduction runs one program per chunk when it stores
+        whole rows (each stores its chunk), else one per row."""
+        if not self.split:
+            return 1
+        space = (self.kernel.shape, self.kernel.axes)
+        full = any(f"i{d}" in e.variables() for item in self.kernel.stores
+                   for e in store_index(item.node.shape, space) for d in self.kernel.axes)
+        return self.tiling.parts if full else 1
 
 
 def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics = HEURISTICS) -> Tiling:
@@ -679,14 +844,33 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics = HEURISTIC
         xblock = min(_pow2(xnumel), heuristics.column_xblock)
         persistent = rnumel <= rblock
         warps = max(1, min(8, xblock * rblock // 256))
-        return Tiling(xblock, rblock, persistent, warps, int64)
+        return _maybe_split(Tiling(xblock, rblock, persistent, warps, int64), writer,
+                            heuristics)
     if rnumel <= heuristics.persistent_max:
         rblock = _pow2(rnumel)
         xblock = max(1, min(_pow2(xnumel), heuristics.persistent_elements // rblock))
         warps = max(1, min(16, xblock * rblock // 512))
         return Tiling(xblock, rblock, True, warps, int64)
     rblock = heuristics.looped_rblock
-    return Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64)
+    return _maybe_split(Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64),
+                        writer, heuristics)
+
+
+def _maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristics) -> Tiling:
+    """Too few rows to fill the GPU, each long: split every row into chunks, one program per
+    chunk, and combine the chunks' partial results in a second pass."""
+    programs = -(-writer.xnumel // tiling.xblock)
+    rnumel = writer.rnumel
+    if rnumel < heuristics.split_min_row or programs >= heuristics.split_target_programs:
+        return tiling
+    parts = min(heuristics.split_max_parts, _pow2(heuristics.split_target_programs // programs),
+                _pow2(-(-rnumel // (2 * tiling.rblock))))
+    if parts < 2:
+        return tiling
+    chunk = -(-rnumel // parts)
+    chunk = -(-chunk // tiling.rblock) * tiling.rblock  # whole tiles per chunk
+    parts = -(-rnumel // chunk)
+    return dataclasses.replace(tiling, persistent=False, parts=parts, chunk=chunk)
 
 
 def _kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
@@ -705,15 +889,26 @@ def _kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
     return along_kept > along_reduced and shape[last] >= 16
 
 
-def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> TritonKernel:
-    """Write once to see every memory access, choose the tile, write again."""
+def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> KernelLaunches:
+    """Write once to see every memory access, choose the tile, write again (once per stage
+    for a split reduction)."""
     first = TritonKernelWriter(kernel, plan, None)
     first.write()
-    return TritonKernelWriter(kernel, plan, tiling or choose_tiling(first)).write()
+    tiling = tiling or choose_tiling(first)
+    if tiling.parts <= 1:
+        return KernelLaunches(kernel.name, [TritonKernelWriter(kernel, plan, tiling).write()], [])
+    workspaces: dict = {}
+    final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces)
+    final.levels = final.reduction_levels()
+    stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces).write()
+              for stage in range(1, max(final.levels.values()) + 1)]
+    stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces).write())
+    spaces = [space for group in workspaces.values() for space in group]
+    return KernelLaunches(kernel.name, stages, spaces)
 
 
-def write_module(plan: Plan) -> tuple[str, list[TritonKernel]]:
+def write_module(plan: Plan) -> tuple[str, list[KernelLaunches]]:
     """One Python module holding every kernel of the plan (and the helpers they call)."""
-    kernels = [write_kernel(kernel, plan) for kernel in plan.kernels]
-    text = "\n\n\n".join([prelude().rstrip(), *(k.text for k in kernels)]) + "\n"
-    return text, kernels
+    launches = [write_kernel(kernel, plan) for kernel in plan.kernels]
+    texts = [k.text for launch in launches for k in launch.kernels]
+    return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches

@@ -22,6 +22,7 @@ from ember.lower.tracer import OutputSpec
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
 from ember.runtime.triton_launch import DeviceLaunch
+from ember.schedule.layout import row_major
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 
@@ -139,7 +140,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
-            lines.extend(_launch(step.name, source, functions.get(step.name), w))
+            lines.extend(_launch(step.name, source, functions, w))
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:
                 ready(buffer)
@@ -215,7 +216,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
     return WrapperSource(text, w.namespace)
 
 
-def _launch(name: str, source: Any, function: Any, w: _Writer) -> list[str]:
+def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> list[str]:
     """The lines that run one kernel: a C function on data pointers, a Triton kernel through
     its launcher on tensors (grid and metadata as constants), or an interpreted one."""
     if isinstance(source, KernelSource):
@@ -224,13 +225,24 @@ def _launch(name: str, source: Any, function: Any, w: _Writer) -> list[str]:
         return [f"if {call}: raise_index_error({name!r})"] if source.checks else [call]
     if source.grid[0] == 0:
         return []  # an empty iteration space: nothing to launch
-    tensors = ", ".join(b.name for b in source.arguments)
-    if isinstance(function, DeviceLaunch):
-        launcher, *fixed = function.prefix()
-        gx, gy, gz = function.grid
-        rest = ", ".join(w.constant(value, "meta") for value in fixed)
-        return [f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, {tensors})"]
-    return [f"{name}({tensors})"]
+    lines = []
+    for space in source.workspaces:  # a split reduction's partial results
+        lines.append(f"{space.name} = empty_strided({space.shape!r}, "
+                     f"{row_major(space.shape)!r}, dtype={w.dtype(space.dtype)}, device=device)")
+    for kernel in source.kernels:
+        tensors = ", ".join(b.name for b in kernel.arguments)
+        function = functions[kernel.name]
+        if isinstance(function, DeviceLaunch):
+            launcher, *fixed = function.prefix()
+            gx, gy, gz = function.grid
+            rest = ", ".join(w.constant(value, "meta") for value in fixed)
+            lines.append(f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, "
+                         f"{tensors})")
+        else:
+            lines.append(f"{kernel.name}({tensors})")
+    if source.workspaces:
+        lines.append("del " + ", ".join(space.name for space in source.workspaces))
+    return lines
 
 
 def _cuda_prologue(plan: Plan, sources: dict[str, Any], w: _Writer, check_alignment: bool

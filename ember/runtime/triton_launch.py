@@ -57,7 +57,8 @@ def load_module(text: str) -> types.ModuleType:
     """Import the generated source from a content-addressed file (Triton reads the kernels'
     source through `inspect`, so it must live in a real file)."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
-    name = f"ember_triton_{digest}"
+    # (interpreted and compiled kernels are different objects: never share one module)
+    name = f"ember_triton_{digest}" + ("_interpreted" if interpreting() else "")
     if name in sys.modules:
         return sys.modules[name]
     path = module_folder() / f"{name}.py"
