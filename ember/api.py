@@ -24,8 +24,13 @@ from ember.capture.breaks import resume_function
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import compile_guards, first_failure
+from ember.runtime.cudagraphs import CudaGraphed
 
 _registry: weakref.WeakSet = weakref.WeakSet()
+
+# torch.compile's modes; the ones that replay CUDA graphs (ember/runtime/cudagraphs.py)
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def resolve_backend(backend: str | Callable) -> Callable:
@@ -60,6 +65,7 @@ class CaptureRecord:
     guards: str
     seconds: float
     graph: torch.fx.GraphModule | None = None
+    cuda_graph: CudaGraphed | None = None   # mode="reduce-overhead"
 
 
 def _positional_names(function: types.FunctionType) -> list[str] | None:
@@ -157,6 +163,9 @@ class CompiledFunction:
                                          inspect.CO_ASYNC_GENERATOR):
             raise TypeError(f"ember.compile cannot compile {function.__qualname__}: it is a "
                             "generator or coroutine function; compile the code it calls")
+        if mode not in MODES:
+            raise ValueError(f"ember.compile: unknown mode {mode!r}; use one of "
+                             f"{', '.join(repr(m) for m in MODES)}")
         self.function = function
         self.fullgraph = fullgraph
         self.dynamic = dynamic
@@ -259,6 +268,10 @@ class CompiledFunction:
             guard, text = compile_guards(session.guards, scope)
             return CacheEntry(guard, self.caller, None, text, error)
         compiled = self.backend(captured.graph_module, list(captured.example_inputs))
+        cuda_graph = None
+        if self.mode in CUDA_GRAPH_MODES:
+            compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),
+                                                self.where)
         scope = dict(captured.scope, C=self.function.__closure__ or ())
         guard, text = compile_guards(captured.guards, scope)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
@@ -274,7 +287,8 @@ class CompiledFunction:
 
         breaks = [captured.break_reason] if captured.break_reason is not None else []
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
-                                  time.perf_counter() - started, captured.graph_module))
+                                  time.perf_counter() - started, captured.graph_module,
+                                  cuda_graph))
         return CacheEntry(guard, runner, captured, text)
 
 
@@ -359,6 +373,7 @@ class ExplainOutput:
     guards: list[str]
     ops_per_graph: list[int]
     compile_seconds: float
+    cuda_graphs: list[str] = dataclasses.field(default_factory=list)  # per graph, if asked
 
     def __str__(self) -> str:
         lines = [f"Graph count: {self.graph_count}",
@@ -372,6 +387,8 @@ class ExplainOutput:
                 lines.append(f"  {number}. {where}{reason.reason}{hint}")
         if self.ops_per_graph:
             lines.append("Ops per graph: " + ", ".join(map(str, self.ops_per_graph)))
+        if self.cuda_graphs:
+            lines.append("CUDA graphs: " + "; ".join(self.cuda_graphs))
         lines.append(f"Guards: {sum(text.count('if not') for text in self.guards)}")
         lines.append(f"Capture time: {self.compile_seconds * 1000:.1f} ms")
         return "\n".join(lines)
@@ -400,7 +417,8 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
             break_reasons=[b for r in records for b in r.breaks],
             guards=[r.guards for r in records if r.guards],
             ops_per_graph=[n for r in records for n in r.ops],
-            compile_seconds=sum(r.seconds for r in records))
+            compile_seconds=sum(r.seconds for r in records),
+            cuda_graphs=[r.cuda_graph.status() for r in records if r.cuda_graph is not None])
 
     return run
 

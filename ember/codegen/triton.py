@@ -367,6 +367,8 @@ class TritonKernelWriter:
         if node.op is Op.IOTA:
             a = node.attrs
             position = index[a["dim"]]
+            if position.is_constant:
+                return literal(a["start"] + a["step"] * position.const, node.dtype)
             expression = f"({a['start']} + {a['step']} * {render(position)})"
             return self.define(scope, f"{expression}.to({compute_type(node.dtype)})",
                                self.index_deps([position]))
@@ -801,20 +803,22 @@ class TritonKernelWriter:
         self.emit(scope, f"tl.store({pointer}, {value}{mask})")
 
     def finish_kernel(self, root: Scope) -> TritonKernel:
-        kernel, tiling = self.kernel, self.tiling
+        tiling = self.tiling
         params = list(self.arguments.values())
-        lines = ["@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
+        signature = {name: SIGNATURE_TYPES[buffer.dtype]
+                     for buffer, name in self.arguments.items()}
+        rows = -(-self.xnumel // tiling.xblock)
+        grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
+        described = ", ".join(f"{name}: {kind}" for name, kind in signature.items())
+        lines = [f"# grid {grid}, num_warps={tiling.num_warps}; {described}",
+                 "@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
                  f"def {self.kernel_name()}({', '.join(params)}):",
                  f"    XBLOCK: tl.constexpr = {tiling.xblock}"]
         if self.reduces:
             lines.append(f"    RBLOCK: tl.constexpr = {tiling.rblock}")
         lines += ["    " + line for line in root.lines]
-        signature = {name: SIGNATURE_TYPES[buffer.dtype]
-                     for buffer, name in self.arguments.items()}
-        rows = -(-self.xnumel // tiling.xblock)
-        parts = tiling.parts if self.stage else self.final_grid_parts()
         return TritonKernel(self.kernel_name(), "\n".join(lines), list(self.arguments),
-                            signature, (rows, parts, 1), tiling.num_warps, self.uses_checks)
+                            signature, grid, tiling.num_warps, self.uses_checks)
 
     def kernel_name(self) -> str:
         return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name

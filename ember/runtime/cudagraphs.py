@@ -1,0 +1,179 @@
+"""mode="reduce-overhead": a compiled graph's launches recorded once as a CUDA graph, replayed.
+
+A replay launches every kernel and library call of the graph with one call, so the time a
+small graph spends in Python and in launching goes away. What the recording needs and how it
+is kept safe:
+
+- Static inputs. The graph reads fixed addresses: each call copies its input tensors into the
+  buffers the graph was recorded with. Parameters are read in place (not copied) as long as
+  the graph does not write them and they stay where they were; if one moves, the graph is
+  recorded again.
+- A private memory pool holds the graph's temporaries and outputs, so nothing else allocates
+  over them between replays.
+- Outputs the caller keeps are never overwritten: a replay's outputs are copied out of the
+  pool (views of inputs are rebuilt on the caller's tensors instead), so the results of
+  earlier calls stay as they were.
+- Inputs the graph writes (in-place ops) are copied back into the caller's tensors.
+- The first call runs normally (it also warms up lazy initialization), then the graph is
+  recorded. Where it cannot be (CPU tensors, a host synchronization inside the graph, an
+  error while recording), the graph runs without CUDA graphs and the reason is logged on
+  EMBER_LOGS=perf and reported by ember.explain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ember import logs, torch_internals
+
+# After this many recordings (parameters that keep moving), stop recording.
+MAX_RECORDINGS = 4
+
+
+class CudaGraphed:
+    def __init__(self, compiled: Callable, example_inputs: list[Any], where: str):
+        self.compiled = compiled
+        self.where = where
+        self.reason: str | None = None
+        self.recorded = False
+        self.recordings = 0
+        self.graph: Any = None
+        tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+        devices = {t.device.type for t in tensors}
+        if not tensors:
+            self.give_up("no tensor inputs")
+        elif devices != {"cuda"}:
+            self.give_up(f"tensors on {', '.join(sorted(devices))} (CUDA graphs replay CUDA "
+                         f"work only)")
+        elif len({t.device for t in tensors}) > 1:
+            self.give_up("tensors on several CUDA devices")
+        elif getattr(compiled, "runs_eagerly", False) or type(compiled).__name__ == "EagerGraph":
+            self.give_up(f"the graph runs eagerly ({getattr(compiled, 'reason', 'see log')})")
+
+    def give_up(self, reason: str) -> None:
+        self.reason = reason
+        logs.channel("perf").info("%s: no CUDA graph: %s; the graph runs without one",
+                                  self.where, reason)
+
+    def status(self) -> str:
+        if self.reason is not None:
+            return f"not used: {self.reason}"
+        return "recorded" if self.recorded else "not recorded yet"
+
+    # -- calls ----------------------------------------------------------------------------
+    def __call__(self, *args: Any) -> Any:
+        if self.reason is not None:
+            return self.compiled(*args)
+        if not self.recorded:
+            result = self.compiled(*args)   # the first call runs normally ...
+            self.record(args)               # ... then the graph is recorded
+            return result
+        positions = self.positions
+        for position, static, pointer in self.in_place:
+            if args[position].data_ptr() != pointer:
+                self.recorded = False       # a parameter moved: record again
+                return self(*args)
+        for position, span, static in self.copied:
+            span.copy_(_span_of(args[position]))
+        self.graph.replay()
+        for position, static in self.written:
+            args[position].copy_(static)
+        leaves = []
+        for kind, value in self.outputs:
+            if kind == "pool":
+                leaves.append(value.clone())
+            elif kind == "input":
+                position, size, stride, offset = value
+                user = args[positions[position]]
+                leaves.append(user.as_strided(size, stride, user.storage_offset() + offset))
+            else:
+                leaves.append(value)
+        return self.unflatten(leaves)
+
+    # -- recording ------------------------------------------------------------------------
+    def record(self, args: tuple) -> None:
+        if self.recordings >= MAX_RECORDINGS:
+            self.give_up(f"recorded {MAX_RECORDINGS} times (parameters keep moving)")
+            return
+        self.recordings += 1
+        try:
+            self._record(args)
+        except Exception as error:  # a host sync, an op capture refuses, ...
+            torch.cuda.synchronize()
+            self.graph = None
+            self.give_up(f"recording failed: {type(error).__name__}: {error}".splitlines()[0])
+
+    def _record(self, args: tuple) -> None:
+        positions = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor)]
+        self.positions = positions
+        # inputs the compiled graph writes (known for ember's graphs; any, for others)
+        known = getattr(self.compiled, "written_inputs", None)
+        writes = {positions[i] for i in known} if known is not None else set(positions)
+        statics = list(args)
+        for position in positions:
+            tensor = args[position]
+            if not isinstance(tensor, torch.nn.Parameter) or position in writes:
+                statics[position] = _copy_of(tensor)
+        versions = [statics[p]._version for p in positions]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            self.compiled(*statics)         # warm-up on the recording stream
+        torch.cuda.current_stream().wait_stream(stream)
+        # (ember's kernels write memory without bumping versions: hence `known`)
+        written = {p for p, v in zip(positions, versions) if statics[p]._version != v}
+        if known is not None:
+            written |= {positions[i] for i in known}
+        graph = torch.cuda.CUDAGraph()
+        pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=pool, stream=stream):
+            static_result = self.compiled(*statics)
+        leaves, spec = torch_internals.tree_flatten(static_result)
+        storages = {statics[p].untyped_storage().data_ptr(): i
+                    for i, p in enumerate(positions)}
+        outputs = []
+        for leaf in leaves:
+            if not isinstance(leaf, torch.Tensor):
+                outputs.append(("constant", leaf))
+                continue
+            owner = storages.get(leaf.untyped_storage().data_ptr())
+            if owner is None:
+                outputs.append(("pool", leaf))
+            else:  # a view of an input: rebuilt on the caller's tensor
+                base = statics[positions[owner]]
+                outputs.append(("input", (owner, leaf.size(), leaf.stride(),
+                                          leaf.storage_offset() - base.storage_offset())))
+        self.graph, self.pool, self.statics = graph, pool, statics
+        self.outputs = outputs
+        self.unflatten = spec.unflatten
+        self.in_place = [(p, statics[p], statics[p].data_ptr()) for p in positions
+                         if statics[p] is args[p]]
+        self.copied = [(p, _span_of(statics[p]), statics[p]) for p in positions
+                       if statics[p] is not args[p]]
+        self.written = [(p, statics[p]) for p in positions if p in written]
+        self.recorded = True
+        logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
+                                  "place)", self.where, len(self.copied), len(self.in_place))
+
+
+def _span(tensor: torch.Tensor) -> int:
+    """Elements from the tensor's first to its last (its layout, gaps and overlaps included)."""
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(tensor.size(), tensor.stride()))
+
+
+def _span_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The memory `tensor` spans, as a 1-D tensor (copying it copies any layout, expanded
+    and strided ones included, in one contiguous copy)."""
+    return tensor.as_strided((_span(tensor),), (1,), tensor.storage_offset())
+
+
+def _copy_of(tensor: torch.Tensor) -> torch.Tensor:
+    """A buffer laid out like `tensor` (same strides), holding its values."""
+    base = torch.empty(_span(tensor), dtype=tensor.dtype, device=tensor.device)
+    base.copy_(_span_of(tensor))
+    return base.as_strided(tensor.size(), tensor.stride(), 0)

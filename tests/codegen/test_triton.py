@@ -1,0 +1,156 @@
+"""ember.codegen.triton: the Triton text of a few kernels (golden files), the tile each kind of
+kernel gets, split reductions, int64 indexing, and what such kernels compute (run by Triton's
+interpreter on the CPU; tests/conftest.py sets TRITON_INTERPRET=1).
+
+Goldens live in tests/codegen/golden/*.triton; after a deliberate change to the generated code,
+regenerate them with EMBER_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check, make
+
+from ember import config
+from ember.codegen.triton import HEURISTICS, KernelLaunches, render, write_module
+from ember.codegen.triton_rules import TANH_SPLIT
+from ember.codegen.wrapper import KernelIndexError
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.schedule.expr import Expr, Var
+from ember.schedule.fuse import schedule
+
+pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="these tests run kernels through Triton's interpreter")
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(autouse=True)
+def _triton():
+    with config.override(backend="triton"):
+        yield
+
+
+def launches(fn, *args) -> list[KernelLaunches]:
+    lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+    return write_module(schedule(run_passes(lowered.graph)))[1]
+
+
+def kernel_text(fn, *args) -> str:
+    """The kernels (without the shared prelude) that ember generates for fn(*args)."""
+    return "\n\n".join(k.text for launch in launches(fn, *args) for k in launch.kernels) + "\n"
+
+
+def assert_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("EMBER_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.exists(), f"no golden {path}: run with EMBER_UPDATE_GOLDEN=1 to create it"
+    assert text == path.read_text(), f"{name} changed; EMBER_UPDATE_GOLDEN=1 rewrites it"
+
+
+GOLDENS = {
+    "pointwise.triton": (lambda x, y: torch.sigmoid(x * y + 1.5).to(torch.float16),
+                         (make(4, 6), make(6, seed=1))),
+    "softmax_rows.triton": (lambda x: F.softmax(x, -1), (make(4, 10),)),
+    "sum_dim0.triton": (lambda x: x.sum(0), (make(5, 40),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDENS))
+def test_kernel_text_is_golden(name):
+    fn, args = GOLDENS[name]
+    assert_golden(name, kernel_text(fn, *args))
+    check(fn, *args, kernels=1)
+
+
+def test_index_expressions_render_as_python():
+    i, j = Var("x", 4), Var("r0", 1 << 40)
+    assert render(Expr.of(i) * 3 + 2) == "(3 * x + 2)"
+    assert render(Expr.of(i) * -1) == "-x"
+    assert render((Expr.of(j) + 1) // 7) == "((r0 + 1) // 7)"
+
+
+# -- tiles ----------------------------------------------------------------------------------
+def test_pointwise_blocks_drop_the_mask_when_the_size_divides_the_block():
+    (even,) = launches(lambda x: x * 2, make(64, 64))
+    (odd,) = launches(lambda x: x * 2, make(63, 65))
+    assert "XBLOCK: tl.constexpr = 1024" in even.kernels[0].text
+    assert "mask" not in even.kernels[0].text
+    assert "xmask = x < 4095" in odd.kernels[0].text
+    assert even.kernels[0].grid == (4, 1, 1) and odd.kernels[0].grid == (4, 1, 1)
+    # at least 8 bytes per thread per tensor: 1024 float32 values over 4 warps of 32
+    assert even.kernels[0].num_warps * 32 * 2 <= 1024
+
+
+def test_short_rows_are_persistent_long_rows_loop():
+    (short,) = launches(lambda x: F.softmax(x, -1), make(64, 1000))
+    (long,) = launches(lambda x: F.softmax(x, -1), make(600, HEURISTICS.persistent_max + 8))
+    assert "for " not in short.kernels[0].text  # the row is loaded once and reused
+    assert short.kernels[0].text.count("tl.load(") == 1
+    assert long.kernels[0].text.count("for r") == 3  # max, sum, then the stores
+    check(lambda x: F.softmax(x, -1), make(3, HEURISTICS.persistent_max + 8), kernels=1)
+
+
+def test_reductions_over_a_strided_dim_tile_across_the_contiguous_one():
+    (column,) = launches(lambda x: x.sum(0), make(300, 256))
+    text = column.kernels[0].text
+    assert f"XBLOCK: tl.constexpr = {HEURISTICS.column_xblock}" in text
+    assert f"RBLOCK: tl.constexpr = {HEURISTICS.column_rblock}" in text
+
+
+def test_split_reductions_combine_partial_results():
+    x = make(3 * HEURISTICS.split_min_row + 5)
+    (split,) = launches(lambda x: x.sum(), x)
+    assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0"]
+    assert split.kernels[0].grid[1] > 1 and split.kernels[1].grid == (1, 1, 1)
+    assert len(split.workspaces) == 1
+    check(lambda x: (x.sum(), x.amax(), x.argmin(), x.mean()), x)
+
+
+def test_split_reductions_run_one_stage_per_dependent_level():
+    # the variance reads the mean: a second pass over the rows; the normalized values are
+    # stored by the finishing kernel, one program per chunk
+    x = make(2, 2 * HEURISTICS.split_min_row + 3)
+    fn = lambda x: (x - x.mean(1, keepdim=True)) / x.var(1, keepdim=True).sqrt()  # noqa: E731
+    (split,) = launches(fn, x)
+    assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_stage2", "kernel0"]
+    assert split.kernels[-1].grid[1] == split.kernels[0].grid[1]
+    check(fn, x, kernels=1)
+
+
+def test_offsets_past_two_to_the_31_index_in_int64():
+    huge = torch.empty(3, 2 ** 30, device="meta")
+    (wide,) = launches(lambda x: x * 2, huge)
+    (narrow,) = launches(lambda x: x * 2, torch.empty(3, 2 ** 20, device="meta"))
+    assert "tl.program_id(0).to(tl.int64)" in wide.kernels[0].text
+    assert "int64" not in narrow.kernels[0].text
+
+
+# -- what the kernels compute -------------------------------------------------------------
+def test_ops_tl_math_cannot_build_run_as_library_calls():
+    fn = lambda x: (torch.asin(x * 0.5) + 1, torch.atan2(x, x + 1), torch.erfc(x))  # noqa: E731
+    graph = check(fn, make(4, 5, special=True), library=0)
+    assert graph.library_count == 3
+
+
+def test_tanh_within_a_few_ulps_everywhere():
+    x = torch.cat([torch.linspace(-12, 12, 20001), torch.linspace(-0.6, 0.6, 20001),
+                   torch.tensor([TANH_SPLIT, -TANH_SPLIT, 1e-30, -1e-30, 0.0, math.inf])])
+    for dtype, ulps in ((torch.float32, 4), (torch.float64, 4)):
+        value = x.to(dtype)
+        got = check(lambda x: torch.tanh(x), value).fast([value])
+        want = torch.tanh(value.double())
+        ulp = torch.finfo(dtype).eps * want.abs().clamp_min(torch.finfo(dtype).tiny)
+        assert float(((got.double() - want).abs() / ulp).max()) <= ulps
+
+
+def test_an_index_out_of_range_raises():
+    graph = check(lambda table, i: table[i], make(5, 3), torch.tensor([0, 4, 2]))
+    with pytest.raises(KernelIndexError, match="index out of range in ember kernel"):
+        graph(make(5, 3), torch.tensor([0, 5, 2]))

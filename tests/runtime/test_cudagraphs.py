@@ -1,0 +1,94 @@
+"""mode="reduce-overhead": CUDA-graph recording and replay (ember/runtime/cudagraphs.py).
+
+The replay tests need an NVIDIA GPU (marked `gpu`); without one, what is checked is that the
+mode says why it cannot record and runs the graph without CUDA graphs, with eager's results.
+"""
+
+import pytest
+import torch
+
+import ember
+from helpers import captured_log
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+
+
+def mlp(x, w1, w2):
+    return torch.tanh(x @ w1) @ w2 + 1
+
+
+def test_cpu_tensors_run_without_cuda_graphs_and_say_why():
+    compiled = ember.compile(mlp, mode="reduce-overhead")
+    args = [torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 3)]
+    with captured_log("perf") as records:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(*args), mlp(*args))
+    assert any("no CUDA graph: tensors on cpu" in r.getMessage() for r in records)
+    report = ember.explain(mlp, mode="reduce-overhead")(*args)
+    assert report.cuda_graphs == ["not used: tensors on cpu (CUDA graphs replay CUDA work only)"]
+    assert "CUDA graphs: not used: tensors on cpu" in str(report)
+
+
+def test_unknown_modes_are_refused():
+    with pytest.raises(ValueError, match="unknown mode 'fastest'"):
+        ember.compile(mlp, mode="fastest")
+
+
+@cuda
+@pytest.mark.gpu
+def test_outputs_of_earlier_calls_are_never_overwritten():
+    compiled = ember.compile(mlp, mode="reduce-overhead")
+    weights = [torch.randn(64, 64, device="cuda"), torch.randn(64, 32, device="cuda")]
+    inputs = [torch.randn(16, 64, device="cuda") for _ in range(3)]
+    kept = [compiled(x, *weights) for x in inputs]    # calls 2 and 3 replay the graph
+    for x, result in zip(inputs, kept):
+        torch.testing.assert_close(result, mlp(x, *weights), rtol=1e-3, atol=1e-3)
+    report = ember.explain(mlp, mode="reduce-overhead")(inputs[0], *weights)
+    assert report.cuda_graphs == ["recorded"]
+
+
+@cuda
+@pytest.mark.gpu
+def test_in_place_updates_reach_the_callers_tensors():
+    def step(x, state):
+        state.mul_(0.5).add_(x)
+        return state * 2, state
+
+    compiled = ember.compile(step, mode="reduce-overhead")
+    state, expected = torch.zeros(8, device="cuda"), torch.zeros(8, device="cuda")
+    for _ in range(4):
+        x = torch.randn(8, device="cuda")
+        doubled, same = compiled(x, state)
+        want, _ = step(x, expected)
+        torch.testing.assert_close(state, expected)
+        torch.testing.assert_close(doubled, want)
+        assert same.data_ptr() == state.data_ptr()  # the view is of the caller's tensor
+
+
+@cuda
+@pytest.mark.gpu
+def test_parameters_are_read_in_place_and_a_moved_one_records_again():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh()).cuda().eval()
+    compiled = ember.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 32, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
+        model[0].weight.data = torch.randn(32, 32, device="cuda")  # a new tensor: it moved
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
+        model[0].weight.add_(1)                                    # in place: replay sees it
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-3, atol=1e-3)
+
+
+@cuda
+@pytest.mark.gpu
+def test_a_host_sync_inside_the_graph_runs_without_cuda_graphs():
+    def fn(x):
+        return torch.histc(x, bins=10) + 1  # the range (min, max) is read on the host
+
+    compiled = ember.compile(fn, mode="reduce-overhead")
+    x = torch.randn(100, device="cuda")
+    with captured_log("perf") as records:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert any("no CUDA graph" in r.getMessage() for r in records)
