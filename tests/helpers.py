@@ -141,6 +141,8 @@ def check(fn: Callable, *args: Any, kernels: int | None = None, library: int | N
     library calls (all graphs; matmul and other library calls by design are not counted).
     `may_switch_to_eager` accepts a graph that its first call sent to eager (a library call
     returned a layout ember did not predict) — right answers, but no speed."""
+    if DEVICE != "cpu":
+        args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
     with torch.no_grad(), watching_fallbacks() as fallbacks:
         compiled, graphs = compile_fn(fn, args, dynamo=dynamo)
         eager_args, compiled_args = copy.deepcopy(args), copy.deepcopy(args)
