@@ -72,11 +72,11 @@ class CudaGraphed:
             self.record(args)               # ... then the graph is recorded
             return result
         positions = self.positions
-        for position, static, pointer in self.in_place:
+        for position, _static, pointer in self.in_place:
             if args[position].data_ptr() != pointer:
                 self.recorded = False       # a parameter moved: record again
                 return self(*args)
-        for position, span, static in self.copied:
+        for position, span, _static in self.copied:
             span.copy_(_span_of(args[position]))
         self.graph.replay()
         for position, static in self.written:

@@ -6,9 +6,9 @@ mode says why it cannot record and runs the graph without CUDA graphs, with eage
 
 import pytest
 import torch
+from helpers import captured_log
 
 import ember
-from helpers import captured_log
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
