@@ -120,10 +120,18 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     """lower → passes → schedule → codegen → build → wrapper."""
     dump = logs.dump_folder(label)
     logs.dump(dump, "fx_graph.py", gm.code)
+    clock = _Stages(label)
+    if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
+            kernel_backend("cuda") == "triton":
+        triton_launch.warm_up()  # Triton's start-up, beside the lowering
     lowered = trace(gm, example_inputs)
+    clock("lower")
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
     graph = run_passes(lowered.graph, dump)
+    clock("passes")
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
+    if graph.device.type != "cpu":  # 0-d CPU constants, copied to the graph's device once
+        extras = [t.to(graph.device) if t.device != graph.device else t for t in extras]
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     device = graph.device
     chosen = kernel_backend(device.type)
@@ -139,9 +147,11 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
         if calls:
             logs.dump(dump, "ir_triton_library_calls.txt", str(graph))
     plan = schedule(graph)
+    clock("schedule")
     logs.dump(dump, "schedule.txt", plan.describe())
     make = _triton_kernels if chosen == "triton" else _c_kernels
     sources, functions, misaligned = make(plan, label, dump)
+    clock("kernels")
 
     def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None):
         wrapper = write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
@@ -163,6 +173,8 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                                            f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    clock("wrapper")
+    clock.report()
     library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
     written = [index for index, _ in graph.writebacks]
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
@@ -220,6 +232,26 @@ def _known_aligned(buffer: Buffer, inputs: set[Buffer], assume_inputs: bool) -> 
     if buffer.role == "library":
         return False
     return True
+
+
+class _Stages:
+    """How long each compile stage took (EMBER_LOGS=perf)."""
+
+    def __init__(self, label: str):
+        self.label = label
+        self.times: list[tuple[str, float]] = []
+        self.last = self.start = time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.times.append((stage, now - self.last))
+        self.last = now
+
+    def report(self) -> None:
+        if logs.enabled("perf"):
+            stages = ", ".join(f"{stage} {seconds * 1e3:.1f}" for stage, seconds in self.times)
+            logs.channel("perf").info("%s compiled in %.1f ms: %s", self.label,
+                                      (self.last - self.start) * 1e3, stages)
 
 
 class _Lazy:

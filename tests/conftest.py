@@ -11,6 +11,10 @@ if os.environ.get("EMBER_TEST_DEVICE", "cpu") != "cuda":
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+if os.environ.get("EMBER_TEST_DEVICE", "cpu") == "cuda":
+    # tensors the tests (and the functions they compile) make land on the GPU
+    torch.set_default_device("cuda")
+
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():

@@ -192,21 +192,23 @@ def make(*shape: int, dtype: torch.dtype = torch.float32, low: float | None = No
     (float dtypes only)."""
     generator = torch.Generator().manual_seed(seed)
     if dtype is torch.bool:
-        return (torch.rand(shape, generator=generator) < 0.5).to(DEVICE)
+        return (torch.rand(shape, generator=generator, device="cpu") < 0.5).to(DEVICE)
     if dtype.is_floating_point:
         low = -3.0 if low is None else low
         high = 3.0 if high is None else high
-        x = torch.rand(shape, generator=generator, dtype=torch.float64) * (high - low) + low
+        x = torch.rand(shape, generator=generator, dtype=torch.float64, device="cpu") * \
+            (high - low) + low
         x = x.to(dtype)
         if special and x.numel():
             flat = x.view(-1)
             count = min(len(FLOAT_SPECIALS), flat.numel())
-            flat[:count] = torch.tensor(FLOAT_SPECIALS[:count], dtype=dtype)
+            flat[:count] = torch.tensor(FLOAT_SPECIALS[:count], dtype=dtype, device="cpu")
         return x.to(DEVICE)
     info = torch.iinfo(dtype)
     low = max(info.min, -20 if low is None else int(low))
     high = min(info.max, 20 if high is None else int(high))
-    return torch.randint(low, high + 1, shape, generator=generator, dtype=dtype).to(DEVICE)
+    return torch.randint(low, high + 1, shape, generator=generator, dtype=dtype,
+                         device="cpu").to(DEVICE)
 
 
 def make_layout(layout: str, *shape: int, **options: Any) -> torch.Tensor:

@@ -217,7 +217,10 @@ class Tracer(torch_internals.TorchDispatchMode):
             # every tensor made while tracing is a meta tensor (torch.zeros(3) names no device)
             device = kwargs.get("device")
             device = torch.device(device) if device is not None else None
-            if device is None and torch.get_default_device() != self.graph.device:
+            # x.to(dtype), zeros_like(x), x.new_zeros(n): no device means x's, the graph's
+            follows_input = bool(args) and isinstance(args[0], torch.Tensor)
+            if device is None and not follows_input and \
+                    torch.get_default_device() != self.graph.device:
                 raise Unsupported(f"{func} creates a tensor on the default device "
                                   f"{torch.get_default_device()}, the graph is on "
                                   f"{self.graph.device}")
@@ -562,8 +565,13 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
                 tracer.bind_input(meta, len(graph.inputs) - 1)
                 attributes[fx_node.target] = meta
                 attribute_names.append(fx_node.target)
-    if any(t.device != device for t in (_fetch_attr(module, n) for n in attribute_names)):
-        raise Unsupported("graph attributes live on another device")
+    for name in attribute_names:
+        value = _fetch_attr(module, name)
+        # a 0-d constant on the CPU (torch.tensor(7.0) in the code) joins a CUDA graph as
+        # eager lets it: the backend copies it to the graph's device once
+        if value.device != device and not (value.dim() == 0 and value.device.type == "cpu"):
+            raise Unsupported(f"graph attribute {name} lives on {value.device}, the graph on "
+                              f"{device}")
     with tracer:
         out = _MetaInterpreter(module, attributes).run(*arguments)
     specs, tree = tracer.finish(out)

@@ -21,12 +21,16 @@ import hashlib
 import importlib.util
 import os
 import sys
+import threading
+import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ember import config
+import torch
+
+from ember import config, logs
 from ember.codegen.triton import TritonKernel
 
 
@@ -127,6 +131,29 @@ class DeviceLaunch:
         return (launcher, compiled.function, compiled.packed_metadata, None, None, None)
 
 
+_warm_up: threading.Thread | None = None
+
+
+def warm_up() -> None:
+    """Start importing Triton and initializing its CUDA driver (on a cold cache that builds
+    Triton's CUDA utilities with the C compiler) in the background, while the graph is being
+    lowered; compile_kernels waits for it."""
+    global _warm_up
+    if _warm_up is None and not interpreting():
+        def work() -> None:
+            try:
+                import triton
+
+                driver = triton.runtime.driver.active
+                driver.get_current_target()
+                driver.utils  # noqa: B018 (builds or loads cuda_utils)
+            except Exception as error:  # noqa: BLE001 (compile_kernels will meet it again)
+                logs.channel("perf").info("Triton warm-up failed: %s", error)
+
+        _warm_up = threading.Thread(target=work, name="ember-triton-warm-up", daemon=True)
+        _warm_up.start()
+
+
 def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
 
@@ -134,6 +161,8 @@ def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
 def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                     aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
     """Compile each kernel for the current GPU, several at a time, and load them."""
+    warm_up()
+    _warm_up.join()
     import triton
     from triton.compiler import ASTSource
 
@@ -144,18 +173,45 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         fn = getattr(module, kernel.name)
         source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
         options = {"num_warps": kernel.num_warps, "num_stages": 1, "debug": kernel.checks}
+        start = time.perf_counter()
         compiled = triton.compile(source, target=target, options=options)
-        import torch
-
+        compiled_at = time.perf_counter()
         with torch.cuda.device(device_index):
             compiled._init_handles()  # load the binary; build (or find) the C launcher
+        logs.channel("perf").info("%s: triton.compile %.3f s, load %.3f s", kernel.name,
+                                   compiled_at - start, time.perf_counter() - compiled_at)
         return DeviceLaunch(compiled, kernel.grid)
 
-    if len(kernels) <= 1:
-        return [build(i) for i in range(len(kernels))]
-    workers = min(len(kernels), os.cpu_count() or 1, 16)
+    # On a cold cache each new argument count also needs its C launcher built (a compiler
+    # run): start those at once, beside the kernels' compilation, not after it.
+    launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
+    workers = max(1, min(len(kernels) + len(launchers), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(build, range(len(kernels))))
+        prebuilt = [pool.submit(_build_launcher, types) for types in launchers]
+        launches = list(pool.map(build, range(len(kernels))))
+        for future in prebuilt:
+            future.result()
+    return launches
+
+
+_launchers_built: set[tuple[str, ...]] = set()
+
+
+def _build_launcher(types: tuple[str, ...]) -> None:
+    """Build (or find in Triton's cache) the C launcher that kernels with these argument
+    types use, exactly as Triton's CudaLauncher would; a Triton whose internals differ just
+    builds it later, when the kernel is loaded."""
+    try:
+        from triton.backends.nvidia import driver as nvidia
+        from triton.runtime.build import compile_module_from_src
+
+        source = nvidia.make_launcher({}, {f"a{i}": t for i, t in enumerate(types)}, None)
+        compile_module_from_src(src=source, name="__triton_launcher",
+                                library_dirs=nvidia.library_dirs(),
+                                include_dirs=nvidia.include_dirs, libraries=nvidia.libraries)
+        _launchers_built.add(types)
+    except Exception as error:  # noqa: BLE001 (only a head start; the load builds it anyway)
+        logs.channel("perf").info("no head start on the Triton launcher: %s", error)
 
 
 def interpreted_kernels(module: types.ModuleType, kernels: list[TritonKernel]

@@ -113,7 +113,8 @@ def test_classification_losses(reduction):
 
 def test_nll_loss_2d():
     logits = make(2, 4, 3, 5)
-    target = torch.randint(0, 4, (2, 3, 5), generator=torch.Generator().manual_seed(0))
+    target = torch.randint(0, 4, (2, 3, 5), generator=torch.Generator().manual_seed(0),
+                           device="cpu")
     check(lambda x, t: (F.cross_entropy(x, t), F.nll_loss(F.log_softmax(x, 1), t, reduction="none"),
                         F.cross_entropy(x, t, ignore_index=1, reduction="sum")),
           logits, target, library=0)
