@@ -66,6 +66,7 @@ class CaptureRecord:
     seconds: float
     graph: torch.fx.GraphModule | None = None
     cuda_graph: CudaGraphed | None = None   # mode="reduce-overhead"
+    compiled: Callable | None = None         # what the backend returned
 
 
 def _positional_names(function: types.FunctionType) -> list[str] | None:
@@ -288,7 +289,7 @@ class CompiledFunction:
         breaks = [captured.break_reason] if captured.break_reason is not None else []
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
                                   time.perf_counter() - started, captured.graph_module,
-                                  cuda_graph))
+                                  cuda_graph, compiled))
         return CacheEntry(guard, runner, captured, text)
 
 

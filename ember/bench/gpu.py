@@ -122,7 +122,49 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
                 result["kernel_tb_s"] = bytes_moved / (kernel_ms * 1e-3) / 1e12
         if tune and how == "ember" and mode is None and name in ("S1", "softmax", "layer_norm"):
             result["tiles"] = tile_variants(fn, args, name)
+        if how == "ember":
+            result["breakdown"] = breakdown(compiled, fn, args)
     return result
+
+
+def breakdown(compiled: Any, fn: Any, args: tuple) -> dict[str, float]:
+    """Where an ember call's time goes (medians, ms): the guard alone, the compiled graph
+    alone (no guard, no argument binding) and, under reduce-overhead, the replay alone."""
+    import torch
+
+    target = getattr(compiled, "_compiled_forward", compiled)
+    bound = (fn, *args) if isinstance(fn, torch.nn.Module) else args
+    entry, record = target.entries[0], target.records[-1]
+    arguments = target.binder(*bound)
+    result = {"guard_ms": _median_ms(lambda: entry.guard(arguments))}
+    graph = record.compiled
+    tensors = _graph_inputs(entry, target, arguments)
+    if graph is not None and tensors is not None:
+        result["graph_ms"] = _median_ms(lambda: (graph(*tensors), torch.cuda.synchronize()))
+    if record.cuda_graph is not None and record.cuda_graph.graph is not None:
+        replay = record.cuda_graph.graph.replay
+        result["replay_ms"] = _median_ms(lambda: (replay(), torch.cuda.synchronize()))
+    return result
+
+
+def _graph_inputs(entry: Any, target: Any, arguments: dict) -> list | None:
+    """The graph's inputs, fetched through their sources as the runner does."""
+    captured = entry.captured
+    if captured is None:
+        return None
+    scope = dict(captured.scope, L=arguments, C=target.function.__closure__ or ())
+    return [source.evaluate(scope) for source in captured.input_sources]
+
+
+def _median_ms(fn: Any, calls: int = 100) -> float:
+    for _ in range(5):
+        fn()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
 
 
 def latency(fn: Any, args: tuple, calls: int = 200) -> tuple[float, float, float]:

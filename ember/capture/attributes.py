@@ -11,7 +11,7 @@ import torch
 
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
-from ember.capture.sources import AttrSource
+from ember.capture.sources import AttrSource, EntrySource
 from ember.capture.values import (
     BoundMethodValue,
     Const,
@@ -115,13 +115,14 @@ def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
     shadow = session.side_effects.attributes.get((id(module), name))
     if shadow is not None:
         return shadow
-    source = AttrSource(value.source, name) if value.source is not None else None
     for table in ("_parameters", "_buffers", "_modules"):
         entries = module.__dict__.get(table, {})
-        if name in entries:
+        if name in entries and name not in module.__dict__:
             entry = entries[name]
             if entry is None:
                 return Const(None)
+            source = EntrySource(value.source, table, name) if value.source is not None \
+                else None
             return session.wrap(entry, source)
     return object_attribute(session, value, name)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ember.capture.sources import AttrSource, ItemSource, Source
+from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
 _ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "keys": 5, "tensor": 6,
@@ -55,7 +55,7 @@ class GuardSet:
 
 def _depth(source: Source | None) -> int:
     depth = 0
-    while isinstance(source, (AttrSource, ItemSource)):
+    while isinstance(source, (AttrSource, ItemSource, EntrySource)):
         source = source.base
         depth += 1
     return depth
@@ -82,6 +82,8 @@ class _Writer:
                 and not source.attr.startswith("__") else f"getattr({base}, {source.attr!r})"
         elif isinstance(source, ItemSource):
             text = f"{self.variable(source.base)}[{source.key!r}]"
+        elif isinstance(source, EntrySource):
+            text = f"{self.variable(source.base)}.{source.table}[{source.key!r}]"
         else:
             text = expr
         name = f"v{len(self.variables)}"

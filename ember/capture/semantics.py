@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.capture.errors import Unsupported
-from ember.capture.sources import GlobalSource, ItemSource, Source
+from ember.capture.sources import AttrSource, EntrySource, GlobalSource, ItemSource, Source
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -296,6 +296,10 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
         if isinstance(index, slice):
             return session.wrap(item, None, guard=False) if not isinstance(
                 item, torch.nn.Module) else ModuleValue(item, None)
+        if isinstance(container.value, (torch.nn.ModuleList, torch.nn.Sequential)) and \
+                isinstance(index, int):
+            entries = _module_entries(session, container)
+            return session.wrap(item, entries[index][1])
         source = ItemSource(container.source, index) if container.source is not None else None
         return session.wrap(item, source)
     if isinstance(container, RangeValue):
@@ -399,8 +403,7 @@ def unpack(session: Session, value: Value) -> list[Value]:
         if isinstance(module, torch.nn.ModuleDict):
             return [Const(k) for k in module.keys()]
         if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
-            return [session.wrap(m, ItemSource(value.source, i) if value.source else None)
-                    for i, m in enumerate(module)]
+            return [session.wrap(m, source) for m, source in _module_entries(session, value)]
         if isinstance(module, (torch.nn.ParameterList,)):
             return [session.wrap(p, ItemSource(value.source, i) if value.source else None)
                     for i, p in enumerate(module)]
@@ -441,3 +444,14 @@ def call(frame: Frame, callee: Value, args: list[Value], kwargs: dict[str, Value
 
 
 __all__ = ["BuiltinValue", "FunctionValue", "TorchValue", "CellValue", "Source"]
+
+
+def _module_entries(session: Session, value: ModuleValue) -> list[tuple[Any, Source | None]]:
+    """The submodules of a ModuleList or Sequential, in order, with their sources: entries of
+    its `_modules` dict, whose keys (hence length and order) a guard pins."""
+    module = value.value
+    if value.source is None:
+        return [(m, None) for m in module]
+    table = module._modules
+    session.guards.add("keys", AttrSource(value.source, "_modules"), tuple(table.keys()))
+    return [(m, EntrySource(value.source, "_modules", key)) for key, m in table.items()]

@@ -83,3 +83,17 @@ class ConstantSource(Source):
 
     def expr(self) -> str:
         return f"K[{self.index}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class EntrySource(Source):
+    """An entry of one of a module's own tables (`_parameters`, `_buffers`, `_modules`): what
+    `module.weight` or `sequential[3]` resolve to, read with one dict lookup instead of
+    Module.__getattr__ (or Sequential.__getitem__, which walks the modules)."""
+
+    base: Source
+    table: str
+    key: str
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.table}[{self.key!r}]"

@@ -216,3 +216,26 @@ def test_guards_channel_prints_the_guard_function():
     (record,) = [r for r in records if "guards of" in r.getMessage()]
     text = record.getMessage()
     assert "def guard(L):" in text and "v0 = L['x']" in text and "v0.shape == (3,)" in text
+
+
+def test_a_module_list_that_grows_or_shrinks_recompiles():
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x + self.layers[-1].bias
+
+    model = Stack().eval()
+    compiled = ember.compile(model, backend="eager")
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        model.layers.append(torch.nn.Linear(4, 4))
+        torch.testing.assert_close(compiled(x), model(x))
+        del model.layers[0]
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(compiled._compiled_forward.entries) == 3

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import LAYOUTS, check, make, make_layout, watching_fallbacks
+from helpers import DEVICE, LAYOUTS, check, make, make_layout, watching_fallbacks
 
 from ember.backends import compile_graph
 from ember.runtime.compiled import CompiledGraph
@@ -169,6 +169,8 @@ def test_index_select_and_embedding(index_dtype):
     check(fn, x, index, table, tokens, library=0)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="on CUDA an index out of range is a device-side "
+                    "assert, as in eager: it ends the CUDA context, and every later test")
 def test_index_out_of_range_raises():
     x = make(4, 5)
     compiled_fn = check(lambda x, i: x.index_select(0, i), x, torch.tensor([0, 3]), library=0)

@@ -19,7 +19,8 @@ def mlp(x, w1, w2):
 
 def test_cpu_tensors_run_without_cuda_graphs_and_say_why():
     compiled = ember.compile(mlp, mode="reduce-overhead")
-    args = [torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 3)]
+    args = [torch.randn(4, 8, device="cpu"), torch.randn(8, 8, device="cpu"),
+            torch.randn(8, 3, device="cpu")]
     with captured_log("perf") as records:
         for _ in range(3):
             torch.testing.assert_close(compiled(*args), mlp(*args))
