@@ -18,6 +18,7 @@ def test_passes_run_in_order_and_dump_their_ir(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [f"ir_{i:02d}_{p.__name__}.txt" for i, p in enumerate(PASSES, start=1)]
     assert [p.__name__ for p in PASSES] == ["fold_constants", "simplify_algebra",
+                                            "transposed_weights",
                                             "eliminate_common_subexpressions",
                                             "eliminate_dead_code"]
     assert str(graph) == """\
@@ -25,5 +26,13 @@ graph(%0: f32[2]) {
   %8 = add(%0, %0) : f32[2]
   return (%8)
 }"""
-    assert (tmp_path / "ir_04_eliminate_dead_code.txt").read_text().startswith(
+    assert (tmp_path / "ir_05_eliminate_dead_code.txt").read_text().startswith(
         "# eliminate_dead_code: ")
+
+
+def test_a_linear_layer_calls_linear_not_mm_of_a_transposed_view():
+    from helpers import check
+
+    graph = check(lambda x, w, b: torch.nn.functional.linear(x, w, b).relu(),
+                  torch.randn(4, 8), torch.randn(3, 8), torch.randn(3), kernels=1)
+    assert "op0(in0, in1)" in graph.wrapper_source and "as_strided" not in graph.wrapper_source
