@@ -266,7 +266,7 @@ class CompiledFunction:
             self.record(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
             scope = {"GG": session.globals_dicts, "G": self.function.__globals__,
                      "K": session.constants, "C": self.function.__closure__ or ()}
-            guard, text = compile_guards(session.guards, scope)
+            guard, text = compile_guards(session.guards, scope, arguments)
             return CacheEntry(guard, self.caller, None, text, error)
         compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         cuda_graph = None
@@ -274,7 +274,7 @@ class CompiledFunction:
             compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),
                                                 self.where)
         scope = dict(captured.scope, C=self.function.__closure__ or ())
-        guard, text = compile_guards(captured.guards, scope)
+        guard, text = compile_guards(captured.guards, scope, arguments)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
         for resumption in captured.resumptions:
             namespace[resumption.name] = Resume(self, resumption)

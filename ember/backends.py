@@ -17,7 +17,7 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.codegen.c import write_source
-from ember.codegen.triton import write_module
+from ember.codegen.triton import Workspace, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.ops import Op
@@ -223,12 +223,14 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
     return sources, compiled(True), lambda: compiled(False)
 
 
-def _known_aligned(buffer: Buffer, inputs: set[Buffer], assume_inputs: bool) -> bool:
+def _known_aligned(buffer: Buffer | Workspace, inputs: set[Buffer], assume_inputs: bool) -> bool:
     """May the kernel assume this argument's data is 16-byte aligned? Ember allocates temps and
     outputs (the caching allocator aligns them); inputs are checked by the wrapper on each
     call; a library result that views its operands may start anywhere."""
     if buffer in inputs:
         return assume_inputs
+    if isinstance(buffer, Workspace):
+        return True  # allocated by the wrapper
     if buffer.role == "library":
         return False
     return True

@@ -98,3 +98,22 @@ def lookup_dynamo_backend(name: str) -> Any:
 def current_raw_stream(device_index: int) -> int:
     """The handle of the current CUDA stream of a device (what kernel launchers take)."""
     return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def tensor_checker(examples: list[torch.Tensor]) -> Any:
+    """One C++ check of many tensors' metadata: check(*tensors) is True when each tensor has
+    the type, dispatch keys (device, requires_grad), dtype, shape and strides of its example.
+    It keeps no reference to the examples. None where this torch lacks it (then ember's guards
+    check in Python)."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        checker = TensorGuards(*examples,
+                               tensor_check_names=[f"t{i}" for i in range(len(examples))],
+                               dynamic_dims_sizes=[list(t.shape) for t in examples],
+                               dynamic_dims_strides=[list(t.stride()) for t in examples])
+        if not checker.check(*examples):
+            return None
+        return checker.check
+    except Exception:  # the API moved: the Python checks stay correct, only slower
+        return None

@@ -87,3 +87,17 @@ def test_shape_symbolic_graphs_compile_once_per_shape():
     (specialized,) = recorder
     assert len(specialized.cache) == 2
     assert all(isinstance(c, CompiledGraph) for c in specialized.cache.values())
+
+
+def test_alignment_assumptions_cover_every_kind_of_kernel_argument():
+    from ember.backends import _known_aligned
+    from ember.codegen.triton import Workspace
+    from ember.schedule.plan import Buffer
+
+    workspace = Workspace("kernel0_ws0", (98, 1), torch.float32)
+    assert _known_aligned(workspace, set(), assume_inputs=False)
+    inp = Buffer("in0", (4,), (1,), torch.float32, "input", input_index=0)
+    assert _known_aligned(inp, {inp}, assume_inputs=True)
+    assert not _known_aligned(inp, {inp}, assume_inputs=False)
+    assert _known_aligned(Buffer("buf0", (4,), (1,), torch.float32, "temp"), set(), False)
+    assert not _known_aligned(Buffer("lib0", (4,), (1,), torch.float32, "library"), set(), True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
@@ -126,23 +127,55 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
     raise AssertionError(kind)
 
 
-def compile_guards(guards: GuardSet, scope: dict[str, Any]) -> tuple[Callable[..., bool], str]:
+def compile_guards(guards: GuardSet, scope: dict[str, Any],
+                   arguments: dict[str, Any] | None = None) -> tuple[Callable[..., bool], str]:
     """One flat function guard(L) -> bool, and its source text. `scope` binds the names
-    sources use besides L (G, GG, C, K): they are fixed for a cache entry."""
+    sources use besides L (G, GG, C, K): they are fixed for a cache entry. Given the call's
+    `arguments`, the tensor guards whose tensors they reach become one C++ check of all of
+    them (torch_internals.tensor_checker) instead of six Python comparisons each."""
     writer = _Writer()
     body: list[str] = []
+    batched = _batchable(guards, dict(scope, L=arguments)) if arguments is not None else {}
+    examples = list(batched.values())
+    checker = torch_internals.tensor_checker(examples) if len(examples) > 1 else None
+    if checker is None:
+        batched = {}
+    batch: list[str] = []
     for guard in guards.ordered():
         mark = len(writer.lines)
+        if guard.key() in batched:
+            batch.append(writer.variable(guard.source))
+            body.extend(writer.lines[mark:])
+            del writer.lines[mark:]
+            continue
         condition = guard_condition(guard, writer)
         body.extend(writer.lines[mark:])
         del writer.lines[mark:]
         body.append(f"if not ({condition}): return False")
+    if batch:
+        body.append(f"if not {writer.constant(checker)}({', '.join(batch)}): return False")
     text = "def guard(L):\n    try:\n" + "".join(
         f"        {line}\n" for line in body) + \
         "    except Exception:\n        return False\n    return True\n"
     namespace = dict(writer.namespace, **scope)
     exec(compile(text, "<ember guards>", "exec"), namespace)  # noqa: S102 (our own code)
     return namespace["guard"], text
+
+
+def _batchable(guards: GuardSet, namespace: dict[str, Any]) -> dict[tuple, torch.Tensor]:
+    """The tensor guards whose source reaches, in this call, a tensor that satisfies them:
+    guard key -> that tensor (the example the C++ check copies metadata from)."""
+    found: dict[tuple, torch.Tensor] = {}
+    for guard in guards.ordered():
+        if guard.kind != "tensor":
+            continue
+        try:
+            tensor = guard.source.evaluate(namespace)
+        except Exception:
+            continue
+        if isinstance(tensor, torch.Tensor) and tensor_signature(tensor) == guard.expected:
+            found[guard.key()] = tensor
+    return found
 
 
 def first_failure(guards: GuardSet, scope: dict[str, Any]) -> str | None:

@@ -22,6 +22,7 @@ is kept safe:
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -72,10 +73,9 @@ class CudaGraphed:
             self.record(args)               # ... then the graph is recorded
             return result
         positions = self.positions
-        for position, _static, pointer in self.in_place:
-            if args[position].data_ptr() != pointer:
-                self.recorded = False       # a parameter moved: record again
-                return self(*args)
+        if self.in_place and list(map(_data_ptr, self.in_place_args(args))) != self.pointers:
+            self.recorded = False           # a parameter moved: record again
+            return self(*args)
         for position, span, _static in self.copied:
             span.copy_(_span_of(args[position]))
         self.graph.replay()
@@ -148,15 +148,26 @@ class CudaGraphed:
                                           leaf.storage_offset() - base.storage_offset())))
         self.graph, self.pool, self.statics = graph, pool, statics
         self.outputs = outputs
-        self.unflatten = spec.unflatten
-        self.in_place = [(p, statics[p], statics[p].data_ptr()) for p in positions
-                         if statics[p] is args[p]]
+        self.unflatten = (lambda leaves: leaves[0]) if spec.is_leaf() else spec.unflatten
+        self.in_place = [p for p in positions if statics[p] is args[p]]
+        self.in_place_args = _getter(self.in_place)
+        self.pointers = [statics[p].data_ptr() for p in self.in_place]
         self.copied = [(p, _span_of(statics[p]), statics[p]) for p in positions
                        if statics[p] is not args[p]]
         self.written = [(p, statics[p]) for p in positions if p in written]
         self.recorded = True
         logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
                                   "place)", self.where, len(self.copied), len(self.in_place))
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
+    """args -> the arguments at `positions`, as a tuple (one C call)."""
+    if len(positions) == 1:
+        return lambda args: (args[positions[0]],)
+    return operator.itemgetter(*positions) if positions else (lambda args: ())
 
 
 def _span(tensor: torch.Tensor) -> int:

@@ -239,3 +239,24 @@ def test_a_module_list_that_grows_or_shrinks_recompiles():
         del model.layers[0]
         torch.testing.assert_close(compiled(x), model(x))
     assert len(compiled._compiled_forward.entries) == 3
+
+
+def test_parameter_metadata_is_checked_in_one_batch_and_each_change_recompiles(recompiles):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    compiled = ember.compile(model)
+    x = t(2, 4)
+    with torch.no_grad():
+        same(compiled(x), model(x))
+    guard_text = compiled._compiled_forward.entries[0].guard_source
+    assert ".stride()" not in guard_text  # the five tensors are checked by one call
+    # a parameter replaced by a transposed copy: same shape, other strides
+    weight = model[2].weight
+    model[2].weight = torch.nn.Parameter(weight.detach().t().contiguous().t())
+    with torch.no_grad():
+        same(compiled(x), model(x))
+    assert "L['self']._modules['2']._parameters['weight']" in recompiles.text
+    assert "stride" in recompiles.text
+    model.double()  # every parameter float64: recompiles again
+    with torch.no_grad():
+        same(compiled(x.double()), model(x.double()))
+    assert len(compiled._compiled_forward.entries) == 3
