@@ -100,15 +100,17 @@ def test_dynamo_finds_registered_backends():
 
 
 def test_tensor_checker_accepts_matching_metadata_and_rejects_each_difference():
-    examples = [torch.randn(4, 3), torch.nn.Parameter(torch.randn(3))]
-    check = torch_internals.tensor_checker(examples)
+    def cpu(*shape, **options):
+        return torch.randn(*shape, device="cpu", **options)
+
+    weight = torch.nn.Parameter(cpu(3))
+    check = torch_internals.tensor_checker([cpu(4, 3), weight])
     assert check is not None, "this torch lacks TensorGuards: guards fall back to Python"
-    weight = examples[1]
-    assert check(torch.randn(4, 3), weight)
-    assert not check(torch.randn(3, 4).t(), weight)                       # strides
-    assert not check(torch.randn(4, 3, dtype=torch.float64), weight)      # dtype
-    assert not check(torch.randn(4, 4), weight)                           # shape
-    assert not check(torch.randn(4, 3, requires_grad=True), weight)       # requires_grad
-    assert not check(torch.randn(4, 3), weight.detach())                  # type
+    assert check(cpu(4, 3), weight)
+    assert not check(cpu(3, 4).t(), weight)                               # strides
+    assert not check(cpu(4, 3, dtype=torch.float64), weight)              # dtype
+    assert not check(cpu(4, 4), weight)                                   # shape
+    assert not check(cpu(4, 3, requires_grad=True), weight)               # requires_grad
+    assert not check(cpu(4, 3), weight.detach())                          # type
     if torch.cuda.is_available():
         assert not check(torch.randn(4, 3, device="cuda"), weight)        # device

@@ -23,6 +23,7 @@ from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
+from ember.lower.devices import resolve, same_device
 from ember.lower.layout import elementwise_strides, like_strides
 from ember.lower.mutation import (
     CloneAndCall,
@@ -220,7 +221,7 @@ class Tracer(torch_internals.TorchDispatchMode):
             # x.to(dtype), zeros_like(x), x.new_zeros(n): no device means x's, the graph's
             follows_input = bool(args) and isinstance(args[0], torch.Tensor)
             if device is None and not follows_input and \
-                    torch.get_default_device() != self.graph.device:
+                    not same_device(torch.get_default_device(), self.graph.device):
                 raise Unsupported(f"{func} creates a tensor on the default device "
                                   f"{torch.get_default_device()}, the graph is on "
                                   f"{self.graph.device}")
@@ -228,7 +229,7 @@ class Tracer(torch_internals.TorchDispatchMode):
                 # an op called on our meta tensors from inside another (x.to(dtype) in
                 # softmax(x, dtype=...)) names their device: the graph's device at run time
                 template_kwargs["device"] = self.graph.device
-            elif device is not None and device != self.graph.device:
+            elif device is not None and not same_device(device, self.graph.device):
                 raise Unsupported(f"{func} creates a tensor on {device}, the graph is on "
                                   f"{self.graph.device}")
             kwargs["device"] = "meta"
@@ -246,27 +247,27 @@ class Tracer(torch_internals.TorchDispatchMode):
                 self._restride(func, args, kwargs, out)
                 return out
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
-                out = self._eager_layout(func, args, kwargs, out)
+                out = self._eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
         elif any(r.alias_info is not None for r in schema.returns):
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
-            out = self._eager_layout(func, args, kwargs, out)
+            out = self._eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
 
     @staticmethod
-    def _eager_layout(func, args, kwargs, out) -> Any:
+    def _eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
         """`out`, with the strides eager's CPU kernel gives it where the meta kernel differs.
 
         NOTE: some pointwise ops (copysign, xlogy, logical_and, ...) get their meta kernel from
         a Python decomposition whose operand order differs from the aten op's, so their meta
         strides are not eager's; TensorIterator's rule over the op's own operands is.
-        Only CPU kernels exist for now: these are their layouts.
+        The special cases are CPU kernels' layouts (CUDA's follow the meta kernels there).
         """
         if func in CPU_RESULTS:
             return CPU_RESULTS[func](args, out)
-        if func in ROW_MAJOR_RESULTS:
+        if func in ROW_MAJOR_RESULTS and device_type == "cpu":
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
                             if isinstance(t, torch.Tensor) else t, out)
         if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
@@ -538,7 +539,7 @@ class _MetaInterpreter(torch.fx.Interpreter):
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
     """Lower an FX graph for the given (concrete) inputs."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    device = tensors[0].device if tensors else torch.device("cpu")
+    device = tensors[0].device if tensors else resolve(torch.get_default_device())
     if any(t.device != device for t in tensors):
         raise Unsupported("inputs live on several devices")
     graph = Graph(device)

@@ -16,7 +16,16 @@ SCALE = 2.0
 
 
 def t(*shape, seed=0, dtype=torch.float32):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(dtype)
+
+
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    """Guards do not depend on the device: these run on the CPU even under
+    EMBER_TEST_DEVICE=cuda (whose default device would put the models on the GPU)."""
+    with torch.device("cpu"):
+        yield
 
 
 @pytest.fixture

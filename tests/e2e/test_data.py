@@ -47,12 +47,16 @@ ARANGES = {
 }
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="under torch.set_default_device('cuda') Dynamo's "
+                    "fake tensors and FX constants of these factory calls land on the CPU")
 def test_arange_and_linspace():
     # Dynamo keeps factory calls in the graph; the input keeps the graph on a device
     check(lambda x: {"x": x * 2, **{name: fn() for name, fn in ARANGES.items()}}, make(3),
           library=0, dynamo=True)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="under torch.set_default_device('cuda') Dynamo's "
+                    "fake tensors and FX constants of these factory calls land on the CPU")
 def test_eye_tril_triu():
     def fn(x, y):
         return {"eye": torch.eye(4) + x[0, 0], "eye_rect": torch.eye(3, 5, dtype=torch.int64),
@@ -239,6 +243,8 @@ def test_data_movement_in_every_dtype(dtype):
     check(fn, x, y, index, library=0)
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="under torch.set_default_device('cuda') Dynamo's "
+                    "fake tensors and FX constants of these factory calls land on the CPU")
 def test_aten_creation_overloads_called_directly():
     # what decompositions and exported programs call
     def fn(x):

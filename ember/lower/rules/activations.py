@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder, normalize_dim
@@ -120,7 +122,13 @@ def _prelu(b: Builder, x: Node, weight: Node) -> Node:
 
 @lowering(aten.hardsigmoid)
 def _hardsigmoid(b: Builder, x: Node) -> Node:
-    return b.div(clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0)
+    clamped = clamp(b, b.add(x, 3.0), 0.0, 6.0)
+    if b.graph.device.type == "cuda":  # eager's CUDA kernel multiplies by 1/6 as a float32
+        return b.mul(clamped, _ONE_SIXTH_F32)
+    return b.div(clamped, 6.0)
+
+
+_ONE_SIXTH_F32 = torch.tensor(1 / 6, dtype=torch.float32).item()
 
 
 @lowering(aten.hardswish)

@@ -10,6 +10,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder, wrap_integer
+from ember.lower.devices import same_device
 from ember.lower.registry import Decline, aten, lowering
 
 # aten ops that are one float-valued IR op (integer inputs compute in the default float dtype).
@@ -265,10 +266,12 @@ def _pow_scalar(b: Builder, x: Node, exponent) -> Node:
         return b.mul(x, x)
     if exponent == 3:
         return b.mul(b.mul(x, x), x)
-    # NOTE: eager computes float16 powers with pow() itself, which differs from sqrt at -inf
-    if exponent == 0.5 and dtype is not torch.float16:
+    # NOTE: eager on the CPU computes float16 powers with pow() itself, which differs from
+    # sqrt at -inf; on CUDA every float type takes sqrt
+    roots = dtype is not torch.float16 or b.graph.device.type == "cuda"
+    if exponent == 0.5 and roots:
         return b.unary(Op.SQRT, x)
-    if exponent == -0.5 and dtype is not torch.float16:
+    if exponent == -0.5 and roots:
         return b.unary(Op.RSQRT, x)
     if exponent == -1:
         return b.unary(Op.RECIPROCAL, x)
@@ -503,7 +506,7 @@ def _as_float(b: Builder, x: Node) -> Node:
 @lowering(aten._to_copy)
 def _to_copy(b: Builder, x: Node, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None) -> Node:
-    if device is not None and torch.device(device) != b.graph.device:
+    if device is not None and not same_device(device, b.graph.device):
         raise Decline("a copy to another device")
     return b.cast(x, dtype) if dtype is not None else x
 
