@@ -120,7 +120,7 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
             bytes_moved = minimum_bytes(name, args)
             if bytes_moved and kernel_ms:
                 result["kernel_tb_s"] = bytes_moved / (kernel_ms * 1e-3) / 1e12
-        if tune and how == "ember" and mode is None and name in ("S1", "softmax", "layer_norm"):
+        if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax", "layer_norm"):
             result["tiles"] = tile_variants(fn, args, name)
         if how == "ember":
             result["breakdown"] = breakdown(compiled, fn, args)
@@ -240,10 +240,10 @@ def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
     from ember.codegen import triton as codegen
 
     default = codegen.HEURISTICS
-    if name == "S1":
+    if name in ("S1", "S2"):
         choices = [dict(pointwise_block=b, pointwise_warps=w)
-                   for b, w in ((512, 4), (1024, 4), (1024, 8), (2048, 4), (2048, 8),
-                                (4096, 8), (4096, 16))]
+                   for b, w in ((256, 4), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 4),
+                                (2048, 8), (4096, 8), (4096, 16))]
     else:
         choices = [dict(persistent_max=8192), dict(persistent_max=4096, looped_rblock=2048),
                    dict(persistent_max=4096, looped_rblock=4096),
@@ -394,6 +394,8 @@ def parent(options: argparse.Namespace) -> int:
             variants = ["eager", "torch.compile", "ember"]
             if name in REDUCE_OVERHEAD:
                 variants += ["torch.compile ro", "ember ro"]
+            if options.variants:
+                variants = [v for v in variants if v in options.variants.split(",")]
             for variant in variants:
                 result = run_child(name, variant, options, Path(root))
                 results.append(result)
@@ -415,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="ember-bench-gpu")
     parser.add_argument("--only", default="", help="comma-separated workloads")
     parser.add_argument("--quick", action="store_true", help="a quarter of each side")
+    parser.add_argument("--variants", default="",
+                        help="comma-separated variants (eager, torch.compile, ember, ...)")
     parser.add_argument("--tune", action="store_true", help="time ember's tile variants too")
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--child", nargs=2, metavar=("WORKLOAD", "VARIANT"),
