@@ -120,10 +120,11 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
             bytes_moved = minimum_bytes(name, args)
             if bytes_moved and kernel_ms:
                 result["kernel_tb_s"] = bytes_moved / (kernel_ms * 1e-3) / 1e12
-        if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax", "layer_norm"):
-            result["tiles"] = tile_variants(fn, args, name)
         if how == "ember":
             result["breakdown"] = breakdown(compiled, fn, args)
+        if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax",
+                                                                 "layer_norm"):
+            result["tiles"] = tile_variants(fn, args, name)  # (resets ember)
     return result
 
 

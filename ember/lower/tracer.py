@@ -64,10 +64,11 @@ INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
 })
 
-# Ops whose CPU kernels return row-major results whatever their inputs' layout, where the meta
-# kernels follow the input's layout.
+# Ops whose kernels return row-major results whatever their inputs' layout, where the meta
+# kernels follow the input's layout (log_sigmoid's only on the CPU).
 ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
                                torch.ops.aten.rrelu_with_noise.default})
+ROW_MAJOR_ON_CPU_ONLY = frozenset({torch.ops.aten.log_sigmoid_forward.default})
 
 
 @dataclasses.dataclass(eq=False)
@@ -267,7 +268,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         """
         if func in CPU_RESULTS:
             return CPU_RESULTS[func](args, out)
-        if func in ROW_MAJOR_RESULTS and device_type == "cpu":
+        if func in ROW_MAJOR_RESULTS and (device_type == "cpu"
+                                          or func not in ROW_MAJOR_ON_CPU_ONLY):
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
                             if isinstance(t, torch.Tensor) else t, out)
         if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:

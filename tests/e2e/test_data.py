@@ -14,6 +14,8 @@ from ember.runtime.compiled import CompiledGraph
 aten = torch.ops.aten
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="under torch.set_default_device('cuda') Dynamo's "
+                    "fake tensors and FX constants of these factory calls land on the CPU")
 def test_creation():
     def fn(x):
         return {"full": torch.full((3, 4), 2.5), "full_int": torch.full((2, 3), 7),

@@ -133,7 +133,10 @@ _ONE_SIXTH_F32 = torch.tensor(1 / 6, dtype=torch.float32).item()
 
 @lowering(aten.hardswish)
 def _hardswish(b: Builder, x: Node) -> Node:
-    return b.mul(x, b.div(clamp(b, b.add(x, 3.0), 0.0, 6.0), 6.0))
+    clamped = clamp(b, b.add(x, 3.0), 0.0, 6.0)
+    if b.graph.device.type == "cuda":  # as hardsigmoid: times float32 1/6
+        return b.mul(b.mul(x, clamped), _ONE_SIXTH_F32)
+    return b.mul(x, b.div(clamped, 6.0))
 
 
 @lowering(aten.threshold)
