@@ -17,10 +17,9 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.codegen.c import write_source
-from ember.codegen.triton import Workspace, write_module
+from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
-from ember.ir.ops import Op
 from ember.lower import Unsupported, trace
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
@@ -28,8 +27,9 @@ from ember.runtime import triton_launch
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
+from ember.schedule.epilogue import fuse_matmul_epilogues
 from ember.schedule.fuse import schedule
-from ember.schedule.plan import Buffer, Plan
+from ember.schedule.plan import Buffer, LibraryCall, Plan
 
 _labels = itertools.count()
 
@@ -175,7 +175,7 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     clock("wrapper")
     clock.report()
-    library_calls = sum(1 for node in graph.nodes if node.op is Op.LIBRARY)
+    library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
     written = [index for index, _ in graph.writebacks]
     return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
                          gm.forward, label, len(sources), library_calls, written,
@@ -198,6 +198,9 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
 
 def _triton_kernels(plan: Plan, label: str, dump: Any):
     """One Triton module for the plan; its kernels compiled for the GPU (or interpreted)."""
+    fused = fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
+    if fused:
+        logs.dump(dump, "schedule_fused.txt", plan.describe())
     text, launches = write_module(plan)
     logs.dump(dump, "kernels.py", text)
     module = triton_launch.load_module(text)

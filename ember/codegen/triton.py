@@ -37,7 +37,7 @@ from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, take_source
-from ember.schedule.plan import Buffer, Kernel, Plan
+from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 INT32_LIMIT = 2 ** 31
 _TORCH_TYPES = {"tl.float32": torch.float32, "tl.float64": torch.float64,
@@ -59,6 +59,9 @@ class Tiling:
     int64: bool = False
     parts: int = 1             # a split reduction: each row in `parts` chunks of `chunk`
     chunk: int = 0
+    block_m: int = 0           # a kernel that computes a matmul first: its tile (and the
+    block_n: int = 0           # depth of one step over k)
+    block_k: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +78,10 @@ class Heuristics:
     split_max_parts: int = 256
     column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
     column_xblock: int = 64
+    matmul_block_m: int = 64          # kernels that compute a small matmul first
+    matmul_block_n: int = 32
+    matmul_block_k: int = 32
+    matmul_warps: int = 4
 
 
 HEURISTICS = Heuristics()
@@ -218,7 +225,10 @@ class TritonKernelWriter:
         self.xnumel = math.prod(shape[d] for d in self.outer_dims)
         self.rnumel = math.prod(shape[d] for d in self.inner_dims)
         self.reduces = bool(axes)
-        self.unit = "[1, 1]" if self.reduces else "[1]"   # the shape of a one-element block
+        self.matmul = kernel.matmul
+        self.reads_product_elsewhere = False
+        # the shape of a one-element block
+        self.unit = "[1, 1]" if self.reduces or self.matmul else "[1]"
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -247,6 +257,8 @@ class TritonKernelWriter:
 
     # -- shapes ---------------------------------------------------------------------------
     def block_shape(self, deps: frozenset[str]) -> str:
+        if self.matmul is not None:
+            return "[BLOCK_M, BLOCK_N]"
         if not self.reduces:
             return "[XBLOCK]"
         return "[XBLOCK, RBLOCK]" if "r" in deps else "[XBLOCK, 1]"
@@ -335,6 +347,8 @@ class TritonKernelWriter:
 
     def load(self, buffer: Buffer, index: Index, scope: Scope, dtype: torch.dtype) -> str:
         offset = self.offset(buffer, index)
+        if self.matmul is not None and buffer.root() is self.matmul.result:
+            return self.product(offset)
         pointer = f"{self.argument(buffer)} + {render(offset)}"
         if not self.index_deps([offset]):
             # one element for every lane: a [1] block rather than a 0-d value (Triton's
@@ -760,8 +774,69 @@ class TritonKernelWriter:
             return None
         return self.finish_kernel(root)
 
+    # -- a matmul computed first ---------------------------------------------------------
+    def product(self, offset: Expr) -> str:
+        """The product's value at this point of the tile: the accumulator, when read where
+        the kernel's own position is (anything else would need other tiles' values)."""
+        here = tuple(self.outer_index[d] for d in (0, 1))
+        expected = Expr.of(self.matmul.result.offset)
+        for position, stride in zip(here, self.matmul.result.strides):
+            expected = expected + position * stride
+        if render(offset) != render(expected):
+            self.reads_product_elsewhere = True
+            if not self.analysis:
+                raise AssertionError(f"{self.kernel.name} reads its matmul's result elsewhere "
+                                     f"than at its own position")
+        return "acc"
+
+    def matmul_header(self, root: Scope) -> None:
+        """Program -> (row tile, column tile); the product of that tile accumulated in fp32;
+        x, the flat position the pointwise work indexes by, as a [BLOCK_M, BLOCK_N] block."""
+        mm, tiling = self.matmul, self.tiling
+        m, n = self.kernel.shape
+        k = mm.a.shape[1]
+        a, b = self.argument(mm.a), self.argument(mm.b)
+        sa_m, sa_k = mm.a.strides
+        sb_k, sb_n = (mm.b.strides[1], mm.b.strides[0]) if mm.b_transposed else mm.b.strides
+        columns = -(-n // tiling.block_n)
+        row_tile = f"(tl.program_id(0) // {columns})" if columns > 1 else "tl.program_id(0)"
+        lines = [f"rm = {row_tile} * BLOCK_M + tl.arange(0, BLOCK_M)",
+                 f"rn = (tl.program_id(0) % {columns}) * BLOCK_N + tl.arange(0, BLOCK_N)"
+                 if columns > 1 else "rn = tl.arange(0, BLOCK_N)",
+                 f"x = rm[:, None] * {n} + rn[None, :]",
+                 "acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
+                 f"for k0 in range(0, {k}, BLOCK_K):",
+                 "    rk = k0 + tl.arange(0, BLOCK_K)"]
+        def bounds(*checks: tuple[str, int, int]) -> str:
+            """The mask of the lanes inside the matrix, for the dims a tile can overrun."""
+            return " & ".join(f"({index} < {extent})" for index, extent, block in checks
+                              if extent % block)
+
+        a_mask = bounds(("rm[:, None]", m, tiling.block_m), ("rk[None, :]", k, tiling.block_k))
+        b_mask = bounds(("rk[:, None]", k, tiling.block_k), ("rn[None, :]", n, tiling.block_n))
+        a_load = _pointer(a, mm.a.offset, ("rm[:, None]", sa_m), ("rk[None, :]", sa_k))
+        b_load = _pointer(b, mm.b.offset, ("rk[:, None]", sb_k), ("rn[None, :]", sb_n))
+        lines.append(f"    a = tl.load({a_load}" + (f", mask={a_mask}, other=0)" if a_mask
+                                                      else ")"))
+        lines.append(f"    b = tl.load({b_load}" + (f", mask={b_mask}, other=0)" if b_mask
+                                                      else ")"))
+        # float32 operands: exact products as cuBLAS's (no TF32); half: tensor cores
+        precision = ', input_precision="ieee"' if mm.a.dtype is torch.float32 else ""
+        lines.append(f"    acc += tl.dot(a, b{precision})")
+        if mm.result.dtype is torch.float16:  # eager's product is rounded to half
+            lines.append("acc = acc.to(tl.float16).to(tl.float32)")
+        for line in lines:
+            self.emit(root, line)
+        self.deps["x"] = self.deps["acc"] = frozenset({"x"})
+        if m % tiling.block_m or n % tiling.block_n:
+            self.masks["x"] = "xmask"
+            self.emit(root, f"xmask = (rm[:, None] < {m}) & (rn[None, :] < {n})")
+
     def header(self, root: Scope) -> None:
         tiling = self.tiling
+        if self.matmul is not None:
+            self.matmul_header(root)
+            return
         if self.split:
             self.levels = self.reduction_levels()
             self.emit(root, f"chunk = tl.program_id(1) * {tiling.chunk}")
@@ -807,13 +882,22 @@ class TritonKernelWriter:
         params = list(self.arguments.values())
         signature = {name: SIGNATURE_TYPES[buffer.dtype]
                      for buffer, name in self.arguments.items()}
-        rows = -(-self.xnumel // tiling.xblock)
-        grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
+        if self.matmul is not None:
+            m, n = self.kernel.shape
+            grid = (-(-m // tiling.block_m) * -(-n // tiling.block_n), 1, 1)
+        else:
+            rows = -(-self.xnumel // tiling.xblock)
+            grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
         described = ", ".join(f"{name}: {kind}" for name, kind in signature.items())
         lines = [f"# grid {grid}, num_warps={tiling.num_warps}; {described}",
                  "@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
-                 f"def {self.kernel_name()}({', '.join(params)}):",
-                 f"    XBLOCK: tl.constexpr = {tiling.xblock}"]
+                 f"def {self.kernel_name()}({', '.join(params)}):"]
+        if self.matmul is not None:
+            lines += [f"    BLOCK_M: tl.constexpr = {tiling.block_m}",
+                      f"    BLOCK_N: tl.constexpr = {tiling.block_n}",
+                      f"    BLOCK_K: tl.constexpr = {tiling.block_k}"]
+        else:
+            lines.append(f"    XBLOCK: tl.constexpr = {tiling.xblock}")
         if self.reduces:
             lines.append(f"    RBLOCK: tl.constexpr = {tiling.rblock}")
         lines += ["    " + line for line in root.lines]
@@ -834,11 +918,24 @@ class TritonKernelWriter:
         return self.tiling.parts if full else 1
 
 
+def _pointer(base: str, offset: int, *terms: tuple[str, int]) -> str:
+    parts = [base] + ([str(offset)] if offset else [])
+    parts += [f"{index} * {stride}" if stride != 1 else index for index, stride in terms]
+    return " + ".join(parts)
+
+
 def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics = HEURISTICS) -> Tiling:
     """Tile sizes from the kernel's extents and the first writing's memory accesses."""
     xnumel, rnumel = writer.xnumel, writer.rnumel
     int64 = xnumel * max(rnumel, 1) >= INT32_LIMIT or any(
         _needs_int64(offset) for offset in writer.accesses)
+    if writer.matmul is not None:
+        m, n = writer.kernel.shape
+        k = writer.matmul.a.shape[1]
+        return Tiling(0, num_warps=heuristics.matmul_warps, int64=int64,
+                      block_m=max(16, min(_pow2(m), heuristics.matmul_block_m)),
+                      block_n=max(16, min(_pow2(n), heuristics.matmul_block_n)),
+                      block_k=max(16, min(_pow2(k), heuristics.matmul_block_k)))
     if not writer.reduces:
         block = min(_pow2(xnumel), heuristics.pointwise_block)
         warps = max(1, min(heuristics.pointwise_warps, block // 256))
@@ -909,6 +1006,29 @@ def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> Ke
     stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces).write())
     spaces = [space for group in workspaces.values() for space in group]
     return KernelLaunches(kernel.name, stages, spaces)
+
+
+def readers(plan: Plan) -> dict[Buffer, list[int]]:
+    """Each buffer (by its root) -> the positions of the plan's steps that read it."""
+    found: dict[Buffer, list[int]] = {}
+    for position, step in enumerate(plan.steps):
+        if isinstance(step, Kernel):
+            writer = TritonKernelWriter(step, plan, None)
+            writer.write()
+            read = list(writer.arguments)  # (those it stores too: a superset is safe here)
+        elif isinstance(step, LibraryCall):
+            read = [b.root() for b in step.inputs]
+        else:
+            read = [step.source.root()]
+        for buffer in read:
+            found.setdefault(buffer, []).append(position)
+    return found
+
+
+def reads_product_elsewhere(kernel: Kernel, plan: Plan) -> bool:
+    writer = TritonKernelWriter(kernel, plan, None)
+    writer.write()
+    return writer.reads_product_elsewhere
 
 
 def write_module(plan: Plan) -> tuple[str, list[KernelLaunches]]:

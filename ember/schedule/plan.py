@@ -59,12 +59,26 @@ class Store:
 
 
 @dataclasses.dataclass(eq=False)
+class Matmul:
+    """A matrix product a pointwise kernel computes itself, tile by tile, before its own work
+    (the Triton backend's epilogue fusion): result[m, n] = sum_k a[m, k] * b[k, n], where b
+    is `b` itself or, for linear(x, w), w transposed."""
+
+    node: Node            # the library call it replaces
+    result: Buffer        # that call's result: never allocated, read as the accumulator
+    a: Buffer
+    b: Buffer
+    b_transposed: bool
+
+
+@dataclasses.dataclass(eq=False)
 class Kernel:
     name: str
     shape: tuple[int, ...]          # the iteration space
     axes: tuple[int, ...]           # reduced axes: iterated in inner loops, per outer point
     members: list[Node]             # realized nodes computed here (stored or not)
     stores: list[Store]
+    matmul: Matmul | None = None    # a product computed first (see Matmul)
 
     @property
     def is_reduction(self) -> bool:
@@ -111,6 +125,8 @@ class Plan:
         for step in self.steps:
             if isinstance(step, Kernel):
                 kind = f"reduce over {list(step.axes)}" if step.axes else "pointwise"
+                if step.matmul is not None:
+                    kind = f"matmul {step.matmul.node!r} then {kind}"
                 stores = ", ".join(f"{s.node!r}->{s.buffer}" for s in step.stores)
                 lines.append(f"{step.name}: {kind} {list(step.shape)} "
                              f"members {step.members} stores [{stores}]")
