@@ -198,7 +198,8 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
 
 def _triton_kernels(plan: Plan, label: str, dump: Any):
     """One Triton module for the plan; its kernels compiled for the GPU (or interpreted)."""
-    fused = fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
+    fused = config.settings.matmul_epilogue and \
+        fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
         logs.dump(dump, "schedule_fused.txt", plan.describe())
     text, launches = write_module(plan)

@@ -56,6 +56,9 @@ FLAGS: tuple[Flag, ...] = (
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
     Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
          "compiled versions kept per function before it runs eagerly with a warning"),
+    Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "0", _flag,
+         "Triton: compute small matmuls inside the pointwise kernel that reads them (off: its "
+         "first tiles measured 3x slower than cuBLAS + a kernel on an H200; see notes/)"),
 )
 
 
@@ -70,6 +73,7 @@ class Settings:
     cflags: list[str]
     parallel_threshold: int
     recompile_limit: int
+    matmul_epilogue: bool
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:

@@ -1,12 +1,21 @@
-"""Matmul epilogue fusion (Triton backend): a small product read only by one pointwise kernel
-is computed inside that kernel. Results match eager; the C backend keeps the library call."""
+"""Matmul epilogue fusion (Triton backend, EMBER_MATMUL_EPILOGUE=1): a small product read
+only by one pointwise kernel is computed inside that kernel. Results match eager; the C backend
+keeps the library call."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import check, make, make_layout
 
+from ember import config
+
 TOLERANCE = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def fusion_on():
+    with config.override(matmul_epilogue=True):
+        yield
 
 
 def library_calls(graph, backend: str, fused: int, total: int) -> None:
