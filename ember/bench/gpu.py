@@ -123,7 +123,7 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
         if how == "ember":
             result["breakdown"] = breakdown(compiled, fn, args)
         if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax",
-                                                                 "layer_norm"):
+                                                                 "layer_norm", "S4"):
             result["tiles"] = tile_variants(fn, args, name)  # (resets ember)
     return result
 
@@ -238,10 +238,18 @@ def replay_time(fn: Any, args: tuple, per_graph: int = 10) -> float | None:
 def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
     """ember's kernel time under other tile choices (HEURISTICS), to check the defaults."""
     import ember
+    from ember import config
     from ember.codegen import triton as codegen
 
     default = codegen.HEURISTICS
-    if name in ("S1", "S2"):
+    fuse = name == "S4"  # its Linear+Tanh layers: matmul epilogue fusion under several tiles
+    if fuse:
+        choices = [dict(matmul_block_m=m, matmul_block_n=n, matmul_block_k=k, matmul_warps=w,
+                        matmul_precision=p)
+                   for m, n, k, w in ((16, 32, 32, 4), (16, 16, 64, 2), (32, 32, 32, 4),
+                                      (64, 32, 32, 4))
+                   for p in ("ieee", "tf32x3")]
+    elif name in ("S1", "S2"):
         choices = [dict(pointwise_block=b, pointwise_warps=w)
                    for b, w in ((256, 4), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 4),
                                 (2048, 8), (4096, 8), (4096, 16))]
@@ -256,12 +264,13 @@ def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
             codegen.HEURISTICS = dataclasses.replace(default, **choice)
             ember.reset()
             compiled = ember.compile(fn)
-            compiled(*args)
+            with config.override(matmul_epilogue=fuse):
+                compiled(*args)
             kernel_ms = replay_time(compiled, args)
             bytes_moved = minimum_bytes(name, args)
             results.append(dict(choice, kernel_ms=kernel_ms,
                                 tb_s=bytes_moved / (kernel_ms * 1e-3) / 1e12
-                                if kernel_ms else None))
+                                if kernel_ms and bytes_moved else None))
     finally:
         codegen.HEURISTICS = default
     return results

@@ -62,6 +62,7 @@ class Tiling:
     block_m: int = 0           # a kernel that computes a matmul first: its tile (and the
     block_n: int = 0           # depth of one step over k)
     block_k: int = 0
+    precision: str = "ieee"    # of a float32 matmul's tl.dot
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Heuristics:
     matmul_block_n: int = 32
     matmul_block_k: int = 32
     matmul_warps: int = 4
+    matmul_precision: str = "ieee"    # float32 tl.dot: exact products ("tf32x3": tensor cores)
 
 
 HEURISTICS = Heuristics()
@@ -821,7 +823,8 @@ class TritonKernelWriter:
         lines.append(f"    b = tl.load({b_load}" + (f", mask={b_mask}, other=0)" if b_mask
                                                       else ")"))
         # float32 operands: exact products as cuBLAS's (no TF32); half: tensor cores
-        precision = ', input_precision="ieee"' if mm.a.dtype is torch.float32 else ""
+        precision = f', input_precision="{tiling.precision}"' \
+            if mm.a.dtype is torch.float32 else ""
         lines.append(f"    acc += tl.dot(a, b{precision})")
         if mm.result.dtype is torch.float16:  # eager's product is rounded to half
             lines.append("acc = acc.to(tl.float16).to(tl.float32)")
@@ -935,7 +938,8 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics = HEURISTIC
         return Tiling(0, num_warps=heuristics.matmul_warps, int64=int64,
                       block_m=max(16, min(_pow2(m), heuristics.matmul_block_m)),
                       block_n=max(16, min(_pow2(n), heuristics.matmul_block_n)),
-                      block_k=max(16, min(_pow2(k), heuristics.matmul_block_k)))
+                      block_k=max(16, min(_pow2(k), heuristics.matmul_block_k)),
+                      precision=heuristics.matmul_precision)
     if not writer.reduces:
         block = min(_pow2(xnumel), heuristics.pointwise_block)
         warps = max(1, min(heuristics.pointwise_warps, block // 256))
