@@ -16,17 +16,22 @@ import torch
 import torch.fx
 
 from ember import config, logs, torch_internals
+from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
 from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
+from ember.ir.graph import Graph, row_major
 from ember.lower import Unsupported, trace
+from ember.lower.builder import Builder
+from ember.lower.tracer import OutputSpec
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
 from ember.runtime import triton_launch
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
+from ember.runtime.training import TrainingGraph
 from ember.schedule.epilogue import fuse_matmul_epilogues
 from ember.schedule.fuse import schedule
 from ember.schedule.plan import Buffer, LibraryCall, Plan
@@ -46,8 +51,6 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
 def eager_reason(example_inputs: list[Any]) -> str | None:
     """Why this graph must run eagerly for now, or None."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-        return "inputs require grad while grad mode is on (training graphs run eagerly for now)"
     devices = {t.device.type for t in tensors}
     if devices - {"cpu", "cuda"}:
         return f"tensors on {', '.join(sorted(devices - {'cpu', 'cuda'}))} (ember compiles for " \
@@ -133,11 +136,102 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if graph.device.type != "cpu":  # 0-d CPU constants, copied to the graph's device once
         extras = [t.to(graph.device) if t.device != graph.device else t for t in extras]
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
+    if _training(example_inputs):
+        return compile_training(graph, lowered, extras, tensor_positions, example_inputs,
+                                gm.forward, label, dump, clock)
+    return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
+                      len(example_inputs), gm.forward, label, dump, clock,
+                      lowered.library_calls)
+
+
+def _training(example_inputs: list[Any]) -> bool:
+    return torch.is_grad_enabled() and any(
+        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
+                     tensor_positions: list[int], example_inputs: list[Any], eager: Callable,
+                     label: str, dump: Any, clock: _Stages) -> TrainingGraph:
+    """A graph whose inputs require grad: split by autodiff into a forward that also returns
+    what the backward needs and a backward, each compiled; an autograd.Function joins them."""
+    user_positions = _plain_outputs(graph, lowered.outputs)
+    if any(isinstance(t, torch.Tensor) and t.requires_grad for t in extras):
+        raise Unsupported("a graph attribute requires grad (pass parameters as inputs)")
+    wrt = [index for index, position in enumerate(tensor_positions)
+           if example_inputs[position].requires_grad]
+    output_count = len(graph.outputs)
+    split = differentiate(graph, wrt)
+    logs.dump(dump, "ir_forward.txt", str(split.forward))
+    backward_dump = logs.dump_folder(f"{label}_backward")
+    backward = run_passes(split.backward, backward_dump)
+    split.backward = backward
+    clock("autodiff")
+
+    def flat(graph: Graph, count: int) -> tuple[list[OutputSpec], Any]:
+        return [OutputSpec("node", i) for i in range(count)], \
+            torch_internals.tree_flatten(tuple(range(count)))[1]
+
+    specs, tree = flat(split.forward, len(split.forward.outputs))
+    forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
+                         len(example_inputs),
+                         InterpretedGraph(split.forward, specs, tree, extras, tensor_positions,
+                                          label), label, dump, clock, lowered.library_calls)
+    count = len(backward.inputs)
+    specs, tree = flat(backward, len(backward.outputs))
+    positions = list(range(count))
+    backward_compiled = compile_ir(
+        backward, specs, tree, [], positions, count,
+        InterpretedGraph(backward, specs, tree, [], positions, f"{label}_backward"),
+        f"{label}_backward", backward_dump, _Stages(f"{label}_backward"))
+    return TrainingGraph(forward, backward_compiled, split, lowered.output_tree, output_count,
+                         user_positions, tensor_positions, extras, label, eager)
+
+
+def _plain_outputs(graph: Graph, specs: list[OutputSpec]) -> list[tuple[str, int]]:
+    """Make every user output of a training graph a graph output of its own (a row-major view
+    of an output becomes a reshape node); returns where each user output comes from: ("out",
+    position in graph.outputs) or ("input", graph input index) for an input returned as it
+    is. Views of inputs, and mutated inputs, are not differentiated yet."""
+    if graph.writebacks:
+        raise Unsupported("a training graph that mutates its inputs runs eagerly (not "
+                          "differentiated yet)")
+    outputs, strides, positions = [], [], []
+    for spec in specs:
+        if spec.kind == "same":
+            positions.append(positions[spec.index])
+            continue
+        if spec.kind == "input":
+            positions.append(("input", spec.index))
+            continue
+        if spec.kind == "node":
+            node, layout = graph.outputs[spec.index], graph.output_strides[spec.index]
+        elif spec.kind == "view" and spec.of_output and spec.dtype is None and \
+                spec.offset == 0 and tuple(spec.stride) == row_major(spec.size) and \
+                tuple(graph.output_strides[spec.index]) == \
+                row_major(graph.outputs[spec.index].shape):
+            node = Builder(graph).reshape(graph.outputs[spec.index], spec.size)
+            layout = row_major(spec.size)
+        else:
+            raise Unsupported(f"a training graph whose output is a {spec.kind} (of an input, "
+                              f"or strided) runs eagerly (not differentiated yet)")
+        positions.append(("out", len(outputs)))
+        outputs.append(node)
+        strides.append(tuple(layout))
+    graph.outputs, graph.output_strides = outputs, strides
+    return positions
+
+
+def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
+               extras: list[torch.Tensor], tensor_positions: list[int], argument_count: int,
+               eager: Callable, label: str, dump: Any, clock: _Stages,
+               fallback_count: int = 0) -> CompiledGraph | InterpretedGraph:
+    """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
+    tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
+    when its compiled form gives up."""
     device = graph.device
     chosen = kernel_backend(device.type)
     if chosen == "interp":
-        return InterpretedGraph(graph, lowered.outputs, lowered.output_tree, extras,
-                                tensor_positions, label)
+        return InterpretedGraph(graph, outputs, output_tree, extras, tensor_positions, label)
     if chosen == "c" and device.type != "cpu":
         raise Unsupported(f"EMBER_BACKEND=c compiles for the CPU; these tensors are on {device}")
     if chosen == "triton" and device.type == "cpu" and not triton_launch.interpreting():
@@ -154,7 +248,7 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     clock("kernels")
 
     def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None):
-        wrapper = write_wrapper(plan, lowered.outputs, lowered.output_tree, sources, functions,
+        wrapper = write_wrapper(plan, outputs, output_tree, sources, functions,
                                 device, checked, check_alignment=fallback is not None)
         wrapper.namespace["misaligned"] = fallback
         for position, tensor in enumerate(extras, start=len(tensor_positions)):
@@ -177,9 +271,8 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
     written = [index for index, _ in graph.writebacks]
-    return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, len(example_inputs),
-                         gm.forward, label, len(sources), library_calls, written,
-                         lowered.library_calls)
+    return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, argument_count, eager,
+                         label, len(sources), library_calls, written, fallback_count)
 
 
 def _c_kernels(plan: Plan, label: str, dump: Any):

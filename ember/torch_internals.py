@@ -10,7 +10,12 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_map  # noqa: F401  (re-exported)
+from torch.utils._pytree import (  # noqa: F401  (re-exported)
+    TreeSpec,
+    tree_flatten,
+    tree_map,
+    tree_unflatten,
+)
 
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket

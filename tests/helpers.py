@@ -266,3 +266,50 @@ def compile_ir(graph: Graph) -> Callable[[list[torch.Tensor]], list[torch.Tensor
     wrapper = write_wrapper(plan, specs, tree, {k.name: k for k in kernels}, functions,
                             graph.device, checked=False)
     return make_function(wrapper, "<ember test wrapper>")
+
+
+def check_grad(fn: Callable, *args: Any, dynamo: bool = False, seed: int = 0,
+               **tolerance: Any) -> Any:
+    """Compile `fn` for inputs that require grad (every float tensor argument) and compare with
+    eager: the outputs, and the gradients of every float input under a fixed random cotangent
+    of each float output. The graph must compile as a training graph (no eager fallback)."""
+    from ember.runtime.training import TrainingGraph
+
+    args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
+
+    def leaves() -> tuple:
+        return tuple(a.detach().clone().requires_grad_(a.dtype.is_floating_point)
+                     if isinstance(a, torch.Tensor) else a for a in args)
+
+    with watching_fallbacks() as fallbacks:
+        eager_args, compiled_args = leaves(), leaves()
+        compiled, graphs = compile_fn(fn, compiled_args, dynamo=dynamo)
+        expected = fn(*eager_args)
+        actual = compiled(*compiled_args)
+        assert_close(actual, expected, **tolerance)
+        outputs = [(got, want) for got, want in zip(tree_flatten(actual)[0],
+                                                    tree_flatten(expected)[0])
+                   if isinstance(want, torch.Tensor) and want.requires_grad]
+        generator = torch.Generator().manual_seed(seed)
+        cotangents = [torch.randn(want.shape, generator=generator, dtype=torch.float64)
+                      .to(want.dtype).to(want.device) for _, want in outputs]
+        inputs = [i for i, a in enumerate(args)
+                  if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]
+        want_grads = torch.autograd.grad([w for _, w in outputs], [eager_args[i] for i in inputs],
+                                         cotangents, allow_unused=True)
+        got_grads = torch.autograd.grad([g for g, _ in outputs],
+                                        [compiled_args[i] for i in inputs], cotangents,
+                                        allow_unused=True)
+    why = "; ".join(fallbacks.messages)
+    for graph in graphs:
+        assert isinstance(graph, TrainingGraph), f"not compiled for training: {why}"
+    for position, got, want in zip(inputs, got_grads, want_grads):
+        if want is None:
+            assert got is None or not got.any(), f"input {position}: a gradient eager has not"
+            continue
+        assert got is not None, f"input {position}: no gradient (eager has one)"
+        try:
+            assert_close(got, want, **tolerance)
+        except AssertionError as error:
+            raise AssertionError(f"gradient of input {position}: {error}") from None
+    return graphs[0] if len(graphs) == 1 else graphs

@@ -34,14 +34,28 @@ def test_disabled_ember_runs_the_graph_eagerly_and_says_why():
     torch.testing.assert_close(result(x), gm(x))
 
 
-def test_training_graphs_run_eagerly_and_say_why():
+def test_training_graphs_compile_forward_and_backward():
+    from ember.runtime.training import TrainingGraph
+
     x = torch.randn(3, requires_grad=True)
-    with captured_log("fallbacks") as records:
-        compiled = compile_graph(_traced(), [x])
-    assert not isinstance(compiled, CompiledGraph)
-    assert any("require grad" in r.getMessage() for r in records)
+    compiled = compile_graph(_traced(), [x])
+    assert isinstance(compiled, TrainingGraph)
+    assert compiled.forward_graph.kernel_count == 1 and compiled.backward_graph.kernel_count == 1
+    compiled(x).sum().backward()
+    torch.testing.assert_close(x.grad, 3 * (1 - torch.tanh(x.detach()) ** 2))
     with torch.no_grad():
         assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
+
+
+def test_a_training_graph_without_a_rule_runs_eagerly_and_says_why():
+    def fn(x):
+        return torch.prod(x, dim=0)
+
+    x = torch.randn(3, 2, requires_grad=True)
+    with captured_log("fallbacks") as records:
+        compiled = compile_graph(torch.fx.symbolic_trace(fn), [x])
+    assert isinstance(compiled, EagerGraph)
+    assert any("no derivative rule for prod" in r.getMessage() for r in records)
 
 
 def test_an_internal_error_falls_back_with_a_warning_or_raises_when_asked(monkeypatch):

@@ -33,7 +33,15 @@ def _eager(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Ca
 
 def _inductor(fn: Callable[..., Any], workload: Workload,
               compiles: Compiles) -> Callable[..., Any]:
+    if hasattr(fn, "model_slot"):  # a training step: torch.compile(model), the usual way
+        return _with_model(fn, torch.compile(fn.model_slot[0], mode=workload.mode))
     return torch.compile(fn, mode=workload.mode)
+
+
+def _with_model(fn: Callable[..., Any], model: Callable[..., Any]) -> Callable[..., Any]:
+    """A training step (workloads.build_s3_step) with its model replaced by `model`."""
+    fn.model_slot[0] = model
+    return fn
 
 
 def _recording_backend(compiles: Compiles) -> Callable:
@@ -41,13 +49,14 @@ def _recording_backend(compiles: Compiles) -> Callable:
     otherwise look like a fast, correct run)."""
     from ember.backends import EagerGraph, backend
     from ember.runtime.compiled import CompiledGraph
+    from ember.runtime.training import TrainingGraph
 
     compiles.graphs = compiles.kernels = compiles.eager_graphs = 0
 
     def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         result = backend(gm, example_inputs)
         compiles.graphs += 1
-        if isinstance(result, CompiledGraph):
+        if isinstance(result, (CompiledGraph, TrainingGraph)):
             compiles.kernels += result.kernel_count
         elif isinstance(result, EagerGraph):
             compiles.eager_graphs += 1
@@ -64,7 +73,20 @@ def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Ca
 
 def _dynamo_ember(fn: Callable[..., Any], workload: Workload,
                   compiles: Compiles) -> Callable[..., Any]:
+    if hasattr(fn, "model_slot"):
+        return _with_model(fn, torch.compile(fn.model_slot[0],
+                                             backend=_recording_backend(compiles)))
     return torch.compile(fn, backend=_recording_backend(compiles))
+
+
+def _ember_model(fn: Callable[..., Any], workload: Workload,
+                 compiles: Compiles) -> Callable[..., Any]:
+    """A training step with ember.compile(model) inside (the whole step: the `ember` variant)."""
+    import ember
+
+    if not hasattr(fn, "model_slot"):
+        return _ember(fn, workload, compiles)
+    return _with_model(fn, ember.compile(fn.model_slot[0], backend=_recording_backend(compiles)))
 
 
 def _ember_eager(fn: Callable[..., Any], workload: Workload,
@@ -84,6 +106,7 @@ variant_rules: dict[str, Callable[[Callable[..., Any], Workload, Compiles], Call
     "inductor": _inductor,
     "ember": _ember,
     "dynamo+ember": _dynamo_ember,
+    "ember-model": _ember_model,
     "dynamo-eager": _dynamo_eager,
     "ember-eager": _ember_eager,
 }

@@ -134,6 +134,25 @@ def build_s3_forward(batch: int, width: int) -> tuple[Callable[..., Any], tuple[
     return torch.nn.Sequential(*layers), (torch.randn(batch, width),)
 
 
+def build_s3_step(batch: int, width: int) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """S3: one SGD training step of S3's model on `.sum()` of its output. The step calls the
+    model through `model_slot[0]`, so a variant can compile the model alone (torch.compile's
+    usual use) while `ember` compiles the whole step."""
+    model, (x,) = build_s3_forward(batch, width)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    model_slot = [model]
+
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model_slot[0](x).sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    train_step.model_slot = model_slot
+    return train_step, (x,)
+
+
 def build_deep_thin(batch: int, width: int, depth: int
                     ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """S4: `depth` x (Linear(width, width), Tanh), eval (run under no_grad)."""
@@ -163,6 +182,10 @@ WORKLOADS: tuple[Workload, ...] = (
              _square(4096, 1024, 64), dict(rtol=2e-5, atol=1e-6)),
     Workload("layer_norm", "layer_norm", "layer_norm over the last dim, with weight and bias",
              build_layer_norm, _square(4096, 1024, 64), dict(rtol=1e-4, atol=1e-4)),
+    Workload("S3", "mlp_train_step", "4x Linear(1024,1024) with gelu_ish between; SGD step on "
+             ".sum().backward(); x 512x1024", build_s3_step,
+             {"full": dict(batch=512, width=1024), "quick": dict(batch=128, width=256),
+              "tiny": dict(batch=4, width=32)}, dict(rtol=1e-4, atol=1e-2), grad=True),
     Workload("S4", "deep_thin_fwd", "60x (Linear(256,256), Tanh), eval, no_grad, x 64x256",
              build_deep_thin, {"full": dict(batch=64, width=256, depth=60),
                                "quick": dict(batch=64, width=256, depth=60),

@@ -79,6 +79,15 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     if isinstance(callee, ValueMethodValue):
         return call_value_method(session, callee.receiver, callee.name, args, kwargs)
     if isinstance(callee, BoundMethodValue):
+        receiver = getattr(callee.receiver, "value", None)
+        if isinstance(callee.receiver, ObjectValue) and \
+                isinstance(receiver, torch.optim.Optimizer):
+            name = getattr(callee.function, "value", None)
+            name = getattr(name, "__name__", "method")
+            raise Unsupported(f"optimizer.{name}() runs outside the graph"
+                              + (" (as ember's fused update)" if name == "step" else ""),
+                              "expected: a training step breaks at zero_grad(), backward() and "
+                              "step()")
         return call_value(session, callee.function, [callee.receiver, *args], kwargs, frame)
     if isinstance(callee, FunctionValue):
         return inline_function(session, callee, args, kwargs, frame)
@@ -118,6 +127,9 @@ _DATA_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", 
 def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: list[Value],
                        kwargs: dict[str, Value]) -> Value:
     fake = tensor.fake
+    if name == "backward":
+        raise Unsupported("tensor.backward() runs outside the graph (autograd runs the "
+                          "compiled backward)", "expected in a training step")
     if name in _DATA_METHODS:
         raise Unsupported(f"tensor.{name}() needs the tensor's data",
                           "keep it outside the compiled function, or use tensor operations")

@@ -149,6 +149,10 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         # frame); one that was itself the problem (print, graph_break) is called as it is
         inside = stop.reason.depth > 0
         callee = _callee(stop.callee, writer, callees) if inside else writer.expr(stop.callee)
+        if _optimizer_step(stop.callee):  # opt.step() becomes ember's fused update
+            from ember import optim
+
+            callee = f"{writer.constant(optim.step)}.__get__({writer.expr(stop.callee.receiver)})"
         arguments = [writer.expr(a) for a in stop.args]
         arguments += [f"{k}={writer.expr(v)}" for k, v in stop.kwargs.items()]
         if stop.star is not None:
@@ -181,6 +185,12 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     stop.reason, resumptions, callees)
+
+
+def _optimizer_step(callee: Value) -> bool:
+    return isinstance(callee, BoundMethodValue) and \
+        isinstance(getattr(callee.receiver, "value", None), torch.optim.Optimizer) and \
+        getattr(getattr(callee.function, "value", None), "__name__", "") == "step"
 
 
 def _callee(callee: Value, writer: Rebuilder, callees: dict[str, Any]) -> str:

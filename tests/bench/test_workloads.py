@@ -31,6 +31,7 @@ def test_seed_shapes_are_those_of_the_anchors():
         "S2": "x 4096x4096 float32",
         "softmax": "x 4096x4096 float32",
         "layer_norm": "x 4096x4096 float32, weight 4096 float32, bias 4096 float32",
+        "S3": "x 512x1024 float32",
         "S4": "Sequential 3.9M params; input 64x256 float32",
         "S5": "Sequential 25.2M params; input 16x1024 float32",
         "S6": "x 4000x4000 float32",

@@ -1,0 +1,196 @@
+"""Split a forward IR graph into the forward to run now and the backward to run later.
+
+    differentiate(graph, wrt) -> Split
+        forward   the graph itself, its outputs extended by the values the backward needs
+        backward  inputs: gradients of the forward's outputs, saved values, forward inputs;
+                  outputs: the gradients of the forward inputs in `wrt`
+
+The backward is built by walking the forward in reverse and applying each node's vjp rule
+(vjp.py). Every forward value a rule asks for (`primal`) is either recomputed inside the
+backward — pointwise ops, views, constants and data movement are cheap to recompute and fuse
+into the backward's kernels — or saved by the forward: matmul and other library results,
+reductions, gathers. Forward inputs are passed to the backward as they are. Library calls run
+as they were in the forward, never again, so a random op (dropout's mask) is the same in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ember.autodiff.vjp import NO_GRADIENT, library_vjp, vjp_rules
+from ember.ir.graph import Graph, Node, row_major
+from ember.ir.library import Slot
+from ember.ir.ops import Kind, Op
+from ember.lower.builder import Builder
+from ember.lower.registry import Unsupported
+
+RECOMPUTED = frozenset({Kind.POINTWISE, Kind.VIEW, Kind.LEAF, Kind.DATA})
+
+
+@dataclasses.dataclass
+class Split:
+    forward: Graph
+    saved: list[Node]                    # forward values appended to forward.outputs
+    backward: Graph
+    # what each backward input is: ("grad", forward output position), ("saved", position in
+    # `saved`) or ("input", forward input index)
+    backward_inputs: list[tuple[str, int]]
+    wrt: list[int]                       # forward inputs whose gradients backward returns
+    differentiable_outputs: list[int]    # forward outputs that carry a gradient
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LibraryCallSpec:
+    """A forward library call, as library_vjp gets it (an opaque value, not an argument list
+    whose slots would be filled)."""
+
+    target: Any
+    args: tuple
+    kwargs: dict
+    tuple_result: bool
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+def differentiate(graph: Graph, wrt: list[int]) -> Split:
+    return _Differentiator(graph, wrt).run()
+
+
+class _Differentiator:
+    def __init__(self, graph: Graph, wrt: list[int]):
+        self.graph = graph
+        self.wrt = wrt
+        self.backward = Graph(graph.device)
+        self.b = Builder(self.backward)
+        self.primals: dict[Node, Node] = {}
+        self.saved: list[Node] = []
+        self.backward_inputs: list[tuple[str, int]] = []
+        self.needs = self._needs_gradient()
+
+    def _needs_gradient(self) -> set[Node]:
+        """Forward nodes whose value depends differentiably on an input in `wrt`."""
+        wanted = set(self.wrt)
+        needs: set[Node] = set()
+        for node in self.graph.nodes:
+            if node.op is Op.LIBRARY and node.attrs["tuple_result"]:  # (its ITEMs carry dtypes)
+                if any(s in needs for s in node.inputs):
+                    needs.add(node)
+                continue
+            if not node.dtype.is_floating_point:
+                continue
+            if node.op is Op.INPUT:
+                if node.attrs["index"] in wanted:
+                    needs.add(node)
+            elif any(s in needs for s in node.inputs):
+                needs.add(node)  # (NO_GRADIENT ops too: their outputs require grad, as eager's)
+            elif node.op is Op.ITEM and node.inputs[0] in needs:
+                needs.add(node)
+        return needs
+
+    # -- forward values inside the backward ----------------------------------------------
+    def primal(self, node: Node) -> Node:
+        found = self.primals.get(node)
+        if found is not None:
+            return found
+        if node.op is Op.INPUT:
+            made = self._input(("input", node.attrs["index"]), node)
+        elif node.kind in RECOMPUTED:
+            made = self.backward.add(node.op, [self.primal(s) for s in node.inputs],
+                                     **node.attrs)
+        else:
+            self.saved.append(node)
+            made = self._input(("saved", len(self.saved) - 1), node)
+        self.primals[node] = made
+        return made
+
+    def _input(self, what: tuple[str, int], like: Node,
+               strides: tuple[int, ...] | None = None) -> Node:
+        """A backward input like `like` (gradients come row-major: the caller makes them so)."""
+        self.backward_inputs.append(what)
+        return self.backward.add_input(like.shape, like.dtype, strides or like.strides)
+
+    # -- the reverse walk ---------------------------------------------------------------
+    def run(self) -> Split:
+        graph, b = self.graph, self.b
+        grads: dict[Node, Node] = {}
+        outputs = [i for i, node in enumerate(graph.outputs) if node in self.needs]
+        for position in outputs:
+            node = graph.outputs[position]
+            cotangent = self._input(("grad", position), node, row_major(node.shape))
+            grads[node] = b.add(grads[node], cotangent) if node in grads else cotangent
+        item_grads: dict[Node, dict[int, Node]] = {}
+        for node in reversed(graph.nodes):
+            g = grads.get(node)
+            if node.op is Op.ITEM:
+                if g is not None:
+                    item_grads.setdefault(node.inputs[0], {})[node.attrs["index"]] = g
+                continue
+            if node not in self.needs or node.op is Op.INPUT or node.op in NO_GRADIENT:
+                continue
+            if node.op is Op.LIBRARY and node.attrs["tuple_result"]:
+                found = self._library(node, item_grads.get(node, {}))
+            elif g is None:
+                continue
+            else:
+                rule = vjp_rules.get(node.op)
+                found = rule(b, node, self.primal, g) if rule is not None else NotImplemented
+                if found is NotImplemented and node.op is Op.LIBRARY:
+                    found = self._library(node, {0: g})
+                if found is NotImplemented:
+                    raise Unsupported(f"no derivative rule for {node.op.value} (training runs "
+                                      f"this graph eagerly)")
+            for source, grad in zip(node.inputs, found):
+                if grad is None or source not in self.needs:
+                    continue
+                grad = self._like(grad, source)
+                grads[source] = b.add(grads[source], grad) if source in grads else grad
+        results = []
+        for index in self.wrt:
+            node = graph.inputs[index]
+            grad = grads.get(node)
+            results.append(self._like(grad, node) if grad is not None
+                           else b.full(0.0, node.dtype, node.shape))
+        self.backward.outputs = results
+        self.backward.output_strides = [
+            graph.inputs[i].strides or row_major(graph.inputs[i].shape) for i in self.wrt]
+        graph.outputs = list(graph.outputs) + self.saved
+        graph.output_strides = list(graph.output_strides) + [
+            node.strides or row_major(node.shape) for node in self.saved]
+        return Split(graph, self.saved, self.backward, self.backward_inputs, list(self.wrt),
+                     outputs)
+
+    def _like(self, grad: Node, source: Node) -> Node:
+        """A gradient in its source's dtype and shape (broadcasts were explicit in the
+        forward, so shapes agree except for rank-0 and size-1 bookkeeping)."""
+        b = self.b
+        if grad.dtype != source.dtype:
+            grad = b.cast(grad, source.dtype)
+        if grad.shape != source.shape:
+            grad = b.reshape(grad, source.shape)
+        return grad
+
+    def _library(self, node: Node, grads: dict[int, Node]) -> list[Node | None]:
+        """torch's own backward of a library call (library_vjp), as a library call of the
+        backward graph with one result per input that needs a gradient."""
+        b = self.b
+        attrs = node.attrs
+        differentiable = tuple(s in self.needs for s in node.inputs)
+        if not any(differentiable):
+            return [None] * len(node.inputs)
+        results = attrs["results"]
+        outs = [grads.get(i) if grads.get(i) is not None
+                else b.full(0.0, dtype, shape) for i, (shape, dtype, _) in enumerate(results)]
+        operands = [self.primal(s) for s in node.inputs] + outs
+        spec = LibraryCallSpec(attrs["target"], attrs["args"], attrs["kwargs"],
+                               attrs["tuple_result"])
+        wanted = [s for s, flag in zip(node.inputs, differentiable) if flag]
+        template = (spec, differentiable, len(node.inputs),
+                    *[Slot(i) for i in range(len(operands))])
+        call = self.backward.add(
+            Op.LIBRARY, tuple(operands), target=library_vjp, args=template, kwargs={},
+            results=tuple((s.shape, s.dtype, row_major(s.shape)) for s in wanted),
+            tuple_result=True)
+        items = iter(self.backward.add(Op.ITEM, (call,), index=k) for k in range(len(wanted)))
+        return [next(items) if flag else None for flag in differentiable]

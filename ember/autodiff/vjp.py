@@ -1,0 +1,348 @@
+"""Vector-Jacobian products of the IR's primitives, one rule per Op.
+
+A rule gets the backward graph's builder, the forward node, `primal` (a forward value as a node
+of the backward graph: recomputed there or saved by the forward) and the gradient of the node's
+output; it returns one gradient per input (None: no gradient flows there). Formulas follow
+eager's derivatives (tools/autograd/derivatives.yaml in PyTorch): the same products in the same
+order, so results agree to rounding.
+
+Ops without a rule (prod, as_strided, bitwise ops on floats, ...) make the graph train eagerly;
+library nodes other than matmuls take torch's own backward (library_vjp).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ember.ir.graph import Node
+from ember.ir.library import fill
+from ember.ir.ops import Op
+from ember.lower.builder import Builder
+
+Primal = Callable[[Node], Node]
+Rule = Callable[[Builder, Node, Primal, Node], list[Node | None]]
+vjp_rules: dict[Op, Rule] = {}
+aten = torch.ops.aten
+
+# Ops whose outputs carry no gradient (piecewise constant, integer or boolean results).
+NO_GRADIENT = frozenset({
+    Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC, Op.SIGN, Op.BITWISE_NOT, Op.LOGICAL_NOT, Op.ISNAN,
+    Op.ISINF, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.ARGMAX, Op.ARGMIN, Op.ANY, Op.ALL,
+    Op.FLOORDIV, Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT,
+    Op.FULL, Op.IOTA,
+})
+
+
+def rule(*ops: Op):
+    def register(fn: Rule) -> Rule:
+        for op in ops:
+            vjp_rules[op] = fn
+        return fn
+
+    return register
+
+
+def _unary(derivative: Callable[[Builder, Node, Node], Node]) -> Rule:
+    """g * f'(x), where derivative(b, x, y) is f'(x) (y = f(x))."""
+    def vjp(b: Builder, node: Node, primal: Primal, g: Node) -> list[Node | None]:
+        x = node.inputs[0]
+        return [b.mul(g, derivative(b, primal(x), primal(node)))]
+
+    return vjp
+
+
+for _op, _derivative in {
+    Op.EXP: lambda b, x, y: y,
+    Op.EXP2: lambda b, x, y: b.mul(y, math.log(2.0)),
+    Op.EXPM1: lambda b, x, y: b.add(y, 1.0),
+    Op.LOG: lambda b, x, y: b.unary(Op.RECIPROCAL, x),
+    Op.LOG2: lambda b, x, y: b.unary(Op.RECIPROCAL, b.mul(x, math.log(2.0))),
+    Op.LOG10: lambda b, x, y: b.unary(Op.RECIPROCAL, b.mul(x, math.log(10.0))),
+    Op.LOG1P: lambda b, x, y: b.unary(Op.RECIPROCAL, b.add(x, 1.0)),
+    Op.SIN: lambda b, x, y: b.unary(Op.COS, x),
+    Op.COS: lambda b, x, y: b.unary(Op.NEG, b.unary(Op.SIN, x)),
+    Op.TAN: lambda b, x, y: b.add(b.mul(y, y), 1.0),
+    Op.SINH: lambda b, x, y: b.unary(Op.COSH, x),
+    Op.COSH: lambda b, x, y: b.unary(Op.SINH, x),
+    Op.ASIN: lambda b, x, y: b.unary(Op.RSQRT, b.sub(1.0, b.mul(x, x))),
+    Op.ACOS: lambda b, x, y: b.unary(Op.NEG, b.unary(Op.RSQRT, b.sub(1.0, b.mul(x, x)))),
+    Op.ATAN: lambda b, x, y: b.unary(Op.RECIPROCAL, b.add(b.mul(x, x), 1.0)),
+    Op.ASINH: lambda b, x, y: b.unary(Op.RSQRT, b.add(b.mul(x, x), 1.0)),
+    Op.ACOSH: lambda b, x, y: b.unary(Op.RSQRT, b.sub(b.mul(x, x), 1.0)),
+    Op.ATANH: lambda b, x, y: b.unary(Op.RECIPROCAL, b.sub(1.0, b.mul(x, x))),
+    Op.ERF: lambda b, x, y: b.mul(b.unary(Op.EXP, b.unary(Op.NEG, b.mul(x, x))),
+                                  2.0 / math.sqrt(math.pi)),
+    Op.ERFC: lambda b, x, y: b.mul(b.unary(Op.EXP, b.unary(Op.NEG, b.mul(x, x))),
+                                   -2.0 / math.sqrt(math.pi)),
+    Op.ABS: lambda b, x, y: b.unary(Op.SIGN, x),
+}.items():
+    vjp_rules[_op] = _unary(_derivative)
+
+
+@rule(Op.NEG)
+def _neg(b, node, primal, g):
+    return [b.unary(Op.NEG, g)]
+
+
+@rule(Op.TANH)
+def _tanh(b, node, primal, g):  # eager: grad * (1 - y*y).conj()
+    y = primal(node)
+    return [b.mul(g, b.sub(1.0, b.mul(y, y)))]
+
+
+@rule(Op.SIGMOID)
+def _sigmoid(b, node, primal, g):  # eager: grad * (1 - y) * y
+    y = primal(node)
+    return [b.mul(b.mul(g, b.sub(1.0, y)), y)]
+
+
+@rule(Op.SQRT)
+def _sqrt(b, node, primal, g):  # eager: grad / (2 * result)
+    return [b.div(g, b.mul(primal(node), 2.0))]
+
+
+@rule(Op.RSQRT)
+def _rsqrt(b, node, primal, g):  # eager: -0.5 * grad * result.pow(3)
+    y = primal(node)
+    return [b.mul(b.mul(g, -0.5), b.mul(b.mul(y, y), y))]
+
+
+@rule(Op.RECIPROCAL)
+def _reciprocal(b, node, primal, g):  # eager: -grad * (result * result)
+    y = primal(node)
+    return [b.mul(b.unary(Op.NEG, g), b.mul(y, y))]
+
+
+@rule(Op.ADD)
+def _add(b, node, primal, g):
+    return [g, g]
+
+
+@rule(Op.SUB)
+def _sub(b, node, primal, g):
+    return [g, b.unary(Op.NEG, g)]
+
+
+@rule(Op.MUL)
+def _mul(b, node, primal, g):
+    x, y = node.inputs
+    return [b.mul(g, primal(y)), b.mul(g, primal(x))]
+
+
+@rule(Op.DIV)
+def _div(b, node, primal, g):  # eager: grad / other, -grad * self / (other * other)
+    x, y = (primal(v) for v in node.inputs)
+    return [b.div(g, y), b.div(b.mul(b.unary(Op.NEG, g), x), b.mul(y, y))]
+
+
+@rule(Op.POW)
+def _pow(b, node, primal, g):
+    x, e = (primal(v) for v in node.inputs)
+    # d/dx: e * x^(e-1), 0 where e == 0; d/de: x^e * log(x), 0 where x == 0 and e >= 0
+    dx = b.mul(b.mul(g, e), b.elementwise(Op.POW, x, b.sub(e, 1.0)))
+    dx = b.where(b.compare(Op.EQ, e, 0.0), b.full(0.0, g.dtype, g.shape), dx)
+    de = b.mul(b.mul(g, primal(node)), b.unary(Op.LOG, x))
+    zero_base = b.binary(Op.BITWISE_AND, b.compare(Op.EQ, x, 0.0), b.compare(Op.GE, e, 0.0))
+    de = b.where(zero_base, b.full(0.0, g.dtype, g.shape), de)
+    return [dx, de]
+
+
+@rule(Op.MAXIMUM, Op.MINIMUM)
+def _extremum(b, node, primal, g):
+    """eager: the gradient goes to the larger (smaller) input, half to each on a tie."""
+    x, y = (primal(v) for v in node.inputs)
+    wins = Op.GT if node.op is Op.MAXIMUM else Op.LT
+    zero = b.full(0.0, g.dtype, g.shape)
+    half = b.mul(g, 0.5)
+    tie = b.compare(Op.EQ, x, y)
+    return [b.where(tie, half, b.where(b.compare(wins, x, y), g, zero)),
+            b.where(tie, half, b.where(b.compare(wins, y, x), g, zero))]
+
+
+@rule(Op.ATAN2)
+def _atan2(b, node, primal, g):
+    x, y = (primal(v) for v in node.inputs)
+    scale = b.div(g, b.add(b.mul(x, x), b.mul(y, y)))
+    return [b.mul(scale, y), b.mul(b.unary(Op.NEG, scale), x)]
+
+
+@rule(Op.HYPOT)
+def _hypot(b, node, primal, g):
+    x, y = (primal(v) for v in node.inputs)
+    scale = b.div(g, primal(node))
+    return [b.mul(scale, x), b.mul(scale, y)]
+
+
+@rule(Op.COPYSIGN)
+def _copysign(b, node, primal, g):
+    x = primal(node.inputs[0])
+    ratio = b.div(primal(node), x)
+    return [b.where(b.compare(Op.EQ, x, 0.0), b.full(0.0, g.dtype, g.shape), b.mul(g, ratio)),
+            None]
+
+
+@rule(Op.WHERE)
+def _where(b, node, primal, g):
+    condition = primal(node.inputs[0])
+    zero = b.full(0.0, g.dtype, g.shape)
+    return [None, b.where(condition, g, zero), b.where(condition, zero, g)]
+
+
+@rule(Op.CAST)
+def _cast(b, node, primal, g):
+    source = node.inputs[0]
+    return [b.cast(g, source.dtype) if source.dtype.is_floating_point else None]
+
+
+# -- reductions -----------------------------------------------------------------------------
+@rule(Op.SUM)
+def _sum(b, node, primal, g):
+    return [b.expand(g, node.inputs[0].shape)]
+
+
+@rule(Op.MAX, Op.MIN)
+def _max(b, node, primal, g):
+    """eager's amax/amin backward: the gradient split evenly among the positions that hold the
+    extreme value."""
+    x = node.inputs[0]
+    axes = node.attrs["axes"]
+    hit = b.compare(Op.EQ, primal(x), b.expand(primal(node), x.shape))
+    count = b.reduce(Op.SUM, b.cast(hit, g.dtype), axes, keepdim=True)
+    share = b.expand(b.div(g, count), x.shape)
+    return [b.where(hit, share, b.full(0.0, g.dtype, x.shape))]
+
+
+# -- views ----------------------------------------------------------------------------------
+@rule(Op.RESHAPE, Op.SQUEEZE, Op.UNSQUEEZE)
+def _reshape(b, node, primal, g):
+    return [b.reshape(g, node.inputs[0].shape)]
+
+
+@rule(Op.PERMUTE)
+def _permute(b, node, primal, g):
+    perm = node.attrs["perm"]
+    inverse = [0] * len(perm)
+    for position, dim in enumerate(perm):
+        inverse[dim] = position
+    return [b.permute(g, inverse)]
+
+
+@rule(Op.EXPAND)
+def _expand(b, node, primal, g):
+    x = node.inputs[0]
+    grown = [d for d, (a, c) in enumerate(zip(x.shape, node.shape)) if a == 1 and c != 1]
+    return [b.reduce(Op.SUM, g, grown, keepdim=True) if grown else g]
+
+
+@rule(Op.FLIP)
+def _flip(b, node, primal, g):
+    return [b.graph.add(Op.FLIP, (g,), dims=node.attrs["dims"])]
+
+
+@rule(Op.SLICE)
+def _slice(b, node, primal, g):
+    a = node.attrs
+    size = node.inputs[0].shape[a["dim"]]
+    count = node.shape[a["dim"]]
+    pads = [(0, 0, 0)] * node.ndim
+    if count == 0:
+        return [b.full(0.0, g.dtype, node.inputs[0].shape)]
+    last = a["start"] + (count - 1) * a["step"]
+    pads[a["dim"]] = (a["start"], size - last - 1, a["step"] - 1)
+    return [b.pad(g, pads, 0.0)]
+
+
+@rule(Op.PAD)
+def _pad(b, node, primal, g):
+    x = node.inputs[0]
+    if any(low < 0 or high < 0 for low, high, _ in node.attrs["pads"]):
+        return NotImplemented  # cropping pads: no rule yet
+    result = g
+    for dim, ((low, _high, interior), size) in enumerate(zip(node.attrs["pads"], x.shape)):
+        result = b.slice(result, dim, low, low + (size - 1) * (interior + 1) + 1 if size else low,
+                         interior + 1)
+    return [result]
+
+
+@rule(Op.CAT)
+def _cat(b, node, primal, g):
+    dim = node.attrs["dim"]
+    grads, start = [], 0
+    for source in node.inputs:
+        grads.append(b.slice(g, dim, start, start + source.shape[dim]))
+        start += source.shape[dim]
+    return grads
+
+
+@rule(Op.TAKE)
+def _take(b, node, primal, g):
+    x, index = node.inputs
+    a = node.attrs
+    grad = b.library(take_backward, [g, primal(index), a["dim"], tuple(x.shape), a["wrap"]],
+                     x.shape, g.dtype)
+    return [grad, None]
+
+
+@rule(Op.GATHER)
+def _gather(b, node, primal, g):
+    x, index = node.inputs
+    grad = b.library(gather_backward, [g, primal(index), node.attrs["dim"], tuple(x.shape)],
+                     x.shape, g.dtype)
+    return [grad, None]
+
+
+def take_backward(grad: torch.Tensor, index: torch.Tensor, dim: int, size: tuple, wrap: bool
+                  ) -> torch.Tensor:
+    """The gradient of x.take-along-dim(index): grad's rows added into zeros at `index`."""
+    index = index.reshape(-1)
+    if wrap:
+        index = torch.where(index < 0, index + size[dim], index)
+    rows = grad.reshape(size[:dim] + (index.numel(),) + size[dim + 1:])
+    return torch.zeros(size, dtype=grad.dtype, device=grad.device).index_add_(dim, index, rows)
+
+
+def gather_backward(grad: torch.Tensor, index: torch.Tensor, dim: int, size: tuple
+                    ) -> torch.Tensor:
+    return torch.zeros(size, dtype=grad.dtype, device=grad.device).scatter_add_(dim, index, grad)
+
+
+# -- library nodes --------------------------------------------------------------------------
+def _mm(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.mm.default, [x, y], (x.shape[0], y.shape[1]), x.dtype)
+
+
+@rule(Op.LIBRARY)
+def _library(b, node, primal, g):
+    target = node.attrs["target"]
+    if node.attrs["tuple_result"]:
+        return NotImplemented  # multi-output calls: differentiate.py handles them
+    if target is aten.mm.default and node.attrs["args"] and not node.attrs["kwargs"]:
+        x, y = (primal(v) for v in node.inputs)
+        return [_mm(b, g, b.transpose(y, 0, 1)), _mm(b, b.transpose(x, 0, 1), g)]
+    if target is torch._C._nn.linear and len(node.inputs) == 2 and node.inputs[0].ndim == 2:
+        x, w = (primal(v) for v in node.inputs)  # y = x @ w.T
+        return [_mm(b, g, w), _mm(b, b.transpose(g, 0, 1), x)]
+    return NotImplemented
+
+
+def library_vjp(attrs: dict, differentiable: tuple[bool, ...], count: int,
+                *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """torch's own backward of a library call: the call run again on detached copies of its
+    inputs (those in `differentiable` requiring grad), then torch.autograd.grad with the
+    gradients of its outputs. Returns one gradient per differentiable input (zeros if none)."""
+    inputs, grads = tensors[:count], tensors[count:]
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(wanted) for t, wanted in zip(inputs, differentiable)]
+        result = attrs["target"](*fill(attrs["args"], leaves), **fill(attrs["kwargs"], leaves))
+        outputs = result if attrs["tuple_result"] else (result,)
+        pairs = [(out, grad) for out, grad in zip(outputs, grads)
+                 if isinstance(out, torch.Tensor) and out.requires_grad]
+        wanted = [leaf for leaf, flag in zip(leaves, differentiable) if flag]
+        found = torch.autograd.grad([out for out, _ in pairs], wanted,
+                                    [grad for _, grad in pairs], allow_unused=True) \
+            if pairs else [None] * len(wanted)
+    return tuple((f if f is not None else torch.zeros_like(leaf)).contiguous()
+                 for f, leaf in zip(found, wanted))

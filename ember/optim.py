@@ -1,0 +1,148 @@
+"""Fused optimizer steps: `opt.step()` of SGD, Adam and AdamW as one ember-compiled update of
+every parameter of a group, instead of a dozen eager ops per parameter.
+
+    ember.optim.step(opt)        # what a compiled train_step calls where it has opt.step()
+
+The update is eager's single-tensor algorithm (torch/optim/{sgd,adam}.py) written over lists
+of tensors and compiled by ember: fused into a few kernels, parameters, gradients and
+optimizer state updated in place. Step-dependent numbers (learning rate, bias corrections) are
+passed as one small float64 tensor per call, so a learning-rate schedule does not recompile.
+Anything else — closures, hooks, amsgrad, capturable/differentiable/fused groups, sparse or
+complex parameters, the first step (which creates the state) — runs the optimizer's own
+step().
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ember.api import compile as ember_compile
+
+
+def _sgd(params: list, grads: list, buffers: list, numbers: torch.Tensor, weight_decay: float,
+         momentum: float, dampening: float, nesterov: bool, maximize: bool) -> None:
+    # numbers: [-lr]
+    for param, grad, buffer in zip(params, grads, buffers):
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad.add(param, alpha=weight_decay)
+        if momentum != 0:
+            buffer.mul_(momentum).add_(grad, alpha=1 - dampening)
+            grad = grad.add(buffer, alpha=momentum) if nesterov else buffer
+        param.add_(grad * numbers[0])
+
+
+def _adam(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, numbers: torch.Tensor,
+          beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool,
+          maximize: bool) -> None:
+    # numbers: [step size (lr / bias correction 1), sqrt(bias correction 2), 1 - lr * wd]
+    for param, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            if decoupled:
+                param.mul_(numbers[2])
+            else:
+                grad = grad.add(param, alpha=weight_decay)
+        exp_avg.lerp_(grad, 1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = (exp_avg_sq.sqrt() / numbers[1]).add_(eps)
+        param.sub_(exp_avg / denom * numbers[0])
+
+
+_compiled: dict[str, Any] = {}
+
+
+def _update(name: str) -> Any:
+    if name not in _compiled:
+        _compiled[name] = ember_compile({"sgd": _sgd, "adam": _adam}[name])
+    return _compiled[name]
+
+
+def step(optimizer: torch.optim.Optimizer, closure: Any = None) -> Any:
+    """optimizer.step(closure), fused by ember where the optimizer and its state allow."""
+    kind = _kind(optimizer)
+    if kind is None or closure is not None or _hooked(optimizer):
+        return optimizer.step(closure)
+    groups = []
+    for group in optimizer.param_groups:
+        params = [p for p in group["params"] if p.grad is not None]
+        if any(p.grad.is_sparse or p.is_complex() or not _has_state(optimizer, p, kind)
+               for p in params):
+            return optimizer.step()  # (the first step makes the state)
+        groups.append((group, params))
+    with torch.no_grad():
+        for group, params in groups:
+            if params:
+                _step_group(optimizer, kind, group, params)
+    return None
+
+
+def _kind(optimizer: torch.optim.Optimizer) -> str | None:
+    defaults = optimizer.defaults
+    if any(defaults.get(flag) for flag in ("differentiable", "capturable", "fused")):
+        return None
+    if type(optimizer) is torch.optim.SGD:
+        return "sgd"
+    if type(optimizer) in (torch.optim.Adam, torch.optim.AdamW) and not defaults.get("amsgrad"):
+        return "adam"
+    return None
+
+
+def _hooked(optimizer: torch.optim.Optimizer) -> bool:
+    from torch.optim import optimizer as module
+
+    return bool(getattr(optimizer, "_optimizer_step_pre_hooks", None)
+                or getattr(optimizer, "_optimizer_step_post_hooks", None)
+                or getattr(module, "_global_optimizer_pre_hooks", None)
+                or getattr(module, "_global_optimizer_post_hooks", None))
+
+
+def _has_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, kind: str) -> bool:
+    state = optimizer.state.get(param)
+    if not state:
+        return kind == "sgd" and not _momentum(optimizer, param)
+    if kind == "sgd":
+        return state.get("momentum_buffer") is not None or not _momentum(optimizer, param)
+    return all(k in state for k in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def _momentum(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> float:
+    for group in optimizer.param_groups:
+        if any(p is param for p in group["params"]):
+            return group["momentum"]
+    return 0.0
+
+
+def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,
+                params: list[torch.Tensor]) -> None:
+    grads = [p.grad for p in params]
+    device = params[0].device
+    if kind == "sgd":
+        momentum = group["momentum"]
+        buffers = [optimizer.state[p]["momentum_buffer"] if momentum else p for p in params]
+        numbers = torch.tensor([-group["lr"]], dtype=torch.float64, device=device)
+        _update("sgd")(params, grads, buffers, numbers, group["weight_decay"], momentum,
+                       group["dampening"], group["nesterov"], group["maximize"])
+        return
+    states = [optimizer.state[p] for p in params]
+    steps = [s["step"] for s in states]
+    for count in steps:  # (eager increments each parameter's step tensor too)
+        count += 1
+    counts = {float(count) for count in steps}
+    if len(counts) != 1:  # parameters at different steps: no shared bias correction
+        for count in steps:
+            count -= 1
+        return optimizer.step()
+    count = counts.pop()
+    beta1, beta2 = group["betas"]
+    lr = group["lr"]
+    decoupled = group.get("decoupled_weight_decay", type(optimizer) is torch.optim.AdamW)
+    numbers = torch.tensor([lr / (1 - beta1 ** count), (1 - beta2 ** count) ** 0.5,
+                            1 - lr * group["weight_decay"]], dtype=torch.float64, device=device)
+    _update("adam")(params, grads, [s["exp_avg"] for s in states],
+                    [s["exp_avg_sq"] for s in states], numbers, beta1, beta2, group["eps"],
+                    group["weight_decay"], decoupled, group["maximize"])

@@ -1,0 +1,102 @@
+"""A compiled training graph: the forward and backward graphs that autodiff split it into,
+each compiled, joined by a torch.autograd.Function so `loss.backward()` runs the compiled
+backward and any optimizer sees ordinary .grad tensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ember.autodiff.differentiate import Split
+from ember.torch_internals import tree_unflatten
+
+
+class TrainingGraph:
+    def __init__(self, forward: Any, backward: Any, split: Split, output_tree: Any,
+                 output_count: int, user_positions: list[tuple[str, int]],
+                 tensor_positions: list[int],
+                 extras: list[torch.Tensor], label: str, eager: Any):
+        self.forward_graph = forward
+        self.backward_graph = backward
+        self.split = split
+        self.output_tree = output_tree
+        self.output_count = output_count
+        self.user_positions = user_positions  # ("out", graph output) | ("input", index)
+        self.tensor_positions = tensor_positions
+        self.extras = extras
+        self.label = label
+        self.eager = eager
+        self.kernel_count = forward.kernel_count + backward.kernel_count
+        self.library_count = forward.library_count + backward.library_count
+        self.fallback_count = forward.fallback_count
+        # the backward's inputs: which forward inputs it reads (the rest are gradients and
+        # saved values)
+        self.inputs_read = sorted({k for kind, k in split.backward_inputs if kind == "input"})
+
+    def __call__(self, *args: Any) -> Any:
+        tensors = [args[i] for i in self.tensor_positions]
+        if not torch.is_grad_enabled():  # (called under no_grad: no backward to prepare)
+            results = self.forward_graph(*args)[:self.output_count]
+        else:
+            results = _Step.apply(self, *tensors)
+        leaves = [results[k] if kind == "out" else _input(self, tensors, k)
+                  for kind, k in self.user_positions]
+        return tree_unflatten(leaves, self.output_tree)
+
+
+class _Step(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, owner: TrainingGraph, *tensors: torch.Tensor):
+        results = owner.forward_graph(*_arguments(owner, tensors))
+        outputs, saved = results[:owner.output_count], results[owner.output_count:]
+        reads = [_input(owner, tensors, k) for k in owner.inputs_read]
+        ctx.owner = owner
+        ctx.count = len(tensors)
+        ctx.save_for_backward(*reads, *saved)
+        differentiable = set(owner.split.differentiable_outputs)
+        ctx.mark_non_differentiable(*[out for i, out in enumerate(outputs)
+                                      if i not in differentiable])
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        owner = ctx.owner
+        stored = ctx.saved_tensors
+        reads = dict(zip(owner.inputs_read, stored[:len(owner.inputs_read)]))
+        saved = stored[len(owner.inputs_read):]
+        forward_outputs = owner.split.forward.outputs
+        arguments = []
+        for kind, k in owner.split.backward_inputs:
+            if kind == "grad":
+                grad = grads[k]
+                if grad is None:
+                    node = forward_outputs[k]
+                    grad = torch.zeros(node.shape, dtype=node.dtype,
+                                       device=owner.split.forward.device)
+                arguments.append(grad.contiguous())
+            elif kind == "saved":
+                arguments.append(saved[k])
+            else:
+                arguments.append(reads[k])
+        found = owner.backward_graph(*arguments)
+        result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
+        for index, grad in zip(owner.split.wrt, found):
+            result[1 + index] = grad
+        return tuple(result)
+
+
+def _arguments(owner: TrainingGraph, tensors: tuple) -> list:
+    """The forward graph's arguments: the tensors in their original positions (the compiled
+    forward picks tensors out of the full argument list)."""
+    if owner.tensor_positions == list(range(len(tensors))):
+        return list(tensors)
+    count = max(owner.tensor_positions) + 1 if owner.tensor_positions else 0
+    arguments: list[Any] = [None] * count
+    for position, tensor in zip(owner.tensor_positions, tensors):
+        arguments[position] = tensor
+    return arguments
+
+
+def _input(owner: TrainingGraph, tensors: tuple, index: int) -> torch.Tensor:
+    return tensors[index] if index < len(tensors) else owner.extras[index - len(tensors)]

@@ -1,0 +1,154 @@
+"""Gradients of compiled training graphs against eager's, per family of primitives (each vjp
+rule is reached through the aten ops that lower to it), plus gradcheck in float64."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import check_grad, make
+
+from ember.backends import compile_graph
+
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+UNARY = {
+    "exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "sin": torch.sin,
+    "cos": torch.cos, "tan": torch.tan, "sinh": torch.sinh, "cosh": torch.cosh,
+    "tanh": torch.tanh, "atan": torch.atan, "asinh": torch.asinh, "erf": torch.erf,
+    "erfc": torch.erfc, "sigmoid": torch.sigmoid, "abs": torch.abs, "neg": torch.neg,
+    "floor": torch.floor, "relu": torch.relu, "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu, "elu": F.elu,
+    "leaky_relu": F.leaky_relu, "hardtanh": F.hardtanh, "softplus": F.softplus,
+    "mish": F.mish, "square": lambda x: x ** 2, "cube": lambda x: x ** 3,
+    "clamp": lambda x: x.clamp(-0.5, 0.7), "sign_mul": lambda x: torch.sign(x) * x,
+}
+POSITIVE = {
+    "log": torch.log, "log2": torch.log2, "log10": torch.log10, "log1p": torch.log1p,
+    "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
+    "pow_frac": lambda x: x ** 2.5, "acosh": lambda x: torch.acosh(x + 1.5),
+}
+UNIT = {"asin": torch.asin, "acos": torch.acos, "atanh": torch.atanh}
+
+
+def one(f):
+    return lambda x: f(x)  # (torch.fx traces Python functions, not builtins)
+
+
+def two(f):
+    return lambda x, y: f(x, y)
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(name):
+    check_grad(one(UNARY[name]), make(4, 5, low=-2, high=2), **TOLERANCE)
+
+
+@pytest.mark.parametrize("name", POSITIVE)
+def test_unary_on_positive_inputs(name):
+    check_grad(one(POSITIVE[name]), make(4, 5, low=0.2, high=3), **TOLERANCE)
+
+
+@pytest.mark.parametrize("name", UNIT)
+def test_unary_inside_the_unit_interval(name):
+    check_grad(one(UNIT[name]), make(4, 5, low=-0.9, high=0.9), **TOLERANCE)
+
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "maximum": torch.maximum, "minimum": torch.minimum, "atan2": torch.atan2,
+    "hypot": torch.hypot, "where": lambda x, y: torch.where(x > y, x * 2, y),
+    "broadcast": lambda x, y: x * y[0] + y[:, :1], "scalar_ops": lambda x, y: 3 * x - y / 2,
+    "pow_positive": lambda x, y: torch.pow(x.abs() + 0.5, y),
+    "copysign": torch.copysign,
+}
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary(name):
+    check_grad(two(BINARY[name]), make(4, 5), make(4, 5, seed=1), **TOLERANCE)
+
+
+def test_ties_split_the_gradient_as_eager_does():
+    x = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 0.0]])
+    check_grad(lambda a, b: (torch.maximum(a, b), a.amax(dim=1)), x, x.flip(1), **TOLERANCE)
+
+
+REDUCTIONS = {
+    "sum": lambda x: x.sum(), "sum_dim": lambda x: x.sum(dim=1),
+    "mean_keepdim": lambda x: x.mean(dim=0, keepdim=True), "amax": lambda x: x.amax(dim=-1),
+    "amin": lambda x: x.amin(dim=(0, 2)), "max_dim": lambda x: x.max(dim=1).values,
+    "var": lambda x: x.var(dim=-1), "std": lambda x: x.std(), "norm": lambda x: x.norm(dim=0),
+    "logsumexp": lambda x: torch.logsumexp(x, dim=-1),
+    "softmax": lambda x: torch.softmax(x, dim=-1),
+    "log_softmax": lambda x: torch.log_softmax(x, dim=1),
+}
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions(name):
+    check_grad(REDUCTIONS[name], make(3, 4, 5), **TOLERANCE)
+
+
+VIEWS = {
+    "reshape": lambda x: x.reshape(6, 10) * 2, "permute": lambda x: x.permute(2, 0, 1) * 2,
+    "transpose_matmul": lambda x: x.transpose(1, 2) @ x, "expand": lambda x: x[:, :1].expand(
+        3, 4, 5) * x, "slice_step": lambda x: x[:, 1::2, ::3] * 3,
+    "squeeze_unsqueeze": lambda x: x[:1].squeeze(0).unsqueeze(-1) * 2,
+    "flip": lambda x: x.flip(1) * x, "cat": lambda x: torch.cat([x, x * 2], dim=1),
+    "pad": lambda x: F.pad(x, (1, 2, 0, 1)) * 2, "stack": lambda x: torch.stack([x, -x]),
+    "index": lambda x: x[:, torch.tensor([0, 2, 2])] * 2,
+    "gather": lambda x: torch.gather(x, 2, torch.tensor([[[0, 4]] * 4] * 3)),
+    "unbind": lambda x: x.unbind(1)[0] * x.unbind(1)[3],
+}
+
+
+@pytest.mark.parametrize("name", VIEWS)
+def test_views_and_data_movement(name):
+    check_grad(VIEWS[name], make(3, 4, 5), **TOLERANCE)
+
+
+NN = {
+    "linear": lambda x, w, b: F.linear(x, w, b),
+    "linear_3d": lambda x, w, b: F.linear(x.reshape(2, 3, 6), w, b),
+    "layer_norm": lambda x, w, b: F.layer_norm(x, (6,), w[0], b),
+    "mse": lambda x, w, b: F.mse_loss(x @ w.t(), b.expand(6, 6)),
+    "cross_entropy": lambda x, w, b: F.cross_entropy(x @ w.t() + b, torch.tensor(
+        [0, 5, 2, 1, 3, 4])),
+    "bmm": lambda x, w, b: torch.bmm(x.reshape(2, 3, 6), w.t().expand(2, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("name", NN)
+def test_nn_functions(name):
+    check_grad(NN[name], make(6, 6), make(6, 6, seed=1), make(6, seed=2), **TOLERANCE)
+
+
+def test_convolution_takes_torchs_own_backward():
+    check_grad(lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)), make(2, 3, 6, 6),
+               make(4, 3, 3, 3, seed=1), make(4, seed=2), **TOLERANCE)
+
+
+def test_inputs_without_grad_and_integer_outputs():
+    def fn(x, y):
+        return x * 2, (x > 0).sum(), y + 1
+
+    x = make(3, 4)
+    y = make(3, 4, seed=1)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.requires_grad_(), y])
+    out, count, other = graph(x, y)
+    assert not count.requires_grad and not other.requires_grad
+    (out.sum() * 3).backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 6.0))
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: (torch.tanh(x) * y).sum(dim=0),
+    lambda x, y: torch.softmax(x @ y.t(), dim=-1),
+    lambda x, y: torch.sigmoid(x).amax(dim=1) / (y ** 2 + 1).sum(),
+    lambda x, y: F.layer_norm(x, (5,)) * y,
+], ids=["tanh_mul_sum", "softmax_matmul", "amax_div", "layer_norm"])
+def test_gradcheck_in_float64(fn):
+    x = make(4, 5, dtype=torch.float64).requires_grad_()
+    y = make(4, 5, dtype=torch.float64, seed=1).requires_grad_()
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
+    assert type(compiled).__name__ == "TrainingGraph"
+    assert torch.autograd.gradcheck(compiled, (x, y))

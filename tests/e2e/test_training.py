@@ -1,0 +1,196 @@
+"""Training with compiled forward and backward: 20 steps of ember.compile(model) against the
+same steps in eager (same initial weights, same data, same optimizer): losses and parameters
+agree. Each model must compile for training (no graph falls back to eager)."""
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICE, watching_fallbacks
+
+import ember
+
+STEPS = 20
+TOLERANCE = dict(rtol=1e-3, atol=1e-4)
+
+
+class Block(torch.nn.Module):
+    """A pre-norm transformer block: attention by matmul and softmax, GELU MLP, residuals,
+    dropout."""
+
+    def __init__(self, width: int = 16, heads: int = 2, dropout: float = 0.0):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+        self.dropout = torch.nn.Dropout(dropout)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        shape = (batch, length, self.heads, width // self.heads)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / (width // self.heads) ** 0.5
+        attention = torch.softmax(scores, dim=-1) @ v
+        x = x + self.dropout(self.proj(attention.transpose(1, 2).reshape(batch, length, width)))
+        return x + self.dropout(self.down(F.gelu(self.up(self.norm2(x)))))
+
+
+class TransformerModel(torch.nn.Module):
+    def __init__(self, dropout: float = 0.0):
+        super().__init__()
+        self.block = Block(dropout=dropout)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.block(x).mean(dim=1))
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.head = torch.nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.head(x.flatten(1))
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 32),
+                               torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+MODELS = {
+    "mlp": (mlp, (8, 12)),
+    "transformer_block": (TransformerModel, (2, 6, 16)),
+    "cnn": (SmallCNN, (2, 3, 8, 8)),
+}
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05),
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+}
+
+
+def train(model, optimizer, data, target, steps=STEPS):
+    losses = []
+    for step in range(steps):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(data[step % len(data)]), target[step % len(target)])
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return torch.stack(losses)
+
+
+def compare(name: str, optimizer: str) -> None:
+    build, shape = MODELS[name]
+    torch.manual_seed(0)
+    eager_model = build().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    generator = torch.Generator().manual_seed(1)
+    data = [torch.randn(shape, generator=generator).to(DEVICE) for _ in range(4)]
+    target = [torch.randn(shape[0], 4, generator=generator).to(DEVICE) for _ in range(4)]
+    compiled = ember.compile(ember_model)
+    with watching_fallbacks() as fallbacks:
+        got = train(compiled, OPTIMIZERS[optimizer](ember_model.parameters()), data, target)
+    want = train(eager_model, OPTIMIZERS[optimizer](eager_model.parameters()), data, target)
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    for (path, a), b in zip(ember_model.named_parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a, b, **TOLERANCE, msg=lambda m, path=path: f"{path}: {m}")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_twenty_sgd_steps_match_eager(name):
+    compare(name, "sgd_momentum")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
+def test_each_optimizer_over_a_compiled_mlp(optimizer):
+    compare("mlp", optimizer)
+
+
+def test_dropout_in_training_draws_the_same_masks_as_eager():
+    torch.manual_seed(0)
+    eager_model = TransformerModel(dropout=0.25).to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    compiled = ember.compile(ember_model)
+    torch.manual_seed(7)
+    got = compiled(x)
+    got.sum().backward()
+    torch.manual_seed(7)
+    want = eager_model(x)
+    want.sum().backward()
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
+def train_step(model, optimizer, x, y):
+    optimizer.zero_grad()
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_a_whole_training_step_compiles_with_three_explained_breaks(optimizer):
+    torch.manual_seed(0)
+    eager_model = mlp().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    eager_opt = OPTIMIZERS[optimizer](eager_model.parameters())
+    ember_opt = OPTIMIZERS[optimizer](ember_model.parameters())
+    generator = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 12, generator=generator).to(DEVICE),
+             torch.randn(8, 4, generator=generator).to(DEVICE)) for _ in range(4)]
+    step = ember.compile(train_step)
+    with watching_fallbacks() as fallbacks:
+        got = torch.stack([step(ember_model, ember_opt, *data[i % 4]).detach()
+                           for i in range(STEPS)])
+    want = torch.stack([train_step(eager_model, eager_opt, *data[i % 4]).detach()
+                        for i in range(STEPS)])
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a, b, **TOLERANCE)
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+        for key, value in eager_opt.state[b].items():
+            torch.testing.assert_close(ember_opt.state[a][key], value, **TOLERANCE)
+    report = ember.explain(train_step)(copy.deepcopy(eager_model), eager_opt, *data[0])
+    assert report.graph_break_count == 3
+    assert [str(r).split(": ", 1)[-1].split(" runs")[0] for r in report.break_reasons] == \
+        ["optimizer.zero_grad()", "tensor.backward()", "optimizer.step()"]
+
+
+def test_the_fused_optimizer_step_is_one_compiled_update():
+    import ember.optim
+
+    model = mlp().to(DEVICE)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def step():
+        optimizer.zero_grad()
+        model(torch.randn(8, 12).to(DEVICE)).sum().backward()
+        ember.optim.step(optimizer)
+
+    step()  # the first step makes the state (the optimizer's own step)
+    step()  # fused from here on
+    update = ember.optim._compiled["adam"]
+    captures = len(update.records)
+    assert update.records[-1].graphs == 1 and not update.records[-1].breaks
+    optimizer.param_groups[0]["lr"] = 5e-3  # a schedule changes numbers, not the program
+    step()
+    assert len(update.records) == captures
