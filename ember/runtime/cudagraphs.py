@@ -44,7 +44,9 @@ class CudaGraphed:
         self.graph: Any = None
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         devices = {t.device.type for t in tensors}
-        if not tensors:
+        if type(compiled).__name__ == "TrainingGraph":
+            self.give_up("a training graph (its forward and backward are not recorded yet)")
+        elif not tensors:
             self.give_up("no tensor inputs")
         elif devices != {"cuda"}:
             self.give_up(f"tensors on {', '.join(sorted(devices))} (CUDA graphs replay CUDA "

@@ -30,6 +30,16 @@ def test_cpu_tensors_run_without_cuda_graphs_and_say_why():
     assert "CUDA graphs: not used: tensors on cpu" in str(report)
 
 
+def test_training_graphs_run_without_cuda_graphs_and_say_why():
+    model = torch.nn.Linear(8, 3)
+    compiled = ember.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 8)
+    with captured_log("perf") as records:
+        compiled(x).sum().backward()
+    assert any("no CUDA graph: a training graph" in r.getMessage() for r in records)
+    assert model.weight.grad is not None
+
+
 def test_unknown_modes_are_refused():
     with pytest.raises(ValueError, match="unknown mode 'fastest'"):
         ember.compile(mlp, mode="fastest")
