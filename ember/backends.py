@@ -159,8 +159,15 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         raise Unsupported("a graph attribute requires grad (pass parameters as inputs)")
     wrt = [index for index, position in enumerate(tensor_positions)
            if example_inputs[position].requires_grad]
+    written = {index for index, _ in graph.writebacks}
+    if written & set(wrt):
+        raise Unsupported("a training graph writes an input that requires grad (in-place "
+                          "ops on leaves are not differentiated yet)")
     output_count = len(graph.outputs)
     split = differentiate(graph, wrt)
+    if any(kind == "input" and k in written for kind, k in split.backward_inputs):
+        raise Unsupported("the backward would read an input the forward writes (not "
+                          "differentiated yet)")
     logs.dump(dump, "ir_forward.txt", str(split.forward))
     backward_dump = logs.dump_folder(f"{label}_backward")
     backward = run_passes(split.backward, backward_dump)
@@ -191,10 +198,7 @@ def _plain_outputs(graph: Graph, specs: list[OutputSpec]) -> list[tuple[str, int
     """Make every user output of a training graph a graph output of its own (a row-major view
     of an output becomes a reshape node); returns where each user output comes from: ("out",
     position in graph.outputs) or ("input", graph input index) for an input returned as it
-    is. Views of inputs, and mutated inputs, are not differentiated yet."""
-    if graph.writebacks:
-        raise Unsupported("a training graph that mutates its inputs runs eagerly (not "
-                          "differentiated yet)")
+    is. Views of inputs are not differentiated yet."""
     outputs, strides, positions = [], [], []
     for spec in specs:
         if spec.kind == "same":

@@ -18,7 +18,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ember.autodiff.vjp import NO_GRADIENT, library_vjp, vjp_rules
+import torch
+
+from ember import torch_internals
+from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Kind, Op
@@ -130,7 +133,10 @@ class _Differentiator:
             if node not in self.needs or node.op is Op.INPUT or node.op in NO_GRADIENT:
                 continue
             if node.op is Op.LIBRARY and node.attrs["tuple_result"]:
-                found = self._library(node, item_grads.get(node, {}))
+                found = library_rule(b, node, self.primal, item_grads.get(node, {}),
+                                     lambda k, node=node: self._item(node, k))
+                if found is NotImplemented:
+                    found = self._library(node, item_grads.get(node, {}))
             elif g is None:
                 continue
             else:
@@ -161,6 +167,13 @@ class _Differentiator:
         return Split(graph, self.saved, self.backward, self.backward_inputs, list(self.wrt),
                      outputs)
 
+    def _item(self, node: Node, index: int) -> Node:
+        """The forward's result `index` of a tuple library call (made if it was unused)."""
+        for user in self.graph.nodes:
+            if user.op is Op.ITEM and user.inputs[0] is node and user.attrs["index"] == index:
+                return user
+        return self.graph.add(Op.ITEM, (node,), index=index)
+
     def _like(self, grad: Node, source: Node) -> Node:
         """A gradient in its source's dtype and shape (broadcasts were explicit in the
         forward, so shapes agree except for rank-0 and size-1 bookkeeping)."""
@@ -179,6 +192,11 @@ class _Differentiator:
         differentiable = tuple(s in self.needs for s in node.inputs)
         if not any(differentiable):
             return [None] * len(node.inputs)
+        refused = _refused(attrs["target"])
+        if refused:
+            raise Unsupported(f"{getattr(attrs['target'], '__name__', attrs['target'])} "
+                              f"{refused}: its backward cannot run it again (training runs "
+                              f"this graph eagerly)")
         results = attrs["results"]
         outs = [grads.get(i) if grads.get(i) is not None
                 else b.full(0.0, dtype, shape) for i, (shape, dtype, _) in enumerate(results)]
@@ -194,3 +212,15 @@ class _Differentiator:
             tuple_result=True)
         items = iter(self.backward.add(Op.ITEM, (call,), index=k) for k in range(len(wanted)))
         return [next(items) if flag else None for flag in differentiable]
+
+
+def _refused(target: Any) -> str | None:
+    """Why torch's backward of this library call cannot be taken by running it again."""
+    if not torch_internals.is_op_overload(target):
+        return None
+    if torch.Tag.nondeterministic_seeded in target.tags:
+        return "is random"
+    schema = torch_internals.schema_of(target)
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return "writes its inputs"
+    return None

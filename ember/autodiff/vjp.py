@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import torch
 
-from ember.ir.graph import Node
-from ember.ir.library import fill
+from ember.ir.graph import Node, row_major
+from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
 
@@ -346,3 +346,45 @@ def library_vjp(attrs: dict, differentiable: tuple[bool, ...], count: int,
             if pairs else [None] * len(wanted)
     return tuple((f if f is not None else torch.zeros_like(leaf)).contiguous()
                  for f, leaf in zip(found, wanted))
+
+
+def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+                 item: Callable[[int], Node]) -> list[Node | None]:
+    """Rules for multi-result library calls: `grads` by result index; `item(k)` is the
+    forward's result k (made in the forward graph if the forward did not use it)."""
+    if node.attrs["target"] is aten.native_batch_norm.default:
+        return _batch_norm(b, node, primal, grads, item)
+    return NotImplemented
+
+
+def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+                item: Callable[[int], Node]) -> list[Node | None]:
+    """native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    -> (out, save_mean, save_invstd): eager's native_batch_norm_backward, from the saved
+    batch statistics (the running ones, updated in place by the forward, are not read)."""
+    g = grads.get(0)
+    args = node.attrs["args"]
+    if g is None or len(args) != 8 or node.attrs["kwargs"] or args[5] is not True:
+        return NotImplemented
+    slots = [a.index if isinstance(a, Slot) else None for a in args[:5]]
+    if slots[0] is None:
+        return NotImplemented
+    x = node.inputs[slots[0]]
+    weight = node.inputs[slots[1]] if slots[1] is not None else None
+    wanted = [True, slots[1] is not None, slots[2] is not None]
+    operands = [g, primal(x)] + ([primal(weight)] if weight is not None else []) + \
+        [primal(item(1)), primal(item(2))]
+    template = (Slot(0), Slot(1), Slot(2) if weight is not None else None, None, None,
+                Slot(len(operands) - 2), Slot(len(operands) - 1), True, args[7], wanted)
+    channels = (x.shape[1],)
+    results = ((x.shape, x.dtype, row_major(x.shape)),
+               (channels, x.dtype, row_major(channels)),
+               (channels, x.dtype, row_major(channels)))
+    call = b.graph.add(Op.LIBRARY, tuple(operands), target=aten.native_batch_norm_backward.default,
+                       args=template, kwargs={}, results=results, tuple_result=True)
+    parts = [b.graph.add(Op.ITEM, (call,), index=k) for k in range(3)]
+    found: list[Node | None] = [None] * len(node.inputs)
+    for k, slot in enumerate(slots[:3]):
+        if slot is not None:
+            found[slot] = parts[k]
+    return found

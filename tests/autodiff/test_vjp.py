@@ -152,3 +152,12 @@ def test_gradcheck_in_float64(fn):
     compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
     assert type(compiled).__name__ == "TrainingGraph"
     assert torch.autograd.gradcheck(compiled, (x, y))
+
+
+def test_a_random_library_call_is_not_run_again_for_its_backward():
+    def fn(x):
+        return F.rrelu(x, training=True) * 2
+
+    x = make(4, 5).requires_grad_()
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x])
+    assert type(graph).__name__ == "EagerGraph" and "is random" in graph.reason

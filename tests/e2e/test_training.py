@@ -194,3 +194,25 @@ def test_the_fused_optimizer_step_is_one_compiled_update():
     optimizer.param_groups[0]["lr"] = 5e-3  # a schedule changes numbers, not the program
     step()
     assert len(update.records) == captures
+
+
+def test_batch_norm_in_training_updates_running_statistics_once():
+    def build():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Flatten(), torch.nn.Linear(8 * 8 * 8, 4))
+
+    torch.manual_seed(0)
+    eager_model = build().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    generator = torch.Generator().manual_seed(1)
+    data = [torch.randn(2, 3, 8, 8, generator=generator).to(DEVICE) for _ in range(4)]
+    target = [torch.randn(2, 4, generator=generator).to(DEVICE) for _ in range(4)]
+    got = train(compiled, torch.optim.SGD(ember_model.parameters(), lr=0.05), data, target, 6)
+    want = train(eager_model, torch.optim.SGD(eager_model.parameters(), lr=0.05), data, target,
+                 6)
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
+    for a, b in zip(ember_model.state_dict().values(), eager_model.state_dict().values()):
+        torch.testing.assert_close(a, b, **TOLERANCE)  # parameters and running statistics
