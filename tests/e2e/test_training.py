@@ -216,3 +216,76 @@ def test_batch_norm_in_training_updates_running_statistics_once():
     assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
     for a, b in zip(ember_model.state_dict().values(), eager_model.state_dict().values()):
         torch.testing.assert_close(a, b, **TOLERANCE)  # parameters and running statistics
+
+
+# -- a small GPT: embeddings, causal scaled_dot_product_attention, tied weights, cross entropy
+class CausalAttention(torch.nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        q, k, v = (t.view(batch, length, self.heads, width // self.heads).transpose(1, 2)
+                   for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).contiguous().view(batch, length, width))
+
+
+class GPTBlock(torch.nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.attention = CausalAttention(width, heads)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width), torch.nn.GELU(approximate="tanh"),
+            torch.nn.Linear(4 * width, width), torch.nn.Dropout(0.1))
+
+    def forward(self, x):
+        x = x + self.attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, vocabulary=50, width=32, heads=4, layers=2, context=16):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(vocabulary, width)
+        self.positions = torch.nn.Embedding(context, width)
+        self.blocks = torch.nn.ModuleList([GPTBlock(width, heads) for _ in range(layers)])
+        self.norm = torch.nn.LayerNorm(width)
+        self.head = torch.nn.Linear(width, vocabulary, bias=False)
+        self.head.weight = self.tokens.weight  # tied
+
+    def forward(self, tokens, targets):
+        length = tokens.shape[1]
+        positions = torch.arange(0, length, dtype=torch.long, device=tokens.device)
+        x = self.tokens(tokens) + self.positions(positions)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def test_a_small_gpt_trains_as_eager_does():
+    torch.manual_seed(0)
+    eager_model = GPT().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=1e-2)
+    ember_opt = torch.optim.SGD(ember_model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, 50, (4, 16), generator=generator).to(DEVICE)
+    targets = torch.randint(0, 50, (4, 16), generator=generator).to(DEVICE)
+    for step in range(5):
+        for model, optimizer in ((compiled, ember_opt), (eager_model, eager_opt)):
+            torch.manual_seed(step)  # the same dropout masks
+            optimizer.zero_grad()
+            model(tokens, targets).backward()
+            optimizer.step()
+    assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a, b, **TOLERANCE)
