@@ -21,9 +21,8 @@ from ember.codegen.c import write_source
 from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
-from ember.ir.graph import Graph, row_major
+from ember.ir.graph import Graph
 from ember.lower import Unsupported, trace
-from ember.lower.builder import Builder
 from ember.lower.tracer import OutputSpec
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
@@ -154,7 +153,6 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                      label: str, dump: Any, clock: _Stages) -> TrainingGraph:
     """A graph whose inputs require grad: split by autodiff into a forward that also returns
     what the backward needs and a backward, each compiled; an autograd.Function joins them."""
-    user_positions = _plain_outputs(graph, lowered.outputs)
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in extras):
         raise Unsupported("a graph attribute requires grad (pass parameters as inputs)")
     wrt = [index for index, position in enumerate(tensor_positions)
@@ -190,39 +188,9 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         backward, specs, tree, [], positions, count,
         InterpretedGraph(backward, specs, tree, [], positions, f"{label}_backward"),
         f"{label}_backward", backward_dump, _Stages(f"{label}_backward"))
-    return TrainingGraph(forward, backward_compiled, split, lowered.output_tree, output_count,
-                         user_positions, tensor_positions, extras, label, eager)
-
-
-def _plain_outputs(graph: Graph, specs: list[OutputSpec]) -> list[tuple[str, int]]:
-    """Make every user output of a training graph a graph output of its own (a row-major view
-    of an output becomes a reshape node); returns where each user output comes from: ("out",
-    position in graph.outputs) or ("input", graph input index) for an input returned as it
-    is. Views of inputs are not differentiated yet."""
-    outputs, strides, positions = [], [], []
-    for spec in specs:
-        if spec.kind == "same":
-            positions.append(positions[spec.index])
-            continue
-        if spec.kind == "input":
-            positions.append(("input", spec.index))
-            continue
-        if spec.kind == "node":
-            node, layout = graph.outputs[spec.index], graph.output_strides[spec.index]
-        elif spec.kind == "view" and spec.of_output and spec.dtype is None and \
-                spec.offset == 0 and tuple(spec.stride) == row_major(spec.size) and \
-                tuple(graph.output_strides[spec.index]) == \
-                row_major(graph.outputs[spec.index].shape):
-            node = Builder(graph).reshape(graph.outputs[spec.index], spec.size)
-            layout = row_major(spec.size)
-        else:
-            raise Unsupported(f"a training graph whose output is a {spec.kind} (of an input, "
-                              f"or strided) runs eagerly (not differentiated yet)")
-        positions.append(("out", len(outputs)))
-        outputs.append(node)
-        strides.append(tuple(layout))
-    graph.outputs, graph.output_strides = outputs, strides
-    return positions
+    return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
+                         lowered.output_tree, output_count, tensor_positions, extras, label,
+                         eager)
 
 
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,

@@ -39,6 +39,16 @@ def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
     return all(n <= 1 or s == t for n, s, t in zip(tensor.shape, tensor.stride(), strides))
 
 
+def shares_memory(result: torch.Tensor, *operands: torch.Tensor) -> bool:
+    """Does a library call's result lie in an operand's memory (an op that returns views
+    without saying so in its schema: ember would free or reuse that memory under it)?"""
+    if not isinstance(result, torch.Tensor) or not result.numel():
+        return False
+    storage = result.untyped_storage().data_ptr()
+    return any(isinstance(t, torch.Tensor) and t.numel() and
+               t.untyped_storage().data_ptr() == storage for t in operands)
+
+
 def raise_index_error(kernel: str) -> None:
     raise KernelIndexError(
         f"index out of range in ember kernel {kernel}: an indexing op (take, gather, "
@@ -58,7 +68,7 @@ class _Writer:
         self.namespace: dict[str, Any] = {
             "empty_strided": torch.empty_strided, "empty_cpu": empty_cpu, "device": device,
             "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
-            "same_layout": same_layout,
+            "same_layout": same_layout, "shares_memory": shares_memory,
         }
         self.constants = 0
         self.device = device
@@ -163,6 +173,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                         lines.append(f"{buffer.name} = {result}[{index}]")
             else:
                 lines.append(f"{step.outputs[0].name} = {target}({', '.join(arguments)})")
+            operands = ", ".join(b.name for b in step.inputs)
             for buffer in step.outputs:
                 if buffer is None:
                     continue
@@ -170,6 +181,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                 if checked:
                     lines.append(f"if {buffer.name}.stride() != {buffer.strides!r}: raise "
                                  f"LayoutMismatch({buffer.name!r})")
+                    if operands and not returns_views(node.attrs):
+                        lines.append(f"if shares_memory({buffer.name}, {operands}): raise "
+                                     f"LayoutMismatch({buffer.name!r} + ' views an operand')")
         else:
             ready(step.source)
             lines.append(f"{step.target.name}.copy_({step.source.name})")

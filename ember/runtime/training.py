@@ -9,20 +9,20 @@ from typing import Any
 import torch
 
 from ember.autodiff.differentiate import Split
+from ember.lower.tracer import OutputSpec
 from ember.torch_internals import tree_unflatten
 
 
 class TrainingGraph:
-    def __init__(self, forward: Any, backward: Any, split: Split, output_tree: Any,
-                 output_count: int, user_positions: list[tuple[str, int]],
-                 tensor_positions: list[int],
+    def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
+                 output_tree: Any, output_count: int, tensor_positions: list[int],
                  extras: list[torch.Tensor], label: str, eager: Any):
         self.forward_graph = forward
         self.backward_graph = backward
         self.split = split
         self.output_tree = output_tree
         self.output_count = output_count
-        self.user_positions = user_positions  # ("out", graph output) | ("input", index)
+        self.specs = specs  # how each user output comes from the graph's outputs and inputs
         self.tensor_positions = tensor_positions
         self.extras = extras
         self.label = label
@@ -40,8 +40,20 @@ class TrainingGraph:
             results = self.forward_graph(*args)[:self.output_count]
         else:
             results = _Step.apply(self, *tensors)
-        leaves = [results[k] if kind == "out" else _input(self, tensors, k)
-                  for kind, k in self.user_positions]
+        leaves: list[Any] = []
+        for spec in self.specs:  # (views are taken here, outside the Function: autograd
+            if spec.kind == "node":  # sees them as the views they are)
+                leaves.append(results[spec.index])
+            elif spec.kind == "input":
+                leaves.append(_input(self, tensors, spec.index))
+            elif spec.kind == "view":
+                base = results[spec.index] if spec.of_output \
+                    else _input(self, tensors, spec.index)
+                leaves.append(spec.view_of(base))
+            elif spec.kind == "same":
+                leaves.append(leaves[spec.index])
+            else:
+                leaves.append(spec.value)
         return tree_unflatten(leaves, self.output_tree)
 
 

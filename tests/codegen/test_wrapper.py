@@ -96,3 +96,12 @@ def test_a_view_returning_library_call_on_an_operand_laid_out_unlike_eagers_runs
         check(fn, x, may_switch_to_eager=True)
     assert any("layout" in r.getMessage() for r in records)
     check(lambda x: torch.as_strided(x * 2, (2, 2), (1, 2)) + 1, x)  # laid out as eager's
+
+
+def test_shares_memory_sees_a_result_that_views_an_operand():
+    from ember.codegen.wrapper import shares_memory
+
+    x = torch.randn(4, 6)
+    assert shares_memory(x[:, 2:], torch.randn(2), x)
+    assert not shares_memory(x.clone(), x)
+    assert not shares_memory(torch.empty(0), x)

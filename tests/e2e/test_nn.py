@@ -4,7 +4,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICE, check, make, make_layout
+from helpers import DEVICE, check, make, make_layout, watching_fallbacks
+
+import ember
 
 MATMUL_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
@@ -204,3 +206,35 @@ def test_conv_model_with_buffers():
                                 torch.nn.Flatten(), torch.nn.Linear(8, 4),
                                 torch.nn.LogSoftmax(-1)).eval()
     check(model, make(2, 3, 8, 8), dynamo=True, **MATMUL_TOLERANCE)
+
+
+def test_lstm_and_gru_match_eager():
+    # their CompositeImplicit forms split gate pre-activations with unsafe_split (views
+    # without alias annotations): ember lowers them to slices
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+            self.gru = torch.nn.GRU(8, 16)
+
+        def forward(self, x):
+            return self.lstm(x)[0], self.gru(x.transpose(0, 1))[1]
+
+    torch.manual_seed(0)
+    model = Recurrent().to(make(1).device).eval()
+    x = make(2, 5, 8)
+    compiled = ember.compile(model)
+    with torch.no_grad(), watching_fallbacks() as fallbacks:
+        got = compiled(x)
+        got = compiled(x)  # (the second call runs the fast wrapper)
+    want = model(x)
+    assert not fallbacks.messages, fallbacks.messages
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, **MATMUL_TOLERANCE)
+
+
+def test_unsafe_split_is_a_view_not_a_library_call():
+    aten = torch.ops.aten
+    check(lambda x: [t * 2 for t in aten.unsafe_split.Tensor(x * 1, 2, 1)]
+          + [t + 1 for t in aten.unsafe_split_with_sizes.default(x + 1, [1, 3], 1)],
+          make(3, 4), library=0, dynamo=True)

@@ -289,3 +289,71 @@ def test_a_small_gpt_trains_as_eager_does():
     assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
     for a, b in zip(ember_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a, b, **TOLERANCE)
+
+
+# -- more model shapes: residual CNN with batch norm and pooling, embedding + LSTM, a ViT
+class ResidualCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.norm1 = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.norm2 = torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.average = torch.nn.AdaptiveAvgPool2d(1)
+        self.head = torch.nn.Linear(8, 5)
+
+    def forward(self, x):
+        x = F.relu(self.norm1(self.conv1(x)))
+        x = F.relu(x + self.norm2(self.conv2(x)), inplace=True)
+        return self.head(torch.flatten(self.average(self.pool(x)), 1))
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(20, 8)
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, tokens):
+        out, _ = self.lstm(self.embedding(tokens))
+        return self.head(out[:, -1])
+
+
+class TinyViT(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.patches = torch.nn.Conv2d(3, 16, 4, stride=4)
+        self.cls = torch.nn.Parameter(torch.zeros(1, 1, 16))
+        self.encoder = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0,
+                                                        batch_first=True)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        x = self.patches(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.head(self.encoder(x)[:, 0])
+
+
+@pytest.mark.parametrize("build, make_input", [
+    (ResidualCNN, lambda g: torch.randn(2, 3, 8, 8, generator=g)),
+    (Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g)),
+    (TinyViT, lambda g: torch.randn(2, 3, 8, 8, generator=g)),
+], ids=["residual_cnn", "lstm", "vit"])
+def test_more_model_shapes_train_as_eager_does(build, make_input):
+    torch.manual_seed(0)
+    eager_model = build().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x = make_input(torch.Generator().manual_seed(1)).to(DEVICE)
+    for model, parameters in ((compiled, ember_model), (eager_model, eager_model)):
+        optimizer = torch.optim.SGD(parameters.parameters(), lr=0.05)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            optimizer.step()
+    assert "TrainingGraph" in {type(r.compiled).__name__
+                               for r in compiled._compiled_forward.records}
+    for a, b in zip(ember_model.state_dict().values(), eager_model.state_dict().values()):
+        torch.testing.assert_close(a, b, **TOLERANCE)

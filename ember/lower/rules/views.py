@@ -122,7 +122,7 @@ def _unfold(b: Builder, x: Node, dimension: int, size: int, step: int) -> Node:
     return b.graph.add(Op.AS_STRIDED, (x,), shape=shape, strides=tuple(new_strides), offset=0)
 
 
-@lowering(aten.split.Tensor)
+@lowering(aten.split.Tensor, aten.unsafe_split.Tensor)
 def _split(b: Builder, x: Node, split_size: int, dim: int = 0) -> list[Node]:
     dim = normalize_dim(dim, x.ndim)
     size = x.shape[dim]
@@ -132,7 +132,7 @@ def _split(b: Builder, x: Node, split_size: int, dim: int = 0) -> list[Node]:
     return [b.slice(x, dim, start, min(start + split_size, size)) for start in starts]
 
 
-@lowering(aten.split_with_sizes)
+@lowering(aten.split_with_sizes, aten.unsafe_split_with_sizes)
 def _split_with_sizes(b: Builder, x: Node, split_sizes: Sequence[int], dim: int = 0) -> list:
     dim = normalize_dim(dim, x.ndim)
     pieces, start = [], 0
