@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ember.bench import machine, report, workloads
+from ember.bench import machine, report, roofline, workloads
 from ember.bench.harness import TimingOptions, Trial, run_trials
 from ember.bench.variants import VARIANTS, variant_rules
 
@@ -59,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm-cache", action="store_true",
                         help="also time each compiled first call again in a fresh process "
                              "with the caches the cold run filled")
+    parser.add_argument("--no-roofline", action="store_true",
+                        help="skip measuring the bandwidth and compute ceilings (no regimes)")
     parser.add_argument("--no-check", action="store_true",
                         help="skip comparing compiled outputs with eager")
     parser.add_argument("--threads", type=int, default=None,
@@ -172,6 +174,9 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     about = machine.describe()
     progress = Progress(stream)
+    if not options.no_roofline:
+        progress.say("measuring the machine's ceilings (copy bandwidth, matmul peak) ...")
+        about["ceilings"] = roofline.measure_ceilings().to_json()
     progress.say(f"ember bench: {len(chosen)} workload(s) x {len(variants)} variant(s), size "
                  f"{options.size}, one process per {options.process}; {about['cpu']}, "
                  f"{about['usable_cores']} cores, torch {about['torch']}, load "

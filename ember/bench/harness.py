@@ -230,6 +230,7 @@ class Trial:
     kernels: int | None = None
     fallbacks: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
+    work: dict[str, float] | None = None  # bytes and flops of one call (the eager trial)
 
     @property
     def ok(self) -> bool:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.bench.harness import Trial, break_even, format_ms, ratio
+from ember.bench.roofline import OVERHEAD, Ceilings, Regime, Work, regime
 
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
 NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember.compile",
@@ -54,6 +55,20 @@ class WorkloadResult:
         calls = break_even(first, steady, eager)
         return "never" if calls is None else calls
 
+    @property
+    def work(self) -> Work | None:
+        """Bytes and flops of one call, counted on the eager trial."""
+        for trial in self.trials.values():
+            if trial.work:
+                return Work(int(trial.work["bytes"]), float(trial.work["flops"]))
+        return None
+
+    def regime(self, variant: str, ceilings: Ceilings | None) -> Regime | None:
+        work, steady = self.work, self.steady(variant)
+        if ceilings is None or work is None or steady is None:
+            return None
+        return regime(work, ceilings, steady)
+
     def status(self, variant: str) -> str:
         """"ok", "FAIL: <why>" (wrong answer), "error: <why>" (did not run), or "" (absent)."""
         trial = self.trials.get(variant)
@@ -88,6 +103,7 @@ class Run:
     settings: dict[str, Any]
     results: list[WorkloadResult]
     elapsed_s: float | None = None
+    plots: dict[str, bool] | None = None   # plot file name -> written
 
     @property
     def ok(self) -> bool:
@@ -97,7 +113,7 @@ class Run:
         return {
             "date": self.date, "command": self.command, "size": self.size,
             "variants": self.variants, "machine": self.machine, "settings": self.settings,
-            "elapsed_s": self.elapsed_s,
+            "elapsed_s": self.elapsed_s, "plots": self.plots,
             "workloads": [{"name": r.name, "title": r.title, "what": r.what,
                            "description": r.description, "summary": r.summary(),
                            "trials": {v: t.to_json() for v, t in r.trials.items()}}
@@ -110,7 +126,8 @@ class Run:
                                   {v: Trial.from_json(t) for v, t in w["trials"].items()})
                    for w in data["workloads"]]
         return cls(data["date"], data["command"], data["size"], data["variants"],
-                   data["machine"], data["settings"], results, data.get("elapsed_s"))
+                   data["machine"], data["settings"], results, data.get("elapsed_s"),
+                   data.get("plots"))
 
 
 def _ms(seconds: float | None) -> str:
@@ -168,6 +185,43 @@ def steady_table(run: Run) -> tuple[list[str], list[list[str]]]:
                     + [_x(ratio(result.steady(a), result.steady(b))) for a, b in ratios]
                     + [_check_cell(result, variants)])
     return headers, rows
+
+
+def ceilings_of(run: Run) -> Ceilings | None:
+    found = run.machine.get("ceilings")
+    return Ceilings(**found) if found else None
+
+
+def roofline_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
+    """Per workload: the work of a call, its intensity, and each variant's regime (the
+    bound resource and the fraction of it the steady state attains)."""
+    ceilings = ceilings_of(run)
+    if ceilings is None or not any(r.work for r in run.results):
+        return None
+    headers = ["workload", "MB moved", "GFLOP", "flop/byte"] + \
+        [f"{v} regime" for v in run.variants]
+    rows = []
+    for result in run.results:
+        work = result.work
+        row = [_label(result)]
+        row += ["—"] * 3 if work is None else [f"{work.bytes / 1e6:.1f}",
+                                               f"{work.flops / 1e9:.2f}",
+                                               f"{work.intensity:.1f}"]
+        row += [str(result.regime(v, ceilings) or "—") for v in run.variants]
+        rows.append(row)
+    return headers, rows
+
+
+def _roofline_lines(run: Run) -> list[str]:
+    table = roofline_table(run)
+    if table is None:
+        return []
+    ceilings = ceilings_of(run)
+    return [f"Roofline: copy bandwidth {ceilings.bandwidth_gb_s:.1f} GB/s, float32 matmul "
+            f"{ceilings.peak_gflop_s:.0f} GFLOP/s (ridge {ceilings.ridge:.1f} flop/byte), "
+            f"measured at the start. Regime: the resource that bounds a call (bandwidth or "
+            f"compute), or overhead when the time is over {OVERHEAD:.0f}x the roofline "
+            f"floor; the percentage is floor / time.", markdown_table(*table), ""]
 
 
 def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
@@ -244,6 +298,12 @@ def terminal(run: Run) -> str:
     if any(v != BASELINE for v in run.variants):
         parts += ["", "first call (capture + compile, cold caches, imports excluded); "
                   "break-even in calls vs eager", text_table(*first_call_table(run))]
+    table = roofline_table(run)
+    if table is not None:
+        ceilings = ceilings_of(run)
+        parts += ["", f"roofline: {ceilings.bandwidth_gb_s:.1f} GB/s copy, "
+                  f"{ceilings.peak_gflop_s:.0f} GFLOP/s matmul; regime (attained fraction)",
+                  text_table(*table)]
     if any(_warm_process(r, v) for r in run.results for v in run.variants):
         parts.append("* first call in a process that had already compiled other workloads "
                      "(caches empty, process warm)")
@@ -299,6 +359,11 @@ def markdown(run: Run) -> str:
             markdown_table(*first_call_table(run)),
             "",
         ]
+    lines += _roofline_lines(run)
+    plots = [name for name in PLOTS if (run.plots or {}).get(name)]
+    if plots:
+        lines += ["Plots: " + ", ".join(f"[{name}]({name})" for name in plots), ""]
+        lines += [f"![{name}]({name})" for name in plots] + [""]
     if any(_warm_process(r, v) for r in run.results for v in run.variants):
         lines += ["\\* measured in a process that had already compiled the workloads above it "
                   "(its caches empty, the process warm): smaller than a cold first call.", ""]
@@ -364,9 +429,69 @@ def _method(run: Run) -> list[str]:
     ]
 
 
+PLOTS = ("first_call_vs_steady.png", "steady_state.png")
+
+
+def write_plots(run: Run, folder: Path) -> dict[str, bool]:
+    """PNG figures (matplotlib): per workload, the first call beside the steady state of each
+    variant (the seeds' cold-vs-warm figure); and every workload's steady state relative to
+    eager. Without matplotlib, none (the report says so)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {name: False for name in PLOTS}
+    colors = {"eager": "tab:gray", "inductor": "tab:blue", "ember": "tab:red",
+              "dynamo+ember": "tab:orange", "ember-model": "tab:pink"}
+    results = [r for r in run.results if any(r.steady(v) for v in run.variants)]
+    if not results:
+        return {name: False for name in PLOTS}
+    figure, axes = plt.subplots(len(results), 2, figsize=(10, 2.6 * len(results)),
+                                squeeze=False)
+    for row, result in zip(axes, results):
+        variants = [v for v in run.variants if result.steady(v) is not None]
+        first = [result.first_call(v) or 0.0 for v in variants]
+        steady = [result.steady(v) * 1e3 for v in variants]
+        shades = [colors.get(v, "tab:green") for v in variants]
+        row[0].bar(variants, first, color=shades)
+        row[0].set_ylabel("first call (s)")
+        row[0].set_title(f"{_label(result)}: first call (capture + compile)", fontsize=9)
+        row[1].bar(variants, steady, color=shades)
+        row[1].set_ylabel("ms per call")
+        row[1].set_title(f"{_label(result)}: steady state", fontsize=9)
+        for axis in row:
+            axis.grid(True, axis="y", alpha=0.3)
+            axis.tick_params(axis="x", labelsize=8)
+    figure.tight_layout()
+    figure.savefig(folder / PLOTS[0], dpi=110)
+    plt.close(figure)
+
+    compiled = [v for v in run.variants if v != BASELINE]
+    figure, axis = plt.subplots(figsize=(max(6, 1.3 * len(results)), 3.6))
+    width = 0.8 / max(1, len(compiled))
+    for k, variant in enumerate(compiled):
+        values = [ratio(r.steady(BASELINE), r.steady(variant)) or 0.0 for r in results]
+        axis.bar([i + k * width for i in range(len(results))], values, width,
+                 label=NAMES.get(variant, variant), color=colors.get(variant, "tab:green"))
+    axis.axhline(1.0, color="black", linewidth=0.8)
+    axis.set_xticks([i + width * (len(compiled) - 1) / 2 for i in range(len(results))])
+    axis.set_xticklabels([r.name for r in results], fontsize=8)
+    axis.set_ylabel("speedup over eager (x)")
+    axis.set_title("steady state per workload (higher is faster)", fontsize=10)
+    axis.legend(fontsize=8)
+    axis.grid(True, axis="y", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(folder / PLOTS[1], dpi=110)
+    plt.close(figure)
+    return {name: True for name in PLOTS}
+
+
 def write(run: Run, folder: Path) -> tuple[Path, Path]:
-    """report.md and results.json in `folder` (created if needed)."""
+    """report.md, results.json and the plots in `folder` (created if needed)."""
     folder.mkdir(parents=True, exist_ok=True)
+    run.plots = write_plots(run, folder)
     report, raw = folder / "report.md", folder / "results.json"
     report.write_text(markdown(run))
     raw.write_text(json.dumps(run.to_json(), indent=1) + "\n")

@@ -68,7 +68,7 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
     import torch
 
     from ember import config, logs
-    from ember.bench import variants, workloads
+    from ember.bench import roofline, variants, workloads
 
     torch.compiler.reset()
     fallbacks = _Collect()
@@ -86,6 +86,10 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
             with torch.set_grad_enabled(workload.grad):
                 runnable, compiles = variants.prepare(options.variant, fn, workload)
                 outputs = run_measured(runnable, args, options, result, progress)
+                if options.variant == "eager":  # the work a call does, for the roofline
+                    progress("counting bytes and flops")
+                    work = roofline.count_work(runnable, args)
+                    result["work"] = {"bytes": work.bytes, "flops": work.flops}
             if options.check:
                 result["stage"] = "check"
                 progress("checking against eager")

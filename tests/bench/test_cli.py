@@ -55,6 +55,13 @@ def test_bench_writes_report_and_raw_numbers(tmp_path):
     assert data["date"] in markdown
     assert "steady state (median per call)" in done.stdout
     assert "ember     S1: done: first call" in done.stdout
+    # the roofline: ceilings measured at the start, work counted on the eager trial
+    ceilings = data["machine"]["ceilings"]
+    assert ceilings["bandwidth_gb_s"] > 0 and ceilings["peak_gflop_s"] > 0
+    assert s1["trials"]["eager"]["work"] == {"bytes": 2 * 64 * 64 * 4, "flops": 0.0}
+    assert "| S1 gelu_ish | 0.0 | 0.00 | 0.0 |" in markdown  # 32 KB, no matmul flops
+    for name in ("first_call_vs_steady.png", "steady_state.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
 
 def ratio_cell(workload, variant):

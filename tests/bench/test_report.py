@@ -3,6 +3,8 @@ and report.md / results.json written with exactly the numbers they were given.""
 
 import json
 
+import pytest
+
 from ember.bench import report
 from ember.bench.harness import Timing, Trial
 
@@ -108,3 +110,52 @@ def test_written_files_hold_the_numbers(tmp_path):
     assert again.results[0].trials["inductor"] == run.results[0].trials["inductor"]
     assert report.markdown(again) == markdown
     assert not again.ok and not run.ok
+    for name in report.PLOTS:  # the figures, as PNG files, linked from the report
+        assert (tmp_path / "out" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"![{name}]({name})" in markdown
+
+
+def test_regimes_from_the_roofline():
+    from ember.bench.roofline import Ceilings, Work, regime
+
+    ceilings = Ceilings(bandwidth_gb_s=20.0, peak_gflop_s=100.0)  # ridge: 5 flop/byte
+    copy_like = Work(bytes=200_000_000, flops=0.0)                 # floor 10 ms of memory
+    assert ceilings.ridge == 5.0
+    found = regime(copy_like, ceilings, 0.0125)
+    assert found.name == "bandwidth" and found.attained == pytest.approx(0.8)
+    assert regime(copy_like, ceilings, 0.05).name == "overhead"       # 5x the floor
+    matmul = Work(bytes=10_000_000, flops=2e9)                        # 20 ms compute, 0.5 memory
+    found = regime(matmul, ceilings, 0.025)
+    assert found.name == "compute" and found.floor_s == pytest.approx(0.02)
+    assert found.attained == pytest.approx(0.8)
+    tiny = Work(bytes=32, flops=0.0)
+    assert regime(tiny, ceilings, 3e-6).name == "overhead" and str(
+        regime(copy_like, ceilings, 0.01)) == "bandwidth (100%)"
+
+
+def test_the_report_shows_each_variants_regime():
+    run = synthetic_run()
+    run.machine["ceilings"] = {"bandwidth_gb_s": 25.0, "peak_gflop_s": 100.0, "device": "cpu"}
+    run.results[0].trials["eager"].work = {"bytes": 128_000_000, "flops": 0.0}
+    headers, rows = report.roofline_table(run)
+    assert headers == ["workload", "MB moved", "GFLOP", "flop/byte", "eager regime",
+                       "inductor regime", "ember regime"]
+    # 128 MB at 25 GB/s: a 5.12 ms floor; eager 490 ms: overhead; ember 24.5 ms: 5.12/24.5
+    assert rows[0] == ["S1 gelu_ish", "128.0", "0.00", "0.0", "overhead (1%)",
+                       "overhead (10%)", "overhead (21%)"]
+    assert rows[1][1:4] == ["—", "—", "—"]
+    assert "Roofline: copy bandwidth 25.0 GB/s" in report.markdown(run)
+    assert "roofline: 25.0 GB/s copy" in report.terminal(run)
+
+
+def test_work_is_counted_on_one_eager_call():
+    import torch
+
+    from ember.bench.roofline import count_work
+
+    model = torch.nn.Linear(8, 4)
+    x = torch.randn(16, 8)
+    with torch.no_grad():
+        work = count_work(model, (x,))
+    assert work.flops == 2 * 16 * 8 * 4
+    assert work.bytes == 4 * (16 * 8 + 8 * 4 + 4 + 16 * 4)  # x, weight, bias read; y written
