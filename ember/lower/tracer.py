@@ -64,6 +64,9 @@ INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
 })
 
+# roll: the CPU kernel allocates its result like its input (CUDA's, row-major).
+CPU_INPUT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
+
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout (log_sigmoid's only on the CPU).
 ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
@@ -274,7 +277,8 @@ class Tracer(torch_internals.TorchDispatchMode):
                             if isinstance(t, torch.Tensor) else t, out)
         if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
             return out
-        if func in INPUT_LAYOUT_RESULTS:
+        if func in INPUT_LAYOUT_RESULTS or (func in CPU_INPUT_LAYOUT_RESULTS
+                                             and device_type == "cpu"):
             strides = like_strides(args[0])
         elif torch.Tag.pointwise not in func.tags or any(
                 a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
