@@ -59,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--warm-cache", action="store_true",
                         help="also time each compiled first call again in a fresh process "
                              "with the caches the cold run filled")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: the GPU benchmark (python -m ember.bench.gpu) with the same "
+                             "--only/--quick/--out; see its --help")
     parser.add_argument("--no-roofline", action="store_true",
                         help="skip measuring the bandwidth and compute ceilings (no regimes)")
     parser.add_argument("--no-check", action="store_true",
@@ -158,6 +161,15 @@ def measure(chosen: list[workloads.Workload], variants: list[str], options: argp
 def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     options = parser().parse_args(argv)
     stream = stream or sys.stdout
+    if options.device == "cuda":
+        from ember.bench import gpu
+
+        forwarded = ["--out", str(options.out)]
+        if options.only:
+            forwarded += ["--only", ",".join(options.only)]
+        if options.size != "full":
+            forwarded.append("--quick")
+        return gpu.main(forwarded)
     variants = [v.strip() for v in options.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in variant_rules]
     if unknown or not variants:

@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("S1", "S2", "softmax", "layer_norm", "S4", "S5")
+WORKLOADS = ("S1", "S2", "softmax", "layer_norm", "S3", "S4", "S5")
+TRAINING = ("S3",)  # a whole training step (forward, backward, SGD update)
 # (label, how: eager | inductor | ember, torch.compile mode)
 VARIANTS = {
     "eager": ("eager", None),
@@ -65,6 +66,10 @@ def build(name: str, quick: bool) -> tuple[Any, tuple]:
         return (lambda x, w, b: F.layer_norm(x, w.shape, w, b)), (
             torch.randn(side, side, device="cuda"), torch.randn(side, device="cuda"),
             torch.randn(side, device="cuda"))
+    if name == "S3":
+        step, (x,) = workloads.build_s3_step(128 if quick else 512, 256 if quick else 1024)
+        step.model_slot[0].cuda()  # (in place: the step's optimizer holds the same Parameters)
+        return step, (x.cuda(),)
     if name == "S4":
         layers = []
         for _ in range(60):
@@ -84,6 +89,11 @@ def minimum_bytes(name: str, args: tuple) -> int | None:
     return 2 * sum(a.numel() * a.element_size() for a in args if a.dim() == 2)
 
 
+def _model_compiled(step: Any, compile_model: Any) -> Any:
+    step.model_slot[0] = compile_model(step.model_slot[0])
+    return step
+
+
 # -- one process: one workload, one variant ----------------------------------------------------
 def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
     import torch
@@ -92,35 +102,39 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
     result: dict[str, Any] = dict(workload=name, variant=variant)
     fn, args = build(name, quick)
     reference_fn, _ = build(name, quick)
-    with torch.no_grad():
+    training = name in TRAINING
+    with torch.set_grad_enabled(training):
         expected = reference_fn(*args)
         torch.cuda.synchronize()
         if how == "eager":
             compiled = fn
         elif how == "inductor":
-            compiled = torch.compile(fn, mode=mode)
+            # a training step: torch.compile(model), as users do (the optimizer stays eager)
+            compiled = _model_compiled(fn, lambda m: torch.compile(m, mode=mode)) \
+                if training else torch.compile(fn, mode=mode)
         else:
             import ember
 
-            compiled = ember.compile(fn, mode=mode)
+            compiled = ember.compile(fn, mode=mode)  # a training step: the whole step
         start = time.perf_counter()
         output = compiled(*args)
         torch.cuda.synchronize()
         result["first_call_s"] = time.perf_counter() - start
-        output = compiled(*args)
-        torch.cuda.synchronize()
+        if not training:  # (a training step's second loss follows an update)
+            output = compiled(*args)
+            torch.cuda.synchronize()
         difference = (output.double() - expected.double()).abs()
         result["max_abs_error"] = float(difference.max())
         result["ok"] = bool(torch.allclose(output, expected, rtol=1e-3, atol=1e-3))
         result["steady_ms"], result["steady_p10_ms"], result["steady_p90_ms"] = \
             latency(compiled, args)
-        if mode is None:
+        if mode is None and not training:
             kernel_ms = replay_time(compiled, args)
             result["kernel_ms"] = kernel_ms
             bytes_moved = minimum_bytes(name, args)
             if bytes_moved and kernel_ms:
                 result["kernel_tb_s"] = bytes_moved / (kernel_ms * 1e-3) / 1e12
-        if how == "ember":
+        if how == "ember" and not training:
             result["breakdown"] = breakdown(compiled, fn, args)
         if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax",
                                                                  "layer_norm", "S4"):
