@@ -123,7 +123,7 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
         if not training:  # (a training step's second loss follows an update)
             output = compiled(*args)
             torch.cuda.synchronize()
-        difference = (output.double() - expected.double()).abs()
+        difference = (output.detach().double() - expected.detach().double()).abs()
         result["max_abs_error"] = float(difference.max())
         result["ok"] = bool(torch.allclose(output, expected, rtol=1e-3, atol=1e-3))
         result["steady_ms"], result["steady_p10_ms"], result["steady_p90_ms"] = \
