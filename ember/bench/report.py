@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.bench.harness import Trial, break_even, format_ms, ratio
-from ember.bench.roofline import OVERHEAD, Ceilings, Regime, Work, regime
+from ember.bench.roofline import OVERHEAD, OVERHEAD_FLOOR_S, Ceilings, Regime, Work, regime
 
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
 NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember.compile",
@@ -220,8 +220,9 @@ def _roofline_lines(run: Run) -> list[str]:
     return [f"Roofline: copy bandwidth {ceilings.bandwidth_gb_s:.1f} GB/s, float32 matmul "
             f"{ceilings.peak_gflop_s:.0f} GFLOP/s (ridge {ceilings.ridge:.1f} flop/byte), "
             f"measured at the start. Regime: the resource that bounds a call (bandwidth or "
-            f"compute), or overhead when the time is over {OVERHEAD:.0f}x the roofline "
-            f"floor; the percentage is floor / time.", markdown_table(*table), ""]
+            f"compute; GFLOP counts matmul-like work only), or overhead when the floor is "
+            f"under {OVERHEAD_FLOOR_S * 1e6:.0f} µs and the time over {OVERHEAD:.0f}x it; the "
+            f"percentage is floor / time.", markdown_table(*table), ""]
 
 
 def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:

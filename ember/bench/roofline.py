@@ -3,15 +3,21 @@
 A call that moves B bytes and does F flops cannot take less than max(B / bandwidth, F / peak)
 on this machine. Measured against that floor, a steady-state time t is
 
-    bandwidth-bound   B / bandwidth >= F / peak, and t within OVERHEAD x of the floor
-    compute-bound     F / peak > B / bandwidth, and t within OVERHEAD x of the floor
-    overhead-bound    t more than OVERHEAD x the floor: launches, Python, allocation, ...
+    overhead-bound    the floor is tiny (under OVERHEAD_FLOOR_S) and t is more than
+                      OVERHEAD x the floor: launches, Python, allocation dominate
+    compute-bound     otherwise, when F / peak > B / bandwidth
+    bandwidth-bound   otherwise
+
+with the attained fraction floor / t beside it (how much of the bound resource the call
+uses; an eager chain of ops that each pass over memory attains a few percent).
 
 The ceilings are measured at the start of a run (`measure_ceilings`): a large tensor copy
 for bandwidth, a float32 matmul for compute. A workload's work (`count_work`) is counted on
 one eager call: flops by torch's FlopCounterMode (matmuls, convolutions, attention: what
 dominates compute), bytes as the least a call must move — every input, parameter and buffer
 read once and every output written once (and the parameters written back by a training step).
+Elementwise math is not counted as flops: those workloads show as bandwidth-bound, with the
+fraction of the copy bandwidth they attain.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-# A time more than this many times the roofline floor is called overhead-bound.
+# A time more than this many times a floor under OVERHEAD_FLOOR_S is overhead-bound.
 OVERHEAD = 4.0
+OVERHEAD_FLOOR_S = 50e-6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +72,7 @@ def regime(work: Work, ceilings: Ceilings, seconds: float) -> Regime:
     compute = work.flops / (ceilings.peak_gflop_s * 1e9)
     floor = max(memory, compute)
     attained = floor / seconds if seconds > 0 else 0.0
-    if floor <= 0 or seconds > OVERHEAD * floor:
+    if floor <= 0 or (floor < OVERHEAD_FLOOR_S and seconds > OVERHEAD * floor):
         return Regime("overhead", floor, attained)
     return Regime("compute" if compute > memory else "bandwidth", floor, attained)
 
@@ -82,7 +89,7 @@ def _best(fn: Callable[[], Any], sync: Callable[[], None], repeats: int) -> floa
     return best
 
 
-def measure_ceilings(device: str = "cpu", copy_mib: int = 256, matmul_n: int = 2048,
+def measure_ceilings(device: str = "cpu", copy_mib: int = 256, matmul_n: int = 1024,
                      repeats: int = 5) -> Ceilings:
     """Bandwidth from a copy of `copy_mib` MiB of float32 (read + write), peak from an n x n
     float32 matmul (2 n^3 flops); the best of `repeats` each."""
