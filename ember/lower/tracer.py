@@ -64,8 +64,18 @@ INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
 })
 
-# roll: the CPU kernel allocates its result like its input (CUDA's, row-major).
-CPU_INPUT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
+# roll: the CPU kernel is a cat of two narrowed pieces, so its result takes cat's layout:
+# channels-last when the input is, else row-major (CUDA's kernel: row-major).
+CPU_CAT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
+
+
+def _cat_layout(x: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides cat gives a result of `shape` from operands laid out like `x`."""
+    for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        if x.dim() == rank and not x.is_contiguous() and \
+                x.is_contiguous(memory_format=memory_format):
+            return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
+    return row_major(shape)
 
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout (log_sigmoid's only on the CPU).
@@ -277,8 +287,9 @@ class Tracer(torch_internals.TorchDispatchMode):
                             if isinstance(t, torch.Tensor) else t, out)
         if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
             return out
-        if func in INPUT_LAYOUT_RESULTS or (func in CPU_INPUT_LAYOUT_RESULTS
-                                             and device_type == "cpu"):
+        if func in CPU_CAT_LAYOUT_RESULTS and device_type == "cpu":
+            strides = _cat_layout(args[0], tuple(out.shape))
+        elif func in INPUT_LAYOUT_RESULTS:
             strides = like_strides(args[0])
         elif torch.Tag.pointwise not in func.tags or any(
                 a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):

@@ -139,6 +139,12 @@ def test_flip_roll_repeat():
     check(fn, make_layout("transposed", 3, 4, 5), library=0)
 
 
+def test_roll_of_a_channels_last_tensor_stays_channels_last():
+    # (on the CPU roll is a cat of two pieces, and cat keeps channels-last)
+    x = make(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    check(lambda x: {"one": x.roll(1, 1), "two": x.roll((1, 2), (2, 3))}, x, library=0)
+
+
 def test_nearest_upsampling_and_pixel_shuffle():
     image = make(2, 8, 3, 5)
     signal, volume = make(2, 3, 7, seed=1), make(1, 2, 2, 3, 4, seed=2)
