@@ -152,14 +152,14 @@ def _pow(b, node, primal, g):
 
 @rule(Op.MAXIMUM, Op.MINIMUM)
 def _extremum(b, node, primal, g):
-    """eager: the gradient goes to the larger (smaller) input, half to each on a tie."""
+    """eager: where(x == y, grad / 2, grad), zeroed where the input lost (for maximum, x < y
+    zeroes x's share) — so with a NaN both inputs get the whole gradient, as eager's do."""
     x, y = (primal(v) for v in node.inputs)
-    wins = Op.GT if node.op is Op.MAXIMUM else Op.LT
     zero = b.full(0.0, g.dtype, g.shape)
-    half = b.mul(g, 0.5)
-    tie = b.compare(Op.EQ, x, y)
-    return [b.where(tie, half, b.where(b.compare(wins, x, y), g, zero)),
-            b.where(tie, half, b.where(b.compare(wins, y, x), g, zero))]
+    shared = b.where(b.compare(Op.EQ, x, y), b.mul(g, 0.5), g)
+    loses = Op.LT if node.op is Op.MAXIMUM else Op.GT
+    return [b.where(b.compare(loses, x, y), zero, shared),
+            b.where(b.compare(loses, y, x), zero, shared)]
 
 
 @rule(Op.ATAN2)
@@ -184,6 +184,15 @@ def _copysign(b, node, primal, g):
             None]
 
 
+@rule(Op.FMOD, Op.REMAINDER)
+def _modulo(b, node, primal, g):
+    """eager: self -> grad; other -> -grad * (self / other rounded toward zero for fmod,
+    down for remainder)."""
+    x, y = (primal(v) for v in node.inputs)
+    quotient = b.unary(Op.TRUNC if node.op is Op.FMOD else Op.FLOOR, b.div(x, y))
+    return [g, b.mul(b.unary(Op.NEG, g), quotient)]
+
+
 @rule(Op.WHERE)
 def _where(b, node, primal, g):
     condition = primal(node.inputs[0])
@@ -205,14 +214,35 @@ def _sum(b, node, primal, g):
 
 @rule(Op.MAX, Op.MIN)
 def _max(b, node, primal, g):
-    """eager's amax/amin backward: the gradient split evenly among the positions that hold the
-    extreme value."""
+    """eager's amax/amin backward (scale_grad_by_count): (grad / count) * mask, where mask
+    marks the positions holding the extreme value — split evenly among ties, and NaN
+    everywhere when the extreme is NaN (no position equals it), as eager gives."""
     x = node.inputs[0]
     axes = node.attrs["axes"]
-    hit = b.compare(Op.EQ, primal(x), b.expand(primal(node), x.shape))
-    count = b.reduce(Op.SUM, b.cast(hit, g.dtype), axes, keepdim=True)
-    share = b.expand(b.div(g, count), x.shape)
-    return [b.where(hit, share, b.full(0.0, g.dtype, x.shape))]
+    mask = b.cast(b.compare(Op.EQ, primal(x), b.expand(primal(node), x.shape)), g.dtype)
+    count = b.reduce(Op.SUM, mask, axes, keepdim=True)
+    return [b.mul(b.expand(b.div(g, count), x.shape), mask)]
+
+
+@rule(Op.PROD)
+def _prod(b, node, primal, g):
+    """torch's own prod backward (it handles zeros in the product), as a library call."""
+    x = node.inputs[0]
+    grad = b.library(prod_backward, [primal(x), g, tuple(node.attrs["axes"])], x.shape, x.dtype)
+    return [grad]
+
+
+def prod_backward(x: torch.Tensor, grad: torch.Tensor, axes: tuple[int, ...]) -> torch.Tensor:
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_()
+        if len(axes) == x.dim():  # torch.prod(x): its own backward formula
+            product = leaf.prod().reshape(grad.shape)
+        else:
+            product = leaf
+            for axis in sorted(axes, reverse=True):
+                product = product.prod(dim=axis, keepdim=True)
+        found, = torch.autograd.grad(product, leaf, grad)
+    return found.contiguous()
 
 
 # -- views ----------------------------------------------------------------------------------

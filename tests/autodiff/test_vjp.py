@@ -58,7 +58,7 @@ BINARY = {
     "hypot": torch.hypot, "where": lambda x, y: torch.where(x > y, x * 2, y),
     "broadcast": lambda x, y: x * y[0] + y[:, :1], "scalar_ops": lambda x, y: 3 * x - y / 2,
     "pow_positive": lambda x, y: torch.pow(x.abs() + 0.5, y),
-    "copysign": torch.copysign,
+    "copysign": torch.copysign, "fmod": torch.fmod, "remainder": torch.remainder,
 }
 
 
@@ -80,6 +80,7 @@ REDUCTIONS = {
     "logsumexp": lambda x: torch.logsumexp(x, dim=-1),
     "softmax": lambda x: torch.softmax(x, dim=-1),
     "log_softmax": lambda x: torch.log_softmax(x, dim=1),
+    "prod_dim": lambda x: x.prod(dim=1), "prod": lambda x: x.prod(),
 }
 
 
@@ -152,6 +153,12 @@ def test_gradcheck_in_float64(fn):
     compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
     assert type(compiled).__name__ == "TrainingGraph"
     assert torch.autograd.gradcheck(compiled, (x, y))
+
+
+def test_extremes_with_nan_and_zeros_in_a_product_as_eager():
+    x = torch.tensor([[1.0, float("nan"), 2.0], [0.0, 3.0, 0.0], [0.0, 2.0, 5.0]])
+    check_grad(lambda a, b: (torch.maximum(a, b), a.amax(dim=1), a.prod(dim=1), a.prod()),
+               x, x.flip(0), **TOLERANCE)
 
 
 def test_a_random_library_call_is_not_run_again_for_its_backward():

@@ -1,0 +1,16 @@
+"""Random float programs (pointwise chains with broadcasting, where, casts, views, data
+movement, reductions) compiled for training: outputs and the gradients of every input match
+eager's under random cotangents (tests/helpers.py check_grad)."""
+
+import torch
+from helpers import check_grad
+from hypothesis import given, settings
+from property.strategies import programs, tolerance
+
+
+@settings(max_examples=120, deadline=None)
+@given(programs(reductions=True, dtypes=(torch.float32, torch.float64)))
+def test_gradients_of_random_programs_match_eager(program):
+    limits = tolerance(program) or dict(rtol=1e-7, atol=1e-7)
+    limits = {k: max(v, 1e-4) for k, v in limits.items()}  # (a backward adds its own rounding)
+    check_grad(program.function(), *program.inputs, **limits)
