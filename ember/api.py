@@ -350,11 +350,24 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if model is None:
         return lambda fn: compile(fn, **options)
     if isinstance(model, torch.nn.Module):
+        _warm_up_for(model)
         return CompiledModule(model, **options)
     if not callable(model):
         raise TypeError(f"ember.compile needs a function or an nn.Module, got "
                         f"{type(model).__name__}")
     return CompiledFunction(model, **options)
+
+
+def _warm_up_for(module: torch.nn.Module) -> None:
+    """A module on CUDA will compile Triton kernels at its first call: start importing Triton
+    and its driver now, in the background, while the user's program goes on."""
+    parameter = next(module.parameters(), None)
+    if parameter is not None and parameter.is_cuda:
+        from ember.backends import kernel_backend
+        from ember.runtime import triton_launch
+
+        if kernel_backend("cuda") == "triton":
+            triton_launch.warm_up()
 
 
 def reset() -> None:
