@@ -164,9 +164,12 @@ def _extremum(b, node, primal, g):
 
 @rule(Op.ATAN2)
 def _atan2(b, node, primal, g):
+    # eager: grad * other * recip, grad * -self * recip, with recip 0 where x = y = 0
     x, y = (primal(v) for v in node.inputs)
-    scale = b.div(g, b.add(b.mul(x, x), b.mul(y, y)))
-    return [b.mul(scale, y), b.mul(b.unary(Op.NEG, scale), x)]
+    squares = b.add(b.mul(x, x), b.mul(y, y))
+    recip = b.where(b.compare(Op.EQ, squares, 0.0), b.full(0.0, squares.dtype, squares.shape),
+                    b.unary(Op.RECIPROCAL, squares))
+    return [b.mul(b.mul(g, y), recip), b.mul(b.mul(g, b.unary(Op.NEG, x)), recip)]
 
 
 @rule(Op.HYPOT)
@@ -265,6 +268,25 @@ def _expand(b, node, primal, g):
     x = node.inputs[0]
     grown = [d for d, (a, c) in enumerate(zip(x.shape, node.shape)) if a == 1 and c != 1]
     return [b.reduce(Op.SUM, g, grown, keepdim=True) if grown else g]
+
+
+@rule(Op.AS_STRIDED)
+def _as_strided(b, node, primal, g):
+    """Every element of the view adds its gradient where it reads the input (windows of
+    unfold overlap): an index_add over the input's row-major positions."""
+    x = node.inputs[0]
+    a = node.attrs
+    grad = b.library(as_strided_backward, [g, tuple(x.shape), tuple(a["shape"]),
+                                           tuple(a["strides"]), a["offset"]], x.shape, g.dtype)
+    return [grad]
+
+
+def as_strided_backward(grad: torch.Tensor, size: tuple, shape: tuple, strides: tuple,
+                        offset: int) -> torch.Tensor:
+    count = math.prod(size)
+    positions = torch.arange(count, device=grad.device).as_strided(shape, strides, offset)
+    flat = torch.zeros(count, dtype=grad.dtype, device=grad.device)
+    return flat.index_add_(0, positions.reshape(-1), grad.reshape(-1)).reshape(size)
 
 
 @rule(Op.FLIP)

@@ -120,6 +120,11 @@ class CKernelWriter:
         self.block_scope: Scope | None = None
         self.block_base: Expr | None = None
         self.column_arrays: dict = {}
+        # column mode: whole-space stores that need no reduction of this kernel, written by
+        # the first reduction loop (which computes their values anyway) instead of a loop of
+        # their own that would compute them again
+        self.early_stores: list = []
+        self.stored_early: set = set()
 
     # -- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "v") -> str:
@@ -438,6 +443,13 @@ class CKernelWriter:
         for line in self.combine(node, f"{acc}[{at}]", f"{nan}[{at}]" if nan else None,
                                  f"{position}[{at}]" if position else None, value, full):
             self.emit(lanes, line)
+        if not self.checks:  # (a failed index check would have stored some of them)
+            for item in [i for i in self.early_stores if i not in self.stored_early]:
+                at_store = self.placed(item.node, dict(enumerate(full)))
+                stored = self.value(item.node, at_store, lanes)
+                self.emit(lanes, f"{self.offset(item.buffer, at_store)} = "
+                                 f"{store(item.node.dtype, stored)};")
+                self.stored_early.add(item)
         status = " reduction(|:status)" if self.checks else ""
         self.close_loops([*loops, lane_loop], [""] * len(loops) + ["#pragma omp simd" + status])
         if nan:
@@ -473,19 +485,15 @@ class CKernelWriter:
         epilogue = None
         if self.column:
             outer, outer_index, epilogue = self.open_column(outer, outer_index, outer_loops)
-        canonical = {f"i{d}": d for d in range(len(kernel.shape))}
-
-        def placed(node: Node, dims: dict[int, Expr]) -> Index:
-            index = store_index(node.shape, space)
-            mapping = {Var(name, kernel.shape[d]): dims.get(d, ZERO)
-                       for name, d in canonical.items() if kernel.shape[d] != 1}
-            return tuple(e.substitute(mapping) for e in index)
-
-        full_stores = []
+        placed = self.placed
+        full_stores = [item for item in kernel.stores
+                       if any(f"i{d}" in e.variables()
+                              for e in store_index(item.node.shape, space) for d in kernel.axes)]
+        if self.column:
+            self.early_stores = [item for item in full_stores
+                                 if not self.needs_reduction(item.node)]
         for item in kernel.stores:
-            index = store_index(item.node.shape, space)
-            if any(f"i{d}" in e.variables() for e in index for d in kernel.axes):
-                full_stores.append(item)
+            if item in full_stores:
                 continue
             at = placed(item.node, outer_index)
             value = self.value(item.node, at, outer)
@@ -493,6 +501,7 @@ class CKernelWriter:
         status = " reduction(|:status)" if self.checks else ""
         if epilogue is not None:
             self.close_loops([epilogue], ["#pragma omp simd" + status])
+        full_stores = [item for item in full_stores if item not in self.stored_early]
         if full_stores:
             parent = self.block_scope if self.column else outer
             inner, inner_index, inner_loops = self.open_loops(parent, self.inner_groups, "j")
@@ -522,6 +531,29 @@ class CKernelWriter:
         text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
                           "    return (int)(status != 0);", "}"])
         return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+
+    def placed(self, node: Node, dims: dict[int, Expr]) -> Index:
+        """The index where `node`'s value is stored, with the kernel's dims at `dims`."""
+        shape = self.kernel.shape
+        index = store_index(node.shape, (shape, self.kernel.axes))
+        mapping = {Var(f"i{d}", shape[d]): dims.get(d, ZERO)
+                   for d in range(len(shape)) if shape[d] != 1}
+        return tuple(e.substitute(mapping) for e in index)
+
+    def needs_reduction(self, node: Node) -> bool:
+        """Does `node` read a reduction this kernel computes (through anything it computes
+        inline: members and unrealized nodes alike)?"""
+        seen, stack = set(), [node]
+        while stack:
+            current = stack.pop()
+            loaded = current in self.buffer_of and current not in self.members
+            if current in seen or loaded:  # (what is loaded was computed elsewhere)
+                continue
+            seen.add(current)
+            if current.kind is Kind.REDUCTION:
+                return True
+            stack.extend(current.inputs)
+        return False
 
     def open_column(self, outer: Scope, outer_index: dict[int, Expr], outer_loops: list):
         """The block loop over the last outer group, and the lanes loop of the epilogue."""

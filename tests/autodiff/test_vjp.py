@@ -99,6 +99,8 @@ VIEWS = {
     "index": lambda x: x[:, torch.tensor([0, 2, 2])] * 2,
     "gather": lambda x: torch.gather(x, 2, torch.tensor([[[0, 4]] * 4] * 3)),
     "unbind": lambda x: x.unbind(1)[0] * x.unbind(1)[3],
+    "unfold": lambda x: x.unfold(2, 3, 1) * 2,  # overlapping windows
+    "diagonal": lambda x: torch.diagonal(x, 1, 1, 2) * 3,
 }
 
 
