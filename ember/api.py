@@ -266,7 +266,12 @@ class CompiledFunction:
             self.record(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
             scope = {"GG": session.globals_dicts, "G": self.function.__globals__,
                      "K": session.constants, "C": self.function.__closure__ or ()}
-            guard, text = compile_guards(session.guards, scope, arguments)
+            # An eager entry runs the function as it is, right for any input: its guards only
+            # say when capturing again could succeed (other types, dtypes, shapes, global
+            # modes), not which objects came in (a fresh object per call would otherwise
+            # make every call capture again)
+            eager_guards = session.guards.only({"global", "type", "tensor", "length"})
+            guard, text = compile_guards(eager_guards, scope, arguments)
             return CacheEntry(guard, self.caller, None, text, error)
         compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         cuda_graph = None

@@ -47,6 +47,12 @@ class GuardSet:
         guard = Guard(kind, source, expected)
         self.guards.setdefault(guard.key(), guard)
 
+    def only(self, kinds: set[str]) -> GuardSet:
+        """The guards of these kinds alone."""
+        kept = GuardSet()
+        kept.guards = {key: g for key, g in self.guards.items() if g.kind in kinds}
+        return kept
+
     def ordered(self) -> list[Guard]:
         return sorted(self.guards.values(), key=lambda g: (_ORDER[g.kind], _depth(g.source)))
 

@@ -269,3 +269,25 @@ def test_parameter_metadata_is_checked_in_one_batch_and_each_change_recompiles(r
     with torch.no_grad():
         same(compiled(x.double()), model(x.double()))
     assert len(compiled._compiled_forward.entries) == 3
+
+
+class _Context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_a_frame_that_runs_eagerly_is_captured_once_whatever_objects_come_in(recompiles):
+    def fn(x, context):
+        with context:  # a with-block ember does not capture: the frame runs eagerly
+            return x * 2
+
+    compiled = ember.compile(fn)
+    for _ in range(4):
+        x = t(3)
+        same(compiled(x, _Context()), x * 2)  # a fresh object per call
+    assert len(compiled.entries) == 1 and "recompiling" not in recompiles.text
+    same(compiled(t(3, dtype=torch.float64), _Context()), t(3, dtype=torch.float64) * 2)
+    assert len(compiled.entries) == 2  # another dtype: worth trying to capture again
