@@ -19,6 +19,7 @@ from ember.capture.values import (
     GradModeValue,
     ModuleValue,
     NestedFunctionValue,
+    NullContextValue,
     ObjectValue,
     PythonModuleValue,
     RangeValue,
@@ -75,7 +76,8 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, NestedFunctionValue):
         if name == "__name__":
             return Const(value.name)
-    if isinstance(value, GradModeValue) and name in ("__enter__", "__exit__"):
+    if isinstance(value, (GradModeValue, NullContextValue)) and name in ("__enter__",
+                                                                          "__exit__"):
         return ValueMethodValue(value, name)
     raise Unsupported(f"attribute {name!r} of {value.describe()}")
 

@@ -4,6 +4,7 @@ on numbers, torch.no_grad and friends, torch.is_grad_enabled, ..."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from ember.capture.values import (
     GradModeValue,
     IteratorValue,
     ModuleValue,
+    NullContextValue,
     ObjectValue,
     RangeValue,
     SequenceValue,
@@ -290,6 +292,12 @@ def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any
     semantics.set_grad_mode(session, enabled)
     value = GradModeValue(enabled, previous)
     return value
+
+
+@rule(torch.autograd.profiler.record_function, contextlib.nullcontext)
+def _null_context(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
+    return NullContextValue(torch.autograd.profiler.record_function if args
+                            else contextlib.nullcontext)
 
 
 @rule(torch.is_grad_enabled)

@@ -30,6 +30,7 @@ from ember.capture.values import (
     IteratorValue,
     ModuleValue,
     NestedFunctionValue,
+    NullContextValue,
     ObjectValue,
     SequenceValue,
     SetValue,
@@ -287,6 +288,8 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
 # -- methods of containers and constants ---------------------------------------------------
 def call_value_method(session: Session, receiver: Value, name: str, args: list[Value],
                       kwargs: dict[str, Value]) -> Value:
+    if isinstance(receiver, NullContextValue) and name in ("__enter__", "__exit__"):
+        return Const(None)
     if isinstance(receiver, GradModeValue):
         if name == "__exit__":
             semantics.set_grad_mode(session, receiver.previous)

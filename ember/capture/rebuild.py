@@ -8,6 +8,7 @@ new containers are built once each (so two references stay one object).
 
 from __future__ import annotations
 
+import contextlib
 import types
 from typing import Any
 
@@ -22,6 +23,7 @@ from ember.capture.values import (
     GradModeValue,
     IteratorValue,
     NestedFunctionValue,
+    NullContextValue,
     ObjectValue,
     RangeValue,
     SequenceValue,
@@ -32,6 +34,9 @@ from ember.capture.values import (
     Value,
     ValueMethodValue,
 )
+
+
+_NULL_CONTEXT = contextlib.nullcontext()
 
 
 class Rebuilder:
@@ -106,6 +111,9 @@ class Rebuilder:
         if isinstance(value, ValueMethodValue):
             if isinstance(value.receiver, GradModeValue) and value.name == "__exit__":
                 return self._grad_mode_exit(value.receiver)
+            if isinstance(value.receiver, NullContextValue):  # (resumed without its label)
+                # (one bound method, so the resumed code sees the same object every call)
+                return self.constant(getattr(_NULL_CONTEXT, value.name))
             return f"{self.expr(value.receiver)}.{value.name}"
         if isinstance(value, NestedFunctionValue):
             if value.closure:

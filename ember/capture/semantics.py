@@ -26,6 +26,7 @@ from ember.capture.values import (
     IteratorValue,
     ModuleValue,
     NestedFunctionValue,
+    NullContextValue,
     ObjectValue,
     RangeValue,
     SequenceValue,
@@ -425,6 +426,8 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         if manager.previous is None:  # torch.set_grad_enabled(b) already switched and saved
             manager.previous = session.grad_enabled
         set_grad_mode(session, manager.enabled)
+        return ValueMethodValue(manager, "__exit__"), Const(None)
+    if isinstance(manager, NullContextValue):
         return ValueMethodValue(manager, "__exit__"), Const(None)
     raise Unsupported(f"with-block on {manager.describe()}",
                       "only torch.no_grad(), torch.enable_grad() and "

@@ -252,6 +252,18 @@ class CellValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class NullContextValue(Value):
+    """A context manager with no effect on what the graph computes: contextlib.nullcontext(),
+    torch.autograd.profiler.record_function(name) (a profiler label: inside a compiled region
+    there is no op of its own to label, as under torch.compile)."""
+
+    kind: type
+
+    def python_type(self) -> type:
+        return self.kind
+
+
+@dataclasses.dataclass(eq=False)
 class GradModeValue(Value):
     """torch.no_grad() / torch.enable_grad() / torch.set_grad_enabled(b) as a context or a
     decorator."""

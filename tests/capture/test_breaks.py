@@ -199,6 +199,15 @@ def break_in_no_grad_block(x):
     return z, torch.is_grad_enabled()
 
 
+@case(both(POS), both(NEG), breaks=1)
+def break_in_profiler_label(x):
+    with torch.autograd.profiler.record_function("label"):  # captured as a null context
+        y = x * 2
+    with torch.profiler.record_function("around a break"):
+        print("inside the label")
+        return y + 1
+
+
 @case(both(POS, [1, 2]), both(NEG, [3]))
 def mutations_before_break(x, log):
     log.append(x.sum())
@@ -400,3 +409,20 @@ def test_breaks_with_the_ember_backend_compile_kernels():
     with torch.no_grad():
         for x in (POS, NEG):
             same(compiled(x), fn(x))
+
+
+def test_profiler_labels_and_nullcontext_stay_in_the_graph(caplog):
+    import contextlib
+
+    def fn(x):
+        with torch.autograd.profiler.record_function("label"):
+            y = x * 2
+        with contextlib.nullcontext():
+            return y + 1
+
+    report = ember.explain(fn)(t(3))
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    compiled = ember.compile(fn)
+    for _ in range(3):
+        same(compiled(t(3)), fn(t(3)))
+    assert len(compiled.entries) == 1
