@@ -35,7 +35,6 @@ from ember.capture.values import (
     ValueMethodValue,
 )
 
-
 _NULL_CONTEXT = contextlib.nullcontext()
 
 
