@@ -71,7 +71,10 @@ class GraphBuilder:
     # -- operations -----------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any]) -> Value:
         """Add call_function/call_method `target` on tracked arguments; return the result."""
-        fx_args, fx_kwargs = to_fx(args), to_fx(kwargs)
+        try:
+            fx_args, fx_kwargs = to_fx(args), to_fx(kwargs)
+        except Unsupported as error:  # say which call took the argument
+            raise Unsupported(f"{_name_of(target)}(): {error.reason}", error.hint) from None
         fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
         try:
             with self.fake_mode:
