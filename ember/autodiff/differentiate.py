@@ -11,6 +11,10 @@ backward — pointwise ops, views, constants and data movement are cheap to reco
 into the backward's kernels — or saved by the forward: matmul and other library results,
 reductions, gathers. Forward inputs are passed to the backward as they are. Library calls run
 as they were in the forward, never again, so a random op (dropout's mask) is the same in both.
+
+NOTE: a value used twice (or two equal values CSE merged) gets its gradients summed before its
+vjp runs; eager runs the vjp per use and sums after. The two agree to rounding, except where
+infinities meet (inf - inf: NaN in one order, a signed inf in the other).
 """
 
 from __future__ import annotations

@@ -156,6 +156,15 @@ def _extremum(b, node, primal, g):
     zeroes x's share) — so with a NaN both inputs get the whole gradient, as eager's do."""
     x, y = (primal(v) for v in node.inputs)
     zero = b.full(0.0, g.dtype, g.shape)
+    marked = node.attrs.get("gradient")
+    if marked == "relu":  # threshold_backward: where(result <= 0, 0, grad) (NaN passes)
+        return [b.where(b.compare(Op.LE, primal(node), 0.0), zero, g), None]
+    if marked == "hardtanh":  # hardtanh_backward: 0 at or beyond a bound (NaN passes)
+        outside = b.compare(Op.LE if node.op is Op.MAXIMUM else Op.GE, x, y)
+        return [b.where(outside, zero, g), b.where(outside, g, zero)]
+    if marked == "clamp":  # the input inside the closed bound takes it all, the bound the rest
+        inside = b.compare(Op.GE if node.op is Op.MAXIMUM else Op.LE, x, y)
+        return [b.where(inside, g, zero), b.where(inside, zero, g)]
     shared = b.where(b.compare(Op.EQ, x, y), b.mul(g, 0.5), g)
     loses = Op.LT if node.op is Op.MAXIMUM else Op.GT
     return [b.where(b.compare(loses, x, y), zero, shared),

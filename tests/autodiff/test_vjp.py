@@ -163,6 +163,14 @@ def test_extremes_with_nan_and_zeros_in_a_product_as_eager():
                x, x.flip(0), **TOLERANCE)
 
 
+def test_relu_clamp_and_hardtanh_gradients_at_their_edges_as_eager():
+    # eager: relu passes NaN and stops at 0 (-0 too); clamp passes at its bounds, hardtanh
+    # does not; neither splits a tie as maximum/minimum do
+    x = torch.tensor([-1.0, -0.5, -0.0, 0.0, 0.5, 1.0, float("nan"), 2.0, 6.0])
+    check_grad(lambda a: (torch.relu(a), a.clamp(-0.5, 0.5), F.hardtanh(a), F.relu6(a),
+                          a.clamp_min(0.0), torch.maximum(a, a.flip(0))), x, **TOLERANCE)
+
+
 def test_a_random_library_call_is_not_run_again_for_its_backward():
     def fn(x):
         return F.rrelu(x, training=True) * 2

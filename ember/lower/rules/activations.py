@@ -15,13 +15,25 @@ from ember.lower.rules.pointwise import clamp
 
 @lowering(aten.relu)
 def _relu(b: Builder, x: Node) -> Node:
-    return b.elementwise(Op.MAXIMUM, x, b.full(0, x.dtype))
+    result = b.elementwise(Op.MAXIMUM, x, b.full(0, x.dtype))
+    result.attrs["gradient"] = "relu"  # eager's threshold_backward
+    return result
 
 
 @lowering(aten.hardtanh)
 def _hardtanh(b: Builder, x: Node, min_val=-1.0, max_val=1.0) -> Node:
     # unlike clamp, the result keeps x's dtype: the bounds convert to it (integers truncate)
-    return clamp(b, x, b.full(min_val, x.dtype), b.full(max_val, x.dtype))
+    return _open_interval(clamp(b, x, b.full(min_val, x.dtype), b.full(max_val, x.dtype)))
+
+
+def _open_interval(result: Node) -> Node:
+    """hardtanh's gradient passes strictly inside its bounds (eager's hardtanh_backward),
+    where clamp's passes at the bounds too: mark the clamp's nodes for autodiff."""
+    node = result
+    while node.op in (Op.MAXIMUM, Op.MINIMUM) and node.attrs.get("gradient") == "clamp":
+        node.attrs["gradient"] = "hardtanh"
+        node = node.inputs[0]
+    return result
 
 
 @lowering(aten.relu6)

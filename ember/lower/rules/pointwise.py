@@ -366,10 +366,14 @@ def clamp(b: Builder, x: Node, low, high) -> Node:
         high = None if isinstance(high, float) and math.isnan(high) else high
     dtype = b.compute_dtype(*(v for v in (x, low, high) if v is not None))
     result = b.cast(x, dtype)
+    # (marked so that autodiff takes eager's clamp gradient: all of it inside the closed
+    # interval, none outside — not maximum's half-and-half at a tie)
     if low is not None:
         result = b.elementwise(Op.MAXIMUM, result, b.operand(low, dtype))
+        result.attrs["gradient"] = "clamp"
     if high is not None:
         result = b.elementwise(Op.MINIMUM, result, b.operand(high, dtype))
+        result.attrs["gradient"] = "clamp"
     return result
 
 
