@@ -399,6 +399,11 @@ def ratios(results: list[dict]) -> str:
 def parent(options: argparse.Namespace) -> int:
     import torch
 
+    if not torch.cuda.is_available():
+        print("python -m ember.bench.gpu needs a CUDA device (and triton); this torch sees "
+              "none. On the CPU: python -m ember bench", file=sys.stderr)
+        return 2
+
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
     names = options.only.split(",") if options.only else list(WORKLOADS)

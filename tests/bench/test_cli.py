@@ -126,3 +126,14 @@ def test_help_lists_commands_and_switches(capsys):
     assert "bench" in out and "EMBER_CACHE_DIR" in out
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_the_gpu_benchmark_says_it_needs_a_gpu(capsys):
+    import torch
+
+    from ember.bench import cli
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert cli.main(["--device", "cuda", "--only", "S1"]) == 2
+    assert "needs a CUDA device" in capsys.readouterr().err
