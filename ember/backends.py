@@ -172,17 +172,18 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     split.backward = backward
     clock("autodiff")
 
-    def flat(graph: Graph, count: int) -> tuple[list[OutputSpec], Any]:
+    def flat(count: int) -> tuple[list[OutputSpec], Any]:
+        """Every graph output, in order, as a flat tuple."""
         return [OutputSpec("node", i) for i in range(count)], \
             torch_internals.tree_flatten(tuple(range(count)))[1]
 
-    specs, tree = flat(split.forward, len(split.forward.outputs))
+    specs, tree = flat(len(split.forward.outputs))
     forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
                          len(example_inputs),
                          InterpretedGraph(split.forward, specs, tree, extras, tensor_positions,
                                           label), label, dump, clock, lowered.library_calls)
     count = len(backward.inputs)
-    specs, tree = flat(backward, len(backward.outputs))
+    specs, tree = flat(len(backward.outputs))
     positions = list(range(count))
     backward_compiled = compile_ir(
         backward, specs, tree, [], positions, count,

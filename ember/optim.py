@@ -70,7 +70,7 @@ def step(optimizer: torch.optim.Optimizer, closure: Any = None) -> Any:
     groups = []
     for group in optimizer.param_groups:
         params = [p for p in group["params"] if p.grad is not None]
-        if any(p.grad.is_sparse or p.is_complex() or not _has_state(optimizer, p, kind)
+        if any(p.grad.is_sparse or p.is_complex() or not _has_state(optimizer, p, kind, group)
                for p in params):
             return optimizer.step()  # (the first step makes the state)
         groups.append((group, params))
@@ -101,20 +101,13 @@ def _hooked(optimizer: torch.optim.Optimizer) -> bool:
                 or getattr(module, "_global_optimizer_post_hooks", None))
 
 
-def _has_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, kind: str) -> bool:
-    state = optimizer.state.get(param)
-    if not state:
-        return kind == "sgd" and not _momentum(optimizer, param)
+def _has_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, kind: str,
+               group: dict) -> bool:
+    """Does `param` (of `group`) have the state the fused update reads?"""
+    state = optimizer.state.get(param) or {}
     if kind == "sgd":
-        return state.get("momentum_buffer") is not None or not _momentum(optimizer, param)
+        return not group["momentum"] or state.get("momentum_buffer") is not None
     return all(k in state for k in ("step", "exp_avg", "exp_avg_sq"))
-
-
-def _momentum(optimizer: torch.optim.Optimizer, param: torch.Tensor) -> float:
-    for group in optimizer.param_groups:
-        if any(p is param for p in group["params"]):
-            return group["momentum"]
-    return 0.0
 
 
 def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,

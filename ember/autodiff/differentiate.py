@@ -57,9 +57,6 @@ class LibraryCallSpec:
     kwargs: dict
     tuple_result: bool
 
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
 
 def differentiate(graph: Graph, wrt: list[int]) -> Split:
     return _Differentiator(graph, wrt).run()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -389,16 +390,17 @@ def _library(b, node, primal, g):
     return NotImplemented
 
 
-def library_vjp(attrs: dict, differentiable: tuple[bool, ...], count: int,
+def library_vjp(call: Any, differentiable: tuple[bool, ...], count: int,
                 *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """torch's own backward of a library call: the call run again on detached copies of its
-    inputs (those in `differentiable` requiring grad), then torch.autograd.grad with the
-    gradients of its outputs. Returns one gradient per differentiable input (zeros if none)."""
+    """torch's own backward of a library call (`call`: differentiate.LibraryCallSpec): the
+    call run again on detached copies of its inputs (those in `differentiable` requiring
+    grad), then torch.autograd.grad with the gradients of its outputs. Returns one gradient
+    per differentiable input (zeros if none)."""
     inputs, grads = tensors[:count], tensors[count:]
     with torch.enable_grad():
         leaves = [t.detach().requires_grad_(wanted) for t, wanted in zip(inputs, differentiable)]
-        result = attrs["target"](*fill(attrs["args"], leaves), **fill(attrs["kwargs"], leaves))
-        outputs = result if attrs["tuple_result"] else (result,)
+        result = call.target(*fill(call.args, leaves), **fill(call.kwargs, leaves))
+        outputs = result if call.tuple_result else (result,)
         pairs = [(out, grad) for out, grad in zip(outputs, grads)
                  if isinstance(out, torch.Tensor) and out.requires_grad]
         wanted = [leaf for leaf, flag in zip(leaves, differentiable) if flag]

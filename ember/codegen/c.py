@@ -30,6 +30,7 @@ from ember.codegen.c_rules import (
     store,
     vector_math_declarations,
 )
+from ember.codegen.text import Scope, render_sum
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
@@ -49,33 +50,8 @@ class KernelSource:
     checks: bool  # returns nonzero when an index was out of range
 
 
-@dataclasses.dataclass(eq=False)
-class Scope:
-    parent: Scope | None
-    depth: int
-    lines: list[str] = dataclasses.field(default_factory=list)
-    memo: dict = dataclasses.field(default_factory=dict)
-
-    def chain(self):
-        scope = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
-
-
 def render(expr: Expr) -> str:
-    parts = []
-    for atom, coefficient in expr.terms:
-        text = _render_atom(atom)
-        if coefficient == 1:
-            parts.append(text)
-        elif coefficient == -1:
-            parts.append(f"-{text}")
-        else:
-            parts.append(f"{_int(coefficient)}*{text}")
-    if expr.const or not parts:
-        parts.append(_int(expr.const))
-    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+    return render_sum(expr, _render_atom, _int, "*")
 
 
 def _int(value: int) -> str:

@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from ember.codegen.text import Scope, render_sum
 from ember.codegen.triton_rules import (
     SIGNATURE_TYPES,
     compute_type,
@@ -136,35 +137,8 @@ class KernelLaunches:
         return self.kernels[-1].grid
 
 
-@dataclasses.dataclass(eq=False)
-class Scope:
-    parent: Scope | None
-    depth: int
-    header: str = ""                # the loop statement a row scope is the body of
-    row: str = ""                   # the row index variable of a row scope
-    lines: list[str] = dataclasses.field(default_factory=list)
-    memo: dict = dataclasses.field(default_factory=dict)
-
-    def chain(self):
-        scope = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
-
-
 def render(expr: Expr) -> str:
-    parts = []
-    for atom, coefficient in expr.terms:
-        text = _render_atom(atom)
-        if coefficient == 1:
-            parts.append(text)
-        elif coefficient == -1:
-            parts.append(f"-{text}")
-        else:
-            parts.append(f"{coefficient} * {text}")
-    if expr.const or not parts:
-        parts.append(str(expr.const))
-    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+    return render_sum(expr, _render_atom)
 
 
 def _render_atom(atom) -> str:

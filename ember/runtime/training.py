@@ -33,22 +33,28 @@ class TrainingGraph:
         # the backward's inputs: which forward inputs it reads (the rest are gradients and
         # saved values)
         self.inputs_read = sorted({k for kind, k in split.backward_inputs if kind == "input"})
+        differentiable = set(split.differentiable_outputs)
+        self.non_differentiable = [i for i in range(output_count) if i not in differentiable]
+
+    def input(self, args: tuple, index: int) -> torch.Tensor:
+        """Forward graph input `index`: a tensor argument, or a graph attribute after them."""
+        if index < len(self.tensor_positions):
+            return args[self.tensor_positions[index]]
+        return self.extras[index - len(self.tensor_positions)]
 
     def __call__(self, *args: Any) -> Any:
-        tensors = [args[i] for i in self.tensor_positions]
         if not torch.is_grad_enabled():  # (called under no_grad: no backward to prepare)
             results = self.forward_graph(*args)[:self.output_count]
         else:
-            results = _Step.apply(self, *tensors)
+            results = _Step.apply(self, *args)
         leaves: list[Any] = []
         for spec in self.specs:  # (views are taken here, outside the Function: autograd
             if spec.kind == "node":  # sees them as the views they are)
                 leaves.append(results[spec.index])
             elif spec.kind == "input":
-                leaves.append(_input(self, tensors, spec.index))
+                leaves.append(self.input(args, spec.index))
             elif spec.kind == "view":
-                base = results[spec.index] if spec.of_output \
-                    else _input(self, tensors, spec.index)
+                base = results[spec.index] if spec.of_output else self.input(args, spec.index)
                 leaves.append(spec.view_of(base))
             elif spec.kind == "same":
                 leaves.append(leaves[spec.index])
@@ -58,17 +64,17 @@ class TrainingGraph:
 
 
 class _Step(torch.autograd.Function):
+    """The compiled forward and backward; apply(owner, *args) takes the graph's arguments as
+    the compiled forward does (non-tensors in place)."""
+
     @staticmethod
-    def forward(ctx, owner: TrainingGraph, *tensors: torch.Tensor):
-        results = owner.forward_graph(*_arguments(owner, tensors))
+    def forward(ctx, owner: TrainingGraph, *args: Any):
+        results = owner.forward_graph(*args)
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
-        reads = [_input(owner, tensors, k) for k in owner.inputs_read]
         ctx.owner = owner
-        ctx.count = len(tensors)
-        ctx.save_for_backward(*reads, *saved)
-        differentiable = set(owner.split.differentiable_outputs)
-        ctx.mark_non_differentiable(*[out for i, out in enumerate(outputs)
-                                      if i not in differentiable])
+        ctx.count = len(args)
+        ctx.save_for_backward(*[owner.input(args, k) for k in owner.inputs_read], *saved)
+        ctx.mark_non_differentiable(*[outputs[i] for i in owner.non_differentiable])
         return tuple(outputs)
 
     @staticmethod
@@ -94,21 +100,5 @@ class _Step(torch.autograd.Function):
         found = owner.backward_graph(*arguments)
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
         for index, grad in zip(owner.split.wrt, found):
-            result[1 + index] = grad
+            result[1 + owner.tensor_positions[index]] = grad
         return tuple(result)
-
-
-def _arguments(owner: TrainingGraph, tensors: tuple) -> list:
-    """The forward graph's arguments: the tensors in their original positions (the compiled
-    forward picks tensors out of the full argument list)."""
-    if owner.tensor_positions == list(range(len(tensors))):
-        return list(tensors)
-    count = max(owner.tensor_positions) + 1 if owner.tensor_positions else 0
-    arguments: list[Any] = [None] * count
-    for position, tensor in zip(owner.tensor_positions, tensors):
-        arguments[position] = tensor
-    return arguments
-
-
-def _input(owner: TrainingGraph, tensors: tuple, index: int) -> torch.Tensor:
-    return tensors[index] if index < len(tensors) else owner.extras[index - len(tensors)]

@@ -23,17 +23,8 @@ def _relu(b: Builder, x: Node) -> Node:
 @lowering(aten.hardtanh)
 def _hardtanh(b: Builder, x: Node, min_val=-1.0, max_val=1.0) -> Node:
     # unlike clamp, the result keeps x's dtype: the bounds convert to it (integers truncate)
-    return _open_interval(clamp(b, x, b.full(min_val, x.dtype), b.full(max_val, x.dtype)))
-
-
-def _open_interval(result: Node) -> Node:
-    """hardtanh's gradient passes strictly inside its bounds (eager's hardtanh_backward),
-    where clamp's passes at the bounds too: mark the clamp's nodes for autodiff."""
-    node = result
-    while node.op in (Op.MAXIMUM, Op.MINIMUM) and node.attrs.get("gradient") == "clamp":
-        node.attrs["gradient"] = "hardtanh"
-        node = node.inputs[0]
-    return result
+    # (its gradient stops at the bounds: eager's hardtanh_backward)
+    return clamp(b, x, b.full(min_val, x.dtype), b.full(max_val, x.dtype), "hardtanh")
 
 
 @lowering(aten.relu6)

@@ -359,21 +359,22 @@ def _scalar_nan_bound_applies() -> bool:
 SCALAR_NAN_BOUND_APPLIES = _scalar_nan_bound_applies()
 
 
-def clamp(b: Builder, x: Node, low, high) -> Node:
-    """min(max(x, low), high) in the promoted dtype, NaN-propagating; a bound may be None."""
+def clamp(b: Builder, x: Node, low, high, gradient: str = "clamp") -> Node:
+    """min(max(x, low), high) in the promoted dtype, NaN-propagating; a bound may be None.
+    `gradient` marks the nodes for autodiff: "clamp" passes the gradient inside the closed
+    interval (eager's clamp), "hardtanh" strictly inside it — not maximum's half-and-half at
+    a tie."""
     if not SCALAR_NAN_BOUND_APPLIES:
         low = None if isinstance(low, float) and math.isnan(low) else low
         high = None if isinstance(high, float) and math.isnan(high) else high
     dtype = b.compute_dtype(*(v for v in (x, low, high) if v is not None))
     result = b.cast(x, dtype)
-    # (marked so that autodiff takes eager's clamp gradient: all of it inside the closed
-    # interval, none outside — not maximum's half-and-half at a tie)
     if low is not None:
         result = b.elementwise(Op.MAXIMUM, result, b.operand(low, dtype))
-        result.attrs["gradient"] = "clamp"
+        result.attrs["gradient"] = gradient
     if high is not None:
         result = b.elementwise(Op.MINIMUM, result, b.operand(high, dtype))
-        result.attrs["gradient"] = "clamp"
+        result.attrs["gradient"] = gradient
     return result
 
 
