@@ -154,3 +154,15 @@ def test_an_index_out_of_range_raises():
     graph = check(lambda table, i: table[i], make(5, 3), torch.tensor([0, 4, 2]))
     with pytest.raises(KernelIndexError, match="index out of range in ember kernel"):
         graph(make(5, 3), torch.tensor([0, 5, 2]))
+
+
+def test_swapping_the_module_heuristics_changes_the_tiles(monkeypatch):
+    # (what python -m ember.bench.gpu --tune does between compiles)
+    import dataclasses
+
+    from ember.codegen import triton as codegen
+
+    monkeypatch.setattr(codegen, "HEURISTICS",
+                        dataclasses.replace(codegen.HEURISTICS, pointwise_block=256))
+    (pointwise,) = launches(lambda x: x * 2, make(4096))
+    assert "XBLOCK: tl.constexpr = 256" in pointwise.kernels[0].text
