@@ -41,6 +41,7 @@ VARIANTS = {
     "ember": ("ember", None),
     "torch.compile ro": ("inductor", "reduce-overhead"),
     "ember ro": ("ember", "reduce-overhead"),
+    "ember-model": ("ember-model", None),  # a training step whose model alone ember compiles
 }
 REDUCE_OVERHEAD = ("S4", "S5")
 # bytes each bandwidth-bound workload must move at least (inputs read, outputs written)
@@ -112,6 +113,10 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
             # a training step: torch.compile(model), as users do (the optimizer stays eager)
             compiled = _model_compiled(fn, lambda m: torch.compile(m, mode=mode)) \
                 if training else torch.compile(fn, mode=mode)
+        elif how == "ember-model":
+            import ember
+
+            compiled = _model_compiled(fn, lambda m: ember.compile(m, mode=mode))
         else:
             import ember
 
@@ -136,6 +141,11 @@ def child(name: str, variant: str, quick: bool, tune: bool) -> dict[str, Any]:
                 result["kernel_tb_s"] = bytes_moved / (kernel_ms * 1e-3) / 1e12
         if how == "ember" and not training:
             result["breakdown"] = breakdown(compiled, fn, args)
+        if training:
+            try:
+                result["breakdown"] = step_breakdown(compiled, args)
+            except Exception as error:  # (the profiler is a side show: keep the timings)
+                result["breakdown"] = f"profiler failed: {error!r}"
         if tune and how == "ember" and mode is None and name in ("S1", "S2", "softmax",
                                                                  "layer_norm", "S4"):
             result["tiles"] = tile_variants(fn, args, name)  # (resets ember)
@@ -161,6 +171,26 @@ def breakdown(compiled: Any, fn: Any, args: tuple) -> dict[str, float]:
         replay = record.cuda_graph.graph.replay
         result["replay_ms"] = _median_ms(lambda: (replay(), torch.cuda.synchronize()))
     return result
+
+
+def step_breakdown(step: Any, args: tuple, calls: int = 10) -> dict[str, Any]:
+    """Where a training step's time goes: the GPU's busy time per step (kernels and copies, from
+    torch.profiler), the kernels per step, the heaviest kernels, and the host functions the
+    step spends its own time in (cProfile)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        for _ in range(calls):
+            step(*args)
+        torch.cuda.synchronize()
+    kernels = sorted(((e.self_device_time_total, e.count, e.key) for e in trace.key_averages()
+                      if e.device_type.name == "CUDA"), reverse=True)
+    return dict(
+        device_busy_ms=sum(t for t, _, _ in kernels) / calls / 1e3,
+        device_ops_per_step=sum(n for _, n, _ in kernels) / calls,
+        heaviest=[f"{k[:70]}: {t / calls:.1f} us x{n / calls:g}" for t, n, k in kernels[:10]],
+        host_profile=_profile(lambda: step(*args)))
 
 
 def _graph_inputs(entry: Any, target: Any, arguments: dict) -> list | None:
@@ -383,6 +413,8 @@ def ratios(results: list[dict]) -> str:
     lines = []
     for name in dict.fromkeys(r["workload"] for r in results):
         pairs = [("ember", "torch.compile")]
+        if name in TRAINING:
+            pairs.append(("ember-model", "torch.compile"))
         if name in REDUCE_OVERHEAD:
             pairs.append(("ember ro", "torch.compile ro"))
         for ours, theirs in pairs:
@@ -421,6 +453,8 @@ def parent(options: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ember-gpu-bench-") as root:
         for name in names:
             variants = ["eager", "torch.compile", "ember"]
+            if name in TRAINING:
+                variants.append("ember-model")
             if name in REDUCE_OVERHEAD:
                 variants += ["torch.compile ro", "ember ro"]
             if options.variants:
