@@ -56,9 +56,9 @@ FLAGS: tuple[Flag, ...] = (
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
     Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
          "compiled versions kept per function before it runs eagerly with a warning"),
-    Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "0", _flag,
-         "Triton: compute small matmuls inside the pointwise kernel that reads them (off: its "
-         "first tiles measured 3x slower than cuBLAS + a kernel on an H200; see notes/)"),
+    Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
+         "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
+         "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
 )
 
 

@@ -110,6 +110,28 @@ def _has_state(optimizer: torch.optim.Optimizer, param: torch.Tensor, kind: str,
     return all(k in state for k in ("step", "exp_avg", "exp_avg_sq"))
 
 
+_NUMBERS: dict[tuple, torch.Tensor] = {}
+_NUMBERS_KEPT = 16
+
+
+def _numbers(values: tuple[float, ...], device: torch.device) -> torch.Tensor:
+    """The update's step-dependent numbers as a float64 tensor on `device`. The same numbers
+    (a constant learning rate) reuse one tensor; new ones reach a GPU by an asynchronous copy
+    from pinned memory (torch.tensor(..., device="cuda") would wait for the GPU to finish the
+    step's backward before the update could be queued)."""
+    values = tuple(map(float, values))  # (a tensor learning rate too)
+    key = (device, values)
+    numbers = _NUMBERS.get(key)
+    if numbers is None:
+        cuda = device.type == "cuda"
+        numbers = torch.tensor(values, dtype=torch.float64, pin_memory=cuda)
+        numbers = numbers.to(device, non_blocking=True) if cuda else numbers
+        if len(_NUMBERS) >= _NUMBERS_KEPT:
+            del _NUMBERS[next(iter(_NUMBERS))]
+        _NUMBERS[key] = numbers
+    return numbers
+
+
 def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,
                 params: list[torch.Tensor]) -> None:
     grads = [p.grad for p in params]
@@ -117,7 +139,7 @@ def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,
     if kind == "sgd":
         momentum = group["momentum"]
         buffers = [optimizer.state[p]["momentum_buffer"] if momentum else p for p in params]
-        numbers = torch.tensor([-group["lr"]], dtype=torch.float64, device=device)
+        numbers = _numbers((-group["lr"],), device)
         _update("sgd")(params, grads, buffers, numbers, group["weight_decay"], momentum,
                        group["dampening"], group["nesterov"], group["maximize"])
         return
@@ -134,8 +156,8 @@ def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,
     beta1, beta2 = group["betas"]
     lr = group["lr"]
     decoupled = group.get("decoupled_weight_decay", type(optimizer) is torch.optim.AdamW)
-    numbers = torch.tensor([lr / (1 - beta1 ** count), (1 - beta2 ** count) ** 0.5,
-                            1 - lr * group["weight_decay"]], dtype=torch.float64, device=device)
+    numbers = _numbers((lr / (1 - beta1 ** count), (1 - beta2 ** count) ** 0.5,
+                        1 - lr * group["weight_decay"]), device)
     _update("adam")(params, grads, [s["exp_avg"] for s in states],
                     [s["exp_avg_sq"] for s in states], numbers, beta1, beta2, group["eps"],
                     group["weight_decay"], decoupled, group["maximize"])

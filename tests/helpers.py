@@ -291,7 +291,8 @@ def check_grad(fn: Callable, *args: Any, dynamo: bool = False, seed: int = 0,
                                                     tree_flatten(expected)[0])
                    if isinstance(want, torch.Tensor) and want.requires_grad]
         generator = torch.Generator().manual_seed(seed)
-        cotangents = [torch.randn(want.shape, generator=generator, dtype=torch.float64)
+        cotangents = [torch.randn(want.shape, generator=generator, dtype=torch.float64,
+                                   device="cpu")
                       .to(want.dtype).to(want.device) for _, want in outputs]
         inputs = [i for i, a in enumerate(args)
                   if isinstance(a, torch.Tensor) and a.dtype.is_floating_point]

@@ -43,7 +43,7 @@ VARIANTS = {
     "ember ro": ("ember", "reduce-overhead"),
     "ember-model": ("ember-model", None),  # a training step whose model alone ember compiles
 }
-REDUCE_OVERHEAD = ("S4", "S5")
+REDUCE_OVERHEAD = ("S3", "S4", "S5")
 # bytes each bandwidth-bound workload must move at least (inputs read, outputs written)
 SQUARE = {"S1": 4000, "S2": 4096, "softmax": 8192, "layer_norm": 8192}
 
@@ -290,9 +290,10 @@ def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
     if fuse:
         choices = [dict(matmul_block_m=m, matmul_block_n=n, matmul_block_k=k, matmul_warps=w,
                         matmul_precision=p)
-                   for m, n, k, w in ((16, 32, 32, 4), (16, 16, 64, 2), (32, 32, 32, 4),
-                                      (64, 32, 32, 4))
-                   for p in ("ieee", "tf32x3")]
+                   for m, n, k, w, p in ((16, 16, 64, 2, "tf32x3"), (16, 16, 64, 2, "ieee"),
+                                         (16, 32, 64, 2, "tf32x3"), (16, 16, 128, 2, "tf32x3"),
+                                         (16, 16, 64, 1, "tf32x3"), (16, 16, 32, 1, "tf32x3"),
+                                         (32, 16, 64, 2, "tf32x3"), (16, 64, 64, 4, "tf32x3"))]
     elif name in ("S1", "S2"):
         choices = [dict(pointwise_block=b, pointwise_warps=w)
                    for b, w in ((256, 4), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 4),

@@ -44,9 +44,8 @@ class CudaGraphed:
         self.graph: Any = None
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         devices = {t.device.type for t in tensors}
-        if type(compiled).__name__ == "TrainingGraph":
-            self.give_up("a training graph (its forward and backward are not recorded yet)")
-        elif not tensors:
+        self.training = False
+        if not tensors:
             self.give_up("no tensor inputs")
         elif devices != {"cuda"}:
             self.give_up(f"tensors on {', '.join(sorted(devices))} (CUDA graphs replay CUDA "
@@ -55,6 +54,14 @@ class CudaGraphed:
             self.give_up("tensors on several CUDA devices")
         elif getattr(compiled, "runs_eagerly", False) or type(compiled).__name__ == "EagerGraph":
             self.give_up(f"the graph runs eagerly ({getattr(compiled, 'reason', 'see log')})")
+        elif type(compiled).__name__ == "TrainingGraph":
+            # its forward and its backward are each recorded (each on its first call); the
+            # autograd.Function between them stays in Python
+            self.training = True
+            compiled.forward_graph = CudaGraphed(compiled.forward_graph, tensors,
+                                                 f"{where} (forward)")
+            compiled.backward_graph = CudaGraphed(compiled.backward_graph, tensors,
+                                                  f"{where} (backward)")
 
     def give_up(self, reason: str) -> None:
         self.reason = reason
@@ -62,13 +69,16 @@ class CudaGraphed:
                                   self.where, reason)
 
     def status(self) -> str:
+        if self.training:
+            return (f"forward {self.compiled.forward_graph.status()}, "
+                    f"backward {self.compiled.backward_graph.status()}")
         if self.reason is not None:
             return f"not used: {self.reason}"
         return "recorded" if self.recorded else "not recorded yet"
 
     # -- calls ----------------------------------------------------------------------------
     def __call__(self, *args: Any) -> Any:
-        if self.reason is not None:
+        if self.reason is not None or self.training:
             return self.compiled(*args)
         if not self.recorded:
             result = self.compiled(*args)   # the first call runs normally ...

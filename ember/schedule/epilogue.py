@@ -23,10 +23,12 @@ aten = torch.ops.aten
 # (target, whether the second operand is stored transposed, as linear's weight is)
 _PRODUCTS = {torch._C._nn.linear: True, aten.mm.default: False}
 _DTYPES = (torch.float32, torch.float16)
-# Fuse when the product is small: up to this many multiply-adds, and a second operand of at
-# most this many elements (a weight read once per row-tile; beyond this cuBLAS's split-K
-# kernels read it faster).
-MAX_MACS = 1 << 26
+# Fuse when the product is small: up to this many multiply-adds (where a cuBLAS call is a
+# few microseconds of launch-bound work: measured on the H200 at 64x256x256, 4.2M; larger
+# products are not measured yet and stay with cuBLAS), and a second operand of at most this
+# many elements (a weight read once per row-tile; beyond this cuBLAS's split-K kernels read
+# it faster).
+MAX_MACS = 1 << 22
 MAX_B_ELEMENTS = 1 << 20
 
 

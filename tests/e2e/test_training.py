@@ -99,8 +99,9 @@ def compare(name: str, optimizer: str) -> None:
     eager_model = build().to(DEVICE)
     ember_model = copy.deepcopy(eager_model)
     generator = torch.Generator().manual_seed(1)
-    data = [torch.randn(shape, generator=generator).to(DEVICE) for _ in range(4)]
-    target = [torch.randn(shape[0], 4, generator=generator).to(DEVICE) for _ in range(4)]
+    data = [torch.randn(shape, generator=generator, device="cpu").to(DEVICE) for _ in range(4)]
+    target = [torch.randn(shape[0], 4, generator=generator, device="cpu").to(DEVICE)
+              for _ in range(4)]
     compiled = ember.compile(ember_model)
     with watching_fallbacks() as fallbacks:
         got = train(compiled, OPTIMIZERS[optimizer](ember_model.parameters()), data, target)
@@ -125,7 +126,7 @@ def test_dropout_in_training_draws_the_same_masks_as_eager():
     torch.manual_seed(0)
     eager_model = TransformerModel(dropout=0.25).to(DEVICE)
     ember_model = copy.deepcopy(eager_model)
-    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3), device="cpu").to(DEVICE)
     compiled = ember.compile(ember_model)
     torch.manual_seed(7)
     got = compiled(x)
@@ -154,8 +155,8 @@ def test_a_whole_training_step_compiles_with_three_explained_breaks(optimizer):
     eager_opt = OPTIMIZERS[optimizer](eager_model.parameters())
     ember_opt = OPTIMIZERS[optimizer](ember_model.parameters())
     generator = torch.Generator().manual_seed(1)
-    data = [(torch.randn(8, 12, generator=generator).to(DEVICE),
-             torch.randn(8, 4, generator=generator).to(DEVICE)) for _ in range(4)]
+    data = [(torch.randn(8, 12, generator=generator, device="cpu").to(DEVICE),
+             torch.randn(8, 4, generator=generator, device="cpu").to(DEVICE)) for _ in range(4)]
     step = ember.compile(train_step)
     with watching_fallbacks() as fallbacks:
         got = torch.stack([step(ember_model, ember_opt, *data[i % 4]).detach()
@@ -207,8 +208,8 @@ def test_batch_norm_in_training_updates_running_statistics_once():
     ember_model = copy.deepcopy(eager_model)
     compiled = ember.compile(ember_model)
     generator = torch.Generator().manual_seed(1)
-    data = [torch.randn(2, 3, 8, 8, generator=generator).to(DEVICE) for _ in range(4)]
-    target = [torch.randn(2, 4, generator=generator).to(DEVICE) for _ in range(4)]
+    data = [torch.randn(2, 3, 8, 8, generator=generator, device="cpu").to(DEVICE) for _ in range(4)]
+    target = [torch.randn(2, 4, generator=generator, device="cpu").to(DEVICE) for _ in range(4)]
     got = train(compiled, torch.optim.SGD(ember_model.parameters(), lr=0.05), data, target, 6)
     want = train(eager_model, torch.optim.SGD(eager_model.parameters(), lr=0.05), data, target,
                  6)
@@ -278,8 +279,8 @@ def test_a_small_gpt_trains_as_eager_does():
     eager_opt = torch.optim.SGD(eager_model.parameters(), lr=1e-2)
     ember_opt = torch.optim.SGD(ember_model.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, 50, (4, 16), generator=generator).to(DEVICE)
-    targets = torch.randint(0, 50, (4, 16), generator=generator).to(DEVICE)
+    tokens = torch.randint(0, 50, (4, 16), generator=generator, device="cpu").to(DEVICE)
+    targets = torch.randint(0, 50, (4, 16), generator=generator, device="cpu").to(DEVICE)
     for step in range(5):
         for model, optimizer in ((compiled, ember_opt), (eager_model, eager_opt)):
             torch.manual_seed(step)  # the same dropout masks
@@ -337,9 +338,9 @@ class TinyViT(torch.nn.Module):
 
 
 @pytest.mark.parametrize("build, make_input", [
-    (ResidualCNN, lambda g: torch.randn(2, 3, 8, 8, generator=g)),
-    (Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g)),
-    (TinyViT, lambda g: torch.randn(2, 3, 8, 8, generator=g)),
+    (ResidualCNN, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
+    (Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g, device="cpu")),
+    (TinyViT, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
 ], ids=["residual_cnn", "lstm", "vit"])
 def test_more_model_shapes_train_as_eager_does(build, make_input):
     torch.manual_seed(0)

@@ -4,6 +4,8 @@ The replay tests need an NVIDIA GPU (marked `gpu`); without one, what is checked
 mode says why it cannot record and runs the graph without CUDA graphs, with eager's results.
 """
 
+import copy
+
 import pytest
 import torch
 from helpers import captured_log
@@ -30,14 +32,42 @@ def test_cpu_tensors_run_without_cuda_graphs_and_say_why():
     assert "CUDA graphs: not used: tensors on cpu" in str(report)
 
 
-def test_training_graphs_run_without_cuda_graphs_and_say_why():
-    model = torch.nn.Linear(8, 3)
+def test_cpu_training_graphs_run_without_cuda_graphs_and_say_why():
+    model = torch.nn.Linear(8, 3).to("cpu")
     compiled = ember.compile(model, mode="reduce-overhead")
-    x = torch.randn(4, 8)
+    x = torch.randn(4, 8, device="cpu")
     with captured_log("perf") as records:
         compiled(x).sum().backward()
-    assert any("no CUDA graph: a training graph" in r.getMessage() for r in records)
+    assert any("no CUDA graph: tensors on cpu" in r.getMessage() for r in records)
     assert model.weight.grad is not None
+
+
+@cuda
+@pytest.mark.gpu
+def test_training_steps_replay_forward_and_backward_as_eager_trains():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    reference = copy.deepcopy(model)
+    compiled = ember.compile(model, mode="reduce-overhead")
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+                  for m in (model, reference)]
+    losses = []
+    for step in range(5):
+        x, y = torch.randn(8, 16), torch.randn(8, 4)
+        for net, optimizer, kept in ((compiled, optimizers[0], losses),
+                                     (reference, optimizers[1], None)):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            loss.backward()
+            optimizer.step()
+            if kept is not None:
+                kept.append(loss)  # (kept losses: a later replay must not overwrite them)
+            else:
+                torch.testing.assert_close(losses[step], loss, rtol=1e-4, atol=1e-5)
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+    graphs = [r.cuda_graph.status() for r in compiled._compiled_forward.records]
+    assert graphs == ["forward recorded, backward recorded"]
 
 
 def test_unknown_modes_are_refused():
