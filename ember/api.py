@@ -69,6 +69,23 @@ class CaptureRecord:
     compiled: Callable | None = None         # what the backend returned
 
 
+def _passthrough(graph_module: torch.fx.GraphModule) -> Callable | None:
+    """A graph that computes nothing (it hands its inputs on: the values a graph break's
+    resume function needs, a returned loss) runs as a plain function, not through a backend:
+    a compiled identity would cost a call, and a training graph's autograd.Function, per step."""
+    nodes = list(graph_module.graph.nodes)
+    if any(node.op not in ("placeholder", "output") for node in nodes):
+        return None
+    position = {node: k for k, node in enumerate(n for n in nodes if n.op == "placeholder")}
+    result = nodes[-1].args[0]
+
+    def hand_on(*args: Any) -> Any:
+        return torch.fx.node.map_arg(result, lambda node: args[position[node]])
+
+    hand_on.passthrough = True
+    return hand_on
+
+
 def _positional_names(function: types.FunctionType) -> list[str] | None:
     """A resume function's parameter names when some are not identifiers (pytest's rewritten
     asserts leave locals like `@py_assert1`): it is only ever called positionally."""
@@ -273,9 +290,11 @@ class CompiledFunction:
             eager_guards = session.guards.only({"global", "type", "tensor", "length"})
             guard, text = compile_guards(eager_guards, scope, arguments)
             return CacheEntry(guard, self.caller, None, text, error)
-        compiled = self.backend(captured.graph_module, list(captured.example_inputs))
+        compiled = _passthrough(captured.graph_module)
+        if compiled is None:
+            compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         cuda_graph = None
-        if self.mode in CUDA_GRAPH_MODES:
+        if self.mode in CUDA_GRAPH_MODES and not getattr(compiled, "passthrough", False):
             compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),
                                                 self.where)
         scope = dict(captured.scope, C=self.function.__closure__ or ())

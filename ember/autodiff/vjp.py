@@ -417,7 +417,23 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     forward's result k (made in the forward graph if the forward did not use it)."""
     if node.attrs["target"] is aten.native_batch_norm.default:
         return _batch_norm(b, node, primal, grads, item)
+    if node.attrs["target"] is aten.native_dropout.default:
+        return _dropout(b, node, primal, grads, item)
     return NotImplemented
+
+
+def _dropout(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+             item: Callable[[int], Node]) -> list[Node | None]:
+    """native_dropout(x, p, train) -> (out, mask): grad * mask * (1 / (1 - p)), eager's
+    native_dropout_backward, from the forward's mask (never drawn again)."""
+    args = node.attrs["args"]
+    g = grads.get(0)
+    if g is None or len(args) != 3 or node.attrs["kwargs"] or args[2] is not True or \
+            not isinstance(args[0], Slot):
+        return NotImplemented
+    found: list[Node | None] = [None] * len(node.inputs)
+    found[args[0].index] = b.mul(b.mul(g, b.cast(primal(item(1)), g.dtype)), 1.0 / (1.0 - args[1]))
+    return found
 
 
 def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

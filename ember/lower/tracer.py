@@ -543,14 +543,42 @@ class Tracer(torch_internals.TorchDispatchMode):
 
 
 class _MetaInterpreter(torch.fx.Interpreter):
-    def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor]):
+    def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
+                 device: torch.device):
         super().__init__(module)
         self.attribute_metas = attributes
+        self.device = device
 
     def get_attr(self, target, args, kwargs):
         if target in self.attribute_metas:
             return self.attribute_metas[target]
         return super().get_attr(target, args, kwargs)
+
+    def call_function(self, target, args, kwargs):
+        if self.device.type == "cuda" and target in _DROPOUTS:
+            fused = _fused_dropout(target, args, kwargs)
+            if fused is not None:
+                return fused
+        return super().call_function(target, args, kwargs)
+
+
+# Dropout on a CUDA tensor: eager runs native_dropout's fused kernel (at::dropout checks
+# is_fused_kernel_acceptable), which draws its random numbers differently from the bernoulli_
+# that dropout's composite form (all a meta tensor gets) calls: the fused op is called here.
+_DROPOUTS = {torch.nn.functional.dropout: ("input", "p", "training", "inplace"),
+             torch.dropout: ("input", "p", "train"),
+             torch.ops.aten.dropout.default: ("input", "p", "train")}
+
+
+def _fused_dropout(target, args, kwargs) -> Any:
+    names = _DROPOUTS[target]
+    bound = dict(zip(names, args), **kwargs)
+    x, p = bound.get("input"), bound.get("p", 0.5)
+    training = bound.get("training", bound.get("train", True))
+    if bound.get("inplace") or training is not True or not isinstance(x, torch.Tensor) or \
+            not isinstance(p, float) or not 0 < p < 1 or x.numel() == 0:
+        return None
+    return torch.ops.aten.native_dropout.default(x, p, True)[0]
 
 
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
@@ -591,7 +619,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
             raise Unsupported(f"graph attribute {name} lives on {value.device}, the graph on "
                               f"{device}")
     with tracer:
-        out = _MetaInterpreter(module, attributes).run(*arguments)
+        out = _MetaInterpreter(module, attributes, device).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 

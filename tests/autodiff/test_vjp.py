@@ -4,9 +4,10 @@ rule is reached through the aten ops that lower to it), plus gradcheck in float6
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_grad, make
+from helpers import check_grad, compile_fn, make
 
 from ember.backends import compile_graph
+from ember.runtime.training import TrainingGraph
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
 
@@ -123,6 +124,31 @@ NN = {
 @pytest.mark.parametrize("name", NN)
 def test_nn_functions(name):
     check_grad(NN[name], make(6, 6), make(6, 6, seed=1), make(6, seed=2), **TOLERANCE)
+
+
+def test_native_dropout_scales_the_gradient_by_the_forwards_mask():
+    # (what dropout on CUDA becomes: eager's fused kernel; any device runs the op itself)
+    def fn(x):
+        return torch.ops.aten.native_dropout.default(x * 2, 0.3, True)[0].sin()
+
+    results = []
+    for run in (compile_fn_for_training(fn), fn):
+        x = make(8, 16).requires_grad_()
+        torch.manual_seed(5)
+        out = run(x)
+        out.backward(torch.ones_like(out))
+        results.append((out, x.grad))
+    (got, got_grad), (want, want_grad) = results
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    torch.testing.assert_close(got_grad, want_grad, **TOLERANCE)
+    assert (want == 0).any() and (want != 0).any()  # (a mask was drawn)
+
+
+def compile_fn_for_training(fn):
+    x = make(8, 16).requires_grad_()
+    compiled, graphs = compile_fn(fn, (x,))
+    assert all(isinstance(g, TrainingGraph) for g in graphs)
+    return compiled
 
 
 def test_convolution_takes_torchs_own_backward():

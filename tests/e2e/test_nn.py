@@ -229,8 +229,10 @@ def test_lstm_and_gru_match_eager():
         got = compiled(x)  # (the second call runs the fast wrapper)
     want = model(x)
     assert not fallbacks.messages, fallbacks.messages
+    # (on CUDA eager runs cuDNN's RNN, which computes in TF32: torch.backends.cudnn.allow_tf32)
+    tolerance = dict(rtol=1e-3, atol=1e-3) if x.is_cuda else MATMUL_TOLERANCE
     for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, **MATMUL_TOLERANCE)
+        torch.testing.assert_close(a, b, **tolerance)
 
 
 def test_unsafe_split_is_a_view_not_a_library_call():

@@ -288,8 +288,10 @@ def test_a_small_gpt_trains_as_eager_does():
             model(tokens, targets).backward()
             optimizer.step()
     assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
+    # (on CUDA eager's attention is a fused kernel that sums in another order)
+    tolerance = dict(rtol=1e-3, atol=1e-3) if DEVICE == "cuda" else TOLERANCE
     for a, b in zip(ember_model.parameters(), eager_model.parameters()):
-        torch.testing.assert_close(a, b, **TOLERANCE)
+        torch.testing.assert_close(a, b, **tolerance)
 
 
 # -- more model shapes: residual CNN with batch norm and pooling, embedding + LSTM, a ViT

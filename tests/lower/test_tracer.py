@@ -139,3 +139,28 @@ def test_equal_outputs_do_not_share_memory_unless_eager_does():
         return x.sum(0), x.sum(0), x.t()[0] * 1, (x * 1).t()[0]
 
     check(fn, torch.randn(3, 4))
+
+
+def test_dropout_of_a_cuda_graph_calls_eagers_fused_op():
+    # (eager's CUDA dropout is native_dropout, whose random numbers differ from bernoulli_'s)
+    from ember.lower.tracer import _fused_dropout
+    from ember.torch_internals import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty(4, 4, device="meta")
+    dropout = torch.nn.functional.dropout
+    with Seen() as seen:
+        out = _fused_dropout(dropout, (x, 0.25, True, False), {})
+    assert seen.ops == [aten.native_dropout.default] and out.shape == x.shape
+    assert _fused_dropout(torch.dropout, (x,), {"p": 0.5, "train": True}) is not None
+    assert _fused_dropout(dropout, (x, 0.25, False, False), {}) is None      # eval
+    assert _fused_dropout(dropout, (x, 0.25), {"inplace": True}) is None   # dropout_
+    assert _fused_dropout(dropout, (x, 0.0, True, False), {}) is None      # p = 0
