@@ -122,3 +122,10 @@ def tensor_checker(examples: list[torch.Tensor]) -> Any:
         return checker.check
     except Exception:  # the API moved: the Python checks stay correct, only slower
         return None
+
+
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """How many tensors (TensorImpls: views, detached aliases, autograd's saved copies) hold
+    `tensor`'s storage now. CUDA-graph replays hand out pool memory uncopied only while the
+    previous replay's outputs are no longer held."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)

@@ -114,3 +114,12 @@ def test_tensor_checker_accepts_matching_metadata_and_rejects_each_difference():
     assert not check(cpu(4, 3), weight.detach())                          # type
     if torch.cuda.is_available():
         assert not check(torch.randn(4, 3, device="cuda"), weight)        # device
+
+
+def test_storage_use_count_sees_aliases_come_and_go():
+    x = torch.randn(8)
+    alone = torch_internals.storage_use_count(x)
+    alias, view = x.detach(), x[2:]
+    assert torch_internals.storage_use_count(x) == alone + 2
+    del alias, view
+    assert torch_internals.storage_use_count(x) == alone

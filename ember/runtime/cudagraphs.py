@@ -13,6 +13,12 @@ is kept safe:
 - Outputs the caller keeps are never overwritten: a replay's outputs are copied out of the
   pool (views of inputs are rebuilt on the caller's tensors instead), so the results of
   earlier calls stay as they were.
+- Training graphs: the forward's saved values and the backward's gradients are handed out
+  uncopied (aliases of the pool), and the backward reads the saved values where the forward's
+  replay left them. Before each replay the pool's handed-out memory must be free again (no
+  alias alive: autograd released its saved values, zero_grad() dropped the gradients); where
+  it is not (gradient accumulation, retain_graph), or the saved values come from elsewhere,
+  the call runs without the CUDA graph, so nothing anyone holds is overwritten.
 - Inputs the graph writes (in-place ops) are copied back into the caller's tensors.
 - The first call runs normally (it also warms up lazy initialization), then the graph is
   recorded. Where it cannot be (CPU tensors, a host synchronization inside the graph, an
@@ -35,9 +41,15 @@ MAX_RECORDINGS = 4
 
 
 class CudaGraphed:
-    def __init__(self, compiled: Callable, example_inputs: list[Any], where: str):
+    def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
+                 kept_from: int | None = None, fixed: tuple[int, ...] = ()):
         self.compiled = compiled
         self.where = where
+        # output leaves from this position on are handed out uncopied (see the module's doc)
+        self.kept_from = kept_from
+        # argument positions read where they are (another address: run without the graph)
+        self.fixed = fixed
+        self.calls = 0
         self.reason: str | None = None
         self.recorded = False
         self.recordings = 0
@@ -58,10 +70,14 @@ class CudaGraphed:
             # its forward and its backward are each recorded (each on its first call); the
             # autograd.Function between them stays in Python
             self.training = True
+            saved = tuple(k for k, (kind, _) in enumerate(compiled.split.backward_inputs)
+                          if kind == "saved")
             compiled.forward_graph = CudaGraphed(compiled.forward_graph, tensors,
-                                                 f"{where} (forward)")
+                                                 f"{where} (forward)",
+                                                 kept_from=compiled.output_count)
             compiled.backward_graph = CudaGraphed(compiled.backward_graph, tensors,
-                                                  f"{where} (backward)")
+                                                  f"{where} (backward)", kept_from=0,
+                                                  fixed=saved)
 
     def give_up(self, reason: str) -> None:
         self.reason = reason
@@ -81,13 +97,21 @@ class CudaGraphed:
         if self.reason is not None or self.training:
             return self.compiled(*args)
         if not self.recorded:
+            self.calls += 1
             result = self.compiled(*args)   # the first call runs normally ...
-            self.record(args)               # ... then the graph is recorded
+            # ... then the graph is recorded (a backward at its second call: its first
+            # reads saved values of a forward that ran before its own graph was recorded)
+            if self.calls >= (2 if self.fixed else 1):
+                self.record(args)
             return result
         positions = self.positions
         if self.in_place and list(map(_data_ptr, self.in_place_args(args))) != self.pointers:
             self.recorded = False           # a parameter moved: record again
             return self(*args)
+        if self.fixed and list(map(_data_ptr, self.fixed_args(args))) != self.fixed_pointers:
+            return self.compiled(*args)     # saved values from a forward run without a graph
+        if self.kept and any(map(_held, self.kept, self.kept_counts)):
+            return self.compiled(*args)     # what the last replay handed out is still held
         for position, span, _static in self.copied:
             span.copy_(_span_of(args[position]))
         self.graph.replay()
@@ -97,6 +121,8 @@ class CudaGraphed:
         for kind, value in self.outputs:
             if kind == "pool":
                 leaves.append(value.clone())
+            elif kind == "kept":
+                leaves.append(_detach(value))
             elif kind == "input":
                 position, size, stride, offset = value
                 user = args[positions[position]]
@@ -127,7 +153,8 @@ class CudaGraphed:
         statics = list(args)
         for position in positions:
             tensor = args[position]
-            if not isinstance(tensor, torch.nn.Parameter) or position in writes:
+            if (not isinstance(tensor, torch.nn.Parameter) or position in writes) and \
+                    position not in self.fixed:
                 statics[position] = _copy_of(tensor)
         versions = [statics[p]._version for p in positions]
         stream = torch.cuda.Stream()
@@ -147,13 +174,14 @@ class CudaGraphed:
         storages = {statics[p].untyped_storage().data_ptr(): i
                     for i, p in enumerate(positions)}
         outputs = []
-        for leaf in leaves:
+        for number, leaf in enumerate(leaves):
             if not isinstance(leaf, torch.Tensor):
                 outputs.append(("constant", leaf))
                 continue
             owner = storages.get(leaf.untyped_storage().data_ptr())
             if owner is None:
-                outputs.append(("pool", leaf))
+                kept = self.kept_from is not None and number >= self.kept_from
+                outputs.append(("kept" if kept else "pool", leaf))
             else:  # a view of an input: rebuilt on the caller's tensor
                 base = statics[positions[owner]]
                 outputs.append(("input", (owner, leaf.size(), leaf.stride(),
@@ -161,18 +189,31 @@ class CudaGraphed:
         self.graph, self.pool, self.statics = graph, pool, statics
         self.outputs = outputs
         self.unflatten = (lambda leaves: leaves[0]) if spec.is_leaf() else spec.unflatten
-        self.in_place = [p for p in positions if statics[p] is args[p]]
+        self.in_place = [p for p in positions if statics[p] is args[p] and p not in self.fixed]
         self.in_place_args = _getter(self.in_place)
         self.pointers = [statics[p].data_ptr() for p in self.in_place]
+        self.fixed_args = _getter(list(self.fixed))
+        self.fixed_pointers = [args[p].data_ptr() for p in self.fixed]
         self.copied = [(p, _span_of(statics[p]), statics[p]) for p in positions
                        if statics[p] is not args[p]]
         self.written = [(p, statics[p]) for p in positions if p in written]
+        for position in self.fixed:  # (holding them would keep their owner's pool busy)
+            statics[position] = None
+        del static_result, leaves
+        self.kept = [value for kind, value in outputs if kind == "kept"]
+        self.kept_counts = [torch_internals.storage_use_count(t) for t in self.kept]
         self.recorded = True
         logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
                                   "place)", self.where, len(self.copied), len(self.in_place))
 
 
 _data_ptr = torch.Tensor.data_ptr
+_detach = torch.Tensor.detach
+
+
+def _held(tensor: torch.Tensor, alone: int) -> bool:
+    """Does anyone beside this graph hold `tensor`'s memory (an alias a replay handed out)?"""
+    return torch_internals.storage_use_count(tensor) != alone
 
 
 def _getter(positions: list[int]) -> Callable[[tuple], tuple]:

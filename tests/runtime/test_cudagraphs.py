@@ -133,3 +133,47 @@ def test_a_host_sync_inside_the_graph_runs_without_cuda_graphs():
         for _ in range(3):
             torch.testing.assert_close(compiled(x), fn(x))
     assert any("no CUDA graph" in r.getMessage() for r in records)
+
+
+@cuda
+@pytest.mark.gpu
+def test_replayed_training_never_overwrites_saved_values_or_gradients_still_held():
+    # the forward's saved values and the backward's gradients are pool memory handed out
+    # uncopied: accumulation, interleaved forwards and retain_graph must not see it overwritten
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 4))
+    reference = copy.deepcopy(model)
+    compiled = ember.compile(model, mode="reduce-overhead")
+    xs = [torch.randn(8, 16) for _ in range(6)]
+
+    def phases(net, params):
+        grads = []
+        for x in xs[:3]:                       # plain steps (the graphs are recorded)
+            for p in params:
+                p.grad = None
+            net(x).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in params])
+        for x in xs[:3]:                       # accumulation: .grad held between backwards
+            net(x).pow(2).sum().backward()
+        grads.append([p.grad.clone() for p in params])
+        for p in params:
+            p.grad = None
+        first, second = net(xs[3]).sum(), net(xs[4]).pow(2).sum()  # two forwards pending
+        second.backward()
+        first.backward()
+        grads.append([p.grad.clone() for p in params])
+        for p in params:
+            p.grad = None
+        kept = net(xs[5]).sum()
+        kept.backward(retain_graph=True)       # saved values still needed ...
+        net(xs[0]).sum()                       # ... while another forward runs
+        kept.backward()
+        grads.append([p.grad.clone() for p in params])
+        return grads
+
+    got = phases(compiled, list(model.parameters()))
+    want = phases(reference, list(reference.parameters()))
+    for phase, (ours, theirs) in enumerate(zip(got, want)):
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"phase {phase}")
