@@ -450,7 +450,8 @@ def parent(options: argparse.Namespace) -> int:
         pass
     ceiling = copy_bandwidth()
     print(f"{machine}; device copy {ceiling['copy_tb_s']:.2f} TB/s", flush=True)
-    results = []
+    results: list[dict] = []
+    text = summary = ""
     with tempfile.TemporaryDirectory(prefix="ember-gpu-bench-") as root:
         for name in names:
             variants = ["eager", "torch.compile", "ember"]
@@ -464,15 +465,21 @@ def parent(options: argparse.Namespace) -> int:
                 result = run_child(name, variant, options, Path(root))
                 results.append(result)
                 print(json.dumps(result), flush=True)
+                text, summary = write_report(out, machine, ceiling, results)  # (so far)
+    print(text)
+    print(summary)
+    return 0
+
+
+def write_report(out: Path, machine: dict, ceiling: dict, results: list[dict]
+                 ) -> tuple[str, str]:
     text = table(results, ceiling)
     summary = ratios(results)
     (out / "results.json").write_text(json.dumps(dict(machine=machine, ceiling=ceiling,
                                                       results=results), indent=1))
     (out / "report.md").write_text(f"# GPU benchmark\n\n{machine}\n\nDevice copy: "
                                    f"{ceiling['copy_tb_s']:.2f} TB/s\n\n{text}\n\n{summary}\n")
-    print(text)
-    print(summary)
-    return 0
+    return text, summary
 
 
 def main(argv: list[str] | None = None) -> int:
