@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import time
@@ -167,6 +168,9 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     from triton.compiler import ASTSource
 
     target = triton.runtime.driver.active.get_current_target()
+    # kernels that differ only in their names (a model's repeated layers) compile once
+    first_of: dict[tuple, int] = {}
+    same_as = [first_of.setdefault(_shape_of(k, aligned[i]), i) for i, k in enumerate(kernels)]
 
     def build(position: int) -> DeviceLaunch:
         kernel = kernels[position]
@@ -185,13 +189,26 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     # On a cold cache each new argument count also needs its C launcher built (a compiler
     # run): start those at once, beside the kernels' compilation, not after it.
     launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
-    workers = max(1, min(len(kernels) + len(launchers), os.cpu_count() or 1, 16))
+    distinct = sorted(set(same_as))
+    workers = max(1, min(len(distinct) + len(launchers), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         prebuilt = [pool.submit(_build_launcher, types) for types in launchers]
-        launches = list(pool.map(build, range(len(kernels))))
+        built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()
-    return launches
+    return [built[i] if i == first else DeviceLaunch(built[first].compiled, kernel.grid)
+            for i, (kernel, first) in enumerate(zip(kernels, same_as))]
+
+
+def _shape_of(kernel: TritonKernel, aligned: Sequence[bool]) -> tuple:
+    """What a kernel compiles to depends on: its body with its own name and its parameters'
+    names put aside, the argument types, the alignment promised, the warps and the checks."""
+    text = kernel.text.split("\n", 1)[1]  # (the first line: a comment naming the grid)
+    names = {kernel.name: "kernel"}
+    names.update((name, f"a{i}") for i, name in enumerate(kernel.signature))
+    text = re.sub(r"\b\w+\b", lambda word: names.get(word.group(), word.group()), text)
+    return (text, tuple(kernel.signature.values()), tuple(aligned), kernel.num_warps,
+            kernel.checks)
 
 
 _launchers_built: set[tuple[str, ...]] = set()

@@ -1,0 +1,48 @@
+"""The Triton launch path's CPU-side decisions (ember/runtime/triton_launch.py)."""
+
+import torch
+
+import ember
+from ember.codegen.triton import TritonKernel
+from ember.runtime.triton_launch import _shape_of
+
+
+def kernel(name: str, params: list[str], body: str, warps: int = 4) -> TritonKernel:
+    text = (f"# grid (4, 1, 1), num_warps={warps}; {', '.join(params)}\n@triton.jit\n"
+            f"def {name}({', '.join(params)}):\n{body}")
+    return TritonKernel(name, text, [], {p: "*fp32" for p in params}, (4, 1, 1), warps, False)
+
+
+def test_kernels_that_differ_only_in_names_compile_once():
+    body = "    x = tl.arange(0, 8)\n    tl.store({1} + x, tl.tanh(tl.load({0} + x)) * 2.0)\n"
+    first = kernel("kernel0", ["p_in0", "p_buf3"], body.format("p_in0", "p_buf3"))
+    again = kernel("kernel7", ["p_in5", "p_buf9"], body.format("p_in5", "p_buf9"))
+    other_constant = kernel("kernel8", ["p_in5", "p_buf9"],
+                            body.format("p_in5", "p_buf9").replace("2.0", "3.0"))
+    other_warps = kernel("kernel9", ["p_in5", "p_buf9"], body.format("p_in5", "p_buf9"), 8)
+    aligned = [True, True]
+    assert _shape_of(first, aligned) == _shape_of(again, aligned)
+    assert _shape_of(first, aligned) != _shape_of(other_constant, aligned)
+    assert _shape_of(first, aligned) != _shape_of(other_warps, aligned)
+    assert _shape_of(first, aligned) != _shape_of(again, [True, False])
+
+
+def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
+    from ember import backends, config
+
+    written = []
+
+    def write_module(plan):
+        text, launches = original(plan)
+        written.extend(k for launch in launches for k in launch.kernels)
+        return text, launches
+
+    original = backends.write_module
+    monkeypatch.setattr(backends, "write_module", write_module)
+    model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
+                                  for _ in range(3)]).eval()
+    x = torch.randn(128, 64)
+    with config.override(backend="triton"), torch.no_grad():
+        torch.testing.assert_close(ember.compile(model)(x), model(x), rtol=1e-4, atol=1e-5)
+    shapes = {_shape_of(k, [True] * len(k.signature)) for k in written}
+    assert len(written) == 3 and len(shapes) == 1
