@@ -61,7 +61,7 @@ def test_a_different_flag_or_source_is_a_miss(cache, compiler_calls):
 def test_a_built_library_loads_and_runs(cache):
     path, _ = build(SOURCE, [])
     function = kernel_function(load(path), "add_one", 1)
-    value = torch.tensor([41], dtype=torch.int32)
+    value = torch.tensor([41], dtype=torch.int32, device="cpu")  # (a C kernel: CPU memory)
     assert function(value.data_ptr()) == 0 and value.item() == 42
 
 
