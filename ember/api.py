@@ -189,6 +189,7 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.mode = mode
         self.backend = resolve_backend(backend)
+        self.backend_option = backend  # (as given: what modules compiled apart get)
         self.backend_name = backend if isinstance(backend, str) else getattr(
             backend, "__name__", "custom")
         self.binder = _binder(function)
@@ -276,6 +277,9 @@ class CompiledFunction:
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
         captured, session, error = capture(self.function, arguments, self.fullgraph)
+        for module in session.compile_apart:
+            _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
+                                        mode=self.mode, backend=self.backend_option))
         if error is not None:
             if self.fullgraph:
                 raise CaptureError(error) from None
@@ -317,6 +321,18 @@ class CompiledFunction:
         return CacheEntry(guard, runner, captured, text)
 
 
+def _compile_apart(module: torch.nn.Module, options: dict[str, Any]) -> None:
+    """Calls of `module` (made outside a graph, after a break) reach its compiled version; so
+    do those of its submodules with hooks (FSDP's sharded parts: the module's own forward may
+    break at the first and run the rest as Python, a loop over its layers)."""
+    for part in module.modules():
+        if part is not module and not torch_internals.module_has_hooks(part):
+            continue
+        if isinstance(part, CompiledModule) or torch_internals.calls_routed(part):
+            continue
+        torch_internals.route_calls(part, CompiledModule(part, **options).__call__)
+
+
 def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:
     """The inverse of the binder: call `function` with arguments bound by name."""
     names = _positional_names(function)
@@ -346,13 +362,35 @@ class CompiledModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, **options: Any):
         super().__init__()
         self._orig_mod = module
-        self._compiled_forward = CompiledFunction(type(module).forward, **options)
+        self._wrapped: CompiledModule | None = None
+        if torch_internals.is_distributed_data_parallel(module):
+            # DDP's forward runs as it is (it prepares the gradient buckets, and autograd
+            # runs its all-reduce hooks as gradients are made); the model inside is compiled,
+            # and DDP's calls of it (module(*args)) reach the compiled version
+            # (not registered as a submodule: state_dict and parameters stay the DDP's)
+            object.__setattr__(self, "_wrapped", CompiledModule(module.module, **options))
+            torch_internals.route_calls(module.module, self._wrapped.__call__)
+            self._compiled_forward = self._wrapped._compiled_forward
+        else:
+            self._compiled_forward = CompiledFunction(type(module).forward, **options)
+            # submodules with hooks (FSDP-sharded blocks) break the forward's graph where
+            # they are called: each is compiled on its own, its hooks run around it
+            for part in module.modules():
+                if part is not module and torch_internals.module_has_hooks(part):
+                    _compile_apart(part, options)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self._orig_mod
-        if torch_internals.module_has_hooks(module):
+        if self._wrapped is not None:
             return module(*args, **kwargs)
+        if torch_internals.module_has_hooks(module):
+            # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
+            # the compiled forward
+            return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
         return self._compiled_forward(module, *args, **kwargs)
+
+    def _call_forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled_forward(self._orig_mod, *args, **kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._forward_hooks or self._forward_pre_hooks:

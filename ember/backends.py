@@ -50,6 +50,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
 def eager_reason(example_inputs: list[Any]) -> str | None:
     """Why this graph must run eagerly for now, or None."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    subclasses = sorted({type(t).__name__ for t in tensors
+                         if type(t) not in (torch.Tensor, torch.nn.Parameter)})
+    if subclasses:  # (a DTensor, FSDP's sharded parameters: no memory of its own to hand a kernel)
+        return f"tensor subclass inputs ({', '.join(subclasses)}) run as torch runs them"
     devices = {t.device.type for t in tensors}
     if devices - {"cpu", "cuda"}:
         return f"tensors on {', '.join(sorted(devices - {'cpu', 'cuda'}))} (ember compiles for " \

@@ -71,7 +71,9 @@ def step(optimizer: torch.optim.Optimizer, closure: Any = None) -> Any:
     for group in optimizer.param_groups:
         params = [p for p in group["params"] if p.grad is not None]
         if any(p.grad.is_sparse or p.is_complex() or not _has_state(optimizer, p, kind, group)
-               for p in params):
+               or type(p) not in (torch.Tensor, torch.nn.Parameter)
+               or type(p.grad) is not torch.Tensor
+               for p in params):  # (tensor subclasses: FSDP's DTensor parameters, ...)
             return optimizer.step()  # (the first step makes the state)
         groups.append((group, params))
     with torch.no_grad():

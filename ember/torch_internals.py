@@ -129,3 +129,35 @@ def storage_use_count(tensor: torch.Tensor) -> int:
     `tensor`'s storage now. CUDA-graph replays hand out pool memory uncopied only while the
     previous replay's outputs are no longer held."""
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
+def call_with_forward(module: torch.nn.Module, forward: Any, args: tuple, kwargs: dict) -> Any:
+    """module(*args, **kwargs) with its hooks as they are (FSDP's all-gather before, its
+    reshard after, a user's hooks) and `forward` run in place of the module's forward: the
+    hooks read `module.forward`, so it is set on the instance for the call."""
+    had = module.__dict__.get("forward")
+    module.__dict__["forward"] = forward
+    try:  # (_call_impl: not a call routed elsewhere by route_calls, which would come back)
+        return module._call_impl(*args, **kwargs)
+    finally:
+        if had is None:
+            del module.__dict__["forward"]
+        else:
+            module.__dict__["forward"] = had
+
+
+def route_calls(module: torch.nn.Module, call: Any) -> None:
+    """Calls of `module` (module(*args)) go to `call` (what nn.Module.compile() sets up)."""
+    module.__dict__["_compiled_call_impl"] = call  # (a function: never a submodule)
+
+
+def calls_routed(module: torch.nn.Module) -> bool:
+    return module.__dict__.get("_compiled_call_impl") is not None
+
+
+def is_distributed_data_parallel(module: Any) -> bool:
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:
+        return False
+    return isinstance(module, DistributedDataParallel)

@@ -72,14 +72,18 @@ def test_module_keyword_arguments():
     same(compiled(t(3), scale=2.0, bias=t(3, seed=1)), t(3) * 2 + t(3, seed=1))
 
 
-def test_module_with_hooks_runs_eagerly_with_hooks():
+def test_a_modules_hooks_run_around_its_compiled_forward():
     model = torch.nn.Linear(3, 3)
     seen = []
+    model.register_forward_pre_hook(lambda module, inputs: (inputs[0] * 2,))
     model.register_forward_hook(lambda module, inputs, output: seen.append(output.shape))
+    model.register_forward_hook(lambda module, inputs, output: output + 1)
     compiled = ember.compile(model)
     with torch.no_grad():
         same(compiled(t(2, 3)), model(t(2, 3)))
     assert len(seen) == 2
+    assert compiled._compiled_forward.records[-1].graphs == 1  # (the forward was compiled)
+    assert "forward" not in model.__dict__  # (the module is left as it was)
 
 
 def test_ember_backend_end_to_end_compiles_kernels():

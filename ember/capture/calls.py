@@ -259,9 +259,16 @@ def inline_nested(session: Session, callee: NestedFunctionValue, args: list[Valu
 def call_module(session: Session, module_value: ModuleValue, args: list[Value],
                 kwargs: dict[str, Value], parent: Frame | None) -> Value:
     module = module_value.value
+    if torch_internals.is_distributed_data_parallel(module):
+        session.compile_apart.append(module.module)
+        raise Unsupported("DistributedDataParallel's forward runs outside the graph (it readies "
+                          "the gradient buckets that autograd's hooks all-reduce); the model "
+                          "inside is compiled on its own", "expected with DDP")
     if torch_internals.module_has_hooks(module):
-        raise Unsupported(f"{type(module).__name__} has forward hooks",
-                          "remove the hooks, or compile the module without them")
+        session.compile_apart.append(module)
+        raise Unsupported(f"{type(module).__name__} has forward hooks: they run outside the "
+                          f"graph, around its forward, which is compiled on its own",
+                          "expected for FSDP-sharded modules; else remove the hooks")
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)

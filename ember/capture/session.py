@@ -72,6 +72,10 @@ class Session:
         self._containers: dict[int, Value] = {}
         self._keep_alive: list[Any] = []
         self.inline_depth = 0
+        # modules whose calls break the graph but whose forward ember compiles on its own
+        # (a DDP's model, a module with hooks such as an FSDP-sharded block): the API layer
+        # routes their calls to a compiled version
+        self.compile_apart: list[torch.nn.Module] = []
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
 

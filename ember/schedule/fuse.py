@@ -537,8 +537,10 @@ class Scheduler:
 
 
 def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
-    """Let each new buffer take the memory of a temporary that died at an earlier step (same
-    dtype and byte size), instead of allocating."""
+    """Let each new temporary take the memory of a temporary that died at an earlier step (same
+    dtype and byte size), instead of allocating. Outputs get memory of their own: one in a
+    reused buffer would reach the caller as a view of another tensor, where eager's result is
+    not a view (autograd and FSDP treat views differently)."""
     first_use: dict[Buffer, int] = {}
     for position, step in enumerate(plan.steps):
         touched = [s.buffer for s in step.stores] if isinstance(step, Kernel) else \
@@ -547,7 +549,7 @@ def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
             first_use.setdefault(buffer, position)
     born: dict[int, list[Buffer]] = {}
     for buffer, position in first_use.items():
-        if buffer.role in ("temp", "output"):
+        if buffer.role == "temp":
             born.setdefault(position, []).append(buffer)
     pool: dict[tuple, list[Buffer]] = {}
     reuse: dict[Buffer, Buffer] = {}
