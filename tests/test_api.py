@@ -11,7 +11,8 @@ from ember.runtime.compiled import CompiledGraph
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
 
 
 def test_decorator_forms():

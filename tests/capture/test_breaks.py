@@ -28,7 +28,8 @@ def case(*calls, breaks=None):
 
 
 def t(*shape, seed=0, sign=1.0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).abs() * sign
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device()).abs() * sign
 
 
 POS, NEG = t(6, sign=1.0), t(6, seed=3, sign=-1.0)

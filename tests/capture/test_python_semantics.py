@@ -27,7 +27,7 @@ def case(*inputs):
 
 def t(*shape, seed=0):
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator)
+    return torch.randn(*shape, generator=generator, device="cpu").to(torch.get_default_device())
 
 
 def calls(*args_list, **kwargs):

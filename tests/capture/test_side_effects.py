@@ -13,7 +13,8 @@ LAST = None
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
 
 
 def test_append_to_argument_list():

@@ -15,7 +15,8 @@ from ember.capture.errors import CaptureError
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
 
 
 def data_dependent_branch(x):

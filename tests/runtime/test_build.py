@@ -87,7 +87,7 @@ def test_without_a_compiler_a_graph_runs_eagerly_with_a_warning(cache):
     def fn(x):
         return torch.sin(x) * 2 + 1
 
-    x = torch.randn(5)
+    x = torch.randn(5, device="cpu")  # (the C compiler is what is missing)
     with config.override(cc="/nonexistent/ember-cc"), captured_log("fallbacks") as records:
         compiled = compile_graph(torch.fx.symbolic_trace(fn), [x])
     assert not isinstance(compiled, CompiledGraph)
