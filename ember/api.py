@@ -321,12 +321,14 @@ class CompiledFunction:
         return CacheEntry(guard, runner, captured, text)
 
 
-def _compile_apart(module: torch.nn.Module, options: dict[str, Any]) -> None:
+def _compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True
+                   ) -> None:
     """Calls of `module` (made outside a graph, after a break) reach its compiled version; so
     do those of its submodules with hooks (FSDP's sharded parts: the module's own forward may
     break at the first and run the rest as Python, a loop over its layers)."""
     for part in module.modules():
-        if part is not module and not torch_internals.module_has_hooks(part):
+        if part is module and not itself or \
+                part is not module and not torch_internals.module_has_hooks(part):
             continue
         if isinstance(part, CompiledModule) or torch_internals.calls_routed(part):
             continue
@@ -375,9 +377,7 @@ class CompiledModule(torch.nn.Module):
             self._compiled_forward = CompiledFunction(type(module).forward, **options)
             # submodules with hooks (FSDP-sharded blocks) break the forward's graph where
             # they are called: each is compiled on its own, its hooks run around it
-            for part in module.modules():
-                if part is not module and torch_internals.module_has_hooks(part):
-                    _compile_apart(part, options)
+            _compile_apart(module, options, itself=False)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         module = self._orig_mod
