@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from checks import same
@@ -132,3 +134,38 @@ def test_disable_switch_runs_eagerly():
 def test_torch_compile_backend_name():
     fn = torch.compile(lambda x: torch.tanh(x) * 2, backend="ember")
     same(fn(t(5)), torch.tanh(t(5)) * 2)
+
+
+def test_graphs_that_compute_nothing_reach_no_backend():
+    # a break's resume function that only hands values on (here: returns y) is not compiled
+    compiled_graphs = []
+
+    def backend(gm, example_inputs):
+        compiled_graphs.append(gm)
+        return gm.forward
+
+    def fn(x):
+        y = x * 2
+        print("between the graphs")
+        return y
+
+    compiled = ember.compile(fn, backend=backend)
+    for _ in range(2):
+        same(compiled(t(4)), t(4) * 2)
+    assert len(compiled_graphs) == 1  # (x * 2; the identity after the print is not)
+
+
+def test_a_hooked_module_trains_with_its_hooks_around_the_compiled_forward():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    for net in (model, reference):
+        net[0].register_forward_hook(lambda module, inputs, output: output * 0.5)
+    compiled = ember.compile(model)
+    for net in (compiled, reference):
+        net(t(4, 6)).pow(2).sum().backward()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    # (the hooked Linear is compiled on its own, its hook run around it)
+    routed = model[0].__dict__.get("_compiled_call_impl")
+    assert routed is not None and routed.__self__._compiled_forward.records[-1].graphs == 1
