@@ -103,10 +103,14 @@ class GraphBuilder:
         node.meta["example_value"] = example
         if isinstance(example, torch.Tensor):
             return TensorValue(node, example)
-        if isinstance(example, (tuple, list)) and all(isinstance(e, torch.Tensor)
+        if isinstance(example, (tuple, list)) and all(isinstance(e, torch.Tensor) or e is None
                                                       for e in example):
+            # (None where a result is not asked for: attention weights with need_weights=False)
             items = []
             for index, item in enumerate(example):
+                if item is None:
+                    items.append(Const(None))
+                    continue
                 getter = self.graph.call_function(operator.getitem, (node, index))
                 getter.meta["example_value"] = item
                 items.append(TensorValue(getter, item))

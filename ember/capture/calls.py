@@ -81,6 +81,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
         return call_value_method(session, callee.receiver, callee.name, args, kwargs)
     if isinstance(callee, BoundMethodValue):
         receiver = getattr(callee.receiver, "value", None)
+        walk = _MODULE_WALKS.get(getattr(callee.function, "value", None))
+        if walk is not None and isinstance(callee.receiver, ModuleValue):
+            return _walk_module(session, callee.receiver, walk, args, kwargs)
         if isinstance(callee.receiver, ObjectValue) and \
                 isinstance(receiver, torch.optim.Optimizer):
             name = getattr(callee.function, "value", None)
@@ -272,6 +275,62 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)
+
+
+# nn.Module's own generator methods: (which registry they walk, whole tree or direct
+# children, with names). They read the module tree and nothing else, so running them at
+# capture time is safe; the tree they saw is guarded (each registry's keys and contents).
+_MODULE_WALKS = {
+    torch.nn.Module.modules: ("_modules", True, False),
+    torch.nn.Module.named_modules: ("_modules", True, True),
+    torch.nn.Module.children: ("_modules", False, False),
+    torch.nn.Module.named_children: ("_modules", False, True),
+    torch.nn.Module.parameters: ("_parameters", True, False),
+    torch.nn.Module.named_parameters: ("_parameters", True, True),
+    torch.nn.Module.buffers: ("_buffers", True, False),
+    torch.nn.Module.named_buffers: ("_buffers", True, True),
+}
+
+
+def _walk_module(session: Session, receiver: ModuleValue, walk: tuple[str, bool, bool],
+                 args: list[Value], kwargs: dict[str, Value]) -> Value:
+    registry, whole_tree, named = walk
+    if args or kwargs or receiver.source is None:
+        raise Unsupported("nn.Module's module/parameter walks with arguments, or of a module "
+                          "made inside the compiled function")
+    found: list[tuple[str, Value]] = []
+    seen: set[int] = set()
+
+    def visit(module: torch.nn.Module, source: Any, prefix: str, depth: int) -> None:
+        children = session.wrap(module._modules, AttrSource(source, "_modules"))
+        if registry == "_modules":
+            if whole_tree and id(module) not in seen:
+                seen.add(id(module))
+                found.append((prefix, session.wrap(module, source)))
+        else:
+            entries = session.wrap(getattr(module, registry),
+                                   AttrSource(source, registry)).items
+            for name, value in entries.items():
+                tensor = getattr(module, registry)[name]
+                if tensor is not None and id(tensor) not in seen:
+                    seen.add(id(tensor))
+                    found.append((prefix + ("." if prefix else "") + name, value))
+        for name, child in module._modules.items():
+            if child is None:
+                continue
+            child_source = ItemSource(AttrSource(source, "_modules"), name)
+            child_prefix = prefix + ("." if prefix else "") + name
+            if not whole_tree:  # children(): the direct ones, once each
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    found.append((child_prefix, children.items[name]))
+                continue
+            visit(child, child_source, child_prefix, depth + 1)
+
+    visit(receiver.value, receiver.source, "", 0)
+    items = [SequenceValue([Const(name), value], tuple) if named else value
+             for name, value in found]
+    return IteratorValue(items)
 
 
 def call_object(session: Session, callee: ObjectValue, args: list[Value],

@@ -144,9 +144,15 @@ def _signature(schema: Any) -> list[tuple[str, str]]:
     return [(a.name, str(a.type)) for a in schema.arguments]
 
 
+# in-place restriding ops whose view op has another overload name
+_VIEW_OF_RESTRIDE = {torch.ops.aten.transpose_.default: torch.ops.aten.transpose.int}
+
+
 def view_variant(func: Any) -> Any | None:
     """aten.squeeze_.dim → aten.squeeze.dim: the view op an in-place restriding op applies to
     its tensor (squeeze_, unsqueeze_, t_, transpose_, ...), else None."""
+    if func in _VIEW_OF_RESTRIDE:
+        return _VIEW_OF_RESTRIDE[func]
     schema = torch_internals.schema_of(func)
     name = schema.name.split("::")[-1]
     if not name.endswith("_") or name.startswith("_"):

@@ -609,3 +609,38 @@ def test_python_semantics(fn, inputs):
 
 def test_there_are_enough_cases():
     assert len(CASES) >= 80
+
+
+class _Walker(torch.nn.Module):
+    """Reads its own tree the ways models do (fast-path checks, weight norms, devices)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.inner = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh())
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        hooked = any(len(m._forward_hooks) for m in self.modules())
+        norm = sum(p.pow(2).sum() for p in self.parameters())
+        names = [name for name, _ in self.named_children()]
+        dtype = next(self.parameters()).dtype
+        out = self.inner(self.first(x)) * self.scale + norm * 1e-3
+        for _, buffer in self.named_buffers():
+            out = out + buffer
+        return out.to(dtype) + (0.0 if hooked else 1.0) + len(names)
+
+
+def test_a_modules_own_tree_walks_are_captured_and_guarded():
+    import ember
+
+    model = _Walker()
+    compiled = ember.compile(model)
+    x = t(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+        report = ember.explain(model)(x)
+        assert report.graph_break_count == 0 and report.graph_count == 1
+        model.inner.append(torch.nn.Sigmoid())  # the tree changes: captured again
+        torch.testing.assert_close(compiled(x), model(x))
+    assert len(compiled._compiled_forward.records) == 2

@@ -219,3 +219,15 @@ def test_module_buffers_updated_in_place():
 def test_batch_norm_training_updates_running_statistics():
     torch.manual_seed(0)
     check_stateful(torch.nn.BatchNorm1d(6).train(), make(8, 6), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_restriding_of_intermediates_is_a_view():
+    # (a multi-layer batch-first GRU transposes an intermediate with transpose_)
+    def fn(x):
+        y = x * 2
+        y.transpose_(0, 1)
+        z = (x + 1).t_()
+        w = (x - 1).unsqueeze_(0).squeeze_(0)
+        return y + z, w
+
+    check(fn, make(3, 4), library=0)

@@ -1,6 +1,8 @@
 """Neural-network ops against eager: the matmul family with fused epilogues, normalisations
 (with kernel counts), losses, dropout in eval, attention, and whole small modules."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -240,3 +242,29 @@ def test_unsafe_split_is_a_view_not_a_library_call():
     check(lambda x: [t * 2 for t in aten.unsafe_split.Tensor(x * 1, 2, 1)]
           + [t + 1 for t in aten.unsafe_split_with_sizes.default(x + 1, [1, 3], 1)],
           make(3, 4), library=0, dynamo=True)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_encoder_layer_compiles_whole_in_eval_and_training(norm_first):
+    # its forward walks self.modules() for the fast-path check, and its attention asks for
+    # no weights (a (tensor, None) result): both used to break the graph
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
+                                             norm_first=norm_first).to(make(1).device)
+    reference = copy.deepcopy(model)
+    x = make(2, 5, 16)
+    compiled = ember.compile(model)
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        reference.train(mode == "train")
+        with torch.set_grad_enabled(mode == "train"), watching_fallbacks() as fallbacks:
+            got, want = compiled(x), reference(x)
+            torch.testing.assert_close(got, want, **MATMUL_TOLERANCE)
+            if mode == "train":
+                got.pow(2).sum().backward()
+                want.pow(2).sum().backward()
+        assert not fallbacks.messages, fallbacks.messages
+        report = ember.explain(model)(x)
+        assert report.graph_break_count == 0, report.break_reasons
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, **MATMUL_TOLERANCE)
