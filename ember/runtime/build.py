@@ -67,6 +67,9 @@ def cache_key(source: str, flags: list[str], compiler: str) -> str:
     return digest.hexdigest()
 
 
+_WITHOUT_SLP = "-fno-tree-slp-vectorize"
+
+
 def build(source: str, link: list[str]) -> tuple[Path, bool]:
     """Compile `source` into a shared library; return (path, whether it came from the cache)."""
     compiler = find_compiler()
@@ -84,6 +87,11 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
     command = [compiler, *flags, "-o", temporary, str(source_path), *link]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0 and "internal compiler error" in result.stderr:
+            # a compiler bug, not the source's: GCC 12 crashes in its SLP vectorizer on some
+            # small OpenMP-simd reductions; the same source builds without that pass
+            command[1:1] = [_WITHOUT_SLP]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.SubprocessError) as error:
         os.unlink(temporary)
         raise BuildError(f"could not run {compiler} on {source_path}: {error}") from error

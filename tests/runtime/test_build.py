@@ -97,3 +97,44 @@ def test_without_a_compiler_a_graph_runs_eagerly_with_a_warning(cache):
     assert "EMBER_CC=/nonexistent/ember-cc" in record.getMessage()
     torch.testing.assert_close(compiled(x), fn(x))
     assert isinstance(compile_graph(torch.fx.symbolic_trace(fn), [x]), CompiledGraph)
+
+
+def test_a_compiler_crash_is_retried_without_the_slp_vectorizer(cache, monkeypatch):
+    calls = []
+    real = subprocess.run
+
+    def crashing_once(command, *args, **kwargs):
+        calls.append(list(command))
+        if len(calls) == 1:
+            return subprocess.CompletedProcess(command, 1, "", "x.c:3:5: internal compiler "
+                                               "error: Segmentation fault")
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(build_module.subprocess, "run", crashing_once)
+    path, cached = build(SOURCE, [])
+    assert not cached and path.exists() and len(calls) == 2
+    assert "-fno-tree-slp-vectorize" in calls[1] and "-fno-tree-slp-vectorize" not in calls[0]
+
+
+def test_gcc12s_slp_crash_on_a_small_int64_max_reduction_builds(cache):
+    # (what the property tests found: GCC 12 -O3 -march=native crashed on this kernel)
+    source = """#include <stdint.h>
+int kernel0(int64_t* restrict a_in0, int64_t* restrict a_buf0) {
+    int64_t status = 0;
+    int64_t acc0 = INT64_MIN;
+    for (int64_t r0_2 = 0; r0_2 < 2; r0_2++) {
+        #pragma omp simd reduction(max:acc0)
+        for (int64_t r0_3 = 0; r0_3 < 2; r0_3++) {
+            int64_t v1 = a_in0[r0_3];
+            acc0 = v1 > acc0 ? v1 : acc0;
+        }
+    }
+    a_buf0[0] = (int64_t)acc0;
+    return (int)(status != 0);
+}
+"""
+    path, _ = build(source, [])
+    function = kernel_function(load(path), "kernel0", 2)
+    values = torch.tensor([3, -7], dtype=torch.int64, device="cpu")
+    out = torch.zeros(1, dtype=torch.int64, device="cpu")
+    assert function(values.data_ptr(), out.data_ptr()) == 0 and out.item() == 3
