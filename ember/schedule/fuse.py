@@ -313,6 +313,12 @@ class Scheduler:
         for view, base in self.aliases.items():
             self.step_of[view] = self.step_of.get(base, -1)
         outputs = self.assign_buffers()
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                # a kernel that writes an input in place stores there last: every value the
+                # kernel computes from the input's old contents (a reduction over it, another
+                # output at the same position) is read before it is overwritten
+                step.stores.sort(key=lambda item: item.buffer.root().role == "input")
         plan = Plan(graph, self.steps, self.buffer_of, inputs, outputs, self.buffers)
         plan.frees = self.lifetimes(plan)
         plan.reuse = reuse_memory(plan)

@@ -231,3 +231,15 @@ def test_in_place_restriding_of_intermediates_is_a_view():
         return y + z, w
 
     check(fn, make(3, 4), library=0)
+
+
+def test_a_kernel_reads_an_input_before_writing_it_in_place():
+    # (found by the property tests: the one-element sum was fused with the fill that
+    # overwrites its input, and the store came first)
+    def fn(x0, x1):
+        total = torch.sum(x1)
+        written = x1.fill_(2)
+        return written, torch.neg(x0), torch.add(x0, total)
+
+    check(fn, make(2, 1), make(1, 1))
+    check(lambda x, y: (y.sum(dim=1), y.mul_(3), x + y.amax()), make(4, 3), make(4, 1))
