@@ -10,6 +10,7 @@ its namespace; nothing is looked up per call.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -150,6 +151,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
+            if math.prod(step.shape) == 0:
+                continue  # (nothing to compute: its loads, hoisted out of empty loops, would
+                #            read past the end of its operands)
             lines.extend(_launch(step.name, source, functions, w))
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:

@@ -235,3 +235,18 @@ def test_reduced_float_statistics_do_not_overflow(dtype):
     check(lambda x: (x.mean(), x.mean(1), x.var(1), x.std(), torch.var_mean(x, 1),
                      torch.std_mean(x, 0), F.layer_norm(x, (100000,)).amax()), x,
           rtol=5e-3, atol=5e-3, library=0)
+
+
+def test_empty_extents_read_nothing():
+    # (found by the property tests: loads hoisted out of loops that never run read past the
+    # end of a gathered index, and the bounds check said "index out of range")
+    def summed(x):
+        picked = x[torch.tensor([0], dtype=torch.int64)]
+        return torch.neg(x), picked[1::1].add_(2).sum(), picked[1:].prod(dim=0)
+
+    def pointwise(x):
+        picked = x[torch.tensor([0], dtype=torch.int64)]
+        return picked[1::1] * 2 + 1, picked[1:].sum(dim=1), torch.neg(x)
+
+    check(summed, make(1, 3))
+    check(pointwise, make(1, 3))
