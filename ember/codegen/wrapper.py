@@ -151,9 +151,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
-            if math.prod(step.shape) == 0:
-                continue  # (nothing to compute: its loads, hoisted out of empty loops, would
-                #            read past the end of its operands)
+            if math.prod(n for d, n in enumerate(step.shape) if d not in step.axes) == 0:
+                continue  # (no position to compute: nothing to launch)
             lines.extend(_launch(step.name, source, functions, w))
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:

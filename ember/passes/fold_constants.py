@@ -2,8 +2,7 @@
 
 Views and casts of a `full` are a `full` of the new shape; pointwise ops whose inputs are all
 `full` are evaluated once with eager torch (so the folded value is exactly eager's); a `where`
-with a constant condition picks its branch; a sum, prod, any or all over an empty extent is
-its identity.
+with a constant condition picks its branch.
 """
 
 from __future__ import annotations
@@ -23,18 +22,9 @@ def _full(graph: Graph, value, node: Node) -> Node:
     return graph.add(Op.FULL, (), value=value, shape=node.shape, dtype=node.dtype)
 
 
-# A reduction over nothing is its identity (eager: sum 0, prod 1, any False, all True); folded
-# here, no kernel reads an empty operand's memory (its loads, hoisted out of a loop that never
-# runs, read past the end, and gathered indices there were checked against bounds).
-_EMPTY_REDUCTION = {Op.SUM: 0, Op.PROD: 1, Op.ANY: False, Op.ALL: True}
-
-
 def fold_constants(graph: Graph) -> int:
     def visit(node: Node) -> Node | None:
         sources = node.inputs
-        if node.op in _EMPTY_REDUCTION and sources and \
-                any(sources[0].shape[axis] == 0 for axis in node.attrs["axes"]):
-            return _full(graph, _EMPTY_REDUCTION[node.op], node)
         if not sources or not all(s.op is Op.FULL for s in sources):
             if node.op is Op.WHERE and sources[0].op is Op.FULL:
                 return sources[1] if sources[0].attrs["value"] else sources[2]

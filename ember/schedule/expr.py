@@ -268,8 +268,6 @@ def ravel(index: Iterable[Expr], shape: Iterable[int]) -> Expr:
 
 def unravel(linear: Expr, shape: tuple[int, ...]) -> list[Expr]:
     """Row-major index in `shape` of the linear position `linear` (0 <= linear < numel)."""
-    if 0 in shape:
-        return [ZERO] * len(shape)  # an empty shape has no positions: nothing is ever read
     index = []
     for d, size in enumerate(shape):
         inner = max(math.prod(shape[d + 1:]), 1)
@@ -277,5 +275,7 @@ def unravel(linear: Expr, shape: tuple[int, ...]) -> list[Expr]:
             index.append(ZERO)
             continue
         position = floordiv(linear, inner)
-        index.append(position if d == 0 else modulo(position, size))
+        # (an empty shape has no positions; its index still varies with `linear`, so a load
+        # through it stays inside the loop that never runs instead of being hoisted out)
+        index.append(position if d == 0 or size == 0 else modulo(position, size))
     return index
