@@ -276,6 +276,8 @@ class CompiledFunction:
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
+        if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
+            _warm_up_triton()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
@@ -425,11 +427,15 @@ def _warm_up_for(module: torch.nn.Module) -> None:
     and its driver now, in the background, while the user's program goes on."""
     parameter = next(module.parameters(), None)
     if parameter is not None and parameter.is_cuda:
-        from ember.backends import kernel_backend
-        from ember.runtime import triton_launch
+        _warm_up_triton()
 
-        if kernel_backend("cuda") == "triton":
-            triton_launch.warm_up()
+
+def _warm_up_triton() -> None:
+    from ember.backends import kernel_backend
+    from ember.runtime import triton_launch
+
+    if kernel_backend("cuda") == "triton":
+        triton_launch.warm_up()
 
 
 def reset() -> None:

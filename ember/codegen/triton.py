@@ -72,10 +72,12 @@ class Heuristics:
 
     pointwise_block: int = 1024       # elements per program of a large pointwise kernel
     pointwise_warps: int = 4          # 8 elements (32 bytes of float32) per thread
-    # long pointwise chains (compute-bound: S2's 20 erf-gelus) run faster in bigger programs:
-    # on the H200 2048 elements on 8 warps took 0.407 ms against 0.442 for 1024 on 4
+    # long pointwise chains (compute-bound: S2's 20 erf-gelus) want more threads with fewer
+    # elements each: on the H200 (session 5) 4 elements per thread (1024 on 8 warps) took
+    # 0.385 ms against 0.406 for 8 (2048 on 8) and 0.443 for 8 on 4 warps, and half the
+    # compile time (the chain is unrolled once per element a thread holds)
     heavy_values: int = 64
-    heavy_block: int = 2048
+    heavy_block: int = 1024
     heavy_warps: int = 8
     persistent_max: int = 8192        # longest row held whole in registers
     persistent_elements: int = 4096   # elements per program of a persistent tile

@@ -132,27 +132,44 @@ class DeviceLaunch:
         return (launcher, compiled.function, compiled.packed_metadata, None, None, None)
 
 
-_warm_up: threading.Thread | None = None
+_warm_ups: list[threading.Thread] = []
 
 
 def warm_up() -> None:
-    """Start importing Triton and initializing its CUDA driver (on a cold cache that builds
-    Triton's CUDA utilities with the C compiler) in the background, while the graph is being
-    lowered; compile_kernels waits for it."""
-    global _warm_up
-    if _warm_up is None and not interpreting():
-        def work() -> None:
-            try:
-                import triton
+    """Start Triton's one-time costs in the background, while the graph is being lowered:
+    importing it, starting its CUDA driver (on a cold cache that builds Triton's CUDA utilities
+    with the C compiler) and, beside that, the key of its compile cache (a hash of Triton's own
+    files, its 400 MB library among them: ~0.6 s that the first triton.compile of a process
+    would otherwise pay before compiling anything). compile_kernels waits for both."""
+    if _warm_ups or interpreting():
+        return
 
-                driver = triton.runtime.driver.active
-                driver.get_current_target()
-                driver.utils  # noqa: B018 (builds or loads cuda_utils)
-            except Exception as error:  # noqa: BLE001 (compile_kernels will meet it again)
-                logs.channel("perf").info("Triton warm-up failed: %s", error)
+    def start_driver() -> None:
+        import triton
 
-        _warm_up = threading.Thread(target=work, name="ember-triton-warm-up", daemon=True)
-        _warm_up.start()
+        driver = triton.runtime.driver.active
+        driver.get_current_target()
+        driver.utils  # noqa: B018 (builds or loads cuda_utils)
+
+    def hash_triton() -> None:
+        from triton.runtime.cache import triton_key
+
+        triton_key()  # (cached for the process)
+
+    for work in (start_driver, hash_triton):
+        thread = threading.Thread(target=_logged(work), name=f"ember-{work.__name__}",
+                                  daemon=True)
+        thread.start()
+        _warm_ups.append(thread)
+
+
+def _logged(work: Any) -> Any:
+    def run() -> None:
+        try:
+            work()
+        except Exception as error:  # noqa: BLE001 (compile_kernels will meet it again)
+            logs.channel("perf").info("Triton warm-up (%s) failed: %s", work.__name__, error)
+    return run
 
 
 def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
@@ -163,7 +180,8 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                     aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
     """Compile each kernel for the current GPU, several at a time, and load them."""
     warm_up()
-    _warm_up.join()
+    for thread in _warm_ups:
+        thread.join()
     import triton
     from triton.compiler import ASTSource
 

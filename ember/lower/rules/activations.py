@@ -68,7 +68,10 @@ def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
         inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)),
                       math.sqrt(2.0 / math.pi))
         return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.TANH, inner), 1.0))
-    return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.ERF, b.mul(x, math.sqrt(0.5))), 1.0))
+    # x/2 * (1 + erf(x/sqrt2)) as x/2 + x/2 * erf(x/sqrt2): one multiply-add instead of an
+    # add and a multiply (4% of S2's compute-bound chain on the H200), one rounding fewer
+    half = b.mul(x, 0.5)
+    return b.add(b.mul(half, b.unary(Op.ERF, b.mul(x, math.sqrt(0.5)))), half)
 
 
 @lowering(aten.silu)
