@@ -124,6 +124,14 @@ def tensor_checker(examples: list[torch.Tensor]) -> Any:
         return None
 
 
+def outside_dispatch_modes() -> Any:
+    """A context in which no TorchDispatchMode is active (the tracer's own mode included):
+    real tensors made in it are real, and ops on them run as eager runs them."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
+
+
 def storage_use_count(tensor: torch.Tensor) -> int:
     """How many tensors (TensorImpls: views, detached aliases, autograd's saved copies) hold
     `tensor`'s storage now. CUDA-graph replays hand out pool memory uncopied only while the

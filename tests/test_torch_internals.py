@@ -60,6 +60,22 @@ def test_a_dispatch_mode_sees_aten_ops_on_meta_tensors():
     assert y.device.type == "meta" and y.shape == (2,)
 
 
+def test_outside_dispatch_modes_runs_ops_unseen_on_real_tensors():
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        with torch_internals.outside_dispatch_modes():
+            real = torch.ones(3) * 2
+        inside = torch.ones(2)
+    assert real.tolist() == [2.0, 2.0, 2.0] and seen == [aten.ones.default]
+    assert inside.tolist() == [1.0, 1.0]
+
+
 def test_pytrees_flatten_and_rebuild():
     tree = (torch.ones(1), {"a": [2, torch.zeros(2)], "b": None})
     leaves, spec = tree_flatten(tree)

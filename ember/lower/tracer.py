@@ -369,7 +369,9 @@ class Tracer(torch_internals.TorchDispatchMode):
         return ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
                          for t in flat)
 
-    def _library(self, func, args, kwargs, template_kwargs, out) -> Any:
+    def _library(self, func, args, kwargs, template_kwargs, out, counted: bool = True) -> Any:
+        """A library call of `func` (`counted`: an op without a working rule, not one called
+        by design)."""
         inputs: list[Node] = []
         operand_strides: list[tuple[int, ...]] = []
 
@@ -391,7 +393,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
                               kwargs=template_kwargs, results=results,
                               tuple_result=tuple_result, operand_strides=tuple(operand_strides))
-        self.library_calls += 1
+        self.library_calls += counted
         if not tuple_result:
             node.strides = results[0][2]
             return node
@@ -544,10 +546,11 @@ class Tracer(torch_internals.TorchDispatchMode):
 
 class _MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
-                 device: torch.device):
+                 device: torch.device, tracer: Tracer):
         super().__init__(module)
         self.attribute_metas = attributes
         self.device = device
+        self.tracer = tracer
 
     def get_attr(self, target, args, kwargs):
         if target in self.attribute_metas:
@@ -557,6 +560,10 @@ class _MetaInterpreter(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if self.device.type == "cuda" and target in _DROPOUTS:
             fused = _fused_dropout(target, args, kwargs)
+            if fused is not None:
+                return fused
+        if self.device.type in FUSED_ATTENTION_DEVICES and target in _ATTENTIONS:
+            fused = _fused_attention(self.tracer, self.device, args, kwargs)
             if fused is not None:
                 return fused
         return super().call_function(target, args, kwargs)
@@ -579,6 +586,43 @@ def _fused_dropout(target, args, kwargs) -> Any:
             not isinstance(p, float) or not 0 < p < 1 or x.numel() == 0:
         return None
     return torch.ops.aten.native_dropout.default(x, p, True)[0]
+
+
+# Attention on a CUDA tensor: eager picks a fused kernel (flash, memory-efficient, cuDNN) by
+# the inputs' shapes, strides and dtypes and the GPU; its results differ from the math
+# composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
+# eager calls it, a library call; the layout of its result is the one a run on stand-in
+# tensors of the same geometry gives (checked again against the first real call's).
+FUSED_ATTENTION_DEVICES = {"cuda"}  # (on the CPU ember's own kernels compute it)
+_ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
+                        "scale", "enable_gqa")
+_ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
+               torch.ops.aten.scaled_dot_product_attention.default}
+
+
+def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
+    bound = dict(zip(_ATTENTION_ARGUMENTS, args), **kwargs)
+    if set(bound) - set(_ATTENTION_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
+        return None  # (dropout draws: a training graph's backward could not run it again)
+    tensors = {name: bound.get(name) for name in _ATTENTION_ARGUMENTS[:4]}
+    if tensors["attn_mask"] is None:
+        del tensors["attn_mask"]
+    if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
+               for t in tensors.values()):
+        return None
+    attention = torch.ops.aten.scaled_dot_product_attention.default
+    options = {name: bound[name] for name in _ATTENTION_ARGUMENTS[3:] if name in bound}
+    with torch_internals.outside_dispatch_modes(), torch.no_grad():
+        stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                               device=device) for name, t in tensors.items()}
+        real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
+                         **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
+                                            if n in stand_ins}))
+    out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+    call_args = (bound["query"], bound["key"], bound["value"])
+    tracer._bind_results(out, tracer._library(attention, call_args, options, options, out,
+                                              counted=False))
+    return out
 
 
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
@@ -619,7 +663,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
             raise Unsupported(f"graph attribute {name} lives on {value.device}, the graph on "
                               f"{device}")
     with tracer:
-        out = _MetaInterpreter(module, attributes, device).run(*arguments)
+        out = _MetaInterpreter(module, attributes, device, tracer).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -73,7 +72,7 @@ def s2_source(name: str, block: int, erf: str, form: str) -> str:
         if form == "plain":  # as eager and Inductor write erf-gelu
             lines.append(f"    v = (v * 0.5) * ({call}(v * 0.70710677) + 1.0)")
         else:  # 0.5v + 0.5v*erf: one fma instead of an add and a multiply
-            lines.append(f"    h = v * 0.5")
+            lines.append("    h = v * 0.5")
             lines.append(f"    v = h * {call}(v * 0.70710677) + h")
     lines.append("    tl.store(p_out0 + x, v)")
     return "\n".join(lines) + "\n"
@@ -211,9 +210,8 @@ def probe_first_call(name: str) -> None:
     driver.utils  # noqa: B018
     driver_s = time.perf_counter() - start
     stages = time_stages()
-    from ember.bench.gpu import build
-
     import ember
+    from ember.bench.gpu import build
 
     fn, args = build(name, False)
     with torch.no_grad():

@@ -3,7 +3,7 @@ returned as views with eager's strides, and ops without a working rule as librar
 
 import pytest
 import torch
-from helpers import captured_log, check
+from helpers import captured_log, check, check_grad, make
 
 from ember.ir import Op
 from ember.lower import lowerings, trace
@@ -164,3 +164,45 @@ def test_dropout_of_a_cuda_graph_calls_eagers_fused_op():
     assert _fused_dropout(dropout, (x, 0.25, False, False), {}) is None      # eval
     assert _fused_dropout(dropout, (x, 0.25), {"inplace": True}) is None   # dropout_
     assert _fused_dropout(dropout, (x, 0.0, True, False), {}) is None      # p = 0
+
+
+# -- attention as eager calls it (CUDA: fused kernels; here the mechanism, on the CPU) --------
+@pytest.fixture
+def fused_attention_here(monkeypatch):
+    from ember.lower import tracer
+
+    monkeypatch.setattr(tracer, "FUSED_ATTENTION_DEVICES", {"cpu", "cuda"})
+
+
+def _attention(q, k, v, mask):
+    import torch.nn.functional as F
+
+    scores = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    causal = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                            v.transpose(1, 2), is_causal=True, scale=0.3)
+    return scores.relu() + 1, causal
+
+
+def test_attention_is_one_library_call_with_eagers_result_and_layout(fused_attention_here):
+    q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
+    mask = make(8, 8, dtype=torch.bool)
+    mask[:, 0] = True
+    lowered = _lower(_attention, q, k, v, mask)
+    calls = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
+    assert [n.attrs["target"] for n in calls] == [aten.scaled_dot_product_attention.default] * 2
+    assert lowered.library_calls == 0  # (called by design, not for want of a rule)
+    # the same op runs as in eager: equal to the bit, same strides; relu + 1 is one kernel
+    check(_attention, q, k, v, mask, kernels=1, library=0, rtol=0, atol=0)
+
+
+def test_attention_library_call_trains_through_torchs_backward(fused_attention_here):
+    q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
+    check_grad(lambda q, k, v: _attention(q, k, v, None), q, k, v)
+
+
+def test_attention_with_dropout_is_left_to_the_composite(fused_attention_here):
+    from ember.lower.tracer import _fused_attention
+
+    q = torch.empty(1, 2, 4, 8, device="meta")
+    # (its draws would differ when a training graph's backward ran it again)
+    assert _fused_attention(None, torch.device("cpu"), (q, q, q), {"dropout_p": 0.5}) is None
