@@ -935,8 +935,9 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = No
         heavy = writer.made >= heuristics.heavy_values
         block = min(_pow2(xnumel), heuristics.heavy_block if heavy else
                     heuristics.pointwise_block)
+        per_thread = 4 if heavy else 8  # elements each thread holds, at least
         warps = max(1, min(heuristics.heavy_warps if heavy else heuristics.pointwise_warps,
-                           block // 256))
+                           block // (32 * per_thread)))
         return Tiling(block, num_warps=warps, int64=int64)
     if _kept_dim_is_contiguous(writer):
         rblock = min(_pow2(rnumel), heuristics.column_rblock)

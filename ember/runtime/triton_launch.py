@@ -180,37 +180,37 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                     aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
     """Compile each kernel for the current GPU, several at a time, and load them."""
     warm_up()
-    for thread in _warm_ups:
-        thread.join()
-    import triton
+    import triton  # (waits for the warm-up's import, if that is under way)
     from triton.compiler import ASTSource
 
-    target = triton.runtime.driver.active.get_current_target()
     # kernels that differ only in their names (a model's repeated layers) compile once
     first_of: dict[tuple, int] = {}
     same_as = [first_of.setdefault(_shape_of(k, aligned[i]), i) for i, k in enumerate(kernels)]
-
-    def build(position: int) -> DeviceLaunch:
-        kernel = kernels[position]
-        fn = getattr(module, kernel.name)
-        source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
-        options = {"num_warps": kernel.num_warps, "num_stages": 1, "debug": kernel.checks}
-        start = time.perf_counter()
-        compiled = triton.compile(source, target=target, options=options)
-        compiled_at = time.perf_counter()
-        with torch.cuda.device(device_index):
-            compiled._init_handles()  # load the binary; build (or find) the C launcher
-        logs.channel("perf").info("%s: triton.compile %.3f s, load %.3f s", kernel.name,
-                                   compiled_at - start, time.perf_counter() - compiled_at)
-        return DeviceLaunch(compiled, kernel.grid)
-
-    # On a cold cache each new argument count also needs its C launcher built (a compiler
-    # run): start those at once, beside the kernels' compilation, not after it.
-    launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
     distinct = sorted(set(same_as))
+    # On a cold cache each new argument count also needs its C launcher built (a compiler
+    # run): start those at once, beside the warm-up and the kernels' compilation.
+    launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
     workers = max(1, min(len(distinct) + len(launchers), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         prebuilt = [pool.submit(_build_launcher, types) for types in launchers]
+        for thread in _warm_ups:
+            thread.join()
+        target = triton.runtime.driver.active.get_current_target()
+
+        def build(position: int) -> DeviceLaunch:
+            kernel = kernels[position]
+            fn = getattr(module, kernel.name)
+            source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
+            options = {"num_warps": kernel.num_warps, "num_stages": 1, "debug": kernel.checks}
+            start = time.perf_counter()
+            compiled = triton.compile(source, target=target, options=options)
+            compiled_at = time.perf_counter()
+            with torch.cuda.device(device_index):
+                compiled._init_handles()  # load the binary; build (or find) the C launcher
+            logs.channel("perf").info("%s: triton.compile %.3f s, load %.3f s", kernel.name,
+                                       compiled_at - start, time.perf_counter() - compiled_at)
+            return DeviceLaunch(compiled, kernel.grid)
+
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()

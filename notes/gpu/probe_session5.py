@@ -120,12 +120,10 @@ def probe_s2(out: Path) -> list[dict]:
     for _ in range(20):
         expected = F.gelu(expected * 1.01 + 0.01)
     target = triton.runtime.driver.active.get_current_target()
-    variants = [
-        ("math", "plain", 2048, 8, None), ("libdevice", "plain", 2048, 8, None),
-        ("libdevice", "plain", 1024, 4, None), ("math", "fma", 2048, 8, None),
-        ("math", "plain", 1024, 8, None), ("math", "plain", 512, 4, None),
-        ("math", "plain", 256, 2, None), ("math", "plain", 2048, 8, "--opt-level 1"),
-        ("math", "fma", 4096, 16, None), ("math", "fma", 1024, 4, None),
+    variants = [  # (run 1's list: tests in notes/gpu/session5/probe-run1.txt)
+        ("math", "plain", 1024, 8, None), ("math", "fma", 1024, 8, None),
+        ("math", "fma", 512, 4, None), ("math", "fma", 2048, 16, None),
+        ("math", "plain", 2048, 16, None),
     ]
     results = []
     for i, (erf, form, block, warps, ptx_options) in enumerate(variants):
