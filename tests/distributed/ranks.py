@@ -75,10 +75,11 @@ def wrap(model: torch.nn.Module, how: str) -> torch.nn.Module:
     return model
 
 
-def train(name: str, how: str, rank: int) -> dict[str, Any]:
+def train(name: str, how: str, rank: int, device: torch.device) -> dict[str, Any]:
     import ember
 
     model, x_shape, y_shape = build(name)
+    model = model.to(device)
     net = wrap(model, how.replace("step(fsdp)", "fsdp"))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
@@ -94,11 +95,11 @@ def train(name: str, how: str, rank: int) -> dict[str, Any]:
     losses = []
     for _ in range(STEPS):
         x, y = torch.randn(x_shape, generator=generator), torch.randn(y_shape, generator=generator)
-        losses.append(run(x, y).detach())
+        losses.append(run(x.to(device), y.to(device)).detach().cpu())
     params = {}
     for path, param in model.named_parameters():
         full = param.full_tensor() if hasattr(param, "full_tensor") else param
-        params[path.replace("_orig_mod.", "").replace("module.", "")] = full.detach().clone()
+        params[path.replace("_orig_mod.", "").replace("module.", "")] = full.detach().cpu()
     return dict(losses=torch.stack(losses), params=params, graphs=_graphs(net, model))
 
 
@@ -114,10 +115,15 @@ def _graphs(net: torch.nn.Module, model: torch.nn.Module) -> int:
     return sum(record.graphs for c in compiled.values() for record in c.records)
 
 
-def run(rank: int, world: int, init: str, out: str, cases: list[tuple[str, str]]) -> None:
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+def run(rank: int, world: int, init: str, out: str, cases: list[tuple[str, str]],
+        backend: str = "gloo") -> None:
+    """gloo: CPU tensors; nccl: one GPU per rank."""
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world)
     try:
-        results = {f"{name} {how}": train(name, how, rank) for name, how in cases}
+        results = {f"{name} {how}": train(name, how, rank, device) for name, how in cases}
         torch.save(results, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
