@@ -283,7 +283,7 @@ def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
     """ember's kernel time under other tile choices (HEURISTICS), to check the defaults."""
     import ember
     from ember import config
-    from ember.codegen import triton as codegen
+    from ember.codegen import triton_tiling as codegen
 
     default = codegen.HEURISTICS
     fuse = name == "S4"  # its Linear+Tanh layers: matmul epilogue fusion under several tiles

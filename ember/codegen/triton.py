@@ -9,10 +9,8 @@ loop per reduction, each keeping RBLOCK partial accumulators). Values are comput
 where used and memoized per scope, as in the C writer; a value is hoisted out of a loop when it
 does not depend on the loop's index.
 
-The tile is chosen from the kernel's memory accesses (a first writing collects them): the
-kept dim being the contiguous one (a reduction over a strided dim) asks for a wide XBLOCK and a
-short RBLOCK so each load is coalesced across `x`; offsets that can reach 2**31 make every
-index int64.
+The tile is chosen (ember/codegen/triton_tiling.py) from the kernel's memory accesses, which
+a first writing collects; the kernel is then written again with it.
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from ember.codegen.triton_rules import (
     store,
     triton_rules,
 )
+from ember.codegen.triton_tiling import Tiling, choose_tiling, pow2
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
@@ -40,67 +39,12 @@ from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
-INT32_LIMIT = 2 ** 31
 _TORCH_TYPES = {"tl.float32": torch.float32, "tl.float64": torch.float64,
                 "tl.int32": torch.int32, "tl.int64": torch.int64, "tl.int16": torch.int16,
                 "tl.int8": torch.int8, "tl.uint8": torch.uint8}
 # Ops whose Triton form takes Python constants as operands as they are (operators, where).
 _LITERAL_OPERANDS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.EQ, Op.NE, Op.LT, Op.LE,
                                Op.GT, Op.GE, Op.WHERE})
-
-
-@dataclasses.dataclass(frozen=True)
-class Tiling:
-    """How a kernel maps onto the grid."""
-
-    xblock: int
-    rblock: int = 0            # 0: a pointwise kernel
-    persistent: bool = False   # the whole row in one tile
-    num_warps: int = 4
-    int64: bool = False
-    parts: int = 1             # a split reduction: each row in `parts` chunks of `chunk`
-    chunk: int = 0
-    block_m: int = 0           # a kernel that computes a matmul first: its tile (and the
-    block_n: int = 0           # depth of one step over k)
-    block_k: int = 0
-    precision: str = "ieee"    # of a float32 matmul's tl.dot
-
-
-@dataclasses.dataclass(frozen=True)
-class Heuristics:
-    """The tile sizes ember picks (ember/bench's GPU script times alternatives)."""
-
-    pointwise_block: int = 1024       # elements per program of a large pointwise kernel
-    pointwise_warps: int = 4          # 8 elements (32 bytes of float32) per thread
-    # long pointwise chains (compute-bound: S2's 20 erf-gelus) want more threads with fewer
-    # elements each: on the H200 (session 5) 4 elements per thread (1024 on 8 warps) took
-    # 0.385 ms against 0.406 for 8 (2048 on 8) and 0.443 for 8 on 4 warps, and half the
-    # compile time (the chain is unrolled once per element a thread holds)
-    heavy_values: int = 64
-    heavy_block: int = 1024
-    heavy_warps: int = 8
-    persistent_max: int = 8192        # longest row held whole in registers
-    persistent_elements: int = 4096   # elements per program of a persistent tile
-    looped_rblock: int = 2048
-    split_min_row: int = 16384        # programs of at least this many elements may be split ...
-    split_target_programs: int = 512  # ... when fewer programs than this would run
-    split_max_parts: int = 256
-    column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
-    column_xblock: int = 64
-    # kernels that compute a small matmul first: on the H200 (S4's 64x256x256 Linear+Tanh
-    # layers) 16x16 tiles over 64-deep steps on 2 warps with three-pass TF32 took 5.7 us per
-    # layer against 7.6 for cuBLAS + a tanh kernel and 23 for the first 64x32x32 "ieee" tiles
-    matmul_block_m: int = 16
-    matmul_block_n: int = 16
-    matmul_block_k: int = 64
-    matmul_warps: int = 2
-    # float32 tl.dot: "tf32x3" splits each operand into two TF32 parts and sums three tensor
-    # core products (float32-level error, as cuBLAS's float32 results have); "ieee": exact
-    # products on the CUDA cores (slower)
-    matmul_precision: str = "tf32x3"
-
-
-HEURISTICS = Heuristics()
 
 
 @dataclasses.dataclass(eq=False)
@@ -174,17 +118,6 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     if value.isidentifier() or value.startswith("tl.full("):
         return value
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
-
-
-def _needs_int64(expr: Expr) -> bool:
-    low, high = expr.bounds()
-    if high >= INT32_LIMIT or low < -INT32_LIMIT:
-        return True
-    return any(_needs_int64(atom.expr) for atom, _ in expr.terms if isinstance(atom, (Div, Mod)))
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 class TritonKernelWriter:
@@ -562,7 +495,7 @@ class TritonKernelWriter:
         """A reduction finished from its chunks' partial results."""
         spaces = self.workspaces_of(node)
         parts = self.tiling.parts
-        lanes = _pow2(parts)
+        lanes = pow2(parts)
         part = self.fresh("part")
         self.emit(scope, f"{part} = tl.arange(0, {lanes})[None, :]")
         masks = [self.masks["x"]] if "x" in self.masks else []
@@ -914,81 +847,6 @@ def _pointer(base: str, offset: int, *terms: tuple[str, int]) -> str:
     parts = [base] + ([str(offset)] if offset else [])
     parts += [f"{index} * {stride}" if stride != 1 else index for index, stride in terms]
     return " + ".join(parts)
-
-
-def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = None) -> Tiling:
-    """Tile sizes from the kernel's extents and the first writing's memory accesses, by
-    `heuristics` or else the module's HEURISTICS as they are now (the GPU bench swaps them)."""
-    heuristics = heuristics or HEURISTICS
-    xnumel, rnumel = writer.xnumel, writer.rnumel
-    int64 = xnumel * max(rnumel, 1) >= INT32_LIMIT or any(
-        _needs_int64(offset) for offset in writer.accesses)
-    if writer.matmul is not None:
-        m, n = writer.kernel.shape
-        k = writer.matmul.a.shape[1]
-        return Tiling(0, num_warps=heuristics.matmul_warps, int64=int64,
-                      block_m=max(16, min(_pow2(m), heuristics.matmul_block_m)),
-                      block_n=max(16, min(_pow2(n), heuristics.matmul_block_n)),
-                      block_k=max(16, min(_pow2(k), heuristics.matmul_block_k)),
-                      precision=heuristics.matmul_precision)
-    if not writer.reduces:
-        heavy = writer.made >= heuristics.heavy_values
-        block = min(_pow2(xnumel), heuristics.heavy_block if heavy else
-                    heuristics.pointwise_block)
-        per_thread = 4 if heavy else 8  # elements each thread holds, at least
-        warps = max(1, min(heuristics.heavy_warps if heavy else heuristics.pointwise_warps,
-                           block // (32 * per_thread)))
-        return Tiling(block, num_warps=warps, int64=int64)
-    if _kept_dim_is_contiguous(writer):
-        rblock = min(_pow2(rnumel), heuristics.column_rblock)
-        xblock = min(_pow2(xnumel), heuristics.column_xblock)
-        persistent = rnumel <= rblock
-        warps = max(1, min(8, xblock * rblock // 256))
-        return _maybe_split(Tiling(xblock, rblock, persistent, warps, int64), writer,
-                            heuristics)
-    if rnumel <= heuristics.persistent_max:
-        rblock = _pow2(rnumel)
-        xblock = max(1, min(_pow2(xnumel), heuristics.persistent_elements // rblock))
-        warps = max(1, min(16, xblock * rblock // 512))
-        return Tiling(xblock, rblock, True, warps, int64)
-    rblock = heuristics.looped_rblock
-    return _maybe_split(Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64),
-                        writer, heuristics)
-
-
-def _maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristics) -> Tiling:
-    """Too few programs to fill the GPU, each with much work (a long row, or a tile of
-    columns as long as a bias gradient's batch): split every row into chunks, one program per
-    chunk, and combine the chunks' partial results in a second pass."""
-    programs = -(-writer.xnumel // tiling.xblock)
-    rnumel = writer.rnumel
-    if rnumel * tiling.xblock < heuristics.split_min_row or \
-            programs >= heuristics.split_target_programs:
-        return tiling
-    parts = min(heuristics.split_max_parts, _pow2(heuristics.split_target_programs // programs),
-                _pow2(-(-rnumel // (2 * tiling.rblock))))
-    if parts < 2:
-        return tiling
-    chunk = -(-rnumel // parts)
-    chunk = -(-chunk // tiling.rblock) * tiling.rblock  # whole tiles per chunk
-    parts = -(-rnumel // chunk)
-    return dataclasses.replace(tiling, persistent=False, parts=parts, chunk=chunk)
-
-
-def _kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
-    """Do more accesses walk memory contiguously along the innermost kept dim than along a
-    reduced dim? Then loads coalesce across x, and the tile is wide in x, short in r."""
-    if not writer.outer_dims:
-        return False
-    shape = writer.kernel.shape
-    last = writer.outer_dims[-1]
-    along_kept = along_reduced = 0
-    for offset in writer.accesses:
-        if offset.coefficient(Var(f"i{last}", shape[last])) == 1:
-            along_kept += 1
-        if any(offset.coefficient(Var(f"r{d}", shape[d])) == 1 for d in writer.inner_dims):
-            along_reduced += 1
-    return along_kept > along_reduced and shape[last] >= 16
 
 
 def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> KernelLaunches:

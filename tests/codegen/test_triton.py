@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from helpers import check, make
 
 from ember import config
-from ember.codegen.triton import HEURISTICS, KernelLaunches, render, write_module
+from ember.codegen.triton import KernelLaunches, render, write_module
 from ember.codegen.triton_rules import TANH_SPLIT
+from ember.codegen.triton_tiling import HEURISTICS
 from ember.codegen.wrapper import KernelIndexError
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
@@ -160,9 +161,24 @@ def test_swapping_the_module_heuristics_changes_the_tiles(monkeypatch):
     # (what python -m ember.bench.gpu --tune does between compiles)
     import dataclasses
 
-    from ember.codegen import triton as codegen
+    from ember.codegen import triton_tiling as codegen
 
     monkeypatch.setattr(codegen, "HEURISTICS",
                         dataclasses.replace(codegen.HEURISTICS, pointwise_block=256))
     (pointwise,) = launches(lambda x: x * 2, make(4096))
     assert "XBLOCK: tl.constexpr = 256" in pointwise.kernels[0].text
+
+
+def test_long_pointwise_chains_hold_four_elements_per_thread_on_more_warps():
+    # (S2's 20 erf-gelus are compute-bound: 1024 elements on 8 warps beat 8 per thread on the
+    # H200 and compile in half the time; a short chain keeps 8 per thread)
+    def chain(x):
+        for _ in range(20):
+            x = F.gelu(x * 1.01 + 0.01)
+        return x
+
+    (long,) = launches(chain, make(8192))
+    (short,) = launches(lambda x: x * 2 + 1, make(8192))
+    assert "XBLOCK: tl.constexpr = 1024" in long.kernels[0].text
+    assert (long.kernels[0].num_warps, short.kernels[0].num_warps) == (8, 4)
+    check(chain, make(8192), kernels=1)

@@ -1,0 +1,172 @@
+"""How a Triton kernel maps onto the GPU's grid: its tile, warps and index width.
+
+The choice is made from a first writing of the kernel (ember/codegen/triton.py), which collects
+its extents, its memory accesses and how many values it computes:
+
+- pointwise kernels are 1-D blocks of XBLOCK elements, at least 8 bytes per thread per tensor;
+  long chains (compute-bound) hold fewer elements per thread on more warps;
+- reductions whose kept dim is the contiguous one (a reduction over a strided dim) take a wide
+  XBLOCK and a short RBLOCK, so each load is coalesced across `x`;
+- rows up to `persistent_max` are held whole in registers (persistent), longer ones are walked
+  in RBLOCK steps (looped); too few programs with too much work each are split;
+- kernels that compute a small matmul first take tl.dot tiles;
+- offsets that can reach 2**31 make every index int64.
+
+The numbers are `Heuristics`; the GPU bench (ember/bench/gpu.py) times alternatives by swapping
+the module's HEURISTICS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ember.schedule.expr import Div, Expr, Mod, Var
+
+if TYPE_CHECKING:
+    from ember.codegen.triton import TritonKernelWriter
+
+INT32_LIMIT = 2 ** 31
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiling:
+    """How a kernel maps onto the grid."""
+
+    xblock: int
+    rblock: int = 0            # 0: a pointwise kernel
+    persistent: bool = False   # the whole row in one tile
+    num_warps: int = 4
+    int64: bool = False
+    parts: int = 1             # a split reduction: each row in `parts` chunks of `chunk`
+    chunk: int = 0
+    block_m: int = 0           # a kernel that computes a matmul first: its tile (and the
+    block_n: int = 0           # depth of one step over k)
+    block_k: int = 0
+    precision: str = "ieee"    # of a float32 matmul's tl.dot
+
+
+@dataclasses.dataclass(frozen=True)
+class Heuristics:
+    """The tile sizes ember picks (ember/bench's GPU script times alternatives)."""
+
+    pointwise_block: int = 1024       # elements per program of a large pointwise kernel
+    pointwise_warps: int = 4          # 8 elements (32 bytes of float32) per thread
+    # long pointwise chains (compute-bound: S2's 20 erf-gelus) want more threads with fewer
+    # elements each: on the H200 (session 5) 4 elements per thread (1024 on 8 warps) took
+    # 0.385 ms against 0.406 for 8 (2048 on 8) and 0.443 for 8 on 4 warps, and half the
+    # compile time (the chain is unrolled once per element a thread holds)
+    heavy_values: int = 64
+    heavy_block: int = 1024
+    heavy_warps: int = 8
+    persistent_max: int = 8192        # longest row held whole in registers
+    persistent_elements: int = 4096   # elements per program of a persistent tile
+    looped_rblock: int = 2048
+    split_min_row: int = 16384        # programs of at least this many elements may be split ...
+    split_target_programs: int = 512  # ... when fewer programs than this would run
+    split_max_parts: int = 256
+    column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
+    column_xblock: int = 64
+    # kernels that compute a small matmul first: on the H200 (S4's 64x256x256 Linear+Tanh
+    # layers) 16x16 tiles over 64-deep steps on 2 warps with three-pass TF32 took 5.7 us per
+    # layer against 7.6 for cuBLAS + a tanh kernel and 23 for the first 64x32x32 "ieee" tiles
+    matmul_block_m: int = 16
+    matmul_block_n: int = 16
+    matmul_block_k: int = 64
+    matmul_warps: int = 2
+    # float32 tl.dot: "tf32x3" splits each operand into two TF32 parts and sums three tensor
+    # core products (float32-level error, as cuBLAS's float32 results have); "ieee": exact
+    # products on the CUDA cores (slower)
+    matmul_precision: str = "tf32x3"
+
+
+HEURISTICS = Heuristics()
+
+
+
+def pow2(n: int) -> int:
+    """The least power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+
+def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = None) -> Tiling:
+    """Tile sizes from the kernel's extents and the first writing's memory accesses, by
+    `heuristics` or else the module's HEURISTICS as they are now (the GPU bench swaps them)."""
+    heuristics = heuristics or HEURISTICS
+    xnumel, rnumel = writer.xnumel, writer.rnumel
+    int64 = xnumel * max(rnumel, 1) >= INT32_LIMIT or any(
+        needs_int64(offset) for offset in writer.accesses)
+    if writer.matmul is not None:
+        m, n = writer.kernel.shape
+        k = writer.matmul.a.shape[1]
+        return Tiling(0, num_warps=heuristics.matmul_warps, int64=int64,
+                      block_m=max(16, min(pow2(m), heuristics.matmul_block_m)),
+                      block_n=max(16, min(pow2(n), heuristics.matmul_block_n)),
+                      block_k=max(16, min(pow2(k), heuristics.matmul_block_k)),
+                      precision=heuristics.matmul_precision)
+    if not writer.reduces:
+        heavy = writer.made >= heuristics.heavy_values
+        block = min(pow2(xnumel), heuristics.heavy_block if heavy else
+                    heuristics.pointwise_block)
+        per_thread = 4 if heavy else 8  # elements each thread holds, at least
+        warps = max(1, min(heuristics.heavy_warps if heavy else heuristics.pointwise_warps,
+                           block // (32 * per_thread)))
+        return Tiling(block, num_warps=warps, int64=int64)
+    if kept_dim_is_contiguous(writer):
+        rblock = min(pow2(rnumel), heuristics.column_rblock)
+        xblock = min(pow2(xnumel), heuristics.column_xblock)
+        persistent = rnumel <= rblock
+        warps = max(1, min(8, xblock * rblock // 256))
+        return maybe_split(Tiling(xblock, rblock, persistent, warps, int64), writer,
+                            heuristics)
+    if rnumel <= heuristics.persistent_max:
+        rblock = pow2(rnumel)
+        xblock = max(1, min(pow2(xnumel), heuristics.persistent_elements // rblock))
+        warps = max(1, min(16, xblock * rblock // 512))
+        return Tiling(xblock, rblock, True, warps, int64)
+    rblock = heuristics.looped_rblock
+    return maybe_split(Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64),
+                        writer, heuristics)
+
+
+def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristics) -> Tiling:
+    """Too few programs to fill the GPU, each with much work (a long row, or a tile of
+    columns as long as a bias gradient's batch): split every row into chunks, one program per
+    chunk, and combine the chunks' partial results in a second pass."""
+    programs = -(-writer.xnumel // tiling.xblock)
+    rnumel = writer.rnumel
+    if rnumel * tiling.xblock < heuristics.split_min_row or \
+            programs >= heuristics.split_target_programs:
+        return tiling
+    parts = min(heuristics.split_max_parts, pow2(heuristics.split_target_programs // programs),
+                pow2(-(-rnumel // (2 * tiling.rblock))))
+    if parts < 2:
+        return tiling
+    chunk = -(-rnumel // parts)
+    chunk = -(-chunk // tiling.rblock) * tiling.rblock  # whole tiles per chunk
+    parts = -(-rnumel // chunk)
+    return dataclasses.replace(tiling, persistent=False, parts=parts, chunk=chunk)
+
+
+def kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
+    """Do more accesses walk memory contiguously along the innermost kept dim than along a
+    reduced dim? Then loads coalesce across x, and the tile is wide in x, short in r."""
+    if not writer.outer_dims:
+        return False
+    shape = writer.kernel.shape
+    last = writer.outer_dims[-1]
+    along_kept = along_reduced = 0
+    for offset in writer.accesses:
+        if offset.coefficient(Var(f"i{last}", shape[last])) == 1:
+            along_kept += 1
+        if any(offset.coefficient(Var(f"r{d}", shape[d])) == 1 for d in writer.inner_dims):
+            along_reduced += 1
+    return along_kept > along_reduced and shape[last] >= 16
+
+
+def needs_int64(expr: Expr) -> bool:
+    low, high = expr.bounds()
+    if high >= INT32_LIMIT or low < -INT32_LIMIT:
+        return True
+    return any(needs_int64(atom.expr) for atom, _ in expr.terms if isinstance(atom, (Div, Mod)))
