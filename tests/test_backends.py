@@ -47,6 +47,19 @@ def test_training_graphs_compile_forward_and_backward():
         assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
 
 
+def test_a_training_graph_says_which_backward_arguments_the_forward_saved():
+    def fn(x, w):
+        return (x @ w).relu().sum(1), x.sum()  # the product is saved, the rest recomputed
+
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    saved = compiled.saved_positions()
+    # the forward returns the user's outputs, then what it saved: one backward argument each
+    assert len(saved) == len(compiled.split.forward.outputs) - compiled.output_count == 1
+    saved_shapes = [compiled.split.backward.inputs[k].shape for k in saved]
+    assert saved_shapes == [(4, 5)]
+
+
 def test_a_training_graph_without_a_rule_runs_eagerly_and_says_why():
     def fn(x):
         return torch.nn.functional.rrelu(x * 2, training=True)  # random: not run twice

@@ -70,8 +70,7 @@ class CudaGraphed:
             # its forward and its backward are each recorded (each on its first call); the
             # autograd.Function between them stays in Python
             self.training = True
-            saved = tuple(k for k, (kind, _) in enumerate(compiled.split.backward_inputs)
-                          if kind == "saved")
+            saved = compiled.saved_positions()
             compiled.forward_graph = CudaGraphed(compiled.forward_graph, tensors,
                                                  f"{where} (forward)",
                                                  kept_from=compiled.output_count)

@@ -36,6 +36,12 @@ class TrainingGraph:
         differentiable = set(split.differentiable_outputs)
         self.non_differentiable = [i for i in range(output_count) if i not in differentiable]
 
+    def saved_positions(self) -> tuple[int, ...]:
+        """The backward's argument positions that hold values the forward saved for it (the
+        others: gradients of the forward's outputs and forward inputs)."""
+        return tuple(k for k, (kind, _) in enumerate(self.split.backward_inputs)
+                     if kind == "saved")
+
     def input(self, args: tuple, index: int) -> torch.Tensor:
         """Forward graph input `index`: a tensor argument, or a graph attribute after them."""
         if index < len(self.tensor_positions):
