@@ -9,6 +9,7 @@ import builtins
 import inspect
 import math
 import types
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ember import torch_internals
 from ember.capture import semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
-from ember.capture.sources import AttrSource, ItemSource
+from ember.capture.sources import AttrSource, ItemSource, ReferentSource
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -348,6 +349,10 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
     if isinstance(call, types.FunctionType):
         function = session.wrap(call, None, guard=False)
         return call_value(session, function, [callee, *args], kwargs, parent)
+    if isinstance(obj, weakref.ref) and not args and not kwargs and callee.source is not None:
+        # (nn.RNNBase checks its weights through weak references on every call): the
+        # referent, guarded as any object reached through the reference is
+        return session.wrap(obj(), ReferentSource(callee.source))
     raise Unsupported(f"calling {callee.describe()}")
 
 

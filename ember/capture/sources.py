@@ -75,6 +75,16 @@ class ItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class ReferentSource(Source):
+    """What a weak reference reached through `base` refers to now (None once it died)."""
+
+    base: Source
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}()"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstantSource(Source):
     """An object reachable from no argument (a tensor created at import time and captured
     by a closure, say): the cache entry keeps it, as `K[index]`."""

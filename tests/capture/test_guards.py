@@ -291,3 +291,46 @@ def test_a_frame_that_runs_eagerly_is_captured_once_whatever_objects_come_in(rec
     assert len(compiled.entries) == 1 and "recompiling" not in recompiles.text
     same(compiled(t(3, dtype=torch.float64), _Context()), t(3, dtype=torch.float64) * 2)
     assert len(compiled.entries) == 2  # another dtype: worth trying to capture again
+
+
+def test_weak_references_are_followed_and_guarded(recompiles):
+    import weakref
+
+    class Holder:
+        pass
+
+    def fn(x, holder):
+        target = holder.ref()
+        if target is None:
+            return x - 1
+        return x * target
+
+    first, second = t(3, seed=1), t(3, seed=2)
+    holder = Holder()
+    holder.ref = weakref.ref(first)
+    compiled = ember.compile(fn, backend="eager")
+    x = t(3)
+    explained = ember.explain(fn)(x, holder)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    same(compiled(x, holder), x * first)
+    same(compiled(x, holder), x * first)
+    assert entries(compiled) == 1
+    holder.ref = weakref.ref(second)  # another tensor alike: an input fetched through ref()
+    same(compiled(x, holder), x * second)
+    assert entries(compiled) == 1
+    del first
+    holder.ref = weakref.ref(Holder())  # (dead at once): None, another branch
+    same(compiled(x, holder), x - 1)
+    assert entries(compiled) == 2
+    assert "L['holder'].ref() failed its tensor guard" in recompiles.text
+
+
+def test_rnn_modules_are_one_graph():
+    # nn.RNNBase checks its flat weights through weak references on every forward
+    x = t(3, 5, 8)
+    for module in (torch.nn.GRU(8, 16, num_layers=2, batch_first=True),
+                   torch.nn.LSTM(8, 16, batch_first=True)):
+        explained = ember.explain(module)(x)
+        assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+        compiled = ember.compile(module, backend="eager")
+        same(compiled(x), module(x))
