@@ -7,6 +7,7 @@ cannot compile runs eagerly with the reason logged; ember never stops the user's
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import time
 from collections.abc import Callable
@@ -181,18 +182,24 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         return [OutputSpec("node", i) for i in range(count)], \
             torch_internals.tree_flatten(tuple(range(count)))[1]
 
-    specs, tree = flat(len(split.forward.outputs))
-    forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
-                         len(example_inputs),
-                         InterpretedGraph(split.forward, specs, tree, extras, tensor_positions,
-                                          label), label, dump, clock, lowered.library_calls)
     count = len(backward.inputs)
-    specs, tree = flat(len(backward.outputs))
+    backward_specs, backward_tree = flat(len(backward.outputs))
     positions = list(range(count))
-    backward_compiled = compile_ir(
-        backward, specs, tree, [], positions, count,
-        InterpretedGraph(backward, specs, tree, [], positions, f"{label}_backward"),
-        f"{label}_backward", backward_dump, _Stages(f"{label}_backward"))
+    # The backward compiles beside the forward: their kernels' builds (a C compiler run, or
+    # Triton's compiles and ptxas) overlap instead of queueing.
+    with concurrent.futures.ThreadPoolExecutor(1, "ember-backward") as side:
+        backward_job = side.submit(
+            compile_ir, backward, backward_specs, backward_tree, [], positions, count,
+            InterpretedGraph(backward, backward_specs, backward_tree, [], positions,
+                             f"{label}_backward"),
+            f"{label}_backward", backward_dump, _Stages(f"{label}_backward"))
+        specs, tree = flat(len(split.forward.outputs))
+        forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
+                             len(example_inputs),
+                             InterpretedGraph(split.forward, specs, tree, extras,
+                                              tensor_positions, label),
+                             label, dump, clock, lowered.library_calls)
+        backward_compiled = backward_job.result()
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
                          eager)
