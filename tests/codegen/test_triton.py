@@ -151,6 +151,24 @@ def test_tanh_within_a_few_ulps_everywhere():
         assert float(((got.double() - want).abs() / ulp).max()) <= ulps
 
 
+def test_erf_within_two_ulps_everywhere():
+    # (float32: CUDA erff's polynomials, both evaluated, one selected; float64: tl.math.erf)
+    from ember.codegen.triton_rules import ERF_SPLIT
+
+    x = torch.cat([torch.linspace(-5, 5, 40001), torch.linspace(-1.1, 1.1, 20001),
+                   torch.tensor([ERF_SPLIT, -ERF_SPLIT, 1e-30, -1e-30, 1e-40, 0.0, -0.0,
+                                 math.inf, -math.inf, 3e38])])
+    for dtype, ulps in ((torch.float32, 2), (torch.float64, 2)):
+        value = x.to(dtype)
+        got = check(lambda x: torch.erf(x), value).fast([value])
+        want = torch.erf(value.double())
+        ulp = torch.finfo(dtype).eps * want.abs().clamp_min(torch.finfo(dtype).tiny)
+        assert float(((got.double() - want).abs() / ulp).max()) <= ulps
+        assert torch.equal(torch.signbit(got[-5:-3]), torch.tensor([False, True]))  # ±0
+    nan = torch.tensor([math.nan])
+    assert torch.isnan(check(lambda x: torch.erf(x), nan).fast([nan])).all()
+
+
 def test_an_index_out_of_range_raises():
     graph = check(lambda table, i: table[i], make(5, 3), torch.tensor([0, 4, 2]))
     with pytest.raises(KernelIndexError, match="index out of range in ember kernel"):

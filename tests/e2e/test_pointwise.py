@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import LAYOUTS, check, make, make_layout
+from helpers import DEVICE, LAYOUTS, check, make, make_layout
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INTEGERS = (torch.int32, torch.int64, torch.uint8, torch.int8)
@@ -491,3 +491,12 @@ def test_aten_overloads_called_directly():
                 "narrow": aten.narrow.default(x, 1, 1, 3) * 1}
 
     check(fn, x, c, library=0)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="CUDA's erff is the reference (on the CPU, "
+                    "tests/codegen checks erf within 2 ulps)")
+def test_float32_erf_is_cudas_to_the_bit():
+    # ember's erf evaluates both of CUDA erff's polynomials and selects one (no branch)
+    x = torch.cat([torch.linspace(-6, 6, 200001), torch.linspace(-1.01, 1.01, 20001),
+                   torch.tensor([0.0, -0.0, 1e-30, 1e-40, math.inf, -math.inf, math.nan])])
+    check(lambda x: torch.erf(x), x, rtol=0, atol=0)
