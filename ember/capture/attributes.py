@@ -19,6 +19,7 @@ from ember.capture.values import (
     GradModeValue,
     ModuleValue,
     NestedFunctionValue,
+    NewObjectValue,
     NullContextValue,
     ObjectValue,
     PythonModuleValue,
@@ -26,6 +27,7 @@ from ember.capture.values import (
     SequenceValue,
     SetValue,
     SliceValue,
+    SuperValue,
     TensorMethodValue,
     TensorValue,
     Value,
@@ -58,6 +60,10 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
         return session.wrap(real, source, guard=not stable)
     if isinstance(value, ObjectValue):
         return object_attribute(session, value, name)
+    if isinstance(value, NewObjectValue):
+        return new_object_attribute(session, value, name)
+    if isinstance(value, SuperValue):  # (3.11: super() is a value, then its attribute)
+        return _past(session, value.klass, value.receiver, name)
     if isinstance(value, Const):
         real = getattr(value.value, name, _MISSING)
         if real is _MISSING:
@@ -137,7 +143,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
     source = AttrSource(value.source, name) if value.source is not None else None
     instance_dict = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
     cls = obj if isinstance(obj, type) else type(obj)
-    descriptor = _class_lookup(cls, name)
+    descriptor = class_lookup(cls, name)
     if isinstance(descriptor, property) and not isinstance(obj, type):
         getter = session.wrap(descriptor.fget, None, guard=False)
         from ember.capture.calls import call_value
@@ -167,7 +173,44 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
     return session.wrap(real, source)
 
 
-def _class_lookup(cls: type, name: str) -> Any:
+def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> Value:
+    """An attribute of an object made during capture: what its code set, else its class's
+    (methods bound to it, properties run)."""
+    if name in value.attributes:
+        return value.attributes[name]
+    if name == "__class__":
+        return session.wrap(value.cls, None, guard=False)
+    descriptor = class_lookup(value.cls, name)
+    if descriptor is _MISSING:
+        raise Unsupported(f"{value.cls.__qualname__} object has no attribute {name!r}",
+                          "eager raises AttributeError here")
+    if isinstance(descriptor, property):
+        from ember.capture.calls import call_value
+
+        return call_value(session, session.wrap(descriptor.fget, None, guard=False), [value],
+                          {})
+    if isinstance(descriptor, staticmethod):
+        return session.wrap(descriptor.__func__, None, guard=False)
+    if isinstance(descriptor, classmethod):
+        return BoundMethodValue(session.wrap(descriptor.__func__, None, guard=False),
+                                session.wrap(value.cls, None, guard=False))
+    if isinstance(descriptor, types.FunctionType):
+        return BoundMethodValue(session.wrap(descriptor, None, guard=False), value)
+    if hasattr(descriptor, "__get__"):
+        raise Unsupported(f"{value.cls.__qualname__}.{name} is a descriptor")
+    return session.wrap(descriptor, None, guard=False)  # a class attribute
+
+
+def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,
+                             value: Value) -> None:
+    if isinstance(class_lookup(target.cls, name), property) or \
+            hasattr(class_lookup(target.cls, name), "__set__"):
+        raise Unsupported(f"{target.cls.__qualname__}.{name} is a descriptor")
+    session.side_effects.changed(target)
+    target.attributes[name] = value
+
+
+def class_lookup(cls: type, name: str) -> Any:
     for klass in cls.__mro__:
         if name in klass.__dict__:
             return klass.__dict__[name]
@@ -175,12 +218,18 @@ def _class_lookup(cls: type, name: str) -> Any:
 
 
 def super_attribute(frame: Frame, cls: Value, receiver: Value, name: str) -> Value:
-    klass = python_value(cls)
-    mro = type(python_value(receiver)).__mro__
+    """super().name as 3.12's LOAD_SUPER_ATTR reads it."""
+    return _past(frame.session, python_value(cls), receiver, name)
+
+
+def _past(session: Session, klass: type, receiver: Value, name: str) -> Value:
+    """`name` looked up past `klass` in the receiver's MRO (super()'s attribute)."""
+    mro = (receiver.cls if isinstance(receiver, NewObjectValue)
+           else type(python_value(receiver))).__mro__
     for base in mro[mro.index(klass) + 1:]:
         if name in base.__dict__:
             attribute = base.__dict__[name]
-            function = frame.session.wrap(attribute, None, guard=False)
+            function = session.wrap(attribute, None, guard=False)
             if isinstance(attribute, types.FunctionType):
                 return BoundMethodValue(function, receiver)
             return function
@@ -188,6 +237,11 @@ def super_attribute(frame: Frame, cls: Value, receiver: Value, name: str) -> Val
 
 
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
+    if isinstance(receiver, NewObjectValue):
+        if class_lookup(receiver.cls, "__setattr__") is not object.__setattr__:
+            raise Unsupported(f"{receiver.cls.__qualname__} has its own __setattr__")
+        set_new_object_attribute(session, receiver, name, value)
+        return
     if isinstance(receiver, ObjectValue) and receiver.source is not None:
         obj = receiver.value
         if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \

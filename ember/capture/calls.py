@@ -5,6 +5,7 @@ per-callable rules, and anything else is `Unsupported` with a reason.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import inspect
 import math
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture import semantics
+from ember.capture import attributes, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, ItemSource, ReferentSource
@@ -31,6 +32,7 @@ from ember.capture.values import (
     IteratorValue,
     ModuleValue,
     NestedFunctionValue,
+    NewObjectValue,
     NullContextValue,
     ObjectValue,
     SequenceValue,
@@ -334,6 +336,42 @@ def _walk_module(session: Session, receiver: ModuleValue, walk: tuple[str, bool,
     return IteratorValue(items)
 
 
+def _not_plain(cls: type) -> str | None:
+    """Why objects of `cls` cannot be made during capture (None: they can): ember tracks a
+    new object's attributes itself, so its class must keep them in a plain __dict__, made by
+    object.__new__, read and written without hooks."""
+    if type(cls) not in (type, abc.ABCMeta):
+        return f"its metaclass is {type(cls).__name__}"
+    if cls.__new__ is not object.__new__:
+        return "it has its own __new__ or a built-in base"
+    if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
+        return "a module, tensor or exception class"
+    for klass in cls.__mro__[:-1]:
+        hooks = {"__slots__", "__getattribute__", "__getattr__"} & set(klass.__dict__)
+        if hooks:
+            return f"{klass.__qualname__} defines {', '.join(sorted(hooks))}"
+    return None
+
+
+@rule(object.__setattr__)
+def _object_setattr(session: Session, target: Value, name: Value, value: Value,
+                    **_: Any) -> Value:
+    """object.__setattr__(self, name, value): how a frozen dataclass's __init__ sets fields."""
+    if isinstance(target, NewObjectValue):
+        attributes.set_new_object_attribute(session, target, python_value(name), value)
+        return Const(None)
+    raise Unsupported(f"object.__setattr__ on {target.describe()}")
+
+
+@rule(object.__init__)
+def _object_init(session: Session, *args: Value, frame: Frame | None = None,
+                 **kwargs: Value) -> Value:
+    """super().__init__() reaching object's (a no-op)."""
+    if len(args) > 1 or kwargs:
+        raise Unsupported("object.__init__() with arguments")
+    return Const(None)
+
+
 def call_object(session: Session, callee: ObjectValue, args: list[Value],
                 kwargs: dict[str, Value], parent: Frame | None) -> Value:
     obj = callee.value
@@ -342,8 +380,20 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
             values = [python_value(a) for a in args]
             if all(semantics.is_known(a) for a in args):
                 return Const(obj(*values, **{k: python_value(v) for k, v in kwargs.items()}))
-        raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled function",
-                          "create it outside and pass it in")
+        refused = _not_plain(obj)
+        if refused is not None:
+            raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled "
+                              f"function ({refused})", "create it outside and pass it in")
+        made = NewObjectValue(obj)
+        init = attributes.class_lookup(obj, "__init__")
+        if isinstance(init, types.FunctionType):
+            result = call_value(session, session.wrap(init, None, guard=False), [made, *args],
+                                kwargs, parent)
+            if not semantics.is_none(result):
+                raise Unsupported(f"{obj.__qualname__}.__init__ returned a value")
+        elif args or kwargs:
+            raise Unsupported(f"{obj.__qualname__}() takes no arguments")
+        return made
     call = next((klass.__dict__["__call__"] for klass in type(obj).__mro__
                  if "__call__" in klass.__dict__), None)
     if isinstance(call, types.FunctionType):

@@ -23,6 +23,7 @@ from ember.capture.values import (
     GradModeValue,
     IteratorValue,
     NestedFunctionValue,
+    NewObjectValue,
     NullContextValue,
     ObjectValue,
     RangeValue,
@@ -122,6 +123,11 @@ class Rebuilder:
             return (f"types.FunctionType({self.constant(value.code)}, "
                     f"{self.constant(value.globals)}, {value.name!r}, ({defaults}"
                     f"{',' if len(value.defaults) == 1 else ''}))")
+        if isinstance(value, NewObjectValue):  # made first: its attributes may refer to it
+            name = self.temporary(value, f"object.__new__({self.constant(value.cls)})")
+            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attributes.items())
+            self.lines.append(f"{name}.__dict__.update({{{body}}})")
+            return name
         if isinstance(value, CellValue):
             raise Unsupported("a closure cell is alive at the break")
         raise Unsupported(f"{value.describe()} cannot be rebuilt in Python")

@@ -288,6 +288,24 @@ class SuperValue(Value):
         return super
 
 
+@dataclasses.dataclass(eq=False)
+class NewObjectValue(Value):
+    """An object of a plain Python class (a dataclass, a small record class) made inside the
+    captured code: its class and the attributes its code set, as tracked values. It is made
+    again, with their final values, wherever it outlives the graph (ember/capture/rebuild.py)."""
+
+    cls: type
+    attributes: dict[str, Value] = dataclasses.field(default_factory=dict)
+    source: Source | None = None
+    born: int = dataclasses.field(default_factory=births.__next__)
+
+    def python_type(self) -> type:
+        return self.cls
+
+    def describe(self) -> str:
+        return f"a new {self.cls.__qualname__} object"
+
+
 class NullValue(Value):
     """The NULL that CPython pushes below a callable."""
 

@@ -30,6 +30,11 @@ def same(actual: Any, expected: Any, path: str = "result") -> None:
             f"{path}: keys {list(actual)} != {list(expected)}"
         for key in expected:
             same(actual[key], expected[key], f"{path}[{key!r}]")
+    elif type(expected).__module__ != "builtins" and hasattr(expected, "__dict__") and \
+            not isinstance(expected, torch.nn.Module) and not isinstance(expected, type):
+        # an object of the user's own class (a dataclass, a record): its class and attributes
+        assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        same(vars(actual), vars(expected), f"{path}.__dict__")
     elif isinstance(expected, torch.nn.Module):
         same(dict(actual.state_dict()), dict(expected.state_dict()), f"{path}.state_dict()")
         same(_plain_state(actual), _plain_state(expected), f"{path}.__dict__")

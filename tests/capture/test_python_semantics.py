@@ -3,6 +3,7 @@ over several calls with different inputs, comparing results and effects on argum
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -602,6 +603,74 @@ def math_functions(x):
     return x * math.exp(1) + math.log(2) + math.cos(0) + math.ceil(1.2) + math.inf * 0 + 1
 
 
+# -- objects of the user's own classes, made inside -----------------------------------------
+@dataclasses.dataclass
+class _Output:
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    extras: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self):
+        self.scaled = self.logits * 2
+
+    @property
+    def total(self):
+        return self.scaled.sum() + (0 if self.loss is None else self.loss)
+
+    def with_bias(self, bias):
+        return self.logits + bias
+
+
+@dataclasses.dataclass(frozen=True)
+class _Frozen:
+    a: torch.Tensor
+    b: float = 1.5
+
+
+class _Record:
+    kind = "record"
+
+    def __init__(self, x, *, label="r"):
+        super().__init__()
+        self.x = x
+        self.label = label
+
+    @classmethod
+    def of(cls, x):
+        return cls(x + 1, label="made")
+
+    @staticmethod
+    def twice(v):
+        return v * 2
+
+
+@case(*calls(t(2, 3), t(2, 3, seed=1)))
+def dataclass_made_and_returned(x):
+    out = _Output(x.tanh(), loss=x.sum())
+    out.extras.append(out.total)
+    return out, out.with_bias(1.0), isinstance(out, _Output)
+
+
+@case(*calls(t(3), t(3, seed=2)))
+def one_new_object_twice_stays_one(x):
+    record = _Record(x)
+    record.x = record.x * 3  # changed after it was made
+    return [record, record], record.kind, _Record.twice(record.x)
+
+
+@case(*calls(t(3), t(3, seed=3)))
+def frozen_dataclass_and_classmethod(x):
+    frozen = _Frozen(x * 2)
+    made = _Record.of(frozen.a)
+    return frozen, made.label, made.x + frozen.b
+
+
+@case(*calls(t(3), t(3, seed=4)))
+def new_object_used_and_dropped(x):
+    helper = _Record(x.relu(), label="tmp")
+    return helper.x * 2 + len(helper.label)
+
+
 @pytest.mark.parametrize("fn, inputs", CASES)
 def test_python_semantics(fn, inputs):
     check_calls(fn, inputs)
@@ -644,3 +713,61 @@ def test_a_modules_own_tree_walks_are_captured_and_guarded():
         model.inner.append(torch.nn.Sigmoid())  # the tree changes: captured again
         torch.testing.assert_close(compiled(x), model(x))
     assert len(compiled._compiled_forward.records) == 2
+
+
+def test_a_new_object_is_one_object_wherever_it_goes_and_survives_a_break():
+    import ember
+
+    kept = []
+
+    def fn(x):
+        record = _Record(x * 2)
+        kept.append(record)  # (a side effect on a list from outside)
+        if record.x.sum() > 0:  # a break with the object alive
+            record.x = record.x + 1
+        return record, record
+
+    x = t(3)
+    explained = ember.explain(fn)(x)
+    assert explained.graph_break_count == 1
+    kept.clear()
+    compiled = ember.compile(fn)
+    for sign in (1.0, -1.0):
+        first, second = compiled(x.abs() * sign)
+        assert first is second and kept[-1] is first and type(first) is _Record
+        want = x.abs() * sign * 2
+        torch.testing.assert_close(first.x, want + 1 if sign > 0 else want)
+
+
+def test_super_reaches_the_base_class_method():
+    import ember
+
+    class Doubled(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    torch.manual_seed(0)
+    model = Doubled(3, 2)
+    x = t(4, 3)
+    explained = ember.explain(model)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(model)(x), model(x))
+
+
+def test_objects_of_classes_with_hooks_are_made_eagerly():
+    import collections
+
+    import ember
+
+    class Output(collections.OrderedDict):  # (its __new__ is dict's: a break, right answers)
+        pass
+
+    def fn(x):
+        return Output(y=x + 1)
+
+    x = t(3)
+    explained = ember.explain(fn)(x)
+    assert explained.graph_break_count == 1
+    assert "own __new__ or a built-in base" in str(explained.break_reasons[0])
+    torch.testing.assert_close(ember.compile(fn)(x)["y"], x + 1)
