@@ -25,6 +25,7 @@ from ember.codegen.wrapper import write_wrapper
 from ember.ir.graph import Graph
 from ember.lower import Unsupported, trace
 from ember.lower.tracer import OutputSpec
+from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
 from ember.runtime import triton_launch
@@ -134,13 +135,14 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     lowered = trace(gm, example_inputs)
     clock("lower")
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
-    graph = run_passes(lowered.graph, dump)
+    training = _training(example_inputs)
+    graph = run_passes(lowered.graph, dump, merge=not training)
     clock("passes")
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
     if graph.device.type != "cpu":  # 0-d CPU constants, copied to the graph's device once
         extras = [t.to(graph.device) if t.device != graph.device else t for t in extras]
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
-    if _training(example_inputs):
+    if training:
         return compile_training(graph, lowered, extras, tensor_positions, example_inputs,
                                 gm.forward, label, dump, clock)
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
@@ -168,6 +170,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                           "ops on leaves are not differentiated yet)")
     output_count = len(graph.outputs)
     split = differentiate(graph, wrt)
+    eliminate_common_subexpressions(split.forward)  # (kept apart for the differentiation)
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
                           "differentiated yet)")

@@ -4,7 +4,7 @@ import logging
 
 import pytest
 import torch
-from helpers import captured_log, check
+from helpers import captured_log, check, check_grad
 
 from ember import config
 from ember.backends import EagerGraph, backend, compile_graph
@@ -58,6 +58,16 @@ def test_a_training_graph_says_which_backward_arguments_the_forward_saved():
     assert len(saved) == len(compiled.split.forward.outputs) - compiled.output_count == 1
     saved_shapes = [compiled.split.backward.inputs[k].shape for k in saved]
     assert saved_shapes == [(4, 5)]
+
+
+def test_equal_subexpressions_take_their_own_cotangents_as_in_eager():
+    # found by the property tests: merged before the differentiation, x1 / x0 twice took
+    # (g0 + g1) * inf where eager sums g0 * inf + g1 * inf (NaN when the signs differ)
+    def program(x0, x1):
+        return torch.div(x1, x0), torch.div(x1, x0), torch.sum(x0)
+
+    check_grad(program, torch.tensor([-0.0, -0.0]), torch.tensor(-0.25))
+    check_grad(program, torch.tensor([0.5, -2.0]), torch.tensor(3.0))
 
 
 def test_a_training_graph_without_a_rule_runs_eagerly_and_says_why():

@@ -25,9 +25,16 @@ PASSES: tuple[Pass, ...] = (
 )
 
 
-def run_passes(graph: Graph, dump: Path | None = None, check: bool = False) -> Graph:
-    """Run every pass once, in order; dump the IR after each into `dump`."""
+def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,
+               merge: bool = True) -> Graph:
+    """Run every pass once, in order; dump the IR after each into `dump`. `merge=False` keeps
+    equal subexpressions apart: a graph about to be differentiated, whose duplicates must each
+    take their own cotangent as eager's autograd gives them (a merged value would scale the
+    sum of the cotangents instead: inf·g0 + inf·g1 is not (g0 + g1)·inf); its forward is
+    merged after the split."""
     for number, graph_pass in enumerate(PASSES, start=1):
+        if graph_pass is eliminate_common_subexpressions and not merge:
+            continue
         changes = graph_pass(graph)
         if check:
             verify(graph)

@@ -14,8 +14,7 @@ def test_gradients_of_random_programs_match_eager(program):
     limits = tolerance(program) or dict(rtol=1e-7, atol=1e-7)
     limits = {k: max(v, 1e-4) for k, v in limits.items()}  # (a backward adds its own rounding)
     # gradients under random cotangents are never exact: one that flows through a half-precision
-    # cast is rounded there, and where ember merged two equal casts it sums their cotangents
-    # before rounding (eager: after) — half-precision tolerance
+    # cast is rounded there, in another order than eager's — half-precision tolerance
     halves = {v.dtype for v in program.values} & {torch.float16, torch.bfloat16}
     if halves:
         floor = 1e-2 if torch.bfloat16 in halves else 2e-3
