@@ -142,8 +142,16 @@ class Frame:
                                       f" yet", "rewrite it, or keep it outside the compiled "
                                       "function")
                 if self.exception_table and self.in_try_block(instruction.offset):
-                    raise Unsupported("code inside try/except", "move the try/except outside "
-                                      "the compiled function")
+                    # A try body runs as any code while nothing in it fails; a construct it
+                    # cannot capture (an exception among them) cannot break the graph here:
+                    # ember would have to run the handler. The frame runs eagerly instead.
+                    try:
+                        fn(self, instruction)
+                    except Unsupported as error:
+                        raise Unsupported(f"{error.reason}, inside try/except",
+                                          error.hint or "move the try/except outside the "
+                                          "compiled function") from None
+                    continue
                 if not breakable:
                     fn(self, instruction)
                     continue

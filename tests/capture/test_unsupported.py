@@ -37,7 +37,7 @@ def prints(x):
 
 def try_except(x):
     try:
-        return x + 1
+        return x.view(3, -1)  # (4 elements: eager raises, and its handler runs)
     except RuntimeError:
         return x
 
@@ -57,7 +57,7 @@ UNSUPPORTED = [
     (data_dependent_branch, "depends on a tensor's value", "torch.where"),
     (uses_item, "needs the tensor's data", ""),
     (prints, "print()", ""),
-    (try_except, "try/except", ""),
+    (try_except, "inside try/except", ""),
     (nonzero, "needs tensor values", ""),
 ]
 
@@ -93,9 +93,26 @@ def test_fullgraph_error_names_file_line_and_fix(fn, reason, hint):
     if hint:
         assert hint in message
     key = {"data_dependent_branch": "if x.sum()", "uses_item": ".item()",
-           "prints": "print(", "try_except": "return x + 1",
+           "prints": "print(", "try_except": "x.view(3, -1)",
            "nonzero": "torch.nonzero"}[fn.__name__]
     assert f"line {_line_of(fn, key)}" in message
+
+
+def test_a_try_body_that_does_not_fail_is_captured():
+    def fn(x, n):
+        try:
+            y = x.view(n, -1) * 2
+        except RuntimeError:
+            y = x
+        finally:
+            y = y + 1
+        return y
+
+    report = ember.explain(fn)(t(4), 2)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    compiled = ember.compile(fn)
+    for n in (2, 3, 4):  # (3: the body fails, the frame runs eagerly and its handler runs)
+        same(compiled(t(4), n), fn(t(4), n))
 
 
 def test_explain_reports_the_break():
