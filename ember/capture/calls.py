@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import functools
 import inspect
 import math
 import types
@@ -394,6 +395,14 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         elif args or kwargs:
             raise Unsupported(f"{obj.__qualname__}() takes no arguments")
         return made
+    if type(obj) is functools.partial and callee.source is not None:
+        # f(*partial.args, *args, **partial.keywords, **kwargs), each part guarded as read
+        source = callee.source
+        function = session.wrap(obj.func, AttrSource(source, "func"))
+        bound = session.wrap(obj.args, AttrSource(source, "args"))
+        keywords = session.wrap(obj.keywords, AttrSource(source, "keywords"))
+        return call_value(session, function, [*bound.items, *args],
+                          {**keywords.items, **kwargs}, parent)
     call = next((klass.__dict__["__call__"] for klass in type(obj).__mro__
                  if "__call__" in klass.__dict__), None)
     if isinstance(call, types.FunctionType):

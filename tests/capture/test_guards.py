@@ -334,3 +334,27 @@ def test_rnn_modules_are_one_graph():
         assert (explained.graph_count, explained.graph_break_count) == (1, 0)
         compiled = ember.compile(module, backend="eager")
         same(compiled(x), module(x))
+
+
+PARTIAL = None
+
+
+def test_calling_a_partial_inlines_its_function_and_guards_its_arguments(recompiles):
+    import functools
+
+    global PARTIAL
+
+    def fn(x):
+        return PARTIAL(x) * 2
+
+    x = t(3, 4)
+    PARTIAL = functools.partial(torch.softmax, dim=-1)
+    explained = ember.explain(fn)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    compiled = ember.compile(fn, backend="eager")
+    same(compiled(x), torch.softmax(x, -1) * 2)
+    PARTIAL = functools.partial(torch.softmax, dim=0)  # another keyword: guarded
+    same(compiled(x), torch.softmax(x, 0) * 2)
+    PARTIAL = functools.partial(torch.add, 1.0)  # another function and a bound argument
+    same(compiled(x), (x + 1.0) * 2)
+    assert entries(compiled) == 3
