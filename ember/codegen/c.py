@@ -481,12 +481,19 @@ class CKernelWriter:
         if self.column:
             self.early_stores = [item for item in full_stores
                                  if not self.needs_reduction(item.node)]
-        for item in kernel.stores:
-            if item in full_stores:
-                continue
-            at = placed(item.node, outer_index)
-            value = self.value(item.node, at, outer)
-            self.emit(outer, f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};")
+        # Every value is computed before anything is stored: a kernel that writes an input in
+        # place reads it first (x1.add_(x0); x0.zero_() adds the old x0), and the inner loop
+        # below reads inputs that the outer level's stores would overwrite: those wait for it.
+        outer_stores = [(item, placed(item.node, outer_index)) for item in kernel.stores
+                        if item not in full_stores]
+        outer_stores = [(item, at, self.value(item.node, at, outer)) for item, at in outer_stores]
+        waiting = []
+        for item, at, value in outer_stores:
+            line = f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};"
+            if item.buffer.root().role == "input" and full_stores and not self.column:
+                waiting.append(line)
+            else:
+                self.emit(outer, line)
         status = " reduction(|:status)" if self.checks else ""
         if epilogue is not None:
             self.close_loops([epilogue], ["#pragma omp simd" + status])
@@ -499,9 +506,9 @@ class CKernelWriter:
                 inner, lane, lane_loop = self.open_lanes(inner)
                 dims.update(self.column_index(lane))
                 inner_loops.append(lane_loop)
-            for item in full_stores:
-                at = placed(item.node, dims)
-                value = self.value(item.node, at, inner)
+            values = [(item, at, self.value(item.node, at, inner))
+                      for item, at in ((item, placed(item.node, dims)) for item in full_stores)]
+            for item, at, value in values:
                 self.emit(inner, f"{self.offset(item.buffer, at)} = "
                                  f"{store(item.node.dtype, value)};")
             pragmas = [""] * len(inner_loops)
@@ -513,6 +520,8 @@ class CKernelWriter:
                     pragmas[0] = "#pragma omp parallel for" + (
                         " simd" if len(inner_loops) == 1 else "") + status
             self.close_loops(inner_loops, pragmas)
+        for line in waiting:
+            self.emit(outer, line)
         self.close_loops(outer_loops, self.outer_pragmas(outer_loops))
         signature = ", ".join(
             f"{STORAGE_TYPES[b.dtype]}* restrict {name}" for b, name in self.arguments.items())

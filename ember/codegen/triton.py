@@ -676,24 +676,33 @@ class TritonKernelWriter:
                 if node.kind is Kind.REDUCTION and self.levels[node] == self.stage:
                     self.value(node, placed(node, self.outer_index), root)
             return self.finish_kernel(root)
-        full_stores = []
-        for item in kernel.stores:
-            index = store_index(item.node.shape, space)
-            if any(f"i{d}" in e.variables() for e in index for d in axes):
-                full_stores.append(item)
-                continue
-            at = placed(item.node, self.outer_index)
-            value = self.value(item.node, at, root)
-            self.store(root, item, at, value, "x")
-        if full_stores and self.rnumel:
+        # Every value is computed before anything is stored (as in the C writer): a kernel
+        # that writes an input in place reads it first, and the row loop below reads inputs
+        # that this level's stores into them would overwrite: those wait for it.
+        full_stores = [item for item in kernel.stores
+                       if any(f"i{d}" in e.variables()
+                              for e in store_index(item.node.shape, space) for d in axes)]
+        row = bool(full_stores and self.rnumel)
+        here = [(item, placed(item.node, self.outer_index)) for item in kernel.stores
+                if item not in full_stores]
+        here = [(item, at, self.value(item.node, at, root)) for item, at in here]
+        waiting = []
+        for item, at, value in here:
+            if row and item.buffer.root().role == "input":
+                waiting.append((item, at, value))
+            else:
+                self.store(root, item, at, value, "x")
+        if row:
             outer = tuple(self.outer_index.get(d, ZERO) for d in range(len(shape)))
             body, full = self.open_row(root, outer)
             dims = {d: full[d] for d in range(len(shape))}
-            for item in full_stores:
-                at = placed(item.node, dims)
-                value = self.value(item.node, at, body)
+            values = [(item, at, self.value(item.node, at, body))
+                      for item, at in ((item, placed(item.node, dims)) for item in full_stores)]
+            for item, at, value in values:
                 self.store(body, item, at, value, "r")
             self.close_row(body)
+        for item, at, value in waiting:
+            self.store(root, item, at, value, "x")
         if self.analysis:
             return None
         return self.finish_kernel(root)

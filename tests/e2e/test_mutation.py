@@ -243,3 +243,38 @@ def test_a_kernel_reads_an_input_before_writing_it_in_place():
 
     check(fn, make(2, 1), make(1, 1))
     check(lambda x, y: (y.sum(dim=1), y.mul_(3), x + y.amax()), make(4, 3), make(4, 1))
+
+
+def test_a_kernel_reads_an_input_before_it_writes_it():
+    # (found by the property tests: x0 was zeroed before x1 + x0 was read)
+    def program(x0, x1):
+        v0 = x1.add_(x0)
+        v1 = x0.zero_()
+        return v0, v1, torch.sum(x0)
+
+    check(program, torch.tensor(-0.25), torch.tensor(-0.25), may_switch_to_eager=True)
+    check(program, make(3), make(3, seed=1), may_switch_to_eager=True)
+
+
+def test_a_reduction_stored_into_an_input_waits_for_the_loop_that_reads_it():
+    def program(x, a):
+        s = x.sum(1, keepdim=True)
+        y = x * a
+        a.copy_(s)
+        return y
+
+    def rows(x):  # the row max into the row's first column, after the row is read
+        m = x.amax(1, keepdim=True)
+        out = (x - m).exp()
+        x[:, :1].copy_(m)
+        return out
+
+    check(program, make(3, 5), make(3, 1, seed=1), may_switch_to_eager=True)
+    check(rows, make(3, 6), may_switch_to_eager=True)
+
+    def scalar(x, a):
+        v = x + a
+        a.zero_()
+        return v
+
+    check(scalar, make(4), torch.tensor(2.0), may_switch_to_eager=True)
