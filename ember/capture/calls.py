@@ -9,6 +9,7 @@ import abc
 import builtins
 import functools
 import inspect
+import logging
 import math
 import types
 import weakref
@@ -21,7 +22,7 @@ from ember import torch_internals
 from ember.capture import attributes, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
-from ember.capture.sources import AttrSource, ItemSource, ReferentSource
+from ember.capture.sources import AttrSource, ItemSource, MethodCallSource, ReferentSource
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -36,6 +37,7 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    PartialValue,
     SequenceValue,
     SetValue,
     TensorMethodValue,
@@ -101,6 +103,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
         return inline_function(session, callee, args, kwargs, frame)
     if isinstance(callee, NestedFunctionValue):
         return inline_nested(session, callee, args, kwargs, frame)
+    if isinstance(callee, PartialValue):
+        return call_value(session, callee.function, [*callee.args, *args],
+                          {**callee.keywords, **kwargs}, frame)
     if isinstance(callee, ModuleValue):
         return call_module(session, callee, args, kwargs, frame)
     if isinstance(callee, BuiltinValue):
@@ -362,6 +367,24 @@ def _object_setattr(session: Session, target: Value, name: Value, value: Value,
         attributes.set_new_object_attribute(session, target, python_value(name), value)
         return Const(None)
     raise Unsupported(f"object.__setattr__ on {target.describe()}")
+
+
+@rule(functools.partial)
+def _partial(session: Session, function: Value, *args: Value, frame: Frame | None = None,
+             **keywords: Value) -> Value:
+    return PartialValue(function, list(args), dict(keywords))
+
+
+@rule(logging.Logger.isEnabledFor)
+def _logger_enabled(session: Session, logger: Value, level: Value, **_: Any) -> Value:
+    """Whether a logger would log at `level`, answered now and guarded (its first answer
+    fills a cache inside try/except, which capture cannot run): disabled log calls in a
+    forward cost nothing."""
+    if not isinstance(logger, ObjectValue) or logger.source is None:
+        raise Unsupported("isEnabledFor() of a logger made inside the compiled function")
+    number = python_value(level)
+    answer = logger.value.isEnabledFor(number)
+    return session.wrap(answer, MethodCallSource(logger.source, "isEnabledFor", (number,)))
 
 
 @rule(object.__init__)

@@ -9,6 +9,7 @@ new containers are built once each (so two references stay one object).
 from __future__ import annotations
 
 import contextlib
+import functools
 import types
 from typing import Any
 
@@ -26,6 +27,7 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    PartialValue,
     RangeValue,
     SequenceValue,
     SetValue,
@@ -128,6 +130,10 @@ class Rebuilder:
             body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attributes.items())
             self.lines.append(f"{name}.__dict__.update({{{body}}})")
             return name
+        if isinstance(value, PartialValue):
+            parts = [self.expr(value.function), *(self.expr(a) for a in value.args)]
+            parts += [f"{k}={self.expr(v)}" for k, v in value.keywords.items()]
+            return f"{self.constant(functools.partial)}({', '.join(parts)})"
         if isinstance(value, CellValue):
             raise Unsupported("a closure cell is alive at the break")
         raise Unsupported(f"{value.describe()} cannot be rebuilt in Python")

@@ -85,6 +85,18 @@ class ReferentSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class MethodCallSource(Source):
+    """What a method without side effects answers now (logger.isEnabledFor(10))."""
+
+    base: Source
+    method: str
+    args: tuple
+
+    def expr(self) -> str:
+        return f"{self.base.expr()}.{self.method}({', '.join(map(repr, self.args))})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstantSource(Source):
     """An object reachable from no argument (a tensor created at import time and captured
     by a closure, say): the cache entry keeps it, as `K[index]`."""

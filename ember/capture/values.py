@@ -205,6 +205,21 @@ class NestedFunctionValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class PartialValue(Value):
+    """functools.partial(function, *args, **keywords) made while capturing."""
+
+    function: Value
+    args: list[Value]
+    keywords: dict[str, Value]
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        import functools
+
+        return functools.partial
+
+
+@dataclasses.dataclass(eq=False)
 class BoundMethodValue(Value):
     """`obj.method` for a Python-level method: calling inlines it with obj as self."""
 

@@ -358,3 +358,42 @@ def test_calling_a_partial_inlines_its_function_and_guards_its_arguments(recompi
     PARTIAL = functools.partial(torch.add, 1.0)  # another function and a bound argument
     same(compiled(x), (x + 1.0) * 2)
     assert entries(compiled) == 3
+
+
+_LOG = logging.getLogger("ember.tests.forward")
+
+
+def test_disabled_log_calls_cost_nothing_and_enabling_them_recompiles(recompiles, caplog):
+    def fn(x):
+        _LOG.debug("forward of %s", tuple(x.shape))
+        return x * 2
+
+    _LOG.setLevel(logging.WARNING)
+    x = t(3)
+    explained = ember.explain(fn)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    compiled = ember.compile(fn, backend="eager")
+    same(compiled(x), x * 2)
+    _LOG.setLevel(logging.DEBUG)  # the guard on isEnabledFor(DEBUG) sees it
+    with caplog.at_level(logging.DEBUG, logger=_LOG.name):
+        same(compiled(x), x * 2)
+    assert "forward of (3,)" in caplog.text
+    assert "isEnabledFor(10)" in recompiles.text
+    _LOG.setLevel(logging.NOTSET)
+
+
+def test_a_partial_made_inside_survives_a_break():
+    import functools
+
+    def fn(x):
+        scale = functools.partial(torch.mul, 3.0)
+        if x.sum() > 0:  # a break with the partial alive
+            return scale(x), scale
+        return scale(-x), scale
+
+    compiled = ember.compile(fn)
+    for sign in (1.0, -1.0):
+        x = t(3).abs() * sign
+        got, made = compiled(x)
+        same(got, fn(x)[0])
+        assert isinstance(made, functools.partial) and made.args == (3.0,)

@@ -671,6 +671,13 @@ def new_object_used_and_dropped(x):
     return helper.x * 2 + len(helper.label)
 
 
+@case(*calls(t(2, 3), t(2, 3, seed=5)))
+def partial_made_inside(x):
+    soft = functools.partial(torch.softmax, dim=-1)
+    scaled = functools.partial(torch.mul, 2.0)
+    return soft(x) + scaled(x), [scaled(v) for v in x.unbind(0)]
+
+
 @pytest.mark.parametrize("fn, inputs", CASES)
 def test_python_semantics(fn, inputs):
     check_calls(fn, inputs)
