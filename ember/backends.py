@@ -65,6 +65,17 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     return _codegen_reason(kernel_backend("cuda" if "cuda" in devices else "cpu"))
 
 
+def _autocast_reason(gm: torch.fx.GraphModule) -> str | None:
+    """Autocast changes the dtypes ops compute in at dispatch, for tensors of its device type
+    only: ember's meta-tensor lowering would not see it (a graph Dynamo hands over under
+    torch.autocast, or with an autocast region inside)."""
+    regions = any(node.op == "call_function" and "autocast" in getattr(node.target, "__name__", "")
+                  for node in gm.graph.nodes)
+    if torch_internals.autocast_enabled() or regions:
+        return "torch.autocast is on: ember does not apply autocast's casts yet"
+    return None
+
+
 def kernel_backend(device_type: str) -> str:
     """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
     Triton on CUDA."""
@@ -101,7 +112,7 @@ class EagerGraph:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     label = f"graph{next(_labels)}"
-    reason = eager_reason(example_inputs)
+    reason = eager_reason(example_inputs) or _autocast_reason(gm)
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)

@@ -124,6 +124,11 @@ def tensor_checker(examples: list[torch.Tensor]) -> Any:
         return None
 
 
+def autocast_enabled() -> bool:
+    """Is a torch.autocast region active, for any device type?"""
+    return torch._C._is_any_autocast_enabled()
+
+
 def outside_dispatch_modes() -> Any:
     """A context in which no TorchDispatchMode is active (the tracer's own mode included):
     real tensors made in it are real, and ops on them run as eager runs them."""

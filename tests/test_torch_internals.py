@@ -139,3 +139,10 @@ def test_storage_use_count_sees_aliases_come_and_go():
     assert torch_internals.storage_use_count(x) == alone + 2
     del alias, view
     assert torch_internals.storage_use_count(x) == alone
+
+
+def test_autocast_enabled_sees_any_device_types_region():
+    assert torch_internals.autocast_enabled() is False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch_internals.autocast_enabled() is True
+    assert torch_internals.autocast_enabled() is False

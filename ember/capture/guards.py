@@ -108,6 +108,8 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
             return f"torch.is_grad_enabled() is {value}"
         if name == "default_dtype":
             return f"torch.get_default_dtype() is {writer.constant(value)}"
+        if name == "autocast":
+            return f"{writer.constant(torch_internals.autocast_enabled)}() is {value}"
         raise AssertionError(name)
     v = writer.variable(guard.source)
     if kind == "id":
@@ -210,7 +212,8 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     kind, expected = guard.kind, guard.expected
     if kind == "global":
         what, value = expected
-        now = torch.is_grad_enabled() if what == "grad_mode" else torch.get_default_dtype()
+        now = {"grad_mode": torch.is_grad_enabled, "default_dtype": torch.get_default_dtype,
+               "autocast": torch_internals.autocast_enabled}[what]()
         return f"{what} changed {value} -> {now}"
     if kind == "tensor" and isinstance(actual, torch.Tensor):
         labels = ("type", "dtype", "device", "shape", "stride", "requires_grad")

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.capture.builder import GraphBuilder
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
@@ -78,6 +79,7 @@ class Session:
         self.compile_apart: list[torch.nn.Module] = []
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
+        self.guards.add("global", None, ("autocast", torch_internals.autocast_enabled()))
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):

@@ -318,7 +318,7 @@ class NewObjectValue(Value):
         return self.cls
 
     def describe(self) -> str:
-        return f"a new {self.cls.__qualname__} object"
+        return f"new {self.cls.__qualname__} object"
 
 
 class NullValue(Value):

@@ -397,3 +397,33 @@ def test_a_partial_made_inside_survives_a_break():
         got, made = compiled(x)
         same(got, fn(x)[0])
         assert isinstance(made, functools.partial) and made.args == (3.0,)
+
+
+def test_autocast_regions_run_eagerly_with_eagers_dtypes(recompiles):
+    # (ember does not apply autocast's casts yet: a graph compiled outside must not be reused
+    # inside, where eager computes in bfloat16)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    compiled = ember.compile(model)
+    x = t(2, 8)
+    with torch.no_grad():
+        same(compiled(x), model(x))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got, want = compiled(x), model(x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        same(got, want)
+        same(compiled(x), model(x))  # outside again: the compiled entry
+    assert "autocast changed False -> True" in recompiles.text
+
+    def region(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = model(x)
+        return y.float() * 2
+
+    with torch.no_grad():
+        same(ember.compile(region)(x), region(x))
+    from ember.capture.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="autocast"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ember.compile(lambda x: x * 2, fullgraph=True)(x)
