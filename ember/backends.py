@@ -69,7 +69,8 @@ def _autocast_reason(gm: torch.fx.GraphModule) -> str | None:
     """Autocast changes the dtypes ops compute in at dispatch, for tensors of its device type
     only: ember's meta-tensor lowering would not see it (a graph Dynamo hands over under
     torch.autocast, or with an autocast region inside)."""
-    regions = any(node.op == "call_function" and "autocast" in getattr(node.target, "__name__", "")
+    regions = any(node.op == "call_function" and getattr(node.target, "__name__", "") in
+                  ("_enter_autocast", "_exit_autocast", "_set_autocast_enabled")
                   for node in gm.graph.nodes)
     if torch_internals.autocast_enabled() or regions:
         return "torch.autocast is on: ember does not apply autocast's casts yet"
