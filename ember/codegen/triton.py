@@ -36,7 +36,7 @@ from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
-from ember.schedule.indexing import Index, cat_pieces, index_rules, pad_source, take_source
+from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 _TORCH_TYPES = {"tl.float32": torch.float32, "tl.float64": torch.float64,
@@ -350,10 +350,8 @@ class TritonKernelWriter:
 
     def cat(self, node: Node, index: Index, scope: Scope) -> str:
         dim = node.attrs["dim"]
-        low, high = index[dim].bounds()
-        pieces = [p for p in cat_pieces(node, index) if p[2] <= high and p[3] > low]
         choices = []
-        for source, local, _first, end in pieces:
+        for source, local, _first, end in cat_pieces_reached(node, index):
             local = list(local)
             local[dim] = self.clamp(local[dim], source.shape[dim], scope)
             choices.append((self.value(source, tuple(local), scope), end))

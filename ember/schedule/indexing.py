@@ -117,6 +117,14 @@ def cat_pieces(node: Node, index: Index) -> list[tuple[Node, Index, int, int]]:
     return pieces
 
 
+def cat_pieces_reached(node: Node, index: Index) -> list[tuple[Node, Index, int, int]]:
+    """The pieces of a cat that positions in `index`'s range along the cat dim fall in (the
+    first alone when that range is empty, as in a kernel over an empty extent: never run)."""
+    low, high = index[node.attrs["dim"]].bounds()
+    pieces = cat_pieces(node, index)
+    return [p for p in pieces if p[2] <= high and p[3] > low] or pieces[:1]
+
+
 def take_source(node: Node, index: Index, selected: Expr) -> tuple[Index, Index]:
     """(index into the index tensor, index into x) of a take, given the selected position."""
     dim = node.attrs["dim"]

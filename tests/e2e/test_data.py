@@ -268,3 +268,10 @@ def test_aten_creation_overloads_called_directly():
                 "lift": aten.lift_fresh_copy.default(x) * 2}
 
     check(fn, make(3, 4), library=0)
+
+
+def test_cat_of_empty_tensors():
+    # (found by the property tests: a cat over an empty extent had no piece to read from)
+    empty = torch.empty(1, 1).expand(0, 1)
+    check(lambda x: torch.cat([x, x], -1), empty)
+    check(lambda x, y: torch.cat([x, y], 0) * 2, empty, make(2, 1))
