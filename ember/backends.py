@@ -66,15 +66,13 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
 
 
 def _autocast_reason(gm: torch.fx.GraphModule) -> str | None:
-    """Autocast changes the dtypes ops compute in at dispatch, for tensors of its device type
-    only: ember's meta-tensor lowering would not see it (a graph Dynamo hands over under
-    torch.autocast, or with an autocast region inside)."""
+    """A graph with an autocast region inside (as Dynamo hands them over): the region's casts
+    would need the region applied while it is traced (a graph under autocast as a whole is
+    traced again with it: compile_stages)."""
     regions = any(node.op == "call_function" and getattr(node.target, "__name__", "") in
                   ("_enter_autocast", "_exit_autocast", "_set_autocast_enabled")
                   for node in gm.graph.nodes)
-    if torch_internals.autocast_enabled() or regions:
-        return "torch.autocast is on: ember does not apply autocast's casts yet"
-    return None
+    return "an autocast region inside the graph (not applied by ember yet)" if regions else None
 
 
 def kernel_backend(device_type: str) -> str:
@@ -144,6 +142,10 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
         triton_launch.warm_up()  # Triton's start-up, beside the lowering
+    if torch_internals.autocast_state() is not None:
+        # autocast's casts made explicit: the graph as aten ops traced under it
+        gm = torch_internals.trace_under_autocast(gm, example_inputs)
+        clock("autocast")
     lowered = trace(gm, example_inputs)
     clock("lower")
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))

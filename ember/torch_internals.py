@@ -129,6 +129,25 @@ def autocast_enabled() -> bool:
     return torch._C._is_any_autocast_enabled()
 
 
+def autocast_state() -> tuple | None:
+    """What torch.autocast does now: None when no region is active (the common case, one
+    call), else (enabled, dtype) for the CPU and for CUDA."""
+    if not torch._C._is_any_autocast_enabled():
+        return None
+    return tuple((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+                 for device in ("cpu", "cuda"))
+
+
+def trace_under_autocast(module: torch.fx.GraphModule, example_inputs: list[Any]
+                         ) -> torch.fx.GraphModule:
+    """`module` traced again into aten ops on fake tensors, under the autocast now active: its
+    casts become _to_copy nodes of the graph (a meta-tensor lowering would not see them:
+    autocast acts on tensors of its own device type only)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(module, tracing_mode="fake", _allow_non_fake_inputs=True)(*example_inputs)
+
+
 def outside_dispatch_modes() -> Any:
     """A context in which no TorchDispatchMode is active (the tracer's own mode included):
     real tensors made in it are real, and ops on them run as eager runs them."""

@@ -140,9 +140,9 @@ def test_alignment_assumptions_cover_every_kind_of_kernel_argument():
     assert not _known_aligned(Buffer("lib0", (4,), (1,), torch.float32, "library"), set(), True)
 
 
-def test_graphs_handed_over_under_autocast_run_eagerly():
-    # (the meta-tensor lowering does not see autocast's casts: Dynamo's graph under
-    # torch.autocast, or with an autocast region inside, keeps eager's dtypes by running eagerly)
+def test_graphs_handed_over_under_autocast_keep_eagers_dtypes():
+    # (a graph Dynamo hands over under torch.autocast is traced again with its casts; one with
+    # an autocast region inside runs eagerly)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x = torch.randn(2, 8)
@@ -157,6 +157,6 @@ def test_graphs_handed_over_under_autocast_run_eagerly():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             got, want = compiled(x), model(x)
         assert got.dtype == want.dtype == torch.bfloat16
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(torch.compile(region, backend="ember")(x), region(x),
                                    rtol=0, atol=0)

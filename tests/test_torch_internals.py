@@ -146,3 +146,15 @@ def test_autocast_enabled_sees_any_device_types_region():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch_internals.autocast_enabled() is True
     assert torch_internals.autocast_enabled() is False
+
+
+def test_autocast_state_and_a_graph_traced_under_it():
+    assert torch_internals.autocast_state() is None
+    graph = torch.fx.symbolic_trace(lambda a, b: a @ b)
+    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        state = torch_internals.autocast_state()
+        traced = torch_internals.trace_under_autocast(graph, [a, b])
+    assert state[0] == (True, torch.bfloat16) and state[1][0] is False
+    casts = [n for n in traced.graph.nodes if n.target is aten._to_copy.default]
+    assert len(casts) == 2 and traced(a, b).dtype == torch.bfloat16

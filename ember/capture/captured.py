@@ -13,10 +13,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import logs, torch_internals
+from ember import logs
 from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
 from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number
-from ember.capture.errors import Location, Unsupported
+from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
 from ember.capture.rebuild import Rebuilder
@@ -75,12 +75,6 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
         cells[name] = RealCell(cell, ClosureSource(index, name))
     session.globals_index(function.__globals__)
     try:
-        if torch_internals.autocast_enabled():
-            raise Unsupported(
-                "torch.autocast is on: ember does not apply autocast's casts yet, so the "
-                "function runs eagerly inside autocast regions",
-                "compile the code that runs outside autocast, or run without autocast"
-            ).at(Location(code.co_filename, code.co_firstlineno, function.__qualname__))
         frame = Frame(session, code, function.__globals__, locals_, cells,
                       function.__qualname__)
         try:

@@ -108,8 +108,10 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
             return f"torch.is_grad_enabled() is {value}"
         if name == "default_dtype":
             return f"torch.get_default_dtype() is {writer.constant(value)}"
-        if name == "autocast":
-            return f"{writer.constant(torch_internals.autocast_enabled)}() is {value}"
+        if name == "autocast":  # (None when off: one call and an identity test per call)
+            state = writer.constant(torch_internals.autocast_state)
+            return f"{state}() is None" if value is None else \
+                f"{state}() == {writer.constant(value)}"
         raise AssertionError(name)
     v = writer.variable(guard.source)
     if kind == "id":
@@ -213,7 +215,7 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     if kind == "global":
         what, value = expected
         now = {"grad_mode": torch.is_grad_enabled, "default_dtype": torch.get_default_dtype,
-               "autocast": torch_internals.autocast_enabled}[what]()
+               "autocast": torch_internals.autocast_state}[what]()
         return f"{what} changed {value} -> {now}"
     if kind == "tensor" and isinstance(actual, torch.Tensor):
         labels = ("type", "dtype", "device", "shape", "stride", "requires_grad")

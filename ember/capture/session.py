@@ -79,7 +79,7 @@ class Session:
         self.compile_apart: list[torch.nn.Module] = []
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
-        self.guards.add("global", None, ("autocast", torch_internals.autocast_enabled()))
+        self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):
