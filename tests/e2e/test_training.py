@@ -360,3 +360,33 @@ def test_more_model_shapes_train_as_eager_does(build, make_input):
                                for r in compiled._compiled_forward.records}
     for a, b in zip(ember_model.state_dict().values(), eager_model.state_dict().values()):
         torch.testing.assert_close(a, b, **TOLERANCE)
+
+
+def test_a_mixed_precision_training_step_matches_eager():
+    # torch.autocast around the forward (float16 on CUDA, bfloat16 on the CPU), the backward
+    # and an SGD step outside it: ember applies autocast's casts in its graph
+    import ember
+
+    dtype = torch.float16 if DEVICE == "cuda" else torch.bfloat16
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+                                torch.nn.Linear(32, 8)).to(DEVICE)
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(twin)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(4, 16, generator=generator, device="cpu").to(DEVICE)
+        losses = []
+        for net, optimizer in zip((model, compiled), optimizers):
+            optimizer.zero_grad()
+            with torch.autocast(DEVICE, dtype=dtype):
+                out = net(x)
+            assert out.dtype == dtype
+            loss = out.float().pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[1], losses[0], rtol=2e-2, atol=2e-2)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q, p, rtol=2e-2, atol=2e-2)
