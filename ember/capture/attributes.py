@@ -198,7 +198,14 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> 
         return BoundMethodValue(session.wrap(descriptor, None, guard=False), value)
     if hasattr(descriptor, "__get__"):
         raise Unsupported(f"{value.cls.__qualname__}.{name} is a descriptor")
-    return session.wrap(descriptor, None, guard=False)  # a class attribute
+    # a class attribute: read through the class (guarded; changes to a list or dict there
+    # are written back to it)
+    if value.cls_source is not None:
+        return session.wrap(descriptor, AttrSource(value.cls_source, name))
+    if isinstance(descriptor, (list, dict, set)):
+        raise Unsupported(f"{value.cls.__qualname__}.{name}: a class attribute that holds a "
+                          f"list, dict or set, reached by no source")
+    return session.wrap(descriptor, None, guard=False)
 
 
 def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,

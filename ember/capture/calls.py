@@ -408,7 +408,7 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         if refused is not None:
             raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled "
                               f"function ({refused})", "create it outside and pass it in")
-        made = NewObjectValue(obj)
+        made = NewObjectValue(obj, callee.source)
         init = attributes.class_lookup(obj, "__init__")
         if isinstance(init, types.FunctionType):
             result = call_value(session, session.wrap(init, None, guard=False), [made, *args],

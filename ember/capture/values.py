@@ -310,6 +310,7 @@ class NewObjectValue(Value):
     again, with their final values, wherever it outlives the graph (ember/capture/rebuild.py)."""
 
     cls: type
+    cls_source: Source | None = None  # where the class was reached (its attributes' source)
     attributes: dict[str, Value] = dataclasses.field(default_factory=dict)
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)

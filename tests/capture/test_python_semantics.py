@@ -778,3 +778,28 @@ def test_objects_of_classes_with_hooks_are_made_eagerly():
     assert explained.graph_break_count == 1
     assert "own __new__ or a built-in base" in str(explained.break_reasons[0])
     torch.testing.assert_close(ember.compile(fn)(x)["y"], x + 1)
+
+
+class _Counted:
+    made = []  # a class attribute the constructor changes
+
+    def __init__(self, x):
+        self.x = x
+        _Counted.made.append(len(_Counted.made))
+        self.made.append(-1)
+
+
+def test_a_new_objects_class_attributes_are_the_class_s():
+    import ember
+
+    def fn(x):
+        return _Counted(x * 2).x + len(_Counted.made)
+
+    x = t(3)
+    _Counted.made.clear()
+    want = fn(x)
+    eager_made = list(_Counted.made)
+    _Counted.made.clear()
+    got = ember.compile(fn, fullgraph=True)(x)
+    torch.testing.assert_close(got, want)
+    assert _Counted.made == eager_made == [0, -1]
