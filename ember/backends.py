@@ -65,14 +65,11 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     return _codegen_reason(kernel_backend("cuda" if "cuda" in devices else "cpu"))
 
 
-def _autocast_reason(gm: torch.fx.GraphModule) -> str | None:
-    """A graph with an autocast region inside (as Dynamo hands them over): the region's casts
-    would need the region applied while it is traced (a graph under autocast as a whole is
-    traced again with it: compile_stages)."""
-    regions = any(node.op == "call_function" and getattr(node.target, "__name__", "") in
-                  ("_enter_autocast", "_exit_autocast", "_set_autocast_enabled")
-                  for node in gm.graph.nodes)
-    return "an autocast region inside the graph (not applied by ember yet)" if regions else None
+def _autocast_regions(gm: torch.fx.GraphModule) -> bool:
+    """Does the graph enter or leave autocast regions (as Dynamo hands them over)?"""
+    return any(node.op == "call_function" and getattr(node.target, "__name__", "") in
+               ("_enter_autocast", "_exit_autocast", "_set_autocast_enabled")
+               for node in gm.graph.nodes)
 
 
 def kernel_backend(device_type: str) -> str:
@@ -111,7 +108,7 @@ class EagerGraph:
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     label = f"graph{next(_labels)}"
-    reason = eager_reason(example_inputs) or _autocast_reason(gm)
+    reason = eager_reason(example_inputs)
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
@@ -142,8 +139,9 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
         triton_launch.warm_up()  # Triton's start-up, beside the lowering
-    if torch_internals.autocast_state() is not None:
-        # autocast's casts made explicit: the graph as aten ops traced under it
+    if torch_internals.autocast_state() is not None or _autocast_regions(gm):
+        # autocast's casts made explicit: the graph as aten ops traced under it (a region's
+        # enter and exit run while tracing, so the ops between them are cast)
         gm = torch_internals.trace_under_autocast(gm, example_inputs)
         clock("autocast")
     lowered = trace(gm, example_inputs)
