@@ -13,6 +13,7 @@ from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
 from ember.capture.sources import AttrSource, EntrySource
 from ember.capture.values import (
+    AutocastValue,
     BoundMethodValue,
     Const,
     DictValue,
@@ -82,7 +83,7 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, NestedFunctionValue):
         if name == "__name__":
             return Const(value.name)
-    if isinstance(value, (GradModeValue, NullContextValue)) and name in ("__enter__",
+    if isinstance(value, (GradModeValue, NullContextValue, AutocastValue)) and name in ("__enter__",
                                                                           "__exit__"):
         return ValueMethodValue(value, name)
     raise Unsupported(f"attribute {name!r} of {value.describe()}")

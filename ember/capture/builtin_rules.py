@@ -16,6 +16,7 @@ from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.values import (
+    AutocastValue,
     Const,
     DictValue,
     GradModeValue,
@@ -292,6 +293,17 @@ def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any
     semantics.set_grad_mode(session, enabled)
     value = GradModeValue(enabled, previous)
     return value
+
+
+@rule(torch.autocast)
+def _autocast(session: Session, device_type: Value, dtype: Value | None = None,
+              enabled: Value | None = None, cache_enabled: Value | None = None,
+              frame: Any = None, **_: Any) -> Value:
+    values = [None if v is None else python_value(v)
+              for v in (device_type, dtype, enabled, cache_enabled)]
+    if values[2] is None:
+        values[2] = True
+    return AutocastValue(tuple(values))
 
 
 @rule(torch.autograd.profiler.record_function, contextlib.nullcontext)

@@ -25,6 +25,7 @@ from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, ItemSource, MethodCallSource, ReferentSource
 from ember.capture.values import (
     NULL,
+    AutocastValue,
     BoundMethodValue,
     BuiltinValue,
     Const,
@@ -442,6 +443,12 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
 def call_value_method(session: Session, receiver: Value, name: str, args: list[Value],
                       kwargs: dict[str, Value]) -> Value:
     if isinstance(receiver, NullContextValue) and name in ("__enter__", "__exit__"):
+        return Const(None)
+    if isinstance(receiver, AutocastValue) and name in ("__enter__", "__exit__"):
+        if name == "__enter__":
+            semantics.enter_autocast(session, receiver)
+            return receiver
+        semantics.exit_autocast(session, receiver)
         return Const(None)
     if isinstance(receiver, GradModeValue):
         if name == "__exit__":

@@ -84,6 +84,11 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
             captured = package_break(session, stop, frame)
     except Unsupported as error:
         return None, session, error
+    finally:
+        while session.autocast_regions:  # (regions the capture entered and never left)
+            from torch.amp.autocast_mode import _exit_autocast
+
+            _exit_autocast(session.autocast_regions.pop().real)
     return captured, session, None
 
 

@@ -141,6 +141,16 @@ class Frame:
                     raise Unsupported(f"Python construct {instruction.opname} is not supported"
                                       f" yet", "rewrite it, or keep it outside the compiled "
                                       "function")
+                if session.autocast_regions and breakable:
+                    # inside an autocast region the graph cannot break (its resumed code would
+                    # have to enter the region again): what cannot be captured sends the
+                    # frame to eager
+                    try:
+                        fn(self, instruction)
+                    except Unsupported as error:
+                        raise Unsupported(f"{error.reason}, inside an autocast region",
+                                          error.hint) from None
+                    continue
                 if self.exception_table and self.in_try_block(instruction.offset):
                     # A try body runs as any code while nothing in it fails; a construct it
                     # cannot capture (an exception among them) cannot break the graph here:

@@ -16,6 +16,7 @@ from ember.capture.errors import Unsupported
 from ember.capture.sources import AttrSource, EntrySource, GlobalSource, ItemSource, Source
 from ember.capture.values import (
     NULL,
+    AutocastValue,
     BoundMethodValue,
     BuiltinValue,
     CellValue,
@@ -429,9 +430,33 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         return ValueMethodValue(manager, "__exit__"), Const(None)
     if isinstance(manager, NullContextValue):
         return ValueMethodValue(manager, "__exit__"), Const(None)
+    if isinstance(manager, AutocastValue):
+        enter_autocast(session, manager)
+        return ValueMethodValue(manager, "__exit__"), manager
     raise Unsupported(f"with-block on {manager.describe()}",
                       "only torch.no_grad(), torch.enable_grad() and "
                       "torch.set_grad_enabled() blocks are captured")
+
+
+def enter_autocast(session: Session, region: AutocastValue) -> None:
+    """A node that enters the region, and the real region while capture runs inside it."""
+    from torch.amp.autocast_mode import _enter_autocast
+
+    if region.node is not None:
+        raise Unsupported("an autocast region entered twice")
+    region.node = session.builder.graph.call_function(_enter_autocast, region.arguments)
+    region.real = _enter_autocast(*region.arguments)
+    session.autocast_regions.append(region)
+
+
+def exit_autocast(session: Session, region: AutocastValue) -> None:
+    from torch.amp.autocast_mode import _exit_autocast
+
+    if not session.autocast_regions or session.autocast_regions[-1] is not region:
+        raise Unsupported("autocast regions left out of order")
+    session.builder.graph.call_function(_exit_autocast, (region.node,))
+    session.autocast_regions.pop()
+    _exit_autocast(region.real)
 
 
 def set_grad_mode(session: Session, enabled: bool) -> None:

@@ -80,6 +80,7 @@ class Session:
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
+        self.autocast_regions: list[Any] = []  # entered by the captured code, innermost last
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):

@@ -205,6 +205,21 @@ class NestedFunctionValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class AutocastValue(Value):
+    """torch.autocast(device_type, dtype, enabled, cache_enabled) as a with-block: entering
+    and leaving it are nodes of the graph (the backend applies its casts) and, while capture
+    runs inside it, a real region (so the fake tensors take autocast's dtypes)."""
+
+    arguments: tuple  # (device_type, dtype, enabled, cache_enabled), Python values
+    node: Any = None  # the graph's _enter_autocast node, once entered
+    real: Any = None  # the real region entered while capturing
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return torch.autocast
+
+
+@dataclasses.dataclass(eq=False)
 class PartialValue(Value):
     """functools.partial(function, *args, **keywords) made while capturing."""
 

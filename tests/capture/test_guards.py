@@ -445,3 +445,41 @@ def test_training_under_autocast_matches_eager():
     for p, q in zip(model.parameters(), twin.parameters()):
         assert q.grad.dtype == p.grad.dtype == torch.float32
         torch.testing.assert_close(q.grad, p.grad, rtol=2e-2, atol=2e-2)
+
+
+def test_autocast_regions_inside_are_captured():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+
+    def regions(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(x)
+            with torch.autocast(device_type="cpu", enabled=False):  # (as rotary embeddings do)
+                full = model(x.float()) * 2
+        return low, full, model(x)
+
+    x = t(2, 8)
+    explained = ember.explain(regions)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    with torch.no_grad():
+        got, want = ember.compile(regions, fullgraph=True)(x), regions(x)
+    assert [g.dtype for g in got] == [w.dtype for w in want] == \
+        [torch.bfloat16, torch.float32, torch.float32]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-2, atol=1e-2)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_what_cannot_be_captured_in_an_autocast_region_runs_eagerly():
+    def fn(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x.T
+            if y.sum() > 0:  # (no break inside a region: the frame runs eagerly)
+                y = y + 1
+        return y
+
+    x = t(3, 3)
+    compiled = ember.compile(fn)
+    same(compiled(x), fn(x))
+    assert not torch.is_autocast_enabled("cpu")  # (the region capture entered, left again)
+    assert "inside an autocast region" in compiled.entries[0].eager_reason.reason
