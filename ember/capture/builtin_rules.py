@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.utils.checkpoint
 
 from ember.capture import attributes, semantics
 from ember.capture.calls import call_rules, call_value, rule
@@ -293,6 +294,20 @@ def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any
     semantics.set_grad_mode(session, enabled)
     value = GradModeValue(enabled, previous)
     return value
+
+
+@rule(torch.utils.checkpoint.checkpoint)
+def _checkpoint(session: Session, function: Value, *args: Value, frame: Any = None,
+                use_reentrant: Value | None = None, preserve_rng_state: Value | None = None,
+                determinism_check: Value | None = None, debug: Value | None = None,
+                **kwargs: Value) -> Value:
+    """Activation checkpointing: the function's values and gradients are those of calling it
+    (what the backward keeps is ember's choice in a compiled graph), so it is inlined."""
+    if "context_fn" in kwargs:
+        raise Unsupported("checkpoint(context_fn=...)")
+    from ember.capture.calls import call_value
+
+    return call_value(session, function, list(args), kwargs, frame)
 
 
 @rule(torch.autocast)

@@ -803,3 +803,35 @@ def test_a_new_objects_class_attributes_are_the_class_s():
     got = ember.compile(fn, fullgraph=True)(x)
     torch.testing.assert_close(got, want)
     assert _Counted.made == eager_made == [0, -1]
+
+
+def test_activation_checkpointing_is_inlined_with_eagers_gradients():
+    import copy
+
+    import torch.utils.checkpoint as checkpoint
+
+    import ember
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner_layer = torch.nn.Linear(8, 8)
+            self.outer_layer = torch.nn.Linear(8, 8)
+
+        def inner(self, x):
+            return F.gelu(self.inner_layer(x))
+
+        def forward(self, x):
+            return self.outer_layer(checkpoint.checkpoint(self.inner, x, use_reentrant=False)) + x
+
+    torch.manual_seed(0)
+    model = Block()
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(twin)
+    x = t(4, 8)
+    explained = ember.explain(twin)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    model(x).pow(2).sum().backward()
+    compiled(x).pow(2).sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-5)
