@@ -212,6 +212,18 @@ def _quotients(atom: Mod) -> list[Div]:
     return found
 
 
+def _non_negative(rest: Expr, divisor: int) -> tuple[Expr, int]:
+    """`rest` plus the fewest whole divisors that make it never negative, and how many were
+    added. Div and Mod mean floor division and remainder, but C and Triton truncate toward
+    zero: the two agree on dividends that are never negative (a flipped index, 3 - i, left
+    -i + 1 to divide: C's (-1) % 2 is -1, the floor remainder 1)."""
+    low, _ = rest.bounds()
+    if low >= 0 or not math.isfinite(low):
+        return rest, 0
+    times = int(-(low // divisor))
+    return rest + times * divisor, times
+
+
 def floordiv(expr: Expr, divisor: int) -> Expr:
     expr = Expr.of(expr)
     assert divisor > 0
@@ -223,8 +235,8 @@ def floordiv(expr: Expr, divisor: int) -> Expr:
             quotient_terms.append((atom, coefficient // divisor))
         else:
             rest_terms.append((atom, coefficient))
-    quotient = _make(quotient_terms, expr.const // divisor)
-    rest = _make(rest_terms, expr.const % divisor)
+    rest, added = _non_negative(_make(rest_terms, expr.const % divisor), divisor)
+    quotient = _make(quotient_terms, expr.const // divisor - added)
     low, high = rest.bounds()
     if 0 <= low and high < divisor:
         return quotient
@@ -244,7 +256,8 @@ def modulo(expr: Expr, divisor: int) -> Expr:
     assert divisor > 0
     if divisor == 1:
         return ZERO
-    rest = _make([(a, c) for a, c in expr.terms if c % divisor], expr.const % divisor)
+    rest, _ = _non_negative(_make([(a, c) for a, c in expr.terms if c % divisor],
+                                  expr.const % divisor), divisor)
     low, high = rest.bounds()
     if 0 <= low and high < divisor:
         return rest

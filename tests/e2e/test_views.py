@@ -127,3 +127,11 @@ def test_consumer_of_a_returned_view_in_the_reduction_kernel():
     x = make(1, 1, 5)
     check(lambda x: (torch.exp(x.sum(-2)), x.sum(-2), torch.tanh(x.amax(1)) + x.amax(1)), x,
           library=0)
+
+
+def test_flip_of_a_copied_view():
+    # (found by the property tests: the flipped index 3 - i was divided as -i + 1, and C and
+    # Triton truncate negative quotients and remainders toward zero)
+    x = make(2, 2).t()
+    check(lambda x: torch.flip(x.reshape(-1), (0,)), x)
+    check(lambda x: torch.flip(x, (0, 1)).reshape(-1) * 2, make(3, 5).t())

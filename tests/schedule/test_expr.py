@@ -2,6 +2,7 @@
 they compute."""
 
 import itertools
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -82,5 +83,35 @@ def _evaluate(expr: Expr, point: dict[str, int]) -> int:
             value = _evaluate(atom.expr, point) // atom.divisor
         else:
             value = _evaluate(atom.expr, point) % atom.divisor
+        total += coefficient * value
+    return total
+
+
+def test_divided_and_remaindered_expressions_never_go_negative():
+    # (C and Triton truncate toward zero, Div and Mod are floor's: a flipped index 3 - i
+    # became Mod(-i + 1, 2), and C's (-1) % 2 is -1)
+    i = Var("i0", 4)
+    flipped = Expr.of(i) * -1 + 3
+    for expr in (floordiv(flipped, 2), modulo(flipped, 2),
+                 modulo(floordiv(flipped * 2 + 1, 3), 2)):
+        for atom in expr.atoms():
+            if isinstance(atom, (Div, Mod)):
+                assert atom.expr.bounds()[0] >= 0, expr
+        for value in range(4):  # and they still mean floor division and remainder
+            c_like = {Div: lambda a, d: int(a / d), Mod: lambda a, d: int(math.fmod(a, d))}
+            assert _evaluate_as(expr, {i: value}, c_like) == _evaluate_as(expr, {i: value}, None)
+
+
+def _evaluate_as(expr, values, c_like):
+    total = expr.const
+    for atom, coefficient in expr.terms:
+        if isinstance(atom, (Div, Mod)):
+            inner = _evaluate_as(atom.expr, values, c_like)
+            if c_like is None:
+                value = inner // atom.divisor if isinstance(atom, Div) else inner % atom.divisor
+            else:
+                value = c_like[type(atom)](inner, atom.divisor)
+        else:
+            value = values[atom]
         total += coefficient * value
     return total
