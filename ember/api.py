@@ -103,7 +103,7 @@ def _binder(function: types.FunctionType) -> Callable[..., dict[str, Any]]:
     names = _positional_names(function)
     if names is not None:
         return lambda *args: dict(zip(names, args))
-    signature = inspect.signature(function)
+    signature = inspect.signature(function, follow_wrapped=False)
     namespace: dict[str, Any] = {}
     parameters = []
     for index, parameter in enumerate(signature.parameters.values()):
@@ -343,7 +343,7 @@ def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:
     if names is not None:
         return lambda arguments: function(*[arguments[name] for name in names])
     parts = []
-    for parameter in inspect.signature(function).parameters.values():
+    for parameter in inspect.signature(function, follow_wrapped=False).parameters.values():
         name = f"L[{parameter.name!r}]"
         if parameter.kind is parameter.VAR_POSITIONAL:
             parts.append(f"*{name}")

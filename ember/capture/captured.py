@@ -235,7 +235,7 @@ def _effect_line(effect: Effect, writer: Rebuilder) -> str:
 
 
 def bind(function: types.FunctionType, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-    signature = inspect.signature(function)
+    signature = inspect.signature(function, follow_wrapped=False)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     return dict(bound.arguments)

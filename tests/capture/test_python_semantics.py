@@ -835,3 +835,33 @@ def test_activation_checkpointing_is_inlined_with_eagers_gradients():
     compiled(x).pow(2).sum().backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_functions_wrapped_by_decorators_bind_their_own_arguments():
+    # (functools.wraps gives the wrapper the wrapped function's signature: ember bound the
+    # wrapper's *args by the names `t` and `scale`, and its resumed code raised
+    # UnboundLocalError; torch.no_grad() as a decorator is such a wrapper)
+    import ember
+
+    def twice(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            print("calling", function.__name__)  # (a break inside the wrapper)
+            return function(*args, **kwargs) * 2
+        return wrapper
+
+    @twice
+    def scaled(t, scale=3.0):
+        return t * scale
+
+    @torch.no_grad()
+    def halved(t):
+        return t / 2
+
+    def fn(x):
+        return scaled(x, scale=2.0) + halved(x) + scaled(x)
+
+    x = t(3)
+    torch.testing.assert_close(ember.compile(scaled)(x), scaled(x))
+    torch.testing.assert_close(ember.compile(halved)(x), halved(x))
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
