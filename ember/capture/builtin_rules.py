@@ -321,6 +321,20 @@ def _autocast(session: Session, device_type: Value, dtype: Value | None = None,
     return AutocastValue(tuple(values))
 
 
+def _device_autocast(device_type: str, default: torch.dtype):
+    """torch.cuda.amp.autocast / torch.cpu.amp.autocast (deprecated spellings, still in use)."""
+    def rule_(session: Session, enabled: Value | None = None, dtype: Value | None = None,
+              cache_enabled: Value | None = None, frame: Any = None, **_: Any) -> Value:
+        values = [None if v is None else python_value(v) for v in (enabled, dtype, cache_enabled)]
+        return AutocastValue((device_type, values[1] or default,
+                              True if values[0] is None else values[0], values[2]))
+    return rule_
+
+
+call_rules[torch.cuda.amp.autocast] = _device_autocast("cuda", torch.float16)
+call_rules[torch.cpu.amp.autocast] = _device_autocast("cpu", torch.bfloat16)
+
+
 @rule(torch.autograd.profiler.record_function, contextlib.nullcontext)
 def _null_context(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
     return NullContextValue(torch.autograd.profiler.record_function if args

@@ -483,3 +483,21 @@ def test_what_cannot_be_captured_in_an_autocast_region_runs_eagerly():
     same(compiled(x), fn(x))
     assert not torch.is_autocast_enabled("cpu")  # (the region capture entered, left again)
     assert "inside an autocast region" in compiled.entries[0].eager_reason.reason
+
+
+def test_the_device_spellings_of_autocast_are_regions_too():
+    import warnings
+
+    def fn(x):
+        with torch.cpu.amp.autocast():  # (deprecated, bfloat16 by default)
+            return x @ x.T
+
+    x = t(3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        explained = ember.explain(fn)(x)
+        want = fn(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got = ember.compile(fn)(x)
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
