@@ -124,6 +124,20 @@ def tensor_checker(examples: list[torch.Tensor]) -> Any:
         return None
 
 
+def data_attribute_getters() -> set:
+    """How Dynamo's graphs spell `tensor.data` (a detached alias)."""
+    getter = getattr(getattr(torch._C, "_autograd", None), "_get_data_attr", None)
+    return {getter} if getter is not None else set()
+
+
+def is_context_decorator(value: Any) -> bool:
+    """An instance of torch's context managers that also decorate (torch.no_grad(),
+    torch.enable_grad(), ...): callable objects of torch's, not graph operations."""
+    from torch.utils._contextlib import _DecoratorContextManager
+
+    return isinstance(value, _DecoratorContextManager)
+
+
 def autocast_enabled() -> bool:
     """Is a torch.autocast region active, for any device type?"""
     return torch._C._is_any_autocast_enabled()

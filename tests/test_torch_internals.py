@@ -158,3 +158,16 @@ def test_autocast_state_and_a_graph_traced_under_it():
     assert state[0] == (True, torch.bfloat16) and state[1][0] is False
     casts = [n for n in traced.graph.nodes if n.target is aten._to_copy.default]
     assert len(casts) == 2 and traced(a, b).dtype == torch.bfloat16
+
+
+def test_context_decorators_are_recognized():
+    assert torch_internals.is_context_decorator(torch.no_grad())
+    assert torch_internals.is_context_decorator(torch.enable_grad())
+    assert not torch_internals.is_context_decorator(torch.sin)
+
+
+def test_dynamos_spelling_of_tensor_data_is_found():
+    (getter,) = torch_internals.data_attribute_getters()
+    x = torch.ones(2, requires_grad=True)
+    data = getter(x)
+    assert not data.requires_grad and data.data_ptr() == x.data_ptr()

@@ -30,6 +30,7 @@ aten = torch.ops.aten
 
 # Ops whose outputs carry no gradient (piecewise constant, integer or boolean results).
 NO_GRADIENT = frozenset({
+    Op.STOP_GRADIENT,
     Op.FLOOR, Op.CEIL, Op.ROUND, Op.TRUNC, Op.SIGN, Op.BITWISE_NOT, Op.LOGICAL_NOT, Op.ISNAN,
     Op.ISINF, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE, Op.ARGMAX, Op.ARGMIN, Op.ANY, Op.ALL,
     Op.FLOORDIV, Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR, Op.SHIFT_LEFT, Op.SHIFT_RIGHT,

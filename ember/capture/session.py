@@ -49,10 +49,11 @@ def is_torch_callable(value: Any) -> bool:
     if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
         return True
     module = getattr(value, "__module__", None) or ""
-    if isinstance(value, type):
+    if isinstance(value, type) or torch_internals.is_context_decorator(value):
         return False
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
-        return not module.startswith("torch.nn.modules")
+        # (torch's module code and its context-manager decorators are Python to inline)
+        return not module.startswith(("torch.nn.modules", "torch.utils._contextlib"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 

@@ -286,6 +286,7 @@ def _neg(node: Node, args: list[str]) -> str:
 
 c_rules.update({
     Op.NEG: _neg,
+    Op.STOP_GRADIENT: lambda node, a: a[0],
     Op.ERF: lambda node, a: (f"ember_erff({a[0]})" if compute_type(node.dtype) == "float"
                              else f"erf({a[0]})"),
     Op.ABS: _abs,

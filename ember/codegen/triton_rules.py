@@ -363,6 +363,11 @@ def _cosh(node, args, w):
     return f"(0.5 * ({e} + 1.0 / {e}))"
 
 
+@_rule(Op.STOP_GRADIENT)
+def _stop_gradient(node, args, w):
+    return args[0]
+
+
 @_rule(Op.ABS)
 def _abs(node, args, w):
     if node.dtype is torch.uint8 or node.dtype is torch.bool:

@@ -34,6 +34,7 @@ def _simple(op: Op, fn: Callable[..., torch.Tensor]) -> None:
 
 
 for _op, _fn in {
+    Op.STOP_GRADIENT: torch.clone,
     Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.EXP2: torch.exp2,
     Op.EXPM1: torch.expm1, Op.LOG: torch.log, Op.LOG2: torch.log2, Op.LOG10: torch.log10,
     Op.LOG1P: torch.log1p, Op.SQRT: torch.sqrt, Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin,

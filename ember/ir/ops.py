@@ -33,6 +33,8 @@ class Op(enum.Enum):
     IOTA = "iota"                # attrs: dim, start, step  (value = start + step * index[dim])
     # unary pointwise, same dtype in and out
     NEG = "neg"
+    STOP_GRADIENT = "stop_gradient"  # x itself; no gradient flows back through it (detach,
+    #                                  values made under torch.no_grad() in a training graph)
     ABS = "abs"
     EXP = "exp"
     EXP2 = "exp2"
@@ -125,7 +127,8 @@ class Op(enum.Enum):
 
 
 UNARY = frozenset({
-    Op.NEG, Op.ABS, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P, Op.SQRT,
+    Op.NEG, Op.STOP_GRADIENT, Op.ABS, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10,
+    Op.LOG1P, Op.SQRT,
     Op.RSQRT, Op.SIN, Op.COS, Op.TAN, Op.ASIN, Op.ACOS, Op.ATAN, Op.SINH, Op.COSH, Op.TANH,
     Op.ASINH, Op.ACOSH, Op.ATANH, Op.ERF, Op.ERFC, Op.SIGMOID, Op.FLOOR, Op.CEIL, Op.ROUND,
     Op.TRUNC, Op.SIGN, Op.RECIPROCAL, Op.BITWISE_NOT, Op.LOGICAL_NOT, Op.ISNAN, Op.ISINF,

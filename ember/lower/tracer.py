@@ -166,6 +166,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.keep_alive: list[torch.Tensor] = []
         self.constants: list[torch.Tensor] = []
         self.library_calls = 0
+        self.detached_views: set[int] = set()  # (ids of tensors: see _MetaInterpreter)
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
@@ -201,6 +202,8 @@ class Tracer(torch_internals.TorchDispatchMode):
 
     def assign(self, tensor: torch.Tensor, value: Node) -> None:
         """Give `tensor` a new value, updating its root (and so every alias of it)."""
+        if id(tensor) in self.detached_views:
+            raise Unsupported("an in-place write to a detached view in a training graph")
         state = self.state(tensor)
         if state.chain is None:
             raise Unsupported("an in-place write through a view ember cannot invert")
@@ -546,11 +549,35 @@ class Tracer(torch_internals.TorchDispatchMode):
 
 class _MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
-                 device: torch.device, tracer: Tracer):
+                 device: torch.device, tracer: Tracer, stops: bool = False):
         super().__init__(module)
         self.attribute_metas = attributes
         self.device = device
         self.tracer = tracer
+        self.stops = stops  # a training graph: values eager's autograd does not track stop
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        if self.stops and n.op in ("call_function", "call_method") and (
+                not torch.is_grad_enabled() or n.target in _DETACHES):
+            # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while
+            # this runs) or detached: eager's result requires no grad, so the backward must
+            # not reach through it
+            result = tree_map(self._stopped, result)
+        return result
+
+    def _stopped(self, value: Any) -> Any:
+        tracer = self.tracer
+        if not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or \
+                id(value) not in tracer.states:
+            return value
+        state = tracer.state(value)
+        shared = any(other is not state and other.storage is state.storage
+                     for other in tracer.states.values())
+        tracer.bind(value, tracer.builder.unary(Op.STOP_GRADIENT, tracer.current(value)))
+        if shared:  # (a detached view: its own value now, so a write to it would be lost)
+            tracer.detached_views.add(id(value))
+        return value
 
     def get_attr(self, target, args, kwargs):
         if target in self.attribute_metas:
@@ -593,6 +620,8 @@ def _fused_dropout(target, args, kwargs) -> Any:
 # composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
 # eager calls it, a library call; the layout of its result is the one a run on stand-in
 # tensors of the same geometry gives (checked again against the first real call's).
+_DETACHES = {"detach", torch.detach, torch.Tensor.detach, torch.ops.aten.detach.default,
+             *torch_internals.data_attribute_getters()}
 FUSED_ATTENTION_DEVICES = {"cuda"}  # (on the CPU ember's own kernels compute it)
 _ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                         "scale", "enable_gqa")
@@ -662,8 +691,9 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
         if value.device != device and not (value.dim() == 0 and value.device.type == "cpu"):
             raise Unsupported(f"graph attribute {name} lives on {value.device}, the graph on "
                               f"{device}")
+    stops = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     with tracer:
-        out = _MetaInterpreter(module, attributes, device, tracer).run(*arguments)
+        out = _MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 

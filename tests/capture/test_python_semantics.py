@@ -865,3 +865,13 @@ def test_functions_wrapped_by_decorators_bind_their_own_arguments():
     torch.testing.assert_close(ember.compile(scaled)(x), scaled(x))
     torch.testing.assert_close(ember.compile(halved)(x), halved(x))
     torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+
+    def uses_no_grad_helper(x):  # (torch's decorator is inlined: one graph)
+        return halved(x) + x
+
+    explained = ember.explain(uses_no_grad_helper)(x.requires_grad_())
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got = ember.compile(uses_no_grad_helper)(x)
+    torch.testing.assert_close(got, uses_no_grad_helper(x))
+    got.sum().backward()  # (only x's own term has a gradient, as in eager)
+    torch.testing.assert_close(x.grad, torch.ones(3))

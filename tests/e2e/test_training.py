@@ -390,3 +390,38 @@ def test_a_mixed_precision_training_step_matches_eager():
         torch.testing.assert_close(losses[1], losses[0], rtol=2e-2, atol=2e-2)
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q, p, rtol=2e-2, atol=2e-2)
+
+
+def test_detached_values_and_no_grad_regions_stop_the_gradient():
+    # (a wrong gradient before: detach lowered to the value itself and no_grad regions were
+    # differentiated through, so x / 2 under no_grad added 0.5 to x's gradient)
+    from helpers import check_grad
+
+    def no_grad_region(x, w):
+        with torch.no_grad():
+            scale = (x * w).sum()
+        return x * scale + w
+
+    def detached(x, w):
+        target = (x @ w).detach()
+        return ((x @ w - target) ** 2).sum() + (x.data * 3 * w).sum() + torch.sin(x).detach()
+
+    def stop_then_grad(x, w):
+        with torch.no_grad():
+            with torch.enable_grad():
+                inner = x * w  # (tracked again inside)
+        return inner.sum() * x
+
+    for fn in (no_grad_region, detached, stop_then_grad):  # (Dynamo keeps the no_grad
+        check_grad(fn, torch.randn(3, 3), torch.randn(3, 3), dynamo=True)  # regions in its graph)
+    import ember  # and ember's own capture
+
+    x, w = (torch.randn(3, 3, device=DEVICE, requires_grad=True) for _ in range(2))
+    for fn in (no_grad_region, detached, stop_then_grad):
+        compiled = ember.compile(fn)(x, w)
+        compiled.sum().backward()
+        got = x.grad.clone(), w.grad.clone()
+        x.grad = w.grad = None
+        fn(x, w).sum().backward()
+        torch.testing.assert_close(got, (x.grad, w.grad), rtol=1e-4, atol=1e-4)
+        x.grad = w.grad = None
