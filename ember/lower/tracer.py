@@ -562,8 +562,12 @@ class _MetaInterpreter(torch.fx.Interpreter):
                 not torch.is_grad_enabled() or n.target in _DETACHES):
             # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while
             # this runs) or detached: eager's result requires no grad, so the backward must
-            # not reach through it
-            result = tree_map(self._stopped, result)
+            # not reach through it. (An in-place op's result is its input itself — a buffer
+            # updated under no_grad — and keeps its binding: its writes must reach the input.)
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            operands = {id(t) for t in tree_flatten((args, kwargs))[0]
+                        if isinstance(t, torch.Tensor)}
+            result = tree_map(lambda v: v if id(v) in operands else self._stopped(v), result)
         return result
 
     def _stopped(self, value: Any) -> Any:

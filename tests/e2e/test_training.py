@@ -425,3 +425,32 @@ def test_detached_values_and_no_grad_regions_stop_the_gradient():
         fn(x, w).sum().backward()
         torch.testing.assert_close(got, (x.grad, w.grad), rtol=1e-4, atol=1e-4)
         x.grad = w.grad = None
+
+
+def test_a_buffer_updated_under_no_grad_in_a_training_forward():
+    # (an exponential moving average: the in-place updates under no_grad must reach the
+    # buffer, and the gradient must not cross them)
+    import ember
+
+    class Tracked(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("average", torch.zeros(4))
+
+        def forward(self, x):
+            y = self.linear(x)
+            with torch.no_grad():
+                self.average.mul_(0.9).add_(y.mean(0), alpha=0.1)
+            return y * self.average.sum()
+
+    torch.manual_seed(0)
+    model = Tracked().to(DEVICE)
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(twin)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    for _ in range(3):
+        model(x).sum().backward()
+        compiled(x).sum().backward()
+    torch.testing.assert_close(twin.average, model.average)
+    torch.testing.assert_close(twin.linear.weight.grad, model.linear.weight.grad)
