@@ -140,7 +140,8 @@ def _s(seconds: float | None) -> str:
     return f"{seconds:.2f}" if seconds < 10 else f"{seconds:.1f}"
 
 
-def _x(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """A ratio as the report prints it (fewer decimals as it grows)."""
     if value is None:
         return "—"
     if value < 0.1:
@@ -182,7 +183,7 @@ def steady_table(run: Run) -> tuple[list[str], list[list[str]]]:
     rows = []
     for result in run.results:
         rows.append([_label(result)] + [_ms(result.steady(v)) for v in variants]
-                    + [_x(ratio(result.steady(a), result.steady(b))) for a, b in ratios]
+                    + [ratio_text(ratio(result.steady(a), result.steady(b))) for a, b in ratios]
                     + [_check_cell(result, variants)])
     return headers, rows
 
@@ -241,7 +242,7 @@ def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
         row += [_s(result.first_call(v)) + ("*" if _warm_process(result, v) else "")
                 for v in compiled]
         if both:
-            row.append(_x(ratio(result.first_call(OURS), result.first_call(PEER))))
+            row.append(ratio_text(ratio(result.first_call(OURS), result.first_call(PEER))))
         if has(BASELINE):
             row += [_calls(result.break_even(v)) for v in compiled]
         rows.append(row)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from ember.bench.harness import run_trials
+from ember.bench.report import ratio_text
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,7 @@ def test_bench_writes_report_and_raw_numbers(tmp_path):
     markdown = (tmp_path / "report.md").read_text()
     ratio = s1["summary"]["ember_over_eager"]
     assert f"| S1 gelu_ish | {ratio_cell(s1, 'eager')} | {ratio_cell(s1, 'ember')} |" in markdown
-    assert f"{ratio:.2f}x" in markdown or f"{ratio:.3f}x" in markdown
+    assert ratio_text(ratio) in markdown
     assert f"- CPU: {data['machine']['cpu']}" in markdown
     assert data["date"] in markdown
     assert "steady state (median per call)" in done.stdout
