@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._contextlib import _DecoratorContextManager
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
 from torch.utils._pytree import (  # noqa: F401  (re-exported)
     TreeSpec,
@@ -133,20 +134,18 @@ def data_attribute_getters() -> set:
 def is_context_decorator(value: Any) -> bool:
     """An instance of torch's context managers that also decorate (torch.no_grad(),
     torch.enable_grad(), ...): callable objects of torch's, not graph operations."""
-    from torch.utils._contextlib import _DecoratorContextManager
-
     return isinstance(value, _DecoratorContextManager)
 
 
-def autocast_enabled() -> bool:
-    """Is a torch.autocast region active, for any device type?"""
-    return torch._C._is_any_autocast_enabled()
+# Is a torch.autocast region active, for any device type? (A C function: the per-call guard
+# of every compiled function calls it directly.)
+any_autocast = torch._C._is_any_autocast_enabled
 
 
 def autocast_state() -> tuple | None:
-    """What torch.autocast does now: None when no region is active (the common case, one
-    call), else (enabled, dtype) for the CPU and for CUDA."""
-    if not torch._C._is_any_autocast_enabled():
+    """What torch.autocast does now: None when no region is active (the common case), else
+    (enabled, dtype) for the CPU and for CUDA."""
+    if not any_autocast():
         return None
     return tuple((torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
                  for device in ("cpu", "cuda"))

@@ -141,11 +141,11 @@ def test_storage_use_count_sees_aliases_come_and_go():
     assert torch_internals.storage_use_count(x) == alone
 
 
-def test_autocast_enabled_sees_any_device_types_region():
-    assert torch_internals.autocast_enabled() is False
+def test_autocast_state_sees_any_device_types_region():
+    assert torch_internals.autocast_state() is None
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert torch_internals.autocast_enabled() is True
-    assert torch_internals.autocast_enabled() is False
+        assert torch_internals.autocast_state() is not None
+    assert torch_internals.autocast_state() is None
 
 
 def test_autocast_state_and_a_graph_traced_under_it():
@@ -171,3 +171,9 @@ def test_dynamos_spelling_of_tensor_data_is_found():
     x = torch.ones(2, requires_grad=True)
     data = getter(x)
     assert not data.requires_grad and data.data_ptr() == x.data_ptr()
+
+
+def test_any_autocast_is_the_state_s_quick_test():
+    assert torch_internals.any_autocast() is False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch_internals.any_autocast() is True

@@ -30,7 +30,7 @@ from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Kind, Op
 from ember.lower.builder import Builder
-from ember.lower.registry import Unsupported, aten
+from ember.lower.registry import Unsupported
 
 RECOMPUTED = frozenset({Kind.POINTWISE, Kind.VIEW, Kind.LEAF, Kind.DATA})
 
@@ -193,7 +193,7 @@ class _Differentiator:
         differentiable = tuple(s in self.needs for s in node.inputs)
         if not any(differentiable):
             return [None] * len(node.inputs)
-        refused = _refused(attrs["target"], attrs["kwargs"])
+        refused = _refused(attrs["target"], attrs["args"], attrs["kwargs"])
         if refused:
             raise Unsupported(f"{getattr(attrs['target'], '__name__', attrs['target'])} "
                               f"{refused}: its backward cannot run it again (training runs "
@@ -215,15 +215,27 @@ class _Differentiator:
         return [next(items) if flag else None for flag in differentiable]
 
 
-def _refused(target: Any, kwargs: dict[str, Any]) -> str | None:
+def _refused(target: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
     """Why torch's backward of this library call cannot be taken by running it again."""
     if not torch_internals.is_op_overload(target):
         return None
-    if torch.Tag.nondeterministic_seeded in target.tags and not (
-            target is aten.scaled_dot_product_attention.default
-            and kwargs.get("dropout_p", 0.0) == 0.0):  # (random only through its dropout)
-        return "is random"
     schema = torch_internals.schema_of(target)
+    if torch.Tag.nondeterministic_seeded in target.tags and \
+            _argument(schema, args, kwargs, "dropout_p", 1.0) != 0.0:
+        # (an op random only through its dropout, as attention is, draws nothing without it)
+        return "is random"
     if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
         return "writes its inputs"
     return None
+
+
+def _argument(schema: Any, args: tuple, kwargs: dict[str, Any], name: str,
+              missing: Any) -> Any:
+    """The value a call passes for `name` (its default if it passes none; `missing` if the op
+    has no such argument)."""
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == name:
+            if name in kwargs:
+                return kwargs[name]
+            return args[position] if position < len(args) else argument.default_value
+    return missing

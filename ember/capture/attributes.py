@@ -145,24 +145,14 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
     instance_dict = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
     cls = obj if isinstance(obj, type) else type(obj)
     descriptor = class_lookup(cls, name)
-    if isinstance(descriptor, property) and not isinstance(obj, type):
-        getter = session.wrap(descriptor.fget, None, guard=False)
-        from ember.capture.calls import call_value
-
-        return call_value(session, getter, [value], {})
+    receiver = None if isinstance(obj, type) else value
+    if isinstance(descriptor, property) and receiver is not None:
+        return _class_member(session, descriptor, cls, receiver)
     if name in instance_dict:
         return session.wrap(instance_dict[name], source)
-    if descriptor is not _MISSING:
-        if isinstance(descriptor, staticmethod):
-            return session.wrap(descriptor.__func__, None, guard=False)
-        if isinstance(descriptor, classmethod):
-            function = session.wrap(descriptor.__func__, None, guard=False)
-            return BoundMethodValue(function, session.wrap(cls, None, guard=False))
-        if isinstance(descriptor, types.FunctionType):
-            function = session.wrap(descriptor, None, guard=False)
-            if isinstance(obj, type):
-                return function
-            return BoundMethodValue(function, value)
+    member = _class_member(session, descriptor, cls, receiver)
+    if member is not None:
+        return member
     try:
         real = getattr(obj, name)
     except AttributeError:
@@ -185,18 +175,9 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> 
     if descriptor is _MISSING:
         raise Unsupported(f"{value.cls.__qualname__} object has no attribute {name!r}",
                           "eager raises AttributeError here")
-    if isinstance(descriptor, property):
-        from ember.capture.calls import call_value
-
-        return call_value(session, session.wrap(descriptor.fget, None, guard=False), [value],
-                          {})
-    if isinstance(descriptor, staticmethod):
-        return session.wrap(descriptor.__func__, None, guard=False)
-    if isinstance(descriptor, classmethod):
-        return BoundMethodValue(session.wrap(descriptor.__func__, None, guard=False),
-                                session.wrap(value.cls, None, guard=False))
-    if isinstance(descriptor, types.FunctionType):
-        return BoundMethodValue(session.wrap(descriptor, None, guard=False), value)
+    member = _class_member(session, descriptor, value.cls, value)
+    if member is not None:
+        return member
     if hasattr(descriptor, "__get__"):
         raise Unsupported(f"{value.cls.__qualname__}.{name} is a descriptor")
     # a class attribute: read through the class (guarded; changes to a list or dict there
@@ -209,10 +190,30 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> 
     return session.wrap(descriptor, None, guard=False)
 
 
+def _class_member(session: Session, descriptor: Any, cls: type, receiver: Value | None
+                  ) -> Value | None:
+    """A function found on the class, as reading it gives it: a property's value, a static
+    or class method, or a method bound to `receiver` (None: read from the class itself,
+    unbound). None for anything else."""
+    if isinstance(descriptor, property) and receiver is not None:
+        from ember.capture.calls import call_value
+
+        getter = session.wrap(descriptor.fget, None, guard=False)
+        return call_value(session, getter, [receiver], {})
+    if isinstance(descriptor, staticmethod):
+        return session.wrap(descriptor.__func__, None, guard=False)
+    if isinstance(descriptor, classmethod):
+        function = session.wrap(descriptor.__func__, None, guard=False)
+        return BoundMethodValue(function, session.wrap(cls, None, guard=False))
+    if isinstance(descriptor, types.FunctionType):
+        function = session.wrap(descriptor, None, guard=False)
+        return function if receiver is None else BoundMethodValue(function, receiver)
+    return None
+
+
 def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,
                              value: Value) -> None:
-    if isinstance(class_lookup(target.cls, name), property) or \
-            hasattr(class_lookup(target.cls, name), "__set__"):
+    if hasattr(class_lookup(target.cls, name), "__set__"):  # (a property among them)
         raise Unsupported(f"{target.cls.__qualname__}.{name} is a descriptor")
     session.side_effects.changed(target)
     target.attributes[name] = value

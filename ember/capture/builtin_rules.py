@@ -305,29 +305,31 @@ def _checkpoint(session: Session, function: Value, *args: Value, frame: Any = No
     (what the backward keeps is ember's choice in a compiled graph), so it is inlined."""
     if "context_fn" in kwargs:
         raise Unsupported("checkpoint(context_fn=...)")
-    from ember.capture.calls import call_value
-
     return call_value(session, function, list(args), kwargs, frame)
+
+
+def _region(device_type: str, dtype: Value | None, enabled: Value | None,
+            cache_enabled: Value | None) -> AutocastValue:
+    """torch.autocast's arguments, as Python values (enabled unless told otherwise)."""
+    dtype, enabled, cache_enabled = (None if v is None else python_value(v)
+                                     for v in (dtype, enabled, cache_enabled))
+    return AutocastValue((device_type, dtype, True if enabled is None else enabled,
+                          cache_enabled))
 
 
 @rule(torch.autocast)
 def _autocast(session: Session, device_type: Value, dtype: Value | None = None,
               enabled: Value | None = None, cache_enabled: Value | None = None,
               frame: Any = None, **_: Any) -> Value:
-    values = [None if v is None else python_value(v)
-              for v in (device_type, dtype, enabled, cache_enabled)]
-    if values[2] is None:
-        values[2] = True
-    return AutocastValue(tuple(values))
+    return _region(python_value(device_type), dtype, enabled, cache_enabled)
 
 
-def _device_autocast(device_type: str, default: torch.dtype):
-    """torch.cuda.amp.autocast / torch.cpu.amp.autocast (deprecated spellings, still in use)."""
+def _device_autocast(device_type: str, default: torch.dtype) -> Callable[..., Value]:
+    """torch.cuda.amp.autocast / torch.cpu.amp.autocast (deprecated spellings, still in use):
+    their device's autocast, with its default dtype when none is given."""
     def rule_(session: Session, enabled: Value | None = None, dtype: Value | None = None,
               cache_enabled: Value | None = None, frame: Any = None, **_: Any) -> Value:
-        values = [None if v is None else python_value(v) for v in (enabled, dtype, cache_enabled)]
-        return AutocastValue((device_type, values[1] or default,
-                              True if values[0] is None else values[0], values[2]))
+        return _region(device_type, dtype or Const(default), enabled, cache_enabled)
     return rule_
 
 

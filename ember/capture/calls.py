@@ -22,7 +22,7 @@ from ember import torch_internals
 from ember.capture import attributes, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
-from ember.capture.sources import AttrSource, ItemSource, MethodCallSource, ReferentSource
+from ember.capture.sources import AttrSource, CallSource, ItemSource
 from ember.capture.values import (
     NULL,
     AutocastValue,
@@ -311,7 +311,7 @@ def _walk_module(session: Session, receiver: ModuleValue, walk: tuple[str, bool,
     found: list[tuple[str, Value]] = []
     seen: set[int] = set()
 
-    def visit(module: torch.nn.Module, source: Any, prefix: str, depth: int) -> None:
+    def visit(module: torch.nn.Module, source: Any, prefix: str) -> None:
         children = session.wrap(module._modules, AttrSource(source, "_modules"))
         if registry == "_modules":
             if whole_tree and id(module) not in seen:
@@ -335,9 +335,9 @@ def _walk_module(session: Session, receiver: ModuleValue, walk: tuple[str, bool,
                     seen.add(id(child))
                     found.append((child_prefix, children.items[name]))
                 continue
-            visit(child, child_source, child_prefix, depth + 1)
+            visit(child, child_source, child_prefix)
 
-    visit(receiver.value, receiver.source, "", 0)
+    visit(receiver.value, receiver.source, "")
     items = [SequenceValue([Const(name), value], tuple) if named else value
              for name, value in found]
     return IteratorValue(items)
@@ -385,7 +385,7 @@ def _logger_enabled(session: Session, logger: Value, level: Value, **_: Any) -> 
         raise Unsupported("isEnabledFor() of a logger made inside the compiled function")
     number = python_value(level)
     answer = logger.value.isEnabledFor(number)
-    return session.wrap(answer, MethodCallSource(logger.source, "isEnabledFor", (number,)))
+    return session.wrap(answer, CallSource(logger.source, "isEnabledFor", (number,)))
 
 
 @rule(object.__init__)
@@ -435,7 +435,7 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
     if isinstance(obj, weakref.ref) and not args and not kwargs and callee.source is not None:
         # (nn.RNNBase checks its weights through weak references on every call): the
         # referent, guarded as any object reached through the reference is
-        return session.wrap(obj(), ReferentSource(callee.source))
+        return session.wrap(obj(), CallSource(callee.source))
     raise Unsupported(f"calling {callee.describe()}")
 
 

@@ -108,10 +108,11 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
             return f"torch.is_grad_enabled() is {value}"
         if name == "default_dtype":
             return f"torch.get_default_dtype() is {writer.constant(value)}"
-        if name == "autocast":  # (None when off: one call and an identity test per call)
-            state = writer.constant(torch_internals.autocast_state)
-            return f"{state}() is None" if value is None else \
-                f"{state}() == {writer.constant(value)}"
+        if name == "autocast":  # (off, the common case: one C call per call)
+            if value is None:
+                return f"not {writer.constant(torch_internals.any_autocast)}()"
+            return f"{writer.constant(torch_internals.autocast_state)}() == " \
+                   f"{writer.constant(value)}"
         raise AssertionError(name)
     v = writer.variable(guard.source)
     if kind == "id":

@@ -124,6 +124,17 @@ class Frame:
                     return True
         return False
 
+    def unbreakable(self, instruction: dis.Instruction, breakable: bool
+                    ) -> tuple[str, str] | None:
+        """Where this instruction lies if the graph cannot break there, and what to do:
+        inside an autocast region (the resumed code would have to enter it again) or a try
+        body (ember would have to run the handler)."""
+        if breakable and self.session.autocast_regions:
+            return "inside an autocast region", ""
+        if self.exception_table and self.in_try_block(instruction.offset):
+            return "inside try/except", "move the try/except outside the compiled function"
+        return None
+
     def run(self) -> Value:
         session = self.session
         breakable = self.parent is None and session.allow_breaks
@@ -141,26 +152,16 @@ class Frame:
                     raise Unsupported(f"Python construct {instruction.opname} is not supported"
                                       f" yet", "rewrite it, or keep it outside the compiled "
                                       "function")
-                if session.autocast_regions and breakable:
-                    # inside an autocast region the graph cannot break (its resumed code would
-                    # have to enter the region again): what cannot be captured sends the
-                    # frame to eager
+                unbreakable = self.unbreakable(instruction, breakable)
+                if unbreakable is not None:
+                    # code that runs as any other while it is captured, but where the graph
+                    # cannot break: what cannot be captured sends the frame to eager
                     try:
                         fn(self, instruction)
                     except Unsupported as error:
-                        raise Unsupported(f"{error.reason}, inside an autocast region",
-                                          error.hint) from None
-                    continue
-                if self.exception_table and self.in_try_block(instruction.offset):
-                    # A try body runs as any code while nothing in it fails; a construct it
-                    # cannot capture (an exception among them) cannot break the graph here:
-                    # ember would have to run the handler. The frame runs eagerly instead.
-                    try:
-                        fn(self, instruction)
-                    except Unsupported as error:
-                        raise Unsupported(f"{error.reason}, inside try/except",
-                                          error.hint or "move the try/except outside the "
-                                          "compiled function") from None
+                        where, hint = unbreakable
+                        raise Unsupported(f"{error.reason}, {where}",
+                                          error.hint or hint) from None
                     continue
                 if not breakable:
                     fn(self, instruction)

@@ -75,25 +75,17 @@ class ItemSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
-class ReferentSource(Source):
-    """What a weak reference reached through `base` refers to now (None once it died)."""
+class CallSource(Source):
+    """What calling an object without side effects answers now: a weak reference's referent
+    (`ref()`, None once it died) or a method's answer (`logger.isEnabledFor(10)`)."""
 
     base: Source
+    method: str = ""  # "" calls the object itself
+    args: tuple = ()
 
     def expr(self) -> str:
-        return f"{self.base.expr()}()"
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodCallSource(Source):
-    """What a method without side effects answers now (logger.isEnabledFor(10))."""
-
-    base: Source
-    method: str
-    args: tuple
-
-    def expr(self) -> str:
-        return f"{self.base.expr()}.{self.method}({', '.join(map(repr, self.args))})"
+        called = f"{self.base.expr()}.{self.method}" if self.method else self.base.expr()
+        return f"{called}({', '.join(map(repr, self.args))})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ object from the function's arguments, globals or closure — for guards and grap
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import types
 from typing import Any
@@ -229,8 +230,6 @@ class PartialValue(Value):
     source: Source | None = None
 
     def python_type(self) -> type:
-        import functools
-
         return functools.partial
 
 

@@ -472,7 +472,6 @@ class CKernelWriter:
         epilogue = None
         if self.column:
             outer, outer_index, epilogue = self.open_column(outer, outer_index, outer_loops)
-        placed = self.placed
         full_stores = [item for item in kernel.stores
                        if any(f"i{d}" in e.variables()
                               for e in store_index(item.node.shape, space) for d in kernel.axes)]
@@ -482,12 +481,10 @@ class CKernelWriter:
         # Every value is computed before anything is stored: a kernel that writes an input in
         # place reads it first (x1.add_(x0); x0.zero_() adds the old x0), and the inner loop
         # below reads inputs that the outer level's stores would overwrite: those wait for it.
-        outer_stores = [(item, placed(item.node, outer_index)) for item in kernel.stores
-                        if item not in full_stores]
-        outer_stores = [(item, at, self.value(item.node, at, outer)) for item, at in outer_stores]
+        lines = self.store_lines([item for item in kernel.stores if item not in full_stores],
+                                 outer_index, outer)
         waiting = []
-        for item, at, value in outer_stores:
-            line = f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};"
+        for item, line in lines:
             if item.buffer.root().role == "input" and full_stores and not self.column:
                 waiting.append(line)
             else:
@@ -504,11 +501,8 @@ class CKernelWriter:
                 inner, lane, lane_loop = self.open_lanes(inner)
                 dims.update(self.column_index(lane))
                 inner_loops.append(lane_loop)
-            values = [(item, at, self.value(item.node, at, inner))
-                      for item, at in ((item, placed(item.node, dims)) for item in full_stores)]
-            for item, at, value in values:
-                self.emit(inner, f"{self.offset(item.buffer, at)} = "
-                                 f"{store(item.node.dtype, value)};")
+            for _, line in self.store_lines(full_stores, dims, inner):
+                self.emit(inner, line)
             pragmas = [""] * len(inner_loops)
             if inner_loops:
                 pragmas[-1] = "#pragma omp simd" + status
@@ -527,6 +521,15 @@ class CKernelWriter:
         text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
                           "    return (int)(status != 0);", "}"])
         return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+
+    def store_lines(self, items: list, dims: dict[int, Expr], scope: Scope) -> list:
+        """(item, its store statement) for each item, every value computed first."""
+        values = []
+        for item in items:
+            at = self.placed(item.node, dims)
+            values.append((item, at, self.value(item.node, at, scope)))
+        return [(item, f"{self.offset(item.buffer, at)} = {store(item.node.dtype, value)};")
+                for item, at, value in values]
 
     def placed(self, node: Node, dims: dict[int, Expr]) -> Index:
         """The index where `node`'s value is stored, with the kernel's dims at `dims`."""

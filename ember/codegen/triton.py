@@ -681,11 +681,18 @@ class TritonKernelWriter:
                        if any(f"i{d}" in e.variables()
                               for e in store_index(item.node.shape, space) for d in axes)]
         row = bool(full_stores and self.rnumel)
-        here = [(item, placed(item.node, self.outer_index)) for item in kernel.stores
-                if item not in full_stores]
-        here = [(item, at, self.value(item.node, at, root)) for item, at in here]
+
+        def computed(items: list, dims: dict[int, Expr], scope: Scope) -> list:
+            """(item, where, value) for each item, every value computed before any store."""
+            values = []
+            for item in items:
+                at = placed(item.node, dims)
+                values.append((item, at, self.value(item.node, at, scope)))
+            return values
+
         waiting = []
-        for item, at, value in here:
+        for item, at, value in computed([item for item in kernel.stores
+                                         if item not in full_stores], self.outer_index, root):
             if row and item.buffer.root().role == "input":
                 waiting.append((item, at, value))
             else:
@@ -694,9 +701,7 @@ class TritonKernelWriter:
             outer = tuple(self.outer_index.get(d, ZERO) for d in range(len(shape)))
             body, full = self.open_row(root, outer)
             dims = {d: full[d] for d in range(len(shape))}
-            values = [(item, at, self.value(item.node, at, body))
-                      for item, at in ((item, placed(item.node, dims)) for item in full_stores)]
-            for item, at, value in values:
+            for item, at, value in computed(full_stores, dims, body):
                 self.store(body, item, at, value, "r")
             self.close_row(body)
         for item, at, value in waiting:

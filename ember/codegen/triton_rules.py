@@ -249,9 +249,8 @@ def ember_pow(a, b):
 def prelude() -> str:
     """The prelude with the tanh and erf polynomials' coefficients written in."""
     text = PRELUDE.replace("TANH_SPLIT", repr(TANH_SPLIT)).replace("ERF_SPLIT", repr(ERF_SPLIT))
-    for index, value in enumerate(TANH_COEFFICIENTS):
-        text = text.replace(f"TANH_P{index}", repr(value))
-    for name, values in (("ERF_NEAR", ERF_NEAR), ("ERF_FAR", ERF_FAR)):
+    for name, values in (("TANH_P", TANH_COEFFICIENTS), ("ERF_NEAR", ERF_NEAR),
+                         ("ERF_FAR", ERF_FAR)):
         for index, value in enumerate(values):
             text = text.replace(f"{name}{index}", repr(value))
     return text.strip() + "\n"

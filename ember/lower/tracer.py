@@ -25,6 +25,7 @@ from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
 from ember.lower.devices import resolve, same_device
 from ember.lower.layout import elementwise_strides, like_strides
+from ember.lower.meta_interpreter import MetaInterpreter
 from ember.lower.mutation import (
     CloneAndCall,
     functional_variant,
@@ -91,6 +92,7 @@ class Storage:
     value: Node
     input_index: int | None
     version: int = 0
+    holders: int = 0  # tensors ever bound to it (so > 1: other tensors see its memory)
 
 
 @dataclasses.dataclass(eq=False)
@@ -166,13 +168,14 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.keep_alive: list[torch.Tensor] = []
         self.constants: list[torch.Tensor] = []
         self.library_calls = 0
-        self.detached_views: set[int] = set()  # (ids of tensors: see _MetaInterpreter)
+        self.detached_views: set[int] = set()  # (ids of tensors: see stop_gradient)
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
              chain: ViewChain | None = ()) -> None:
         if storage is None:
             storage = Storage(node, None)
+        storage.holders += 1
         self.states[id(meta)] = TensorState(storage, chain, node, storage.version)
         self.keep_alive.append(meta)
         if node.strides is None and node.op not in (Op.INPUT, Op.FULL) and meta.ndim:
@@ -199,6 +202,23 @@ class Tracer(torch_internals.TorchDispatchMode):
                 node = self.graph.add(op, (node,), **attrs)
             state.node, state.version = node, state.storage.version
         return state.node
+
+    def stop_gradient(self, tensor: torch.Tensor) -> None:
+        """`tensor` holds a value eager's autograd does not track (detached, or made under
+        torch.no_grad() in a training graph): its own value from now on, behind a
+        STOP_GRADIENT that the backward does not cross. If other tensors see its memory (a
+        detached view), writes through it would no longer reach them: they are refused."""
+        if not tensor.dtype.is_floating_point or id(tensor) not in self.states:
+            return
+        storage = self.state(tensor).storage
+        self.bind(tensor, self.builder.unary(Op.STOP_GRADIENT, self.current(tensor)))
+        if storage.holders > 1:
+            self.detached_views.add(id(tensor))
+
+    def call_library(self, func, args, kwargs, out) -> None:
+        """`func` called as eager calls it, a library call by design (not for want of a rule),
+        its result `out` (a meta tensor with the real result's layout) bound to it."""
+        self._bind_results(out, self._library(func, args, kwargs, kwargs, out, counted=False))
 
     def assign(self, tensor: torch.Tensor, value: Node) -> None:
         """Give `tensor` a new value, updating its root (and so every alias of it)."""
@@ -547,117 +567,6 @@ class Tracer(torch_internals.TorchDispatchMode):
         return row_major(storage.value.shape)
 
 
-class _MetaInterpreter(torch.fx.Interpreter):
-    def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
-                 device: torch.device, tracer: Tracer, stops: bool = False):
-        super().__init__(module)
-        self.attribute_metas = attributes
-        self.device = device
-        self.tracer = tracer
-        self.stops = stops  # a training graph: values eager's autograd does not track stop
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
-        if self.stops and n.op in ("call_function", "call_method") and (
-                not torch.is_grad_enabled() or n.target in _DETACHES):
-            # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while
-            # this runs) or detached: eager's result requires no grad, so the backward must
-            # not reach through it. (An in-place op's result is its input itself — a buffer
-            # updated under no_grad — and keeps its binding: its writes must reach the input.)
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
-            operands = {id(t) for t in tree_flatten((args, kwargs))[0]
-                        if isinstance(t, torch.Tensor)}
-            result = tree_map(lambda v: v if id(v) in operands else self._stopped(v), result)
-        return result
-
-    def _stopped(self, value: Any) -> Any:
-        tracer = self.tracer
-        if not isinstance(value, torch.Tensor) or not value.dtype.is_floating_point or \
-                id(value) not in tracer.states:
-            return value
-        state = tracer.state(value)
-        shared = any(other is not state and other.storage is state.storage
-                     for other in tracer.states.values())
-        tracer.bind(value, tracer.builder.unary(Op.STOP_GRADIENT, tracer.current(value)))
-        if shared:  # (a detached view: its own value now, so a write to it would be lost)
-            tracer.detached_views.add(id(value))
-        return value
-
-    def get_attr(self, target, args, kwargs):
-        if target in self.attribute_metas:
-            return self.attribute_metas[target]
-        return super().get_attr(target, args, kwargs)
-
-    def call_function(self, target, args, kwargs):
-        if self.device.type == "cuda" and target in _DROPOUTS:
-            fused = _fused_dropout(target, args, kwargs)
-            if fused is not None:
-                return fused
-        if self.device.type in FUSED_ATTENTION_DEVICES and target in _ATTENTIONS:
-            fused = _fused_attention(self.tracer, self.device, args, kwargs)
-            if fused is not None:
-                return fused
-        return super().call_function(target, args, kwargs)
-
-
-# Dropout on a CUDA tensor: eager runs native_dropout's fused kernel (at::dropout checks
-# is_fused_kernel_acceptable), which draws its random numbers differently from the bernoulli_
-# that dropout's composite form (all a meta tensor gets) calls: the fused op is called here.
-_DROPOUTS = {torch.nn.functional.dropout: ("input", "p", "training", "inplace"),
-             torch.dropout: ("input", "p", "train"),
-             torch.ops.aten.dropout.default: ("input", "p", "train")}
-
-
-def _fused_dropout(target, args, kwargs) -> Any:
-    names = _DROPOUTS[target]
-    bound = dict(zip(names, args), **kwargs)
-    x, p = bound.get("input"), bound.get("p", 0.5)
-    training = bound.get("training", bound.get("train", True))
-    if bound.get("inplace") or training is not True or not isinstance(x, torch.Tensor) or \
-            not isinstance(p, float) or not 0 < p < 1 or x.numel() == 0:
-        return None
-    return torch.ops.aten.native_dropout.default(x, p, True)[0]
-
-
-# Attention on a CUDA tensor: eager picks a fused kernel (flash, memory-efficient, cuDNN) by
-# the inputs' shapes, strides and dtypes and the GPU; its results differ from the math
-# composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
-# eager calls it, a library call; the layout of its result is the one a run on stand-in
-# tensors of the same geometry gives (checked again against the first real call's).
-_DETACHES = {"detach", torch.detach, torch.Tensor.detach, torch.ops.aten.detach.default,
-             *torch_internals.data_attribute_getters()}
-FUSED_ATTENTION_DEVICES = {"cuda"}  # (on the CPU ember's own kernels compute it)
-_ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
-                        "scale", "enable_gqa")
-_ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
-               torch.ops.aten.scaled_dot_product_attention.default}
-
-
-def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
-    bound = dict(zip(_ATTENTION_ARGUMENTS, args), **kwargs)
-    if set(bound) - set(_ATTENTION_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
-        return None  # (dropout draws: a training graph's backward could not run it again)
-    tensors = {name: bound.get(name) for name in _ATTENTION_ARGUMENTS[:4]}
-    if tensors["attn_mask"] is None:
-        del tensors["attn_mask"]
-    if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
-               for t in tensors.values()):
-        return None
-    attention = torch.ops.aten.scaled_dot_product_attention.default
-    options = {name: bound[name] for name in _ATTENTION_ARGUMENTS[3:] if name in bound}
-    with torch_internals.outside_dispatch_modes(), torch.no_grad():
-        stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
-                                               device=device) for name, t in tensors.items()}
-        real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
-                         **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
-                                            if n in stand_ins}))
-    out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
-    call_args = (bound["query"], bound["key"], bound["value"])
-    tracer._bind_results(out, tracer._library(attention, call_args, options, options, out,
-                                              counted=False))
-    return out
-
-
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
     """Lower an FX graph for the given (concrete) inputs."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
@@ -697,7 +606,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
                               f"{device}")
     stops = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     with tracer:
-        out = _MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
+        out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 

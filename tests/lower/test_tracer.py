@@ -143,7 +143,7 @@ def test_equal_outputs_do_not_share_memory_unless_eager_does():
 
 def test_dropout_of_a_cuda_graph_calls_eagers_fused_op():
     # (eager's CUDA dropout is native_dropout, whose random numbers differ from bernoulli_'s)
-    from ember.lower.tracer import _fused_dropout
+    from ember.lower.meta_interpreter import _fused_dropout
     from ember.torch_internals import TorchDispatchMode
 
     class Seen(TorchDispatchMode):
@@ -169,9 +169,9 @@ def test_dropout_of_a_cuda_graph_calls_eagers_fused_op():
 # -- attention as eager calls it (CUDA: fused kernels; here the mechanism, on the CPU) --------
 @pytest.fixture
 def fused_attention_here(monkeypatch):
-    from ember.lower import tracer
+    from ember.lower import meta_interpreter
 
-    monkeypatch.setattr(tracer, "FUSED_ATTENTION_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(meta_interpreter, "FUSED_ATTENTION_DEVICES", {"cpu", "cuda"})
 
 
 def _attention(q, k, v, mask):
@@ -201,7 +201,7 @@ def test_attention_library_call_trains_through_torchs_backward(fused_attention_h
 
 
 def test_attention_with_dropout_is_left_to_the_composite(fused_attention_here):
-    from ember.lower.tracer import _fused_attention
+    from ember.lower.meta_interpreter import _fused_attention
 
     q = torch.empty(1, 2, 4, 8, device="meta")
     # (its draws would differ when a training graph's backward ran it again)

@@ -1,0 +1,125 @@
+"""The FX interpreter that runs a graph on meta tensors under the tracer (ember/lower/tracer.py).
+
+It runs the graph as Python calls it, so that the tracer's dispatch mode sees each aten op, and
+it steps in where running the graph's torch-level calls on meta tensors would not give what
+eager gives on the graph's device:
+
+- dropout and scaled_dot_product_attention on CUDA: eager calls fused kernels there (other
+  random draws, other rounding and layouts than the composites a meta tensor decomposes into);
+  they are called as eager calls them;
+- in a training graph, results eager's autograd would not track (detached values, values
+  made under torch.no_grad()) stop the gradient.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.fx
+
+from ember import torch_internals
+from ember.torch_internals import tree_flatten
+
+if TYPE_CHECKING:
+    from ember.lower.tracer import Tracer
+
+# Calls whose result is detached: Tensor.detach in its spellings, and Dynamo's `tensor.data`.
+_DETACHES = {"detach", torch.detach, torch.Tensor.detach, torch.ops.aten.detach.default,
+             *torch_internals.data_attribute_getters()}
+
+
+class MetaInterpreter(torch.fx.Interpreter):
+    def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
+                 device: torch.device, tracer: Tracer, stops: bool = False):
+        super().__init__(module)
+        self.attribute_metas = attributes
+        self.device = device
+        self.tracer = tracer
+        self.stops = stops  # a training graph: values eager's autograd does not track stop
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        if self.stops and n.op in ("call_function", "call_method") and (
+                not torch.is_grad_enabled() or n.target in _DETACHES):
+            # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while
+            # this runs) or detached: eager's result requires no grad, so the backward must
+            # not reach through it. (An in-place op's result is its input itself — a buffer
+            # updated under no_grad — and keeps its binding: its writes must reach the input.)
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            operands = {id(t) for t in tree_flatten((args, kwargs))[0]
+                        if isinstance(t, torch.Tensor)}
+            for value in tree_flatten(result)[0]:
+                if isinstance(value, torch.Tensor) and id(value) not in operands:
+                    self.tracer.stop_gradient(value)
+        return result
+
+    def get_attr(self, target, args, kwargs):
+        if target in self.attribute_metas:
+            return self.attribute_metas[target]
+        return super().get_attr(target, args, kwargs)
+
+    def call_function(self, target, args, kwargs):
+        if self.device.type == "cuda" and target in _DROPOUTS:
+            fused = _fused_dropout(target, args, kwargs)
+            if fused is not None:
+                return fused
+        if self.device.type in FUSED_ATTENTION_DEVICES and target in _ATTENTIONS:
+            fused = _fused_attention(self.tracer, self.device, args, kwargs)
+            if fused is not None:
+                return fused
+        return super().call_function(target, args, kwargs)
+
+
+# Dropout on a CUDA tensor: eager runs native_dropout's fused kernel (at::dropout checks
+# is_fused_kernel_acceptable), which draws its random numbers differently from the bernoulli_
+# that dropout's composite form (all a meta tensor gets) calls: the fused op is called here.
+_DROPOUTS = {torch.nn.functional.dropout: ("input", "p", "training", "inplace"),
+             torch.dropout: ("input", "p", "train"),
+             torch.ops.aten.dropout.default: ("input", "p", "train")}
+
+
+def _fused_dropout(target, args, kwargs) -> Any:
+    names = _DROPOUTS[target]
+    bound = dict(zip(names, args), **kwargs)
+    x, p = bound.get("input"), bound.get("p", 0.5)
+    training = bound.get("training", bound.get("train", True))
+    if bound.get("inplace") or training is not True or not isinstance(x, torch.Tensor) or \
+            not isinstance(p, float) or not 0 < p < 1 or x.numel() == 0:
+        return None
+    return torch.ops.aten.native_dropout.default(x, p, True)[0]
+
+
+# Attention on a CUDA tensor: eager picks a fused kernel (flash, memory-efficient, cuDNN) by
+# the inputs' shapes, strides and dtypes and the GPU; its results differ from the math
+# composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
+# eager calls it, a library call; the layout of its result is the one a run on stand-in
+# tensors of the same geometry gives (checked again against the first real call's).
+FUSED_ATTENTION_DEVICES = {"cuda"}  # (on the CPU ember's own kernels compute it)
+_ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
+                        "scale", "enable_gqa")
+_ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
+               torch.ops.aten.scaled_dot_product_attention.default}
+
+
+def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
+    bound = dict(zip(_ATTENTION_ARGUMENTS, args), **kwargs)
+    if set(bound) - set(_ATTENTION_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
+        return None  # (dropout draws: a training graph's backward could not run it again)
+    tensors = {name: bound.get(name) for name in _ATTENTION_ARGUMENTS[:4]}
+    if tensors["attn_mask"] is None:
+        del tensors["attn_mask"]
+    if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
+               for t in tensors.values()):
+        return None
+    attention = torch.ops.aten.scaled_dot_product_attention.default
+    options = {name: bound[name] for name in _ATTENTION_ARGUMENTS[3:] if name in bound}
+    with torch_internals.outside_dispatch_modes(), torch.no_grad():
+        stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                               device=device) for name, t in tensors.items()}
+        real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
+                         **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
+                                            if n in stand_ins}))
+    out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
+    tracer.call_library(attention, (bound["query"], bound["key"], bound["value"]), options, out)
+    return out
