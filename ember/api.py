@@ -1,7 +1,8 @@
 """ember.compile, ember.explain and ember.reset: the user-facing API of the capture frontend.
 
-A CompiledFunction keeps cache entries, newest first; each is (guard, run). A call binds the
-arguments by name, finds the first entry whose guards accept them and runs it; a miss captures
+A CompiledFunction keeps cache entries, newest first; each is (guard, run), and the two as one
+function (its guards, then the run; MISS where a guard fails). A call binds the arguments by
+name, finds the first entry whose guards accept them and runs it; a miss captures
 again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
 function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so.
 """
@@ -23,7 +24,7 @@ from ember import config, logs, torch_internals
 from ember.capture.breaks import resume_function
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
-from ember.capture.guards import compile_guards, first_failure
+from ember.capture.guards import MISS, compile_guarded_runner, compile_guards, first_failure
 from ember.runtime.cudagraphs import CudaGraphed
 
 _registry: weakref.WeakSet = weakref.WeakSet()
@@ -53,6 +54,14 @@ class CacheEntry:
     captured: Captured | None
     guard_source: str
     eager_reason: Unsupported | None = None
+    # guard and run as one function, MISS when a guard fails (the run fetches its inputs
+    # through what the guards read)
+    call: Callable[[dict], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.call is None:
+            guard, run = self.guard, self.run
+            self.call = lambda arguments: run(arguments) if guard(arguments) else MISS
 
 
 @dataclasses.dataclass
@@ -228,8 +237,9 @@ class CompiledFunction:
         except TypeError:
             return self.function(*args, **kwargs)  # eager raises the right TypeError
         for entry in self.entries:
-            if entry.guard(arguments):
-                return entry.run(arguments)
+            result = entry.call(arguments)
+            if result is not MISS:
+                return result
         return self._miss(arguments, args, kwargs)
 
     def _eager(self, args: tuple, kwargs: dict) -> Any:
@@ -313,6 +323,8 @@ class CompiledFunction:
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
              namespace)  # noqa: S102 (our own code)
         runner = namespace["run"]
+        call = compile_guarded_runner(captured.guards, scope, arguments, captured.input_sources,
+                                      captured.runner_lines, namespace, self.where)
         if logs.enabled("guards"):
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
 
@@ -320,7 +332,7 @@ class CompiledFunction:
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
                                   time.perf_counter() - started, captured.graph_module,
                                   cuda_graph, compiled))
-        return CacheEntry(guard, runner, captured, text)
+        return CacheEntry(guard, runner, captured, text, call=call)
 
 
 def _compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.nn.modules import module as _module_module
 from torch.utils._contextlib import _DecoratorContextManager
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
 from torch.utils._pytree import (  # noqa: F401  (re-exported)
@@ -85,13 +86,11 @@ def reset_dynamo() -> None:
 
 
 def module_has_hooks(module: torch.nn.Module) -> bool:
-    """Forward hooks on the module, or global module hooks, that calling forward would skip."""
-    from torch.nn.modules import module as module_module
-
-    own = (module._forward_hooks, module._forward_pre_hooks)
-    shared = tuple(getattr(module_module, name, {}) for name in (
-        "_global_forward_hooks", "_global_forward_pre_hooks"))
-    return any(len(hooks) for hooks in own + shared)
+    """Forward hooks on the module, or global module hooks, that calling forward would skip.
+    (Every call of a compiled module asks: plain attribute reads.)"""
+    return bool(module._forward_hooks or module._forward_pre_hooks or
+                _module_module._global_forward_hooks or
+                _module_module._global_forward_pre_hooks)
 
 
 def lookup_dynamo_backend(name: str) -> Any:

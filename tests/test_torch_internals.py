@@ -177,3 +177,17 @@ def test_any_autocast_is_the_state_s_quick_test():
     assert torch_internals.any_autocast() is False
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch_internals.any_autocast() is True
+
+
+def test_module_hooks_are_seen_on_the_module_and_globally():
+    module = torch.nn.Linear(2, 2)
+    assert torch_internals.module_has_hooks(module) is False
+    handle = module.register_forward_pre_hook(lambda m, args: None)
+    assert torch_internals.module_has_hooks(module) is True
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: None)
+    try:
+        assert torch_internals.module_has_hooks(module) is True
+    finally:
+        handle.remove()
+    assert torch_internals.module_has_hooks(module) is False

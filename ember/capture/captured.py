@@ -62,6 +62,7 @@ class Captured:
     break_reason: Unsupported | None = None
     resumptions: list[Resumption] = dataclasses.field(default_factory=list)
     callees: dict[str, Any] = dataclasses.field(default_factory=dict)
+    runner_lines: list[str] = dataclasses.field(default_factory=list)  # the runner after its fetch
 
 
 def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool
@@ -104,13 +105,15 @@ def effect_lines(session: Session, writer: Rebuilder) -> list[str]:
     return lines
 
 
-def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> str:
-    """def run(L): fetch inputs, run the graph, then `tail` (effects, result or a break)."""
+def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[str, list[str]]:
+    """def run(L): fetch inputs, run the graph, then `tail` (effects, result or a break); and
+    the lines after the fetch (a guarded runner fetches through its guards' variables)."""
     builder = session.builder
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
-    lines = [f"inputs = [{fetch}]", "outputs = compiled(*inputs)", *tail]
-    return "def run(L):\n" + "".join(f"    {line}\n" for line in lines)
+    after = ["outputs = compiled(*inputs)", *tail]
+    lines = [f"inputs = [{fetch}]", *after]
+    return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
 
 
 def package(session: Session, result: Value) -> Captured:
@@ -118,13 +121,14 @@ def package(session: Session, result: Value) -> Captured:
     lines = effect_lines(session, writer)
     result_expr = writer.expr(result)
     lines += writer.flush() + [f"return {result_expr}"]
-    text = runner_text(session, writer, lines)
+    text, after = runner_text(session, writer, lines)
     builder = session.builder
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
              else {}, "K": session.constants}
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
-                    session.guards, text, writer.namespace, scope, builder.op_count)
+                    session.guards, text, writer.namespace, scope, builder.op_count,
+                    runner_lines=after)
 
 
 def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
@@ -180,7 +184,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         lines.append(f"if bool({condition}) is {stop.jumps_when}:")
         lines.append(f"    return {taken}")
         lines.append(f"return {following}")
-    text = runner_text(session, writer, lines)
+    text, after = runner_text(session, writer, lines)
     builder = session.builder
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
@@ -189,7 +193,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     logs.channel("graph_breaks").info("graph break at %s: %s", location, stop.reason.reason)
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
-                    stop.reason, resumptions, callees)
+                    stop.reason, resumptions, callees, runner_lines=after)
 
 
 def _optimizer_step(callee: Value) -> bool:

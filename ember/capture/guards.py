@@ -69,13 +69,14 @@ def _depth(source: Source | None) -> int:
 
 
 class _Writer:
-    def __init__(self):
+    def __init__(self, constant_prefix: str = "k"):
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = {"torch": torch}
         self.variables: dict[str, str] = {}
+        self.constant_prefix = constant_prefix
 
     def constant(self, value: Any) -> str:
-        name = f"k{len(self.namespace)}"
+        name = f"{self.constant_prefix}{len(self.namespace)}"
         self.namespace[name] = value
         return name
 
@@ -145,6 +146,44 @@ def compile_guards(guards: GuardSet, scope: dict[str, Any],
     `arguments`, the tensor guards whose tensors they reach become one C++ check of all of
     them (torch_internals.tensor_checker) instead of six Python comparisons each."""
     writer = _Writer()
+    body = _guard_lines(guards, scope, arguments, writer, "return False")
+    text = "def guard(L):\n    try:\n" + "".join(f"        {line}\n" for line in body) + \
+        "    except Exception:\n        return False\n    return True\n"
+    namespace = dict(writer.namespace, **scope)
+    exec(compile(text, "<ember guards>", "exec"), namespace)  # noqa: S102 (our own code)
+    return namespace["guard"], text
+
+
+# What a guarded runner returns when its guards reject the call.
+MISS = object()
+
+
+def compile_guarded_runner(guards: GuardSet, scope: dict[str, Any], arguments: dict[str, Any],
+                           input_sources: list[Source], runner_lines: list[str],
+                           runner_namespace: dict[str, Any], where: str) -> Callable[..., Any]:
+    """One function call(L): the guards (MISS when one fails), then the runner's `lines`
+    with `inputs` fetched through the variables the guards already read (a module's
+    parameters are reached once per call, not once to check and once to run). Errors of
+    the guards' reads are misses; the runner's own errors reach the caller."""
+    writer = _Writer("gk")  # (the runner's own constants are k0, k1, ...)
+    body = _guard_lines(guards, scope, arguments, writer, "return MISS")
+    fetched = [writer.variable(source) for source in input_sources]
+    lines = [*writer.lines, f"inputs = [{', '.join(fetched)}]", *runner_lines]
+    text = "def call(L):\n    try:\n" + "".join(f"        {line}\n" for line in body) + \
+        "    except Exception:\n        return MISS\n" + "".join(f"    {line}\n" for line in lines)
+    namespace = dict(writer.namespace, **scope, MISS=MISS)
+    clashes = {name for name in set(namespace) & set(runner_namespace)
+               if namespace[name] is not runner_namespace[name]}
+    assert not clashes, f"guard and runner names clash: {clashes}"
+    namespace.update(runner_namespace)
+    exec(compile(text, f"<ember entry {where}>", "exec"), namespace)  # noqa: S102 (our own code)
+    return namespace["call"]
+
+
+def _guard_lines(guards: GuardSet, scope: dict[str, Any], arguments: dict[str, Any] | None,
+                 writer: _Writer, fail: str) -> list[str]:
+    """The statements that read the guards' sources into variables and `fail` when one
+    does not hold (the tensor guards batched as compile_guards says)."""
     body: list[str] = []
     batched = _batchable(guards, dict(scope, L=arguments)) if arguments is not None else {}
     examples = list(batched.values())
@@ -162,15 +201,10 @@ def compile_guards(guards: GuardSet, scope: dict[str, Any],
         condition = guard_condition(guard, writer)
         body.extend(writer.lines[mark:])
         del writer.lines[mark:]
-        body.append(f"if not ({condition}): return False")
+        body.append(f"if not ({condition}): {fail}")
     if batch:
-        body.append(f"if not {writer.constant(checker)}({', '.join(batch)}): return False")
-    text = "def guard(L):\n    try:\n" + "".join(
-        f"        {line}\n" for line in body) + \
-        "    except Exception:\n        return False\n    return True\n"
-    namespace = dict(writer.namespace, **scope)
-    exec(compile(text, "<ember guards>", "exec"), namespace)  # noqa: S102 (our own code)
-    return namespace["guard"], text
+        body.append(f"if not {writer.constant(checker)}({', '.join(batch)}): {fail}")
+    return body
 
 
 def _batchable(guards: GuardSet, namespace: dict[str, Any]) -> dict[tuple, torch.Tensor]:

@@ -111,8 +111,8 @@ class CudaGraphed:
             return self.compiled(*args)     # saved values from a forward run without a graph
         if self.kept and any(map(_held, self.kept, self.kept_counts)):
             return self.compiled(*args)     # what the last replay handed out is still held
-        for position, span, _static in self.copied:
-            span.copy_(_span_of(args[position]))
+        for position, target, spanned in self.copied:
+            target.copy_(_span_of(args[position]) if spanned else args[position])
         self.graph.replay()
         for position, static in self.written:
             args[position].copy_(static)
@@ -193,8 +193,11 @@ class CudaGraphed:
         self.pointers = [statics[p].data_ptr() for p in self.in_place]
         self.fixed_args = _getter(list(self.fixed))
         self.fixed_pointers = [args[p].data_ptr() for p in self.fixed]
-        self.copied = [(p, _span_of(statics[p]), statics[p]) for p in positions
-                       if statics[p] is not args[p]]
+        # (a dense buffer takes the argument as it is: the guards hold its strides to the
+        # buffer's; an overlapping or gapped one takes the memory it spans, in one copy)
+        self.copied = [(p, statics[p], False) if statics[p].is_contiguous()
+                       else (p, _span_of(statics[p]), True)
+                       for p in positions if statics[p] is not args[p]]
         self.written = [(p, statics[p]) for p in positions if p in written]
         for position in self.fixed:  # (holding them would keep their owner's pool busy)
             statics[position] = None

@@ -448,7 +448,7 @@ def test_a_buffer_updated_under_no_grad_in_a_training_forward():
     model = Tracked().to(DEVICE)
     twin = copy.deepcopy(model)
     compiled = ember.compile(twin)
-    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(2), device="cpu").to(DEVICE)
     for _ in range(3):
         model(x).sum().backward()
         compiled(x).sum().backward()
