@@ -501,3 +501,46 @@ def test_the_device_spellings_of_autocast_are_regions_too():
     got = ember.compile(fn)(x)
     assert got.dtype == want.dtype == torch.bfloat16
     torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+def test_a_guarded_runner_misses_on_a_failed_or_unreadable_guard_and_raises_its_own_errors():
+    # one function per cache entry: the guards, then the run fetching through their variables
+    from ember.capture.guards import MISS, GuardSet, compile_guarded_runner, tensor_signature
+    from ember.capture.sources import AttrSource, LocalSource
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.weight = t(3)
+    guards = GuardSet()
+    guards.add("type", LocalSource("h"), Holder)
+    weight = AttrSource(LocalSource("h"), "weight")
+    guards.add("tensor", weight, tensor_signature(holder.weight))
+    reads = []
+    runner = ["outputs = compiled(*inputs)", "return outputs"]
+
+    def compiled(w):
+        reads.append(w)
+        if w.shape == (0,):
+            raise ValueError("the run's own error")
+        return w * 2
+
+    call = compile_guarded_runner(guards, {}, {"h": holder}, [weight], runner,
+                                  {"compiled": compiled}, "test")
+    same(call({"h": holder}), holder.weight * 2)
+    assert reads[-1] is holder.weight
+    assert call({"h": object()}) is MISS            # a type guard fails
+    other = Holder()
+    assert call({"h": other}) is MISS               # reading h.weight raises: a miss
+    other.weight = t(4)
+    assert call({"h": other}) is MISS               # a tensor guard fails
+    assert len(reads) == 1
+    empty = Holder()
+    empty.weight = torch.empty(0)
+    empty_guards = GuardSet()
+    empty_guards.add("tensor", weight, tensor_signature(empty.weight))
+    call = compile_guarded_runner(empty_guards, {}, {"h": empty}, [weight], runner,
+                                  {"compiled": compiled}, "test")
+    with pytest.raises(ValueError, match="the run's own error"):
+        call({"h": empty})
