@@ -138,6 +138,14 @@ class Value:
     bound, frac: finite elements satisfy |v| <= bound and are multiples of 2**-frac.
     root: the value whose memory it views (itself when it is no view); writes to any value of
     a root change them all. writable: an in-place write to it is legal (not an expanded view).
+    minmax_nan: a NaN in it may have come out of amax/amin/maximum/minimum, whose vectorized
+    eager kernels give a NaN of their own bits (all ones; ember's keeps the operand's): its
+    bits are no contract, so it is never bitcast (.view(int)).
+    reduced_nan: a NaN in it may be the result of amax/amin. Eager's gradient of such a result
+    is NaN under any cotangent, a zero one included (its backward divides the cotangent by the
+    count of maxima, 0, then multiplies by the all-false mask); ember gives a zero cotangent
+    as 0. So no zero-gradient op (floor, ceil, round, trunc, sign) is applied to it in
+    programs that are differentiated.
     """
 
     name: str
@@ -148,6 +156,8 @@ class Value:
     finite: bool
     root: str = ""
     writable: bool = True
+    minmax_nan: bool = False
+    reduced_nan: bool = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -295,9 +305,10 @@ class Program:
 class _Builder:
     """Grows a program one step at a time, tracking each value with an example tensor."""
 
-    def __init__(self, draw, mutations: bool = False):
+    def __init__(self, draw, mutations: bool = False, gradients: bool = False):
         self.draw = draw
         self.mutations = mutations
+        self.gradients = gradients  # the program is differentiated (training property test)
         self.values: list[Value] = []
         self.lines: list[str] = []
         self.used: set[str] = set()
@@ -316,7 +327,8 @@ class _Builder:
 
     def emit(self, expression: str, operands: list[Value], exact: bool, bound: float,
              frac: int, finite: bool, root: str | None = None,
-             writable: bool = True) -> Value | None:
+             writable: bool = True, minmax_nan: bool = False,
+             reduced_nan: bool = False) -> Value | None:
         # Zeros on the CPU, not meta tensors: only CPU kernels say which dtypes eager accepts.
         namespace = {"torch": torch, **{v.name: torch.zeros(v.shape, dtype=v.dtype)
                                         for v in operands}}
@@ -333,8 +345,13 @@ class _Builder:
             finite = True
         else:
             bound, frac, finite = 1.0, 0, True
+        # a NaN's origin carries through whatever computes from it (conservatively); only
+        # float values hold a NaN
+        floating = example.dtype in FLOATS
+        minmax_nan = floating and (minmax_nan or any(v.minmax_nan for v in operands))
+        reduced_nan = floating and (reduced_nan or any(v.reduced_nan for v in operands))
         value = Value(name, example, exact, bound if exact else math.inf, frac, finite,
-                      root or name, writable)
+                      root or name, writable, minmax_nan, reduced_nan)
         self.used.update(v.name for v in operands)
         self.lines.append(f"{name} = {expression}")
         self.values.append(value)
@@ -359,6 +376,9 @@ class _Builder:
         x = self.pick(accepts)
         if x is None:
             return None
+        if self.gradients and x.reduced_nan and name in ("floor", "ceil", "round", "trunc",
+                                                         "sign"):
+            return None  # (eager's NaN gradient through amax's 0/0: see Value.reduced_nan)
         exact = x.exact and name in ("neg", "abs", "floor", "ceil", "round", "trunc", "sign",
                                      "isnan", "isinf", "logical_not", "bitwise_not", "relu")
         bound, frac = _bits(x)
@@ -383,6 +403,11 @@ class _Builder:
         if a is None or b is None:
             return None
         b = self.maybe_scalar(b, kind)
+        if name == "atan2" and self.gradients and any(
+                v.dtype in INTEGERS and v.bound ** 2 >= _INT_BOUND[v.dtype] for v in (a, b)):
+            # eager's atan2 backward computes a*a + b*b in an integer operand's own dtype,
+            # which overflows (a bitcast's huge integers): its gradient is then wrong
+            return None
         (ba, fa), (bb, fb) = _bits(a), _bits(b)
         if name in ("add", "sub"):
             bound, frac = ba + bb, max(fa, fb)
@@ -392,7 +417,9 @@ class _Builder:
             bound, frac = max(ba, bb), max(fa, fb)
         exact = a.exact and b.exact and kind in ("arith", "compare", "bitwise")
         return self.emit(template.format(a.name, b.name), [a, b], exact, bound, frac,
-                         a.finite and b.finite and kind in ("arith", "bitwise"))
+                         a.finite and b.finite and kind in ("arith", "bitwise"),
+                         minmax_nan=name in ("maximum", "minimum")
+                         and not (a.finite and b.finite))
 
     def maybe_scalar(self, value: Value, kind: str) -> Value:
         """Sometimes a Python scalar instead of a tensor (promotion treats them apart)."""
@@ -513,6 +540,8 @@ class _Builder:
                 return None  # (an expanded view's storage holds fewer elements than it shows)
             text = f"torch.as_strided({x.name}, ({rows}, {columns}), ({row_stride}, 1))"
         elif kind == "bitcast" and x.dtype in _BITCAST:
+            if x.minmax_nan:
+                return None  # a NaN's bits after eager's min/max: see Value.minmax_nan
             text = f"{x.name}.view({_BITCAST[x.dtype]})"
             return self.emit(text, operands, False, math.inf, 0, False, root=x.root,
                              writable=False)
@@ -569,7 +598,9 @@ class _Builder:
             # every value of that memory now holds what was written (conservatively merged)
             self.values = [dataclasses.replace(
                 v, exact=v.exact and result.exact, bound=max(v.bound, result.bound),
-                frac=max(v.frac, result.frac), finite=v.finite and result.finite)
+                frac=max(v.frac, result.frac), finite=v.finite and result.finite,
+                minmax_nan=v.minmax_nan or result.minmax_nan,
+                reduced_nan=v.reduced_nan or result.reduced_nan)
                 if v.root == target.root and v is not result else v for v in self.values]
         return result
 
@@ -624,8 +655,10 @@ class _Builder:
             arguments = ""
         else:
             arguments = f", dim={tuple(dims)}, keepdim={keepdim}"
+        extremum = op in ("amax", "amin") and not x.finite
         return self.emit(f"torch.{op}({x.name}{arguments})", [x], exact, bound, frac,
-                         x.finite and op not in ("sum", "prod", "mean"))
+                         x.finite and op not in ("sum", "prod", "mean"),
+                         minmax_nan=extremum, reduced_nan=extremum)
 
 
 @st.composite
@@ -640,11 +673,12 @@ def input_tensors(draw, shape: tuple[int, ...], dtype: torch.dtype | None = None
 
 @st.composite
 def programs(draw, reductions: bool = False, mutations: bool = False, min_steps: int = 1,
-             max_steps: int = 6,
-             dtypes: tuple[torch.dtype, ...] = DTYPES) -> Program:
-    """A random program over 1-3 inputs that broadcast together."""
+             max_steps: int = 6, dtypes: tuple[torch.dtype, ...] = DTYPES,
+             gradients: bool = False) -> Program:
+    """A random program over 1-3 inputs that broadcast together (`gradients`: one whose
+    gradients are compared with eager's; a few of eager's backward artifacts are not drawn)."""
     shape = draw(shapes())
-    builder = _Builder(draw, mutations)
+    builder = _Builder(draw, mutations, gradients)
     count = draw(st.sampled_from([1, 2, 2, 3]))
     inputs, input_layouts = [], []
     for position in range(count):

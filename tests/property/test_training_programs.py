@@ -9,7 +9,7 @@ from property.strategies import programs, tolerance
 
 
 @settings(max_examples=120, deadline=None)
-@given(programs(reductions=True, dtypes=(torch.float32, torch.float64)))
+@given(programs(reductions=True, dtypes=(torch.float32, torch.float64), gradients=True))
 def test_gradients_of_random_programs_match_eager(program):
     limits = tolerance(program) or dict(rtol=1e-7, atol=1e-7)
     limits = {k: max(v, 1e-4) for k, v in limits.items()}  # (a backward adds its own rounding)
