@@ -4,6 +4,7 @@ super(). Reads of real objects go through `session.wrap`, which installs the gua
 
 from __future__ import annotations
 
+import collections
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -164,13 +165,33 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
     return session.wrap(real, source)
 
 
+# The builtin bases whose objects ember can make during capture (their items tracked).
+MAPPING_BASES = (collections.OrderedDict, dict)
+
+
+def mapping_base(cls: type) -> type | None:
+    """OrderedDict or dict, whichever `cls` derives from first; None for neither."""
+    return next((klass for klass in cls.__mro__ if klass in MAPPING_BASES), None)
+
+
+def mapping_method(value: Value, name: str) -> bool:
+    """Is `name` on a new dict-subclass object one of dict's own methods (not overridden in
+    Python)? Those act on its tracked items."""
+    if not isinstance(value, NewObjectValue) or value.mapping is None:
+        return False
+    owner = next((klass for klass in value.cls.__mro__ if name in klass.__dict__), None)
+    return owner in MAPPING_BASES
+
+
 def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> Value:
     """An attribute of an object made during capture: what its code set, else its class's
-    (methods bound to it, properties run)."""
+    (methods bound to it, properties run; a dict subclass's dict methods act on its items)."""
     if name in value.attributes:
         return value.attributes[name]
     if name == "__class__":
         return session.wrap(value.cls, None, guard=False)
+    if mapping_method(value, name):
+        return ValueMethodValue(value.mapping, name)
     descriptor = class_lookup(value.cls, name)
     if descriptor is _MISSING:
         raise Unsupported(f"{value.cls.__qualname__} object has no attribute {name!r}",
@@ -238,16 +259,27 @@ def _past(session: Session, klass: type, receiver: Value, name: str) -> Value:
     for base in mro[mro.index(klass) + 1:]:
         if name in base.__dict__:
             attribute = base.__dict__[name]
+            if base in MAPPING_BASES and isinstance(receiver, NewObjectValue) and \
+                    receiver.mapping is not None:
+                return ValueMethodValue(receiver.mapping, name)  # super().__setitem__(k, v)
             function = session.wrap(attribute, None, guard=False)
-            if isinstance(attribute, types.FunctionType):
-                return BoundMethodValue(function, receiver)
+            if isinstance(attribute, (types.FunctionType, types.WrapperDescriptorType,
+                                      types.MethodDescriptorType)):
+                return BoundMethodValue(function, receiver)  # super().__setattr__(n, v) too
             return function
     raise Unsupported(f"super() has no attribute {name!r}")
 
 
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
     if isinstance(receiver, NewObjectValue):
-        if class_lookup(receiver.cls, "__setattr__") is not object.__setattr__:
+        setter = class_lookup(receiver.cls, "__setattr__")
+        if isinstance(setter, types.FunctionType):  # its own __setattr__, in Python: run it
+            from ember.capture.calls import call_value
+
+            call_value(session, session.wrap(setter, None, guard=False),
+                       [receiver, Const(name), value], {})
+            return
+        if setter is not object.__setattr__:
             raise Unsupported(f"{receiver.cls.__qualname__} has its own __setattr__")
         set_new_object_attribute(session, receiver, name, value)
         return

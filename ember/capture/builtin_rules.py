@@ -23,6 +23,7 @@ from ember.capture.values import (
     GradModeValue,
     IteratorValue,
     ModuleValue,
+    NewObjectValue,
     NullContextValue,
     ObjectValue,
     RangeValue,
@@ -50,6 +51,8 @@ def _len(session: Session, value: Value, **_: Any) -> Value:
         return Const(len(value.items))
     if isinstance(value, ModuleValue):
         return Const(len(value.value))
+    if isinstance(value, NewObjectValue):
+        return Const(python_value(semantics.protocol(session, value, "__len__")))
     return Const(len(python_value(value)))
 
 
@@ -255,8 +258,17 @@ def _numeric(kind: type):
     return run
 
 
-for _kind in (int, float, bool, str, complex):
+for _kind in (int, float, str, complex):
     call_rules[_kind] = _numeric(_kind)
+
+
+@rule(bool)
+def _bool(session: Session, value: Value | None = None, **_: Any) -> Value:
+    """bool(v): v's truth as `if v:` takes it (an object's own __bool__/__len__ run)."""
+    if isinstance(value, TensorValue):
+        raise Unsupported("bool() of a tensor reads its value",
+                          "keep it outside the compiled function")
+    return Const(False) if value is None else Const(semantics.truth(session, value))
 
 
 def _truthy(pick: Callable):

@@ -349,11 +349,14 @@ def _not_plain(cls: type) -> str | None:
     object.__new__, read and written without hooks."""
     if type(cls) not in (type, abc.ABCMeta):
         return f"its metaclass is {type(cls).__name__}"
-    if cls.__new__ is not object.__new__:
+    base = attributes.mapping_base(cls)  # (a dict subclass: its items are tracked too)
+    if cls.__new__ is not (base or object).__new__:
         return "it has its own __new__ or a built-in base"
     if issubclass(cls, (torch.nn.Module, torch.Tensor, BaseException)):
         return "a module, tensor or exception class"
     for klass in cls.__mro__[:-1]:
+        if klass in attributes.MAPPING_BASES:
+            continue
         hooks = {"__slots__", "__getattribute__", "__getattr__"} & set(klass.__dict__)
         if hooks:
             return f"{klass.__qualname__} defines {', '.join(sorted(hooks))}"
@@ -409,13 +412,24 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         if refused is not None:
             raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled "
                               f"function ({refused})", "create it outside and pass it in")
-        made = NewObjectValue(obj, callee.source)
+        base = attributes.mapping_base(obj)
+        made = NewObjectValue(obj, callee.source,
+                              mapping=DictValue({}, base) if base is not None else None)
         init = attributes.class_lookup(obj, "__init__")
         if isinstance(init, types.FunctionType):
             result = call_value(session, session.wrap(init, None, guard=False), [made, *args],
                                 kwargs, parent)
             if not semantics.is_none(result):
                 raise Unsupported(f"{obj.__qualname__}.__init__ returned a value")
+        elif base is not None and init is base.__init__:  # dict's own: the items given
+            if len(args) > 1:
+                raise Unsupported(f"{obj.__qualname__}() with {len(args)} positional arguments")
+            given = call_rules[dict](session, *args, **kwargs).items
+            if base is dict:  # (dict's __init__ stores them itself ...)
+                made.mapping.items.update(given)
+            else:             # (... OrderedDict's through the object's own __setitem__)
+                for key, value in given.items():
+                    semantics.set_item(session, made, semantics.constant(key), value)
         elif args or kwargs:
             raise Unsupported(f"{obj.__qualname__}() takes no arguments")
         return made
@@ -437,6 +451,19 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         # referent, guarded as any object reached through the reference is
         return session.wrap(obj(), CallSource(callee.source))
     raise Unsupported(f"calling {callee.describe()}")
+
+
+def new_object_protocol(session: Session, value: NewObjectValue, name: str,
+                        args: list[Value]) -> Value:
+    """A syntax-level protocol method (obj[k], obj[k] = v, k in obj, len(obj), ...) of an
+    object made during capture: its class's own, in Python, run; a dict subclass's inherited
+    one acts on its items."""
+    method = attributes.class_lookup(value.cls, name)
+    if isinstance(method, types.FunctionType):
+        return call_value(session, session.wrap(method, None, guard=False), [value, *args], {})
+    if attributes.mapping_method(value, name):
+        return _dict_method(session, value.mapping, name, args, {})
+    raise Unsupported(f"{name} of {value.describe()}")
 
 
 # -- methods of containers and constants ---------------------------------------------------
@@ -531,6 +558,17 @@ def _dict_method(session: Session, mapping: DictValue, name: str, args: list[Val
                               for k, v in items.items()], list)
     if name == "copy":
         return DictValue(dict(items))
+    if name == "__getitem__":
+        return semantics.get_item(session, mapping, args[0])
+    if name == "__contains__":
+        return Const(semantics.contains(session, mapping, args[0]))
+    if name == "__len__":
+        return Const(len(items))
+    if name == "__iter__":
+        return semantics.iterate(session, mapping)
+    if name == "__delitem__":
+        semantics.delete_item(session, mapping, args[0])
+        return Const(None)
     if name in ("update", "pop", "setdefault", "clear", "__setitem__"):
         if name == "update":
             other = args[0] if args else DictValue({})

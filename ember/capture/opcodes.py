@@ -561,7 +561,10 @@ def _import_name(frame: Frame, instruction: Instruction) -> None:
     module = importlib.import_module(instruction.argval)
     if not fromlist:
         module = importlib.import_module(instruction.argval.split(".")[0])
-    frame.push(semantics.wrap_object(frame.session, module, None))
+    # (the module is kept by the cache entry: what the code reads from it is guarded as
+    # any global is, a class's attributes among them)
+    frame.push(semantics.wrap_object(frame.session, module,
+                                     frame.session.constant_source(module)))
 
 
 @handler("IMPORT_FROM")

@@ -126,7 +126,13 @@ class Rebuilder:
                     f"{self.constant(value.globals)}, {value.name!r}, ({defaults}"
                     f"{',' if len(value.defaults) == 1 else ''}))")
         if isinstance(value, NewObjectValue):  # made first: its attributes may refer to it
-            name = self.temporary(value, f"object.__new__({self.constant(value.cls)})")
+            base = value.mapping.kind if value.mapping is not None else object
+            name = self.temporary(value, f"{self.constant(base)}.__new__("
+                                         f"{self.constant(value.cls)})")
+            if value.mapping is not None:  # (its items set as its base sets them: no hooks)
+                for key, item in value.mapping.items.items():
+                    self.lines.append(f"{self.constant(base)}.__setitem__({name}, "
+                                      f"{self.constant(key)}, {self.expr(item)})")
             body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attributes.items())
             self.lines.append(f"{name}.__dict__.update({{{body}}})")
             return name

@@ -27,6 +27,7 @@ from ember.capture.values import (
     IteratorValue,
     ModuleValue,
     NestedFunctionValue,
+    NewObjectValue,
     NullContextValue,
     ObjectValue,
     RangeValue,
@@ -43,6 +44,13 @@ from ember.capture.values import (
 if TYPE_CHECKING:
     from ember.capture.interpreter import Frame
     from ember.capture.session import Session
+
+
+def protocol(session: Session, value: NewObjectValue, name: str, *args: Value) -> Value:
+    """obj[k], k in obj, len(obj), ... of an object made during capture (calls.py's rule)."""
+    from ember.capture.calls import new_object_protocol
+
+    return new_object_protocol(session, value, name, list(args))
 
 VERSION = sys.version_info[:2]
 
@@ -268,6 +276,8 @@ def contains(session: Session, container: Value, item: Value) -> bool:
         raise Unsupported("`in` on a tensor needs its values", "use (x == v).any() instead")
     if isinstance(container, DictValue):
         return key_of(item) in container.items
+    if isinstance(container, NewObjectValue):
+        return truth(session, protocol(session, container, "__contains__", item))
     if isinstance(container, (SequenceValue, SetValue)):
         return any(identical(item, v) or equal_constants(item, v) for v in container.items)
     if isinstance(container, ModuleValue):
@@ -304,6 +314,8 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
             return session.wrap(item, entries[index][1])
         source = ItemSource(container.source, index) if container.source is not None else None
         return session.wrap(item, source)
+    if isinstance(container, NewObjectValue):
+        return protocol(session, container, "__getitem__", key)
     if isinstance(container, RangeValue):
         result = container.range[python_value(key)]
         return RangeValue(result) if isinstance(result, range) else Const(result)
@@ -333,10 +345,16 @@ def set_item(session: Session, container: Value, key: Value, value: Value) -> No
         container.items[key_of(key)] = value
         session.side_effects.mutated(container)
         return
+    if isinstance(container, NewObjectValue):
+        protocol(session, container, "__setitem__", key, value)
+        return
     raise Unsupported(f"item assignment on {container.describe()}")
 
 
 def delete_item(session: Session, container: Value, key: Value) -> None:
+    if isinstance(container, NewObjectValue):
+        protocol(session, container, "__delitem__", key)
+        return
     if isinstance(container, SequenceValue) and container.kind is list:
         del container.items[python_value(key)]
     elif isinstance(container, DictValue):
@@ -369,6 +387,12 @@ def truth(session: Session, value: Value) -> bool:
         return bool(value.items)
     if isinstance(value, DictValue):
         return bool(value.items)
+    if isinstance(value, NewObjectValue):  # its own __bool__ or __len__, else dict's, else True
+        for name in ("__bool__", "__len__"):
+            if name in _own_methods(value.cls) or (value.mapping is not None and
+                                                   name == "__len__"):
+                return bool(python_value(protocol(session, value, name)))
+        return True
     if isinstance(value, ModuleValue):
         return bool(value.value)
     if isinstance(value, (ObjectValue, NestedFunctionValue, BoundMethodValue,
@@ -387,6 +411,9 @@ def unpack(session: Session, value: Value) -> list[Value]:
         return list(value.items)
     if isinstance(value, DictValue):
         return [constant(k) for k in value.items]
+    if isinstance(value, NewObjectValue) and value.mapping is not None and \
+            "__iter__" not in _own_methods(value.cls):
+        return [constant(k) for k in value.mapping.items]
     if isinstance(value, IteratorValue):
         items = value.items[value.position:]
         if items:
@@ -413,6 +440,13 @@ def unpack(session: Session, value: Value) -> list[Value]:
     if isinstance(value, Const) and isinstance(value.value, (str, bytes, tuple, frozenset)):
         return [constant(v) for v in value.value]
     raise Unsupported(f"iteration over {value.describe()}")
+
+
+def _own_methods(cls: type) -> set[str]:
+    """Names the classes of `cls`'s MRO written in Python define (not object's or a builtin
+    base's)."""
+    return {name for klass in cls.__mro__ if klass.__module__ != "builtins" and
+            klass.__dict__.get("__module__") is not None for name in klass.__dict__}
 
 
 def iterate(session: Session, value: Value) -> IteratorValue:

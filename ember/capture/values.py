@@ -321,13 +321,16 @@ class SuperValue(Value):
 class NewObjectValue(Value):
     """An object of a plain Python class (a dataclass, a small record class) made inside the
     captured code: its class and the attributes its code set, as tracked values. It is made
-    again, with their final values, wherever it outlives the graph (ember/capture/rebuild.py)."""
+    again, with their final values, wherever it outlives the graph (ember/capture/rebuild.py).
+    An object of a dict or OrderedDict subclass (Hugging Face's ModelOutput) also holds its
+    items: `mapping`, which the builtin dict methods it inherits act on."""
 
     cls: type
     cls_source: Source | None = None  # where the class was reached (its attributes' source)
     attributes: dict[str, Value] = dataclasses.field(default_factory=dict)
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)
+    mapping: DictValue | None = None
 
     def python_type(self) -> type:
         return self.cls

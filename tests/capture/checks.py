@@ -30,6 +30,8 @@ def same(actual: Any, expected: Any, path: str = "result") -> None:
             f"{path}: keys {list(actual)} != {list(expected)}"
         for key in expected:
             same(actual[key], expected[key], f"{path}[{key!r}]")
+        if hasattr(expected, "__dict__"):  # a dict subclass's object: its attributes too
+            same(vars(actual), vars(expected), f"{path}.__dict__")
     elif type(expected).__module__ != "builtins" and hasattr(expected, "__dict__") and \
             not isinstance(expected, torch.nn.Module) and not isinstance(expected, type):
         # an object of the user's own class (a dataclass, a record): its class and attributes

@@ -11,7 +11,8 @@ import operator
 import pytest
 import torch
 import torch.nn.functional as F
-from checks import check_calls
+from checks import check_calls, same
+from model_outputs import LMOutputs, ModelOutputs
 
 CASES = []
 
@@ -671,6 +672,29 @@ def new_object_used_and_dropped(x):
     return helper.x * 2 + len(helper.label)
 
 
+class _Bag(dict):
+    def total(self):
+        return sum(self.values())
+
+
+@case(*calls(t(2, 3), t(2, 3, seed=6)))
+def dict_subclass_outputs_made_read_and_returned(x):
+    out = LMOutputs(logits=x.tanh(), hidden=(x, x * 2))
+    first, rest = out[0], out[1:]
+    out.logits = out.logits + 1          # an attribute written: its item follows
+    out["extra"] = first * 3             # an item written: its attribute follows
+    return (out, out["logits"], out.extra, rest, out.to_tuple(), len(out), "loss" in out,
+            list(out), [k for k in out.keys()], bool(out))
+
+
+@case(*calls(t(3), t(3, seed=7)))
+def dict_subclasses_made_with_items(x):
+    bag = _Bag(a=x, b=x * 2)
+    bag["c"] = x.sin()
+    ordered = ModelOutputs(first=x + 1)
+    return bag, bag.total(), ordered, ordered["first"], len(bag), sorted(bag)
+
+
 @case(*calls(t(2, 3), t(2, 3, seed=5)))
 def partial_made_inside(x):
     soft = functools.partial(torch.softmax, dim=-1)
@@ -763,21 +787,39 @@ def test_super_reaches_the_base_class_method():
 
 
 def test_objects_of_classes_with_hooks_are_made_eagerly():
-    import collections
-
     import ember
 
-    class Output(collections.OrderedDict):  # (its __new__ is dict's: a break, right answers)
+    class Output(list):  # (its __new__ is list's: a break, right answers)
         pass
 
     def fn(x):
-        return Output(y=x + 1)
+        return Output([x + 1])
 
     x = t(3)
     explained = ember.explain(fn)(x)
     assert explained.graph_break_count == 1
     assert "own __new__ or a built-in base" in str(explained.break_reasons[0])
-    torch.testing.assert_close(ember.compile(fn)(x)["y"], x + 1)
+    torch.testing.assert_close(ember.compile(fn)(x)[0], x + 1)
+
+
+def test_a_dict_subclass_object_made_inside_survives_a_break_and_stays_one_object():
+    import ember
+
+    def fn(x):
+        out = LMOutputs(logits=x * 2)
+        if out.logits.sum() > 0:  # a break with the object alive
+            out["loss"] = out.logits.sum()
+        return out, out
+
+    x = t(3)
+    explained = ember.explain(fn)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (2, 1)
+    compiled = ember.compile(fn)
+    for sign in (1.0, -1.0):
+        first, second = compiled(x.abs() * sign)
+        (want, _) = fn(x.abs() * sign)
+        assert first is second
+        same(first, want)
 
 
 class _Counted:

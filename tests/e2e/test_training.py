@@ -454,3 +454,46 @@ def test_a_buffer_updated_under_no_grad_in_a_training_forward():
         compiled(x).sum().backward()
     torch.testing.assert_close(twin.average, model.average)
     torch.testing.assert_close(twin.linear.weight.grad, model.linear.weight.grad)
+
+
+class _OutputsLM(torch.nn.Module):
+    """A language model that answers as Hugging Face models do: a ModelOutput-style object
+    (a dict subclass made inside the forward) holding the loss and the logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(20, 8)
+        self.body = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 20)
+
+    def forward(self, tokens, labels=None):
+        from model_outputs import LMOutputs
+
+        hidden = torch.tanh(self.body(self.embed(tokens)))
+        out = LMOutputs(logits=self.head(hidden), hidden=(hidden,))
+        if labels is not None:
+            out.loss = F.cross_entropy(out[0].flatten(0, 1), labels.flatten())
+        return out
+
+
+def test_a_model_answering_with_a_model_output_object_trains_in_one_graph():
+    torch.manual_seed(0)
+    eager_model = _OutputsLM().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    generator = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, 20, (2, 6), generator=generator, device="cpu").to(DEVICE)
+    labels = torch.randint(0, 20, (2, 6), generator=generator, device="cpu").to(DEVICE)
+    got, want = compiled(tokens, labels), eager_model(tokens, labels)
+    # (the loss set after the object was made is an attribute, not an item: eager's rule)
+    assert type(got) is type(want) and list(got.keys()) == list(want.keys()) == ["logits",
+                                                                                 "hidden"]
+    assert list(vars(got)) == list(vars(want))
+    got.loss.backward()
+    want.loss.backward()
+    torch.testing.assert_close(got.to_tuple()[0], want.logits, **TOLERANCE)
+    torch.testing.assert_close(got.loss, want.loss, **TOLERANCE)
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+    assert ember.explain(ember_model)(tokens, labels).graph_count == 1
+    assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
