@@ -16,8 +16,16 @@ import math
 from typing import Any
 
 import torch
-from hypothesis import assume
+from hypothesis import assume, settings
 from hypothesis import strategies as st
+
+def examples(count: int) -> settings:
+    """A test's settings: `count` examples under the CI profile (whose default is 100); another
+    profile scales it by its own max_examples / 100 (explore: 5x). A test's own max_examples
+    overrides any profile's, so a bare settings(max_examples=count) would draw `count` under
+    explore too. Read when the test module is imported: after the profile is loaded."""
+    return settings(max_examples=max(1, count * settings.default.max_examples // 100))
+
 
 FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INTEGERS = (torch.int32, torch.int64)

@@ -3,31 +3,31 @@ views, reductions, in-place writes) over inputs of random shapes, strides and dt
 gives eager's outputs, strides, memory sharing and mutated inputs (tests/helpers.py check)."""
 
 from helpers import check
-from hypothesis import given, settings
-from property.strategies import large_reductions, programs, tolerance
+from hypothesis import given
+from property.strategies import examples, large_reductions, programs, tolerance
 
 from ember import config
 
 
-@settings(max_examples=200)
+@examples(200)
 @given(programs())
 def test_pointwise_programs_match_eager(program):
     check(program.function(), *program.inputs, may_switch_to_eager=True, **tolerance(program))
 
 
-@settings(max_examples=200)
+@examples(200)
 @given(programs(reductions=True))
 def test_reduction_programs_match_eager(program):
     check(program.function(), *program.inputs, may_switch_to_eager=True, **tolerance(program))
 
 
-@settings(max_examples=150)
+@examples(150)
 @given(programs(reductions=True, mutations=True))
 def test_programs_with_in_place_writes_match_eager(program):
     check(program.function(), *program.inputs, may_switch_to_eager=True, **tolerance(program))
 
 
-@settings(max_examples=60)
+@examples(60)
 @given(programs(reductions=True))
 def test_parallel_kernels_match_eager(program):
     """Every kernel opens an OpenMP parallel region (the threshold is one element)."""
@@ -35,7 +35,7 @@ def test_parallel_kernels_match_eager(program):
         check(program.function(), *program.inputs, may_switch_to_eager=True, **tolerance(program))
 
 
-@settings(max_examples=20)
+@examples(20)
 @given(programs(reductions=True, mutations=True))
 def test_programs_through_dynamo_match_eager(program):
     """The front door: torch.compile(fn, backend=...) with Dynamo capturing the graph."""
@@ -43,7 +43,7 @@ def test_programs_through_dynamo_match_eager(program):
           **tolerance(program))
 
 
-@settings(max_examples=40)
+@examples(40)
 @given(large_reductions())
 def test_large_reductions_match_eager(program):
     """Reductions long enough for column blocks, parallel regions and double accumulation."""

@@ -4,11 +4,11 @@ eager's under random cotangents (tests/helpers.py check_grad)."""
 
 import torch
 from helpers import check_grad
-from hypothesis import given, settings
-from property.strategies import programs, tolerance
+from hypothesis import given
+from property.strategies import examples, programs, tolerance
 
 
-@settings(max_examples=120, deadline=None)
+@examples(120)
 @given(programs(reductions=True, dtypes=(torch.float32, torch.float64), gradients=True))
 def test_gradients_of_random_programs_match_eager(program):
     limits = tolerance(program) or dict(rtol=1e-7, atol=1e-7)
