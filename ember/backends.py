@@ -24,6 +24,7 @@ from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.graph import Graph
 from ember.lower import Unsupported, trace
+from ember.lower.meta_interpreter import turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
@@ -133,12 +134,19 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
 def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                    label: str) -> CompiledGraph | InterpretedGraph:
     """lower → passes → schedule → codegen → build → wrapper."""
+    with torch.set_grad_enabled(torch.is_grad_enabled()):  # (tracing runs the graph's
+        return _compile_stages(gm, example_inputs, label)  # grad-mode switches)
+
+
+def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                    label: str) -> CompiledGraph | InterpretedGraph:
     dump = logs.dump_folder(label)
     logs.dump(dump, "fx_graph.py", gm.code)
     clock = _Stages(label)
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
         triton_launch.warm_up()  # Triton's start-up, beside the lowering
+    training = _training(gm, example_inputs)
     if torch_internals.autocast_state() is not None or _autocast_regions(gm):
         # autocast's casts made explicit: the graph as aten ops traced under it (a region's
         # enter and exit run while tracing, so the ops between them are cast)
@@ -147,7 +155,6 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     lowered = trace(gm, example_inputs)
     clock("lower")
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
-    training = _training(example_inputs)
     graph = run_passes(lowered.graph, dump, merge=not training)
     clock("passes")
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
@@ -162,9 +169,10 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
                       lowered.library_calls)
 
 
-def _training(example_inputs: list[Any]) -> bool:
-    return torch.is_grad_enabled() and any(
-        isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+def _training(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
+    """Inputs that require grad, and grad mode on where the graph is entered or inside it."""
+    return any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs) and \
+        (torch.is_grad_enabled() or turns_grad_on(gm))
 
 
 def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
@@ -217,7 +225,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         backward_compiled = backward_job.result()
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
-                         eager)
+                         eager, grad_inside=not torch.is_grad_enabled())
 
 
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,

@@ -85,6 +85,22 @@ def reset_dynamo() -> None:
     torch._dynamo.reset()
 
 
+# Sets grad mode (torch's own context managers call it): a graph's grad-mode switches are
+# nodes calling it.
+set_grad_enabled = torch._C._set_grad_enabled
+
+
+def dynamo_compiling_tests() -> list[Any]:
+    """The older, private spellings of torch.compiler.is_compiling() model code still calls
+    (torch._dynamo.is_compiling, torch._utils.is_compiling), those this torch has."""
+    import torch._dynamo
+    import torch._utils
+
+    found = [getattr(torch._dynamo, "is_compiling", None),
+             getattr(torch._utils, "is_compiling", None)]
+    return [f for f in found if callable(f)]
+
+
 def module_has_hooks(module: torch.nn.Module) -> bool:
     """Forward hooks on the module, or global module hooks, that calling forward would skip.
     (Every call of a compiled module asks: plain attribute reads.)"""

@@ -191,3 +191,20 @@ def test_module_hooks_are_seen_on_the_module_and_globally():
     finally:
         handle.remove()
     assert torch_internals.module_has_hooks(module) is False
+
+
+def test_set_grad_enabled_is_the_switch_torch_s_context_managers_call():
+    with torch.no_grad():
+        torch_internals.set_grad_enabled(True)
+        assert torch.is_grad_enabled()
+    assert torch.is_grad_enabled()
+    torch_internals.set_grad_enabled(False)
+    try:
+        assert not torch.is_grad_enabled()
+    finally:
+        torch_internals.set_grad_enabled(True)
+
+
+def test_dynamo_s_compiling_tests_are_found_and_answer_false_outside_a_compiler():
+    tests = torch_internals.dynamo_compiling_tests()
+    assert tests and all(callable(f) and f() is False for f in tests)

@@ -87,6 +87,8 @@ class _Differentiator:
             if node.op is Op.INPUT:
                 if node.attrs["index"] in wanted:
                     needs.add(node)
+            elif node.op is Op.STOP_GRADIENT:
+                continue  # (eager's detached values require no grad)
             elif any(s in needs for s in node.inputs):
                 needs.add(node)  # (NO_GRADIENT ops too: their outputs require grad, as eager's)
             elif node.op is Op.ITEM and node.inputs[0] in needs:
@@ -153,20 +155,35 @@ class _Differentiator:
                     continue
                 grad = self._like(grad, source)
                 grads[source] = b.add(grads[source], grad) if source in grads else grad
+        # inputs no differentiable output reaches get no gradient (None, as eager's autograd
+        # never visits them); the ones reached through piecewise-constant ops get zeros
+        reached = self._reached([graph.outputs[i] for i in outputs])
+        wrt = [index for index in self.wrt if graph.inputs[index] in reached]
         results = []
-        for index in self.wrt:
+        for index in wrt:
             node = graph.inputs[index]
             grad = grads.get(node)
             results.append(self._like(grad, node) if grad is not None
                            else b.full(0.0, node.dtype, node.shape))
         self.backward.outputs = results
         self.backward.output_strides = [
-            graph.inputs[i].strides or row_major(graph.inputs[i].shape) for i in self.wrt]
+            graph.inputs[i].strides or row_major(graph.inputs[i].shape) for i in wrt]
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
             node.strides or row_major(node.shape) for node in self.saved]
-        return Split(graph, self.saved, self.backward, self.backward_inputs, list(self.wrt),
-                     outputs)
+        return Split(graph, self.saved, self.backward, self.backward_inputs, wrt, outputs)
+
+    def _reached(self, roots: list[Node]) -> set[Node]:
+        """The nodes that need a gradient from which `roots` are computed."""
+        reached: set[Node] = set()
+        stack = [node for node in roots if node in self.needs]
+        while stack:
+            node = stack.pop()
+            if node in reached:
+                continue
+            reached.add(node)
+            stack.extend(s for s in node.inputs if s in self.needs and s not in reached)
+        return reached
 
     def _item(self, node: Node, index: int) -> Node:
         """The forward's result `index` of a tuple library call (made if it was unused)."""

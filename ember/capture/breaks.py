@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import dis
 import inspect
+import operator
 import types
 from typing import Any
 
@@ -21,6 +22,9 @@ from ember.capture.errors import Unsupported
 from ember.capture.values import NULL, Value
 
 CALLS = ("CALL", "CALL_FUNCTION_EX")
+# Instructions a break can also stop at, as a call of an operator on their stack operands
+# (`x[mask]`: its shape depends on the values, so the runner indexes natively).
+OPERATORS = {"BINARY_SUBSCR": (operator.getitem, 2)}
 STACK_PREFIX = "___stack"
 # opcode -> (jumps when the value is, keeps the value on the stack when it jumps)
 JUMPS = {

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils.checkpoint
 
+from ember import torch_internals
 from ember.capture import attributes, semantics
 from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Unsupported
@@ -199,7 +200,10 @@ def _setattr(session: Session, obj: Value, name: Value, value: Value, **_: Any) 
 
 
 @rule(type)
-def _type(session: Session, value: Value, **_: Any) -> Value:
+def _type(session: Session, value: Value, *more: Value, **_: Any) -> Value:
+    if more:
+        raise Unsupported("type(name, bases, namespace) makes a class",
+                          "make the class outside the compiled function")
     kind = value.python_type() if not isinstance(value, ObjectValue) else type(value.value)
     return session.wrap(kind, None, guard=False)
 
@@ -308,6 +312,14 @@ def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any
     return value
 
 
+@rule(torch_internals.set_grad_enabled)
+def _set_grad_enabled_now(session: Session, mode: Value, frame: Any = None, **_: Any) -> Value:
+    """torch._C._set_grad_enabled(b) (what torch's own context managers call): the mode
+    switches here, in the graph and, after it, for the caller."""
+    semantics.set_grad_mode(session, bool(python_value(mode)))
+    return Const(None)
+
+
 @rule(torch.utils.checkpoint.checkpoint)
 def _checkpoint(session: Session, function: Value, *args: Value, frame: Any = None,
                 use_reentrant: Value | None = None, preserve_rng_state: Value | None = None,
@@ -397,9 +409,12 @@ for _function in (torch.device, torch.finfo, torch.iinfo, torch.promote_types,
     call_rules[_function] = (lambda function: lambda session, *a, frame=None, **k:
                              _constant_call(session, function, list(a), k))(_function)
 
+# (model code takes its compiler-friendly branches under ember as under torch.compile: the
+# Dynamo spellings of the test answer as torch.compiler.is_compiling does)
 for _function, _value in ((torch.jit.is_scripting, False), (torch.jit.is_tracing, False),
                           (torch.compiler.is_compiling, True),
-                          (torch.compiler.is_dynamo_compiling, False)):
+                          (torch.compiler.is_dynamo_compiling, True),
+                          *((f, True) for f in torch_internals.dynamo_compiling_tests())):
     call_rules[_function] = (lambda value: lambda session, *a, frame=None, **k:
                              Const(value))(_value)
 

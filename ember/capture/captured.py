@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import logs
+from ember import config, logs
 from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
 from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number
 from ember.capture.errors import Unsupported
@@ -70,12 +70,13 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
     """Interpret `function` on the bound `arguments` (name -> real value)."""
     session = Session(fullgraph)
     code = function.__code__
-    locals_ = {name: session.wrap(value, LocalSource(name)) for name, value in arguments.items()}
-    cells: dict[str, Any] = {}
-    for index, (name, cell) in enumerate(zip(code.co_freevars, function.__closure__ or ())):
-        cells[name] = RealCell(cell, ClosureSource(index, name))
-    session.globals_index(function.__globals__)
     try:
+        locals_ = {name: session.wrap(value, LocalSource(name))
+                   for name, value in arguments.items()}
+        cells: dict[str, Any] = {}
+        for index, (name, cell) in enumerate(zip(code.co_freevars, function.__closure__ or ())):
+            cells[name] = RealCell(cell, ClosureSource(index, name))
+        session.globals_index(function.__globals__)
         frame = Frame(session, code, function.__globals__, locals_, cells,
                       function.__qualname__)
         try:
@@ -85,6 +86,14 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
             captured = package_break(session, stop, frame)
     except Unsupported as error:
         return None, session, error
+    except Exception as error:  # ember's own error: the function runs eagerly, said once
+        if "raise" in config.settings.logs:
+            raise
+        reason = f"internal error in ember's capture ({type(error).__name__}: {error})"
+        logs.channel("graph_breaks").warning("%s (%s:%d): %s; please report it. The function "
+                                             "runs eagerly.", function.__qualname__,
+                                             code.co_filename, code.co_firstlineno, reason)
+        return None, session, Unsupported(reason)
     finally:
         while session.autocast_regions:  # (regions the capture entered and never left)
             from torch.amp.autocast_mode import _exit_autocast

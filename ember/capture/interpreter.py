@@ -16,9 +16,10 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember.capture.breaks import CALLS, JUMPS, GraphBreak, Snapshot, call_parts
+from ember import config, logs
+from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
 from ember.capture.errors import Location, Unsupported
-from ember.capture.values import CellValue, TensorValue, Value, births
+from ember.capture.values import BuiltinValue, CellValue, TensorValue, Value, births
 
 if TYPE_CHECKING:
     from ember.capture.session import Session
@@ -157,18 +158,18 @@ class Frame:
                     # code that runs as any other while it is captured, but where the graph
                     # cannot break: what cannot be captured sends the frame to eager
                     try:
-                        fn(self, instruction)
+                        self.execute(fn, instruction)
                     except Unsupported as error:
                         where, hint = unbreakable
                         raise Unsupported(f"{error.reason}, {where}",
                                           error.hint or hint) from None
                     continue
                 if not breakable:
-                    fn(self, instruction)
+                    self.execute(fn, instruction)
                     continue
                 snapshot = self.snapshot()
                 try:
-                    fn(self, instruction)
+                    self.execute(fn, instruction)
                 except Unsupported as error:
                     raise self.graph_break(instruction, snapshot,
                                            error.at(self.location(), 0)) from None
@@ -176,6 +177,22 @@ class Frame:
             return result.value
         except Unsupported as error:
             raise error.at(self.location(), session.inline_depth) from None
+
+    def execute(self, fn: Callable, instruction: dis.Instruction) -> None:
+        """Run one instruction's handler; an error of ember's own there (not a capture
+        refusal) is said once as a warning and refused, so that the code runs natively (a
+        break here, or the frame eagerly) and the user's program goes on."""
+        try:
+            fn(self, instruction)
+        except (Unsupported, GraphBreak, Return):
+            raise
+        except Exception as error:
+            if "raise" in config.settings.logs:
+                raise
+            reason = f"internal error in ember's capture ({type(error).__name__}: {error})"
+            logs.channel("graph_breaks").warning("%s: %s; please report it. That code runs "
+                                                 "natively.", self.location(), reason)
+            raise Unsupported(reason) from None
 
     # -- graph breaks (root frame only) ----------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -191,7 +208,7 @@ class Frame:
         """The GraphBreak that undoes `instruction`, or `error` when it cannot be undone."""
         session = self.session
         name = instruction.opname
-        if name not in CALLS and name not in JUMPS:
+        if name not in CALLS and name not in JUMPS and name not in OPERATORS:
             return error
         if len(session.side_effects.effects) != snapshot.effects or \
                 session.side_effects.oldest_changed < snapshot.serial:
@@ -206,6 +223,11 @@ class Frame:
                 instruction, snapshot.stack, snapshot.kw_names)
             return GraphBreak(error, instruction, index, "call", below, snapshot.locals, cells,
                               callee, args, kwargs, star, star_kwargs)
+        if name in OPERATORS:
+            function, count = OPERATORS[name]
+            return GraphBreak(error, instruction, index, "call", snapshot.stack[:-count],
+                              snapshot.locals, cells, BuiltinValue(function, None),
+                              snapshot.stack[-count:])
         condition = snapshot.stack[-1]
         if not isinstance(condition, TensorValue):
             return error

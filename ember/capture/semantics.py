@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.sources import AttrSource, EntrySource, GlobalSource, ItemSource, Source
 from ember.capture.values import (
@@ -223,6 +224,10 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
     if function is None:
         raise Unsupported(f"operator {symbol}")
     if isinstance(left, TensorValue) or isinstance(right, TensorValue):
+        if symbol.endswith("=") and not isinstance(left, TensorValue):
+            # (`total = 0; total += loss`: a number has no in-place operator, Python takes
+            # the plain one and the tensor's reflected method)
+            function = BINARY[symbol[:-1]]
         return _tensor_call(session, function, left, right)
     if isinstance(left, SequenceValue) and isinstance(right, SequenceValue) and \
             symbol in ("+", "+="):
@@ -495,7 +500,7 @@ def exit_autocast(session: Session, region: AutocastValue) -> None:
 
 def set_grad_mode(session: Session, enabled: bool) -> None:
     if session.grad_enabled != enabled:
-        session.builder.graph.call_function(torch._C._set_grad_enabled, (enabled,))
+        session.builder.graph.call_function(torch_internals.set_grad_enabled, (enabled,))
         session.grad_enabled = enabled
 
 

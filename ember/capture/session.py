@@ -207,7 +207,8 @@ class Session:
                                  if source else None, False)
             return BoundMethodValue(function, receiver, source)
         if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
-                (isinstance(value, type) and value.__module__ == "builtins") or \
+                (isinstance(value, type) and
+                 getattr(value, "__module__", None) == "builtins") or \
                 value is getattr(builtins, getattr(value, "__name__", ""), None):
             return BuiltinValue(value, source)
         return ObjectValue(value, source)

@@ -29,6 +29,13 @@ _DETACHES = {"detach", torch.detach, torch.Tensor.detach, torch.ops.aten.detach.
              *torch_internals.data_attribute_getters()}
 
 
+def turns_grad_on(module: torch.fx.GraphModule) -> bool:
+    """Does the graph enable grad mode somewhere (a torch.enable_grad() region, or a
+    no_grad region it leaves)? A graph entered under no_grad is then a training graph too."""
+    return any(n.op == "call_function" and n.target is torch_internals.set_grad_enabled and
+               n.args and n.args[0] is True for n in module.graph.nodes)
+
+
 class MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
                  device: torch.device, tracer: Tracer, stops: bool = False):

@@ -25,7 +25,7 @@ from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
 from ember.lower.devices import resolve, same_device
 from ember.lower.layout import elementwise_strides, like_strides
-from ember.lower.meta_interpreter import MetaInterpreter
+from ember.lower.meta_interpreter import MetaInterpreter, turns_grad_on
 from ember.lower.mutation import (
     CloneAndCall,
     functional_variant,
@@ -604,8 +604,10 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
         if value.device != device and not (value.dim() == 0 and value.device.type == "cpu"):
             raise Unsupported(f"graph attribute {name} lives on {value.device}, the graph on "
                               f"{device}")
-    stops = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    with tracer:
+    stops = any(t.requires_grad for t in tensors) and (torch.is_grad_enabled() or
+                                                         turns_grad_on(module))
+    # (the graph's grad-mode switches run as it is traced: the caller's mode is restored)
+    with tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
         out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)

@@ -16,7 +16,7 @@ from ember.torch_internals import tree_unflatten
 class TrainingGraph:
     def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
                  output_tree: Any, output_count: int, tensor_positions: list[int],
-                 extras: list[torch.Tensor], label: str, eager: Any):
+                 extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False):
         self.forward_graph = forward
         self.backward_graph = backward
         self.split = split
@@ -27,6 +27,9 @@ class TrainingGraph:
         self.extras = extras
         self.label = label
         self.eager = eager
+        # entered under no_grad, the graph turns grad mode on inside (its results made
+        # after that are differentiable): the autograd.Function runs under enable_grad
+        self.grad_inside = grad_inside
         self.kernel_count = forward.kernel_count + backward.kernel_count
         self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
@@ -49,10 +52,13 @@ class TrainingGraph:
         return self.extras[index - len(self.tensor_positions)]
 
     def __call__(self, *args: Any) -> Any:
-        if not torch.is_grad_enabled():  # (called under no_grad: no backward to prepare)
-            results = self.forward_graph(*args)[:self.output_count]
-        else:
+        if torch.is_grad_enabled():
             results = _Step.apply(self, *args)
+        elif self.grad_inside:
+            with torch.enable_grad():
+                results = _Step.apply(self, *args)
+        else:  # (called under no_grad: no backward to prepare)
+            results = self.forward_graph(*args)[:self.output_count]
         leaves: list[Any] = []
         for spec in self.specs:  # (views are taken here, outside the Function: autograd
             if spec.kind == "node":  # sees them as the views they are)

@@ -303,6 +303,14 @@ def list_comprehension_with_item(x):
     return x * sum(values)
 
 
+@case(both(POS - 1.0), both(NEG + 0.5), breaks=1)
+def boolean_mask_indexing(x):
+    # (its result's length is the mask's count: the runner indexes natively, the rest is
+    # captured after it)
+    kept = x[x > 0]
+    return kept * 2 + kept.sum(), x.shape
+
+
 class Net(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -427,3 +435,39 @@ def test_profiler_labels_and_nullcontext_stay_in_the_graph(caplog):
     for _ in range(3):
         same(compiled(t(3)), fn(t(3)))
     assert len(compiled.entries) == 1
+
+
+def test_a_boolean_mask_in_a_loss_splits_the_graph_and_keeps_gradients():
+    def masked_loss(logits, labels):
+        keep = labels != -100
+        return F.cross_entropy(logits[keep], labels[keep]) * 2
+
+    logits = torch.randn(6, 5, generator=torch.Generator().manual_seed(1), device="cpu")
+    labels = torch.tensor([1, -100, 3, 0, -100, 2])
+    report = ember.explain(masked_loss)(logits, labels)
+    assert (report.graph_count, report.graph_break_count) == (3, 2)
+    grads = []
+    for run in (masked_loss, ember.compile(masked_loss)):
+        tracked = logits.clone().requires_grad_()
+        loss = run(tracked, labels)
+        loss.backward()
+        grads.append((loss.detach(), tracked.grad))
+    same(grads[1], grads[0])
+
+
+def test_model_code_takes_its_compiler_friendly_branch():
+    # (Hugging Face skips data-dependent shortcuts when Dynamo compiles; ember answers the
+    # Dynamo spellings of is_compiling as torch.compiler.is_compiling: no break here)
+    import torch._dynamo
+
+    def masked(x, mask):
+        if not torch.compiler.is_dynamo_compiling() and (mask == 1).all():
+            return x
+        if not torch._dynamo.is_compiling() and (mask == 1).all():
+            return x
+        return x * mask
+
+    x, mask = t(6), torch.ones(6)
+    report = ember.explain(masked)(x, mask)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    same(ember.compile(masked)(x, mask), masked(x, mask))

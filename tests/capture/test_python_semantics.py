@@ -666,6 +666,16 @@ def frozen_dataclass_and_classmethod(x):
     return frozen, made.label, made.x + frozen.b
 
 
+@case(*calls(t(3), t(3, seed=8)))
+def number_accumulators_take_tensors(x):
+    total, scale, parts = 0, 1.0, 0.0
+    total += x                # (a number has no in-place operator: Python takes the plain one)
+    scale *= x.sum()
+    for v in (x, x * 2):
+        parts -= v.mean()
+    return total, scale, parts
+
+
 @case(*calls(t(3), t(3, seed=4)))
 def new_object_used_and_dropped(x):
     helper = _Record(x.relu(), label="tmp")
@@ -917,3 +927,38 @@ def test_functions_wrapped_by_decorators_bind_their_own_arguments():
     torch.testing.assert_close(got, uses_no_grad_helper(x))
     got.sum().backward()  # (only x's own term has a gradient, as in eager)
     torch.testing.assert_close(x.grad, torch.ones(3))
+
+
+def test_a_class_made_inside_breaks_and_the_rest_is_captured():
+    import ember
+
+    def fn(x):
+        made = type("Made", (), {"scale": 2.0})
+        return x * made.scale
+
+    x = t(3)
+    explained = ember.explain(fn)(x)
+    assert explained.graph_break_count == 1
+    assert "makes a class" in str(explained.break_reasons[0])
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+
+
+def test_an_internal_error_in_capture_is_said_and_the_code_runs_natively(monkeypatch, caplog):
+    import logging
+
+    import ember
+    from ember.capture.calls import call_rules
+
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setitem(call_rules, abs, broken)
+
+    def fn(x):
+        return x * abs(-2) + 1
+
+    x = t(3)
+    with caplog.at_level(logging.WARNING, logger="ember"):
+        torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+    assert any("internal error in ember's capture (KeyError" in r.getMessage()
+               and "please report it" in r.getMessage() for r in caplog.records)

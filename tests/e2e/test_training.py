@@ -497,3 +497,71 @@ def test_a_model_answering_with_a_model_output_object_trains_in_one_graph():
         torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
     assert ember.explain(ember_model)(tokens, labels).graph_count == 1
     assert type(compiled._compiled_forward.records[-1].compiled).__name__ == "TrainingGraph"
+
+
+def test_a_break_inside_a_grad_mode_region_keeps_each_side_s_mode():
+    # (the graph after a break inside `with torch.no_grad():` is entered with grad off and
+    # turns it on again: it was compiled as an inference graph, and tracing its grad-mode
+    # switches left the caller's mode changed; w got 3x its gradient)
+    w = torch.randn(4, 4, device=DEVICE, requires_grad=True)
+    x = torch.randn(2, 4, device=DEVICE)
+
+    def logged_under_no_grad(x):
+        q = x @ w
+        with torch.no_grad():
+            ember.graph_break()
+            t = (3 * x) @ w
+        return q, t, q + t
+
+    def tracked_again_under_no_grad(x):
+        with torch.no_grad():
+            s = x @ w
+            with torch.enable_grad():
+                ember.graph_break()
+                q = s @ w
+            r = q * 2
+        return s, q, r
+
+    for fn in (logged_under_no_grad, tracked_again_under_no_grad):
+        results = []
+        for run in (fn, ember.compile(fn)):
+            w.grad = None
+            outputs = run(x)
+            flags = [o.requires_grad for o in outputs]
+            sum(o.sum() for o in outputs if o.requires_grad).backward()
+            results.append((flags, w.grad.clone(), outputs, torch.is_grad_enabled()))
+        (flags, grad, outputs, mode), (flags_, grad_, outputs_, mode_) = results
+        assert flags_ == flags and mode_ == mode is True
+        torch.testing.assert_close(grad_, grad, **TOLERANCE)
+        torch.testing.assert_close(outputs_, outputs, **TOLERANCE)
+
+
+def test_what_eager_does_not_track_comes_back_untracked():
+    # (results of detach() and of no_grad regions came back requiring grad, and parameters
+    # reached only through them got zero gradients, which AdamW's weight decay then moved)
+    class Frozen(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = torch.nn.Linear(4, 4)
+            self.head = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            with torch.no_grad():
+                features = self.backbone(x)
+            return self.head(features), features
+
+    torch.manual_seed(0)
+    model = Frozen().to(DEVICE)
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 4, device=DEVICE)
+    (got, got_features), (want, want_features) = ember.compile(twin)(x), model(x)
+    assert got_features.requires_grad is want_features.requires_grad is False
+    got.sum().backward()
+    want.sum().backward()
+    assert twin.backbone.weight.grad is None and model.backbone.weight.grad is None
+    torch.testing.assert_close(twin.head.weight.grad, model.head.weight.grad, **TOLERANCE)
+    w = torch.randn(4, 4, device=DEVICE, requires_grad=True)
+    detached = ember.compile(lambda x: (x @ w).detach().sum())(x)
+    assert not detached.requires_grad
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        detached.backward()
