@@ -400,14 +400,58 @@ def _object_init(session: Session, *args: Value, frame: Frame | None = None,
     return Const(None)
 
 
+def _namedtuple(cls: Any) -> bool:
+    """A namedtuple class (collections' or typing's), its __new__ the generated one."""
+    new = getattr(cls, "__new__", None)
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and \
+        str(getattr(new, "__globals__", {}).get("__name__", "")).startswith("namedtuple_")
+
+
+def _make_namedtuple(session: Session, cls: type, args: list[Value],
+                     kwargs: dict[str, Value]) -> Value:
+    """cls(*args, **kwargs): its fields bound as its __new__ binds them (defaults too)."""
+    fields = cls._fields
+    if len(args) > len(fields) or set(kwargs) - set(fields):
+        raise Unsupported(f"{cls.__name__}() with arguments its fields do not take",
+                          "eager raises TypeError here")
+    items = dict(zip(fields, args))
+    for name, value in kwargs.items():
+        if name in items:
+            raise Unsupported(f"{cls.__name__}() got {name!r} twice", "eager raises TypeError")
+        items[name] = value
+    defaults = getattr(cls, "_field_defaults", {})
+    missing = [name for name in fields if name not in items and name not in defaults]
+    if missing:
+        raise Unsupported(f"{cls.__name__}() misses {missing}", "eager raises TypeError here")
+    values = [items[name] if name in items else semantics.constant(defaults[name])
+              for name in fields]
+    if all(semantics.is_known(v) for v in values):
+        return Const(cls(*[python_value(v) for v in values]))
+    return SequenceValue(values, cls)
+
+
+@rule(tuple.__new__)
+def _tuple_new(session: Session, cls: Value, iterable: Value | None = None,
+               frame: Frame | None = None) -> Value:
+    """tuple.__new__(cls, iterable): how a namedtuple's _make and _replace build it."""
+    kind = python_value(cls)
+    items = unpack(session, iterable) if iterable is not None else []
+    if _namedtuple(kind):
+        if len(items) != len(kind._fields):
+            raise Unsupported(f"{kind.__name__}._make() with {len(items)} items",
+                              "eager raises TypeError here")
+        return SequenceValue(items, kind)
+    if kind is tuple:
+        return SequenceValue(items, tuple)
+    raise Unsupported(f"tuple.__new__ of {getattr(kind, '__name__', kind)}")
+
+
 def call_object(session: Session, callee: ObjectValue, args: list[Value],
                 kwargs: dict[str, Value], parent: Frame | None) -> Value:
     obj = callee.value
     if isinstance(obj, type):
-        if issubclass(obj, tuple) and hasattr(obj, "_fields"):  # a namedtuple
-            values = [python_value(a) for a in args]
-            if all(semantics.is_known(a) for a in args):
-                return Const(obj(*values, **{k: python_value(v) for k, v in kwargs.items()}))
+        if _namedtuple(obj):
+            return _make_namedtuple(session, obj, args, kwargs)
         refused = _not_plain(obj)
         if refused is not None:
             raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled "
@@ -512,6 +556,14 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
                      kwargs: dict[str, Value]) -> Value:
     items = sequence.items
     mutable = sequence.kind is list
+    if _namedtuple(sequence.kind) and name in ("_replace", "_asdict"):
+        fields = dict(zip(sequence.kind._fields, items))
+        if name == "_asdict":
+            return DictValue(fields)
+        if args or set(kwargs) - set(fields):
+            raise Unsupported(f"{sequence.kind.__name__}._replace() of unknown fields",
+                              "eager raises here")
+        return SequenceValue(list({**fields, **kwargs}.values()), sequence.kind)
     if name == "append" and mutable:
         items.append(args[0])
     elif name == "extend" and mutable:

@@ -3,10 +3,12 @@ over several calls with different inputs, comparing results and effects on argum
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
 import operator
+import typing
 
 import pytest
 import torch
@@ -664,6 +666,23 @@ def frozen_dataclass_and_classmethod(x):
     frozen = _Frozen(x * 2)
     made = _Record.of(frozen.a)
     return frozen, made.label, made.x + frozen.b
+
+
+_Pair = collections.namedtuple("_Pair", ["a", "b"])
+
+
+class _Heads(typing.NamedTuple):
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+
+
+@case(*calls(t(3), t(3, seed=9)))
+def named_tuples_made_with_tensors(x):
+    pair = _Pair(x + 1, b=x * 2)
+    heads = _Heads(x.sin())
+    made = _Pair._make([x, pair.b])
+    return (pair, pair.a + pair[1], heads, heads.loss is None, heads._replace(loss=x.sum()),
+            made, made._asdict())
 
 
 @case(*calls(t(3), t(3, seed=8)))
