@@ -361,6 +361,18 @@ call_rules[torch.cuda.amp.autocast] = _device_autocast("cuda", torch.float16)
 call_rules[torch.cpu.amp.autocast] = _device_autocast("cpu", torch.bfloat16)
 
 
+@rule(torch.inference_mode)
+def _inference_mode(session: Session, mode: Value | None = None, frame: Any = None,
+                    **_: Any) -> Value:
+    """torch.inference_mode() (a block or a decorator): grad mode off for what runs inside,
+    as no_grad; inference_mode(False): no change. (The graph's results are ordinary tensors:
+    eager's made inside are inference tensors, which autograd and in-place writes outside
+    refuse; ember's accept both.)"""
+    if mode is None or bool(python_value(mode)):
+        return GradModeValue(False)
+    return NullContextValue(contextlib.nullcontext)
+
+
 @rule(torch.autograd.profiler.record_function, contextlib.nullcontext)
 def _null_context(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
     return NullContextValue(torch.autograd.profiler.record_function if args

@@ -53,7 +53,8 @@ def is_torch_callable(value: Any) -> bool:
         return False
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code and its context-manager decorators are Python to inline)
-        return not module.startswith(("torch.nn.modules", "torch.utils._contextlib"))
+        return not module.startswith(("torch.nn.modules", "torch.utils._contextlib",
+                                       "torch.autograd.grad_mode"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 

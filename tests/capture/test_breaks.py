@@ -471,3 +471,24 @@ def test_model_code_takes_its_compiler_friendly_branch():
     report = ember.explain(masked)(x, mask)
     assert (report.graph_count, report.graph_break_count) == (1, 0)
     same(ember.compile(masked)(x, mask), masked(x, mask))
+
+
+def test_inference_mode_blocks_and_decorators_are_captured_as_no_grad_regions():
+    w = t(3).requires_grad_()
+
+    @torch.inference_mode()
+    def scaled(x):
+        return x * w
+
+    def block(x):
+        with torch.inference_mode():
+            y = x * w
+        with torch.inference_mode(False):
+            z = x * w
+        return y + 1, scaled(x) * 2, z
+
+    x = t(3, seed=1)
+    report = ember.explain(block)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    got, want = ember.compile(block)(x), block(x)
+    same(got, want)  # (values and requires_grad; eager's y is an inference tensor, ember's not)
