@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -359,6 +360,32 @@ def _device_autocast(device_type: str, default: torch.dtype) -> Callable[..., Va
 
 call_rules[torch.cuda.amp.autocast] = _device_autocast("cuda", torch.float16)
 call_rules[torch.cpu.amp.autocast] = _device_autocast("cpu", torch.bfloat16)
+
+
+@rule(warnings.warn)
+def _warn(session: Session, message: Value, category: Value | None = None,
+          stacklevel: Value | None = None, source: Value | None = None,
+          frame: Frame | None = None, **_: Any) -> Value:
+    """warnings.warn(...) in a forward: issued after the graph (in order with the other side
+    effects) as eager issues it: from the line `stacklevel` frames up, through its module's
+    registry, so the filters show it as often as eager's."""
+    level = 1 if stacklevel is None else python_value(stacklevel)
+    where = frame
+    for _ in range(max(level, 1) - 1):
+        where = where.parent if where is not None else None
+    text = python_value(message)
+    kind = UserWarning if category is None else python_value(category)
+    if where is None or source is not None or not isinstance(level, int) or \
+            not isinstance(text, (str, Warning)):
+        raise Unsupported("warnings.warn() with a message or a place ember cannot give")
+    location = where.location()
+    registry = where.globals.setdefault("__warningregistry__", {})
+    module = where.globals.get("__name__", "<string>")
+    session.side_effects.call(warnings.warn_explicit, [
+        ObjectValue(text, None) if isinstance(text, Warning) else Const(text),
+        ObjectValue(kind, None), Const(location.filename), Const(location.line),
+        Const(module), ObjectValue(registry, None)])  # (the registry itself, not a copy)
+    return Const(None)
 
 
 @rule(torch.inference_mode)

@@ -239,6 +239,9 @@ def _effect_line(effect: Effect, writer: Rebuilder) -> str:
         return f"GG[{effect.globals_index}][{effect.name!r}] = {writer.expr(effect.value)}"
     if effect.kind == "setcell":
         return f"{effect.target.expr()} = {writer.expr(effect.value)}"
+    if effect.kind == "call":
+        args = ", ".join(writer.expr(v) for v in effect.value.items)
+        return f"{writer.constant(effect.function)}({args})"
     container = effect.value
     if isinstance(container, DictValue):
         items = writer.expr(container, prefer_source=False)

@@ -17,11 +17,12 @@ from ember.capture.values import DictValue, SequenceValue, Value
 
 @dataclasses.dataclass
 class Effect:
-    kind: str            # "setattr" | "setglobal" | "setcell" | "contents"
+    kind: str            # "setattr" | "setglobal" | "setcell" | "contents" | "call"
     target: Source | None
     name: str = ""
     value: Value | None = None
     globals_index: int = 0
+    function: Any = None  # "call": what is called, on `value`'s items
 
 
 class SideEffects:
@@ -50,6 +51,12 @@ class SideEffects:
     def set_cell(self, cell: Any, source: Source, value: Value) -> None:
         self.cells[id(cell)] = value
         self.effects.append(Effect("setcell", source, "", value))
+
+    def call(self, function: Any, args: list[Value]) -> None:
+        """A call whose result the code does not use (a warning): made after the graph, in
+        order with the other effects."""
+        self.effects.append(Effect("call", None, value=SequenceValue(args, tuple),
+                                   function=function))
 
     def mutated(self, container: SequenceValue | DictValue) -> None:
         """A list or dict changed; one from outside gets its final contents written back."""

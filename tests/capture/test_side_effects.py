@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from checks import check_calls, same
 
@@ -152,3 +154,28 @@ def test_order_of_effects_is_eager_order():
     log, holder = [], Holder()
     compiled(t(2), log, holder)
     assert log == [1, 2] and holder.value == 1
+
+
+def _deprecated_helper(x):
+    warnings.warn("the helper is deprecated", FutureWarning, stacklevel=2)
+    return x * 2
+
+
+def test_warnings_are_issued_as_eager_issues_them_without_a_break():
+    def fn(x):
+        warnings.warn("careful")  # noqa: B028 (the line itself is the place)
+        return _deprecated_helper(x) + 1
+
+    x = t(3)
+    report = ember.explain(fn)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for policy in ("always", "default"):  # (default: once per place, as eager's registry)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(policy)
+                for _ in range(2):
+                    same(run(x), x * 2 + 1)
+            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
+    assert seen[:2] == seen[2:] and len(seen[0]) == 4 and len(seen[1]) == 2
+    assert seen[0][0][2] == __file__ and seen[0][1][1] is FutureWarning
