@@ -31,6 +31,8 @@ class GraphBuilder:
         self._names: dict[str, int] = {}
         self._last_placeholder: torch.fx.Node | None = None
         self.op_count = 0
+        self.inference_depth = 0  # inside torch.inference_mode() blocks
+        self.made_in_inference: set[torch.fx.Node] = set()
 
     # -- inputs ---------------------------------------------------------------------------
     def input_tensor(self, tensor: torch.Tensor, source: Source) -> TensorValue:
@@ -97,6 +99,8 @@ class GraphBuilder:
         node = self.graph.create_node(kind, target, fx_args, fx_kwargs,
                                       self._name(_name_of(target)))
         self.op_count += 1
+        if self.inference_depth:
+            self.made_in_inference.add(node)
         return self.wrap_result(node, example)
 
     def wrap_result(self, node: torch.fx.Node, example: Any) -> Value:

@@ -392,11 +392,10 @@ def _warn(session: Session, message: Value, category: Value | None = None,
 def _inference_mode(session: Session, mode: Value | None = None, frame: Any = None,
                     **_: Any) -> Value:
     """torch.inference_mode() (a block or a decorator): grad mode off for what runs inside,
-    as no_grad; inference_mode(False): no change. (The graph's results are ordinary tensors:
-    eager's made inside are inference tensors, which autograd and in-place writes outside
-    refuse; ember's accept both.)"""
+    as no_grad, and the graph runs under inference mode when its results are made inside
+    (captured.runner_text); inference_mode(False): no change."""
     if mode is None or bool(python_value(mode)):
-        return GradModeValue(False)
+        return GradModeValue(False, inference=True)
     return NullContextValue(contextlib.nullcontext)
 
 

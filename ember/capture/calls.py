@@ -147,6 +147,10 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
     if name in _DATA_METHODS:
         raise Unsupported(f"tensor.{name}() needs the tensor's data",
                           "keep it outside the compiled function, or use tensor operations")
+    if name == "is_inference" and not args:
+        if tensor.node.op == "placeholder":
+            raise Unsupported("is_inference() of an input (not guarded)")
+        return Const(tensor.node in session.builder.made_in_inference)
     values = [python_value(a) for a in args] if name in _METADATA_METHODS else None
     if values is not None:
         keywords = {k: python_value(v) for k, v in kwargs.items()}
@@ -524,6 +528,7 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     if isinstance(receiver, GradModeValue):
         if name == "__exit__":
             semantics.set_grad_mode(session, receiver.previous)
+            session.builder.inference_depth -= receiver.inference
             return Const(None)
         if name == "__enter__":
             return semantics.enter_context(session, receiver)[1]

@@ -121,8 +121,21 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
     after = ["outputs = compiled(*inputs)", *tail]
+    if _made_in_inference_mode(builder, writer.outputs):  # (its results: inference tensors)
+        after[:1] = ["with torch.inference_mode():", "    outputs = compiled(*inputs)"]
     lines = [f"inputs = [{fetch}]", *after]
     return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
+
+
+def _made_in_inference_mode(builder: Any, outputs: list[Any]) -> bool:
+    """Are the graph's results made inside torch.inference_mode() (eager's are inference
+    tensors: the graph then runs under it)? Some inside and some outside: refused."""
+    made = [v.node for v in outputs if v.node.op != "placeholder"]
+    inside = [node in builder.made_in_inference for node in made]
+    if any(inside) and not all(inside):
+        raise Unsupported("results made inside and outside torch.inference_mode() leave the "
+                          "graph together", "return them from separate functions")
+    return bool(made) and all(inside)
 
 
 def package(session: Session, result: Value) -> Captured:

@@ -466,6 +466,7 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         if manager.previous is None:  # torch.set_grad_enabled(b) already switched and saved
             manager.previous = session.grad_enabled
         set_grad_mode(session, manager.enabled)
+        session.builder.inference_depth += manager.inference
         return ValueMethodValue(manager, "__exit__"), Const(None)
     if isinstance(manager, NullContextValue):
         return ValueMethodValue(manager, "__exit__"), Const(None)

@@ -300,6 +300,8 @@ class GradModeValue(Value):
     enabled: bool
     previous: bool | None = None
     source: Source | None = None
+    inference: bool = False  # torch.inference_mode(): grad off, and what is made inside
+    # is an inference tensor (see captured.py)
 
     def python_type(self) -> type:
         return torch.no_grad if not self.enabled else torch.enable_grad

@@ -492,3 +492,30 @@ def test_inference_mode_blocks_and_decorators_are_captured_as_no_grad_regions():
     assert (report.graph_count, report.graph_break_count) == (1, 0)
     got, want = ember.compile(block)(x), block(x)
     same(got, want)  # (values and requires_grad; eager's y is an inference tensor, ember's not)
+
+
+def test_results_made_under_inference_mode_are_inference_tensors_as_eager_s():
+    w = t(3)
+
+    @torch.inference_mode()
+    def decorated(x):
+        return x * w, (x + w).relu()
+
+    def mixed(x):
+        with torch.inference_mode():
+            inside = x * w
+        return inside, x + 1  # (one result made inside, one outside: run as eager runs it)
+
+    def cached(x):
+        with torch.inference_mode():
+            table = torch.outer(torch.arange(3.0), w)
+        return x + table, (x + table).is_inference(), table.is_inference()
+
+    x = t(3, seed=2)
+    for fn in (decorated, mixed, cached):
+        got, want = ember.compile(fn)(x), fn(x)
+        same(got, want)
+        assert [r.is_inference() for r in got if isinstance(r, torch.Tensor)] == \
+            [r.is_inference() for r in want if isinstance(r, torch.Tensor)]
+    assert ember.explain(decorated)(x).graph_count == 1
+    assert ember.explain(cached)(x).graph_break_count == 0
