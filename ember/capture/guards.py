@@ -160,11 +160,13 @@ MISS = object()
 
 def compile_guarded_runner(guards: GuardSet, scope: dict[str, Any], arguments: dict[str, Any],
                            input_sources: list[Source], runner_lines: list[str],
-                           runner_namespace: dict[str, Any], where: str) -> Callable[..., Any]:
+                           runner_namespace: dict[str, Any], where: str
+                           ) -> Callable[..., Any] | None:
     """One function call(L): the guards (MISS when one fails), then the runner's `lines`
     with `inputs` fetched through the variables the guards already read (a module's
     parameters are reached once per call, not once to check and once to run). Errors of
-    the guards' reads are misses; the runner's own errors reach the caller."""
+    the guards' reads are misses; the runner's own errors reach the caller. None if the two
+    namespaces would clash (the caller keeps guard and runner apart)."""
     writer = _Writer("gk")  # (the runner's own constants are k0, k1, ...)
     body = _guard_lines(guards, scope, arguments, writer, "return MISS")
     fetched = [writer.variable(source) for source in input_sources]
@@ -172,9 +174,9 @@ def compile_guarded_runner(guards: GuardSet, scope: dict[str, Any], arguments: d
     text = "def call(L):\n    try:\n" + "".join(f"        {line}\n" for line in body) + \
         "    except Exception:\n        return MISS\n" + "".join(f"    {line}\n" for line in lines)
     namespace = dict(writer.namespace, **scope, MISS=MISS)
-    clashes = {name for name in set(namespace) & set(runner_namespace)
-               if namespace[name] is not runner_namespace[name]}
-    assert not clashes, f"guard and runner names clash: {clashes}"
+    if any(namespace[name] is not runner_namespace[name]
+           for name in set(namespace) & set(runner_namespace)):
+        return None
     namespace.update(runner_namespace)
     exec(compile(text, f"<ember entry {where}>", "exec"), namespace)  # noqa: S102 (our own code)
     return namespace["call"]
