@@ -19,6 +19,7 @@ import torch
 from hypothesis import assume, settings
 from hypothesis import strategies as st
 
+
 def examples(count: int) -> settings:
     """A test's settings: `count` examples under the CI profile (whose default is 100); another
     profile scales it by its own max_examples / 100 (explore: 5x). A test's own max_examples
