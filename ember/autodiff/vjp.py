@@ -240,8 +240,12 @@ def _max(b, node, primal, g):
 
 @rule(Op.PROD)
 def _prod(b, node, primal, g):
-    """torch's own prod backward (it handles zeros in the product), as a library call."""
+    """torch's own prod backward (it handles zeros in the product), as a library call. A 0-d
+    tensor's prod (lowered through a size-1 axis) is the tensor itself: eager's gradient is
+    the cotangent (its general formula, result / x, would be NaN at inf)."""
     x = node.inputs[0]
+    if x.op is Op.UNSQUEEZE and x.inputs[0].shape == ():
+        return [b.reshape(g, x.shape)]
     grad = b.library(prod_backward, [primal(x), g, tuple(node.attrs["axes"])], x.shape, x.dtype)
     return [grad]
 

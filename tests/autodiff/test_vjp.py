@@ -189,6 +189,12 @@ def test_extremes_with_nan_and_zeros_in_a_product_as_eager():
                x, x.flip(0), **TOLERANCE)
 
 
+def test_the_product_of_a_0d_tensor_passes_the_cotangent_at_inf_and_nan():
+    # (lowered through a size-1 axis, torch's general formula gave inf / inf = NaN)
+    for value in (float("inf"), float("nan"), 0.0, -2.5):
+        check_grad(lambda a: (a.prod(), (a * 2).prod()), torch.tensor(value), **TOLERANCE)
+
+
 def test_relu_clamp_and_hardtanh_gradients_at_their_edges_as_eager():
     # eager: relu passes NaN and stops at 0 (-0 too); clamp passes at its bounds, hardtanh
     # does not; neither splits a tie as maximum/minimum do
