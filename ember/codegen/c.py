@@ -545,8 +545,12 @@ class CKernelWriter:
         seen, stack = set(), [node]
         while stack:
             current = stack.pop()
-            loaded = current in self.buffer_of and current not in self.members
-            if current in seen or loaded:  # (what is loaded was computed elsewhere)
+            buffer = self.buffer_of.get(current)
+            # (what is loaded was computed elsewhere; an alias is a view computed from its
+            # base, as generate() does, which may be this kernel's reduction)
+            loaded = buffer is not None and current not in self.members and \
+                buffer.role != "alias"
+            if current in seen or loaded:
                 continue
             seen.add(current)
             if current.kind is Kind.REDUCTION:

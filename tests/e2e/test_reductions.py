@@ -214,6 +214,13 @@ def test_reduction_chain_fuses_with_pointwise():
     assert compiled.kernel_count == 1
 
 
+def test_a_reduction_returned_and_read_by_an_epilogue_in_another_dtype():
+    # (the returned sum is a view of the kernel's own reduction buffer: the writer took it
+    # for a value loaded from elsewhere and recursed without end; explore seed 1723)
+    check(lambda x: (torch.sum(x, dim=0), x + torch.sum(x, dim=0).to(torch.float64)),
+          make(2, 9))
+
+
 def test_large_reduced_float_reductions():
     # long rows of half values: eager accumulates in float, and so must ember
     x = make(4, 9000, dtype=torch.float16)
