@@ -14,7 +14,7 @@ import torch
 from ember.ir.graph import row_major
 
 
-def _non_overlapping_and_dense(tensor: torch.Tensor) -> bool:
+def non_overlapping_and_dense(tensor: torch.Tensor) -> bool:
     dims = sorted((d for d in range(tensor.ndim) if tensor.shape[d] != 1),
                   key=lambda d: tensor.stride(d))
     step = 1
@@ -27,7 +27,7 @@ def _non_overlapping_and_dense(tensor: torch.Tensor) -> bool:
 
 def like_strides(tensor: torch.Tensor) -> tuple[int, ...]:
     """Strides of empty_like(tensor): its own when it is non-overlapping and dense."""
-    if _non_overlapping_and_dense(tensor):
+    if non_overlapping_and_dense(tensor):
         return tuple(tensor.stride())
     return elementwise_strides([tensor], tuple(tensor.shape), wrapped_scalars=True)
 
@@ -46,7 +46,7 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
                              for t in tensors):
             return tuple(torch.empty(shape, device="meta")
                          .to(memory_format=torch.channels_last).stride())
-        if all(_non_overlapping_and_dense(t) and t.stride() == tensors[0].stride()
+        if all(non_overlapping_and_dense(t) and t.stride() == tensors[0].stride()
                for t in tensors):
             return tuple(tensors[0].stride())
     if ndim <= 1:

@@ -24,7 +24,7 @@ from ember.ir.ops import VIEWS, Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
 from ember.lower.devices import resolve, same_device
-from ember.lower.layout import elementwise_strides, like_strides
+from ember.lower.layout import elementwise_strides, like_strides, non_overlapping_and_dense
 from ember.lower.meta_interpreter import MetaInterpreter, turns_grad_on
 from ember.lower.mutation import (
     CloneAndCall,
@@ -324,6 +324,14 @@ class Tracer(torch_internals.TorchDispatchMode):
             wrapped = any(isinstance(value, (int, float, bool))
                           and argument.name in ("self", "other")
                           for argument, value in zip(arguments, args))
+            if device_type == "cpu" and not wrapped and len(tensors) == 2 and \
+                    tensors[0].dtype != tensors[1].dtype:
+                # eager's CPU TensorIterator casts an operand of another dtype first (a copy
+                # that keeps a dense layout; an expanded one's copy is laid out anew) and takes
+                # the copy's strides into the result's layout
+                common = torch.result_type(*tensors)
+                tensors = [t.to(common) if t.dtype != common and not non_overlapping_and_dense(t)
+                           else t for t in tensors]
             try:
                 strides = elementwise_strides(tensors, tuple(out.shape), wrapped)
             except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's

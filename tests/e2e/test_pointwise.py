@@ -503,3 +503,12 @@ def test_float32_erf_is_within_an_ulp_of_cudas():
     x = torch.cat([torch.linspace(-6, 6, 200001), torch.linspace(-1.01, 1.01, 20001),
                    torch.tensor([0.0, -0.0, 1e-30, 1e-40, math.inf, -math.inf, math.nan])])
     check(lambda x: torch.erf(x), x, rtol=1.2e-7, atol=0)
+
+
+def test_an_expanded_operand_of_another_dtype_lays_out_the_result_as_eager():
+    # (eager's CPU TensorIterator casts it first: the copy's strides decide the result's
+    # layout, not the expanded view's; explore seeds 1711, 1719-1721, 1731)
+    a = torch.zeros(1, 1, 2, 1, dtype=torch.float16, device=DEVICE).expand(1, 2, 2, 1)
+    b = torch.empty_strided((1, 2, 2, 1), (4, 1, 2, 1), device=DEVICE).copy_(
+        torch.arange(4.0).reshape(1, 2, 2, 1))
+    check(lambda a, b: (torch.add(a, b), a * b), a, b)
