@@ -90,6 +90,15 @@ def reset_dynamo() -> None:
 set_grad_enabled = torch._C._set_grad_enabled
 
 
+def autocast_region_functions() -> tuple[Any, Any]:
+    """torch.autocast's own enter and exit functions (what Dynamo's graphs call for an
+    autocast region): a captured region's graph nodes call them, and capture enters the
+    real region with them while it traces inside."""
+    from torch.amp.autocast_mode import _enter_autocast, _exit_autocast
+
+    return _enter_autocast, _exit_autocast
+
+
 def dynamo_compiling_tests() -> list[Any]:
     """The older, private spellings of torch.compiler.is_compiling() model code still calls
     (torch._dynamo.is_compiling, torch._utils.is_compiling), those this torch has."""

@@ -208,3 +208,13 @@ def test_set_grad_enabled_is_the_switch_torch_s_context_managers_call():
 def test_dynamo_s_compiling_tests_are_found_and_answer_false_outside_a_compiler():
     tests = torch_internals.dynamo_compiling_tests()
     assert tests and all(callable(f) and f() is False for f in tests)
+
+
+def test_autocast_region_functions_enter_and_leave_a_region():
+    enter, leave = torch_internals.autocast_region_functions()
+    region = enter("cpu", torch.bfloat16, True, None)
+    try:
+        assert torch.is_autocast_enabled("cpu")
+    finally:
+        leave(region)
+    assert not torch.is_autocast_enabled("cpu")

@@ -527,8 +527,7 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
         return Const(None)
     if isinstance(receiver, GradModeValue):
         if name == "__exit__":
-            semantics.set_grad_mode(session, receiver.previous)
-            session.builder.inference_depth -= receiver.inference
+            semantics.exit_grad_mode(session, receiver)
             return Const(None)
         if name == "__enter__":
             return semantics.enter_context(session, receiver)[1]

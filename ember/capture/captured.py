@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import config, logs
+from ember import config, logs, torch_internals
 from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
 from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number
 from ember.capture.errors import Unsupported
@@ -96,9 +96,8 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
         return None, session, Unsupported(reason)
     finally:
         while session.autocast_regions:  # (regions the capture entered and never left)
-            from torch.amp.autocast_mode import _exit_autocast
-
-            _exit_autocast(session.autocast_regions.pop().real)
+            _, leave = torch_internals.autocast_region_functions()
+            leave(session.autocast_regions.pop().real)
     return captured, session, None
 
 

@@ -394,7 +394,7 @@ def truth(session: Session, value: Value) -> bool:
         return bool(value.items)
     if isinstance(value, NewObjectValue):  # its own __bool__ or __len__, else dict's, else True
         for name in ("__bool__", "__len__"):
-            if name in _own_methods(value.cls) or (value.mapping is not None and
+            if _python_method(value.cls, name) or (value.mapping is not None and
                                                    name == "__len__"):
                 return bool(python_value(protocol(session, value, name)))
         return True
@@ -417,7 +417,7 @@ def unpack(session: Session, value: Value) -> list[Value]:
     if isinstance(value, DictValue):
         return [constant(k) for k in value.items]
     if isinstance(value, NewObjectValue) and value.mapping is not None and \
-            "__iter__" not in _own_methods(value.cls):
+            not _python_method(value.cls, "__iter__"):
         return [constant(k) for k in value.mapping.items]
     if isinstance(value, IteratorValue):
         items = value.items[value.position:]
@@ -447,11 +447,11 @@ def unpack(session: Session, value: Value) -> list[Value]:
     raise Unsupported(f"iteration over {value.describe()}")
 
 
-def _own_methods(cls: type) -> set[str]:
-    """Names the classes of `cls`'s MRO written in Python define (not object's or a builtin
-    base's)."""
-    return {name for klass in cls.__mro__ if klass.__module__ != "builtins" and
-            klass.__dict__.get("__module__") is not None for name in klass.__dict__}
+def _python_method(cls: type, name: str) -> bool:
+    """Is `name`, looked up on `cls` as Python does, a function written in Python (not a
+    builtin base's slot)?"""
+    owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
+    return owner is not None and isinstance(owner.__dict__[name], types.FunctionType)
 
 
 def iterate(session: Session, value: Value) -> IteratorValue:
@@ -478,25 +478,29 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
                       "torch.set_grad_enabled() blocks are captured")
 
 
+def exit_grad_mode(session: Session, mode: GradModeValue) -> None:
+    """Leaving a grad-mode block (or an inference_mode one) entered by enter_context."""
+    set_grad_mode(session, mode.previous)
+    session.builder.inference_depth -= mode.inference
+
+
 def enter_autocast(session: Session, region: AutocastValue) -> None:
     """A node that enters the region, and the real region while capture runs inside it."""
-    from torch.amp.autocast_mode import _enter_autocast
-
+    enter, _ = torch_internals.autocast_region_functions()
     if region.node is not None:
         raise Unsupported("an autocast region entered twice")
-    region.node = session.builder.graph.call_function(_enter_autocast, region.arguments)
-    region.real = _enter_autocast(*region.arguments)
+    region.node = session.builder.graph.call_function(enter, region.arguments)
+    region.real = enter(*region.arguments)
     session.autocast_regions.append(region)
 
 
 def exit_autocast(session: Session, region: AutocastValue) -> None:
-    from torch.amp.autocast_mode import _exit_autocast
-
+    _, leave = torch_internals.autocast_region_functions()
     if not session.autocast_regions or session.autocast_regions[-1] is not region:
         raise Unsupported("autocast regions left out of order")
-    session.builder.graph.call_function(_exit_autocast, (region.node,))
+    session.builder.graph.call_function(leave, (region.node,))
     session.autocast_regions.pop()
-    _exit_autocast(region.real)
+    leave(region.real)
 
 
 def set_grad_mode(session: Session, enabled: bool) -> None:
