@@ -200,6 +200,19 @@ def storage_use_count(tensor: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
 
+def data_pointers_checker(pointers: list[int | None]) -> Any:
+    """A function (tensors, positions) -> whether tensors[i].data_ptr() == pointers[i] for
+    every i in positions. CUDA builds of torch do it in one C++ call (what a CUDA-graph
+    replay checks of its parameters on every call); elsewhere, a loop in Python."""
+    native = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+    if native is not None:
+        # (its arguments are Python lists, not any sequence)
+        return lambda tensors, positions: native(list(tensors), pointers, positions)
+    data_ptr = torch.Tensor.data_ptr
+    return lambda tensors, positions: all(data_ptr(tensors[i]) == pointers[i]
+                                          for i in positions)
+
+
 def call_with_forward(module: torch.nn.Module, forward: Any, args: tuple, kwargs: dict) -> Any:
     """module(*args, **kwargs) with its hooks as they are (FSDP's all-gather before, its
     reshard after, a user's hooks) and `forward` run in place of the module's forward: the

@@ -218,3 +218,15 @@ def test_autocast_region_functions_enter_and_leave_a_region():
     finally:
         leave(region)
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_data_pointers_checker_sees_a_tensor_move():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tensors = [torch.randn(4, device=device) for _ in range(3)]
+    check = torch_internals.data_pointers_checker([t.data_ptr() for t in tensors])
+    assert check(tensors, [0, 1, 2])
+    tensors[1].data = torch.randn(4, device=device)   # moved, the same tensor object
+    assert not check(tensors, [0, 1, 2])
+    assert check(tensors, [0, 2])
+    if hasattr(torch._C, "_tensors_data_ptrs_at_indices_equal"):  # (CUDA builds)
+        assert check([*tensors[:1], 7, tensors[2]], [0, 2])          # non-tensors skipped

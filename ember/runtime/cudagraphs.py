@@ -28,7 +28,6 @@ is kept safe:
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -104,10 +103,10 @@ class CudaGraphed:
                 self.record(args)
             return result
         positions = self.positions
-        if self.in_place and list(map(_data_ptr, self.in_place_args(args))) != self.pointers:
+        if self.in_place and not self.pointers_equal(args, self.in_place):
             self.recorded = False           # a parameter moved: record again
             return self(*args)
-        if self.fixed and list(map(_data_ptr, self.fixed_args(args))) != self.fixed_pointers:
+        if self.fixed and not self.pointers_equal(args, self.fixed):
             return self.compiled(*args)     # saved values from a forward run without a graph
         if self.kept and any(map(_held, self.kept, self.kept_counts)):
             return self.compiled(*args)     # what the last replay handed out is still held
@@ -188,11 +187,13 @@ class CudaGraphed:
         self.graph, self.pool, self.statics = graph, pool, statics
         self.outputs = outputs
         self.unflatten = (lambda leaves: leaves[0]) if spec.is_leaf() else spec.unflatten
+        # arguments read where they are: their addresses, checked on every call
         self.in_place = [p for p in positions if statics[p] is args[p] and p not in self.fixed]
-        self.in_place_args = _getter(self.in_place)
-        self.pointers = [statics[p].data_ptr() for p in self.in_place]
-        self.fixed_args = _getter(list(self.fixed))
-        self.fixed_pointers = [args[p].data_ptr() for p in self.fixed]
+        self.fixed = list(self.fixed)
+        pointers: list[int | None] = [None] * len(args)
+        for position in (*self.in_place, *self.fixed):
+            pointers[position] = args[position].data_ptr()
+        self.pointers_equal = torch_internals.data_pointers_checker(pointers)
         # (a dense buffer takes the argument as it is: the guards hold its strides to the
         # buffer's; an overlapping or gapped one takes the memory it spans, in one copy)
         self.copied = [(p, statics[p], False) if statics[p].is_contiguous()
@@ -209,20 +210,12 @@ class CudaGraphed:
                                   "place)", self.where, len(self.copied), len(self.in_place))
 
 
-_data_ptr = torch.Tensor.data_ptr
 _detach = torch.Tensor.detach
 
 
 def _held(tensor: torch.Tensor, alone: int) -> bool:
     """Does anyone beside this graph hold `tensor`'s memory (an alias a replay handed out)?"""
     return torch_internals.storage_use_count(tensor) != alone
-
-
-def _getter(positions: list[int]) -> Callable[[tuple], tuple]:
-    """args -> the arguments at `positions`, as a tuple (one C call)."""
-    if len(positions) == 1:
-        return lambda args: (args[positions[0]],)
-    return operator.itemgetter(*positions) if positions else (lambda args: ())
 
 
 def _span(tensor: torch.Tensor) -> int:
