@@ -302,17 +302,21 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
         logs.dump(dump, "schedule_fused.txt", plan.describe())
-    text, launches = write_module(plan)
+    device_index = None
+    if not triton_launch.interpreting():
+        device_index = plan.graph.device.index
+        if device_index is None:
+            device_index = torch.cuda.current_device()
+    dependent = device_index is not None and config.settings.dependent_launch and \
+        triton_launch.dependent_launch_supported(device_index)
+    text, launches = write_module(plan, dependent)
     logs.dump(dump, "kernels.py", text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]
-    if triton_launch.interpreting():
+    if device_index is None:
         launches = triton_launch.interpreted_kernels(module, kernels)
         return sources, {k.name: f for k, f in zip(kernels, launches)}, None
-    device_index = plan.graph.device.index
-    if device_index is None:
-        device_index = torch.cuda.current_device()
     inputs = set(plan.inputs)
 
     def compiled(assume_inputs_aligned: bool) -> dict[str, Any]:

@@ -56,6 +56,9 @@ FLAGS: tuple[Flag, ...] = (
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
     Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
          "compiled versions kept per function before it runs eagerly with a warning"),
+    Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "0", _flag,
+         "Triton on Hopper and later: launch kernels as programmatic dependent launches "
+         "(each starts while the one before it finishes; see codegen/triton.write_module)"),
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
@@ -73,6 +76,7 @@ class Settings:
     cflags: list[str]
     parallel_threshold: int
     recompile_limit: int
+    dependent_launch: bool
     matmul_epilogue: bool
 
 

@@ -289,11 +289,13 @@ def tile_variants(fn: Any, args: tuple, name: str) -> list[dict[str, Any]]:
     fuse = name == "S4"  # its Linear+Tanh layers: matmul epilogue fusion under several tiles
     if fuse:
         choices = [dict(matmul_block_m=m, matmul_block_n=n, matmul_block_k=k, matmul_warps=w,
-                        matmul_precision=p)
-                   for m, n, k, w, p in ((16, 16, 64, 2, "tf32x3"), (16, 16, 64, 2, "ieee"),
-                                         (16, 32, 64, 2, "tf32x3"), (16, 16, 128, 2, "tf32x3"),
-                                         (16, 16, 64, 1, "tf32x3"), (16, 16, 32, 1, "tf32x3"),
-                                         (32, 16, 64, 2, "tf32x3"), (16, 64, 64, 4, "tf32x3"))]
+                        matmul_stages=s, matmul_precision="tf32x3")
+                   for m, n, k, w, s in ((16, 16, 64, 2, 1), (16, 16, 64, 2, 2),
+                                         (16, 16, 64, 2, 3), (16, 16, 32, 2, 3),
+                                         (16, 16, 32, 1, 4), (16, 16, 128, 2, 1),
+                                         (16, 16, 128, 2, 2), (16, 16, 256, 2, 1),
+                                         (16, 16, 256, 4, 1), (16, 32, 64, 2, 3),
+                                         (16, 16, 64, 1, 3), (32, 16, 64, 2, 2))]
     elif name in ("S1", "S2"):
         choices = [dict(pointwise_block=b, pointwise_warps=w)
                    for b, w in ((256, 4), (512, 4), (512, 8), (1024, 4), (1024, 8), (2048, 4),

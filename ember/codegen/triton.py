@@ -70,6 +70,9 @@ class TritonKernel:
     grid: tuple[int, int, int]
     num_warps: int
     checks: bool  # asserts that gathered indices are in range (compiled with debug on)
+    num_stages: int = 1  # software pipelining of a loop's loads (a matmul's steps over k)
+    # launched as a programmatic dependent launch (see write_module)
+    dependent_launch: bool = False
 
 
 @dataclasses.dataclass
@@ -122,8 +125,9 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
 
 class TritonKernelWriter:
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
-                 workspaces: dict | None = None):
+                 workspaces: dict | None = None, dependent_launch: bool = False):
         self.kernel = kernel
+        self.dependent_launch = dependent_launch
         # a split reduction is written once per stage: stage k (1..) stores the partial
         # results of the reductions of level k; stage 0 finishes them all and stores
         self.stage = stage
@@ -826,7 +830,8 @@ class TritonKernelWriter:
             rows = -(-self.xnumel // tiling.xblock)
             grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
         described = ", ".join(f"{name}: {kind}" for name, kind in signature.items())
-        lines = [f"# grid {grid}, num_warps={tiling.num_warps}; {described}",
+        stages = f", num_stages={tiling.num_stages}" if tiling.num_stages != 1 else ""
+        lines = [f"# grid {grid}, num_warps={tiling.num_warps}{stages}; {described}",
                  "@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
                  f"def {self.kernel_name()}({', '.join(params)}):"]
         if self.matmul is not None:
@@ -837,9 +842,15 @@ class TritonKernelWriter:
             lines.append(f"    XBLOCK: tl.constexpr = {tiling.xblock}")
         if self.reduces:
             lines.append(f"    RBLOCK: tl.constexpr = {tiling.rblock}")
+        if self.dependent_launch:
+            # started before the kernel ahead of it on the stream has finished: wait for it
+            # (and its writes) before reading anything, and let the next one start likewise
+            lines += ["    tl.extra.cuda.gdc_wait()",
+                      "    tl.extra.cuda.gdc_launch_dependents()"]
         lines += ["    " + line for line in root.lines]
         return TritonKernel(self.kernel_name(), "\n".join(lines), list(self.arguments),
-                            signature, grid, tiling.num_warps, self.uses_checks)
+                            signature, grid, tiling.num_warps, self.uses_checks,
+                            tiling.num_stages, self.dependent_launch)
 
     def kernel_name(self) -> str:
         return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name
@@ -861,20 +872,24 @@ def _pointer(base: str, offset: int, *terms: tuple[str, int]) -> str:
     return " + ".join(parts)
 
 
-def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None) -> KernelLaunches:
+def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
+                 dependent_launch: bool = False) -> KernelLaunches:
     """Write once to see every memory access, choose the tile, write again (once per stage
     for a split reduction)."""
     first = TritonKernelWriter(kernel, plan, None)
     first.write()
     tiling = tiling or choose_tiling(first)
     if tiling.parts <= 1:
-        return KernelLaunches(kernel.name, [TritonKernelWriter(kernel, plan, tiling).write()], [])
+        return KernelLaunches(kernel.name, [TritonKernelWriter(
+            kernel, plan, tiling, dependent_launch=dependent_launch).write()], [])
     workspaces: dict = {}
     final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces)
     final.levels = final.reduction_levels()
-    stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces).write()
+    stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
+                                 dependent_launch).write()
               for stage in range(1, max(final.levels.values()) + 1)]
-    stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces).write())
+    stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces,
+                                     dependent_launch).write())
     spaces = [space for group in workspaces.values() for space in group]
     return KernelLaunches(kernel.name, stages, spaces)
 
@@ -902,8 +917,17 @@ def reads_product_elsewhere(kernel: Kernel, plan: Plan) -> bool:
     return writer.reads_product_elsewhere
 
 
-def write_module(plan: Plan) -> tuple[str, list[KernelLaunches]]:
-    """One Python module holding every kernel of the plan (and the helpers they call)."""
-    launches = [write_kernel(kernel, plan) for kernel in plan.kernels]
+def write_module(plan: Plan, dependent_launch: bool = False
+                 ) -> tuple[str, list[KernelLaunches]]:
+    """One Python module holding every kernel of the plan (and the helpers they call).
+
+    `dependent_launch` (Hopper and later, compiled kernels only): each kernel is launched as a
+    programmatic dependent launch, so the GPU starts it while the kernel before it on the
+    stream is still running; it waits for that kernel's completion (gdc_wait: all of its
+    writes visible) before its first read, and lets the next kernel start at once. The
+    launches of a chain of small kernels overlap the kernels' execution instead of following
+    it."""
+    launches = [write_kernel(kernel, plan, dependent_launch=dependent_launch)
+                for kernel in plan.kernels]
     texts = [k.text for launch in launches for k in launch.kernels]
     return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches

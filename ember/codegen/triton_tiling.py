@@ -44,6 +44,7 @@ class Tiling:
     block_n: int = 0           # depth of one step over k)
     block_k: int = 0
     precision: str = "ieee"    # of a float32 matmul's tl.dot
+    num_stages: int = 1        # loads in flight ahead of a matmul's step over k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Heuristics:
     matmul_block_n: int = 16
     matmul_block_k: int = 64
     matmul_warps: int = 2
+    matmul_stages: int = 1
     # float32 tl.dot: "tf32x3" splits each operand into two TF32 parts and sums three tensor
     # core products (float32-level error, as cuBLAS's float32 results have); "ieee": exact
     # products on the CUDA cores (slower)
@@ -104,7 +106,8 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = No
                       block_m=max(16, min(pow2(m), heuristics.matmul_block_m)),
                       block_n=max(16, min(pow2(n), heuristics.matmul_block_n)),
                       block_k=max(16, min(pow2(k), heuristics.matmul_block_k)),
-                      precision=heuristics.matmul_precision)
+                      precision=heuristics.matmul_precision,
+                      num_stages=heuristics.matmul_stages)
     if not writer.reduces:
         heavy = writer.made >= heuristics.heavy_values
         block = min(pow2(xnumel), heuristics.heavy_block if heavy else

@@ -43,6 +43,17 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
+def dependent_launch_supported(device_index: int) -> bool:
+    """Can kernels compiled for this device be launched as programmatic dependent launches
+    (compute capability 9.0 and later, a Triton that has gdc_wait)?"""
+    if interpreting() or torch.cuda.get_device_capability(device_index)[0] < 9:
+        return False
+    import triton.language as tl
+
+    cuda = getattr(getattr(tl, "extra", None), "cuda", None)
+    return hasattr(cuda, "gdc_wait") and hasattr(cuda, "gdc_launch_dependents")
+
+
 def available() -> str | None:
     """None when Triton can run kernels here, else why not."""
     try:
@@ -201,7 +212,8 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             kernel = kernels[position]
             fn = getattr(module, kernel.name)
             source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
-            options = {"num_warps": kernel.num_warps, "num_stages": 1, "debug": kernel.checks}
+            options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages,
+                       "debug": kernel.checks, "launch_pdl": kernel.dependent_launch}
             start = time.perf_counter()
             compiled = triton.compile(source, target=target, options=options)
             compiled_at = time.perf_counter()
@@ -220,13 +232,14 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
 
 def _shape_of(kernel: TritonKernel, aligned: Sequence[bool]) -> tuple:
     """What a kernel compiles to depends on: its body with its own name and its parameters'
-    names put aside, the argument types, the alignment promised, the warps and the checks."""
+    names put aside, the argument types, the alignment promised, the warps, the checks and
+    the stages."""
     text = kernel.text.split("\n", 1)[1]  # (the first line: a comment naming the grid)
     names = {kernel.name: "kernel"}
     names.update((name, f"a{i}") for i, name in enumerate(kernel.signature))
     text = re.sub(r"\b\w+\b", lambda word: names.get(word.group(), word.group()), text)
     return (text, tuple(kernel.signature.values()), tuple(aligned), kernel.num_warps,
-            kernel.checks)
+            kernel.checks, kernel.num_stages, kernel.dependent_launch)
 
 
 _launchers_built: set[tuple[str, ...]] = set()

@@ -442,7 +442,8 @@ def test_a_boolean_mask_in_a_loss_splits_the_graph_and_keeps_gradients():
         keep = labels != -100
         return F.cross_entropy(logits[keep], labels[keep]) * 2
 
-    logits = torch.randn(6, 5, generator=torch.Generator().manual_seed(1), device="cpu")
+    logits = torch.randn(6, 5, generator=torch.Generator().manual_seed(1),
+                         device="cpu").to(torch.get_default_device())
     labels = torch.tensor([1, -100, 3, 0, -100, 2])
     report = ember.explain(masked_loss)(logits, labels)
     assert (report.graph_count, report.graph_break_count) == (3, 2)

@@ -32,8 +32,8 @@ def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
 
     written = []
 
-    def write_module(plan):
-        text, launches = original(plan)
+    def write_module(plan, *options):
+        text, launches = original(plan, *options)
         written.extend(k for launch in launches for k in launch.kernels)
         return text, launches
 
@@ -46,3 +46,42 @@ def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
         torch.testing.assert_close(ember.compile(model)(x), model(x), rtol=1e-4, atol=1e-5)
     shapes = {_shape_of(k, [True] * len(k.signature)) for k in written}
     assert len(written) == 3 and len(shapes) == 1
+
+
+def test_dependent_launches_wait_for_the_kernel_before_them(monkeypatch):
+    # every kernel of a module written for dependent launch waits (gdc_wait) before its
+    # first read, split reductions' stages included; on a Hopper GPU the chain runs as eager
+    from ember import backends, config
+
+    written = []
+
+    def write_module(plan, *options):
+        text, launches = original(plan, True)
+        written.extend(k for launch in launches for k in launch.kernels)
+        return text, launches
+
+    original = backends.write_module
+    if not torch.cuda.is_available():
+        # the interpreter has no gdc_wait: here only the text is checked (the graph then
+        # runs eagerly, as after any internal error)
+        def load_module(text):
+            raise RuntimeError("not run on a CPU")
+
+        monkeypatch.setattr(backends.triton_launch, "load_module", load_module)
+    monkeypatch.setattr(backends, "write_module", write_module)
+
+    def chain(x, w):
+        for _ in range(3):
+            x = torch.tanh(x @ w + 1)
+        return x.sum(0), x.sum()
+
+    x, w = torch.randn(64, 32), torch.randn(32, 32) / 8
+    with config.override(backend="triton"), torch.no_grad():
+        torch.testing.assert_close(ember.compile(chain)(x, w), chain(x, w), rtol=1e-4,
+                                   atol=1e-4)
+    assert len(written) >= 4
+    for k in written:
+        body = k.text.split(":\n", 1)[1].splitlines()
+        first = next(i for i, line in enumerate(body) if "tl.constexpr" not in line)
+        assert body[first].strip() == "tl.extra.cuda.gdc_wait()", k.text
+        assert k.dependent_launch
