@@ -56,7 +56,7 @@ FLAGS: tuple[Flag, ...] = (
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
     Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
          "compiled versions kept per function before it runs eagerly with a warning"),
-    Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "0", _flag,
+    Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "1", _flag,
          "Triton on Hopper and later: launch kernels as programmatic dependent launches "
          "(each starts while the one before it finishes; see codegen/triton.write_module)"),
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,

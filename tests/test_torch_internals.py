@@ -151,7 +151,7 @@ def test_autocast_state_sees_any_device_types_region():
 def test_autocast_state_and_a_graph_traced_under_it():
     assert torch_internals.autocast_state() is None
     graph = torch.fx.symbolic_trace(lambda a, b: a @ b)
-    a, b = torch.randn(2, 3), torch.randn(3, 4)
+    a, b = torch.randn(2, 3, device="cpu"), torch.randn(3, 4, device="cpu")  # (CPU autocast)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         state = torch_internals.autocast_state()
         traced = torch_internals.trace_under_autocast(graph, [a, b])

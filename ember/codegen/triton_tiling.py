@@ -70,12 +70,14 @@ class Heuristics:
     column_xblock: int = 64
     # kernels that compute a small matmul first: on the H200 (S4's 64x256x256 Linear+Tanh
     # layers) 16x16 tiles over 64-deep steps on 2 warps with three-pass TF32 took 5.7 us per
-    # layer against 7.6 for cuBLAS + a tanh kernel and 23 for the first 64x32x32 "ieee" tiles
+    # layer against 7.6 for cuBLAS + a tanh kernel and 23 for the first 64x32x32 "ieee" tiles;
+    # with three steps' loads in flight (num_stages=3) 4.2 us (session 7's sweep: 1 stage
+    # 5.5, 2 stages 4.7, 128-deep steps 4.4-4.9, one 256-deep step 49: registers spill)
     matmul_block_m: int = 16
     matmul_block_n: int = 16
     matmul_block_k: int = 64
     matmul_warps: int = 2
-    matmul_stages: int = 1
+    matmul_stages: int = 3
     # float32 tl.dot: "tf32x3" splits each operand into two TF32 parts and sums three tensor
     # core products (float32-level error, as cuBLAS's float32 results have); "ieee": exact
     # products on the CUDA cores (slower)
