@@ -25,6 +25,7 @@ from ember.capture.breaks import resume_function
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import MISS, compile_guarded_runner, compile_guards, first_failure
+from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed
 
 _registry: weakref.WeakSet = weakref.WeakSet()
@@ -149,18 +150,25 @@ MAX_RESUME_DEPTH = 16
 
 
 class Resume:
-    """A resume function, built and ember-compiled the first time a break reaches it."""
+    """A resume function, built and ember-compiled the first time a break reaches it.
 
-    def __init__(self, parent: CompiledFunction, spec: Resumption):
+    It resumes the original function's code at instruction `start` (of that code, not of the
+    resume function whose break made it): a break that a resume function meets again at the
+    same place (a loop whose every iteration breaks) resumes through the same Resume, so
+    the code after it is compiled once, and its guards are checked on the next iteration."""
+
+    def __init__(self, parent: CompiledFunction, spec: Resumption, start: int):
         self.parent = parent
         self.spec = spec
+        self.start = start
         self.compiled: Callable | None = None
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
             parent, spec = self.parent, self.spec
-            function = resume_function(parent.function, parent.function.__code__, spec.start,
-                                       spec.stack, spec.locals, spec.cells)
+            code = parent.origin[0]
+            function, offset = resume_function(parent.function, code, self.start, spec.stack,
+                                               spec.locals, spec.cells)
             if parent.depth + 1 >= MAX_RESUME_DEPTH:
                 logs.channel("graph_breaks").info(
                     "%s: breaks nest %d deep; the rest runs as Python", parent.where,
@@ -170,14 +178,16 @@ class Resume:
                 self.compiled = CompiledFunction(
                     function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
                     backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
-                    where=parent.where)
+                    where=parent.where, origin=(code, offset), resumes=parent.resumes)
         return self.compiled(*args)
 
 
 class CompiledFunction:
     def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
                  mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
-                 collector: list | None = None, where: str | None = None):
+                 collector: list | None = None, where: str | None = None,
+                 origin: tuple[types.CodeType, int] | None = None,
+                 resumes: dict[tuple, Resume] | None = None):
         if inspect.ismethod(function):
             self.bound_self = function.__self__
             function = function.__func__
@@ -208,6 +218,10 @@ class CompiledFunction:
         self.given_up = False
         self.depth = depth              # 0, or how many breaks led to this resume function
         self.collector = collector      # shared with resume functions, for explain()
+        # the code this function's own code runs (a resume function's: the original's, after
+        # a prologue this many instructions long), and the resume functions made from it
+        self.origin = origin or (function.__code__, 0)
+        self.resumes: dict[tuple, Resume] = resumes if resumes is not None else {}
         self.callees: dict[Any, CompiledFunction] = {}
         code = function.__code__
         self.where = where or f"{function.__qualname__} ({code.co_filename}:" \
@@ -284,6 +298,17 @@ class CompiledFunction:
                 collector=self.collector)
         return self.callees[function]
 
+    def resume(self, spec: Resumption) -> Resume:
+        """The resume function for a break at `spec` (one per place in the original code and
+        layout of what it takes)."""
+        start = spec.start - self.origin[1]
+        key = (start, tuple(value is NULL for value in spec.stack), tuple(spec.locals),
+               tuple(spec.cells))
+        found = self.resumes.get(key)
+        if found is None:
+            found = self.resumes[key] = Resume(self, spec, start)
+        return found
+
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
         if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
@@ -317,7 +342,7 @@ class CompiledFunction:
         guard, text = compile_guards(captured.guards, scope, arguments)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
         for resumption in captured.resumptions:
-            namespace[resumption.name] = Resume(self, resumption)
+            namespace[resumption.name] = self.resume(resumption)
         for name, function in captured.callees.items():
             namespace[name] = self.callee(function)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),

@@ -24,7 +24,7 @@ from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.graph import Graph
 from ember.lower import Unsupported, trace
-from ember.lower.meta_interpreter import turns_grad_on
+from ember.lower.meta_interpreter import eager_reached_inputs, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
@@ -163,7 +163,7 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     tensor_positions = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)]
     if training:
         return compile_training(graph, lowered, extras, tensor_positions, example_inputs,
-                                gm.forward, label, dump, clock)
+                                gm, label, dump, clock)
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
                       len(example_inputs), gm.forward, label, dump, clock,
                       lowered.library_calls)
@@ -176,8 +176,9 @@ def _training(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
 
 
 def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
-                     tensor_positions: list[int], example_inputs: list[Any], eager: Callable,
-                     label: str, dump: Any, clock: _Stages) -> TrainingGraph:
+                     tensor_positions: list[int], example_inputs: list[Any],
+                     gm: torch.fx.GraphModule, label: str, dump: Any, clock: _Stages
+                     ) -> TrainingGraph:
     """A graph whose inputs require grad: split by autodiff into a forward that also returns
     what the backward needs and a backward, each compiled; an autograd.Function joins them."""
     if any(isinstance(t, torch.Tensor) and t.requires_grad for t in extras):
@@ -189,7 +190,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         raise Unsupported("a training graph writes an input that requires grad (in-place "
                           "ops on leaves are not differentiated yet)")
     output_count = len(graph.outputs)
-    split = differentiate(graph, wrt)
+    split = differentiate(graph, wrt, lambda: eager_reached_inputs(gm, example_inputs))
     eliminate_common_subexpressions(split.forward)  # (kept apart for the differentiation)
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
@@ -225,7 +226,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         backward_compiled = backward_job.result()
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
-                         eager, grad_inside=not torch.is_grad_enabled())
+                         gm.forward, grad_inside=not torch.is_grad_enabled())
 
 
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,

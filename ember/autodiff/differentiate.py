@@ -20,6 +20,7 @@ infinities meet (inf - inf: NaN in one order, a signed inf in the other).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -58,14 +59,20 @@ class LibraryCallSpec:
     tuple_result: bool
 
 
-def differentiate(graph: Graph, wrt: list[int]) -> Split:
-    return _Differentiator(graph, wrt).run()
+def differentiate(graph: Graph, wrt: list[int],
+                  reached_in_eager: Callable[[], set[int] | None] = lambda: None) -> Split:
+    """The forward and backward of `graph` with respect to its inputs `wrt`.
+    `reached_in_eager()`: the inputs eager's autograd would reach from the outputs (asked only
+    when the IR's data flow reaches fewer of `wrt`: those get zeros, not None)."""
+    return _Differentiator(graph, wrt, reached_in_eager).run()
 
 
 class _Differentiator:
-    def __init__(self, graph: Graph, wrt: list[int]):
+    def __init__(self, graph: Graph, wrt: list[int],
+                 reached_in_eager: Callable[[], set[int] | None]):
         self.graph = graph
         self.wrt = wrt
+        self.reached_in_eager = reached_in_eager
         self.backward = Graph(graph.device)
         self.b = Builder(self.backward)
         self.primals: dict[Node, Node] = {}
@@ -156,9 +163,13 @@ class _Differentiator:
                 grad = self._like(grad, source)
                 grads[source] = b.add(grads[source], grad) if source in grads else grad
         # inputs no differentiable output reaches get no gradient (None, as eager's autograd
-        # never visits them); the ones reached through piecewise-constant ops get zeros
+        # never visits them); the ones reached through piecewise-constant ops get zeros, and
+        # so do those lowering cut off where eager's autograd graph still reaches them
         reached = self._reached([graph.outputs[i] for i in outputs])
         wrt = [index for index in self.wrt if graph.inputs[index] in reached]
+        if len(wrt) < len(self.wrt):
+            eager = self.reached_in_eager() or set()
+            wrt = [index for index in self.wrt if index in eager or index in wrt]
         results = []
         for index in wrt:
             node = graph.inputs[index]

@@ -99,10 +99,12 @@ def call_parts(instruction: dis.Instruction, stack: list[Value], kw_names: tuple
 # -- resume functions ----------------------------------------------------------------------
 def resume_function(function: types.FunctionType, code: types.CodeType, start: int,
                     stack: list[Value], locals_: list[str], cells: list[str]
-                    ) -> types.FunctionType:
+                    ) -> tuple[types.FunctionType, int]:
     """A function running `code` from instruction `start` (an index into dis's instructions,
     EXTENDED_ARG excluded): its arguments are the stack values (NULLs are pushed, not passed),
-    then the live locals and cell contents, by name."""
+    then the live locals and cell contents, by name. Its code is a prologue and then all of
+    `code`: also returned, the prologue's length (instruction n of the resume function is
+    instruction n - length of `code`)."""
     import bytecode
 
     program = bytecode.Bytecode.from_code(code)
@@ -130,7 +132,7 @@ def resume_function(function: types.FunctionType, code: types.CodeType, start: i
     program.name = f"{code.co_name}_resume_at_{start}"
     resumed = program.to_code()
     return types.FunctionType(resumed, function.__globals__, resumed.co_name, None,
-                              function.__closure__)
+                              function.__closure__), len(prologue)
 
 
 def _position_of(program: Any, start: int) -> int:
@@ -149,3 +151,60 @@ def instruction_number(instructions: list[dis.Instruction], index: int) -> int:
     """The position of instructions[index] among them with EXTENDED_ARG left out (how the
     bytecode package counts instructions)."""
     return sum(1 for i in instructions[:index] if i.opname != "EXTENDED_ARG")
+
+
+# instructions after which the next one does not run
+_NO_FALLTHROUGH = {"JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP",
+                   "JUMP_NO_INTERRUPT", "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS",
+                   "RERAISE"}
+# names a frame may read its locals through, all at once (then every local stays live)
+_READS_ALL_LOCALS = {"locals", "vars", "eval", "exec", "dir", "super"}
+
+
+def live_locals(code: types.CodeType, starts: list[int]) -> set[str] | None:
+    """The local variables some path from any of the instructions `starts` (numbered as
+    instruction_number does) may read before it writes them: the ones a resume function must
+    be given. Dead ones are left out, so a loop variable about to be rebound does not become
+    a guarded input of the code after a break in the loop. None: every local may be read (the
+    code calls locals(), super(), ...)."""
+    instructions = [i for i in dis.get_instructions(code) if i.opname != "EXTENDED_ARG"]
+    if any(i.opname in ("LOAD_GLOBAL", "LOAD_NAME") and i.argval in _READS_ALL_LOCALS
+           for i in instructions):
+        return None
+    index_at = {}
+    for number, instruction in enumerate(instructions):
+        index_at[instruction.offset] = number
+    for extended in (i for i in dis.get_instructions(code) if i.opname == "EXTENDED_ARG"):
+        index_at.setdefault(extended.offset, next(
+            n for n, i in enumerate(instructions) if i.offset > extended.offset))
+    handlers = [(entry.start, entry.end, index_at[entry.target])
+                for entry in dis.Bytecode(code).exception_entries]
+    successors: list[list[int]] = []
+    reads: list[set[str]] = []
+    writes: list[set[str]] = []
+    for number, instruction in enumerate(instructions):
+        following = []
+        if instruction.opname not in _NO_FALLTHROUGH and number + 1 < len(instructions):
+            following.append(number + 1)
+        if instruction.opcode in dis.hasjrel or instruction.opcode in dis.hasjabs:
+            following.append(index_at[instruction.argval])
+        following += [target for start, end, target in handlers
+                      if start <= instruction.offset < end]
+        successors.append(following)
+        names = instruction.argval if isinstance(instruction.argval, tuple) else \
+            (instruction.argval,)
+        name = instruction.opname
+        reads.append(set(names) if name.startswith("LOAD_FAST") or name == "DELETE_FAST"
+                     else set())
+        writes.append(set(names) if name.startswith("STORE_FAST") else set())
+    live = [set() for _ in instructions]
+    changed = True
+    while changed:
+        changed = False
+        for number in reversed(range(len(instructions))):
+            out = set().union(*(live[s] for s in successors[number]))
+            now = reads[number] | (out - writes[number])
+            if now != live[number]:
+                live[number] = now
+                changed = True
+    return set().union(*(live[start] for start in starts if start < len(instructions)))

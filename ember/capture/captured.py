@@ -15,7 +15,7 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
-from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number
+from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number, live_locals
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
@@ -23,7 +23,7 @@ from ember.capture.rebuild import Rebuilder
 from ember.capture.semantics import RealCell
 from ember.capture.session import Session
 from ember.capture.side_effects import Effect
-from ember.capture.sources import ClosureSource, LocalSource, Source
+from ember.capture.sources import ClosureSource, LocalSource, Source, advance
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -158,17 +158,21 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     writer = Rebuilder()
     lines = effect_lines(session, writer)
     below = [writer.expr(v) for v in stop.below if v is not NULL]
-    # a resume function's own stack arguments are dead once its prologue pushed them
+    after = frame.instructions
+    number = instruction_number(after, stop.index + 1)
+    starts = [number] if stop.kind == "call" else \
+        [number, instruction_number(after, stop.target_index)]
+    read = live_locals(frame.code, starts)
+    # a resume function's own stack arguments are dead once its prologue pushed them, and so
+    # are locals the code after the break writes before it reads them
     live = {name: value for name, value in stop.locals.items()
-            if not name.startswith(STACK_PREFIX)}
+            if not name.startswith(STACK_PREFIX) and (read is None or name in read)}
     local_names = list(live)
     locals_ = [writer.expr(v) for v in live.values()]
     cell_names = [name for name in stop.cells if name not in live]
     cells_ = [writer.expr(stop.cells[name]) for name in cell_names]
     callees: dict[str, Any] = {}
     resumptions = []
-    after = frame.instructions
-    number = instruction_number(after, stop.index + 1)
 
     def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str]) -> str:
         resumptions.append(Resumption(name, start, stack, local_names, cell_names))
@@ -254,6 +258,9 @@ def _effect_line(effect: Effect, writer: Rebuilder) -> str:
     if effect.kind == "call":
         args = ", ".join(writer.expr(v) for v in effect.value.items)
         return f"{writer.constant(effect.function)}({args})"
+    if effect.kind == "advance":
+        taken = effect.value.position
+        return f"{writer.constant(advance)}({effect.target.expr()}, {taken})" if taken else "pass"
     container = effect.value
     if isinstance(container, DictValue):
         items = writer.expr(container, prefer_source=False)

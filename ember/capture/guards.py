@@ -18,8 +18,8 @@ from ember import torch_internals
 from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
-_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "keys": 5, "tensor": 6,
-          "same": 7}
+_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "at_least": 4,
+          "keys": 5, "tensor": 6, "same": 7}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Guard:
     def key(self) -> tuple:
         if self.kind == "same":
             return (self.kind, self.source.expr(), self.expected.expr())
+        if self.kind == "at_least":
+            return (self.kind, self.source.expr(), self.expected)
         return (self.kind, self.source.expr() if self.source else repr(self.expected))
 
 
@@ -126,6 +128,8 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         return f"(type({v}) is {writer.constant(type(expected))} and {v} == {expected!r})"
     if kind == "length":
         return f"len({v}) == {expected}"
+    if kind == "at_least":
+        return f"{v} >= {expected}"
     if kind == "same":  # two paths reach one object
         return f"{v} is {writer.variable(expected)}"
     if kind == "keys":
@@ -272,6 +276,8 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
         return f"len({name}) changed {expected} -> {len(actual)}"
     if kind == "equals":
         return f"{name} changed {expected!r} -> {actual!r}"
+    if kind == "at_least":
+        return f"{name} is {actual!r}, less than {expected!r}"
     if kind == "keys":
         return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"
     if kind == "same":

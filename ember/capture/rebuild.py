@@ -27,6 +27,7 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    OutsideIteratorValue,
     PartialValue,
     RangeValue,
     SequenceValue,
@@ -101,6 +102,9 @@ class Rebuilder:
                    f"{self.expr(value.step)})"
         if isinstance(value, RangeValue):
             return repr(value.range)
+        if isinstance(value, OutsideIteratorValue):
+            # the real iterator (the effect that advances it runs before this is read)
+            return value.source.expr()
         if isinstance(value, IteratorValue):
             items = ", ".join(self.expr(v) for v in value.items[value.position:])
             return self.temporary(value, f"iter([{items}])")

@@ -31,6 +31,7 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    OutsideIteratorValue,
     RangeValue,
     SequenceValue,
     SetValue,
@@ -420,6 +421,8 @@ def unpack(session: Session, value: Value) -> list[Value]:
             not _python_method(value.cls, "__iter__"):
         return [constant(k) for k in value.mapping.items]
     if isinstance(value, IteratorValue):
+        if isinstance(value, OutsideIteratorValue):
+            value.rest()
         items = value.items[value.position:]
         if items:
             session.side_effects.changed(value)

@@ -34,6 +34,8 @@ from ember.capture.values import (
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
             type(NotImplemented))
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+# iterators whose __reduce__ gives (iter, (sequence,), position)
+_SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
 # Attributes of these modules are taken as they are, unguarded: they do not change at run time.
 _STABLE_MODULES = ("torch", "math", "operator", "builtins", "functools", "itertools",
                    "collections", "typing", "numbers", "warnings", "inspect")
@@ -212,4 +214,27 @@ class Session:
                  getattr(value, "__module__", None) == "builtins") or \
                 value is getattr(builtins, getattr(value, "__name__", ""), None):
             return BuiltinValue(value, source)
+        if type(value) in _SEQUENCE_ITERATORS and source is not None:
+            return self._outside_iterator(value, source)
         return ObjectValue(value, source)
+
+    def _outside_iterator(self, iterator: Any, source: Source) -> Value:
+        """An iterator over a list, tuple or range from outside, read as the code takes items
+        (see OutsideIteratorValue); the real one is advanced after the graph."""
+        from ember.capture.sources import AheadSource, items_left
+        from ember.capture.values import OutsideIteratorValue
+
+        self.guards.add("type", source, type(iterator))
+        left = items_left(source)
+
+        def pull(ahead: int) -> Value | None:
+            if ahead < iterator.__length_hint__():
+                self.guards.add("at_least", left, ahead + 1)
+                reduced = iterator.__reduce__()
+                return self.wrap(reduced[1][0][reduced[2] + ahead], AheadSource(source, ahead))
+            self.guards.add("equals", left, ahead)
+            return None
+
+        value = OutsideIteratorValue([], source=source, pull=pull)
+        self.side_effects.advance(value)
+        return value

@@ -17,7 +17,7 @@ from ember.capture.values import DictValue, SequenceValue, Value
 
 @dataclasses.dataclass
 class Effect:
-    kind: str            # "setattr" | "setglobal" | "setcell" | "contents" | "call"
+    kind: str            # "setattr" | "setglobal" | "setcell" | "contents" | "call" | "advance"
     target: Source | None
     name: str = ""
     value: Value | None = None
@@ -57,6 +57,11 @@ class SideEffects:
         order with the other effects."""
         self.effects.append(Effect("call", None, value=SequenceValue(args, tuple),
                                    function=function))
+
+    def advance(self, iterator: Value) -> None:
+        """An iterator from outside: the real one gives up, after the graph, the items the
+        captured code took from it."""
+        self.effects.append(Effect("advance", iterator.source, value=iterator))
 
     def mutated(self, container: SequenceValue | DictValue) -> None:
         """A list or dict changed; one from outside gets its final contents written back."""

@@ -89,6 +89,30 @@ class CallSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class AheadSource(Source):
+    """The item `ahead` places past where an iterator over a list, tuple or range stands, read
+    without advancing it (its __reduce__ gives the sequence and the position)."""
+
+    base: Source
+    ahead: int
+
+    def expr(self) -> str:
+        base = self.base.expr()
+        return f"{base}.__reduce__()[1][0][{base}.__reduce__()[2] + {self.ahead}]"
+
+
+def items_left(iterator: Source) -> Source:
+    """How many items an iterator over a list, tuple or range has left."""
+    return CallSource(iterator, "__length_hint__")
+
+
+def advance(iterator: Any, count: int) -> None:
+    """Take `count` items from a real iterator (what the captured code took from it)."""
+    for _ in range(count):
+        next(iterator)
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstantSource(Source):
     """An object reachable from no argument (a tensor created at import time and captured
     by a closure, say): the cache entry keeps it, as `K[index]`."""

@@ -140,6 +140,36 @@ class IteratorValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class OutsideIteratorValue(IteratorValue):
+    """An iterator over a list, tuple or range that came in from outside (the loop's iterator
+    a resume function takes after a break inside a for loop). Its items are read only as the
+    code takes them, each through its source, and the guards ask only that at least as many
+    are left as were taken (when the code ran it dry: exactly as many): the code after a break
+    inside a loop compiles once for every iteration left, not once per iteration."""
+
+    pull: Any = None          # k -> the k-th item ahead of the real iterator, or None (dry)
+    dry: bool = False
+
+    def next(self) -> Value | None:
+        if self.position >= len(self.items) and not self.dry:
+            self._take()
+        return super().next()
+
+    def rest(self) -> list[Value]:
+        """Every item left (the guards then ask for exactly that many)."""
+        while not self.dry:
+            self._take()
+        return self.items[self.position:]
+
+    def _take(self) -> None:
+        item = self.pull(len(self.items))
+        if item is None:
+            self.dry = True
+        else:
+            self.items.append(item)
+
+
+@dataclasses.dataclass(eq=False)
 class SliceValue(Value):
     start: Value
     stop: Value

@@ -36,6 +36,48 @@ def turns_grad_on(module: torch.fx.GraphModule) -> bool:
                n.args and n.args[0] is True for n in module.graph.nodes)
 
 
+def eager_reached_inputs(module: torch.fx.GraphModule, example_inputs: list[Any]
+                         ) -> set[int] | None:
+    """The tensor inputs (numbered among the tensors) that eager's autograd would reach from
+    the graph's outputs: the graph run on meta tensors as eager runs it, its outputs' autograd
+    graphs walked. It differs from what the IR's data flow says where lowering dropped a
+    dependence eager keeps (a piece of a cat with no elements, a slice of length 0): eager
+    gives such an input a gradient of zeros, not None. None when the graph cannot run on
+    fake tensors."""
+    mode = torch_internals.make_fake_mode()
+    leaves: dict[int, int] = {}  # id of a fake input that requires grad -> its number
+    args = [mode.from_tensor(x.detach()) if isinstance(x, torch.Tensor) else x
+            for x in example_inputs]
+    tensors = [(fake, x) for fake, x in zip(args, example_inputs) if isinstance(x, torch.Tensor)]
+    for number, (fake, x) in enumerate(tensors):
+        if x.requires_grad:
+            leaves[id(fake.requires_grad_())] = number
+    try:
+        with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
+            result = torch.fx.Interpreter(module).run(*args)
+    except Exception:  # noqa: BLE001 (an op fake tensors cannot run: the IR's answer stands)
+        return None
+    reached: set[int] = set()
+    seen: set[Any] = set()
+    stack = []
+    for value in tree_flatten(result)[0]:
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            if value.grad_fn is None and id(value) in leaves:
+                reached.add(leaves[id(value)])
+            elif value.grad_fn is not None:
+                stack.append(value.grad_fn)
+    while stack:
+        function = stack.pop()
+        if function in seen:
+            continue
+        seen.add(function)
+        variable = getattr(function, "variable", None)  # (AccumulateGrad: a leaf)
+        if variable is not None and id(variable) in leaves:
+            reached.add(leaves[id(variable)])
+        stack.extend(f for f, _ in function.next_functions if f is not None and f not in seen)
+    return reached
+
+
 class MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
                  device: torch.device, tracer: Tracer, stops: bool = False):

@@ -227,6 +227,52 @@ def break_in_loop(x):
     return total
 
 
+LAYERS = [t(6, 6, seed=s) / 4 for s in range(5)]
+
+
+@case(both(POS, LAYERS), both(NEG, LAYERS[:2]), both(POS, []), both(NEG, LAYERS))
+def break_in_loop_over_a_list(x, layers):
+    for w in layers:
+        x = torch.tanh(x @ w)
+        print("shape", x.shape)
+    return x
+
+
+@case(both(POS, tuple(LAYERS)), both(NEG, tuple(LAYERS[1:])))
+def break_in_loop_over_a_tuple_with_enumerate_inside(x, layers):
+    seen = []
+    for w in layers:
+        x = x @ w + len(seen)
+        print("layer", len(seen))
+        seen.append(x.sum())
+    return x, seen
+
+
+@case(both(POS, LAYERS))
+def an_iterator_argument_taken_from_in_parts(x, layers):
+    it = iter(layers)
+    first = next(it)
+    print("took one")
+    x = x @ first
+    for w in it:
+        x = x + w.sum()
+        print("again")
+    return x, next(iter(layers)) is first
+
+
+@case(both(POS), both(NEG))
+def break_in_loop_with_try_except(x):
+    for i in range(4):
+        try:
+            x = x * 2
+            print("step", i)
+            if i == 2:
+                raise ValueError(i)
+        except ValueError as error:
+            x = x - int(str(error))
+    return x
+
+
 @case(both(POS), both(NEG))
 def data_dependent_in_loop(x):
     for _ in range(3):
@@ -354,6 +400,49 @@ def test_breaks_match_eager(fn, calls, breaks):
         with redirect_stdout(io.StringIO()), torch.no_grad():
             report = ember.explain(fn)(*copy.deepcopy(calls[0][0]), **calls[0][1])
         assert report.graph_break_count == breaks
+
+
+def test_a_break_inside_a_loop_compiles_the_loop_body_once():
+    # the code after the break resumes through one resume function whatever the iteration
+    # (its iterator guarded on items left, not on its position), and the loop variable about
+    # to be rebound is not an input: before the loop + the body + the loop's end
+    calls = []
+
+    def on_graph(gm, example_inputs):
+        calls.append(len(example_inputs))
+        return gm.forward
+
+    compiled = ember.compile(break_in_loop_over_a_list, backend=on_graph)
+    with redirect_stdout(io.StringIO()), torch.no_grad():
+        for layers in (LAYERS, LAYERS, LAYERS[:3]):
+            same(compiled(POS, layers), break_in_loop_over_a_list(POS, layers))
+    assert len(calls) == 3
+    assert compiled.entries and all(len(f.entries) <= 2 for f in _resumed(compiled))
+
+
+def _resumed(compiled):
+    return [resume.compiled for resume in compiled.resumes.values()
+            if resume.compiled is not None]
+
+
+def test_live_locals_leave_out_what_is_written_before_it_is_read():
+    from ember.capture.breaks import live_locals
+
+    def loop(x, layers):
+        total = 0
+        for w in layers:
+            x = x @ w
+            total = total + 1
+        return x, total
+
+    instructions = [i for i in __import__("dis").get_instructions(loop)
+                    if i.opname != "EXTENDED_ARG"]
+    store_w = next(n for n, i in enumerate(instructions)
+                   if i.opname == "STORE_FAST" and i.argval == "w")
+    after_store = live_locals(loop.__code__, [store_w + 1])
+    at_for = live_locals(loop.__code__, [store_w - 1])
+    assert {"x", "w", "total"} <= after_store and "w" not in at_for
+    assert {"x", "total"} <= at_for and "layers" not in at_for
 
 
 def test_there_are_enough_break_cases():

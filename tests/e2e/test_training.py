@@ -565,3 +565,25 @@ def test_what_eager_does_not_track_comes_back_untracked():
     assert not detached.requires_grad
     with pytest.raises(RuntimeError, match="does not require grad"):
         detached.backward()
+
+
+def test_inputs_lowering_cuts_off_still_get_eagers_zero_gradients():
+    # (a piece of a cat with no elements and a slice of length 0 vanish from the IR, but eager's
+    # autograd graph still reaches their sources: they get zeros, not None, so an optimizer
+    # still decays and steps them)
+    def pieces(a, b, c):
+        return torch.cat([a, b[:0], c]) * 2, (c * 3).sum()
+
+    results = []
+    for run in (pieces, ember.compile(pieces)):
+        a, b, c = (torch.randn(n, device=DEVICE, requires_grad=True) for n in (0, 3, 2))
+        out, total = run(a, b, c)
+        (out.sum() + total).backward()
+        results.append([a.grad, b.grad, c.grad])
+    for got, want in zip(*reversed(results)):
+        assert got is not None and want is not None
+        torch.testing.assert_close(got, want, **TOLERANCE)
+    unused = torch.randn(2, device=DEVICE, requires_grad=True)
+    x = torch.randn(2, device=DEVICE, requires_grad=True)
+    ember.compile(lambda x, unused: (x * 2, unused.shape[0]))(x, unused)[0].sum().backward()
+    assert unused.grad is None   # (eager never visits an input no output depends on)
