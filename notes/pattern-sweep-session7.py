@@ -12,7 +12,7 @@ values match but that logged one is FALLBACK.
 
     nice -n 10 .venv/bin/python notes/pattern-sweep-session7.py [--md] [name ...]
 """
-import collections, dataclasses, functools, logging, math, sys, traceback, typing, warnings
+import collections, contextlib, dataclasses, functools, logging, math, sys, traceback, typing, warnings
 from typing import Optional
 
 import os
@@ -182,10 +182,9 @@ class StaticCacheGQA(nn.Module):
 def llama_static_cache_index_copy_sdpa_gqa():
     torch.manual_seed(3)
     x = torch.randn(1, 4, 16)
-    with torch.no_grad():
-        return Spec(StaticCacheGQA().eval(), [call(x, torch.arange(4)), call(x[:, :1] * 2, torch.tensor([4])),
-                                              call(x[:, 1:2], torch.tensor([5]))],
-                    state=lambda s: {"k": s.fn.key_cache, "v": s.fn.value_cache})
+    return Spec(StaticCacheGQA().eval(), [call(x, torch.arange(4)), call(x[:, :1] * 2, torch.tensor([4])),
+                                          call(x[:, 1:2], torch.tensor([5]))],
+                state=lambda s: {"k": s.fn.key_cache, "v": s.fn.value_cache}, extra={"no_grad": True})
 
 
 # 4. dynamic KV cache via slice assignment into a preallocated buffer + Python position counter
@@ -213,9 +212,16 @@ class SliceCache(nn.Module):
 @case
 def kv_cache_slice_assign_python_pos():
     x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        return Spec(SliceCache().eval(), [call(x), call(x[:, :1]), call(x[:, 1:2]), call(x[:1, :1])],
-                    state=lambda s: {"k": s.fn.cache_k, "v": s.fn.cache_v, "pos": s.fn.pos})
+    return Spec(SliceCache().eval(), [call(x), call(x[:, :1]), call(x[:, 1:2]), call(x[:1, :1])],
+                state=lambda s: {"k": s.fn.cache_k, "v": s.fn.cache_v, "pos": s.fn.pos}, extra={"no_grad": True})
+
+
+@case
+def kv_cache_slice_assign_python_pos_grad_enabled():
+    # the same decode steps without no_grad (a cache filled in a training-mode forward)
+    x = torch.randn(2, 3, 8)
+    return Spec(SliceCache().eval(), [call(x), call(x[:, :1]), call(x[:, 1:2])],
+                state=lambda s: {"k": s.fn.cache_k, "v": s.fn.cache_v, "pos": s.fn.pos})
 
 
 # 5. SwiGLU MLP written with one fused projection and chunk (and bf16 input, fp32 RMSNorm)
@@ -1602,22 +1608,36 @@ def wavenet_causal_dilated_pad_gated_skips():
     return Spec(WaveNet().train(), [call(torch.randn(2, 4, 9, requires_grad=True))], grad=True)
 
 
-# 54. nn.Embedding(max_norm=...) renormalizes its weight in place during forward (state), with
-#     scale_grad_by_freq, and padding_idx gradients
+# 54. nn.Embedding(max_norm=...) renormalizes its weight in place during forward (state)
 class EmbMaxNorm(nn.Module):
     def __init__(self):
         super().__init__()
         self.emb = nn.Embedding(10, 4, max_norm=1.0)
-        self.emb2 = nn.Embedding(10, 4, padding_idx=0, scale_grad_by_freq=True)
 
     def forward(self, ids):
-        return self.emb(ids) * math.sqrt(4), self.emb2(ids)
+        return self.emb(ids) * math.sqrt(4)
 
 
 @case
-def embedding_max_norm_inplace_scale_grad_by_freq():
+def embedding_max_norm_inplace_renorm():
     ids = torch.tensor([[1, 2, 2, 0], [3, 3, 3, 9]])
     return Spec(EmbMaxNorm().train(), [call(ids)], grad=True, state=lambda s: {"w": s.fn.emb.weight.detach()})
+
+
+# 54b. nn.Embedding(padding_idx=0, scale_grad_by_freq=True) (fairseq/ESPnet token embeddings)
+class EmbFreq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4, padding_idx=0, scale_grad_by_freq=True)
+
+    def forward(self, ids):
+        return self.emb(ids) * math.sqrt(4)
+
+
+@case
+def embedding_padding_idx_scale_grad_by_freq():
+    ids = torch.tensor([[1, 2, 2, 0], [3, 3, 3, 9]])
+    return Spec(EmbFreq().train(), [call(ids)], grad=True)
 
 
 # 55. Perceiver latents: Parameter expand to batch (repeat vs expand), cross-attention einsum,
@@ -1646,6 +1666,79 @@ def perceiver_latents_repeat_einsum_maxneg_masked_fill_():
     mask = torch.ones(2, 5, dtype=torch.bool)
     mask[0, 3:] = False
     return Spec(PerceiverCross().train(), [call(torch.randn(2, 5, 8, requires_grad=True), mask)], grad=True)
+
+# 56. FNet token mixing: torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real, trained
+class FNetBlock(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.ff = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        mixed = torch.fft.fft(torch.fft.fft(x, dim=-1), dim=-2).real
+        x = self.norm(x + mixed)
+        return self.norm(x + self.ff(x))
+
+
+@case
+def fnet_fft_real_mixing_train():
+    return Spec(FNetBlock().train(), [call(torch.randn(2, 5, 8, requires_grad=True))], grad=True)
+
+
+# 57. FNO spectral conv: rfft2, complex weight Parameter (cfloat), einsum on modes, irfft2
+class SpectralConv2d(nn.Module):
+    def __init__(self, cin=2, cout=2, modes=2):
+        super().__init__()
+        self.modes = modes
+        scale = 1 / (cin * cout)
+        self.weights1 = nn.Parameter(scale * torch.rand(cin, cout, modes, modes, dtype=torch.cfloat))
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        x_ft = torch.fft.rfft2(x)
+        out_ft = torch.zeros(B, self.weights1.shape[1], H, W // 2 + 1, dtype=torch.cfloat)
+        out_ft[:, :, :self.modes, :self.modes] = torch.einsum("bixy,ioxy->boxy", x_ft[:, :, :self.modes, :self.modes], self.weights1)
+        return torch.fft.irfft2(out_ft, s=(H, W))
+
+
+@case
+def fno_spectral_conv_rfft2_cfloat_param():
+    return Spec(SpectralConv2d().train(), [call(torch.randn(2, 2, 6, 6, requires_grad=True))], grad=True)
+
+
+# 58. bf16 model: Linear with bias in bfloat16 (weights cast with .to(bfloat16)), GELU, residual
+class BF16MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return x + self.fc2(F.gelu(self.fc1(x)))
+
+
+@case
+def bf16_mlp_linear_bias_eval():
+    torch.manual_seed(11)
+    return Spec(BF16MLP().to(torch.bfloat16).eval(), [call(torch.randn(4, 16).to(torch.bfloat16))])
+
+
+# 59. CPU autocast to bfloat16 around a Linear with bias (mixed-precision inference)
+class AutocastLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.lin(x)
+        return h.float().softmax(-1)
+
+
+@case
+def autocast_cpu_bf16_linear_bias():
+    torch.manual_seed(12)
+    return Spec(AutocastLinear().eval(), [call(torch.randn(4, 16))])
 
 
 def all_cases():
@@ -1744,7 +1837,8 @@ def run_all(spec, fn):
     outs = []
     torch.manual_seed(1234)
     for args, kwargs in spec.calls:
-        out = fn(*args, **kwargs)
+        with torch.no_grad() if spec.extra.get("no_grad") else contextlib.nullcontext():
+            out = fn(*args, **kwargs)
         if spec.grad:
             backward(out)
         outs.append(out)

@@ -102,14 +102,28 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
 
 
 def effect_lines(session: Session, writer: Rebuilder) -> list[str]:
-    """Replay the side effects, then leave grad mode as the captured code left it."""
+    """Replay the side effects, then leave grad mode as the captured code left it. (Iterators
+    from outside are advanced later: advance_lines.)"""
     lines = []
     for effect in session.side_effects.effects:
+        if effect.kind == "advance":
+            continue
         line = _effect_line(effect, writer)
         lines += writer.flush() + [line]
     if session.grad_enabled != session.initial_grad_enabled:
         # torch.set_grad_enabled(b) as a statement: the caller sees the new mode
         lines.append(f"torch._C._set_grad_enabled({session.grad_enabled})")
+    return lines
+
+
+def advance_lines(session: Session, writer: Rebuilder) -> list[str]:
+    """Advance the iterators from outside by what the captured code took from them: last,
+    once every item handed on has been read (an item is read through the iterator's
+    position)."""
+    lines = writer.flush()
+    for effect in session.side_effects.effects:
+        if effect.kind == "advance" and effect.value.position:
+            lines.append(_effect_line(effect, writer))
     return lines
 
 
@@ -141,7 +155,7 @@ def package(session: Session, result: Value) -> Captured:
     writer = Rebuilder()
     lines = effect_lines(session, writer)
     result_expr = writer.expr(result)
-    lines += writer.flush() + [f"return {result_expr}"]
+    lines += advance_lines(session, writer) + [f"return {result_expr}"]
     text, after = runner_text(session, writer, lines)
     builder = session.builder
     graph_module = builder.module()
@@ -193,14 +207,14 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
             arguments.append(f"*{writer.expr(stop.star)}")
         if stop.star_kwargs is not None:
             arguments.append(f"**{writer.expr(stop.star_kwargs)}")
-        lines += writer.flush()
+        lines += advance_lines(session, writer)
         lines.append(f"result = {callee}({', '.join(arguments)})")
         stack = [*stop.below, Const(None)]  # the slot the call's result takes
         call = resume_call("resume_next", number, stack, [*below, "result"])
         lines.append(f"return {call}")
     else:
         condition = writer.expr(stop.condition)
-        lines += writer.flush()
+        lines += advance_lines(session, writer)
         taken_stack = [*stop.below, stop.condition] if stop.keeps else list(stop.below)
         taken_exprs = [*below, condition] if stop.keeps else below
         taken = resume_call("resume_taken", instruction_number(after, stop.target_index),
@@ -259,8 +273,7 @@ def _effect_line(effect: Effect, writer: Rebuilder) -> str:
         args = ", ".join(writer.expr(v) for v in effect.value.items)
         return f"{writer.constant(effect.function)}({args})"
     if effect.kind == "advance":
-        taken = effect.value.position
-        return f"{writer.constant(advance)}({effect.target.expr()}, {taken})" if taken else "pass"
+        return f"{writer.constant(advance)}({effect.target.expr()}, {effect.value.position})"
     container = effect.value
     if isinstance(container, DictValue):
         items = writer.expr(container, prefer_source=False)

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ember.capture.errors import Unsupported
+from ember.capture.sources import AheadSource
 from ember.capture.values import (
     BoundMethodValue,
     CellValue,
@@ -29,6 +30,7 @@ from ember.capture.values import (
     ObjectValue,
     OutsideIteratorValue,
     PartialValue,
+    PassedNumber,
     RangeValue,
     SequenceValue,
     SetValue,
@@ -78,6 +80,12 @@ class Rebuilder:
                     return f"outputs[{index}]"
             self.outputs.append(value)
             return f"outputs[{len(self.outputs) - 1}]"
+        if isinstance(value, PassedNumber) and value.unread:
+            # handed on, never read: read again on each call (an iterator's item into a
+            # variable, before the iterator is advanced)
+            if _ahead_of_an_iterator(value.source):
+                return self.temporary(value, value.source.expr())
+            return value.source.expr()
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):
@@ -162,3 +170,12 @@ class Rebuilder:
     def flush(self) -> list[str]:
         lines, self.lines = self.lines, []
         return lines
+
+
+def _ahead_of_an_iterator(source: Any) -> bool:
+    """Is `source` read through an iterator's position (which the runner advances)?"""
+    while source is not None:
+        if isinstance(source, AheadSource):
+            return True
+        source = getattr(source, "base", None)
+    return False

@@ -132,6 +132,12 @@ class Session:
             if source is None:
                 source = self.constant_source(value)
             return self.builder.input_tensor(value, source)
+        if type(value) in (int, float) and guard:
+            from ember.capture.values import PassedNumber
+
+            self.guards.add("type", source, type(value))
+            return PassedNumber(value, source,
+                                lambda: self.guards.add("equals", source, value))
         if isinstance(value, _SCALARS):
             if guard:
                 self.guards.add("equals", source, value)

@@ -56,6 +56,36 @@ class Const(Value):
         return repr(self.value)
 
 
+class PassedNumber(Const):
+    """An int or float from outside (an argument; the result of .item() that a resume
+    function takes): guarded (equal to what it was) only once the capture reads it — into the
+    graph, a shape, a branch. One the code only hands on (to print, to a list it returns, to
+    the call a break makes) is read again on each call, so a value that changes every call
+    (a loss) does not make every call compile again."""
+
+    def __init__(self, value: Any, source: Any, on_read: Any):
+        self._value = value
+        self.source = source
+        self._on_read = on_read  # registers the guard; None once it has
+
+    @property
+    def value(self) -> Any:
+        if self._on_read is not None:
+            on_read, self._on_read = self._on_read, None
+            on_read()
+        return self._value
+
+    @property
+    def unread(self) -> bool:
+        return self._on_read is not None
+
+    def python_type(self) -> type:
+        return type(self._value)  # (its type is guarded apart)
+
+    def __repr__(self) -> str:
+        return f"PassedNumber({self._value!r}, {self.source})"
+
+
 @dataclasses.dataclass(eq=False)
 class TensorValue(Value):
     node: torch.fx.Node
