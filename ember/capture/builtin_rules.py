@@ -5,6 +5,7 @@ on numbers, torch.no_grad and friends, torch.is_grad_enabled, ..."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import operator
 import warnings
 from collections.abc import Callable
@@ -386,6 +387,51 @@ def _warn(session: Session, message: Value, category: Value | None = None,
         ObjectValue(kind, None), Const(location.filename), Const(location.line),
         Const(module), ObjectValue(registry, None)])  # (the registry itself, not a copy)
     return Const(None)
+
+
+def _emit_log_record(logger: logging.Logger, level: int, filename: str, line: int,
+                     function: str, message: Any, args: tuple, extra: Any) -> None:
+    """What Logger.info(...) and the others do, with the caller's place given (the record's
+    pathname, lineno and funcName are the user's line, not ember's)."""
+    if logger.isEnabledFor(level):
+        logger.handle(logger.makeRecord(logger.name, level, filename, line, message, args,
+                                        None, function, extra, None))
+
+
+def _log_rule(level: int | None) -> Callable:
+    def rule_(session: Session, logger: Value, *args: Value, frame: Frame | None = None,
+              **kwargs: Value) -> Value:
+        """logger.info(...) and the others in a forward: the record is made and handled after
+        the graph (in order with the other side effects), as eager would at that line; the
+        logger's level and handlers are those of that moment."""
+        real = getattr(logger, "value", None)
+        if not isinstance(real, logging.Logger) or frame is None or \
+                set(kwargs) - {"extra"} or (level is None and not args):
+            raise Unsupported("a logging call ember cannot replay (exc_info, stack_info, "
+                              "stacklevel)")
+        if level is None:
+            found, *args = args
+            found = python_value(found)
+        else:
+            found = level
+        if not isinstance(found, int) or not args:
+            raise Unsupported("a logging call ember cannot replay")
+        message, *rest = args
+        location = frame.location()
+        extra = kwargs.get("extra", Const(None))
+        session.side_effects.call(_emit_log_record, [
+            ObjectValue(real, logger.source), Const(found), Const(location.filename),
+            Const(location.line), Const(frame.code.co_name), message,
+            SequenceValue(list(rest), tuple), extra])
+        return Const(None)
+    return rule_
+
+
+for _name, _level in (("debug", logging.DEBUG), ("info", logging.INFO),
+                      ("warning", logging.WARNING), ("warn", logging.WARNING),
+                      ("error", logging.ERROR), ("critical", logging.CRITICAL),
+                      ("fatal", logging.CRITICAL), ("log", None)):
+    call_rules[getattr(logging.Logger, _name)] = _log_rule(_level)
 
 
 @rule(torch.inference_mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import torch
@@ -179,3 +180,30 @@ def test_warnings_are_issued_as_eager_issues_them_without_a_break():
             seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
     assert seen[:2] == seen[2:] and len(seen[0]) == 4 and len(seen[1]) == 2
     assert seen[0][0][2] == __file__ and seen[0][1][1] is FutureWarning
+
+
+_model_log = logging.getLogger("ember.tests.model")
+
+
+def test_logging_calls_make_eagers_records_without_a_break(caplog):
+    # (a logger call inlined broke the graph three times inside logging's own code)
+    def fn(x):
+        y = x * 2
+        _model_log.info("sum %s", y.sum())
+        _model_log.debug("shape %s", tuple(y.shape))
+        _model_log.log(logging.WARNING, "step %d of %d", 3, 4)
+        return y + 1
+
+    x = t(3)
+    report = ember.explain(fn)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for level in (logging.DEBUG, logging.WARNING):  # (the level when the call is made)
+            caplog.clear()
+            with caplog.at_level(level, logger=_model_log.name):
+                same(run(x), x * 2 + 1)
+            seen.append([(r.levelno, r.getMessage(), r.pathname, r.lineno, r.funcName)
+                         for r in caplog.records])
+    assert seen[:2] == seen[2:] and len(seen[0]) == 3 and len(seen[1]) == 1
+    assert seen[0][0][2] == __file__ and seen[0][0][4] == "fn"
