@@ -1740,6 +1740,37 @@ def autocast_cpu_bf16_linear_bias():
     torch.manual_seed(12)
     return Spec(AutocastLinear().eval(), [call(torch.randn(4, 16))])
 
+# 60. a data-dependent branch inside `for layer in self.layers` (skip/flip a layer's input):
+#     the loop variable is alive across the break
+class BranchInLoop(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            if x.sum() > 0:
+                x = -x
+            x = torch.tanh(layer(x))
+        return x
+
+
+@case
+def modulelist_loop_data_dependent_branch():
+    return Spec(BranchInLoop().train(), [call(torch.randn(2, 4, requires_grad=True))], grad=True)
+
+
+# 61. per-activation loop where only the first two steps log a statistic with .item()
+def loop_item_some_steps_fn(h):
+    for i, fn in enumerate([torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid]):
+        h = fn(h * h.sum().item()) if i in (0, 1) else fn(h)
+    return h
+
+
+@case
+def list_loop_break_in_call_args_some_steps():
+    return Spec(loop_item_some_steps_fn, [call(torch.tensor([0.1, 0.2, 0.3]))])
+
 
 def all_cases():
     return CASES

@@ -19,6 +19,7 @@ from ember.capture import attributes, semantics
 from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
+from ember.capture.sources import CallSource
 from ember.capture.values import (
     AutocastValue,
     Const,
@@ -402,8 +403,7 @@ def _log_rule(level: int | None) -> Callable:
     def rule_(session: Session, logger: Value, *args: Value, frame: Frame | None = None,
               **kwargs: Value) -> Value:
         """logger.info(...) and the others in a forward: the record is made and handled after
-        the graph (in order with the other side effects), as eager would at that line; the
-        logger's level and handlers are those of that moment."""
+        the graph (in order with the other side effects), as eager would at that line."""
         real = getattr(logger, "value", None)
         if not isinstance(real, logging.Logger) or frame is None or \
                 set(kwargs) - {"extra"} or (level is None and not args):
@@ -416,6 +416,13 @@ def _log_rule(level: int | None) -> Callable:
             found = level
         if not isinstance(found, int) or not args:
             raise Unsupported("a logging call ember cannot replay")
+        if logger.source is not None:
+            # a disabled call costs nothing: it is left out, on the guard that its level
+            # stays disabled (enabling it compiles again)
+            enabled = CallSource(logger.source, "isEnabledFor", (found,))
+            session.guards.add("equals", enabled, real.isEnabledFor(found))
+            if not real.isEnabledFor(found):
+                return Const(None)
         message, *rest = args
         location = frame.location()
         extra = kwargs.get("extra", Const(None))

@@ -18,7 +18,7 @@ from ember import torch_internals
 from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
-_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "length": 4, "at_least": 4,
+_ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "outcome": 3, "length": 4, "at_least": 4,
           "keys": 5, "tensor": 6, "same": 7}
 
 
@@ -31,8 +31,8 @@ class Guard:
     def key(self) -> tuple:
         if self.kind == "same":
             return (self.kind, self.source.expr(), self.expected.expr())
-        if self.kind == "at_least":
-            return (self.kind, self.source.expr(), self.expected)
+        if self.kind in ("at_least", "outcome"):
+            return (self.kind, self.source.expr(), repr(self.expected))
         return (self.kind, self.source.expr() if self.source else repr(self.expected))
 
 
@@ -130,6 +130,12 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         return f"len({v}) == {expected}"
     if kind == "at_least":
         return f"{v} >= {expected}"
+    if kind == "outcome":  # (form, constant, the number on the left, answer)
+        form, other, left, outcome = expected
+        if form == "bool":
+            return f"bool({v}) is {outcome}"
+        c = writer.constant(other)
+        return f"({v} {form} {c}) is {outcome}" if left else f"({c} {form} {v}) is {outcome}"
     if kind == "same":  # two paths reach one object
         return f"{v} is {writer.variable(expected)}"
     if kind == "keys":
@@ -278,6 +284,11 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
         return f"{name} changed {expected!r} -> {actual!r}"
     if kind == "at_least":
         return f"{name} is {actual!r}, less than {expected!r}"
+    if kind == "outcome":
+        form, other, left, outcome = expected
+        test = f"bool({name})" if form == "bool" else \
+            f"{name} {form} {other!r}" if left else f"{other!r} {form} {name}"
+        return f"{test} is no longer {outcome} ({name} is {actual!r})"
     if kind == "keys":
         return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"
     if kind == "same":

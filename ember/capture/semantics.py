@@ -32,6 +32,7 @@ from ember.capture.values import (
     NullContextValue,
     ObjectValue,
     OutsideIteratorValue,
+    PassedNumber,
     RangeValue,
     SequenceValue,
     SetValue,
@@ -269,6 +270,9 @@ def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
         if is_none(other) and symbol in ("==", "!="):
             return Const(symbol == "!=")
         return _tensor_call(session, function, left, right)
+    outcome = _passed_outcome(session, symbol, left, right)
+    if outcome is not None:
+        return Const(outcome)
     if is_known(left) and is_known(right):
         return Const(function(python_value(left), python_value(right)))
     if symbol in ("==", "!="):
@@ -409,7 +413,33 @@ def truth(session: Session, value: Value) -> bool:
         return True
     if value is NULL:
         return False
+    if isinstance(value, PassedNumber) and value.unread:
+        return _passed_outcome(session, "bool", value, None)
     return bool(python_value(value))
+
+
+def _passed_outcome(session: Session, form: str, left: Value, right: Value | None
+                    ) -> bool | None:
+    """A number from outside compared with a constant (`loss > 10`), or its truth: the
+    outcome, guarded as an outcome (the number may change as long as the answer does not),
+    not as the number's value. None where this does not apply."""
+    mine = [v for v in (left, right) if isinstance(v, PassedNumber) and v.unread]
+    if len(mine) != 1:
+        return None
+    number = mine[0]
+    other = right if number is left else left
+    if other is not None and not (type(other) is Const and
+                                  type(other.value) in (int, float, bool)):
+        return None
+    value = number._value  # (read without the equality guard)
+    if form == "bool":
+        outcome = bool(value)
+    else:
+        a, b = (value, other.value) if number is left else (other.value, value)
+        outcome = COMPARE[form](a, b)
+    session.guards.add("outcome", number.source,
+                       (form, None if other is None else other.value, number is left, outcome))
+    return outcome
 
 
 def unpack(session: Session, value: Value) -> list[Value]:

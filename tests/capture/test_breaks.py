@@ -609,3 +609,29 @@ def test_results_made_under_inference_mode_are_inference_tensors_as_eager_s():
             [r.is_inference() for r in want if isinstance(r, torch.Tensor)]
     assert ember.explain(decorated)(x).graph_count == 1
     assert ember.explain(cached)(x).graph_break_count == 0
+
+
+def test_a_value_read_at_a_break_is_guarded_on_what_the_code_asked_of_it():
+    # (loss.item() breaks; the resume function takes the number: compared with a constant,
+    # it is guarded on the comparison's outcome, handed on it is not guarded at all — a loss
+    # that changes every call compiled every call, and ran eagerly after eight)
+    def step(x, w):
+        loss = ((x @ w) ** 2).mean()
+        value = loss.item()
+        if value > 1e6 or not value:
+            print("diverging")
+            return loss * 0, value
+        return loss * 2, value
+
+    compiled = ember.compile(step, backend="eager")
+    w = t(6, 6) / 4
+    with torch.no_grad():
+        for seed in range(10):
+            x = t(3, 6, seed=seed)
+            same(compiled(x, w), step(x, w))
+        (resume,) = [r.compiled for r in compiled.resumes.values() if r.compiled]
+        assert len(resume.entries) == 1 and not resume.given_up
+        big = x * 1e5
+        with redirect_stdout(io.StringIO()) as printed:
+            same(compiled(big, w), step(big, w))
+        assert len(resume.entries) == 2 and printed.getvalue().count("diverging") == 2
