@@ -663,6 +663,9 @@ def call_builtin(session: Session, function: Any, args: list[Value],
     special = call_rules.get(function)
     if special is not None:
         return special(session, *args, **kwargs)
+    outcome = semantics.passed_predicate(session, function, args) if not kwargs else None
+    if outcome is not None:
+        return Const(outcome)
     module = getattr(function, "__module__", None)
     if function in _PURE or module in ("math", "_operator", "operator") or \
             getattr(function, "__self__", None) is math:

@@ -9,6 +9,7 @@ see on EMBER_LOGS=recompiles ("L['x'].shape[0] changed 4 -> 8").
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +135,8 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         form, other, left, outcome = expected
         if form == "bool":
             return f"bool({v}) is {outcome}"
+        if form in ("isfinite", "isnan", "isinf"):
+            return f"{writer.constant(getattr(math, form))}({v}) is {outcome}"
         c = writer.constant(other)
         return f"({v} {form} {c}) is {outcome}" if left else f"({c} {form} {v}) is {outcome}"
     if kind == "same":  # two paths reach one object
@@ -286,7 +289,8 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
         return f"{name} is {actual!r}, less than {expected!r}"
     if kind == "outcome":
         form, other, left, outcome = expected
-        test = f"bool({name})" if form == "bool" else \
+        test = f"bool({name})" if form == "bool" else f"math.{form}({name})" \
+            if form in ("isfinite", "isnan", "isinf") else \
             f"{name} {form} {other!r}" if left else f"{other!r} {form} {name}"
         return f"{test} is no longer {outcome} ({name} is {actual!r})"
     if kind == "keys":

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ember.capture.errors import Unsupported
-from ember.capture.sources import AheadSource
+from ember.capture.sources import AHEAD_MARK
 from ember.capture.values import (
     BoundMethodValue,
     CellValue,
@@ -69,6 +69,14 @@ class Rebuilder:
         return name
 
     def expr(self, value: Value, prefer_source: bool = True) -> str:
+        text = self._expr(value, prefer_source)
+        if AHEAD_MARK in text and id(value) not in self._memo:
+            # read through an iterator's position: into a variable now, before the runner
+            # advances the iterator (captured.advance_lines flushes these first)
+            return self.temporary(value, text)
+        return text
+
+    def _expr(self, value: Value, prefer_source: bool = True) -> str:
         if prefer_source and value.source is not None and \
                 isinstance(value, (SequenceValue, DictValue, ObjectValue)):
             return value.source.expr()  # the caller's own object (after its write-back)
@@ -81,11 +89,7 @@ class Rebuilder:
             self.outputs.append(value)
             return f"outputs[{len(self.outputs) - 1}]"
         if isinstance(value, PassedNumber) and value.unread:
-            # handed on, never read: read again on each call (an iterator's item into a
-            # variable, before the iterator is advanced)
-            if _ahead_of_an_iterator(value.source):
-                return self.temporary(value, value.source.expr())
-            return value.source.expr()
+            return value.source.expr()  # (handed on, never read: read again on each call)
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):
@@ -170,12 +174,3 @@ class Rebuilder:
     def flush(self) -> list[str]:
         lines, self.lines = self.lines, []
         return lines
-
-
-def _ahead_of_an_iterator(source: Any) -> bool:
-    """Is `source` read through an iterator's position (which the runner advances)?"""
-    while source is not None:
-        if isinstance(source, AheadSource):
-            return True
-        source = getattr(source, "base", None)
-    return False

@@ -5,6 +5,7 @@ Python values run at capture time; the rest is `Unsupported` with a reason.
 
 from __future__ import annotations
 
+import math
 import operator
 import sys
 import types
@@ -418,6 +419,18 @@ def truth(session: Session, value: Value) -> bool:
     return bool(python_value(value))
 
 
+# tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)
+PREDICATES = {"isfinite": math.isfinite, "isnan": math.isnan, "isinf": math.isinf}
+
+
+def passed_predicate(session: Session, function: Any, args: list[Value]) -> bool | None:
+    """math.isfinite/isnan/isinf of a number from outside: its outcome, guarded as one."""
+    form = getattr(function, "__name__", "")
+    if len(args) != 1 or PREDICATES.get(form) is not function:
+        return None
+    return _passed_outcome(session, form, args[0], None)
+
+
 def _passed_outcome(session: Session, form: str, left: Value, right: Value | None
                     ) -> bool | None:
     """A number from outside compared with a constant (`loss > 10`), or its truth: the
@@ -434,6 +447,8 @@ def _passed_outcome(session: Session, form: str, left: Value, right: Value | Non
     value = number._value  # (read without the equality guard)
     if form == "bool":
         outcome = bool(value)
+    elif form in PREDICATES:
+        outcome = PREDICATES[form](value)
     else:
         a, b = (value, other.value) if number is left else (other.value, value)
         outcome = COMPARE[form](a, b)

@@ -88,6 +88,10 @@ class CallSource(Source):
         return f"{called}({', '.join(map(repr, self.args))})"
 
 
+# what every expression read through an iterator's position contains
+AHEAD_MARK = ".__reduce__()[1][0]"
+
+
 @dataclasses.dataclass(frozen=True)
 class AheadSource(Source):
     """The item `ahead` places past where an iterator over a list, tuple or range stands, read
@@ -98,7 +102,7 @@ class AheadSource(Source):
 
     def expr(self) -> str:
         base = self.base.expr()
-        return f"{base}.__reduce__()[1][0][{base}.__reduce__()[2] + {self.ahead}]"
+        return f"{base}{AHEAD_MARK}[{base}.__reduce__()[2] + {self.ahead}]"
 
 
 def items_left(iterator: Source) -> Source:

@@ -261,6 +261,27 @@ def an_iterator_argument_taken_from_in_parts(x, layers):
 
 
 @case(both(POS), both(NEG))
+def loop_item_used_after_a_break(x):
+    # (the item taken before the break was read again after the iterator had moved on:
+    # the next item's function ran, or past the end an IndexError)
+    for i, fn in enumerate([torch.sin, torch.cos, torch.exp, torch.tanh, torch.sigmoid]):
+        x = fn(x * x.sum().item()) if i in (0, 1) else fn(x)
+    return x
+
+
+LINEARS = torch.nn.ModuleList([torch.nn.Linear(6, 6) for _ in range(4)])
+
+
+@case(both(POS), both(NEG))
+def module_list_loop_with_a_data_dependent_branch(x):
+    for layer in LINEARS:
+        if x.sum() > 0:
+            x = -x
+        x = torch.tanh(layer(x))
+    return x
+
+
+@case(both(POS), both(NEG))
 def break_in_loop_with_try_except(x):
     for i in range(4):
         try:
