@@ -89,6 +89,11 @@ class _Differentiator:
                 if any(s in needs for s in node.inputs):
                     needs.add(node)
                 continue
+            if node.dtype.is_complex and any(s in needs for s in node.inputs):
+                # (complex derivatives conjugate; the rules here are real ones: passing over
+                # them left such values untracked and their sources without gradients)
+                raise Unsupported("a complex value in a training graph (training runs this "
+                                  "graph eagerly)")
             if not node.dtype.is_floating_point:
                 continue
             if node.op is Op.INPUT:

@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, make, make_layout, watching_fallbacks
+from helpers import DEVICE, check, make, make_layout, watching_fallbacks
 
 import ember
 
@@ -268,3 +268,20 @@ def test_transformer_encoder_layer_compiles_whole_in_eval_and_training(norm_firs
         assert report.graph_break_count == 0, report.break_reasons
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours.grad, theirs.grad, **MATMUL_TOLERANCE)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_reduced_precision_linear_adds_its_bias_before_rounding(dtype):
+    # (the product was rounded, then the bias added and rounded again: 1/128 off in bf16)
+    torch.manual_seed(12)
+    x = torch.randn(4, 16, device=DEVICE).to(dtype)
+    weight = (torch.randn(16, 16, device=DEVICE) * 0.25).to(dtype)
+    bias = (torch.randn(16, device=DEVICE) * 0.25).to(dtype)
+    batch = torch.randn(3, 4, 16, device=DEVICE).to(dtype)
+
+    def layers(x, batch):
+        return torch.nn.functional.linear(x, weight, bias), torch.baddbmm(batch[..., :4], batch, batch.mT)
+
+    got, want = ember.compile(layers)(x, batch), layers(x, batch)
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

@@ -587,3 +587,34 @@ def test_inputs_lowering_cuts_off_still_get_eagers_zero_gradients():
     x = torch.randn(2, device=DEVICE, requires_grad=True)
     ember.compile(lambda x, unused: (x * 2, unused.shape[0]))(x, unused)[0].sum().backward()
     assert unused.grad is None   # (eager never visits an input no output depends on)
+
+
+@pytest.mark.parametrize("options", [dict(padding_idx=1), dict(scale_grad_by_freq=True),
+                                     dict(padding_idx=0, scale_grad_by_freq=True)])
+def test_embedding_gradients_keep_padding_idx_and_scale_grad_by_freq(options):
+    # (both were ignored: the padding row trained, repeated ids were not scaled)
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(6, 3, **options).to(DEVICE)
+    twin = copy.deepcopy(embedding)
+    ids = torch.tensor([[0, 2, 1, 1], [2, 2, 5, 0]], device=DEVICE)
+
+    def loss(module, ids):
+        return (module(ids) * torch.arange(3.0, device=DEVICE)).sum()
+
+    loss(embedding, ids).backward()
+    ember.compile(loss)(twin, ids).backward()
+    torch.testing.assert_close(twin.weight.grad, embedding.weight.grad, **TOLERANCE)
+
+
+def test_complex_intermediates_keep_their_gradients():
+    # (complex values were passed over as not differentiable: the result came back untracked
+    # and the weights before them got no gradient; such graphs now train eagerly)
+    x = torch.randn(4, 8, device=DEVICE, requires_grad=True)
+    programs = [lambda x: torch.fft.fft(x).abs(),
+                lambda x: torch.view_as_real(torch.view_as_complex(x.reshape(4, 4, 2)) * 2),
+                lambda x: torch.fft.irfft(torch.fft.rfft(x) * 2, n=8)]
+    for program in programs:
+        want, got = program(x), ember.compile(program)(x)
+        assert got.requires_grad
+        torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0],
+                                   torch.autograd.grad(want.sum(), x)[0], **TOLERANCE)

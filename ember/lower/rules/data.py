@@ -294,7 +294,21 @@ def _index_select(b: Builder, x: Node, dim: int, index: Node) -> Node:
 @lowering(aten.embedding)
 def _embedding(b: Builder, weight: Node, indices: Node, padding_idx: int = -1,
                scale_grad_by_freq: bool = False, sparse: bool = False) -> Node:
-    return b.take(weight, indices, 0)
+    if scale_grad_by_freq or sparse:
+        # (each row's gradient divided by how often it was looked up: torch's own backward)
+        shape = (*indices.shape, *weight.shape[1:])
+        return b.library(aten.embedding.default, (weight, indices, padding_idx,
+                                                  scale_grad_by_freq, sparse), shape,
+                         weight.dtype)
+    looked_up = b.take(weight, indices, 0)
+    if padding_idx < 0:
+        return looked_up
+    # the padding row gets no gradient: where it was looked up, the value comes through a
+    # stop-gradient (the same value: bit for bit, so the forward is unchanged)
+    padding = b.compare(Op.EQ, indices, b.full(padding_idx, indices.dtype))
+    padding = b.broadcast_to(b.reshape(padding, (*indices.shape, *[1] * (weight.ndim - 1))),
+                             looked_up.shape)
+    return b.where(padding, b.unary(Op.STOP_GRADIENT, looked_up), looked_up)
 
 
 @lowering(aten.gather)

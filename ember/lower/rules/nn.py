@@ -42,24 +42,43 @@ def _epilogue(b: Builder, bias: Node, product: Node, beta, alpha) -> Node:
     return b.add(product, b.cast(scaled, product.dtype))
 
 
+def _rounds_once(b: Builder, target, bias: Node, x: Node, y: Node, shape, beta, alpha
+                 ) -> Node | None:
+    """In float16/bfloat16, eager adds the bias to the product before it rounds (BLAS's beta,
+    cuBLASLt's bias epilogue): a product rounded first and then added rounds twice, up to an
+    ulp apart (1/128 of the value in bfloat16). There the whole op is the library call."""
+    if x.dtype not in dtypes.REDUCED_FLOAT or beta == 0:
+        return None
+    return b.library(target, (bias, x, y), shape, x.dtype, beta=beta, alpha=alpha)
+
+
 @lowering(aten.addmm.default)
 def _addmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
-    return _epilogue(b, bias, _mm(b, x, y), beta, alpha)
+    whole = _rounds_once(b, aten.addmm.default, bias, x, y, (x.shape[0], y.shape[1]), beta,
+                         alpha)
+    return whole if whole is not None else _epilogue(b, bias, _mm(b, x, y), beta, alpha)
 
 
 @lowering(aten.baddbmm.default)
 def _baddbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
-    return _epilogue(b, bias, _bmm(b, x, y), beta, alpha)
+    whole = _rounds_once(b, aten.baddbmm.default, bias, x, y,
+                         (x.shape[0], x.shape[1], y.shape[2]), beta, alpha)
+    return whole if whole is not None else _epilogue(b, bias, _bmm(b, x, y), beta, alpha)
 
 
 @lowering(aten.addmv.default)
 def _addmv(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
-    return _epilogue(b, bias, _mv(b, x, y), beta, alpha)
+    whole = _rounds_once(b, aten.addmv.default, bias, x, y, (x.shape[0],), beta, alpha)
+    return whole if whole is not None else _epilogue(b, bias, _mv(b, x, y), beta, alpha)
 
 
 @lowering(aten.addbmm.default)
 def _addbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Node:
     # the sum of the batch of products, then the same epilogue as addmm
+    whole = _rounds_once(b, aten.addbmm.default, bias, x, y, (x.shape[1], y.shape[2]), beta,
+                         alpha)
+    if whole is not None:
+        return whole
     return _epilogue(b, bias, b.reduce(Op.SUM, _bmm(b, x, y), [0]), beta, alpha)
 
 
