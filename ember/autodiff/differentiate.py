@@ -79,6 +79,12 @@ class _Differentiator:
         self.saved: list[Node] = []
         self.backward_inputs: list[tuple[str, int]] = []
         self.needs = self._needs_gradient()
+        for index, value in graph.writebacks:
+            if value in self.needs and index not in wrt:
+                # (eager's in-place op makes such an input require grad from then on, with
+                # the op in its history; a write-back of the value cannot)
+                raise Unsupported("an in-place op writes a value that requires grad into an "
+                                  "input that does not (training runs this graph eagerly)")
 
     def _needs_gradient(self) -> set[Node]:
         """Forward nodes whose value depends differentiably on an input in `wrt`."""

@@ -280,7 +280,8 @@ def test_a_reduced_precision_linear_adds_its_bias_before_rounding(dtype):
     batch = torch.randn(3, 4, 16, device=DEVICE).to(dtype)
 
     def layers(x, batch):
-        return torch.nn.functional.linear(x, weight, bias), torch.baddbmm(batch[..., :4], batch, batch.mT)
+        return (torch.nn.functional.linear(x, weight, bias),
+                torch.baddbmm(batch[..., :4], batch, batch.mT))
 
     got, want = ember.compile(layers)(x, batch), layers(x, batch)
     for g, w in zip(got, want):

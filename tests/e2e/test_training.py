@@ -618,3 +618,22 @@ def test_complex_intermediates_keep_their_gradients():
         assert got.requires_grad
         torch.testing.assert_close(torch.autograd.grad(got.sum(), x)[0],
                                    torch.autograd.grad(want.sum(), x)[0], **TOLERANCE)
+
+
+def test_an_in_place_write_of_a_tracked_value_into_an_untracked_input_tracks_it():
+    # (Mixtral's `final.index_add_(0, rows, expert(x))` into a zeros buffer made outside:
+    # eager's buffer requires grad afterwards; the write-back left it untracked)
+    rows = torch.tensor([0, 2], device=DEVICE)
+
+    def accumulate(final, v):
+        final.index_add_(0, rows, v * 2)
+
+    results = []
+    for run in (accumulate, ember.compile(accumulate)):
+        final = torch.zeros(3, 2, device=DEVICE)
+        v = torch.ones(2, 2, device=DEVICE, requires_grad=True)
+        run(final, v)
+        assert final.requires_grad
+        (final * 3).sum().backward()
+        results.append((final.detach(), v.grad))
+    torch.testing.assert_close(results[1], results[0], **TOLERANCE)
