@@ -36,6 +36,8 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 # iterators whose __reduce__ gives (iter, (sequence,), position)
 _SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+# mutable objects from outside tracked as one value however many paths reach them
+_SHARED = (list, dict, set, *_SEQUENCE_ITERATORS)
 # Attributes of these modules are taken as they are, unguarded: they do not change at run time.
 _STABLE_MODULES = ("torch", "math", "operator", "builtins", "functools", "itertools",
                    "collections", "typing", "numbers", "warnings", "inspect")
@@ -110,7 +112,7 @@ class Session:
             key = source.expr()
             if key in self._wrapped:
                 return self._wrapped[key]
-        if type(value) in (list, dict, set) and id(value) in self._containers:
+        if type(value) in _SHARED and id(value) in self._containers:
             # one list reached two ways: one tracked value, so a change through either path
             # is seen through both (and a guard that both still reach one object)
             known = self._containers[id(value)]
@@ -120,7 +122,7 @@ class Session:
         result = self._wrap(value, source, guard and source is not None)
         if source is not None:
             self._wrapped[source.expr()] = result
-        if type(value) in (list, dict, set):
+        if type(value) in _SHARED:
             self._containers[id(value)] = result
             self._keep_alive.append(value)
         return result

@@ -281,6 +281,21 @@ def module_list_loop_with_a_data_dependent_branch(x):
     return x
 
 
+@case(both(POS, LAYERS), both(NEG, LAYERS[:2]))
+def one_iterator_looped_over_and_taken_from(x, layers):
+    # (after a break the iterator is both the loop's and a local: one object, taken from
+    # through either name)
+    it = iter(layers)
+    print("start")
+    for w in it:
+        x = x @ w
+        print("step")
+        following = next(it, None)
+        if following is not None:
+            x = x + following.sum()
+    return x, list(it)
+
+
 @case(both(POS), both(NEG))
 def break_in_loop_with_try_except(x):
     for i in range(4):
