@@ -102,13 +102,19 @@ def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
     if name == "T":
         return session.builder.call("call_method", "permute", (value,),
                                     {"dims": Const(tuple(reversed(range(fake.ndim))))})
-    if name in ("mT", "mH"):
+    if name == "mT" or (name == "mH" and not fake.is_complex()):
         return session.builder.call("call_method", "transpose",
                                     (value, Const(-2), Const(-1)), {})
+    if name in ("mH", "H"):  # (conjugated: complex; H of at most two dims, as eager checks)
+        if name == "H" and fake.ndim > 2:
+            raise Unsupported("tensor.H of more than two dims (eager refuses it too)")
+        return session.builder.call("call_function", torch.adjoint, (value,), {})
     if name == "data":
         return session.builder.call("call_method", "detach", (value,), {})
-    if name in ("real",) and not fake.is_complex():
+    if name == "real" and not fake.is_complex():
         return value
+    if name in ("real", "imag"):  # (views of a complex tensor's parts)
+        return session.builder.call("call_function", getattr(torch, name), (value,), {})
     if name in ("grad", "grad_fn", "_base", "_version"):
         raise Unsupported(f"tensor.{name} inside the compiled function",
                           f"read tensor.{name} outside the compiled function")

@@ -419,6 +419,12 @@ class Tracer(torch_internals.TorchDispatchMode):
         flat_out, spec = tree_flatten(out)
         if not all(isinstance(t, torch.Tensor) for t in flat_out):
             raise Unsupported(f"{func} returns non-tensor values")
+        if any(t.is_conj() or t.is_neg() for t in flat_out + tensors_of(args, kwargs)):
+            # torch's lazy conjugation and negation are bits on a view: a library call's
+            # result keeps its memory, not its bit, and what reads it next would miss it
+            # (the imaginary part of a conjugate came back with its sign flipped)
+            raise Unsupported(f"{func} on a lazily conjugated or negated view (torch's "
+                              f"conj/neg bits): the graph runs eagerly")
         results = tuple((tuple(t.shape), t.dtype, tuple(t.stride())) for t in flat_out)
         tuple_result = not isinstance(out, torch.Tensor)
         node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
@@ -626,3 +632,7 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
+
+
+def tensors_of(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    return [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
