@@ -33,6 +33,7 @@ from ember.capture.values import (
     RangeValue,
     SequenceValue,
     SetValue,
+    SliceValue,
     SuperValue,
     TensorValue,
     Value,
@@ -85,6 +86,18 @@ def _issubclass(session: Session, kind: Value, classes: Value, **_: Any) -> Valu
 @rule(range)
 def _range(session: Session, *args: Value, **_: Any) -> Value:
     return RangeValue(range(*[python_value(a) for a in args]))
+
+
+@rule(slice)
+def _slice(session: Session, *args: Value, **_: Any) -> Value:
+    """slice(stop) / slice(start, stop[, step]) (Swin's window masks): a slice value, as
+    `a:b:c` in a subscript makes."""
+    if not 1 <= len(args) <= 3:
+        raise Unsupported(f"slice() takes 1 to 3 arguments ({len(args)} given)")
+    none = Const(None)
+    start, stop, step = (none, args[0], none) if len(args) == 1 else \
+        (args[0], args[1], args[2] if len(args) == 3 else none)
+    return SliceValue(start, stop, step)
 
 
 @rule(enumerate)

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from checks import check_calls, same
 from model_outputs import LMOutputs, ModelOutputs
 
+import ember
+
 CASES = []
 
 
@@ -981,3 +983,19 @@ def test_an_internal_error_in_capture_is_said_and_the_code_runs_natively(monkeyp
         torch.testing.assert_close(ember.compile(fn)(x), fn(x))
     assert any("internal error in ember's capture (KeyError" in r.getMessage()
                and "please report it" in r.getMessage() for r in caplog.records)
+
+
+def test_the_slice_builtin_indexes_as_a_subscript_does():
+    # (Swin's shifted-window mask: `for h in (slice(0, -w), slice(-w, -s), slice(-s, None))`)
+    def mask(x):
+        image = torch.zeros(1, 8, 8, 1)
+        count = 0
+        for h in (slice(0, -4), slice(-4, -2), slice(-2, None)):
+            for w in (slice(0, -4), slice(-4, -2), slice(-2, None)):
+                image[:, h, w, :] = count
+                count += 1
+        return image + x[:, slice(1, None)].sum() + x[slice(2)].sum() + x[:, slice(1, 7, 2)].sum()
+
+    x = torch.randn(3, 8)
+    assert ember.explain(mask)(x).graph_break_count == 0
+    torch.testing.assert_close(ember.compile(mask)(x), mask(x))
