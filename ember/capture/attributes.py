@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
 from ember.capture.sources import AttrSource, EntrySource
@@ -110,6 +111,10 @@ def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
             raise Unsupported("tensor.H of more than two dims (eager refuses it too)")
         return session.builder.call("call_function", torch.adjoint, (value,), {})
     if name == "data":
+        # (not detach(): .data has a version counter of its own, so `p.data.clamp_()` leaves
+        # what autograd saved of p valid, as it must when the graph runs eagerly)
+        for getter in torch_internals.data_attribute_getters():
+            return session.builder.call("call_function", getter, (value,), {})
         return session.builder.call("call_method", "detach", (value,), {})
     if name == "real" and not fake.is_complex():
         return value
@@ -133,6 +138,12 @@ def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
         return shadow
     for table in ("_parameters", "_buffers", "_modules"):
         entries = module.__dict__.get(table, {})
+        tracked = session.tracked(entries)
+        if isinstance(tracked, DictValue):
+            # the table as the captured code left it (register_buffer in a forward)
+            if name in tracked.items and name not in module.__dict__:
+                return tracked.items[name]
+            continue
         if name in entries and name not in module.__dict__:
             entry = entries[name]
             if entry is None:

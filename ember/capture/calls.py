@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import collections
 import functools
 import inspect
 import logging
@@ -586,7 +587,8 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
         return SequenceValue(list(items), sequence.kind)
     elif name == "index":
         for position, item in enumerate(items):
-            if semantics.identical(item, args[0]) or semantics.equal_constants(item, args[0]):
+            if semantics.identical(item, args[0], session) or \
+                    semantics.equal_constants(item, args[0]):
                 return Const(position)
         raise Unsupported("ValueError: item not in list")
     elif name == "count":
@@ -599,9 +601,17 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
     return Const(None)
 
 
+# what a Counter's or defaultdict's own methods do as a dict's do (update adds counts to a
+# Counter, copy keeps the class: those and the rest run natively, at a break)
+_SUBCLASS_SAFE = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
+                  "__iter__", "__delitem__", "pop", "setdefault", "clear", "__setitem__"}
+
+
 def _dict_method(session: Session, mapping: DictValue, name: str, args: list[Value],
                  kwargs: dict[str, Value]) -> Value:
     items = mapping.items
+    if mapping.kind not in (dict, collections.OrderedDict) and name not in _SUBCLASS_SAFE:
+        raise Unsupported(f"method {name} of a {mapping.kind.__name__}")
     if name == "get":
         key = semantics.key_of(args[0])
         return items.get(key, args[1] if len(args) > 1 else Const(None))
@@ -613,7 +623,7 @@ def _dict_method(session: Session, mapping: DictValue, name: str, args: list[Val
         return SequenceValue([SequenceValue([semantics.constant(k), v], tuple)
                               for k, v in items.items()], list)
     if name == "copy":
-        return DictValue(dict(items))
+        return DictValue(dict(items), mapping.kind)
     if name == "__getitem__":
         return semantics.get_item(session, mapping, args[0])
     if name == "__contains__":

@@ -126,7 +126,10 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
     if kind == "equals":
         if expected is None or isinstance(expected, bool):
             return f"{v} is {expected!r}"
-        return f"(type({v}) is {writer.constant(type(expected))} and {v} == {expected!r})"
+        # (a literal where repr gives one; an IntEnum's or a NaN's repr is no Python)
+        literal = repr(expected) if type(expected) in (int, str, bytes) or (
+            type(expected) is float and math.isfinite(expected)) else writer.constant(expected)
+        return f"(type({v}) is {writer.constant(type(expected))} and {v} == {literal})"
     if kind == "length":
         return f"len({v}) == {expected}"
     if kind == "at_least":

@@ -225,7 +225,7 @@ def _compare_op(frame: Frame, instruction: Instruction) -> None:
 def _is_op(frame: Frame, instruction: Instruction) -> None:
     right = frame.pop()
     left = frame.pop()
-    same = semantics.identical(left, right)
+    same = semantics.identical(left, right, frame.session)
     frame.push(Const(same != bool(instruction.arg)))
 
 
@@ -342,7 +342,8 @@ def _list_append(frame: Frame, instruction: Instruction) -> None:
 def _set_add(frame: Frame, instruction: Instruction) -> None:
     value = frame.pop()
     target = frame.peek(instruction.arg)
-    if not any(semantics.identical(value, item) or semantics.equal_constants(value, item)
+    if not any(semantics.identical(value, item, frame.session) or
+               semantics.equal_constants(value, item)
                for item in target.items):
         target.items.append(value)
 

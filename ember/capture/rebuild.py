@@ -8,6 +8,7 @@ new containers are built once each (so two references stay one object).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import types
@@ -105,6 +106,11 @@ class Rebuilder:
             return f"{self.constant(value.kind)}(({items}{',' if value.items else ''}))"
         if isinstance(value, DictValue):
             body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.items.items())
+            if value.kind is collections.OrderedDict:
+                return self.temporary(value, f"{self.constant(value.kind)}({{{body}}})")
+            if value.kind is not dict:  # (a Counter's, a defaultdict's own state)
+                raise Unsupported(f"a {value.kind.__name__} made in the compiled code "
+                                  f"leaves it")
             return self.temporary(value, "{" + body + "}")
         if isinstance(value, SetValue):
             body = ", ".join(self.expr(v) for v in value.items)

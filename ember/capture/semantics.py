@@ -15,7 +15,14 @@ import torch
 
 from ember import torch_internals
 from ember.capture.errors import Unsupported
-from ember.capture.sources import AttrSource, EntrySource, GlobalSource, ItemSource, Source
+from ember.capture.sources import (
+    AttrSource,
+    CallSource,
+    EntrySource,
+    GlobalSource,
+    ItemSource,
+    Source,
+)
 from ember.capture.values import (
     NULL,
     AutocastValue,
@@ -135,12 +142,18 @@ def equal_constants(a: Value, b: Value) -> bool:
         and python_value(a) == python_value(b)
 
 
-def identical(a: Value, b: Value) -> bool:
+def identical(a: Value, b: Value, session: Session | None = None) -> bool:
+    """`a is b`. An object from outside whose identity decides is guarded on it (`v is
+    _MISSING`, `mode is Mode.TRAIN`: the next call may pass another object)."""
     if a is b:
         return True
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.node is b.node
     if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
+        if session is not None:
+            for side in (a, b):
+                if type(side) is ObjectValue and side.source is not None:
+                    session.guards.add("id", side.source, side.value)
         return python_value(a) is python_value(b)
     return False
 
@@ -275,9 +288,12 @@ def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
     if outcome is not None:
         return Const(outcome)
     if is_known(left) and is_known(right):
+        for side in (left, right):  # (an object from outside: the answer holds for it alone)
+            if type(side) is ObjectValue and side.source is not None:
+                session.guards.add("id", side.source, side.value)
         return Const(function(python_value(left), python_value(right)))
     if symbol in ("==", "!="):
-        same = identical(left, right)
+        same = identical(left, right, session)
         return Const(same if symbol == "==" else not same)
     raise Unsupported(f"comparison {symbol} of {left.describe()} and {right.describe()}")
 
@@ -290,7 +306,7 @@ def contains(session: Session, container: Value, item: Value) -> bool:
     if isinstance(container, NewObjectValue):
         return truth(session, protocol(session, container, "__contains__", item))
     if isinstance(container, (SequenceValue, SetValue)):
-        return any(identical(item, v) or equal_constants(item, v) for v in container.items)
+        return any(identical(item, v, session) or equal_constants(item, v) for v in container.items)
     if isinstance(container, ModuleValue):
         return python_value(item) in container.value
     return python_value(item) in python_value(container)
@@ -330,6 +346,8 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, RangeValue):
         result = container.range[python_value(key)]
         return RangeValue(result) if isinstance(result, range) else Const(result)
+    if isinstance(container, ObjectValue) and container.source is not None:
+        return _outside_item(session, container, key)
     if isinstance(container, (Const, ObjectValue)) and is_known(key):
         try:
             result = python_value(container)[python_value(key)]
@@ -338,6 +356,33 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
         return session.wrap(result, None, guard=False) if isinstance(container, ObjectValue) \
             else constant(result)
     raise Unsupported(f"indexing {container.describe()}")
+
+
+def _outside_item(session: Session, container: ObjectValue, key: Value) -> Value:
+    """obj[key] of an object from outside: its class's own __getitem__ in Python is run as
+    code (a UserDict, Hugging Face's BatchEncoding); a dict's, list's or tuple's is read through
+    the item's source, so each call reads (and guards) what is there then. (Read once at
+    capture and kept, it was the first call's value on every call.)"""
+    from ember.capture.attributes import get_attribute
+    from ember.capture.calls import call_value
+
+    obj = container.value
+    if _python_method(type(obj), "__getitem__"):
+        return call_value(session, get_attribute(session, container, "__getitem__"), [key], {})
+    index = python_value(key)
+    if isinstance(obj, (dict, list, tuple)) and not isinstance(index, slice):
+        if isinstance(obj, dict) and index not in obj:
+            raise Unsupported(f"a missing key {index!r} of a {type(obj).__name__} from outside "
+                              f"(its __missing__ or KeyError)")
+        try:
+            result = obj[index]
+        except Exception as error:
+            raise Unsupported(f"{type(error).__name__}: {error}") from None
+        # (a defaultdict's or Counter's [] inserts a missing key: the guards read with get())
+        source = CallSource(container.source, "get", (index,)) \
+            if hasattr(type(obj), "__missing__") else ItemSource(container.source, index)
+        return session.wrap(result, source)
+    raise Unsupported(f"indexing {container.describe()} (its own __getitem__ in C)")
 
 
 def set_item(session: Session, container: Value, key: Value, value: Value) -> None:

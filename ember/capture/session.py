@@ -5,6 +5,7 @@ turn the program's real objects into tracked values (installing the guard each o
 from __future__ import annotations
 
 import builtins
+import collections
 import types
 from typing import Any
 
@@ -36,8 +37,10 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 # iterators whose __reduce__ gives (iter, (sequence,), position)
 _SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+# mappings from outside whose items are tracked (their own methods: calls.py)
+_MAPPINGS = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 # mutable objects from outside tracked as one value however many paths reach them
-_SHARED = (list, dict, set, *_SEQUENCE_ITERATORS)
+_SHARED = (list, set, *_MAPPINGS, *_SEQUENCE_ITERATORS)
 # Attributes of these modules are taken as they are, unguarded: they do not change at run time.
 _STABLE_MODULES = ("torch", "math", "operator", "builtins", "functools", "itertools",
                    "collections", "typing", "numbers", "warnings", "inspect")
@@ -127,8 +130,12 @@ class Session:
             self._keep_alive.append(value)
         return result
 
+    def tracked(self, obj: Any) -> Value | None:
+        """The tracked value of a list, dict or set from outside, if the capture has one."""
+        return self._containers.get(id(obj))
+
     def _wrap(self, value: Any, source: Source | None, guard: bool) -> Value:
-        from ember.capture.sources import AttrSource, ItemSource
+        from ember.capture.sources import AttrSource, CallSource, ItemSource
 
         if isinstance(value, torch.Tensor):
             if source is None:
@@ -159,15 +166,19 @@ class Session:
             items = [self.wrap(item, ItemSource(source, i) if source else None, guard)
                      for i, item in enumerate(value)]
             return SequenceValue(items, type(value), source)
-        if type(value) is dict:
+        if type(value) in _MAPPINGS:
             if guard:
-                self.guards.add("type", source, dict)
+                self.guards.add("type", source, type(value))
                 self.guards.add("keys", source, tuple(value.keys()))
             if not all(isinstance(k, (str, int, bool, type(None))) for k in value):
                 raise Unsupported("a dict with keys other than str/int")
-            items = {k: self.wrap(v, ItemSource(source, k) if source else None, guard)
+            # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
+            # an item's guard may come before the keys' guard)
+            read = (lambda k: CallSource(source, "get", (k,))) \
+                if hasattr(type(value), "__missing__") else (lambda k: ItemSource(source, k))
+            items = {k: self.wrap(v, read(k) if source else None, guard)
                      for k, v in value.items()}
-            return DictValue(items, dict, source)
+            return DictValue(items, type(value), source)
         if isinstance(value, range):
             if guard:
                 self.guards.add("equals", source, value)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import collections
+import enum
 import logging
 
 import pytest
@@ -544,3 +546,97 @@ def test_a_guarded_runner_misses_on_a_failed_or_unreadable_guard_and_raises_its_
                                   {"compiled": compiled}, "test")
     with pytest.raises(ValueError, match="the run's own error"):
         call({"h": empty})
+
+
+_MISSING = object()
+
+
+class _Mode(enum.Enum):
+    TRAIN = 1
+    EVAL = 2
+
+
+class _Rank(enum.IntEnum):
+    LOW = 0
+    HIGH = 1
+
+
+def test_identity_and_enum_decisions_are_guarded():
+    # (`v is _MISSING` and `mode == Mode.TRAIN` were decided once, with no guard; an
+    # IntEnum's equality guard was written with its repr and did not compile)
+    def sentinel(x, v=_MISSING):
+        return x * 2 if v is _MISSING else x + 1
+
+    def by_mode(x, mode):
+        return x * 2 if mode == _Mode.TRAIN else x + 1
+
+    def by_identity(x, mode):
+        return x * 2 if mode is _Mode.TRAIN else x + 1
+
+    def by_rank(x, rank):
+        return x * 2 if rank == _Rank.HIGH else x
+
+    x = t(3)
+    calls = [(sentinel, [(), (object(),), ()]), (by_mode, [(_Mode.TRAIN,), (_Mode.EVAL,)]),
+             (by_identity, [(_Mode.TRAIN,), (_Mode.EVAL,)]),
+             (by_rank, [(_Rank.HIGH,), (_Rank.LOW,), (_Rank.HIGH,)])]
+    for fn, arguments in calls:
+        compiled = ember.compile(fn)
+        for extra in arguments:
+            same(compiled(x, *extra), fn(x, *extra))
+
+
+def test_mappings_from_outside_are_read_on_every_call():
+    # (obj["k"] of a UserDict / BatchEncoding, a Counter's values() and a defaultdict's items
+    # were read once and kept: the first call's values on every call)
+    class Batch(collections.UserDict):
+        pass
+
+    def first(batch):
+        return batch["input_ids"] + 1
+
+    def counted(x, counts):
+        return x + len(list(counts.items())) + sum(counts.values()) + (counts.get("a") or 0)
+
+    def bucketed(x, labels):
+        buckets = collections.defaultdict(list)
+        for i, label in enumerate(labels):
+            buckets[label].append(x[i])
+        return sorted(buckets), [torch.stack(buckets[k]).sum() for k in sorted(buckets)]
+
+    compiled = ember.compile(first)
+    for kind in (Batch, collections.OrderedDict, dict,
+                 lambda **k: collections.defaultdict(list, **k)):
+        for value in (1.0, 7.0):
+            batch = kind(input_ids=torch.full((2,), value))
+            same(compiled(batch), first(batch))
+    compiled = ember.compile(counted)
+    for counts in (collections.Counter("aab"), collections.Counter("abcd"),
+                   collections.OrderedDict(a=5)):
+        same(compiled(t(1), counts), counted(t(1), counts))
+    compiled = ember.compile(bucketed)
+    for labels in (["a", "b", "a", "c"], [1, 1, 2], ["z", "z"]):
+        x = t(len(labels))
+        same(compiled(x, labels), bucketed(x, labels))
+
+
+def test_a_buffer_registered_in_forward_is_read_back():
+    # (old Hugging Face rotary caches: register_buffer in forward, then self.cos_cached read
+    # the module's table as it was before the call)
+    class Growing(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cached = 4
+            self.register_buffer("table", torch.arange(4.0), persistent=False)
+
+        def forward(self, x, length):
+            if length > self.cached:
+                self.cached = length
+                self.register_buffer("table", torch.arange(float(length)), persistent=False)
+            return self.table[:length] + x.sum()
+
+    eager, model = Growing(), Growing()
+    compiled = ember.compile(model)
+    for length in (3, 6, 2, 9):
+        same(compiled(t(2), length), eager(t(2), length))
+        assert model.table.shape == eager.table.shape

@@ -637,3 +637,28 @@ def test_an_in_place_write_of_a_tracked_value_into_an_untracked_input_tracks_it(
         (final * 3).sum().backward()
         results.append((final.detach(), v.grad))
     torch.testing.assert_close(results[1], results[0], **TOLERANCE)
+
+
+def test_a_clamp_through_data_leaves_what_autograd_saved_valid():
+    # (CLIP's logit_scale.data.clamp_ after using logit_scale: `.data` was captured as
+    # detach(), which shares the version counter, so the graph run eagerly made backward fail)
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.scale = torch.nn.Parameter(torch.tensor(5.0))
+
+        def forward(self, x):
+            out = self.linear(x) * self.scale
+            self.scale.data.clamp_(0, 4.6)
+            return out
+
+    torch.manual_seed(0)
+    model = Scaled().to(DEVICE)
+    twin = copy.deepcopy(model)
+    x = torch.randn(3, 4, device=DEVICE)
+    model(x).sum().backward()
+    ember.compile(twin)(x).sum().backward()
+    for mine, theirs in zip(twin.parameters(), model.parameters()):
+        torch.testing.assert_close(mine, theirs, **TOLERANCE)
+        torch.testing.assert_close(mine.grad, theirs.grad, **TOLERANCE)
