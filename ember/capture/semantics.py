@@ -232,7 +232,43 @@ def store_global(frame: Frame, name: str, value: Value) -> None:
 
 # -- operators -----------------------------------------------------------------------------
 def _tensor_call(session: Session, target: Any, *args: Value) -> Value:
+    if target in _SCALAR_OPERATORS:
+        args = tuple(_number_input(session, a, args) for a in args)
     return session.builder.call("call_function", target, args, {})
+
+
+# arithmetic whose Python-number operand may as well be a 0-d tensor (the same type promotion)
+_SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+                     operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def _number_input(session: Session, value: Value, operands: tuple) -> Value:
+    """A number from outside in arithmetic with a CPU tensor (`x * scale`, `x + step` in a
+    loop that breaks): a 0-d tensor input read on each call, not a constant guarded on its
+    value — the next call's number (the next iteration's, the next learning rate) runs the
+    same graph. The 0-d tensor has the dtype eager computes in (the number is cast to it
+    first, as eager casts it), so results and their dtypes are eager's."""
+    if not (isinstance(value, PassedNumber) and value.unread and
+            type(value._value) in (int, float)):
+        return value
+    tensors = [a for a in operands if isinstance(a, TensorValue)]
+    # (where a number cast to the op's dtype computes as eager's: CPU tensors of float32 or
+    # float64 — float16/bfloat16 ops keep a number unrounded — and, for an int, integer and
+    # bool tensors too)
+    exact = (torch.float32, torch.float64) if type(value._value) is float else \
+        (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+         torch.uint8, torch.bool)
+    if not tensors or any(t.fake.device.type != "cpu" or t.fake.dtype not in exact
+                          for t in tensors):
+        return value
+    from ember.capture.sources import NumberTensorSource
+
+    kind = tensors[0].fake.dtype
+    for tensor in tensors:
+        kind = torch.promote_types(kind, tensor.fake.dtype)
+    kind = torch.result_type(torch.empty((), dtype=kind), value._value)
+    number = torch.tensor(value._value, dtype=kind)
+    return session.builder.input_tensor(number, NumberTensorSource(value.source, kind))
 
 
 def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:

@@ -117,6 +117,17 @@ def advance(iterator: Any, count: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class NumberTensorSource(Source):
+    """A Python number read as a 0-d tensor (a graph input instead of a constant)."""
+
+    base: Source
+    dtype: Any
+
+    def expr(self) -> str:
+        return f"torch.tensor({self.base.expr()}, dtype={self.dtype})"
+
+
+@dataclasses.dataclass(frozen=True)
 class ConstantSource(Source):
     """An object reachable from no argument (a tensor created at import time and captured
     by a closure, say): the cache entry keeps it, as `K[index]`."""

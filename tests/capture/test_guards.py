@@ -50,16 +50,43 @@ def test_changed_global_recompiles(recompiles):
     global SCALE
 
     def fn(x):
-        return x * SCALE
+        return x.repeat(int(SCALE))  # (the number decides a shape: guarded on its value)
 
     compiled = ember.compile(fn, backend="eager")
     x = t(3)
     SCALE = 2.0
-    same(compiled(x), x * 2.0)
+    same(compiled(x), x.repeat(2))
     SCALE = 3.0
-    same(compiled(x), x * 3.0)
+    same(compiled(x), x.repeat(3))
     assert entries(compiled) == 2
     assert "G['SCALE'] changed 2.0 -> 3.0" in recompiles.text
+
+
+def test_a_number_in_arithmetic_is_an_input_not_a_constant(recompiles):
+    # (a learning rate that changes every call, a loop index after a break: each value
+    # compiled again, and eight later the function ran eagerly)
+    global SCALE
+
+    def fn(x, lr):
+        return x * SCALE - lr * x
+
+    compiled = ember.compile(fn, backend="eager")
+    x = t(3)
+    for scale, lr in ((2.0, 0.1), (3.0, 0.05), (0.5, 1e-3)):
+        SCALE = scale
+        same(compiled(x, lr), x * scale - lr * x)
+    assert entries(compiled) == 1 and not recompiles.text
+    SCALE = 2.0
+    for x in (t(3, dtype=torch.float64), t(3).sum(), torch.arange(3, dtype=torch.int32),
+              torch.tensor([True, False]), t(3).half()):
+        for number in (3, 2.5, -1):
+            def mixed(x, number):
+                return (x * number, x + number, x - number) if x.dtype != torch.bool else \
+                    (x * number, x + number)
+
+            got, want = ember.compile(mixed, backend="eager")(x, number), mixed(x, number)
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            same(got, want)
 
 
 def test_shape_change_recompiles_and_says_which_dim(recompiles):
@@ -80,11 +107,16 @@ def test_dtype_change_recompiles():
 
 
 def test_python_float_argument():
+    # (in arithmetic a float is read each call; where it decides something, by its value)
     compiled = ember.compile(lambda x, s: x * s, backend="eager")
     x = t(3)
     for s in (2.0, 3.0, 2.0, 0.5):
         same(compiled(x, s), x * s)
-    assert entries(compiled) == 3
+    assert entries(compiled) == 1
+    compiled = ember.compile(lambda x, s: x * s if s > 1 else x.repeat(2), backend="eager")
+    for s in (2.0, 3.0, 2.0, 0.5):
+        same(compiled(x, s), x * s if s > 1 else x.repeat(2))
+    assert entries(compiled) == 2
 
 
 def test_int_versus_float_argument_of_equal_value():
@@ -192,11 +224,11 @@ def test_replaced_parameter_object_is_seen():
 
 
 def test_recompile_limit_falls_back_to_eager_with_one_warning(recompiles):
-    compiled = ember.compile(lambda x, n: x * n, backend="eager")
+    compiled = ember.compile(lambda x, n: x.repeat(n), backend="eager")  # (n: a shape)
     x = t(2)
     with config.override(recompile_limit=3):
         for n in range(6):
-            same(compiled(x, n), x * n)
+            same(compiled(x, n), x.repeat(n))
     assert entries(compiled) == 3
     assert compiled.given_up
     warnings = [r for r in recompiles.records if "recompiled 3 times" in r.getMessage()]
