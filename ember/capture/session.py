@@ -206,12 +206,15 @@ class Session:
         if guard:
             # objects known by identity; other objects only by type (their attributes are
             # guarded one by one as the code reads them)
+            # (a bound method is a new object each time it is read: its function and its
+            # receiver are guarded instead, below)
             known_by_identity = isinstance(value, (torch.nn.Module, types.ModuleType, type,
-                                                   types.FunctionType, types.MethodType,
+                                                   types.FunctionType,
                                                    types.BuiltinFunctionType)) \
                 or is_torch_callable(value)
-            self.guards.add("id" if known_by_identity else "type", source,
-                            value if known_by_identity else type(value))
+            if not isinstance(value, types.MethodType) or is_torch_callable(value):
+                self.guards.add("id" if known_by_identity else "type", source,
+                                value if known_by_identity else type(value))
         if isinstance(value, torch.nn.Module):
             return ModuleValue(value, source)
         if isinstance(value, types.ModuleType):
@@ -224,9 +227,9 @@ class Session:
             from ember.capture.values import BoundMethodValue
 
             function = self.wrap(value.__func__, AttrSource(source, "__func__")
-                                 if source else None, False)
+                                 if source else None, guard)
             receiver = self.wrap(value.__self__, AttrSource(source, "__self__")
-                                 if source else None, False)
+                                 if source else None, guard)
             return BoundMethodValue(function, receiver, source)
         if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)) or \
                 (isinstance(value, type) and

@@ -671,3 +671,22 @@ def test_a_value_read_at_a_break_is_guarded_on_what_the_code_asked_of_it():
         with redirect_stdout(io.StringIO()) as printed:
             same(compiled(big, w), step(big, w))
         assert len(resume.entries) == 2 and printed.getvalue().count("diverging") == 2
+
+
+def test_a_bound_method_taken_before_a_break_is_no_new_object_each_call(caplog):
+    # (log.info(..., loss.item()): the method is on the stack at the .item() break, a new
+    # bound method each call, and was guarded by its identity: every call compiled again)
+    log = logging.getLogger("ember.tests.breaks")
+
+    def step(x):
+        y = x * 2
+        log.info("mean %.4f", y.mean().item())
+        return y + 1
+
+    compiled = ember.compile(step, backend="eager")
+    with caplog.at_level(logging.INFO, logger=log.name):
+        for seed in range(4):
+            x = t(3, seed=seed)
+            same(compiled(x), x * 2 + 1)
+    assert len(caplog.records) == 4
+    assert [len(r.compiled.entries) for r in compiled.resumes.values() if r.compiled] == [1]
