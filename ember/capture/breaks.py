@@ -47,6 +47,9 @@ class Snapshot:
     effects: int
     grad_enabled: bool
     serial: int
+    # where each iterator on the stack or in a local stood (one the undone instruction
+    # advanced, a comprehension's, is put back)
+    positions: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

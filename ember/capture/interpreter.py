@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 from ember import config, logs
 from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
 from ember.capture.errors import Location, Unsupported
-from ember.capture.values import BuiltinValue, CellValue, TensorValue, Value, births
+from ember.capture.values import (
+    BuiltinValue,
+    CellValue,
+    IteratorValue,
+    TensorValue,
+    Value,
+    births,
+)
 
 if TYPE_CHECKING:
     from ember.capture.session import Session
@@ -198,10 +205,14 @@ class Frame:
     def snapshot(self) -> Snapshot:
         session = self.session
         session.side_effects.oldest_changed = math.inf
+        session.side_effects.changed_values.clear()
         builder = session.builder
+        positions = {id(v): (v, v.position) for v in (*self.stack, *self.locals.values())
+                     if isinstance(v, IteratorValue)}
         return Snapshot(list(self.stack), dict(self.locals), self.kw_names,
                         builder.last_node(), builder.op_count,
-                        len(session.side_effects.effects), session.grad_enabled, next(births))
+                        len(session.side_effects.effects), session.grad_enabled, next(births),
+                        positions)
 
     def graph_break(self, instruction: dis.Instruction, snapshot: Snapshot,
                     error: Unsupported) -> Exception:
@@ -210,9 +221,15 @@ class Frame:
         name = instruction.opname
         if name not in CALLS and name not in JUMPS and name not in OPERATORS:
             return error
-        if len(session.side_effects.effects) != snapshot.effects or \
-                session.side_effects.oldest_changed < snapshot.serial:
+        if len(session.side_effects.effects) != snapshot.effects:
             return error  # the failed instruction changed state that a native rerun repeats
+        if session.side_effects.oldest_changed < snapshot.serial:
+            older = [v for v in session.side_effects.changed_values
+                     if getattr(v, "born", -1) < snapshot.serial]
+            if not all(id(v) in snapshot.positions for v in older):
+                return error
+            for value in older:  # (iterators it advanced: put back, the rerun advances them)
+                value.position = snapshot.positions[id(value)][1]
         session.builder.rollback(snapshot.last_node, snapshot.op_count)
         session.grad_enabled = snapshot.grad_enabled
         cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()

@@ -35,10 +35,12 @@ class SideEffects:
         # The birth (values.births) of the oldest mutable value changed since the interpreter
         # last reset it: a graph break can undo an instruction only if nothing older changed.
         self.oldest_changed = math.inf
+        self.changed_values: list[Value] = []  # (since the interpreter last reset it)
 
     def changed(self, value: Value) -> None:
         """A mutable value (list, dict, set, iterator, cell) changed, wherever it came from."""
         self.oldest_changed = min(self.oldest_changed, getattr(value, "born", -1))
+        self.changed_values.append(value)
 
     def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
         self.attributes[(id(obj), name)] = value

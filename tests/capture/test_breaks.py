@@ -296,6 +296,15 @@ def one_iterator_looped_over_and_taken_from(x, layers):
     return x, list(it)
 
 
+@case(both(POS, LAYERS[:3]), both(NEG, LAYERS[:1]))
+def break_inside_a_comprehension(x, layers):
+    # (the comprehension's iterator had advanced when the break came: the whole function
+    # ran eagerly; it is put back, and the comprehension runs natively)
+    y = x * 2
+    norms = [w.sum().item() for w in layers]
+    return y + sum(norms), len(norms)
+
+
 @case(both(POS), both(NEG))
 def break_in_loop_with_try_except(x):
     for i in range(4):
