@@ -39,6 +39,7 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    OutsideListValue,
     PartialValue,
     SequenceValue,
     SetValue,
@@ -559,6 +560,13 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
 
 def _sequence_method(session: Session, sequence: SequenceValue, name: str, args: list[Value],
                      kwargs: dict[str, Value]) -> Value:
+    if name == "append" and isinstance(sequence, OutsideListValue) and sequence.unread and \
+            len(args) == 1 and not kwargs:
+        # (replayed on the real list after the graph; its items stay unread)
+        sequence.pending.append(args[0])
+        session.side_effects.changed(sequence)
+        session.side_effects.call(list.append, [sequence, args[0]])
+        return Const(None)
     items = sequence.items
     mutable = sequence.kind is list
     if _namedtuple(sequence.kind) and name in ("_replace", "_asdict"):

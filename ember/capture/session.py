@@ -159,6 +159,16 @@ class Session:
             if guard:
                 self.guards.add("equals", source, value)
             return SequenceValue([Const(int(d)) for d in value], torch.Size, source)
+        if type(value) is list and guard and source is not None:
+            from ember.capture.values import OutsideListValue
+
+            self.guards.add("type", source, list)
+
+            def materialize() -> list[Value]:
+                self.guards.add("length", source, len(value))
+                return [self.wrap(item, ItemSource(source, i)) for i, item in enumerate(value)]
+
+            return OutsideListValue(source, materialize)
         if isinstance(value, (tuple, list)) and type(value) in (tuple, list):
             if guard:
                 self.guards.add("type", source, type(value))

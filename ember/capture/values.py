@@ -117,6 +117,39 @@ class SequenceValue(Value):
         return all(item.is_constant() for item in self.items)
 
 
+class OutsideListValue(SequenceValue):
+    """A list from outside whose items are wrapped (and its length guarded) only once the
+    capture reads it. Until then the code may append to it (`history.append(loss.item())`,
+    `out.append(i * s)` in a loop that breaks): each append is replayed on the real list
+    after the graph, so a list that grows every call does not make every call compile
+    again. `materialize` wraps the real items (guards) and adds the pending appends."""
+
+    def __init__(self, source: Any, materialize: Any):
+        self.kind = list
+        self.source = source
+        self.born = next(births)
+        self._materialize = materialize
+        self._items: list[Value] | None = None
+        self.pending: list[Value] = []   # appended before the items were read
+
+    @property
+    def items(self) -> list[Value]:
+        if self._items is None:
+            self._items = self._materialize() + self.pending
+        return self._items
+
+    @items.setter
+    def items(self, value: list[Value]) -> None:
+        self._items = value
+
+    @property
+    def unread(self) -> bool:
+        return self._items is None
+
+    def __repr__(self) -> str:
+        return f"OutsideListValue({self.source})"
+
+
 @dataclasses.dataclass(eq=False)
 class DictValue(Value):
     items: dict[Any, Value]

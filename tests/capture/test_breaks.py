@@ -699,3 +699,36 @@ def test_a_bound_method_taken_before_a_break_is_no_new_object_each_call(caplog):
             same(compiled(x), x * 2 + 1)
     assert len(caplog.records) == 4
     assert [len(r.compiled.entries) for r in compiled.resumes.values() if r.compiled] == [1]
+
+
+def test_a_list_from_outside_that_is_only_appended_to_is_not_guarded_on_its_length():
+    # (history.append(loss.item()): the list grows every call and its length was guarded, so
+    # every call compiled again; appends are replayed on the real list instead)
+    history, lengths = [], []
+
+    def step(x):
+        loss = (x * 2).sum()
+        history.append(loss.item())
+        history.append(x.shape[0])
+        return loss
+
+    def seen(x, log):
+        log.append(x.sum())
+        lengths.append(len(log))   # (read after an append: it sees it)
+        return x + 1
+
+    compiled = ember.compile(step, backend="eager")
+    expected = []
+    for seed in range(5):
+        x = t(3, seed=seed)
+        same(compiled(x), (x * 2).sum())
+        expected += [float((x * 2).sum()), 3]
+    assert history[1::2] == expected[1::2]
+    torch.testing.assert_close(torch.tensor(history[::2]), torch.tensor(expected[::2]))
+    resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
+    assert len(compiled.entries) == 1 and [len(r.entries) for r in resumed] == [1]
+    compiled = ember.compile(seen, backend="eager")
+    for n in range(3):
+        log = [0] * n
+        same(compiled(t(2), log), t(2) + 1)
+        assert len(log) == n + 1 and lengths[-1] == n + 1
