@@ -156,7 +156,7 @@ def package(session: Session, result: Value) -> Captured:
     lines = effect_lines(session, writer)
     result_expr = writer.expr(result)
     lines += advance_lines(session, writer) + [f"return {result_expr}"]
-    text, after = runner_text(session, writer, lines)
+    text, after = runner_text(session, writer, writer.prologue + lines)
     builder = session.builder
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
@@ -223,7 +223,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         lines.append(f"if bool({condition}) is {stop.jumps_when}:")
         lines.append(f"    return {taken}")
         lines.append(f"return {following}")
-    text, after = runner_text(session, writer, lines)
+    text, after = runner_text(session, writer, writer.prologue + lines)
     builder = session.builder
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts

@@ -50,6 +50,9 @@ class Rebuilder:
         self.outputs: list[TensorValue] = []
         self.namespace: dict[str, Any] = {"torch": torch, "types": types}
         self.lines: list[str] = []          # temporaries, in the order expressions need them
+        # numbers from outside handed on unread: read once the graph ran, before any effect
+        # changes what they are read from (`old = self.steps; self.steps += 1; return old`)
+        self.prologue: list[str] = []
         self._memo: dict[int, str] = {}
 
     def constant(self, value: Any) -> str:
@@ -90,7 +93,11 @@ class Rebuilder:
             self.outputs.append(value)
             return f"outputs[{len(self.outputs) - 1}]"
         if isinstance(value, PassedNumber) and value.unread:
-            return value.source.expr()  # (handed on, never read: read again on each call)
+            # (handed on, never read: read again on each call, before the effects)
+            name = f"n{len(self.prologue)}"
+            self.prologue.append(f"{name} = {value.source.expr()}")
+            self._memo[id(value)] = name
+            return name
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):

@@ -292,6 +292,9 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
         return SequenceValue(left.items * python_value(right), left.kind)
     if isinstance(left, DictValue) and isinstance(right, DictValue) and symbol in ("|", "|="):
         return DictValue({**left.items, **right.items})
+    passed = _passed_arithmetic(session, symbol, left, right)
+    if passed is not None:
+        return passed
     if is_known(left) and is_known(right):
         try:
             return constant(function(python_value(left), python_value(right)))
@@ -498,6 +501,41 @@ def truth(session: Session, value: Value) -> bool:
     if isinstance(value, PassedNumber) and value.unread:
         return _passed_outcome(session, "bool", value, None)
     return bool(python_value(value))
+
+
+# arithmetic of numbers from outside that stays an expression read on each call
+_PASSED_ARITHMETIC = {"+": "+", "-": "-", "*": "*", "/": "/", "+=": "+", "-=": "-",
+                      "*=": "*", "/=": "/"}
+
+
+def _passed_arithmetic(session: Session, symbol: str, left: Value, right: Value
+                       ) -> Value | None:
+    """`total + loss.item()`, `n + 1`, `0.9 * avg + 0.1 * value` where a number from outside
+    is not yet read: a number that is this expression of their sources, computed again on
+    each call where the code hands it on (a loop-carried total, a running average), and
+    guarded on its value only once something reads it. None where this does not apply."""
+    operator_ = _PASSED_ARITHMETIC.get(symbol)
+    if operator_ is None:
+        return None
+    sides = (left, right)
+    if not any(isinstance(v, PassedNumber) and v.unread for v in sides):
+        return None
+    if not all((isinstance(v, PassedNumber) and v.unread) or
+               (type(v) is Const and type(v.value) in (int, float)) for v in sides):
+        return None
+    values = [v._value if isinstance(v, PassedNumber) else v.value for v in sides]
+    try:
+        result = BINARY[symbol[0]](*values)
+    except Exception:  # noqa: BLE001 (ZeroDivisionError...: computed the usual way instead)
+        return None
+    if type(result) not in (int, float):
+        return None
+    from ember.capture.sources import ArithmeticSource
+
+    operands = tuple(v.source if isinstance(v, PassedNumber) else v.value for v in sides)
+    source = ArithmeticSource(operator_, *operands)
+    session.guards.add("type", source, type(result))
+    return PassedNumber(result, source, lambda: session.guards.add("equals", source, result))
 
 
 # tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)

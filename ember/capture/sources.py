@@ -117,6 +117,21 @@ def advance(iterator: Any, count: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
+class ArithmeticSource(Source):
+    """`left op right` of numbers, each a Source or a number (a running total)."""
+
+    op: str
+    left: Any
+    right: Any
+
+    def expr(self) -> str:
+        def side(value: Any) -> str:
+            return value.expr() if isinstance(value, Source) else repr(value)
+
+        return f"({side(self.left)} {self.op} {side(self.right)})"
+
+
+@dataclasses.dataclass(frozen=True)
 class NumberTensorSource(Source):
     """A Python number read as a 0-d tensor (a graph input instead of a constant)."""
 

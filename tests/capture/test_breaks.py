@@ -732,3 +732,35 @@ def test_a_list_from_outside_that_is_only_appended_to_is_not_guarded_on_its_leng
         log = [0] * n
         same(compiled(t(2), log), t(2) + 1)
         assert len(log) == n + 1 and lengths[-1] == n + 1
+
+
+def test_running_totals_and_counters_are_expressions_read_each_call():
+    # (total += x.item(), n += 1, avg = 0.9 * avg + 0.1 * v in a loop that breaks: each
+    # value was guarded, so every iteration compiled again; and a number handed on is read
+    # before the effects that change where it came from)
+    class Steps:
+        count = 0
+
+    steps = Steps()
+
+    def totals(x, ws):
+        total, n, avg = 0.0, 0, 0.0
+        for w in ws:
+            value = (x * w).sum().item()
+            total += value
+            n += 1
+            avg = 0.9 * avg + 0.1 * value
+        before = steps.count
+        steps.count = steps.count + n
+        return total / n, n, avg, before
+
+    compiled = ember.compile(totals, backend="eager")
+    for seed in range(3):
+        x, ws = t(3, seed=seed), [t(3, seed=seed + k) for k in range(10)]
+        got = compiled(x, ws)
+        steps.count -= got[1]
+        want = totals(x, ws)
+        assert got[1] == want[1] and got[3] == want[3]
+        torch.testing.assert_close(torch.tensor(got[::2]), torch.tensor(want[::2]))
+    resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
+    assert sorted(len(r.entries) for r in resumed) == [2]
