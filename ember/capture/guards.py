@@ -140,7 +140,7 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
             return f"bool({v}) is {outcome}"
         if form in ("isfinite", "isnan", "isinf"):
             return f"{writer.constant(getattr(math, form))}({v}) is {outcome}"
-        c = writer.constant(other)
+        c = writer.variable(other) if isinstance(other, Source) else writer.constant(other)
         return f"({v} {form} {c}) is {outcome}" if left else f"({c} {form} {v}) is {outcome}"
     if kind == "same":  # two paths reach one object
         return f"{v} is {writer.variable(expected)}"
@@ -292,9 +292,10 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
         return f"{name} is {actual!r}, less than {expected!r}"
     if kind == "outcome":
         form, other, left, outcome = expected
+        other = other.expr() if isinstance(other, Source) else repr(other)
         test = f"bool({name})" if form == "bool" else f"math.{form}({name})" \
             if form in ("isfinite", "isnan", "isinf") else \
-            f"{name} {form} {other!r}" if left else f"{other!r} {form} {name}"
+            f"{name} {form} {other}" if left else f"{other} {form} {name}"
         return f"{test} is no longer {outcome} ({name} is {actual!r})"
     if kind == "keys":
         return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"

@@ -556,12 +556,15 @@ def _passed_outcome(session: Session, form: str, left: Value, right: Value | Non
     outcome, guarded as an outcome (the number may change as long as the answer does not),
     not as the number's value. None where this does not apply."""
     mine = [v for v in (left, right) if isinstance(v, PassedNumber) and v.unread]
-    if len(mine) != 1:
+    if not mine:
         return None
     number = mine[0]
     other = right if number is left else left
-    if other is not None and not (type(other) is Const and
-                                  type(other.value) in (int, float, bool)):
+    if len(mine) == 2:  # (two numbers from outside: `loss > best`)
+        other_value, guarded_other = other._value, other.source
+    elif other is None or (type(other) is Const and type(other.value) in (int, float, bool)):
+        other_value = guarded_other = None if other is None else other.value
+    else:
         return None
     value = number._value  # (read without the equality guard)
     if form == "bool":
@@ -569,10 +572,10 @@ def _passed_outcome(session: Session, form: str, left: Value, right: Value | Non
     elif form in PREDICATES:
         outcome = PREDICATES[form](value)
     else:
-        a, b = (value, other.value) if number is left else (other.value, value)
+        a, b = (value, other_value) if number is left else (other_value, value)
         outcome = COMPARE[form](a, b)
     session.guards.add("outcome", number.source,
-                       (form, None if other is None else other.value, number is left, outcome))
+                       (form, guarded_other, number is left, outcome))
     return outcome
 
 

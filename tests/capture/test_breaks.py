@@ -764,3 +764,21 @@ def test_running_totals_and_counters_are_expressions_read_each_call():
         torch.testing.assert_close(torch.tensor(got[::2]), torch.tensor(want[::2]))
     resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
     assert sorted(len(r.entries) for r in resumed) == [2]
+
+
+def test_two_numbers_from_outside_compared_are_guarded_on_the_outcome():
+    # (early stopping: `if value > limit` with both numbers from outside)
+    def until(x, limit):
+        for i in range(6):
+            value = x.sum().item()
+            if value > limit:
+                return x, i
+            x = x * 1.5
+        return x, -1
+
+    compiled = ember.compile(until, backend="eager")
+    for limit in (1.5, 10.0, 3.0, 100.0, 2.5):
+        x = torch.ones(2)
+        same(compiled(x, limit), until(x, limit))
+    resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
+    assert len(compiled.entries) == 1 and [len(r.entries) for r in resumed] == [3]
