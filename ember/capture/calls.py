@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture import attributes, semantics
+from ember.capture import attributes, numbers, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
@@ -681,7 +681,7 @@ def call_builtin(session: Session, function: Any, args: list[Value],
     special = call_rules.get(function)
     if special is not None:
         return special(session, *args, **kwargs)
-    outcome = semantics.passed_predicate(session, function, args) if not kwargs else None
+    outcome = numbers.predicate(session, function, args) if not kwargs else None
     if outcome is not None:
         return Const(outcome)
     module = getattr(function, "__module__", None)

@@ -5,7 +5,6 @@ Python values run at capture time; the rest is `Unsupported` with a reason.
 
 from __future__ import annotations
 
-import math
 import operator
 import sys
 import types
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
+from ember.capture import numbers
 from ember.capture.errors import Unsupported
 from ember.capture.sources import (
     AttrSource,
@@ -232,43 +232,10 @@ def store_global(frame: Frame, name: str, value: Value) -> None:
 
 # -- operators -----------------------------------------------------------------------------
 def _tensor_call(session: Session, target: Any, *args: Value) -> Value:
-    if target in _SCALAR_OPERATORS:
-        args = tuple(_number_input(session, a, args) for a in args)
+    if target in numbers.SCALAR_OPERATORS:
+        args = tuple(numbers.number_input(session, a, args) for a in args)
     return session.builder.call("call_function", target, args, {})
 
-
-# arithmetic whose Python-number operand may as well be a 0-d tensor (the same type promotion)
-_SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
-                     operator.iadd, operator.isub, operator.imul, operator.itruediv}
-
-
-def _number_input(session: Session, value: Value, operands: tuple) -> Value:
-    """A number from outside in arithmetic with a CPU tensor (`x * scale`, `x + step` in a
-    loop that breaks): a 0-d tensor input read on each call, not a constant guarded on its
-    value — the next call's number (the next iteration's, the next learning rate) runs the
-    same graph. The 0-d tensor has the dtype eager computes in (the number is cast to it
-    first, as eager casts it), so results and their dtypes are eager's."""
-    if not (isinstance(value, PassedNumber) and value.unread and
-            type(value._value) in (int, float)):
-        return value
-    tensors = [a for a in operands if isinstance(a, TensorValue)]
-    # (where a number cast to the op's dtype computes as eager's: CPU tensors of float32 or
-    # float64 — float16/bfloat16 ops keep a number unrounded — and, for an int, integer and
-    # bool tensors too)
-    exact = (torch.float32, torch.float64) if type(value._value) is float else \
-        (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
-         torch.uint8, torch.bool)
-    if not tensors or any(t.fake.device.type != "cpu" or t.fake.dtype not in exact
-                          for t in tensors):
-        return value
-    from ember.capture.sources import NumberTensorSource
-
-    kind = tensors[0].fake.dtype
-    for tensor in tensors:
-        kind = torch.promote_types(kind, tensor.fake.dtype)
-    kind = torch.result_type(torch.empty((), dtype=kind), value._value)
-    number = torch.tensor(value._value, dtype=kind)
-    return session.builder.input_tensor(number, NumberTensorSource(value.source, kind))
 
 
 def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
@@ -292,7 +259,7 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
         return SequenceValue(left.items * python_value(right), left.kind)
     if isinstance(left, DictValue) and isinstance(right, DictValue) and symbol in ("|", "|="):
         return DictValue({**left.items, **right.items})
-    passed = _passed_arithmetic(session, symbol, left, right)
+    passed = numbers.arithmetic(session, symbol, left, right)
     if passed is not None:
         return passed
     if is_known(left) and is_known(right):
@@ -323,7 +290,7 @@ def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
         if is_none(other) and symbol in ("==", "!="):
             return Const(symbol == "!=")
         return _tensor_call(session, function, left, right)
-    outcome = _passed_outcome(session, symbol, left, right)
+    outcome = numbers.outcome(session, symbol, left, right)
     if outcome is not None:
         return Const(outcome)
     if is_known(left) and is_known(right):
@@ -499,84 +466,10 @@ def truth(session: Session, value: Value) -> bool:
     if value is NULL:
         return False
     if isinstance(value, PassedNumber) and value.unread:
-        return _passed_outcome(session, "bool", value, None)
+        return numbers.outcome(session, "bool", value, None)
     return bool(python_value(value))
 
 
-# arithmetic of numbers from outside that stays an expression read on each call
-_PASSED_ARITHMETIC = {"+": "+", "-": "-", "*": "*", "/": "/", "+=": "+", "-=": "-",
-                      "*=": "*", "/=": "/"}
-
-
-def _passed_arithmetic(session: Session, symbol: str, left: Value, right: Value
-                       ) -> Value | None:
-    """`total + loss.item()`, `n + 1`, `0.9 * avg + 0.1 * value` where a number from outside
-    is not yet read: a number that is this expression of their sources, computed again on
-    each call where the code hands it on (a loop-carried total, a running average), and
-    guarded on its value only once something reads it. None where this does not apply."""
-    operator_ = _PASSED_ARITHMETIC.get(symbol)
-    if operator_ is None:
-        return None
-    sides = (left, right)
-    if not any(isinstance(v, PassedNumber) and v.unread for v in sides):
-        return None
-    if not all((isinstance(v, PassedNumber) and v.unread) or
-               (type(v) is Const and type(v.value) in (int, float)) for v in sides):
-        return None
-    values = [v._value if isinstance(v, PassedNumber) else v.value for v in sides]
-    try:
-        result = BINARY[symbol[0]](*values)
-    except Exception:  # noqa: BLE001 (ZeroDivisionError...: computed the usual way instead)
-        return None
-    if type(result) not in (int, float):
-        return None
-    from ember.capture.sources import ArithmeticSource
-
-    operands = tuple(v.source if isinstance(v, PassedNumber) else v.value for v in sides)
-    source = ArithmeticSource(operator_, *operands)
-    session.guards.add("type", source, type(result))
-    return PassedNumber(result, source, lambda: session.guards.add("equals", source, result))
-
-
-# tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)
-PREDICATES = {"isfinite": math.isfinite, "isnan": math.isnan, "isinf": math.isinf}
-
-
-def passed_predicate(session: Session, function: Any, args: list[Value]) -> bool | None:
-    """math.isfinite/isnan/isinf of a number from outside: its outcome, guarded as one."""
-    form = getattr(function, "__name__", "")
-    if len(args) != 1 or PREDICATES.get(form) is not function:
-        return None
-    return _passed_outcome(session, form, args[0], None)
-
-
-def _passed_outcome(session: Session, form: str, left: Value, right: Value | None
-                    ) -> bool | None:
-    """A number from outside compared with a constant (`loss > 10`), or its truth: the
-    outcome, guarded as an outcome (the number may change as long as the answer does not),
-    not as the number's value. None where this does not apply."""
-    mine = [v for v in (left, right) if isinstance(v, PassedNumber) and v.unread]
-    if not mine:
-        return None
-    number = mine[0]
-    other = right if number is left else left
-    if len(mine) == 2:  # (two numbers from outside: `loss > best`)
-        other_value, guarded_other = other._value, other.source
-    elif other is None or (type(other) is Const and type(other.value) in (int, float, bool)):
-        other_value = guarded_other = None if other is None else other.value
-    else:
-        return None
-    value = number._value  # (read without the equality guard)
-    if form == "bool":
-        outcome = bool(value)
-    elif form in PREDICATES:
-        outcome = PREDICATES[form](value)
-    else:
-        a, b = (value, other_value) if number is left else (other_value, value)
-        outcome = COMPARE[form](a, b)
-    session.guards.add("outcome", number.source,
-                       (form, guarded_other, number is left, outcome))
-    return outcome
 
 
 def unpack(session: Session, value: Value) -> list[Value]:

@@ -1,0 +1,142 @@
+"""Numbers from outside the captured code (arguments, attributes, the .item() a resume
+function takes): how they are guarded only as far as the code asks of them.
+
+A number is wrapped as a PassedNumber (values.py): guarded on its value only once something
+reads it. Before that:
+
+- compared with a constant or another such number, or tested for truth or with
+  math.isfinite/isnan/isinf, it is guarded on the outcome (`outcome`, `predicate`);
+- in arithmetic with a CPU float or integer tensor it becomes a 0-d tensor input
+  (`number_input`), so the graph takes the next call's number;
+- in Python arithmetic with numbers it stays an expression of their sources (`arithmetic`), a
+  running total or a counter that the code hands on;
+- handed on unread, it is read again on each call (rebuild.py).
+
+A loss value, a learning rate or a loop index then runs the same compiled code on every call
+instead of compiling again until the recompile limit.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember.capture.values import Const, PassedNumber, TensorValue, Value
+
+if TYPE_CHECKING:
+    from ember.capture.session import Session
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, ">=": operator.ge}
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+
+
+# arithmetic whose Python-number operand may as well be a 0-d tensor (the same type promotion)
+SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+                    operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def number_input(session: Session, value: Value, operands: tuple) -> Value:
+    """A number from outside in arithmetic with a CPU tensor (`x * scale`, `x + step` in a
+    loop that breaks): a 0-d tensor input read on each call, not a constant guarded on its
+    value — the next call's number (the next iteration's, the next learning rate) runs the
+    same graph. The 0-d tensor has the dtype eager computes in (the number is cast to it
+    first, as eager casts it), so results and their dtypes are eager's."""
+    if not (isinstance(value, PassedNumber) and value.unread and
+            type(value._value) in (int, float)):
+        return value
+    tensors = [a for a in operands if isinstance(a, TensorValue)]
+    # (where a number cast to the op's dtype computes as eager's: CPU tensors of float32 or
+    # float64 — float16/bfloat16 ops keep a number unrounded — and, for an int, integer and
+    # bool tensors too)
+    exact = (torch.float32, torch.float64) if type(value._value) is float else \
+        (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+         torch.uint8, torch.bool)
+    if not tensors or any(t.fake.device.type != "cpu" or t.fake.dtype not in exact
+                          for t in tensors):
+        return value
+    from ember.capture.sources import NumberTensorSource
+
+    kind = tensors[0].fake.dtype
+    for tensor in tensors:
+        kind = torch.promote_types(kind, tensor.fake.dtype)
+    kind = torch.result_type(torch.empty((), dtype=kind), value._value)
+    number = torch.tensor(value._value, dtype=kind)
+    return session.builder.input_tensor(number, NumberTensorSource(value.source, kind))
+
+
+# arithmetic of numbers from outside that stays an expression read on each call
+_EXPRESSIONS = {"+": "+", "-": "-", "*": "*", "/": "/", "+=": "+", "-=": "-",
+                      "*=": "*", "/=": "/"}
+
+
+def arithmetic(session: Session, symbol: str, left: Value, right: Value) -> Value | None:
+    """`total + loss.item()`, `n + 1`, `0.9 * avg + 0.1 * value` where a number from outside
+    is not yet read: a number that is this expression of their sources, computed again on
+    each call where the code hands it on (a loop-carried total, a running average), and
+    guarded on its value only once something reads it. None where this does not apply."""
+    operator_ = _EXPRESSIONS.get(symbol)
+    if operator_ is None:
+        return None
+    sides = (left, right)
+    if not any(isinstance(v, PassedNumber) and v.unread for v in sides):
+        return None
+    if not all((isinstance(v, PassedNumber) and v.unread) or
+               (type(v) is Const and type(v.value) in (int, float)) for v in sides):
+        return None
+    values = [v._value if isinstance(v, PassedNumber) else v.value for v in sides]
+    try:
+        result = _ARITHMETIC[symbol[0]](*values)
+    except Exception:  # noqa: BLE001 (ZeroDivisionError...: computed the usual way instead)
+        return None
+    if type(result) not in (int, float):
+        return None
+    from ember.capture.sources import ArithmeticSource
+
+    operands = tuple(v.source if isinstance(v, PassedNumber) else v.value for v in sides)
+    source = ArithmeticSource(operator_, *operands)
+    session.guards.add("type", source, type(result))
+    return PassedNumber(result, source, lambda: session.guards.add("equals", source, result))
+
+
+# tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)
+PREDICATES = {"isfinite": math.isfinite, "isnan": math.isnan, "isinf": math.isinf}
+
+
+def predicate(session: Session, function: Any, args: list[Value]) -> bool | None:
+    """math.isfinite/isnan/isinf of a number from outside: its outcome, guarded as one."""
+    form = getattr(function, "__name__", "")
+    if len(args) != 1 or PREDICATES.get(form) is not function:
+        return None
+    return outcome(session, form, args[0], None)
+
+
+def outcome(session: Session, form: str, left: Value, right: Value | None) -> bool | None:
+    """A number from outside compared with a constant (`loss > 10`), or its truth: the
+    outcome, guarded as an outcome (the number may change as long as the answer does not),
+    not as the number's value. None where this does not apply."""
+    mine = [v for v in (left, right) if isinstance(v, PassedNumber) and v.unread]
+    if not mine:
+        return None
+    number = mine[0]
+    other = right if number is left else left
+    if len(mine) == 2:  # (two numbers from outside: `loss > best`)
+        other_value, guarded_other = other._value, other.source
+    elif other is None or (type(other) is Const and type(other.value) in (int, float, bool)):
+        other_value = guarded_other = None if other is None else other.value
+    else:
+        return None
+    value = number._value  # (read without the equality guard)
+    if form == "bool":
+        answer = bool(value)
+    elif form in PREDICATES:
+        answer = PREDICATES[form](value)
+    else:
+        a, b = (value, other_value) if number is left else (other_value, value)
+        answer = _COMPARE[form](a, b)
+    session.guards.add("outcome", number.source,
+                       (form, guarded_other, number is left, answer))
+    return answer
