@@ -335,13 +335,20 @@ def _format_value(frame: Frame, instruction: Instruction) -> None:
 @handler("LIST_APPEND")
 def _list_append(frame: Frame, instruction: Instruction) -> None:
     value = frame.pop()
-    frame.peek(instruction.arg).items.append(value)
+    target = frame.peek(instruction.arg)
+    if getattr(target, "source", None) is not None:
+        # (3.12's inlined comprehension resumed after a break: its list came in from outside)
+        append = attributes.get_attribute(frame.session, target, "append")
+        semantics.call(frame, append, [value], {})
+        return
+    target.items.append(value)
 
 
 @handler("SET_ADD")
 def _set_add(frame: Frame, instruction: Instruction) -> None:
     value = frame.pop()
     target = frame.peek(instruction.arg)
+    _made_here(target)
     if not any(semantics.identical(value, item, frame.session) or
                semantics.equal_constants(value, item)
                for item in target.items):
@@ -352,7 +359,16 @@ def _set_add(frame: Frame, instruction: Instruction) -> None:
 def _map_add(frame: Frame, instruction: Instruction) -> None:
     value = frame.pop()
     key = frame.pop()
-    frame.peek(instruction.arg).items[semantics.key_of(key)] = value
+    target = frame.peek(instruction.arg)
+    _made_here(target)
+    target.items[semantics.key_of(key)] = value
+
+
+def _made_here(target: Value) -> None:
+    """A comprehension's set or dict must be one the captured code made (3.12 inlines
+    comprehensions: resumed after a break, one from outside would need its writes replayed)."""
+    if getattr(target, "source", None) is not None:
+        raise Unsupported("a set or dict comprehension resumed after a graph break")
 
 
 @handler("LIST_EXTEND")
