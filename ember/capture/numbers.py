@@ -46,7 +46,7 @@ def number_input(session: Session, value: Value, operands: tuple) -> Value:
     same graph. The 0-d tensor has the dtype eager computes in (the number is cast to it
     first, as eager casts it), so results and their dtypes are eager's."""
     if not (isinstance(value, PassedNumber) and value.unread and
-            type(value._value) in (int, float)):
+            type(value._value) in (int, float) and _from_the_call(value.source)):
         return value
     tensors = [a for a in operands if isinstance(a, TensorValue)]
     # (where a number cast to the op's dtype computes as eager's: CPU tensors of float32 or
@@ -140,3 +140,20 @@ def outcome(session: Session, form: str, left: Value, right: Value | None) -> bo
     session.guards.add("outcome", number.source,
                        (form, guarded_other, number is left, answer))
     return answer
+
+
+def _from_the_call(source: Any) -> bool:
+    """Does the number come from what the call was given (an argument, an item of one, the
+    stack of a resume function, arithmetic of those)? Attributes and globals (a module's
+    `self.scale`, a constant) change rarely: they stay constants, guarded on their value,
+    instead of an input made on every call."""
+    from ember.capture.sources import ArithmeticSource, AttrSource, LocalSource
+
+    if isinstance(source, ArithmeticSource):
+        return all(_from_the_call(side) for side in (source.left, source.right)
+                   if not isinstance(side, (int, float)))
+    while source is not None and not isinstance(source, LocalSource):
+        if isinstance(source, AttrSource):
+            return False
+        source = getattr(source, "base", None)
+    return source is not None

@@ -65,18 +65,14 @@ def test_changed_global_recompiles(recompiles):
 def test_a_number_in_arithmetic_is_an_input_not_a_constant(recompiles):
     # (a learning rate that changes every call, a loop index after a break: each value
     # compiled again, and eight later the function ran eagerly)
-    global SCALE
-
-    def fn(x, lr):
-        return x * SCALE - lr * x
+    def fn(x, lr, scale):
+        return x * scale - lr * x
 
     compiled = ember.compile(fn, backend="eager")
     x = t(3)
     for scale, lr in ((2.0, 0.1), (3.0, 0.05), (0.5, 1e-3)):
-        SCALE = scale
-        same(compiled(x, lr), x * scale - lr * x)
+        same(compiled(x, lr, scale), x * scale - lr * x)
     assert entries(compiled) == 1 and not recompiles.text
-    SCALE = 2.0
     for x in (t(3, dtype=torch.float64), t(3).sum(), torch.arange(3, dtype=torch.int32),
               torch.tensor([True, False]), t(3).half()):
         for number in (3, 2.5, -1):
