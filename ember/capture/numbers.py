@@ -157,3 +157,32 @@ def _from_the_call(source: Any) -> bool:
             return False
         source = getattr(source, "base", None)
     return source is not None
+
+
+def formatted(session: Session, value: Value, conversion: int, spec: str) -> Value | None:
+    """f"{loss:.4f}" of a number from outside not yet read: the string, as an expression
+    formatted again on each call (printed at a break, logged), not a constant guarded on the
+    number. None where this does not apply."""
+    if not (isinstance(value, PassedNumber) and value.unread):
+        return None
+    from ember.capture.sources import FormatSource
+
+    real = value._value
+    real = {0: real, 1: str(real), 2: repr(real), 3: ascii(real)}[conversion]
+    text = format(real, spec)
+    source = FormatSource(value.source, conversion, spec)
+    return PassedNumber(text, source, lambda: session.guards.add("equals", source, text))
+
+
+def joined(session: Session, parts: list[Value]) -> Value | None:
+    """An f-string's pieces joined, where one is a formatted number not yet read."""
+    if not any(isinstance(p, PassedNumber) and p.unread for p in parts) or \
+            not all((isinstance(p, PassedNumber) and p.unread and type(p._value) is str) or
+                    (type(p) is Const and type(p.value) is str) for p in parts):
+        return None
+    from ember.capture.sources import JoinSource
+
+    text = "".join(p._value if isinstance(p, PassedNumber) else p.value for p in parts)
+    source = JoinSource(tuple(p.source if isinstance(p, PassedNumber) else p.value
+                              for p in parts))
+    return PassedNumber(text, source, lambda: session.guards.add("equals", source, text))

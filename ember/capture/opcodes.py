@@ -9,7 +9,7 @@ from __future__ import annotations
 import dis
 import importlib
 
-from ember.capture import attributes, semantics
+from ember.capture import attributes, numbers, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
@@ -321,7 +321,9 @@ def _build_const_key_map(frame: Frame, instruction: Instruction) -> None:
 @handler("BUILD_STRING")
 def _build_string(frame: Frame, instruction: Instruction) -> None:
     parts = frame.popn(instruction.arg)
-    frame.push(Const("".join(semantics.python_value(p) for p in parts)))
+    joined = numbers.joined(frame.session, parts)
+    frame.push(joined if joined is not None else
+               Const("".join(semantics.python_value(p) for p in parts)))
 
 
 @handler("FORMAT_VALUE")

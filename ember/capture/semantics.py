@@ -435,6 +435,9 @@ def make_set(items: list[Value]) -> SetValue:
 
 
 def format_value(session: Session, value: Value, conversion: int, spec: str) -> Value:
+    formatted = numbers.formatted(session, value, conversion, spec)
+    if formatted is not None:
+        return formatted
     real = python_value(value)
     real = {0: real, 1: str(real), 2: repr(real), 3: ascii(real)}[conversion]
     return Const(format(real, spec))

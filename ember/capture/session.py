@@ -141,7 +141,7 @@ class Session:
             if source is None:
                 source = self.constant_source(value)
             return self.builder.input_tensor(value, source)
-        if type(value) in (int, float) and guard:
+        if type(value) in (int, float, str) and guard:
             from ember.capture.values import PassedNumber
 
             self.guards.add("type", source, type(value))

@@ -132,6 +132,32 @@ class ArithmeticSource(Source):
 
 
 @dataclasses.dataclass(frozen=True)
+class FormatSource(Source):
+    """A number formatted as an f-string's `{value!conversion:spec}` formats it."""
+
+    base: Source
+    conversion: int
+    spec: str
+
+    def expr(self) -> str:
+        value = self.base.expr()
+        value = {0: value, 1: f"str({value})", 2: f"repr({value})",
+                 3: f"ascii({value})"}[self.conversion]
+        return f"format({value}, {self.spec!r})"
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinSource(Source):
+    """Strings joined: each piece a Source or a str."""
+
+    parts: tuple
+
+    def expr(self) -> str:
+        pieces = ", ".join(p.expr() if isinstance(p, Source) else repr(p) for p in self.parts)
+        return f"''.join([{pieces}])"
+
+
+@dataclasses.dataclass(frozen=True)
 class NumberTensorSource(Source):
     """A Python number read as a 0-d tensor (a graph input instead of a constant)."""
 

@@ -57,8 +57,9 @@ class Const(Value):
 
 
 class PassedNumber(Const):
-    """An int or float from outside (an argument; the result of .item() that a resume
-    function takes): guarded (equal to what it was) only once the capture reads it — into the
+    """An int, float or str from outside (an argument; the result of .item() that a resume
+    function takes; an f-string of one, see capture/numbers.py): guarded (equal to what it
+    was) only once the capture reads it — into the
     graph, a shape, a branch. One the code only hands on (to print, to a list it returns, to
     the call a break makes) is read again on each call, so a value that changes every call
     (a loss) does not make every call compile again."""

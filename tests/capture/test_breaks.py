@@ -782,3 +782,24 @@ def test_two_numbers_from_outside_compared_are_guarded_on_the_outcome():
         same(compiled(x, limit), until(x, limit))
     resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
     assert len(compiled.entries) == 1 and [len(r.entries) for r in resumed] == [3]
+
+
+def test_a_number_formatted_into_a_printed_string_is_not_guarded_on_its_value():
+    # (print(f"loss {loss.item():.4f}") in a training step: the formatted text was guarded
+    # on the number, so every step compiled again)
+    def step(x):
+        loss = (x * 2).sum()
+        print(f"loss {loss.item():.4f} raw {loss.item()!r:>8} n={x.shape[0]}")
+        return loss
+
+    compiled = ember.compile(step, backend="eager")
+    for seed in range(5):
+        x = torch.arange(3.0) * seed   # (sums exact in float32: the same text both ways)
+        printed = []
+        for run in (step, compiled):
+            with redirect_stdout(io.StringIO()) as out:
+                same(run(x), (x * 2).sum())
+            printed.append(out.getvalue())
+        assert printed[0] == printed[1] and "loss" in printed[0]
+    resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
+    assert len(compiled.entries) == 1 and all(len(r.entries) == 1 for r in resumed)
