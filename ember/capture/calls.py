@@ -74,6 +74,8 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
                frame: Frame | None = None) -> Value:
     if callee is NULL:
         raise Unsupported("call of NULL (ember bug)")
+    if session.open_contexts and callee is session.open_contexts[-1]:
+        session.open_contexts.pop()  # (a Python context manager's block ends)
     real = getattr(callee, "value", None) if isinstance(callee, ObjectValue) else None
     if real is not None:
         try:

@@ -139,6 +139,9 @@ class Frame:
         body (ember would have to run the handler)."""
         if breakable and self.session.autocast_regions:
             return "inside an autocast region", ""
+        if breakable and self.session.open_contexts:
+            return "inside a with-block of a Python context manager", \
+                "keep the with-block outside the compiled function, or what breaks out of it"
         if self.exception_table and self.in_try_block(instruction.offset):
             return "inside try/except", "move the try/except outside the compiled function"
         return None

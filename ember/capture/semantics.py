@@ -513,6 +513,15 @@ def unpack(session: Session, value: Value) -> list[Value]:
     raise Unsupported(f"iteration over {value.describe()}")
 
 
+def _user_context_manager(cls: type) -> bool:
+    """A context manager class whose __enter__ and __exit__ are Python code of the user's
+    (contextlib's generator-based ones would run their generator to its end at once; torch's
+    own switch global state)."""
+    module = getattr(cls, "__module__", "") or ""
+    return _python_method(cls, "__enter__") and _python_method(cls, "__exit__") and \
+        module != "contextlib" and not module.startswith("torch")
+
+
 def _python_method(cls: type, name: str) -> bool:
     """Is `name`, looked up on `cls` as Python does, a function written in Python (not a
     builtin base's slot)?"""
@@ -539,6 +548,18 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
     if isinstance(manager, AutocastValue):
         enter_autocast(session, manager)
         return ValueMethodValue(manager, "__exit__"), manager
+    cls = manager.cls if isinstance(manager, NewObjectValue) else \
+        type(manager.value) if type(manager) is ObjectValue else None
+    if cls is not None and _user_context_manager(cls):
+        # a context manager written in Python (a timer, a flag it sets and clears): its
+        # __enter__ runs as code now, its __exit__ where the block ends
+        from ember.capture.attributes import get_attribute
+        from ember.capture.calls import call_value
+
+        exit_ = get_attribute(session, manager, "__exit__")
+        entered = call_value(session, get_attribute(session, manager, "__enter__"), [], {})
+        session.open_contexts.append(exit_)
+        return exit_, entered
     raise Unsupported(f"with-block on {manager.describe()}",
                       "only torch.no_grad(), torch.enable_grad() and "
                       "torch.set_grad_enabled() blocks are captured")

@@ -90,6 +90,9 @@ class Session:
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
         self.autocast_regions: list[Any] = []  # entered by the captured code, innermost last
+        # the __exit__ of each Python context manager whose block the code is inside (no
+        # break there: its __exit__ would not see an exception a native rerun raises)
+        self.open_contexts: list[Any] = []
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import io
 import logging
 import warnings
+from contextlib import redirect_stdout
 
 import torch
 from checks import check_calls, same
@@ -207,3 +210,65 @@ def test_logging_calls_make_eagers_records_without_a_break(caplog):
                          for r in caplog.records])
     assert seen[:2] == seen[2:] and len(seen[0]) == 3 and len(seen[1]) == 1
     assert seen[0][0][2] == __file__ and seen[0][0][4] == "fn"
+
+
+class _Track:
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def __enter__(self):
+        self.log.append(("enter", self.name))
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        self.log.append(("exit", self.name))
+        return False
+
+
+class _Fast:
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.module.fast = True
+
+    def __exit__(self, *exception):
+        self.module.fast = False
+
+
+def test_python_context_managers_run_their_enter_and_exit_in_the_graph():
+    # (a with-block on a user's class sent the whole function to eager)
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+            self.fast = False
+
+        def forward(self, x, log):
+            with _Track("outer", log) as tracked:
+                with _Fast(self):
+                    y = self.linear(x) * (2 if self.fast else 3)
+                z = y + (1 if self.fast else 0) + len(tracked.name)
+            return z, self.fast
+
+    torch.manual_seed(0)
+    model = Model()
+    twin = copy.deepcopy(model)
+    compiled = ember.compile(twin)
+    x = t(2, 3)
+    assert ember.explain(twin)(x, []).graph_break_count == 0
+    for _ in range(2):
+        log, twin_log = [], []
+        want, got = model(x, log), compiled(x, twin_log)
+        same(got, want)
+        assert twin_log == log == [("enter", "outer"), ("exit", "outer")]
+
+    def broken(x, log):  # (no break inside such a block: the function runs eagerly, right)
+        with _Track("b", log):
+            print("inside")
+            return x + 1
+
+    log = []
+    with redirect_stdout(io.StringIO()):
+        same(ember.compile(broken)(x, log), x + 1)
+    assert log == [("enter", "b"), ("exit", "b")]
