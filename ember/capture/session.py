@@ -37,6 +37,13 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 # iterators whose __reduce__ gives (iter, (sequence,), position)
 _SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+def _plain_key(key: Any) -> bool:
+    """A dict key the guards can write as a literal (a shape-keyed cache's tuples too)."""
+    if type(key) is tuple:
+        return all(_plain_key(k) for k in key)
+    return type(key) in (str, int, bool, type(None))
+
+
 # mappings from outside whose items are tracked (their own methods: calls.py)
 _MAPPINGS = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 # mutable objects from outside tracked as one value however many paths reach them
@@ -183,8 +190,8 @@ class Session:
             if guard:
                 self.guards.add("type", source, type(value))
                 self.guards.add("keys", source, tuple(value.keys()))
-            if not all(isinstance(k, (str, int, bool, type(None))) for k in value):
-                raise Unsupported("a dict with keys other than str/int")
+            if not all(_plain_key(k) for k in value):
+                raise Unsupported("a dict with keys other than str/int (or tuples of them)")
             # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
             # an item's guard may come before the keys' guard)
             read = (lambda k: CallSource(source, "get", (k,))) \

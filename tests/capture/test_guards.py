@@ -668,3 +668,25 @@ def test_a_buffer_registered_in_forward_is_read_back():
     for length in (3, 6, 2, 9):
         same(compiled(t(2), length), eager(t(2), length))
         assert model.table.shape == eager.table.shape
+
+
+def test_a_cache_keyed_by_shape_tuples_is_tracked():
+    # (a dict from outside with tuple keys sent the whole function to eager)
+    class Cached(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cache = {}
+
+        def forward(self, x):
+            key = tuple(x.shape)
+            if key not in self.cache:
+                self.cache[key] = torch.ones(x.shape) * len(self.cache)
+            return x + self.cache[key]
+
+    eager, model = Cached(), Cached()
+    compiled = ember.compile(model)
+    assert ember.explain(Cached())(t(2, 3)).graph_break_count == 0
+    for shape in ((2, 3), (2, 3), (4, 1), (2, 3), (4, 1)):
+        x = torch.randn(shape)
+        same(compiled(x), eager(x))
+    assert list(model.cache) == list(eager.cache) == [(2, 3), (4, 1)]
