@@ -6,10 +6,12 @@ operations (attributes, calls, operators) to ember/capture/semantics.py.
 
 from __future__ import annotations
 
+import collections.abc
 import dis
 import importlib
 
 from ember.capture import attributes, numbers, semantics
+from ember.capture.calls import call_rules
 from ember.capture.errors import Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
@@ -20,6 +22,7 @@ from ember.capture.values import (
     DictValue,
     IteratorValue,
     NestedFunctionValue,
+    ObjectValue,
     SequenceValue,
     SetValue,
     SliceValue,
@@ -593,3 +596,64 @@ def _import_from(frame: Frame, instruction: Instruction) -> None:
 
 
 __all__ = ["BoundMethodValue", "TensorValue", "Value", "SetValue"]
+
+
+# -- match statements ---------------------------------------------------------------------
+def _kind_of(value: Value) -> type:
+    """The subject's class, as isinstance() sees it."""
+    return type(value.value) if type(value) is ObjectValue else value.python_type()
+
+
+@handler("GET_LEN")
+def _get_len(frame: Frame, instruction: Instruction) -> None:
+    frame.push(call_rules[len](frame.session, frame.peek()))
+
+
+@handler("MATCH_SEQUENCE")
+def _match_sequence(frame: Frame, instruction: Instruction) -> None:
+    kind = _kind_of(frame.peek())
+    frame.push(Const(issubclass(kind, collections.abc.Sequence) and
+                     not issubclass(kind, (str, bytes, bytearray))))
+
+
+@handler("MATCH_MAPPING")
+def _match_mapping(frame: Frame, instruction: Instruction) -> None:
+    frame.push(Const(issubclass(_kind_of(frame.peek()), collections.abc.Mapping)))
+
+
+@handler("MATCH_KEYS")
+def _match_keys(frame: Frame, instruction: Instruction) -> None:
+    keys = semantics.python_value(frame.peek())
+    subject = frame.peek(2)
+    if not isinstance(subject, DictValue):
+        raise Unsupported("a mapping pattern on a mapping ember does not track")
+    found = [subject.items.get(semantics.key_of(Const(k)), None) for k in keys]
+    frame.push(Const(None) if any(v is None for v in found) else SequenceValue(found, tuple))
+
+
+# the builtin classes whose single positional sub-pattern is the subject itself
+_SELF_MATCHING = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
+
+
+@handler("MATCH_CLASS")
+def _match_class(frame: Frame, instruction: Instruction) -> None:
+    names = semantics.python_value(frame.pop())
+    cls_value = frame.pop()
+    subject = frame.pop()
+    cls = semantics.python_value(cls_value)
+    if not semantics.python_value(call_rules[isinstance](frame.session, subject, cls_value)):
+        frame.push(Const(None))
+        return
+    count = instruction.arg
+    if count and issubclass(cls, _SELF_MATCHING) and cls in _SELF_MATCHING:
+        if count > 1:
+            raise Unsupported(f"{cls.__name__}() takes one positional sub-pattern")
+        positional = [subject]
+    else:
+        wanted = getattr(cls, "__match_args__", ())
+        if count > len(wanted):
+            raise Unsupported(f"{cls.__name__}() accepts {len(wanted)} positional sub-patterns")
+        positional = [attributes.get_attribute(frame.session, subject, name)
+                      for name in wanted[:count]]
+    keywords = [attributes.get_attribute(frame.session, subject, name) for name in names]
+    frame.push(SequenceValue([*positional, *keywords], tuple))

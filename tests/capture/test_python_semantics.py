@@ -999,3 +999,36 @@ def test_the_slice_builtin_indexes_as_a_subscript_does():
     x = torch.randn(3, 8)
     assert ember.explain(mask)(x).graph_break_count == 0
     torch.testing.assert_close(ember.compile(mask)(x), mask(x))
+
+
+@dataclasses.dataclass
+class _Activation:
+    name: str
+    scale: float = 1.0
+
+
+def test_match_statements_are_captured():
+    # (mapping, sequence, class and value patterns sent the whole function to eager)
+    def act(x, config):
+        match config:
+            case {"act": "relu"}:
+                return x.relu()
+            case (a, b):
+                return x * a + b
+            case _Activation(name="gelu", scale=s):
+                return F.gelu(x) * s
+            case _Activation("tanh"):
+                return x.tanh()
+            case str() as s if s == "neg":
+                return -x
+            case int(n):
+                return x + n
+            case _:
+                return x
+
+    x = torch.randn(3)
+    for config in ({"act": "relu"}, (2.0, 1.0), _Activation("gelu", 0.5), _Activation("tanh"),
+                   "neg", 7, _Activation("sin")):
+        report = ember.explain(act)(x, config)
+        assert (report.graph_count, report.graph_break_count) == (1, 0), config
+        torch.testing.assert_close(ember.compile(act)(x, config), act(x, config))
