@@ -47,9 +47,6 @@ class Snapshot:
     effects: int
     grad_enabled: bool
     serial: int
-    # where each iterator on the stack or in a local stood (one the undone instruction
-    # advanced, a comprehension's, is put back)
-    positions: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -174,9 +171,7 @@ def live_locals(code: types.CodeType, starts: list[int]) -> set[str] | None:
     if any(i.opname in ("LOAD_GLOBAL", "LOAD_NAME") and i.argval in _READS_ALL_LOCALS
            for i in instructions):
         return None
-    index_at = {}
-    for number, instruction in enumerate(instructions):
-        index_at[instruction.offset] = number
+    index_at = {instruction.offset: number for number, instruction in enumerate(instructions)}
     for extended in (i for i in dis.get_instructions(code) if i.opname == "EXTENDED_ARG"):
         index_at.setdefault(extended.offset, next(
             n for n, i in enumerate(instructions) if i.offset > extended.offset))

@@ -153,8 +153,8 @@ def _iter(session: Session, iterable: Value, **_: Any) -> Value:
 def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value:
     if not isinstance(iterator, IteratorValue):
         raise Unsupported(f"next() of {iterator.describe()}")
-    item = iterator.next()
     session.side_effects.changed(iterator)
+    item = iterator.next()
     if item is None:
         if default:
             return default[0]

@@ -117,9 +117,8 @@ def effect_lines(session: Session, writer: Rebuilder) -> list[str]:
 
 
 def advance_lines(session: Session, writer: Rebuilder) -> list[str]:
-    """Advance the iterators from outside by what the captured code took from them: last,
-    once every item handed on has been read (an item is read through the iterator's
-    position)."""
+    """The temporaries still to make, then the iterators from outside advanced by what the
+    captured code took from them (items handed on were read in the prologue)."""
     lines = writer.flush()
     for effect in session.side_effects.effects:
         if effect.kind == "advance" and effect.value.position:

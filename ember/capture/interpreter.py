@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dis
 import inspect
-import math
 import sys
 import types
 from collections.abc import Callable
@@ -22,7 +21,6 @@ from ember.capture.errors import Location, Unsupported
 from ember.capture.values import (
     BuiltinValue,
     CellValue,
-    IteratorValue,
     TensorValue,
     Value,
     births,
@@ -207,15 +205,11 @@ class Frame:
     # -- graph breaks (root frame only) ----------------------------------------------------
     def snapshot(self) -> Snapshot:
         session = self.session
-        session.side_effects.oldest_changed = math.inf
-        session.side_effects.changed_values.clear()
+        session.side_effects.reset_changes()
         builder = session.builder
-        positions = {id(v): (v, v.position) for v in (*self.stack, *self.locals.values())
-                     if isinstance(v, IteratorValue)}
         return Snapshot(list(self.stack), dict(self.locals), self.kw_names,
                         builder.last_node(), builder.op_count,
-                        len(session.side_effects.effects), session.grad_enabled, next(births),
-                        positions)
+                        len(session.side_effects.effects), session.grad_enabled, next(births))
 
     def graph_break(self, instruction: dis.Instruction, snapshot: Snapshot,
                     error: Unsupported) -> Exception:
@@ -227,12 +221,15 @@ class Frame:
         if len(session.side_effects.effects) != snapshot.effects:
             return error  # the failed instruction changed state that a native rerun repeats
         if session.side_effects.oldest_changed < snapshot.serial:
-            older = [v for v in session.side_effects.changed_values
-                     if getattr(v, "born", -1) < snapshot.serial]
-            if not all(id(v) in snapshot.positions for v in older):
+            older = [(value, position)
+                     for value, position in session.side_effects.changed_since.values()
+                     if getattr(value, "born", -1) < snapshot.serial]
+            if any(position is None for _, position in older):
                 return error
-            for value in older:  # (iterators it advanced: put back, the rerun advances them)
-                value.position = snapshot.positions[id(value)][1]
+            # (iterators it advanced, a comprehension's: put back; the native rerun advances
+            # the real ones)
+            for value, position in older:
+                value.position = position
         session.builder.rollback(snapshot.last_node, snapshot.op_count)
         session.grad_enabled = snapshot.grad_enabled
         cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()

@@ -24,6 +24,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ember.capture.sources import (
+    ArithmeticSource,
+    AttrSource,
+    FormatSource,
+    JoinSource,
+    LocalSource,
+    NumberTensorSource,
+    Source,
+)
 from ember.capture.values import Const, PassedNumber, TensorValue, Value
 
 if TYPE_CHECKING:
@@ -31,12 +40,18 @@ if TYPE_CHECKING:
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
             ">": operator.gt, ">=": operator.ge}
+# Python arithmetic of such numbers that stays an expression (`total += value`: "+=" is "+")
 _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 # arithmetic whose Python-number operand may as well be a 0-d tensor (the same type promotion)
 SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
                     operator.iadd, operator.isub, operator.imul, operator.itruediv}
+
+
+def passed(session: Session, value: Any, source: Source) -> PassedNumber:
+    """A number (or string) read through `source`, guarded equal to `value` once read."""
+    return PassedNumber(value, source, lambda: session.guards.add("equals", source, value))
 
 
 def number_input(session: Session, value: Value, operands: tuple) -> Value:
@@ -58,8 +73,6 @@ def number_input(session: Session, value: Value, operands: tuple) -> Value:
     if not tensors or any(t.fake.device.type != "cpu" or t.fake.dtype not in exact
                           for t in tensors):
         return value
-    from ember.capture.sources import NumberTensorSource
-
     kind = tensors[0].fake.dtype
     for tensor in tensors:
         kind = torch.promote_types(kind, tensor.fake.dtype)
@@ -68,18 +81,13 @@ def number_input(session: Session, value: Value, operands: tuple) -> Value:
     return session.builder.input_tensor(number, NumberTensorSource(value.source, kind))
 
 
-# arithmetic of numbers from outside that stays an expression read on each call
-_EXPRESSIONS = {"+": "+", "-": "-", "*": "*", "/": "/", "+=": "+", "-=": "-",
-                      "*=": "*", "/=": "/"}
-
-
 def arithmetic(session: Session, symbol: str, left: Value, right: Value) -> Value | None:
     """`total + loss.item()`, `n + 1`, `0.9 * avg + 0.1 * value` where a number from outside
     is not yet read: a number that is this expression of their sources, computed again on
     each call where the code hands it on (a loop-carried total, a running average), and
     guarded on its value only once something reads it. None where this does not apply."""
-    operator_ = _EXPRESSIONS.get(symbol)
-    if operator_ is None:
+    operator_ = symbol.removesuffix("=")
+    if operator_ not in _ARITHMETIC:
         return None
     sides = (left, right)
     if not any(isinstance(v, PassedNumber) and v.unread for v in sides):
@@ -89,17 +97,15 @@ def arithmetic(session: Session, symbol: str, left: Value, right: Value) -> Valu
         return None
     values = [v._value if isinstance(v, PassedNumber) else v.value for v in sides]
     try:
-        result = _ARITHMETIC[symbol[0]](*values)
+        result = _ARITHMETIC[operator_](*values)
     except Exception:  # noqa: BLE001 (ZeroDivisionError...: computed the usual way instead)
         return None
     if type(result) not in (int, float):
         return None
-    from ember.capture.sources import ArithmeticSource
-
     operands = tuple(v.source if isinstance(v, PassedNumber) else v.value for v in sides)
     source = ArithmeticSource(operator_, *operands)
     session.guards.add("type", source, type(result))
-    return PassedNumber(result, source, lambda: session.guards.add("equals", source, result))
+    return passed(session, result, source)
 
 
 # tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)
@@ -147,8 +153,6 @@ def _from_the_call(source: Any) -> bool:
     stack of a resume function, arithmetic of those)? Attributes and globals (a module's
     `self.scale`, a constant) change rarely: they stay constants, guarded on their value,
     instead of an input made on every call."""
-    from ember.capture.sources import ArithmeticSource, AttrSource, LocalSource
-
     if isinstance(source, ArithmeticSource):
         return all(_from_the_call(side) for side in (source.left, source.right)
                    if not isinstance(side, (int, float)))
@@ -165,13 +169,10 @@ def formatted(session: Session, value: Value, conversion: int, spec: str) -> Val
     number. None where this does not apply."""
     if not (isinstance(value, PassedNumber) and value.unread):
         return None
-    from ember.capture.sources import FormatSource
-
     real = value._value
     real = {0: real, 1: str(real), 2: repr(real), 3: ascii(real)}[conversion]
     text = format(real, spec)
-    source = FormatSource(value.source, conversion, spec)
-    return PassedNumber(text, source, lambda: session.guards.add("equals", source, text))
+    return passed(session, text, FormatSource(value.source, conversion, spec))
 
 
 def joined(session: Session, parts: list[Value]) -> Value | None:
@@ -180,9 +181,6 @@ def joined(session: Session, parts: list[Value]) -> Value | None:
             not all((isinstance(p, PassedNumber) and p.unread and type(p._value) is str) or
                     (type(p) is Const and type(p.value) is str) for p in parts):
         return None
-    from ember.capture.sources import JoinSource
-
     text = "".join(p._value if isinstance(p, PassedNumber) else p.value for p in parts)
-    source = JoinSource(tuple(p.source if isinstance(p, PassedNumber) else p.value
-                              for p in parts))
-    return PassedNumber(text, source, lambda: session.guards.add("equals", source, text))
+    return passed(session, text, JoinSource(tuple(
+        p.source if isinstance(p, PassedNumber) else p.value for p in parts)))

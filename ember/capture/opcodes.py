@@ -22,7 +22,6 @@ from ember.capture.values import (
     DictValue,
     IteratorValue,
     NestedFunctionValue,
-    ObjectValue,
     SequenceValue,
     SetValue,
     SliceValue,
@@ -599,9 +598,9 @@ __all__ = ["BoundMethodValue", "TensorValue", "Value", "SetValue"]
 
 
 # -- match statements ---------------------------------------------------------------------
-def _kind_of(value: Value) -> type:
-    """The subject's class, as isinstance() sees it."""
-    return type(value.value) if type(value) is ObjectValue else value.python_type()
+def _is(frame: Frame, value: Value, classes: type | tuple[type, ...]) -> bool:
+    """isinstance(value, classes), as the captured code's isinstance() answers it."""
+    return semantics.python_value(call_rules[isinstance](frame.session, value, Const(classes)))
 
 
 @handler("GET_LEN")
@@ -611,14 +610,14 @@ def _get_len(frame: Frame, instruction: Instruction) -> None:
 
 @handler("MATCH_SEQUENCE")
 def _match_sequence(frame: Frame, instruction: Instruction) -> None:
-    kind = _kind_of(frame.peek())
-    frame.push(Const(issubclass(kind, collections.abc.Sequence) and
-                     not issubclass(kind, (str, bytes, bytearray))))
+    subject = frame.peek()
+    frame.push(Const(_is(frame, subject, collections.abc.Sequence) and
+                     not _is(frame, subject, (str, bytes, bytearray))))
 
 
 @handler("MATCH_MAPPING")
 def _match_mapping(frame: Frame, instruction: Instruction) -> None:
-    frame.push(Const(issubclass(_kind_of(frame.peek()), collections.abc.Mapping)))
+    frame.push(Const(_is(frame, frame.peek(), collections.abc.Mapping)))
 
 
 @handler("MATCH_KEYS")
@@ -631,26 +630,27 @@ def _match_keys(frame: Frame, instruction: Instruction) -> None:
     frame.push(Const(None) if any(v is None for v in found) else SequenceValue(found, tuple))
 
 
-# the builtin classes whose single positional sub-pattern is the subject itself
+# builtin classes (and their subclasses without __match_args__) whose single positional
+# sub-pattern is the subject itself
 _SELF_MATCHING = (bool, bytearray, bytes, dict, float, frozenset, int, list, set, str, tuple)
 
 
 @handler("MATCH_CLASS")
 def _match_class(frame: Frame, instruction: Instruction) -> None:
     names = semantics.python_value(frame.pop())
-    cls_value = frame.pop()
+    cls = semantics.python_value(frame.pop())
     subject = frame.pop()
-    cls = semantics.python_value(cls_value)
-    if not semantics.python_value(call_rules[isinstance](frame.session, subject, cls_value)):
+    if not _is(frame, subject, cls):
         frame.push(Const(None))
         return
     count = instruction.arg
-    if count and issubclass(cls, _SELF_MATCHING) and cls in _SELF_MATCHING:
+    wanted = getattr(cls, "__match_args__", None)
+    if count and wanted is None and issubclass(cls, _SELF_MATCHING):
         if count > 1:
             raise Unsupported(f"{cls.__name__}() takes one positional sub-pattern")
         positional = [subject]
     else:
-        wanted = getattr(cls, "__match_args__", ())
+        wanted = wanted or ()
         if count > len(wanted):
             raise Unsupported(f"{cls.__name__}() accepts {len(wanted)} positional sub-patterns")
         positional = [attributes.get_attribute(frame.session, subject, name)

@@ -50,8 +50,9 @@ class Rebuilder:
         self.outputs: list[TensorValue] = []
         self.namespace: dict[str, Any] = {"torch": torch, "types": types}
         self.lines: list[str] = []          # temporaries, in the order expressions need them
-        # numbers from outside handed on unread: read once the graph ran, before any effect
-        # changes what they are read from (`old = self.steps; self.steps += 1; return old`)
+        # what is read from the caller's state as it was at the call: once the graph ran,
+        # before any effect changes it (`old = self.steps; self.steps += 1; return old`) and
+        # before an iterator from outside is advanced (an item read through its position)
         self.prologue: list[str] = []
         self._memo: dict[int, str] = {}
 
@@ -75,10 +76,14 @@ class Rebuilder:
     def expr(self, value: Value, prefer_source: bool = True) -> str:
         text = self._expr(value, prefer_source)
         if AHEAD_MARK in text and id(value) not in self._memo:
-            # read through an iterator's position: into a variable now, before the runner
-            # advances the iterator (captured.advance_lines flushes these first)
-            return self.temporary(value, text)
+            return self._read_first(value, text)  # (through an iterator's position)
         return text
+
+    def _read_first(self, value: Value, text: str) -> str:
+        name = f"n{len(self.prologue)}"
+        self.prologue.append(f"{name} = {text}")
+        self._memo[id(value)] = name
+        return name
 
     def _expr(self, value: Value, prefer_source: bool = True) -> str:
         if prefer_source and value.source is not None and \
@@ -93,11 +98,8 @@ class Rebuilder:
             self.outputs.append(value)
             return f"outputs[{len(self.outputs) - 1}]"
         if isinstance(value, PassedNumber) and value.unread:
-            # (handed on, never read: read again on each call, before the effects)
-            name = f"n{len(self.prologue)}"
-            self.prologue.append(f"{name} = {value.source.expr()}")
-            self._memo[id(value)] = name
-            return name
+            # (handed on, never read: read again on each call)
+            return self._read_first(value, value.source.expr())
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):

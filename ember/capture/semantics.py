@@ -151,11 +151,24 @@ def identical(a: Value, b: Value, session: Session | None = None) -> bool:
         return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.node is b.node
     if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
         if session is not None:
-            for side in (a, b):
-                if type(side) is ObjectValue and side.source is not None:
-                    session.guards.add("id", side.source, side.value)
+            _guard_identity(session, a, b)
         return python_value(a) is python_value(b)
     return False
+
+
+def _guard_identity(session: Session, *values: Value) -> None:
+    """Objects from outside whose identity decides an answer (`is`, an enum's ==): the
+    answer holds for these objects alone."""
+    for value in values:
+        if type(value) is ObjectValue and value.source is not None:
+            session.guards.add("id", value.source, value.value)
+
+
+def is_namedtuple(cls: Any) -> bool:
+    """A namedtuple class (collections' or typing's), its __new__ the generated one."""
+    new = getattr(cls, "__new__", None)
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and \
+        str(getattr(new, "__globals__", {}).get("__name__", "")).startswith("namedtuple_")
 
 
 def field_names(kind: type) -> tuple[str, ...]:
@@ -237,7 +250,6 @@ def _tensor_call(session: Session, target: Any, *args: Value) -> Value:
     return session.builder.call("call_function", target, args, {})
 
 
-
 def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
     function = BINARY.get(symbol)
     if function is None:
@@ -294,9 +306,7 @@ def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
     if outcome is not None:
         return Const(outcome)
     if is_known(left) and is_known(right):
-        for side in (left, right):  # (an object from outside: the answer holds for it alone)
-            if type(side) is ObjectValue and side.source is not None:
-                session.guards.add("id", side.source, side.value)
+        _guard_identity(session, left, right)
         return Const(function(python_value(left), python_value(right)))
     if symbol in ("==", "!="):
         same = identical(left, right, session)

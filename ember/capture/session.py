@@ -37,13 +37,6 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 # iterators whose __reduce__ gives (iter, (sequence,), position)
 _SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
-def _plain_key(key: Any) -> bool:
-    """A dict key the guards can write as a literal (a shape-keyed cache's tuples too)."""
-    if type(key) is tuple:
-        return all(_plain_key(k) for k in key)
-    return type(key) in (str, int, bool, type(None))
-
-
 # mappings from outside whose items are tracked (their own methods: calls.py)
 _MAPPINGS = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 # mutable objects from outside tracked as one value however many paths reach them
@@ -71,6 +64,13 @@ def is_torch_callable(value: Any) -> bool:
                                        "torch.autograd.grad_mode"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
+
+
+def _plain_key(key: Any) -> bool:
+    """A dict key the guards can write as a literal (a shape-keyed cache's tuples too)."""
+    if type(key) is tuple:
+        return all(_plain_key(k) for k in key)
+    return type(key) in (str, int, bool, type(None))
 
 
 class Session:
@@ -152,11 +152,10 @@ class Session:
                 source = self.constant_source(value)
             return self.builder.input_tensor(value, source)
         if type(value) in (int, float, str) and guard:
-            from ember.capture.values import PassedNumber
+            from ember.capture.numbers import passed
 
             self.guards.add("type", source, type(value))
-            return PassedNumber(value, source,
-                                lambda: self.guards.add("equals", source, value))
+            return passed(self, value, source)
         if isinstance(value, _SCALARS):
             if guard:
                 self.guards.add("equals", source, value)
@@ -225,14 +224,13 @@ class Session:
             return ValueMethodValue(mode, "__exit__", source)
         if guard:
             # objects known by identity; other objects only by type (their attributes are
-            # guarded one by one as the code reads them)
-            # (a bound method is a new object each time it is read: its function and its
-            # receiver are guarded instead, below)
-            known_by_identity = isinstance(value, (torch.nn.Module, types.ModuleType, type,
-                                                   types.FunctionType,
-                                                   types.BuiltinFunctionType)) \
-                or is_torch_callable(value)
-            if not isinstance(value, types.MethodType) or is_torch_callable(value):
+            # guarded one by one as the code reads them); a bound method is a new object each
+            # time it is read: its function and its receiver are guarded instead, below
+            torch_callable = is_torch_callable(value)
+            known_by_identity = torch_callable or isinstance(
+                value, (torch.nn.Module, types.ModuleType, type, types.FunctionType,
+                        types.BuiltinFunctionType))
+            if torch_callable or not isinstance(value, types.MethodType):
                 self.guards.add("id" if known_by_identity else "type", source,
                                 value if known_by_identity else type(value))
         if isinstance(value, torch.nn.Module):

@@ -35,12 +35,20 @@ class SideEffects:
         # The birth (values.births) of the oldest mutable value changed since the interpreter
         # last reset it: a graph break can undo an instruction only if nothing older changed.
         self.oldest_changed = math.inf
-        self.changed_values: list[Value] = []  # (since the interpreter last reset it)
+        # each value changed since then, with an iterator's position before the change (None
+        # for anything else): a break can put iterators back, nothing else
+        self.changed_since: dict[int, tuple[Value, int | None]] = {}
 
     def changed(self, value: Value) -> None:
-        """A mutable value (list, dict, set, iterator, cell) changed, wherever it came from."""
+        """A mutable value (list, dict, set, iterator, cell) is about to change, wherever it
+        came from."""
         self.oldest_changed = min(self.oldest_changed, getattr(value, "born", -1))
-        self.changed_values.append(value)
+        self.changed_since.setdefault(id(value), (value, getattr(value, "position", None)))
+
+    def reset_changes(self) -> None:
+        """Before an instruction the interpreter may have to undo for a break."""
+        self.oldest_changed = math.inf
+        self.changed_since.clear()
 
     def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
         self.attributes[(id(obj), name)] = value

@@ -39,7 +39,7 @@ def turns_grad_on(module: torch.fx.GraphModule) -> bool:
 def eager_reached_inputs(module: torch.fx.GraphModule, example_inputs: list[Any]
                          ) -> set[int] | None:
     """The tensor inputs (numbered among the tensors) that eager's autograd would reach from
-    the graph's outputs: the graph run on meta tensors as eager runs it, its outputs' autograd
+XX
     graphs walked. It differs from what the IR's data flow says where lowering dropped a
     dependence eager keeps (a piece of a cat with no elements, a slice of length 0): eager
     gives such an input a gradient of zeros, not None. None when the graph cannot run on

@@ -1,0 +1,184 @@
+"""Methods called on tracked Python values while capturing: a list's, a tuple's, a named
+tuple's, a dict's (and a Counter's or defaultdict's, where they act as a dict's), a set's, a
+context value's (__enter__/__exit__ of grad-mode, autocast and null contexts), and those of
+constants (run at capture time). Mutations of containers from outside are recorded as side
+effects, so the caller sees them after the graph."""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from ember.capture import semantics
+from ember.capture.errors import Unsupported
+from ember.capture.semantics import python_value, unpack
+from ember.capture.values import (
+    AutocastValue,
+    Const,
+    DictValue,
+    GradModeValue,
+    NullContextValue,
+    OutsideListValue,
+    SequenceValue,
+    SetValue,
+    Value,
+)
+
+if TYPE_CHECKING:
+    from ember.capture.session import Session
+
+
+def call_value_method(session: Session, receiver: Value, name: str, args: list[Value],
+                      kwargs: dict[str, Value]) -> Value:
+    if isinstance(receiver, NullContextValue) and name in ("__enter__", "__exit__"):
+        return Const(None)
+    if isinstance(receiver, AutocastValue) and name in ("__enter__", "__exit__"):
+        if name == "__enter__":
+            semantics.enter_autocast(session, receiver)
+            return receiver
+        semantics.exit_autocast(session, receiver)
+        return Const(None)
+    if isinstance(receiver, GradModeValue):
+        if name == "__exit__":
+            semantics.exit_grad_mode(session, receiver)
+            return Const(None)
+        if name == "__enter__":
+            return semantics.enter_context(session, receiver)[1]
+    if isinstance(receiver, SequenceValue):
+        return _sequence_method(session, receiver, name, args, kwargs)
+    if isinstance(receiver, DictValue):
+        return dict_method(session, receiver, name, args, kwargs)
+    if isinstance(receiver, SetValue) and name == "add":
+        session.side_effects.changed(receiver)
+        receiver.items.append(args[0])
+        return Const(None)
+    if semantics.is_known(receiver) and all(semantics.is_known(a) for a in args) and \
+            all(semantics.is_known(v) for v in kwargs.values()):
+        method = getattr(python_value(receiver), name)
+        try:
+            result = method(*[python_value(a) for a in args],
+                            **{k: python_value(v) for k, v in kwargs.items()})
+        except Exception as error:
+            raise Unsupported(f"{type(error).__name__}: {error}") from None
+        return session.wrap(result, None, guard=False) if not isinstance(
+            result, (tuple, list)) else semantics.constant(tuple(result)) \
+            if isinstance(result, tuple) else SequenceValue([semantics.constant(r)
+                                                             for r in result], list)
+    if isinstance(receiver, Const) and isinstance(receiver.value, str) and name == "format":
+        raise Unsupported("str.format with a tensor argument (prints tensor values)")
+    raise Unsupported(f"method {name} of {receiver.describe()}")
+
+
+def _sequence_method(session: Session, sequence: SequenceValue, name: str, args: list[Value],
+                     kwargs: dict[str, Value]) -> Value:
+    if name == "append" and isinstance(sequence, OutsideListValue) and sequence.unread and \
+            len(args) == 1 and not kwargs:
+        # (replayed on the real list after the graph; its items stay unread)
+        sequence.pending.append(args[0])
+        session.side_effects.changed(sequence)
+        session.side_effects.call(list.append, [sequence, args[0]])
+        return Const(None)
+    items = sequence.items
+    mutable = sequence.kind is list
+    if semantics.is_namedtuple(sequence.kind) and name in ("_replace", "_asdict"):
+        fields = dict(zip(sequence.kind._fields, items))
+        if name == "_asdict":
+            return DictValue(fields)
+        if args or set(kwargs) - set(fields):
+            raise Unsupported(f"{sequence.kind.__name__}._replace() of unknown fields",
+                              "eager raises here")
+        return SequenceValue(list({**fields, **kwargs}.values()), sequence.kind)
+    if name == "append" and mutable:
+        items.append(args[0])
+    elif name == "extend" and mutable:
+        items.extend(unpack(session, args[0]))
+    elif name == "insert" and mutable:
+        items.insert(python_value(args[0]), args[1])
+    elif name == "pop" and mutable:
+        value = items.pop(python_value(args[0]) if args else -1)
+        session.side_effects.mutated(sequence)
+        return value
+    elif name == "clear" and mutable:
+        items.clear()
+    elif name == "reverse" and mutable:
+        items.reverse()
+    elif name == "copy":
+        return SequenceValue(list(items), sequence.kind)
+    elif name == "index":
+        for position, item in enumerate(items):
+            if semantics.identical(item, args[0], session) or \
+                    semantics.equal_constants(item, args[0]):
+                return Const(position)
+        raise Unsupported("ValueError: item not in list")
+    elif name == "count":
+        return Const(sum(1 for item in items if semantics.equal_constants(item, args[0])))
+    elif name in ("numel",) and sequence.kind is torch.Size:
+        return Const(math.prod(python_value(sequence)))
+    else:
+        raise Unsupported(f"method {name} of a {sequence.kind.__name__}")
+    session.side_effects.mutated(sequence)
+    return Const(None)
+
+
+# what a Counter's or defaultdict's own methods do as a dict's do (update adds counts to a
+# Counter, copy keeps the class: those and the rest run natively, at a break)
+_SUBCLASS_SAFE = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
+                  "__iter__", "__delitem__", "pop", "setdefault", "clear", "__setitem__"}
+
+
+def dict_method(session: Session, mapping: DictValue, name: str, args: list[Value],
+                 kwargs: dict[str, Value]) -> Value:
+    items = mapping.items
+    if mapping.kind not in (dict, collections.OrderedDict) and name not in _SUBCLASS_SAFE:
+        raise Unsupported(f"method {name} of a {mapping.kind.__name__}")
+    if name == "get":
+        key = semantics.key_of(args[0])
+        return items.get(key, args[1] if len(args) > 1 else Const(None))
+    if name == "keys":
+        return SequenceValue([semantics.constant(k) for k in items], list)
+    if name == "values":
+        return SequenceValue(list(items.values()), list)
+    if name == "items":
+        return SequenceValue([SequenceValue([semantics.constant(k), v], tuple)
+                              for k, v in items.items()], list)
+    if name == "copy":
+        return DictValue(dict(items), mapping.kind)
+    if name == "__getitem__":
+        return semantics.get_item(session, mapping, args[0])
+    if name == "__contains__":
+        return Const(semantics.contains(session, mapping, args[0]))
+    if name == "__len__":
+        return Const(len(items))
+    if name == "__iter__":
+        return semantics.iterate(session, mapping)
+    if name == "__delitem__":
+        semantics.delete_item(session, mapping, args[0])
+        return Const(None)
+    if name in ("update", "pop", "setdefault", "clear", "__setitem__"):
+        if name == "update":
+            other = args[0] if args else DictValue({})
+            if not isinstance(other, DictValue):
+                raise Unsupported("dict.update with a non-dict")
+            items.update(other.items)
+            items.update(kwargs)
+            result: Value = Const(None)
+        elif name == "pop":
+            key = semantics.key_of(args[0])
+            if key not in items and len(args) < 2:
+                raise Unsupported(f"KeyError: {key!r}")
+            result = items.pop(key, args[1] if len(args) > 1 else None)
+        elif name == "setdefault":
+            key = semantics.key_of(args[0])
+            result = items.setdefault(key, args[1] if len(args) > 1 else Const(None))
+        elif name == "__setitem__":
+            items[semantics.key_of(args[0])] = args[1]
+            result = Const(None)
+        else:
+            items.clear()
+            result = Const(None)
+        session.side_effects.mutated(mapping)
+        return result
+    raise Unsupported(f"method {name} of a dict")
