@@ -59,6 +59,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "1", _flag,
          "Triton on Hopper and later: launch kernels as programmatic dependent launches "
          "(each starts while the one before it finishes; see codegen/triton.write_module)"),
+    Flag("triton_file_key", "EMBER_TRITON_FILE_KEY", "1", _flag,
+         "Triton: key its compile cache on its files' names, sizes and times instead of a "
+         "hash of their contents (a 400 MB library: ~0.6 s of a process's first compile; "
+         "see runtime/triton_launch.file_key)"),
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
@@ -77,6 +81,7 @@ class Settings:
     parallel_threshold: int
     recompile_limit: int
     dependent_launch: bool
+    triton_file_key: bool
     matmul_epilogue: bool
 
 

@@ -143,17 +143,26 @@ class DeviceLaunch:
         return (launcher, compiled.function, compiled.packed_metadata, None, None, None)
 
 
-_warm_ups: list[threading.Thread] = []
+_warm_ups: dict[str, threading.Thread] = {}
 
 
 def warm_up() -> None:
     """Start Triton's one-time costs in the background, while the graph is being lowered:
-    importing it, starting its CUDA driver (on a cold cache that builds Triton's CUDA utilities
-    with the C compiler) and, beside that, the key of its compile cache (a hash of Triton's own
-    files, its 400 MB library among them: ~0.6 s that the first triton.compile of a process
-    would otherwise pay before compiling anything). compile_kernels waits for both."""
+    importing it, keying its compile cache, and starting its CUDA driver (on a cold cache
+    that builds Triton's CUDA utilities with the C compiler). Compiling waits for the import
+    and the key only; loading a compiled kernel waits for the driver."""
     if _warm_ups or interpreting():
         return
+
+    def import_triton() -> None:
+        import triton  # noqa: F401
+
+        if config.settings.triton_file_key:
+            install_file_key()
+        else:
+            from triton.runtime.cache import triton_key
+
+            triton_key()  # (cached for the process)
 
     def start_driver() -> None:
         import triton
@@ -162,16 +171,57 @@ def warm_up() -> None:
         driver.get_current_target()
         driver.utils  # noqa: B018 (builds or loads cuda_utils)
 
-    def hash_triton() -> None:
-        from triton.runtime.cache import triton_key
-
-        triton_key()  # (cached for the process)
-
-    for work in (start_driver, hash_triton):
+    for work in (import_triton, start_driver):
         thread = threading.Thread(target=_logged(work), name=f"ember-{work.__name__}",
                                   daemon=True)
         thread.start()
-        _warm_ups.append(thread)
+        _warm_ups[work.__name__] = thread
+
+
+def _wait_for(work: str) -> None:
+    thread = _warm_ups.get(work)
+    if thread is not None:
+        thread.join()
+
+
+def file_key() -> str:
+    """What Triton's compile cache is keyed on, from its files' names, sizes and modification
+    times rather than their contents.
+
+    Triton keys every compiled kernel on a hash of its own files' contents (`triton_key`),
+    its 400 MB library among them: ~0.6 s of the first compile in every process, before any
+    compiling starts, to learn what a stat of its 350 files tells as surely (a reinstall or an
+    edit changes a size or a time). The key differs from Triton's own, so a kernel that a
+    process without ember put in the disk cache compiles again once; never a stale binary."""
+    import triton
+
+    root = Path(triton.__file__).parent
+    digest = hashlib.sha256(triton.__version__.encode())
+    for folder, subfolders, files in os.walk(root):
+        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            status = os.stat(path)
+            digest.update(f"{os.path.relpath(path, root)}:{status.st_size}:"
+                          f"{status.st_mtime_ns}:{status.st_ino}\n".encode())
+    return f"{triton.__version__}-files-{digest.hexdigest()}"
+
+
+def install_file_key() -> None:
+    """Make Triton's compile cache use `file_key` (its `get_cache_key` reads the module global
+    `triton_key`). Other users of `triton_key` in the process (torch.compile's own cache keys)
+    keep Triton's."""
+    from triton.runtime import cache
+
+    if getattr(cache.triton_key, "ember_file_key", False):
+        return
+    key = file_key()
+
+    def triton_key() -> str:
+        return key
+
+    triton_key.ember_file_key = True
+    cache.triton_key = triton_key
 
 
 def _logged(work: Any) -> Any:
@@ -192,6 +242,7 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     """Compile each kernel for the current GPU, several at a time, and load them."""
     warm_up()
     import triton  # (waits for the warm-up's import, if that is under way)
+    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     # kernels that differ only in their names (a model's repeated layers) compile once
@@ -204,9 +255,10 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     workers = max(1, min(len(distinct) + len(launchers), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         prebuilt = [pool.submit(_build_launcher, types) for types in launchers]
-        for thread in _warm_ups:
-            thread.join()
-        target = triton.runtime.driver.active.get_current_target()
+        _wait_for("import_triton")
+        # (the target from torch: the driver may still be starting; compiling needs no driver)
+        major, minor = torch.cuda.get_device_capability(device_index)
+        target = GPUTarget("cuda", major * 10 + minor, 32)
 
         def build(position: int) -> DeviceLaunch:
             kernel = kernels[position]
@@ -217,6 +269,7 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             start = time.perf_counter()
             compiled = triton.compile(source, target=target, options=options)
             compiled_at = time.perf_counter()
+            _wait_for("start_driver")
             with torch.cuda.device(device_index):
                 compiled._init_handles()  # load the binary; build (or find) the C launcher
             logs.channel("perf").info("%s: triton.compile %.3f s, load %.3f s", kernel.name,

@@ -85,3 +85,46 @@ def test_dependent_launches_wait_for_the_kernel_before_them(monkeypatch):
         first = next(i for i, line in enumerate(body) if "tl.constexpr" not in line)
         assert body[first].strip() == "tl.extra.cuda.gdc_wait()", k.text
         assert k.dependent_launch
+
+
+def test_the_file_key_changes_when_a_triton_file_changes(tmp_path, monkeypatch):
+    import triton
+
+    from ember.runtime import triton_launch
+
+    # a stand-in Triton package: the key reads the files' names, sizes and times
+    package = tmp_path / "triton"
+    (package / "_C").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    library = package / "_C" / "libtriton.so"
+    library.write_bytes(b"x" * 10)
+    monkeypatch.setattr(triton, "__file__", str(package / "__init__.py"))
+    before = triton_launch.file_key()
+    assert triton_launch.file_key() == before
+    library.write_bytes(b"y" * 11)  # a reinstall: another size (and time)
+    assert triton_launch.file_key() != before
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "x.pyc").write_bytes(b"z")  # bytecode caches do not count
+    after = triton_launch.file_key()
+    assert after.startswith(triton.__version__) and after == triton_launch.file_key()
+
+
+def test_tritons_compile_cache_is_keyed_on_the_file_key(monkeypatch):
+    from triton.runtime import cache
+
+    from ember.runtime import triton_launch
+
+    monkeypatch.setattr(cache, "triton_key", cache.triton_key)  # (restored after the test)
+    triton_launch.install_file_key()
+    key = cache.get_cache_key(_Hashed("src"), _Hashed("backend"), _Hashed("options"), {})
+    assert key.startswith(triton_launch.file_key() + "-src-backend-options")
+    triton_launch.install_file_key()  # a second install keeps the first
+    assert cache.triton_key.ember_file_key
+
+
+class _Hashed:
+    def __init__(self, text):
+        self.text = text
+
+    def hash(self):
+        return self.text
