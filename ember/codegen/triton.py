@@ -21,7 +21,8 @@ import math
 
 import torch
 
-from ember.codegen.text import Scope, render_sum
+from ember.codegen.text import Scope
+from ember.codegen.triton_reductions import ReductionWriting, Workspace, render
 from ember.codegen.triton_rules import (
     SIGNATURE_TYPES,
     compute_type,
@@ -31,32 +32,17 @@ from ember.codegen.triton_rules import (
     store,
     triton_rules,
 )
-from ember.codegen.triton_tiling import Tiling, choose_tiling, pow2
+from ember.codegen.triton_tiling import Tiling, choose_tiling
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
+from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
-_TORCH_TYPES = {"tl.float32": torch.float32, "tl.float64": torch.float64,
-                "tl.int32": torch.int32, "tl.int64": torch.int64, "tl.int16": torch.int16,
-                "tl.int8": torch.int8, "tl.uint8": torch.uint8}
 # Ops whose Triton form takes Python constants as operands as they are (operators, where).
 _LITERAL_OPERANDS = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.EQ, Op.NE, Op.LT, Op.LE,
                                Op.GT, Op.GE, Op.WHERE})
-
-
-@dataclasses.dataclass(eq=False)
-class Workspace:
-    """Scratch memory of a split reduction: each chunk's partial result per row."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-
-    def root(self) -> Workspace:
-        return self
 
 
 @dataclasses.dataclass
@@ -97,22 +83,6 @@ class KernelLaunches:
         return self.kernels[-1].grid
 
 
-def render(expr: Expr) -> str:
-    return render_sum(expr, _render_atom)
-
-
-def _render_atom(atom) -> str:
-    if isinstance(atom, (Var, Opaque)):
-        return atom.name
-    # Triton's // and % on integers truncate, as C's do; index expressions are never negative
-    # where they are used (a pad's checks guard the reads where they could be)
-    if isinstance(atom, Div):
-        return f"({render(atom.expr)} // {atom.divisor})"
-    if isinstance(atom, Mod):
-        return f"({render(atom.expr)} % {atom.divisor})"
-    raise TypeError(atom)
-
-
 def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     """`value` as a Triton tensor: a Python constant becomes a one-element tensor of `dtype`'s
     compute type (so methods like .to() apply, and integer constants keep their width)."""
@@ -123,7 +93,7 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
 
 
-class TritonKernelWriter:
+class TritonKernelWriter(ReductionWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
                  workspaces: dict | None = None, dependent_launch: bool = False):
         self.kernel = kernel
@@ -397,255 +367,6 @@ class TritonKernelWriter:
         else:
             x_at = index[:dim] + (selected,) + index[dim + 1:]
         return self.value(x, x_at, scope)
-
-    # -- reductions -----------------------------------------------------------------------
-    def reduction(self, node: Node, index: Index, scope: Scope) -> str:
-        op, source = node.op, node.inputs[0]
-        if self.analysis:
-            body, full = self.open_row(scope, index)
-            self.value(source, full, body)
-            self.close_row(body)
-            return self.define(scope, "0", frozenset({"x"}))
-        tiling = self.tiling
-        acc_type = self.accumulator_type(node)
-        init = self.initial(op, source.dtype, acc_type)
-        if self.split and (self.stage == 0 or self.levels[node] < self.stage):
-            return self.gather_partials(node, scope)
-        if self.rnumel == 0:  # an empty row: the reduction's identity, nothing is read
-            return self.finish(node, scope, f"tl.full([XBLOCK, RBLOCK], {init}, {acc_type})",
-                               None)
-        position = None
-        if tiling.persistent:
-            body, full = self.open_row(scope, index)
-            value = self.reduced_value(node, self.value(source, full, body))
-            mask = self.masks.get("r")
-            if op in (Op.ARGMAX, Op.ARGMIN):
-                position = self.full_block(self.position(node, full, body), torch.int64)
-            if mask:
-                value = f"tl.where({mask}, {value}, {init})"
-            return self.finish(node, scope, value, position)
-        acc = self.fresh("acc")
-        self.emit(scope, f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {acc_type})")
-        if op in (Op.ARGMAX, Op.ARGMIN):
-            position = self.fresh("pos")
-            self.emit(scope, f"{position} = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
-        body, full = self.open_row(scope, index)
-        value = self.reduced_value(node, self.value(source, full, body))
-        mask = self.masks.get(body.row)
-        if mask:
-            value = f"tl.where({mask}, {value}, {init})"
-        for line in self.combine(node, acc, position, value, full, body):
-            self.emit(body, line)
-        self.close_row(body)
-        if self.split:
-            return self.store_partials(node, scope, acc, position)
-        return self.finish(node, scope, acc, position)
-
-    # -- split reductions -----------------------------------------------------------------
-    def reduction_levels(self) -> dict[Node, int]:
-        """1 + the highest level of the kernel's reductions a reduction reads (a variance
-        after its mean is level 2): each level is one more pass over the rows."""
-        members, levels = self.members, {}
-
-        def level(node: Node, seen: set) -> int:
-            if node in levels:
-                return levels[node]
-            found = 0
-            stack = list(node.inputs)
-            while stack:
-                current = stack.pop()
-                if current in seen:
-                    continue
-                seen.add(current)
-                if current.kind is Kind.REDUCTION and current in members:
-                    found = max(found, level(current, set()))
-                    continue
-                buffer = self.buffer_of.get(current)
-                if buffer is not None and current not in members and buffer.role != "alias":
-                    continue  # loaded: not computed here
-                stack.extend(current.inputs)
-            levels[node] = found + 1 if node.kind is Kind.REDUCTION else found
-            return levels[node]
-
-        for node in self.kernel.members:
-            if node.kind is Kind.REDUCTION:
-                level(node, set())
-        return {n: v for n, v in levels.items() if n.kind is Kind.REDUCTION}
-
-    def workspaces_of(self, node: Node) -> list[Workspace]:
-        if node not in self.workspaces:
-            shape = (self.tiling.parts, self.xnumel)
-            spaces = [Workspace(f"{self.kernel.name}_ws{len(self.workspaces)}", shape,
-                                _TORCH_TYPES[self.accumulator_type(node)])]
-            if node.op in (Op.ARGMAX, Op.ARGMIN):
-                spaces.append(Workspace(spaces[0].name + "_at", shape, torch.int64))
-            self.workspaces[node] = spaces
-        return self.workspaces[node]
-
-    def store_partials(self, node: Node, scope: Scope, acc: str, position: str | None) -> str:
-        """This chunk's partial result of each row, into the node's workspace."""
-        partial = self.finish(node, scope, acc, position, raw=True)
-        spaces = self.workspaces_of(node)
-        mask = f", mask={self.masks['x']}" if "x" in self.masks else ""
-        at = f"tl.program_id(1) * {self.xnumel} + x"
-        self.emit(scope, f"tl.store({self.argument(spaces[0])} + {at}, {partial[0]}{mask})")
-        if len(partial) > 1:
-            self.emit(scope, f"tl.store({self.argument(spaces[1])} + {at}, {partial[1]}{mask})")
-        return partial[0]
-
-    def gather_partials(self, node: Node, scope: Scope) -> str:
-        """A reduction finished from its chunks' partial results."""
-        spaces = self.workspaces_of(node)
-        parts = self.tiling.parts
-        lanes = pow2(parts)
-        part = self.fresh("part")
-        self.emit(scope, f"{part} = tl.arange(0, {lanes})[None, :]")
-        masks = [self.masks["x"]] if "x" in self.masks else []
-        if lanes != parts:
-            masks.append(f"({part} < {parts})")
-        at = f"{part} * {self.xnumel} + x"
-        init = self.initial(node.op, node.inputs[0].dtype, self.accumulator_type(node))
-        mask = f", mask={' & '.join(masks)}, other={init}" if masks else ""
-        values = self.define(scope, f"tl.load({self.argument(spaces[0])} + {at}{mask})",
-                             frozenset({"x", "r"}))
-        position = None
-        if len(spaces) > 1:
-            mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
-            position = self.define(scope, f"tl.load({self.argument(spaces[1])} + {at}{mask})",
-                                   frozenset({"x", "r"}))
-        return self.finish(node, scope, values, position)
-
-    def reduced_value(self, node: Node, value: str) -> str:
-        """The value folded into the accumulator: the whole tile, in the accumulator's type."""
-        block = self.full_block(value, node.inputs[0].dtype)
-        if node.op in (Op.ANY, Op.ALL) or node.inputs[0].dtype is torch.bool:
-            return f"({block} != 0).to(tl.int32)"
-        acc_type = self.accumulator_type(node)
-        if compute_type(node.inputs[0].dtype) != acc_type:
-            return f"{block}.to({acc_type})"
-        return block
-
-    def position(self, node: Node, full: Index, scope: Scope) -> str:
-        (axis,) = node.attrs["axes"]
-        expr = full[axis]
-        return self.define(scope, f"{render(expr)}.to(tl.int64)" if expr.terms else "0",
-                           self.index_deps([expr]))
-
-    def combine(self, node: Node, acc: str, position: str | None, value: str, full: Index,
-                body: Scope) -> list[str]:
-        op = node.op
-        if op is Op.SUM:
-            return [f"{acc} = {acc} + {value}"]
-        if op is Op.PROD:
-            return [f"{acc} = {acc} * {value}"]
-        if op in (Op.MAX, Op.MIN, Op.ANY, Op.ALL):
-            return [f"{acc} = {self.pairwise(node, acc, value)}"]
-        here = self.full_block(self.position(node, full, body), torch.int64)
-        which = "argmax" if op is Op.ARGMAX else "argmin"
-        return [f"{acc}, {position} = ember_{which}_combine({acc}, {position}, {value}, {here})"]
-
-    def pairwise(self, node: Node, a: str, b: str) -> str:
-        high = node.op in (Op.MAX, Op.ANY)
-        if self.accumulator_type(node) in ("tl.float32", "tl.float64"):
-            return f"ember_{'max' if high else 'min'}_nan({a}, {b})"
-        return f"tl.{'maximum' if high else 'minimum'}({a}, {b})"
-
-    def finish(self, node: Node, scope: Scope, tile: str, position: str | None,
-               raw: bool = False):
-        """The row's result from a tile of partial results. `raw`: the accumulator's value
-        (and position) as a split reduction stores it, not yet in the node's dtype."""
-        op = node.op
-        if op is Op.SUM:
-            result = f"tl.sum({tile}, axis=1, keep_dims=True)"
-        elif op is Op.PROD:
-            result = f"tl.reduce({tile}, 1, ember_mul, keep_dims=True)"
-        elif op in (Op.ARGMAX, Op.ARGMIN):
-            which = "argmax" if op is Op.ARGMAX else "argmin"
-            value, name = self.fresh("v"), self.fresh("v")
-            self.emit(scope, f"{value}, {name} = tl.reduce(({tile}, {position}), 1, "
-                             f"ember_{which}_combine, keep_dims=True)")
-            self.deps[name] = self.deps[value] = frozenset({"x"})
-            return (value, name) if raw else name
-        else:
-            high = op in (Op.MAX, Op.ANY)
-            if self.accumulator_type(node) in ("tl.float32", "tl.float64"):
-                combine = f"ember_{'max' if high else 'min'}_nan"
-                result = f"tl.reduce({tile}, 1, {combine}, keep_dims=True)"
-            else:
-                result = f"tl.{'max' if high else 'min'}({tile}, axis=1, keep_dims=True)"
-        if raw:
-            return (self.define(scope, result, frozenset({"x"})),)
-        if op in (Op.ANY, Op.ALL) or node.dtype is torch.bool:
-            result = f"({result} != 0)"
-        elif self.accumulator_type(node) != compute_type(node.dtype):
-            result = f"{result}.to({compute_type(node.dtype)})"
-        return self.define(scope, result, frozenset({"x"}))
-
-    def accumulator_type(self, node: Node) -> str:
-        source = node.inputs[0].dtype
-        if node.op in (Op.ANY, Op.ALL) or source is torch.bool:
-            return "tl.int32"
-        if node.op in (Op.ARGMAX, Op.ARGMIN):
-            return compute_type(source)
-        return compute_type(node.dtype)
-
-    def initial(self, op: Op, dtype: torch.dtype, acc_type: str) -> str:
-        if op is Op.SUM:
-            return "0"
-        if op is Op.PROD:
-            return "1"
-        if op is Op.ANY:
-            return "0"
-        if op is Op.ALL:
-            return "1"
-        low = op in (Op.MAX, Op.ARGMAX)
-        if dtype is torch.bool:
-            return "0" if low else "1"
-        if dtype.is_floating_point:
-            return 'float("-inf")' if low else 'float("inf")'
-        info = torch.iinfo(dtype)
-        return str(info.min if low else info.max)
-
-    # -- rows -----------------------------------------------------------------------------
-    def open_row(self, scope: Scope, index: Index) -> tuple[Scope, Index]:
-        """The scope in which a row's elements are computed, and the full index there. A
-        persistent tile has one row index for the whole kernel (so values are shared between
-        reductions); a looped tile opens a new loop per use."""
-        shape = self.kernel.shape
-        if self.analysis:
-            body = Scope(scope, scope.depth + 1)
-            dims = {d: Expr.of(Var(f"r{d}", shape[d])) for d in self.inner_dims}
-        elif self.tiling.persistent:
-            body = self.root
-            dims = dict(zip(self.inner_dims, unravel(Expr.of(Var("r", self.rnumel)),
-                                                    tuple(shape[d] for d in self.inner_dims))))
-        else:
-            name = f"r{next(self.loops)}"
-            body = Scope(scope, scope.depth + 1, row=name)
-            self.defined_at[name] = body
-            self.var_level[name] = "r"
-            rtype = ".to(tl.int64)" if self.tiling.int64 else ""
-            start = "chunk + " if self.split else ""
-            self.emit(body, f"{name} = ({start}{name}_offset + tl.arange(0, RBLOCK)[None, :])"
-                            f"{rtype}")
-            if self.rnumel % self.tiling.rblock:
-                self.masks[name] = f"{name}_mask"
-                self.emit(body, f"{name}_mask = {name} < {self.rnumel}")
-            if self.split:  # this program's chunk of the row
-                body.header = f"for {name}_offset in range(0, {self.tiling.chunk}, RBLOCK):"
-            else:
-                body.header = f"for {name}_offset in range(0, {self.rnumel}, RBLOCK):"
-            dims = dict(zip(self.inner_dims, unravel(Expr.of(Var(name, self.rnumel)),
-                                                    tuple(shape[d] for d in self.inner_dims))))
-        full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
-                     for d in range(len(shape)))
-        return body, full
-
-    def close_row(self, body: Scope) -> None:
-        if body is self.root or not body.lines:
-            return
-        body.parent.lines.append(body.header)
-        body.parent.lines.extend("    " + line for line in body.lines)
 
     # -- the kernel -----------------------------------------------------------------------
     def write(self) -> TritonKernel | None:
