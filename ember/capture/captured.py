@@ -14,7 +14,7 @@ import torch
 import torch.fx
 
 from ember import config, logs, torch_internals
-from ember.capture import opcodes  # noqa: F401  (registers the opcode handlers)
+from ember.capture import container_opcodes, opcodes  # noqa: F401  (register the opcode handlers)
 from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number, live_locals
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
