@@ -6,7 +6,8 @@ every parameter of a group, instead of a dozen eager ops per parameter.
 The update is eager's single-tensor algorithm (torch/optim/{sgd,adam}.py) written over lists
 of tensors and compiled by ember: fused into a few kernels, parameters, gradients and
 optimizer state updated in place. Step-dependent numbers (learning rate, bias corrections) are
-passed as one small float64 tensor per call, so a learning-rate schedule does not recompile.
+passed as one small float64 tensor per call, so a schedule of the learning rate, the momentum
+or the betas (OneCycleLR cycles them) does not recompile.
 Anything else — closures, hooks, amsgrad, capturable/differentiable/fused groups, sparse or
 complex parameters, the first step (which creates the state) — runs the optimizer's own
 step().
@@ -22,23 +23,23 @@ from ember.api import compile as ember_compile
 
 
 def _sgd(params: list, grads: list, buffers: list, numbers: torch.Tensor, weight_decay: float,
-         momentum: float, dampening: float, nesterov: bool, maximize: bool) -> None:
-    # numbers: [-lr]
+         momentum: bool, nesterov: bool, maximize: bool) -> None:
+    # numbers: [-lr, momentum, 1 - dampening]
     for param, grad, buffer in zip(params, grads, buffers):
         if maximize:
             grad = -grad
         if weight_decay != 0:
             grad = grad.add(param, alpha=weight_decay)
-        if momentum != 0:
-            buffer.mul_(momentum).add_(grad, alpha=1 - dampening)
-            grad = grad.add(buffer, alpha=momentum) if nesterov else buffer
+        if momentum:
+            buffer.mul_(numbers[1]).add_(grad * numbers[2])
+            grad = grad + buffer * numbers[1] if nesterov else buffer
         param.add_(grad * numbers[0])
 
 
 def _adam(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, numbers: torch.Tensor,
-          beta1: float, beta2: float, eps: float, weight_decay: float, decoupled: bool,
-          maximize: bool) -> None:
-    # numbers: [step size (lr / bias correction 1), sqrt(bias correction 2), 1 - lr * wd]
+          eps: float, weight_decay: float, decoupled: bool, maximize: bool) -> None:
+    # numbers: [step size (lr / bias correction 1), sqrt(bias correction 2), 1 - lr * wd,
+    #           1 - beta1, beta2, 1 - beta2]
     for param, grad, exp_avg, exp_avg_sq in zip(params, grads, exp_avgs, exp_avg_sqs):
         if maximize:
             grad = -grad
@@ -47,8 +48,8 @@ def _adam(params: list, grads: list, exp_avgs: list, exp_avg_sqs: list, numbers:
                 param.mul_(numbers[2])
             else:
                 grad = grad.add(param, alpha=weight_decay)
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        exp_avg.lerp_(grad, numbers[3])
+        exp_avg_sq.mul_(numbers[4]).add_(numbers[5] * grad * grad)
         denom = (exp_avg_sq.sqrt() / numbers[1]).add_(eps)
         param.sub_(exp_avg / denom * numbers[0])
 
@@ -75,12 +76,27 @@ def step(optimizer: torch.optim.Optimizer, closure: Any = None) -> Any:
                or type(p.grad) is not torch.Tensor
                for p in params):  # (tensor subclasses: FSDP's DTensor parameters, ...)
             return optimizer.step()  # (the first step makes the state)
+        if kind == "adam" and len({float(optimizer.state[p]["step"]) for p in params}) > 1:
+            # parameters of one group at different steps (a head trained every other call):
+            # no shared bias correction. NOTE: decided for every group before any is updated,
+            # since optimizer.step() updates them all.
+            return optimizer.step()
         groups.append((group, params))
     with torch.no_grad():
         for group, params in groups:
             if params:
                 _step_group(optimizer, kind, group, params)
     return None
+
+
+def scheduled_step(wrapper: Any, closure: Any = None) -> Any:
+    """`optimizer.step(closure)` where an LR scheduler replaced `optimizer.step` with `wrapper`
+    (which notes that the step ran, for the scheduler's check of the calls' order)."""
+    from ember import torch_internals
+
+    optimizer = torch_internals.scheduler_wrapped_optimizer(wrapper)
+    optimizer._opt_called = True
+    return step(optimizer, closure)
 
 
 def _kind(optimizer: torch.optim.Optimizer) -> str | None:
@@ -141,25 +157,20 @@ def _step_group(optimizer: torch.optim.Optimizer, kind: str, group: dict,
     if kind == "sgd":
         momentum = group["momentum"]
         buffers = [optimizer.state[p]["momentum_buffer"] if momentum else p for p in params]
-        numbers = _numbers((-group["lr"],), device)
-        _update("sgd")(params, grads, buffers, numbers, group["weight_decay"], momentum,
-                       group["dampening"], group["nesterov"], group["maximize"])
+        numbers = _numbers((-group["lr"], momentum, 1 - group["dampening"]), device)
+        _update("sgd")(params, grads, buffers, numbers, group["weight_decay"], momentum != 0,
+                       group["nesterov"], group["maximize"])
         return
     states = [optimizer.state[p] for p in params]
     steps = [s["step"] for s in states]
     for count in steps:  # (eager increments each parameter's step tensor too)
         count += 1
-    counts = {float(count) for count in steps}
-    if len(counts) != 1:  # parameters at different steps: no shared bias correction
-        for count in steps:
-            count -= 1
-        return optimizer.step()
-    count = counts.pop()
+    count = float(steps[0])  # (the same for all: see step())
     beta1, beta2 = group["betas"]
     lr = group["lr"]
     decoupled = group.get("decoupled_weight_decay", type(optimizer) is torch.optim.AdamW)
     numbers = _numbers((lr / (1 - beta1 ** count), (1 - beta2 ** count) ** 0.5,
-                        1 - lr * group["weight_decay"]), device)
+                        1 - lr * group["weight_decay"], 1 - beta1, beta2, 1 - beta2), device)
     _update("adam")(params, grads, [s["exp_avg"] for s in states],
-                    [s["exp_avg_sq"] for s in states], numbers, beta1, beta2, group["eps"],
+                    [s["exp_avg_sq"] for s in states], numbers, group["eps"],
                     group["weight_decay"], decoupled, group["maximize"])

@@ -243,3 +243,21 @@ def is_distributed_data_parallel(module: Any) -> bool:
     except ImportError:
         return False
     return isinstance(module, DistributedDataParallel)
+
+
+def scheduler_wrapped_optimizer(function: Any) -> torch.optim.Optimizer | None:
+    """The optimizer whose `step` an LR scheduler replaced with `function`, else None.
+
+    torch's LRScheduler wraps `optimizer.step` (an instance attribute, tagged
+    `_wrapped_by_lr_sched`) to note that it ran; the optimizer is a weak reference in the
+    wrapper's closure."""
+    import weakref
+
+    if not getattr(function, "_wrapped_by_lr_sched", False):
+        return None
+    for cell in getattr(function, "__closure__", None) or ():
+        referent = cell.cell_contents
+        if isinstance(referent, weakref.ref) and \
+                isinstance(referent(), torch.optim.Optimizer):
+            return referent()
+    return None

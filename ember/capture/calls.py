@@ -100,6 +100,10 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
                               "step()")
         return call_value(session, callee.function, [callee.receiver, *args], kwargs, frame)
     if isinstance(callee, FunctionValue):
+        if torch_internals.scheduler_wrapped_optimizer(callee.value) is not None:
+            raise Unsupported("optimizer.step() runs outside the graph (as ember's fused "
+                              "update)", "expected: a training step breaks at zero_grad(), "
+                              "backward() and step()")
         return inline_function(session, callee, args, kwargs, frame)
     if isinstance(callee, NestedFunctionValue):
         return inline_nested(session, callee, args, kwargs, frame)

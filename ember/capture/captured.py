@@ -199,7 +199,12 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         if _optimizer_step(stop.callee):  # opt.step() becomes ember's fused update
             from ember import optim
 
-            callee = f"{writer.constant(optim.step)}.__get__({writer.expr(stop.callee.receiver)})"
+            if isinstance(stop.callee, BoundMethodValue):
+                receiver = writer.expr(stop.callee.receiver)
+                callee = f"{writer.constant(optim.step)}.__get__({receiver})"
+            else:  # (an LR scheduler's wrapper of the optimizer's step)
+                wrapper = writer.expr(stop.callee)
+                callee = f"{writer.constant(optim.scheduled_step)}.__get__({wrapper})"
         arguments = [writer.expr(a) for a in stop.args]
         arguments += [f"{k}={writer.expr(v)}" for k, v in stop.kwargs.items()]
         if stop.star is not None:
@@ -235,6 +240,8 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
 
 
 def _optimizer_step(callee: Value) -> bool:
+    if isinstance(callee, FunctionValue):
+        return torch_internals.scheduler_wrapped_optimizer(callee.value) is not None
     return isinstance(callee, BoundMethodValue) and \
         isinstance(getattr(callee.receiver, "value", None), torch.optim.Optimizer) and \
         getattr(getattr(callee.function, "value", None), "__name__", "") == "step"
