@@ -169,6 +169,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.constants: list[torch.Tensor] = []
         self.library_calls = 0
         self.detached_views: set[int] = set()  # (ids of tensors: see stop_gradient)
+        # a training graph: values eager's autograd does not track stop the gradient
+        self.stops = False
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
@@ -513,6 +515,10 @@ class Tracer(torch_internals.TorchDispatchMode):
                                               stand_ins))[0]
             results, values = values[len(targets):], values[:len(targets)]
         for target, value in zip(targets, values):
+            if self.stops and not torch.is_grad_enabled() and value.dtype.is_floating_point:
+                # written under torch.no_grad() (an EMA of the weights): eager's write is
+                # not tracked, so the backward must not reach through it
+                value = self.builder.unary(Op.STOP_GRADIENT, value)
             self.assign(target, value)
         if len(results) != len(fresh):
             raise Unsupported(f"{func} returns tensors ember cannot match to its results")
@@ -621,6 +627,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
     stops = any(t.requires_grad for t in tensors) and (torch.is_grad_enabled() or
                                                          turns_grad_on(module))
     # (the graph's grad-mode switches run as it is traced: the caller's mode is restored)
+    tracer.stops = stops
     with tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
         out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)

@@ -742,3 +742,35 @@ def test_adam_groups_whose_parameters_are_at_different_steps_step_once():
     assert optimizer.state[body.weight]["step"].item() == 4
     torch.testing.assert_close(body.weight, eager_body.weight, **TOLERANCE)
     torch.testing.assert_close(body.bias, eager_body.bias, **TOLERANCE)
+
+
+def test_an_ema_of_the_weights_under_no_grad_compiles_and_matches_eager():
+    # (the write into the EMA copy reads the trained weights, which require grad; under
+    # no_grad eager does not track it, so neither may the compiled graph)
+    def run(compile_step: bool):
+        torch.manual_seed(0)
+        model = mlp().to(DEVICE)
+        ema = copy.deepcopy(model).requires_grad_(False)
+
+        def step(x, decay):
+            loss = model(x).square().mean()
+            with torch.no_grad():
+                for average, weight in zip(ema.parameters(), model.parameters()):
+                    average.mul_(decay).add_(weight, alpha=1 - decay)
+            return loss
+
+        fn = ember.compile(step) if compile_step else step
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            fn(torch.randn(8, 12, generator=generator).to(DEVICE), 0.9).backward()
+        return model, ema
+
+    with watching_fallbacks() as fallbacks:
+        model, ema = run(True)
+    eager_model, eager_ema = run(False)
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    for a, b in zip(ema.parameters(), eager_ema.parameters()):
+        assert not a.requires_grad
+        torch.testing.assert_close(a, b, **TOLERANCE)
+    for a, b in zip(model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
