@@ -700,6 +700,8 @@ def _scheduled_steps(compiled: bool, scheduler: str, inside: bool, steps: int = 
 def test_a_training_step_with_an_lr_scheduler_matches_eager(scheduler, inside):
     # (an LR scheduler replaces optimizer.step with a wrapper of its own: it used to be taken
     # for a torch op, and running it on fake tensors left fake optimizer state behind)
+    kind = "sgd" if scheduler == "step" else "adam"
+    captured = len(ember.optim._compiled[kind].records) if kind in ember.optim._compiled else 0
     with watching_fallbacks() as fallbacks:
         got, model, optimizer, run = _scheduled_steps(True, scheduler, inside)
     want, eager_model, eager_optimizer, _ = _scheduled_steps(False, scheduler, inside)
@@ -711,9 +713,9 @@ def test_a_training_step_with_an_lr_scheduler_matches_eager(scheduler, inside):
             assert type(optimizer.state[a][key]) is torch.Tensor
             torch.testing.assert_close(optimizer.state[a][key], value, **TOLERANCE)
     assert optimizer.param_groups[0]["lr"] == eager_optimizer.param_groups[0]["lr"]
-    # the step through the scheduler's wrapper is ember's fused update, compiled once
-    update = ember.optim._compiled["sgd" if scheduler == "step" else "adam"]
-    assert len(update.entries) == 1
+    # the step through the scheduler's wrapper is ember's fused update, compiled at most
+    # once more in this test (its numbers change every step: lr, and OneCycleLR's beta1)
+    assert len(ember.optim._compiled[kind].records) - captured <= 1
 
 
 def test_adam_groups_whose_parameters_are_at_different_steps_step_once():
@@ -738,7 +740,7 @@ def test_adam_groups_whose_parameters_are_at_different_steps_step_once():
                task)
         return body, optimizer
 
-    (body, optimizer), (eager_body, eager_optimizer) = run(True), run(False)
+    (body, optimizer), (eager_body, _) = run(True), run(False)
     assert optimizer.state[body.weight]["step"].item() == 4
     torch.testing.assert_close(body.weight, eager_body.weight, **TOLERANCE)
     torch.testing.assert_close(body.bias, eager_body.bias, **TOLERANCE)
