@@ -133,6 +133,9 @@ def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[st
     if target in _TORCH_SIDE_EFFECTS:
         raise Unsupported(f"{getattr(target, '__name__', target)} changes global state",
                           "call it outside the compiled function")
+    if getattr(target, "__module__", None) in ("torch", "torch._C._VariableFunctions"):
+        args, kwargs = numbers.method_numbers(session, getattr(target, "__name__", ""),
+                                              list(args), kwargs)
     return session.builder.call("call_function", target, tuple(args), kwargs)
 
 
@@ -161,7 +164,8 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
         if isinstance(result, torch.Size):
             return SequenceValue([Const(int(d)) for d in result], torch.Size)
         return semantics.constant(result)
-    return session.builder.call("call_method", name, (tensor, *args), kwargs)
+    operands, kwargs = numbers.method_numbers(session, name, [tensor, *args], kwargs)
+    return session.builder.call("call_method", name, tuple(operands), kwargs)
 
 
 _METADATA_METHODS = {"size", "dim", "ndimension", "numel", "nelement", "element_size",

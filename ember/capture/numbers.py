@@ -47,6 +47,12 @@ _ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": ope
 # arithmetic whose Python-number operand may as well be a 0-d tensor (the same type promotion)
 SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
                     operator.iadd, operator.isub, operator.imul, operator.itruediv}
+# Tensor methods and torch functions whose positional numbers take a 0-d tensor as well
+# (`e.mul_(decay)`, `torch.lerp(a, b, weight)`); an `alpha=` number is moved onto its
+# operand (`add(y, alpha=d)` is `add(y * d)`), since alpha must be a Python number.
+SCALAR_METHODS = {"add", "sub", "mul", "div", "lerp", "add_", "sub_", "mul_", "div_", "lerp_",
+                  "true_divide", "multiply", "subtract", "true_divide_", "multiply_",
+                  "subtract_"}
 
 
 def passed(session: Session, value: Any, source: Source) -> PassedNumber:
@@ -79,6 +85,24 @@ def number_input(session: Session, value: Value, operands: tuple) -> Value:
     kind = torch.result_type(torch.empty((), dtype=kind), value._value)
     number = torch.tensor(value._value, dtype=kind)
     return session.builder.input_tensor(number, NumberTensorSource(value.source, kind))
+
+
+def method_numbers(session: Session, name: str, operands: list[Value],
+                   kwargs: dict[str, Value]) -> tuple[list[Value], dict[str, Value]]:
+    """The operands and keywords of a tensor method or torch function `name` with numbers
+    from the call as 0-d tensor inputs, as `number_input` makes them for operators."""
+    if name not in SCALAR_METHODS:
+        return operands, kwargs
+    operands = [number_input(session, a, tuple(operands)) for a in operands]
+    alpha = kwargs.get("alpha")
+    if alpha is not None and len(operands) == 2:
+        weight = number_input(session, alpha, tuple(operands))
+        if weight is not alpha:  # (y * alpha, as eager's kernel computes alpha * y)
+            kwargs = {k: v for k, v in kwargs.items() if k != "alpha"}
+            scaled = session.builder.call("call_function", operator.mul,
+                                          (operands[1], weight), {})
+            operands = [operands[0], scaled]
+    return operands, kwargs
 
 
 def arithmetic(session: Session, symbol: str, left: Value, right: Value) -> Value | None:

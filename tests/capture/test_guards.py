@@ -85,6 +85,21 @@ def test_a_number_in_arithmetic_is_an_input_not_a_constant(recompiles):
             same(got, want)
 
 
+def test_a_number_given_to_a_tensor_method_is_an_input_too(recompiles):
+    # (an EMA with a decay that warms up: `e.mul_(d).add_(p, alpha=1 - d)`, `e.lerp_(p, w)`)
+    def fn(x, decay):
+        average = x.clone().mul_(decay).add_(x * 2, alpha=1 - decay)
+        return average, x.lerp(average, decay), torch.lerp(x, average, 1 - decay), x.mul(decay)
+
+    compiled = ember.compile(fn, backend="eager")
+    x = t(3)
+    for decay in (0.5, 0.9, 0.99):
+        got, want = compiled(x, decay), fn(x, decay)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+    assert entries(compiled) == 1 and not recompiles.text
+
+
 def test_shape_change_recompiles_and_says_which_dim(recompiles):
     compiled = ember.compile(lambda x: x.sum(0) * x.shape[0], backend="eager")
     for n in (4, 4, 8):
