@@ -495,6 +495,12 @@ class Tracer(torch_internals.TorchDispatchMode):
         out_names = {argument.name for _, argument in written if argument.kwarg_only}
         functional = functional_variant(func)
         if functional is not None:
+            # (the dispatcher leaves out arguments equal to their defaults — bernoulli_'s
+            # p=0.5 — which the functional overload may not have: bernoulli.p)
+            given = set(kwargs)
+            args, kwargs = _with_defaults(func, args, kwargs, out_names)
+            template_kwargs = {**template_kwargs,
+                               **{k: v for k, v in kwargs.items() if k not in given}}
             f_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
             f_template = {k: v for k, v in template_kwargs.items() if k not in out_names}
             try:
@@ -632,6 +638,21 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
         out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
+
+
+def _with_defaults(func, args: tuple, kwargs: dict, skip: set[str]) -> tuple[tuple, dict]:
+    """`args` and `kwargs` of `func` with the arguments left out given their defaults."""
+    args, kwargs = tuple(args), dict(kwargs)
+    positional = [a for a in torch_internals.schema_of(func).arguments if not a.kwarg_only]
+    for argument in positional[len(args):]:
+        if argument.name in kwargs or not argument.has_default_value():
+            break
+        args = (*args, argument.default_value)
+    for argument in torch_internals.schema_of(func).arguments:
+        if argument.kwarg_only and argument.name not in kwargs and \
+                argument.name not in skip and argument.has_default_value():
+            kwargs[argument.name] = argument.default_value
+    return args, kwargs
 
 
 def _fetch_attr(module: torch.nn.Module, target: str) -> Any:

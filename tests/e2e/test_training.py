@@ -776,3 +776,26 @@ def test_an_ema_of_the_weights_under_no_grad_compiles_and_matches_eager():
         torch.testing.assert_close(a, b, **TOLERANCE)
     for a, b in zip(model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
+def test_dropout_at_its_default_half_compiles_and_draws_eagers_masks():
+    # (the dispatcher leaves out bernoulli_'s p when it is its default, 0.5, and the
+    # functional overload ember lowers to has no default: the graph used to run eagerly)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(),
+                                torch.nn.Linear(16, 2)).to(DEVICE).train()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    compiled = ember.compile(model)
+    with watching_fallbacks() as fallbacks:
+        torch.manual_seed(7)
+        got = compiled(x)
+        got.sum().backward()
+    got_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch.manual_seed(7)
+    want = model(x)
+    want.sum().backward()
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    for a, p in zip(got_grads, model.parameters()):
+        torch.testing.assert_close(a, p.grad, **TOLERANCE)
