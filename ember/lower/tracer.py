@@ -171,6 +171,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.detached_views: set[int] = set()  # (ids of tensors: see stop_gradient)
         # a training graph: values eager's autograd does not track stop the gradient
         self.stops = False
+        self.input_metas: set[int] = set()  # (ids: an input returned is that object itself)
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
@@ -186,6 +187,7 @@ class Tracer(torch_internals.TorchDispatchMode):
     def bind_input(self, meta: torch.Tensor, index: int) -> None:
         node = self.graph.inputs[index]
         self.bind(meta, node, Storage(node, index))
+        self.input_metas.add(id(meta))
 
     def state(self, tensor: torch.Tensor) -> TensorState:
         try:
@@ -555,7 +557,8 @@ class Tracer(torch_internals.TorchDispatchMode):
                             dtype=value.dtype if value.dtype != storage.value.dtype else None)
             if storage.input_index is not None:
                 root = self.graph.inputs[storage.input_index]
-                if state.chain == () and geometry["stride"] == root.strides:
+                if id(value) in self.input_metas and state.chain == () and \
+                        geometry["stride"] == root.strides:
                     specs.append(OutputSpec("input", index=storage.input_index))
                 else:
                     specs.append(OutputSpec("view", index=storage.input_index, **geometry))

@@ -153,3 +153,21 @@ def test_complex_parts_conjugates_and_adjoints_match_eager():
     for program in programs:
         assert ember.explain(program)(x).graph_break_count == 0
         torch.testing.assert_close(ember.compile(program)(x), program(x))
+
+
+def test_an_input_returned_as_it_is_is_the_same_object_and_an_alias_is_a_new_one():
+    # (x[...], view_as, detach and a same-shape reshape are new tensor objects in eager: a
+    # later t_() or requires_grad_() on them must not reach the caller's tensor)
+    import ember
+
+    def fn(x):
+        return x, x[...], x.view_as(x), x.detach(), x.reshape(x.shape), x.contiguous()
+
+    for run in (fn, ember.compile(fn)):
+        x = make(2, 3)
+        outputs = run(x)
+        assert [out is x for out in outputs] == [True, False, False, False, False, True]
+        assert all(out.data_ptr() == x.data_ptr() for out in outputs)
+        outputs[1].t_()
+        outputs[3].requires_grad_()
+        assert x.shape == (2, 3) and not x.requires_grad
