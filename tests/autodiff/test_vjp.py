@@ -73,6 +73,21 @@ def test_ties_split_the_gradient_as_eager_does():
     check_grad(lambda a, b: (torch.maximum(a, b), a.amax(dim=1)), x, x.flip(1), **TOLERANCE)
 
 
+def test_max_and_min_over_a_dim_give_a_tie_s_gradient_to_the_index_returned():
+    # (eager's max(dim)/min(dim) backward selects by index; amax/amin split among ties)
+    x = torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 1.0], [0.0, 0.0, 0.0]])
+    check_grad(lambda a: (a.max(dim=1).values, a.min(dim=0, keepdim=True)[0],
+                          torch.max(a, -1)[0] * a.amax(dim=1)), x, **TOLERANCE)
+
+
+def test_a_norm_at_zero_has_eager_s_zero_gradient():
+    # (the root's derivative at 0 is infinite: times the zero below it, NaN; eager masks it)
+    x = torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5]])
+    check_grad(lambda a: (a.norm(), a.norm(dim=1), a.norm(p=3, dim=1),
+                          torch.linalg.vector_norm(a, 4.5, dim=-1)), x, **TOLERANCE)
+    check_grad(lambda a: a.norm(), torch.zeros(3), **TOLERANCE)
+
+
 REDUCTIONS = {
     "sum": lambda x: x.sum(), "sum_dim": lambda x: x.sum(dim=1),
     "mean_keepdim": lambda x: x.mean(dim=0, keepdim=True), "amax": lambda x: x.amax(dim=-1),

@@ -120,12 +120,27 @@ def _min_other(b: Builder, x: Node, other: Node) -> Node:
 
 @lowering(aten.max.dim)
 def _max_dim(b: Builder, x: Node, dim: int, keepdim: bool = False) -> tuple[Node, Node]:
-    return (_extreme(b, Op.MAX, x, [dim], keepdim), _arg(b, Op.ARGMAX, x, dim, keepdim))
+    return _selected(b, Op.MAX, Op.ARGMAX, x, dim, keepdim)
 
 
 @lowering(aten.min.dim)
 def _min_dim(b: Builder, x: Node, dim: int, keepdim: bool = False) -> tuple[Node, Node]:
-    return (_extreme(b, Op.MIN, x, [dim], keepdim), _arg(b, Op.ARGMIN, x, dim, keepdim))
+    return _selected(b, Op.MIN, Op.ARGMIN, x, dim, keepdim)
+
+
+def _selected(b: Builder, op: Op, arg: Op, x: Node, dim: int, keepdim: bool
+              ) -> tuple[Node, Node]:
+    """max(dim)/min(dim): the values are x at the indices (eager's backward gives a tie's
+    whole gradient to the index returned; amax's splits it among the ties)."""
+    if x.ndim == 0 or x.dtype is torch.bool:
+        return _extreme(b, op, x, [dim], keepdim), _arg(b, arg, x, dim, keepdim)
+    _extreme(b, op, x, [dim], keepdim)  # (an empty dim declines, as eager raises)
+    indices = _arg(b, arg, x, dim, True)
+    values = b.gather(x, indices, normalize_dim(dim, x.ndim))
+    if keepdim:
+        return values, indices
+    axis = [normalize_dim(dim, x.ndim)]
+    return b.squeeze(values, axis), b.squeeze(indices, axis)
 
 
 @lowering(aten.aminmax)
@@ -251,9 +266,19 @@ def _vector_norm(b: Builder, x: Node, ord=2, dim=None, keepdim: bool = False, *,
     if ord == 1:
         return b.reduce(Op.SUM, magnitude, dim, keepdim)
     if ord == 2:
-        return b.unary(Op.SQRT, b.reduce(Op.SUM, b.mul(x, x), dim, keepdim))
+        return _root_of(b, b.reduce(Op.SUM, b.mul(x, x), dim, keepdim),
+                        lambda total: b.unary(Op.SQRT, total))
     powered = b.elementwise(Op.POW, magnitude, float(ord))
-    return b.elementwise(Op.POW, b.reduce(Op.SUM, powered, dim, keepdim), 1.0 / ord)
+    return _root_of(b, b.reduce(Op.SUM, powered, dim, keepdim),
+                    lambda total: b.elementwise(Op.POW, total, 1.0 / ord))
+
+
+def _root_of(b: Builder, total: Node, root) -> Node:
+    """root(total), whose gradient is 0 where the total is 0, as eager's norm backward masks
+    it (the root's own derivative there is infinite: times the zero below it, NaN)."""
+    zero = b.compare(Op.EQ, total, 0.0)
+    safe = b.where(zero, b.full(1.0, total.dtype, ()), total)
+    return b.where(zero, b.full(0.0, total.dtype, ()), root(safe))
 
 
 def softmax(b: Builder, x: Node, dim: int, log: bool = False) -> Node:
