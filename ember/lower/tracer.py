@@ -409,6 +409,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         by design)."""
         inputs: list[Node] = []
         operand_strides: list[tuple[int, ...]] = []
+        if self.stops:
+            # (an op eager picks where no input requires grad — the traced tensors require
+            # none — whose twin has the backward: embedding_bag's)
+            func = _DIFFERENTIABLE_TWINS.get(func, func)
 
         def slot(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -641,6 +645,11 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
         out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
+
+
+_DIFFERENTIABLE_TWINS = {
+    torch.ops.aten._embedding_bag_forward_only.default: torch.ops.aten._embedding_bag.default,
+}
 
 
 def _with_defaults(func, args: tuple, kwargs: dict, skip: set[str]) -> tuple[tuple, dict]:
