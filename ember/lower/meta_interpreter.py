@@ -13,6 +13,7 @@ eager gives on the graph's device:
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -117,7 +118,30 @@ class MetaInterpreter(torch.fx.Interpreter):
             fused = _fused_attention(self.tracer, self.device, args, kwargs)
             if fused is not None:
                 return fused
+        if target in (operator.getitem, operator.setitem) and \
+                isinstance(args[0], torch.Tensor) and len(args) > 1:
+            # x[[0, 2]]: torch makes the list an index tensor on x's device — for a meta
+            # tensor, one without values; as a real tensor the tracer keeps it as a constant
+            args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_function(target, args, kwargs)
+
+    def call_method(self, target, args, kwargs):
+        if target in ("__getitem__", "__setitem__") and len(args) > 1:
+            args = (args[0], _listed_indices(args[1]), *args[2:])
+        return super().call_method(target, args, kwargs)
+
+
+def _listed_indices(index: Any) -> Any:
+    """An index with its flat lists of integers as int64 tensors, as torch's indexing reads
+    them. (A list holding lists is read as a tuple of indices — deprecated, kept as it is.)"""
+    def integers(value: Any) -> bool:
+        return isinstance(value, list) and bool(value) and all(type(v) is int for v in value)
+
+    if integers(index):
+        return torch.tensor(index, dtype=torch.int64)
+    if isinstance(index, tuple):
+        return tuple(torch.tensor(i, dtype=torch.int64) if integers(i) else i for i in index)
+    return index
 
 
 # Dropout on a CUDA tensor: eager runs native_dropout's fused kernel (at::dropout checks

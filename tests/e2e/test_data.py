@@ -215,6 +215,21 @@ def test_advanced_indexing():
     check(fn, x, i, j, library=0)
 
 
+def test_indexing_with_lists_of_integers():
+    # (torch makes a list index a tensor on the indexed tensor's device: traced on meta
+    # tensors, one without values — the graph ran eagerly)
+    x = make(4, 6)
+
+    def fn(x):
+        y = x.clone()
+        y[[0, 2]] = 5.0
+        y[[1, 3], [0, -1]] += 1
+        return {"rows": x[[0, 2]], "channels": x[:, [2, 1, 0]], "pairs": x[[0, 1], [1, 2]],
+                "negative": x[[-1, 0]] * 2, "written": y}
+
+    check(fn, x, library=2, dynamo=True)  # (index_put: the library)
+
+
 def test_data_dependent_shapes_run_eagerly():
     # x[mask] has a shape only the data knows: the graph runs eagerly, with the reason logged
     x = make(4, 5)
