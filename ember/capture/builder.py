@@ -119,7 +119,8 @@ class GraphBuilder:
                 getter.meta["example_value"] = item
                 items.append(TensorValue(getter, item))
             return SequenceValue(items, type(example))  # list, tuple or a named tuple type
-        if isinstance(example, (bool, int, float)) or example is None:
+        if isinstance(example, (bool, int, float, torch.dtype)) or example is None:
+            # (computed from fake tensors: from what the guards check — shapes, dtypes)
             return Const(example)
         if isinstance(example, torch.Size):
             return SequenceValue([Const(int(d)) for d in example], torch.Size)

@@ -803,3 +803,17 @@ def test_a_number_formatted_into_a_printed_string_is_not_guarded_on_its_value():
         assert printed[0] == printed[1] and "loss" in printed[0]
     resumed = [r.compiled for r in compiled.resumes.values() if r.compiled]
     assert len(compiled.entries) == 1 and all(len(r.entries) == 1 for r in resumed)
+
+
+def test_a_decoder_layer_with_a_float_mask_is_one_graph():
+    # (MultiheadAttention asks F._none_or_dtype for each mask's dtype: a torch function that
+    # returns a dtype — known from the guarded inputs — broke the graph four times per call)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    target, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(5)
+    report = ember.explain(layer)(target, memory, tgt_mask=mask)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(layer)(target, memory, tgt_mask=mask),
+                                   layer(target, memory, tgt_mask=mask))
