@@ -181,9 +181,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                 if buffer is None:
                     continue
                 made.add(buffer)
-                if checked:
-                    lines.append(f"if {buffer.name}.stride() != {buffer.strides!r}: raise "
-                                 f"LayoutMismatch({buffer.name!r})")
+                if checked:  # (a size-1 dim's stride places nothing: any will do)
+                    lines.append(f"if not same_layout({buffer.name}, {buffer.strides!r}): "
+                                 f"raise LayoutMismatch({buffer.name!r})")
                     if operands and not returns_views(node.attrs):
                         lines.append(f"if shares_memory({buffer.name}, {operands}): raise "
                                      f"LayoutMismatch({buffer.name!r} + ' views an operand')")

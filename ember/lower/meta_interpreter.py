@@ -114,7 +114,8 @@ class MetaInterpreter(torch.fx.Interpreter):
             fused = _fused_dropout(target, args, kwargs)
             if fused is not None:
                 return fused
-        if self.device.type in FUSED_ATTENTION_DEVICES and target in _ATTENTIONS:
+        if target in _ATTENTIONS and (self.device.type in FUSED_ATTENTION_DEVICES or
+                                      self._masked_training_attention(args, kwargs)):
             fused = _fused_attention(self.tracer, self.device, args, kwargs)
             if fused is not None:
                 return fused
@@ -124,6 +125,15 @@ class MetaInterpreter(torch.fx.Interpreter):
             # tensor, one without values; as a real tensor the tracer keeps it as a constant
             args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_function(target, args, kwargs)
+
+    def _masked_training_attention(self, args, kwargs) -> bool:
+        """Attention with a mask in a CPU training graph: eager's CPU kernel's backward
+        differs from the composite's where a row's every key is masked by a large finite
+        number (Hugging Face's left padding, `(1 - mask) * finfo.min`), so eager's op — and
+        its backward — is called."""
+        bound = dict(zip(_ATTENTION_ARGUMENTS, args), **kwargs)
+        return self.stops and self.device.type == "cpu" and \
+            isinstance(bound.get("attn_mask"), torch.Tensor)
 
     def call_method(self, target, args, kwargs):
         if target in ("__getitem__", "__setitem__") and len(args) > 1:

@@ -225,3 +225,17 @@ def test_a_random_library_call_is_not_run_again_for_its_backward():
     x = make(4, 5).requires_grad_()
     graph = compile_graph(torch.fx.symbolic_trace(fn), [x])
     assert type(graph).__name__ == "EagerGraph" and "is random" in graph.reason
+
+
+def test_attention_with_a_row_masked_by_the_most_negative_float_has_eager_s_gradients():
+    # (Hugging Face's left padding: `(1 - mask) * finfo.min`; eager's fused kernel and the
+    # composite differ in the backward of a row whose every key is masked)
+    mask = torch.zeros(4, 4)
+    mask[0] = torch.finfo(torch.float32).min
+    mask[2, 3] = float("-inf")
+
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    check_grad(attention, make(1, 2, 4, 8), make(1, 2, 4, 8, seed=1), make(1, 2, 4, 8, seed=2),
+               **TOLERANCE)
