@@ -31,8 +31,10 @@ class LayoutMismatch(RuntimeError):
     """A library call returned strides other than eager's (checked on the first call)."""
 
 
-class KernelIndexError(IndexError):
-    pass
+class KernelIndexError(IndexError, RuntimeError):
+    """An index out of range in a generated kernel. Eager raises IndexError for some ops
+    (embedding, x[index]) and RuntimeError for others (gather, take, index_select): this is
+    both, so either `except` catches it."""
 
 
 def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:

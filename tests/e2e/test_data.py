@@ -188,6 +188,10 @@ def test_index_out_of_range_raises():
     compiled_fn = check(lambda x, i: x.index_select(0, i), x, torch.tensor([0, 3]), library=0)
     with pytest.raises(IndexError):
         compiled_fn(x, torch.tensor([0, 4]))
+    # (eager's gather raises RuntimeError: the same except clause catches ember's error)
+    gathered = check(lambda x, i: x.gather(0, i), x, torch.tensor([[0], [3]]), library=0)
+    with pytest.raises(RuntimeError):
+        gathered(x, torch.tensor([[0], [4]]))
 
 
 def test_gather():

@@ -512,3 +512,13 @@ def test_an_expanded_operand_of_another_dtype_lays_out_the_result_as_eager():
     b = torch.empty_strided((1, 2, 2, 1), (4, 1, 2, 1), device=DEVICE).copy_(
         torch.arange(4.0).reshape(1, 2, 2, 1))
     check(lambda a, b: (torch.add(a, b), a * b), a, b)
+
+
+def test_division_by_zero_and_overflow_warn_as_eager_does_not():
+    # (Triton's interpreter computes with numpy, whose RuntimeWarnings eager never gives)
+    import warnings
+
+    x = torch.tensor([0.0, 1.0, -2.0, 3e38]).to(DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check(lambda x: (1 / x, x * 10, (x * 1e10).to(torch.float16)), x)
