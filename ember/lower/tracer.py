@@ -477,6 +477,9 @@ class Tracer(torch_internals.TorchDispatchMode):
         if rule is None:
             raise Unsupported(f"{func} changes a tensor's shape or strides in place")
         base = args[0]
+        if id(base) in self.input_metas:
+            # (the caller's tensor changes shape: the graph's outputs cannot say so)
+            raise Unsupported(f"{func} changes the shape or strides of an input in place")
         state = self.state(base)
         before = self.current(base)
         try:
@@ -494,6 +497,11 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- mutation -------------------------------------------------------------------------
     def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:
         targets = self._written_tensors(written, args, kwargs)
+        if any(stride == 0 and size > 1 for t in targets for size, stride in
+               zip(t.shape, t.stride())):
+            # (an expanded tensor: eager raises "more than one element of the written-to
+            # tensor refers to a single memory location"; a write-back would pick one)
+            raise Unsupported(f"{func} writes into an expanded tensor: eager raises here")
         # tensors the op returns besides those it writes (rrelu_with_noise writes `noise` and
         # returns a new tensor)
         fresh = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)

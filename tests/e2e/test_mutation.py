@@ -278,3 +278,33 @@ def test_a_reduction_stored_into_an_input_waits_for_the_loop_that_reads_it():
         return v
 
     check(scalar, make(4), torch.tensor(2.0), may_switch_to_eager=True)
+
+
+def test_an_in_place_write_into_an_expanded_input_raises_as_in_eager():
+    import ember
+
+    def fn(x):
+        x.mul_(2)
+        return x
+
+    base = torch.ones(1, 4)
+    with pytest.raises(RuntimeError, match="more than one element"):
+        ember.compile(fn)(base.expand(3, 4))
+    assert torch.equal(base, torch.ones(1, 4))  # (nothing written: eager writes nothing)
+
+
+def test_in_place_view_ops_on_an_input_change_the_callers_tensor():
+    # (x.t_() on an input reshapes the caller's tensor; a graph's outputs cannot say so)
+    import ember
+
+    def fn(x, y):
+        x.t_()
+        y.unsqueeze_(0)
+        return x + 1, y * 2, x.clone().squeeze_()
+
+    for run in (fn, ember.compile(fn)):
+        x, y = make(2, 3), make(3)
+        x_before = x.clone()
+        got = run(x, y)
+        assert x.shape == (3, 2) and y.shape == (1, 3)
+        assert_close(got[0], x_before.t() + 1)
