@@ -22,6 +22,7 @@ import torch
 
 from ember import config, logs, torch_internals
 from ember.capture.breaks import resume_function
+from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import MISS, compile_guarded_runner, compile_guards, first_failure
@@ -426,6 +427,11 @@ class CompiledModule(torch.nn.Module):
             # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
             # the compiled forward
             return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
+        fast_path = eager_fast_path(module, args, kwargs)
+        if fast_path is not None:
+            logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,
+                                           fast_path)
+            return module(*args, **kwargs)
         return self._compiled_forward(module, *args, **kwargs)
 
     def _call_forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -13,7 +13,7 @@ import logging
 import math
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -293,9 +293,30 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
         raise Unsupported(f"{type(module).__name__} has forward hooks: they run outside the "
                           f"graph, around its forward, which is compiled on its own",
                           "expected for FSDP-sharded modules; else remove the hooks")
+    fast_path = eager_fast_path(module, args, kwargs)
+    if fast_path is not None:
+        raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)
+
+
+def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
+                    ) -> str | None:
+    """Why `module(*args, **kwargs)` must run as eager runs it, or None. (Arguments: values
+    or tracked values.) nn.TransformerEncoder in eval with a padding mask runs its layers on
+    a nested tensor, whose padded positions come out 0 — a path chosen from the mask's data,
+    and skipped where torch.compiler.is_compiling(), which capture answers True."""
+    if type(module) is not torch.nn.TransformerEncoder or \
+            not getattr(module, "use_nested_tensor", False) or module.layers[0].training:
+        return None
+    mask = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
+    if mask is None or (isinstance(mask, Const) and mask.value is None):
+        return None
+    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+        return None  # (eager's slow path too)
+    return ("nn.TransformerEncoder with a padding mask in eval runs eager's nested-tensor "
+            "path (its padded positions come out 0)")
 
 
 # nn.Module's own generator methods: (which registry they walk, whole tree or direct

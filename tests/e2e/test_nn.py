@@ -286,3 +286,27 @@ def test_a_reduced_precision_linear_adds_its_bias_before_rounding(dtype):
     got, want = ember.compile(layers)(x, batch), layers(x, batch)
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+def test_a_transformer_encoder_with_a_padding_mask_in_eval_gives_eagers_zeros():
+    # (eager runs the layers on a nested tensor whose padded positions come out 0: a path
+    # torch skips where torch.compiler.is_compiling(), which capture answers True)
+    import warnings
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the nested-tensor prototype warning)
+        encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=True).eval()
+    def model(x, padding):  # (the encoder called from a compiled function, too)
+        return torch.tanh(encoder(x * 2, src_key_padding_mask=padding))
+
+    x = torch.randn(2, 4, 8)
+    padding = torch.tensor([[False, False, True, True], [False, False, False, False]])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for run, want in ((ember.compile(encoder), encoder(x, src_key_padding_mask=padding)),
+                          (None, model(x, padding))):
+            got = run(x, src_key_padding_mask=padding) if run is not None else \
+                ember.compile(model)(x, padding)
+            torch.testing.assert_close(got, want)
