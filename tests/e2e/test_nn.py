@@ -310,3 +310,25 @@ def test_a_transformer_encoder_with_a_padding_mask_in_eval_gives_eagers_zeros():
             got = run(x, src_key_padding_mask=padding) if run is not None else \
                 ember.compile(model)(x, padding)
             torch.testing.assert_close(got, want)
+
+
+def test_a_convolution_of_a_channels_last_view_compiles_forward_and_backward():
+    # (SegFormer/PVT: tokens viewed as an image; the CPU kernels give channels-last results
+    # there, the meta kernels row-major ones: the graphs ran eagerly after the first call)
+    from helpers import check_grad
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(8, 8, 3, 1, 1, groups=8).to(DEVICE)
+    weight, bias = conv.weight.detach(), conv.bias.detach()
+
+    def mix(x, weight, bias):
+        tokens = x.transpose(1, 2).reshape(2, 8, 3, 4)
+        return F.conv2d(tokens, weight, bias, padding=1, groups=8).flatten(2)
+
+    x = make(2, 12, 8)
+    check(mix, x, weight, bias)
+    check_grad(mix, x, weight, bias, rtol=1e-4, atol=1e-5)
+    if DEVICE == "cpu":
+        channels_last = x.reshape(2, 3, 4, 8).permute(0, 3, 1, 2)  # (a channels-last input)
+        check(lambda x, w: F.conv2d(x, w, padding=1).relu(), channels_last,
+              make(4, 8, 3, 3).contiguous(memory_format=torch.channels_last))
