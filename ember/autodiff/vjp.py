@@ -412,7 +412,17 @@ def library_vjp(call: Any, differentiable: tuple[bool, ...], count: int,
         found = torch.autograd.grad([out for out, _ in pairs], wanted,
                                     [grad for _, grad in pairs], allow_unused=True) \
             if pairs else [None] * len(wanted)
-    return tuple((f if f is not None else torch.zeros_like(leaf)).contiguous()
+    # (a gradient may be an incoming gradient itself — index_put's for `self` — which the
+    # backward graph may free or reuse: results never share an operand's memory)
+    operands = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
+
+    def own(gradient: torch.Tensor) -> torch.Tensor:
+        gradient = gradient.contiguous()
+        if gradient.numel() and gradient.untyped_storage().data_ptr() in operands:
+            return gradient.clone()
+        return gradient
+
+    return tuple(own(f if f is not None else torch.zeros_like(leaf))
                  for f, leaf in zip(found, wanted))
 
 

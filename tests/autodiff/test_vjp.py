@@ -239,3 +239,16 @@ def test_attention_with_a_row_masked_by_the_most_negative_float_has_eager_s_grad
 
     check_grad(attention, make(1, 2, 4, 8), make(1, 2, 4, 8, seed=1), make(1, 2, 4, 8, seed=2),
                **TOLERANCE)
+
+
+def test_accumulating_writes_differentiate_without_leaving_the_compiled_backward():
+    # (torch's backward of index_put/scatter_add hands the incoming gradient back as the
+    # gradient of `self`: a result sharing an operand's memory sent the backward to eager)
+    from helpers import watching_fallbacks
+
+    index = torch.tensor([1, 3, 1])
+    with watching_fallbacks() as fallbacks:
+        check_grad(lambda x, v: (x.index_put((index,), v, accumulate=True),
+                                 x.scatter_add(0, index, v)), make(4), make(3, seed=1),
+                   **TOLERANCE)
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
