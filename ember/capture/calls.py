@@ -123,20 +123,28 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
 
 
 # -- torch ---------------------------------------------------------------------------------
-_TORCH_SIDE_EFFECTS = {torch.manual_seed, torch.seed, torch.set_default_dtype,
-                       torch.set_grad_enabled, torch.use_deterministic_algorithms,
-                       torch.set_printoptions, torch.save, torch.load}
+# (unwrapped: importing torch._dynamo wraps torch.manual_seed and friends in new functions)
+_TORCH_SIDE_EFFECTS = {inspect.unwrap(f) for f in (
+    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
+    torch.use_deterministic_algorithms, torch.set_printoptions, torch.save, torch.load)}
 
 
 def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[str, Value]
                ) -> Value:
-    if target in _TORCH_SIDE_EFFECTS:
+    if _unwrapped(target) in _TORCH_SIDE_EFFECTS:
         raise Unsupported(f"{getattr(target, '__name__', target)} changes global state",
                           "call it outside the compiled function")
     if getattr(target, "__module__", None) in ("torch", "torch._C._VariableFunctions"):
         args, kwargs = numbers.method_numbers(session, getattr(target, "__name__", ""),
                                               list(args), kwargs)
     return session.builder.call("call_function", target, tuple(args), kwargs)
+
+
+def _unwrapped(target: Any) -> Any:
+    try:
+        return inspect.unwrap(target)
+    except (ValueError, TypeError):  # (a cycle of __wrapped__, an object without it)
+        return target
 
 
 _DATA_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "__index__",

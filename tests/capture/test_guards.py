@@ -100,6 +100,19 @@ def test_a_number_given_to_a_tensor_method_is_an_input_too(recompiles):
     assert entries(compiled) == 1 and not recompiles.text
 
 
+def test_a_seed_handed_to_manual_seed_is_not_guarded(recompiles):
+    # (manual_seed runs natively at a break: the seed it takes is read again on each call;
+    # it was compared as a torch op's argument, guarded, and each new seed compiled again)
+    def fn(x, seed):
+        torch.manual_seed(seed)
+        return x + torch.rand(2)
+
+    compiled = ember.compile(fn)
+    for seed in (1, 2, 3):
+        same(compiled(t(2), seed), fn(t(2), seed))
+    assert not recompiles.text
+
+
 def test_shape_change_recompiles_and_says_which_dim(recompiles):
     compiled = ember.compile(lambda x: x.sum(0) * x.shape[0], backend="eager")
     for n in (4, 4, 8):
