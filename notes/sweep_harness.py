@@ -291,7 +291,7 @@ def run_case(name, make):
             a, b = gm.get(k), want_grads[k]
             if (a is None) != (b is None):
                 problems.append(f"{k}: {'None' if a is None else 'set'} vs eager {'None' if b is None else 'set'}")
-            elif a is not None and not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
+            elif a is not None and not torch.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True):
                 problems.append(float_problem(k, a, b))
     if want["state"] is not None:
         problems += compare(got["state"], want["state"], "state")
