@@ -205,7 +205,10 @@ def file_key() -> str:
         subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
         for name in sorted(files):
             path = os.path.join(folder, name)
-            status = os.stat(path)
+            try:
+                status = os.stat(path)
+            except FileNotFoundError:  # (a file another process is replacing)
+                continue
             digest.update(f"{os.path.relpath(path, root)}:{status.st_size}:"
                           f"{status.st_mtime_ns}:{status.st_ino}\n".encode())
     return f"{triton.__version__}-files-{digest.hexdigest()}"
