@@ -51,19 +51,20 @@ def _batch_norm_statistics(training_argument: int | None):
     return fix
 
 
-def _run_on_stand_ins(func, args, kwargs, out) -> Any:
-    """`out` with the layouts the real CPU op gives, from one run on stand-in tensors of the
-    arguments' geometry (their values unset). For convolutions whose input or weight is not
-    row-major (a token sequence viewed as an image, channels-last models): oneDNN's and the
-    slow path's rule for channels-last results is not the meta kernel's. (Row-major ones
-    keep the meta kernel's answer: no run at compile time.)"""
+def _run_on_stand_ins(func, args, kwargs, out, device_type: str) -> Any:
+    """`out` with the layouts the real op gives, from one run on stand-in tensors of the
+    arguments' geometry (their values unset) on the device. For convolutions whose input or
+    weight is not row-major (a token sequence viewed as an image, channels-last models):
+    oneDNN's, the slow path's and cuDNN's rules for channels-last results are not the meta
+    kernel's. (Row-major ones keep the meta kernel's answer: no run at compile time.)"""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
     if all(t.is_contiguous() for t in tensors):
         return out
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         def stand_in(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
-                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                           device=device_type)
             return value
 
         real = func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs))
@@ -72,7 +73,7 @@ def _run_on_stand_ins(func, args, kwargs, out) -> Any:
                     if isinstance(t, torch.Tensor) else t, real)
 
 
-CPU_LAYOUTS_FROM_A_RUN = frozenset({torch.ops.aten.convolution.default,
+LAYOUTS_FROM_A_RUN = frozenset({torch.ops.aten.convolution.default,
                                     torch.ops.aten.convolution_backward.default})
 
 # Results of CPU kernels that differ in shape from the meta kernels' (by op).
@@ -332,8 +333,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         """
         if func in CPU_RESULTS:
             return CPU_RESULTS[func](args, out)
-        if func in CPU_LAYOUTS_FROM_A_RUN and device_type == "cpu":
-            return _run_on_stand_ins(func, args, kwargs, out)
+        if func in LAYOUTS_FROM_A_RUN:
+            return _run_on_stand_ins(func, args, kwargs, out, device_type)
         if func in ROW_MAJOR_RESULTS and (device_type == "cpu"
                                           or func not in ROW_MAJOR_ON_CPU_ONLY):
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
