@@ -427,6 +427,9 @@ class CompiledModule(torch.nn.Module):
             # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
             # the compiled forward
             return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
+        if torch_internals.instance_forward(module) is not None:
+            # (a forward set on the instance shadows the class's: called as eager calls it)
+            return module(*args, **kwargs)
         fast_path = eager_fast_path(module, args, kwargs)
         if fast_path is not None:
             logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,

@@ -111,11 +111,21 @@ def dynamo_compiling_tests() -> list[Any]:
 
 
 def module_has_hooks(module: torch.nn.Module) -> bool:
-    """Forward hooks on the module, or global module hooks, that calling forward would skip.
-    (Every call of a compiled module asks: plain attribute reads.)"""
+    """Hooks on the module, or global module hooks, that calling forward would skip: forward
+    hooks and pre-hooks, and backward hooks (nn.Module's call wraps the forward's inputs and
+    outputs for them). (Every call of a compiled module asks: plain attribute reads.)"""
     return bool(module._forward_hooks or module._forward_pre_hooks or
+                module._backward_hooks or module._backward_pre_hooks or
                 _module_module._global_forward_hooks or
-                _module_module._global_forward_pre_hooks)
+                _module_module._global_forward_pre_hooks or
+                _module_module._global_backward_hooks or
+                _module_module._global_backward_pre_hooks)
+
+
+def instance_forward(module: torch.nn.Module) -> Any:
+    """A `forward` set on the module instance (it shadows the class's: accelerate's and
+    PEFT's wrappers, a user's monkeypatch), or None."""
+    return module.__dict__.get("forward")
 
 
 def lookup_dynamo_backend(name: str) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 from checks import same
@@ -169,3 +170,42 @@ def test_a_hooked_module_trains_with_its_hooks_around_the_compiled_forward():
     # (the hooked Linear is compiled on its own, its hook run around it)
     routed = model[0].__dict__.get("_compiled_call_impl")
     assert routed is not None and routed.__self__._compiled_forward.records[-1].graphs == 1
+
+
+@pytest.mark.parametrize("where", ["root", "submodule"])
+def test_full_backward_hooks_run_as_in_eager(where):
+    # (nn.Module's call wraps the forward's inputs and outputs for backward hooks: calling the
+    # forward directly skipped them, and the gradients came out unscaled)
+    def run(compile_model: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh())
+        hooked = model if where == "root" else model[0]
+        hooked.register_full_backward_hook(lambda module, grad_in, grad_out:
+                                           (grad_in[0] * 10,))
+        x = torch.ones(2, 3, requires_grad=True)
+        (ember.compile(model) if compile_model else model)(x).sum().backward()
+        return x.grad
+
+    torch.testing.assert_close(run(True), run(False))
+
+
+def test_a_forward_set_on_the_instance_is_the_one_called():
+    # (accelerate's and PEFT's wrappers, a user's patch: nn.Module's call runs the instance's
+    # forward, which shadows the class's)
+    import functools
+
+    def patched():
+        torch.manual_seed(0)
+        linear = torch.nn.Linear(2, 2)
+        original = linear.forward
+
+        def wrapper(module, x):
+            return original(x) + 100
+
+        linear.forward = functools.update_wrapper(functools.partial(wrapper, linear), original)
+        return linear
+
+    x = torch.ones(1, 2)
+    for build in (patched, lambda: torch.nn.Sequential(torch.nn.ReLU(), patched())):
+        model = build()
+        torch.testing.assert_close(ember.compile(model)(x), model(x))

@@ -304,6 +304,10 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
     fast_path = eager_fast_path(module, args, kwargs)
     if fast_path is not None:
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
+    own = torch_internals.instance_forward(module)
+    if own is not None:  # (a forward set on the instance: what nn.Module's call runs)
+        source = AttrSource(module_value.source, "forward") if module_value.source else None
+        return call_value(session, session.wrap(own, source), list(args), kwargs, parent)
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)
