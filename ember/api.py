@@ -243,7 +243,7 @@ class CompiledFunction:
         self.given_up = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if config.settings.disable or self.given_up:
+        if config.settings.disable:
             return self._eager(args, kwargs)
         if self.bound_self is not None:
             args = (self.bound_self, *args)
@@ -255,6 +255,8 @@ class CompiledFunction:
             result = entry.call(arguments)
             if result is not MISS:
                 return result
+        if self.given_up:  # (no more versions: calls the kept ones do not take run eagerly)
+            return self.function(*args, **kwargs)
         return self._miss(arguments, args, kwargs)
 
     def _eager(self, args: tuple, kwargs: dict) -> Any:
@@ -266,8 +268,9 @@ class CompiledFunction:
         if self.entries:
             if len(self.entries) >= config.settings.recompile_limit:
                 logs.channel("recompiles").warning(
-                    "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); it runs eagerly from now "
-                    "on. Last reason: %s", self.where, len(self.entries),
+                    "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); calls its compiled "
+                    "versions do not take run eagerly from now on. Last reason: %s",
+                    self.where, len(self.entries),
                     self._why(self.entries[0], arguments))
                 self.given_up = True
                 return self.function(*args, **kwargs)

@@ -257,6 +257,17 @@ def test_recompile_limit_falls_back_to_eager_with_one_warning(recompiles):
     assert compiled.given_up
     warnings = [r for r in recompiles.records if "recompiled 3 times" in r.getMessage()]
     assert len(warnings) == 1
+    # the versions kept still serve the calls they fit (a detector's shapes seen before);
+    # only the others run eagerly
+    from ember.api import MISS
+
+    kept, answers = compiled.entries[0], []
+    take = kept.call
+    kept.call = lambda arguments: answers.append(take(arguments)) or answers[-1]
+    same(compiled(x, 2), x.repeat(2))  # (n=2 was the last compiled: its version runs)
+    same(compiled(x, 9), x.repeat(9))  # (never compiled: eager)
+    assert entries(compiled) == 3
+    assert answers[0] is not MISS and answers[1] is MISS
 
 
 def test_reset_forgets_everything():
