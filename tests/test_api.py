@@ -209,3 +209,22 @@ def test_a_forward_set_on_the_instance_is_the_one_called():
     for build in (patched, lambda: torch.nn.Sequential(torch.nn.ReLU(), patched())):
         model = build()
         torch.testing.assert_close(ember.compile(model)(x), model(x))
+
+
+def test_a_compiled_model_or_function_called_inside_compiled_code_is_inlined():
+    # (traced as it is, the capture went through ember's own runtime: hundreds of guards,
+    # breaks in its timers, and the outer function recompiled as the inner cache grew)
+    torch.manual_seed(0)
+    inner_model = ember.compile(torch.nn.Linear(4, 4))
+
+    @ember.compile
+    def doubled(x):
+        return x * 2
+
+    def outer(x):
+        return doubled(inner_model(x)).relu()
+
+    x = torch.randn(2, 4)
+    report = ember.explain(outer)(x)
+    assert report.graph_count == 1 and report.graph_break_count == 0
+    same(ember.compile(outer)(x), outer(x))

@@ -67,6 +67,25 @@ def is_torch_callable(value: Any) -> bool:
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 
 
+def _ember_compiled(value: Any, source: Source | None) -> tuple[Any, Source | None] | None:
+    """What an ember-compiled module or function called inside compiled code stands for —
+    the module, the function — and its source; None for anything else. (Traced as it is, the
+    capture went through ember's own runtime: its guards, its timers.)"""
+    from ember import api
+    from ember.capture.sources import AttrSource
+
+    def under(name: str) -> Source | None:
+        return AttrSource(source, name) if source is not None else None
+
+    if isinstance(value, api.CompiledModule) and value._wrapped is None:
+        return value._orig_mod, under("_orig_mod")
+    if isinstance(value, api.CompiledFunction):
+        if value.bound_self is not None:
+            return types.MethodType(value.function, value.bound_self), None
+        return value.function, under("function")
+    return None
+
+
 def _plain_key(key: Any) -> bool:
     """A dict key the guards can write as a literal (a shape-keyed cache's tuples too)."""
     if type(key) is tuple:
@@ -148,6 +167,9 @@ class Session:
     def _wrap(self, value: Any, source: Source | None, guard: bool) -> Value:
         from ember.capture.sources import AttrSource, CallSource, ItemSource
 
+        unwrapped = _ember_compiled(value, source)
+        if unwrapped is not None:  # (a compiled model or function called inside: its code)
+            return self.wrap(*unwrapped, guard)
         if isinstance(value, torch.Tensor):
             if source is None:
                 source = self.constant_source(value)
