@@ -5,6 +5,7 @@ super(). Reads of real objects go through `session.wrap`, which installs the gua
 from __future__ import annotations
 
 import collections
+import operator
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,7 @@ import torch
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
-from ember.capture.sources import AttrSource, EntrySource
+from ember.capture.sources import AttrSource, CallSource, EntrySource
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -146,10 +147,12 @@ def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
             continue
         if name in entries and name not in module.__dict__:
             entry = entries[name]
-            if entry is None:
-                return Const(None)
             source = EntrySource(value.source, table, name) if value.source is not None \
                 else None
+            if entry is None:  # (register_buffer("b", None): a tensor may take its place)
+                if source is not None:
+                    session.guards.add("equals", source, None)
+                return Const(None)
             return session.wrap(entry, source)
     return object_attribute(session, value, name)
 
@@ -165,11 +168,13 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
     descriptor = class_lookup(cls, name)
     receiver = None if isinstance(obj, type) else value
     if isinstance(descriptor, property) and receiver is not None:
+        _guard_class_member(session, value, cls, name, descriptor)
         return _class_member(session, descriptor, cls, receiver)
     if name in instance_dict:
         return session.wrap(instance_dict[name], source)
     member = _class_member(session, descriptor, cls, receiver)
     if member is not None:
+        _guard_class_member(session, value, cls, name, descriptor)
         return member
     try:
         real = getattr(obj, name)
@@ -247,6 +252,22 @@ def _class_member(session: Session, descriptor: Any, cls: type, receiver: Value 
         function = session.wrap(descriptor, None, guard=False)
         return function if receiver is None else BoundMethodValue(function, receiver)
     return None
+
+
+def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: str,
+                        descriptor: Any) -> None:
+    """A method (property, static or class method) read through an object from outside:
+    guarded to be the class's same function, not shadowed by the instance (`model.act =
+    torch.tanh`, `Model.act = other`, after the capture)."""
+    if value.source is None or isinstance(value.value, type):
+        return
+    lookup = CallSource(session.constant_source(class_lookup),
+                        args=(session.constant_source(cls), name))
+    session.guards.add("id", lookup, descriptor)
+    if hasattr(value.value, "__dict__"):
+        shadowed = CallSource(session.constant_source(operator.contains),
+                              args=(AttrSource(value.source, "__dict__"), name))
+        session.guards.add("equals", shadowed, False)
 
 
 def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,

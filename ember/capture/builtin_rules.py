@@ -194,6 +194,7 @@ def _getattr(session: Session, obj: Value, name: Value, *default: Value, **_: An
         return attributes.get_attribute(session, obj, python_value(name))
     except Unsupported as error:
         if default and "no attribute" in error.reason:
+            _guard_absent(session, obj, python_value(name))
             return default[0]
         raise
 
@@ -205,8 +206,18 @@ def _hasattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
         return Const(True)
     except Unsupported as error:
         if "no attribute" in error.reason:
+            _guard_absent(session, obj, python_value(name))
             return Const(False)
         raise
+
+
+def _guard_absent(session: Session, obj: Value, name: str) -> None:
+    """An attribute found missing (getattr's default taken, hasattr False) is guarded missing:
+    a buffer registered or an attribute set after the capture is seen by the next call."""
+    source = getattr(obj, "source", None)
+    if source is not None:
+        session.guards.add("equals", CallSource(session.constant_source(hasattr),
+                                                args=(source, name)), False)
 
 
 @rule(setattr)
@@ -221,7 +232,9 @@ def _type(session: Session, value: Value, *more: Value, **_: Any) -> Value:
         raise Unsupported("type(name, bases, namespace) makes a class",
                           "make the class outside the compiled function")
     kind = value.python_type() if not isinstance(value, ObjectValue) else type(value.value)
-    return session.wrap(kind, None, guard=False)
+    # (a class known by identity — the value's type is guarded — with a source, so what is
+    # read from it, type(self).ATTR, is guarded as read)
+    return session.wrap(kind, session.constant_source(kind), guard=False)
 
 
 @rule(super)

@@ -85,7 +85,8 @@ class CallSource(Source):
 
     def expr(self) -> str:
         called = f"{self.base.expr()}.{self.method}" if self.method else self.base.expr()
-        return f"{called}({', '.join(map(repr, self.args))})"
+        arguments = (a.expr() if isinstance(a, Source) else repr(a) for a in self.args)
+        return f"{called}({', '.join(arguments)})"
 
 
 # what every expression read through an iterator's position contains

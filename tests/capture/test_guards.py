@@ -729,3 +729,40 @@ def test_a_cache_keyed_by_shape_tuples_is_tracked():
         x = torch.randn(shape)
         same(compiled(x), eager(x))
     assert list(model.cache) == list(eager.cache) == [(2, 3), (4, 1)]
+
+
+def test_state_that_changes_between_calls_is_seen_by_the_next_call():
+    # (found missing, None, a class's method or attribute: each was read once, unguarded)
+    class Model(torch.nn.Module):
+        MODE = "plain"
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("bias", None)
+
+        def act(self, x):
+            return torch.relu(x)
+
+        def forward(self, x):
+            y = self.act(x) + (0 if getattr(self, "offset", None) is None else self.offset)
+            y = y if self.bias is None else y + self.bias
+            y = y * 10 if type(self).MODE != "plain" else y
+            return y * 2 if hasattr(self, "scale_up") else y
+
+    x = t(3)
+    model = Model()
+    compiled = ember.compile(model, backend="eager")
+    changes = [lambda: None,
+               lambda: model.register_buffer("offset", torch.ones(3)),
+               lambda: setattr(model, "bias", torch.full((3,), 5.0)),
+               lambda: setattr(model, "act", torch.tanh),
+               lambda: delattr(model, "act"),
+               lambda: setattr(Model, "act", lambda self, x: x * 3),
+               lambda: setattr(Model, "MODE", "loud"),
+               lambda: setattr(model, "scale_up", True)]
+    try:
+        for change in changes:
+            change()
+            same(compiled(x), model(x))
+    finally:
+        Model.MODE = "plain"
