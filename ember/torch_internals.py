@@ -271,3 +271,21 @@ def scheduler_wrapped_optimizer(function: Any) -> torch.optim.Optimizer | None:
                 isinstance(referent(), torch.optim.Optimizer):
             return referent()
     return None
+
+
+def hooks_made() -> int:
+    """How many hook handles torch has numbered so far (every register_*_hook makes one)."""
+    from torch.utils.hooks import RemovableHandle
+
+    return RemovableHandle.next_id
+
+
+def modules_still_plain(handles_made: int, modules: list[torch.nn.Module]) -> bool:
+    """Are `modules` still called plainly — no hooks — as when a capture inlined them? Torch
+    numbers each hook's handle: while no hook was registered anywhere since, one comparison
+    answers; else each module is looked at."""
+    from torch.utils.hooks import RemovableHandle
+
+    if RemovableHandle.next_id == handles_made:
+        return True
+    return not any(module_has_hooks(module) for module in modules)

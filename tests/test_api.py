@@ -228,3 +228,21 @@ def test_a_compiled_model_or_function_called_inside_compiled_code_is_inlined():
     report = ember.explain(outer)(x)
     assert report.graph_count == 1 and report.graph_break_count == 0
     same(ember.compile(outer)(x), outer(x))
+
+
+def test_a_hook_registered_on_a_submodule_after_compiling_runs():
+    # (the capture inlines submodules' forwards: a later hook must make the next call
+    # capture again; torch numbers every hook handle, so the guard is one comparison while
+    # no hook is registered anywhere)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    compiled = ember.compile(model)
+    x = torch.ones(2, 3)
+    same(compiled(x), model(x))
+    handle = model[0].register_forward_hook(lambda module, args, out: out * 0 - 1)
+    same(compiled(x), model(x))
+    handle.remove()
+    same(compiled(x), model(x))
+    pre = model[1].register_forward_pre_hook(lambda module, args: (args[0] + 5,))
+    same(compiled(x), model(x))
+    pre.remove()

@@ -262,11 +262,13 @@ def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: s
     if value.source is None or isinstance(value.value, type):
         return
     lookup = CallSource(session.constant_source(class_lookup),
-                        args=(session.constant_source(cls), name))
+                        args=(session.constant_source(cls), name),
+                        label=f"{cls.__qualname__}.{name} was replaced")
     session.guards.add("id", lookup, descriptor)
     if hasattr(value.value, "__dict__"):
         shadowed = CallSource(session.constant_source(operator.contains),
-                              args=(AttrSource(value.source, "__dict__"), name))
+                              args=(AttrSource(value.source, "__dict__"), name),
+                              label=f"{value.source.expr()}.{name} was set on the instance")
         session.guards.add("equals", shadowed, False)
 
 

@@ -217,7 +217,9 @@ def _guard_absent(session: Session, obj: Value, name: str) -> None:
     source = getattr(obj, "source", None)
     if source is not None:
         session.guards.add("equals", CallSource(session.constant_source(hasattr),
-                                                args=(source, name)), False)
+                                                args=(source, name),
+                                                label=f"{source.expr()}.{name} now exists"),
+                           False)
 
 
 @rule(setattr)

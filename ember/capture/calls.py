@@ -304,6 +304,15 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
     fast_path = eager_fast_path(module, args, kwargs)
     if fast_path is not None:
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
+    if not session.inlined_modules:
+        # one guard for every module the capture inlines: a hook registered on one of them
+        # later must reach the next call (the list fills as the capture goes on)
+        session.guards.add("equals", CallSource(
+            session.constant_source(torch_internals.modules_still_plain),
+            args=(torch_internals.hooks_made(),
+                  session.constant_source(session.inlined_modules)),
+            label="a hook was registered on a module the compiled code calls"), True)
+    session.inlined_modules.append(module)
     own = torch_internals.instance_forward(module)
     if own is not None:  # (a forward set on the instance: what nn.Module's call runs)
         source = AttrSource(module_value.source, "forward") if module_value.source else None

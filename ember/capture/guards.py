@@ -260,6 +260,9 @@ def first_failure(guards: GuardSet, scope: dict[str, Any]) -> str | None:
 
 def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -> str:
     name = guard.source.expr() if guard.source else ""
+    label = getattr(guard.source, "label", "")
+    if label:
+        return label
     try:
         actual = guard.source.evaluate(namespace) if guard.source else None
     except Exception:

@@ -113,6 +113,7 @@ class Session:
         # (a DDP's model, a module with hooks such as an FSDP-sharded block): the API layer
         # routes their calls to a compiled version
         self.compile_apart: list[torch.nn.Module] = []
+        self.inlined_modules: list[torch.nn.Module] = []  # (see calls.call_module)
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))

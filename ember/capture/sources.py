@@ -82,6 +82,7 @@ class CallSource(Source):
     base: Source
     method: str = ""  # "" calls the object itself
     args: tuple = ()
+    label: str = ""  # what the call asks, for recompile messages (its expression is terse)
 
     def expr(self) -> str:
         called = f"{self.base.expr()}.{self.method}" if self.method else self.base.expr()
