@@ -137,7 +137,16 @@ def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[st
     if getattr(target, "__module__", None) in ("torch", "torch._C._VariableFunctions"):
         args, kwargs = numbers.method_numbers(session, getattr(target, "__name__", ""),
                                               list(args), kwargs)
-    return session.builder.call("call_function", target, tuple(args), kwargs)
+    result = session.builder.call("call_function", target, tuple(args), kwargs)
+    if type(result) is Const and type(result.value) in (bool, int, float) and not kwargs and \
+            all(type(a) is Const for a in args):
+        # a number from torch's global state (are_deterministic_algorithms_enabled(),
+        # get_num_threads()): asked again by the guard on each call
+        name = getattr(target, "__name__", "a torch function")
+        session.guards.add("equals", CallSource(
+            session.constant_source(target), args=tuple(a.value for a in args),
+            label=f"torch's {name}() no longer answers {result.value!r}"), result.value)
+    return result
 
 
 def _unwrapped(target: Any) -> Any:

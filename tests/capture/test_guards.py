@@ -766,3 +766,24 @@ def test_state_that_changes_between_calls_is_seen_by_the_next_call():
             same(compiled(x), model(x))
     finally:
         Model.MODE = "plain"
+
+
+def test_torch_s_global_state_asked_by_the_code_is_asked_again_on_each_call():
+    # (a torch function's number was kept as a constant: right for what the guarded tensors
+    # decide, wrong for global state)
+    def fn(x):
+        y = x.cumsum(0) if torch.are_deterministic_algorithms_enabled() else x * 2
+        return y + 1 if torch.get_num_threads() == 1 else y
+
+    compiled = ember.compile(fn, backend="eager")
+    x = t(3)
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        same(compiled(x), fn(x))
+        torch.use_deterministic_algorithms(not deterministic)
+        torch.set_num_threads(1 if threads != 1 else 2)
+        same(compiled(x), fn(x))
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.set_num_threads(threads)
+    same(compiled(x), fn(x))
