@@ -188,6 +188,11 @@ class Session:
             if guard:
                 self.guards.add("equals", source, value)
             return Const(value, source)
+        if type(value) in (set, frozenset) and guard and \
+                all(isinstance(item, _SCALARS) for item in value):
+            # (`if i in self.skip`: its members, as they are now, guarded — a copy, since the
+            # set itself may change)
+            self.guards.add("equals", source, type(value)(value))
         if isinstance(value, torch.Size):
             if guard:
                 self.guards.add("equals", source, value)

@@ -787,3 +787,19 @@ def test_torch_s_global_state_asked_by_the_code_is_asked_again_on_each_call():
         torch.use_deterministic_algorithms(deterministic)
         torch.set_num_threads(threads)
     same(compiled(x), fn(x))
+
+
+def test_a_set_read_by_the_code_is_guarded_on_its_members():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.skip = set()
+
+        def forward(self, x, i):
+            return x if i in self.skip else x * 2
+
+    model, x = Model(), t(2)
+    compiled = ember.compile(model, backend="eager")
+    same(compiled(x, 1), model(x, 1))
+    model.skip.add(1)
+    same(compiled(x, 1), model(x, 1))
