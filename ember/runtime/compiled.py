@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ember import logs
 from ember.codegen.wrapper import LayoutMismatch, WrapperSource
 
@@ -64,7 +66,20 @@ class CompiledGraph:
         if self._run is None:
             return self.eager(*args)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
+        if self.written_inputs and self._aliased(tensors):
+            return self.eager(*args)
         try:
             return self._run(tensors)
         except LayoutMismatch:
             return self.eager(*args)
+
+    def _aliased(self, tensors: Any) -> bool:
+        """Does an input the graph writes share memory with another input (`f(x, x[0])`)?
+        The compiled graph takes its inputs as apart; eager's write shows through the other,
+        so such a call runs eagerly. (Parameters are left out: one shared between two
+        places is one object, one input.)"""
+        memory = [t.untyped_storage().data_ptr()
+                  if type(t) is not torch.nn.Parameter and t.numel() else None
+                  for t in tensors]
+        return any(memory[i] is not None and memory.count(memory[i]) > 1
+                   for i in self.written_inputs if i < len(memory))
