@@ -6,6 +6,8 @@ torch upgrade that moves one of these breaks one obvious test instead of ember a
 
 from __future__ import annotations
 
+import itertools
+import operator
 from typing import Any
 
 import torch
@@ -280,12 +282,16 @@ def hooks_made() -> int:
     return RemovableHandle.next_id
 
 
-def modules_still_plain(handles_made: int, modules: list[torch.nn.Module]) -> bool:
-    """Are `modules` still called plainly — no hooks — as when a capture inlined them? Torch
-    numbers each hook's handle: while no hook was registered anywhere since, one comparison
-    answers; else each module is looked at."""
+def modules_still_plain(handles_made: int, modules: list[torch.nn.Module],
+                        instance_dicts: list[dict]) -> bool:
+    """Are `modules` still called plainly — no hooks, no forward set on the instance — as
+    when a capture inlined them? Torch numbers each hook's handle: while no hook was
+    registered anywhere since, one comparison answers for hooks; else each module is looked
+    at. (`instance_dicts`: the modules' __dict__s, looked up for "forward" in C.)"""
     from torch.utils.hooks import RemovableHandle
 
+    if any(map(operator.contains, instance_dicts, itertools.repeat("forward"))):
+        return False
     if RemovableHandle.next_id == handles_made:
         return True
     return not any(module_has_hooks(module) for module in modules)

@@ -246,3 +246,7 @@ def test_a_hook_registered_on_a_submodule_after_compiling_runs():
     pre = model[1].register_forward_pre_hook(lambda module, args: (args[0] + 5,))
     same(compiled(x), model(x))
     pre.remove()
+    model[0].forward = lambda x: x * 0 + 3  # (a forward set on the instance later, too)
+    same(compiled(x), model(x))
+    del model[0].forward
+    same(compiled(x), model(x))

@@ -319,10 +319,13 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
         session.guards.add("equals", CallSource(
             session.constant_source(torch_internals.modules_still_plain),
             args=(torch_internals.hooks_made(),
-                  session.constant_source(session.inlined_modules)),
-            label="a hook was registered on a module the compiled code calls"), True)
+                  session.constant_source(session.inlined_modules),
+                  session.constant_source(session.inlined_dicts)),
+            label="a hook, or a forward, was set on a module the compiled code calls"), True)
     session.inlined_modules.append(module)
     own = torch_internals.instance_forward(module)
+    if own is None:  # (one whose own forward the capture follows is guarded through it)
+        session.inlined_dicts.append(module.__dict__)
     if own is not None:  # (a forward set on the instance: what nn.Module's call runs)
         source = AttrSource(module_value.source, "forward") if module_value.source else None
         return call_value(session, session.wrap(own, source), list(args), kwargs, parent)

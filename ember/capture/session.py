@@ -114,6 +114,7 @@ class Session:
         # routes their calls to a compiled version
         self.compile_apart: list[torch.nn.Module] = []
         self.inlined_modules: list[torch.nn.Module] = []  # (see calls.call_module)
+        self.inlined_dicts: list[dict] = []  # (their __dict__s)
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
