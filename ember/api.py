@@ -432,12 +432,12 @@ class CompiledModule(torch.nn.Module):
             return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
         if torch_internals.instance_forward(module) is not None:
             # (a forward set on the instance shadows the class's: called as eager calls it)
-            return module(*args, **kwargs)
+            return torch_internals.call_as_eager(module, args, kwargs)
         fast_path = eager_fast_path(module, args, kwargs)
         if fast_path is not None:
             logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,
                                            fast_path)
-            return module(*args, **kwargs)
+            return torch_internals.call_as_eager(module, args, kwargs)
         return self._compiled_forward(module, *args, **kwargs)
 
     def _call_forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -240,6 +240,12 @@ def call_with_forward(module: torch.nn.Module, forward: Any, args: tuple, kwargs
             module.__dict__["forward"] = had
 
 
+def call_as_eager(module: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
+    """module(*args, **kwargs) as eager runs it: hooks, the instance's forward — and not a
+    call routed elsewhere by route_calls (which would come back here)."""
+    return module._call_impl(*args, **kwargs)
+
+
 def route_calls(module: torch.nn.Module, call: Any) -> None:
     """Calls of `module` (module(*args)) go to `call` (what nn.Module.compile() sets up)."""
     module.__dict__["_compiled_call_impl"] = call  # (a function: never a submodule)

@@ -230,3 +230,25 @@ def test_data_pointers_checker_sees_a_tensor_move():
     assert check(tensors, [0, 2])
     if hasattr(torch._C, "_tensors_data_ptrs_at_indices_equal"):  # (CUDA builds)
         assert check([*tensors[:1], 7, tensors[2]], [0, 2])          # non-tensors skipped
+
+
+def test_hook_handles_are_counted_and_modules_looked_at_when_the_count_moved():
+    module = torch.nn.Linear(2, 2)
+    before = torch_internals.hooks_made()
+    assert torch_internals.modules_still_plain(before, [module], [module.__dict__])
+    handle = module.register_forward_hook(lambda *args: None)
+    assert torch_internals.hooks_made() == before + 1
+    assert not torch_internals.modules_still_plain(before, [module], [module.__dict__])
+    handle.remove()
+    assert torch_internals.modules_still_plain(before, [module], [module.__dict__])
+    module.forward = lambda x: x
+    assert torch_internals.instance_forward(module) is module.forward
+    assert not torch_internals.modules_still_plain(before, [module], [module.__dict__])
+
+
+def test_an_lr_scheduler_s_wrapper_of_step_leads_to_its_optimizer():
+    parameter = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([parameter], lr=0.1)
+    assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is None
+    torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is optimizer
