@@ -146,7 +146,9 @@ class Frame:
 
     def run(self) -> Value:
         session = self.session
-        breakable = self.parent is None and session.allow_breaks
+        # (only the frame being captured breaks: one run for a call the capture makes
+        # itself — a property's getter, __getitem__, map's function — has no parent either)
+        breakable = self.parent is None and session.inline_depth == 0 and session.allow_breaks
         try:
             while True:
                 instruction = self.instructions[self.pc]

@@ -59,10 +59,12 @@ def is_torch_callable(value: Any) -> bool:
     if isinstance(value, type) or torch_internals.is_context_decorator(value):
         return False
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
-        # (torch's module code, its context-manager decorators and the optimizers' Python
-        # — an LR scheduler's wrapper of optimizer.step among it — are Python to inline)
+        # (torch's module code, its context-manager decorators, the optimizers' Python — an
+        # LR scheduler's wrapper of optimizer.step among it — and parametrizations' getters
+        # are Python to inline)
         return not module.startswith(("torch.nn.modules", "torch.utils._contextlib",
-                                       "torch.autograd.grad_mode", "torch.optim"))
+                                       "torch.autograd.grad_mode", "torch.optim",
+                                       "torch.nn.utils.parametriz"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 

@@ -817,3 +817,37 @@ def test_a_decoder_layer_with_a_float_mask_is_one_graph():
     with torch.no_grad():
         torch.testing.assert_close(ember.compile(layer)(target, memory, tgt_mask=mask),
                                    layer(target, memory, tgt_mask=mask))
+
+
+def test_a_break_inside_code_the_capture_calls_itself_runs_that_code_natively():
+    # (a property's getter, a class's __getitem__, map's function: run with no parent frame,
+    # their breaks were taken as breaks of the compiled function — a print inside a property
+    # returned None from the whole forward)
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        @property
+        def scaled(self):
+            print("reading the property")
+            return self.w * 2
+
+        def __getitem__(self, k):
+            print("item", k)
+            return self.w * k
+
+        def forward(self, x):
+            doubled = list(map(lambda v: print("mapped") or v * 2, [x, x + 1]))
+            return x + self.scaled + self[3] + doubled[1]
+
+    model, x = Model(), t(3)
+    for run in (model, ember.compile(model)):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            got = run(x)
+        if run is model:
+            want, printed = got, out.getvalue()
+        else:
+            same(got, want)
+            assert out.getvalue() == printed
