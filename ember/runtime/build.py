@@ -81,7 +81,12 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
         return library, True
     folder.mkdir(parents=True, exist_ok=True)
     source_path = folder / f"{key}.c"
-    source_path.write_text(source)
+    # (written whole, then moved into place: a graph's forward and backward build side by
+    # side, and one source in both must never be read half rewritten)
+    handle, partial = tempfile.mkstemp(suffix=".c", dir=folder)
+    with os.fdopen(handle, "w") as file:
+        file.write(source)
+    os.replace(partial, source_path)
     handle, temporary = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(handle)
     command = [compiler, *flags, "-o", temporary, str(source_path), *link]

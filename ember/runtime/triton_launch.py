@@ -80,7 +80,9 @@ def load_module(text: str) -> types.ModuleType:
         return sys.modules[name]
     path = module_folder() / f"{name}.py"
     if not path.exists() or path.read_text() != text:
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        # (per process and thread: a graph's forward and backward compile side by side, and
+        # the same kernel text in both wrote one temporary file twice)
+        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         partial.write_text(text)
         partial.replace(path)
     spec = importlib.util.spec_from_file_location(name, path)

@@ -138,3 +138,27 @@ int kernel0(int64_t* restrict a_in0, int64_t* restrict a_buf0) {
     values = torch.tensor([3, -7], dtype=torch.int64, device="cpu")
     out = torch.zeros(1, dtype=torch.int64, device="cpu")
     assert function(values.data_ptr(), out.data_ptr()) == 0 and out.item() == 3
+
+
+def test_one_source_built_by_threads_at_once(cache):
+    # (a graph's forward and backward build side by side: one source in both was rewritten
+    # while the compiler read it)
+    import threading
+
+    source = SOURCE + "\n/* built by threads */\n"
+    errors = []
+
+    def build_it():
+        try:
+            path, _ = build(source, [])
+            value = torch.tensor([1], dtype=torch.int32, device="cpu")
+            assert kernel_function(load(path), "add_one", 1)(value.data_ptr()) == 0
+        except Exception as error:  # noqa: BLE001 (collected for the assert below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=build_it) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors

@@ -128,3 +128,30 @@ class _Hashed:
 
     def hash(self):
         return self.text
+
+
+def test_one_kernel_module_written_by_threads_at_once(tmp_path):
+    # (a graph's forward and backward compile side by side; one kernel text in both wrote one
+    # temporary file twice, and the second move found it gone)
+    import threading
+    import uuid
+
+    from ember import config
+    from ember.runtime import triton_launch
+
+    text = f"# {uuid.uuid4()}\nVALUE = 7\n"
+    errors = []
+
+    def load():
+        try:
+            assert triton_launch.load_module(text).VALUE == 7
+        except Exception as error:  # noqa: BLE001 (collected for the assert below)
+            errors.append(error)
+
+    with config.override(cache_dir=tmp_path):
+        threads = [threading.Thread(target=load) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert not errors, errors
