@@ -76,8 +76,16 @@ def load_module(text: str) -> types.ModuleType:
     digest = hashlib.sha256(text.encode()).hexdigest()[:24]
     # (interpreted and compiled kernels are different objects: never share one module)
     name = f"ember_triton_{digest}" + ("_interpreted" if interpreting() else "")
-    if name in sys.modules:
-        return sys.modules[name]
+    with _loading:  # (a module another thread is still running must not be handed out)
+        if name in sys.modules:
+            return sys.modules[name]
+        return _load_new_module(name, text)
+
+
+_loading = threading.Lock()
+
+
+def _load_new_module(name: str, text: str) -> types.ModuleType:
     path = module_folder() / f"{name}.py"
     if not path.exists() or path.read_text() != text:
         # (per process and thread: a graph's forward and backward compile side by side, and
@@ -88,7 +96,11 @@ def load_module(text: str) -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 
