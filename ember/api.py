@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import inspect
 import time
 import types
@@ -468,6 +469,14 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if not callable(model):
         raise TypeError(f"ember.compile needs a function or an nn.Module, got "
                         f"{type(model).__name__}")
+    if isinstance(model, functools.partial):  # (its function compiled, its arguments kept)
+        return functools.partial(compile(model.func, **options), *model.args,
+                                 **model.keywords)
+    call = next((klass.__dict__["__call__"] for klass in type(model).__mro__
+                 if "__call__" in klass.__dict__), None)
+    if not isinstance(model, (types.FunctionType, types.MethodType)) and \
+            isinstance(call, types.FunctionType):  # (an object with a Python __call__)
+        return CompiledFunction(types.MethodType(call, model), **options)
     return CompiledFunction(model, **options)
 
 

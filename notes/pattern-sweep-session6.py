@@ -10,35 +10,17 @@ gradients of parameters and inputs where grad=True.
 
     nice -n 10 .venv/bin/python notes/pattern-sweep-session6.py [name ...]
 """
-import collections, contextlib, copy, dataclasses, functools, math, sys, traceback, typing, warnings
+import collections, contextlib, copy, dataclasses, enum, functools, io, itertools, logging, math, sys
+import typing, warnings
 from typing import NamedTuple, Optional
 
-import torch, torch.nn as nn, torch.nn.functional as F
-import torch.utils.checkpoint
-import ember
+import os
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweep_harness import CASES, SWEEP_LOG, Spec, call, case, sweep_main  # noqa: E402
 
-warnings.simplefilter("ignore")
-
-
-@dataclasses.dataclass
-class Spec:
-    fn: typing.Any
-    calls: list
-    grad: bool = False
-    state: typing.Callable | None = None   # Spec -> {name: value} compared after the calls
-    extra: dict = dataclasses.field(default_factory=dict)
-
-
-CASES = {}
-
-
-def case(make):
-    CASES[make.__name__] = make
-    return make
-
-
-def call(*args, **kwargs):
-    return (args, kwargs)
+import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402
+import torch.utils.checkpoint  # noqa: E402
+import ember  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1720,212 +1702,7 @@ def all_cases():
     return CASES
 
 
-# ---------------------------------------------------------------------------------------------
-# harness
-def leaves(value, path="out"):
-    if isinstance(value, torch.Tensor):
-        yield path, value
-    elif isinstance(value, tuple) and hasattr(value, "_fields"):
-        for f in value._fields:
-            yield from leaves(getattr(value, f), f"{path}.{f}")
-    elif isinstance(value, (tuple, list)):
-        for i, v in enumerate(value):
-            yield from leaves(v, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for k in value:
-            yield from leaves(value[k], f"{path}[{k!r}]")
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from leaves(getattr(value, f.name), f"{path}.{f.name}")
-    else:
-        yield path, value
-
-
-def structure(value):
-    if isinstance(value, torch.Tensor):
-        return "T"
-    if isinstance(value, (tuple, list)):
-        return (type(value).__name__, tuple(structure(v) for v in value))
-    if isinstance(value, dict):
-        return (type(value).__name__, tuple((k, structure(v)) for k, v in value.items()))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__name__, tuple(structure(getattr(value, f.name)) for f in dataclasses.fields(value)))
-    return type(value).__name__
-
-
-def float_problem(path, a, b):
-    """A float mismatch; "rounding" when it is below 2e-6 of the tensor's largest magnitude
-    (a different summation order: checked against float64 for the one case that shows it)."""
-    d = (a - b).abs().nan_to_num(float("inf")).max().item()
-    scale = b.abs().max().item()
-    kind = "rounding" if scale > 0 and d / scale < 2e-6 else "value"
-    return f"{kind} {path}: max |diff| {d:.3g} (largest |eager| {scale:.3g})"
-
-
-def compare(got, want, where):
-    """A list of differences (empty when equal)."""
-    problems = []
-    if structure(got) != structure(want):
-        return [f"{where}: structure {structure(got)} != {structure(want)}"]
-    for (path, a), (_, b) in zip(leaves(got, where), leaves(want, where)):
-        if isinstance(b, torch.Tensor):
-            if a.dtype != b.dtype or a.shape != b.shape:
-                problems.append(f"{path}: {a.dtype}{list(a.shape)} vs eager {b.dtype}{list(b.shape)}")
-            elif a.is_floating_point():
-                if not torch.allclose(a.detach(), b.detach(), rtol=1e-5, atol=1e-6, equal_nan=True):
-                    problems.append(float_problem(path, a.detach(), b.detach()))
-            elif not torch.equal(a, b):
-                problems.append(f"{path}: {a.tolist()} vs eager {b.tolist()}")
-            if a.requires_grad != b.requires_grad:
-                problems.append(f"{path}: requires_grad {a.requires_grad} vs eager {b.requires_grad}")
-            if b.is_inference() != a.is_inference():
-                problems.append(f"{path}: is_inference {a.is_inference()} vs eager {b.is_inference()}")
-        elif a != b:
-            problems.append(f"{path}: {a!r} vs eager {b!r}")
-    return problems
-
-
-def backward(outputs):
-    total = None
-    for k, (_, t) in enumerate(leaves(outputs)):
-        if isinstance(t, torch.Tensor) and t.requires_grad and t.is_floating_point():
-            w = torch.linspace(-1, 1, t.numel()).reshape(t.shape) + (k + 1)
-            term = (t * w).sum()
-            total = term if total is None else total + term
-    if total is not None:
-        total.backward()
-
-
-def grads(spec):
-    found = {}
-    if isinstance(spec.fn, nn.Module):
-        for name, p in spec.fn.named_parameters():
-            found[f"grad {name}"] = p.grad
-    for i, (args, kwargs) in enumerate(spec.calls):
-        for j, a in enumerate(list(args) + list(kwargs.values())):
-            if isinstance(a, torch.Tensor) and a.is_leaf and a.requires_grad:
-                found[f"grad call{i}.arg{j}"] = a.grad
-    return found
-
-
-def run_all(spec, fn):
-    outs = []
-    torch.manual_seed(1234)
-    for args, kwargs in spec.calls:
-        out = fn(*args, **kwargs)
-        if spec.grad:
-            backward(out)
-        outs.append(out)
-    return outs
-
-
-def records_of(compiled):
-    target = compiled._compiled_forward if isinstance(compiled, ember.api.CompiledModule) else compiled
-    return target
-
-
-def summarize_reason(r):
-    where = f"{r.location}: " if getattr(r, "location", None) else ""
-    return f"{where}{r.reason}"
-
-
-def run_case(name, make):
-    row = dict(name=name, graphs="-", breaks="-", captures="-", status="?", reasons=[], detail=[])
-    # eager
-    torch.manual_seed(0)
-    s_eager = make()
-    try:
-        want = run_all(s_eager, s_eager.fn)
-    except Exception as error:
-        row.update(status="eager-error", detail=[f"{type(error).__name__}: {error}"])
-        return row
-    # ember
-    torch.manual_seed(0)
-    s_mine = make()
-    fn = s_mine.fn
-    try:
-        if s_mine.extra.get("fn_is_partial"):
-            compiled = ember.compile(fn.func)
-            fn_call = functools.partial(compiled, *fn.args)
-        else:
-            compiled = ember.compile(fn)
-            fn_call = compiled
-        target = records_of(compiled)
-        collector = []
-        target.collector = collector
-        got = run_all(s_mine, fn_call)
-    except Exception as error:
-        row.update(status="CRASH", detail=[f"{type(error).__name__}: {str(error)[:400]}",
-                                           "".join(traceback.format_exc().splitlines(True)[-6:])])
-        return row
-    problems = []
-    for i, (g, w) in enumerate(zip(got, want)):
-        problems += compare(g, w, f"call{i}")
-    if s_eager.grad:
-        ge, gm = grads(s_eager), grads(s_mine)
-        for k in ge:
-            a, b = gm.get(k), ge[k]
-            if (a is None) != (b is None):
-                problems.append(f"{k}: {'None' if a is None else 'set'} vs eager {'None' if b is None else 'set'}")
-            elif a is not None and not torch.allclose(a, b, rtol=1e-5, atol=1e-6):
-                problems.append(float_problem(k, a, b))
-    if s_eager.state is not None:
-        se, sm = s_eager.state(s_eager), s_mine.state(s_mine)
-        problems += compare(sm, se, "state")
-    row["captures"] = len(collector)
-    row["graphs_all"] = sum(r.graphs for r in collector)
-    row["breaks_all"] = sum(len(r.breaks) for r in collector)
-    row["status"] = "ok" if not problems else "ok~" if all(p.startswith("rounding") for p in problems) else "WRONG"
-    row["detail"] = problems[:6]
-    # explain, first call, fresh objects
-    torch.manual_seed(0)
-    s_ex = make()
-    try:
-        args, kwargs = s_ex.calls[0]
-        if s_ex.extra.get("fn_is_partial"):
-            e = ember.explain(s_ex.fn.func)(*s_ex.fn.args, *args, **kwargs)
-        else:
-            e = ember.explain(s_ex.fn)(*args, **kwargs)
-        row["graphs"], row["breaks"] = e.graph_count, e.graph_break_count
-        row["reasons"] = [summarize_reason(r) for r in e.break_reasons]
-    except Exception as error:
-        row["reasons"] = [f"explain raised {type(error).__name__}: {error}"]
-    row["all_reasons"] = sorted({summarize_reason(r) for r in collector for r in r.breaks})
-    return row
-
-
-def main(names):
-    rows = []
-    for name, make in CASES.items():
-        if names and name not in names:
-            continue
-        row = run_case(name, make)
-        rows.append(row)
-        print(f"{row['status']:11s} {name:48s} explain: graphs={row['graphs']} breaks={row['breaks']}  "
-              f"all calls: captures={row['captures']} graphs={row.get('graphs_all', '-')} breaks={row.get('breaks_all', '-')}")
-        for d in row["detail"]:
-            print("    !", d)
-        for r in row.get("all_reasons") or row["reasons"]:
-            print("    -", r[:300])
-    print(f"\n{len(rows)} cases: " + ", ".join(f"{k} {v}" for k, v in collections.Counter(r['status'] for r in rows).items()))
-    return rows
-
-
-def markdown(rows):
-    """The table for the notes: explain's graphs/breaks on the first call, captures over all calls."""
-    print("| # | pattern | graphs | breaks | captures (all calls) | result | break reasons (first call; all calls if more) |")
-    print("|---:|---|---:|---:|---:|---|---|")
-    for k, r in enumerate(rows, 1):
-        reasons = r.get("all_reasons") or r["reasons"]
-        short = "; ".join(sorted({x.split(": ", 1)[-1].split(" (e.g.")[0] for x in reasons}))
-        status = {"ok~": "ok (grad rounding)", "WRONG": "**wrong**", "CRASH": "**crash**"}.get(r["status"], r["status"])
-        if r["status"] == "CRASH":
-            short = r["detail"][0][:90]
-        print(f"| {k} | {r['name']} | {r['graphs']} | {r['breaks']} | {r['captures']} | {status} | {short.replace('|', '/')} |")
 
 
 if __name__ == "__main__":
-    md = "--md" in sys.argv
-    rows = main([a for a in sys.argv[1:] if a != "--md"])
-    if md:
-        markdown(rows)
+    sweep_main()

@@ -217,6 +217,8 @@ def run_all(spec, fn):
 
 
 def records_of(compiled):
+    if isinstance(compiled, functools.partial):  # (ember.compile(partial): its function's)
+        compiled = compiled.func
     return compiled._compiled_forward if isinstance(compiled, ember.api.CompiledModule) else compiled
 
 

@@ -250,3 +250,24 @@ def test_a_hook_registered_on_a_submodule_after_compiling_runs():
     same(compiled(x), model(x))
     del model[0].forward
     same(compiled(x), model(x))
+
+
+def test_a_partial_and_an_object_with_a_python_call_compile():
+    import functools
+
+    def affine(x, scale, shift=0.0):
+        return x * scale + shift
+
+    class Scaler:
+        def __init__(self, scale):
+            self.scale = scale
+
+        def __call__(self, x):
+            return x.tanh() * self.scale
+
+    x = torch.randn(3)
+    same(ember.compile(functools.partial(affine, scale=2.0, shift=1.0))(x), affine(x, 2.0, 1.0))
+    scaler = Scaler(3.0)
+    compiled = ember.compile(scaler)
+    same(compiled(x), scaler(x))
+    assert len(compiled.entries) == 1  # (compiled, not called as it is)
