@@ -66,12 +66,18 @@ class CompiledGraph:
         if self._run is None:
             return self.eager(*args)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
-        if self.written_inputs and self._aliased(tensors):
+        if self.written_inputs and (self._aliased(tensors) or self._writes_inference(tensors)):
             return self.eager(*args)
         try:
             return self._run(tensors)
         except LayoutMismatch:
             return self.eager(*args)
+
+    def _writes_inference(self, tensors: Any) -> bool:
+        """Would the graph write an inference tensor outside inference mode? Eager refuses
+        ("Inplace update to inference tensor outside InferenceMode"): so does the eager run."""
+        return not torch.is_inference_mode_enabled() and \
+            any(tensors[i].is_inference() for i in self.written_inputs if i < len(tensors))
 
     def _aliased(self, tensors: Any) -> bool:
         """Does an input the graph writes share memory with another input (`f(x, x[0])`)?

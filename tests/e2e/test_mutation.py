@@ -327,3 +327,22 @@ def test_a_write_into_an_input_that_another_input_views_shows_through_it():
         assert_close(mine, theirs)
     mine, theirs = make(6), make(6)
     assert_close(compiled(mine[:4], mine[2:]), fn(theirs[:4], theirs[2:]))
+
+
+def test_an_in_place_write_into_an_inference_tensor_outside_inference_mode_raises():
+    import ember
+
+    def fn(x):
+        x.add_(1)
+        return x
+
+    compiled = ember.compile(fn)
+    compiled(make(2))
+    with torch.inference_mode():
+        frozen, twin = make(2), make(2)
+    for run, tensor in ((compiled, frozen), (fn, twin)):
+        with pytest.raises(RuntimeError, match="inference tensor"):
+            run(tensor)
+    assert_close(frozen, twin)  # (what eager leaves: its kernel wrote before it refused)
+    with torch.inference_mode():  # (inside inference mode it is allowed, as in eager)
+        assert_close(compiled(frozen), fn(twin))
