@@ -110,6 +110,8 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         name, value = expected
         if name == "grad_mode":
             return f"torch.is_grad_enabled() is {value}"
+        if name == "inference_mode":
+            return f"torch.is_inference_mode_enabled() is {value}"
         if name == "default_dtype":
             return f"torch.get_default_dtype() is {writer.constant(value)}"
         if name == "autocast":  # (off, the common case: one C call per call)
@@ -271,6 +273,7 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     if kind == "global":
         what, value = expected
         now = {"grad_mode": torch.is_grad_enabled, "default_dtype": torch.get_default_dtype,
+               "inference_mode": torch.is_inference_mode_enabled,
                "autocast": torch_internals.autocast_state}[what]()
         return f"{what} changed {value} -> {now}"
     if kind == "tensor" and isinstance(actual, torch.Tensor):

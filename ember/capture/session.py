@@ -118,6 +118,10 @@ class Session:
         self.inlined_modules: list[torch.nn.Module] = []  # (see calls.call_module)
         self.inlined_dicts: list[dict] = []  # (their __dict__s)
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
+        # called under torch.inference_mode(): what the graph makes are inference tensors
+        inference = torch.is_inference_mode_enabled()
+        self.guards.add("global", None, ("inference_mode", inference))
+        self.builder.inference_depth = int(inference)
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
         self.autocast_regions: list[Any] = []  # entered by the captured code, innermost last

@@ -803,3 +803,19 @@ def test_a_set_read_by_the_code_is_guarded_on_its_members():
     same(compiled(x, 1), model(x, 1))
     model.skip.add(1)
     same(compiled(x, 1), model(x, 1))
+
+
+def test_a_call_under_inference_mode_is_its_own_version():
+    # (inference mode was guarded as grad mode: a version captured under no_grad answered
+    # is_inference() False for what eager makes as inference tensors)
+    def fn(x):
+        y = x * 2
+        return y, y.is_inference(), torch.is_inference_mode_enabled()
+
+    compiled = ember.compile(fn, backend="eager")
+    x = t(2)
+    for mode in (torch.no_grad, torch.inference_mode, torch.no_grad):
+        with mode():
+            got, want = compiled(x), fn(x)
+        assert got[1:] == want[1:] and got[0].is_inference() == want[0].is_inference()
+        same(got[0], want[0])
