@@ -562,9 +562,11 @@ class Tracer(torch_internals.TorchDispatchMode):
                                               stand_ins))[0]
             results, values = values[len(targets):], values[:len(targets)]
         for target, value in zip(targets, values):
-            if self.stops and not torch.is_grad_enabled() and value.dtype.is_floating_point:
-                # written under torch.no_grad() (an EMA of the weights): eager's write is
-                # not tracked, so the backward must not reach through it
+            if self.stops and not torch.is_grad_enabled() and value.dtype.is_floating_point \
+                    and self.state(target).storage.input_index is not None:
+                # written under torch.no_grad() into an input (an EMA of the weights): eager's
+                # write is not tracked, so the backward must not reach through it. (A value
+                # made in the graph keeps its history in eager: its gradient still flows.)
                 value = self.builder.unary(Op.STOP_GRADIENT, value)
             self.assign(target, value)
         if len(results) != len(fresh):

@@ -252,3 +252,26 @@ def test_accumulating_writes_differentiate_without_leaving_the_compiled_backward
                                  x.scatter_add(0, index, v)), make(4), make(3, seed=1),
                    **TOLERANCE)
     assert not fallbacks.messages, "; ".join(fallbacks.messages)
+
+
+def test_sinc_at_zero_has_eager_s_zero_gradient():
+    check_grad(lambda a: torch.special.sinc(a), torch.tensor([0.0, 0.5, -1.5]), **TOLERANCE)
+
+
+def test_an_in_place_op_under_no_grad_on_a_value_made_in_the_graph_keeps_its_history():
+    # (eager does not record the write but keeps the value's own history: the gradient still
+    # flows to what made it; only writes into inputs — an EMA — stop it)
+    import ember
+
+    def fn(x):
+        y = x * 3
+        with torch.no_grad():
+            y.add_(1)
+        return y * x
+
+    grads = []
+    for run in (fn, ember.compile(fn)):
+        x = torch.tensor([1.0, 2.0], requires_grad=True)
+        run(x).sum().backward()
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[1], grads[0])

@@ -498,9 +498,10 @@ def _rad2deg(b: Builder, x: Node) -> Node:
 @lowering(aten.sinc)
 def _sinc(b: Builder, x: Node) -> Node:
     x = _as_float(b, x)
-    product = b.mul(x, math.pi)
-    return b.where(b.compare(Op.EQ, x, 0), b.full(1.0, x.dtype),
-                   b.div(b.unary(Op.SIN, product), product))
+    zero = b.compare(Op.EQ, x, 0)
+    # (the unused branch divides by 1 at 0: 0/0 there made the gradient NaN through where)
+    product = b.where(zero, b.full(1.0, x.dtype), b.mul(x, math.pi))
+    return b.where(zero, b.full(1.0, x.dtype), b.div(b.unary(Op.SIN, product), product))
 
 
 def _as_float(b: Builder, x: Node) -> Node:
