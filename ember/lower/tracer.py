@@ -51,20 +51,22 @@ def _batch_norm_statistics(training_argument: int | None):
     return fix
 
 
-def _run_on_stand_ins(func, args, kwargs, out, device_type: str) -> Any:
-    """`out` with the layouts the real op gives, from one run on stand-in tensors of the
-    arguments' geometry (their values unset) on the device. For convolutions whose input or
-    weight is not row-major (a token sequence viewed as an image, channels-last models):
-    oneDNN's, the slow path's and cuDNN's rules for channels-last results are not the meta
-    kernel's. (Row-major ones keep the meta kernel's answer: no run at compile time.)"""
+def _run_on_stand_ins(func, args, kwargs, out, device_type: str,
+                      row_major_as_meta: bool = True) -> Any:
+    """`out` with the layouts the real op gives, from one run on stand-in tensors (zeros) of
+    the arguments' geometry on the device. For convolutions whose input or weight is not
+    row-major (a token sequence viewed as an image, channels-last models): oneDNN's, the slow
+    path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
+    LAPACK's column-major factors against the meta kernel's guess. (Row-major inputs keep
+    the meta kernel's answer: no run at compile time.)"""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-    if all(t.is_contiguous() for t in tensors):
+    if row_major_as_meta and all(t.is_contiguous() for t in tensors):
         return out
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         def stand_in(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor):  # (zeros: a factorization must converge)
                 return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                           device=device_type)
+                                           device=device_type).zero_()
             return value
 
         real = func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs))
@@ -73,8 +75,10 @@ def _run_on_stand_ins(func, args, kwargs, out, device_type: str) -> Any:
                     if isinstance(t, torch.Tensor) else t, real)
 
 
-LAYOUTS_FROM_A_RUN = frozenset({torch.ops.aten.convolution.default,
-                                    torch.ops.aten.convolution_backward.default})
+# op -> whether row-major operands may keep the meta kernel's layout (no run then)
+LAYOUTS_FROM_A_RUN = {torch.ops.aten.convolution.default: True,
+                      torch.ops.aten.convolution_backward.default: True,
+                      torch.ops.aten._linalg_svd.default: False}
 
 # Results of CPU kernels that differ in shape from the meta kernels' (by op).
 CPU_RESULTS = {
@@ -334,7 +338,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         if func in CPU_RESULTS:
             return CPU_RESULTS[func](args, out)
         if func in LAYOUTS_FROM_A_RUN:
-            return _run_on_stand_ins(func, args, kwargs, out, device_type)
+            return _run_on_stand_ins(func, args, kwargs, out, device_type,
+                                     LAYOUTS_FROM_A_RUN[func])
         if func in ROW_MAJOR_RESULTS and (device_type == "cpu"
                                           or func not in ROW_MAJOR_ON_CPU_ONLY):
             return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")

@@ -352,3 +352,18 @@ def test_parametrized_weights_train_as_in_eager(parametrize):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
     if parametrize != "spectral_norm":  # (its power iteration is a decorated method: a break)
         assert ember.explain(copy.deepcopy(eager_model))(x).graph_break_count == 0
+
+
+def test_an_svd_compiles_with_lapack_s_layouts_and_trains():
+    # (LAPACK's factors are column-major, the meta kernel guessed otherwise: the graph ran
+    # eagerly after its first call)
+    from helpers import check_grad
+
+    def factors(a):
+        u, s, vh = torch.linalg.svd(a, full_matrices=False)
+        return u.abs(), s, vh.abs(), (u * s) @ vh
+
+    check(factors, make(4, 3))
+    check(lambda b: torch.linalg.svd(b).S, make(2, 5, 3))
+    check_grad(lambda a: torch.linalg.svd(a, full_matrices=False).S, make(4, 3),
+               rtol=1e-4, atol=1e-5)
