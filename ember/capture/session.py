@@ -266,7 +266,13 @@ class Session:
             known_by_identity = torch_callable or isinstance(
                 value, (torch.nn.Module, types.ModuleType, type, types.FunctionType,
                         types.BuiltinFunctionType))
-            if torch_callable or not isinstance(value, types.MethodType):
+            receiver = getattr(value, "__self__", None)
+            if isinstance(value, types.BuiltinMethodType) and receiver is not None and \
+                    not isinstance(receiver, (types.ModuleType, type)):
+                # a C method bound to an object (generator.manual_seed): a new object each
+                # read, the same method while the receiver's type is the same
+                self.guards.add("type", AttrSource(source, "__self__"), type(receiver))
+            elif torch_callable or not isinstance(value, types.MethodType):
                 self.guards.add("id" if known_by_identity else "type", source,
                                 value if known_by_identity else type(value))
         if isinstance(value, torch.nn.Module):

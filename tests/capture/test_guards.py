@@ -819,3 +819,17 @@ def test_a_call_under_inference_mode_is_its_own_version():
             got, want = compiled(x), fn(x)
         assert got[1:] == want[1:] and got[0].is_inference() == want[0].is_inference()
         same(got[0], want[0])
+
+
+def test_a_c_method_of_an_object_made_each_call_does_not_recompile(recompiles):
+    # (generator.manual_seed is a new bound-method object each read: guarded by identity,
+    # every call compiled again)
+    def fn(p, seed):
+        generator = torch.Generator().manual_seed(seed)
+        return torch.multinomial(p, 1, generator=generator)
+
+    compiled = ember.compile(fn)
+    p = torch.rand(2, 6)
+    for seed in (1, 1, 1, 2):
+        same(compiled(p, seed), fn(p, seed))
+    assert not recompiles.text
