@@ -1,17 +1,22 @@
-"""The strides eager's TensorIterator gives a pointwise op's result, from its operands.
+"""The layouts eager gives library calls' results, where the meta kernels say otherwise.
 
 Meta kernels usually agree with eager, but not always (size-1 dims, Python decompositions that
-reorder operands), and the result's layout is observable: ember reproduces TensorIterator's
-choice, step by step as aten/src/ATen/TensorIterator.cpp makes it.
+reorder operands, CPU kernels' own rules), and the result's layout is observable. For pointwise
+ops ember reproduces TensorIterator's choice, step by step as aten/src/ATen/TensorIterator.cpp
+makes it; `eager_layout` applies that and the op-by-op corrections (a run on stand-ins where
+only the real op knows). Nothing here lowers an op.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.ir.graph import row_major
+from ember.torch_internals import tree_flatten, tree_map
 
 
 def non_overlapping_and_dense(tensor: torch.Tensor) -> bool:
@@ -86,3 +91,129 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
         strides[d] = step
         step *= shape[d]
     return tuple(strides)
+
+
+def _batch_norm_statistics(training_argument: int | None):
+    """CPU's batch norm in eval returns empty statistics; the meta kernel, per-channel ones."""
+
+    def fix(args, out):
+        if training_argument is not None and args[training_argument]:
+            return out
+        result, mean, invstd = out
+        return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
+                torch.empty((0,), dtype=invstd.dtype, device="meta"))
+
+    return fix
+
+
+def _run_on_stand_ins(func, args, kwargs, out, device_type: str,
+                      row_major_as_meta: bool = True) -> Any:
+    """`out` with the layouts the real op gives, from one run on stand-in tensors (zeros) of
+    the arguments' geometry on the device. For convolutions whose input or weight is not
+    row-major (a token sequence viewed as an image, channels-last models): oneDNN's, the slow
+    path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
+    LAPACK's column-major factors against the meta kernel's guess. (Row-major inputs keep
+    the meta kernel's answer: no run at compile time.)"""
+    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    if row_major_as_meta and all(t.is_contiguous() for t in tensors):
+        return out
+    with torch_internals.outside_dispatch_modes(), torch.no_grad():
+        def stand_in(value: Any) -> Any:
+            if isinstance(value, torch.Tensor):  # (zeros: a factorization must converge)
+                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                           device=device_type).zero_()
+            return value
+
+        real = func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs))
+    return tree_map(lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                                  device="meta")
+                    if isinstance(t, torch.Tensor) else t, real)
+
+
+# op -> whether row-major operands may keep the meta kernel's layout (no run then)
+LAYOUTS_FROM_A_RUN = {torch.ops.aten.convolution.default: True,
+                      torch.ops.aten.convolution_backward.default: True,
+                      torch.ops.aten._linalg_svd.default: False}
+
+# Results of CPU kernels that differ in shape from the meta kernels' (by op).
+CPU_RESULTS = {
+    torch.ops.aten.native_batch_norm.default: _batch_norm_statistics(5),
+    torch.ops.aten._native_batch_norm_legit_no_training.default: _batch_norm_statistics(None),
+}
+
+# Ops whose CPU kernels allocate their result with empty_like(input), where the meta kernels
+# (or TensorIterator, for pointwise ones) may choose other strides for size-1 dims.
+INPUT_LAYOUT_RESULTS = frozenset({
+    torch.ops.aten.hardtanh.default, torch.ops.aten.relu6.default,
+    torch.ops.aten.nan_to_num.default, torch.ops.aten.deg2rad.default,
+    torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
+})
+
+# roll: the CPU kernel is a cat of two narrowed pieces, so its result takes cat's layout:
+# channels-last when the input is, else row-major (CUDA's kernel: row-major).
+CPU_CAT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
+
+
+def _cat_layout(x: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides cat gives a result of `shape` from operands laid out like `x`."""
+    for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        if x.dim() == rank and not x.is_contiguous() and \
+                x.is_contiguous(memory_format=memory_format):
+            return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
+    return row_major(shape)
+
+# Ops whose kernels return row-major results whatever their inputs' layout, where the meta
+# kernels follow the input's layout (log_sigmoid's only on the CPU).
+ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
+                               torch.ops.aten.rrelu_with_noise.default})
+ROW_MAJOR_ON_CPU_ONLY = frozenset({torch.ops.aten.log_sigmoid_forward.default})
+
+
+def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
+    """`out`, with the strides eager's CPU kernel gives it where the meta kernel differs.
+
+    NOTE: some pointwise ops (copysign, xlogy, logical_and, ...) get their meta kernel from
+    a Python decomposition whose operand order differs from the aten op's, so their meta
+    strides are not eager's; TensorIterator's rule over the op's own operands is.
+    The special cases are CPU kernels' layouts (CUDA's follow the meta kernels there).
+    """
+    if func in CPU_RESULTS:
+        return CPU_RESULTS[func](args, out)
+    if func in LAYOUTS_FROM_A_RUN:
+        return _run_on_stand_ins(func, args, kwargs, out, device_type,
+                                 LAYOUTS_FROM_A_RUN[func])
+    if func in ROW_MAJOR_RESULTS and (device_type == "cpu"
+                                      or func not in ROW_MAJOR_ON_CPU_ONLY):
+        return tree_map(lambda t: torch.empty(t.shape, dtype=t.dtype, device="meta")
+                        if isinstance(t, torch.Tensor) else t, out)
+    if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
+        return out
+    if func in CPU_CAT_LAYOUT_RESULTS and device_type == "cpu":
+        strides = _cat_layout(args[0], tuple(out.shape))
+    elif func in INPUT_LAYOUT_RESULTS:
+        strides = like_strides(args[0])
+    elif torch.Tag.pointwise not in func.tags or any(
+            a.name == "memory_format" for a in torch_internals.schema_of(func).arguments):
+        return out  # (clone: the layout is asked for, not TensorIterator's)
+    else:
+        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        # a Python number as `self` or `other` is an operand of TensorIterator too
+        arguments = torch_internals.schema_of(func).arguments
+        wrapped = any(isinstance(value, (int, float, bool))
+                      and argument.name in ("self", "other")
+                      for argument, value in zip(arguments, args))
+        if device_type == "cpu" and not wrapped and len(tensors) == 2 and \
+                tensors[0].dtype != tensors[1].dtype:
+            # eager's CPU TensorIterator casts an operand of another dtype first (a copy
+            # that keeps a dense layout; an expanded one's copy is laid out anew) and takes
+            # the copy's strides into the result's layout
+            common = torch.result_type(*tensors)
+            tensors = [t.to(common) if t.dtype != common and not non_overlapping_and_dense(t)
+                       else t for t in tensors]
+        try:
+            strides = elementwise_strides(tensors, tuple(out.shape), wrapped)
+        except (RuntimeError, IndexError):  # operands that do not broadcast: keep meta's
+            return out
+    if strides == tuple(out.stride()):
+        return out
+    return torch.empty_strided(tuple(out.shape), strides, dtype=out.dtype, device="meta")

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
+from ember.lower.layout import eager_layout
 from ember.lower.registry import lowerings
-from ember.lower.tracer import Tracer
 
 
 def _pointwise_ops():
@@ -57,7 +57,7 @@ def test_pointwise_results_take_eager_strides(op):
             continue  # not a valid call of this overload
         if not isinstance(expected, torch.Tensor) or expected.ndim < 2 or not expected.numel():
             continue
-        corrected = Tracer._eager_layout(op, meta_args, {}, meta)
+        corrected = eager_layout(op, meta_args, {}, meta)
         described = [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a
                      for a in args]
         assert corrected.stride() == expected.stride(), f"{op}{described}"
@@ -68,6 +68,6 @@ def test_flip_keeps_the_layout_of_its_input():
     for x in _operands():
         if x.ndim:
             meta = _meta(x)
-            corrected = Tracer._eager_layout(torch.ops.aten.flip.default, [meta, [0]], {},
+            corrected = eager_layout(torch.ops.aten.flip.default, [meta, [0]], {},
                                              torch.ops.aten.flip.default(meta, [0]))
             assert corrected.stride() == x.flip(0).stride(), (tuple(x.shape), x.stride())
