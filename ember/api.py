@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember.capture.attributes import class_lookup
 from ember.capture.breaks import resume_function
 from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
@@ -427,13 +428,14 @@ class CompiledModule(torch.nn.Module):
         module = self._orig_mod
         if self._wrapped is not None:
             return module(*args, **kwargs)
+        if torch_internals.instance_forward(module) is not None:
+            # (a forward set on the instance shadows the class's: called as eager calls it,
+            # hooks and all — before the hooks' path, which sets the instance's forward)
+            return torch_internals.call_as_eager(module, args, kwargs)
         if torch_internals.module_has_hooks(module):
             # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
             # the compiled forward
             return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
-        if torch_internals.instance_forward(module) is not None:
-            # (a forward set on the instance shadows the class's: called as eager calls it)
-            return torch_internals.call_as_eager(module, args, kwargs)
         fast_path = eager_fast_path(module, args, kwargs)
         if fast_path is not None:
             logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,
@@ -472,8 +474,7 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if isinstance(model, functools.partial):  # (its function compiled, its arguments kept)
         return functools.partial(compile(model.func, **options), *model.args,
                                  **model.keywords)
-    call = next((klass.__dict__["__call__"] for klass in type(model).__mro__
-                 if "__call__" in klass.__dict__), None)
+    call = class_lookup(type(model), "__call__")
     if not isinstance(model, (types.FunctionType, types.MethodType)) and \
             isinstance(call, types.FunctionType):  # (an object with a Python __call__)
         return CompiledFunction(types.MethodType(call, model), **options)

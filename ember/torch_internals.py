@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import weakref
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ from torch.utils._pytree import (  # noqa: F401  (re-exported)
     tree_map,
     tree_unflatten,
 )
+from torch.utils.hooks import RemovableHandle
 
 OpOverload = torch._ops.OpOverload
 OpOverloadPacket = torch._ops.OpOverloadPacket
@@ -269,8 +271,6 @@ def scheduler_wrapped_optimizer(function: Any) -> torch.optim.Optimizer | None:
     torch's LRScheduler wraps `optimizer.step` (an instance attribute, tagged
     `_wrapped_by_lr_sched`) to note that it ran; the optimizer is a weak reference in the
     wrapper's closure."""
-    import weakref
-
     if not getattr(function, "_wrapped_by_lr_sched", False):
         return None
     for cell in getattr(function, "__closure__", None) or ():
@@ -283,8 +283,6 @@ def scheduler_wrapped_optimizer(function: Any) -> torch.optim.Optimizer | None:
 
 def hooks_made() -> int:
     """How many hook handles torch has numbered so far (every register_*_hook makes one)."""
-    from torch.utils.hooks import RemovableHandle
-
     return RemovableHandle.next_id
 
 
@@ -293,9 +291,8 @@ def modules_still_plain(handles_made: int, modules: list[torch.nn.Module],
     """Are `modules` still called plainly — no hooks, no forward set on the instance — as
     when a capture inlined them? Torch numbers each hook's handle: while no hook was
     registered anywhere since, one comparison answers for hooks; else each module is looked
-    at. (`instance_dicts`: the modules' __dict__s, looked up for "forward" in C.)"""
-    from torch.utils.hooks import RemovableHandle
-
+    at. (`instance_dicts`: the modules' __dict__s, looked up for "forward" in C.) A guard:
+    it runs on every call."""
     if any(map(operator.contains, instance_dicts, itertools.repeat("forward"))):
         return False
     if RemovableHandle.next_id == handles_made:

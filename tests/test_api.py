@@ -271,3 +271,14 @@ def test_a_partial_and_an_object_with_a_python_call_compile():
     compiled = ember.compile(scaler)
     same(compiled(x), scaler(x))
     assert len(compiled.entries) == 1  # (compiled, not called as it is)
+
+
+def test_a_module_with_both_a_hook_and_an_instance_forward_runs_both():
+    # (the hooks' path sets the instance's forward for its call: checked first, the user's
+    # instance forward was replaced by the class's compiled one)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+    model.forward = lambda x: x * 0 + 3
+    model.register_forward_hook(lambda module, args, out: out + 1)
+    x = torch.ones(1, 2)
+    same(ember.compile(model)(x), model(x))

@@ -14,7 +14,7 @@ import torch
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
-from ember.capture.sources import AttrSource, CallSource, EntrySource
+from ember.capture.sources import AttrSource, EntrySource
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -261,15 +261,11 @@ def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: s
     torch.tanh`, `Model.act = other`, after the capture)."""
     if value.source is None or isinstance(value.value, type):
         return
-    lookup = CallSource(session.constant_source(class_lookup),
-                        args=(session.constant_source(cls), name),
-                        label=f"{cls.__qualname__}.{name} was replaced")
-    session.guards.add("id", lookup, descriptor)
+    session.guard_answer(class_lookup, (session.constant_source(cls), name), descriptor,
+                         f"{cls.__qualname__}.{name} was replaced", kind="id")
     if hasattr(value.value, "__dict__"):
-        shadowed = CallSource(session.constant_source(operator.contains),
-                              args=(AttrSource(value.source, "__dict__"), name),
-                              label=f"{value.source.expr()}.{name} was set on the instance")
-        session.guards.add("equals", shadowed, False)
+        session.guard_answer(operator.contains, (AttrSource(value.source, "__dict__"), name),
+                             False, f"{value.source.expr()}.{name} was set on the instance")
 
 
 def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,

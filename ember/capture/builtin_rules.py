@@ -216,10 +216,7 @@ def _guard_absent(session: Session, obj: Value, name: str) -> None:
     a buffer registered or an attribute set after the capture is seen by the next call."""
     source = getattr(obj, "source", None)
     if source is not None:
-        session.guards.add("equals", CallSource(session.constant_source(hasattr),
-                                                args=(source, name),
-                                                label=f"{source.expr()}.{name} now exists"),
-                           False)
+        session.guard_answer(hasattr, (source, name), False, f"{source.expr()}.{name} now exists")
 
 
 @rule(setattr)

@@ -143,9 +143,8 @@ def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[st
         # a number from torch's global state (are_deterministic_algorithms_enabled(),
         # get_num_threads()): asked again by the guard on each call
         name = getattr(target, "__name__", "a torch function")
-        session.guards.add("equals", CallSource(
-            session.constant_source(target), args=tuple(a.value for a in args),
-            label=f"torch's {name}() no longer answers {result.value!r}"), result.value)
+        session.guard_answer(target, tuple(a.value for a in args), result.value,
+                             f"torch's {name}() no longer answers {result.value!r}")
     return result
 
 
@@ -315,20 +314,19 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
     if not session.inlined_modules:
         # one guard for every module the capture inlines: a hook registered on one of them
-        # later must reach the next call (the list fills as the capture goes on)
-        session.guards.add("equals", CallSource(
-            session.constant_source(torch_internals.modules_still_plain),
-            args=(torch_internals.hooks_made(),
-                  session.constant_source(session.inlined_modules),
-                  session.constant_source(session.inlined_dicts)),
-            label="a hook, or a forward, was set on a module the compiled code calls"), True)
+        # later must reach the next call (the lists fill as the capture goes on)
+        session.guard_answer(
+            torch_internals.modules_still_plain,
+            (torch_internals.hooks_made(), session.constant_source(session.inlined_modules),
+             session.constant_source(session.inlined_dicts)), True,
+            "a hook, or a forward, was set on a module the compiled code calls")
     session.inlined_modules.append(module)
     own = torch_internals.instance_forward(module)
-    if own is None:  # (one whose own forward the capture follows is guarded through it)
-        session.inlined_dicts.append(module.__dict__)
-    if own is not None:  # (a forward set on the instance: what nn.Module's call runs)
+    if own is not None:  # (a forward set on the instance — what nn.Module's call runs —
+        # guarded through the source it is read by)
         source = AttrSource(module_value.source, "forward") if module_value.source else None
         return call_value(session, session.wrap(own, source), list(args), kwargs, parent)
+    session.inlined_dicts.append(module.__dict__)
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)
@@ -543,8 +541,7 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         keywords = session.wrap(obj.keywords, AttrSource(source, "keywords"))
         return call_value(session, function, [*bound.items, *args],
                           {**keywords.items, **kwargs}, parent)
-    call = next((klass.__dict__["__call__"] for klass in type(obj).__mro__
-                 if "__call__" in klass.__dict__), None)
+    call = attributes.class_lookup(type(obj), "__call__")
     if isinstance(call, types.FunctionType):
         function = session.wrap(call, None, guard=False)
         return call_value(session, function, [callee, *args], kwargs, parent)

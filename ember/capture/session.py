@@ -168,6 +168,16 @@ class Session:
             self._keep_alive.append(value)
         return result
 
+    def guard_answer(self, function: Any, args: tuple, expected: Any, label: str,
+                     kind: str = "equals") -> None:
+        """Guard that `function(*args)` still answers `expected` (`is` it, for kind "id"):
+        arguments that are sources are read as the guards read them. `label` says what
+        changed when it fails."""
+        from ember.capture.sources import CallSource
+
+        self.guards.add(kind, CallSource(self.constant_source(function), args=args,
+                                         label=label), expected)
+
     def tracked(self, obj: Any) -> Value | None:
         """The tracked value of a list, dict or set from outside, if the capture has one."""
         return self._containers.get(id(obj))

@@ -571,12 +571,12 @@ _DIFFERENTIABLE_TWINS = {
 def _with_defaults(func, args: tuple, kwargs: dict, skip: set[str]) -> tuple[tuple, dict]:
     """`args` and `kwargs` of `func` with the arguments left out given their defaults."""
     args, kwargs = tuple(args), dict(kwargs)
-    positional = [a for a in torch_internals.schema_of(func).arguments if not a.kwarg_only]
-    for argument in positional[len(args):]:
+    arguments = torch_internals.schema_of(func).arguments
+    for argument in [a for a in arguments if not a.kwarg_only][len(args):]:
         if argument.name in kwargs or not argument.has_default_value():
             break
         args = (*args, argument.default_value)
-    for argument in torch_internals.schema_of(func).arguments:
+    for argument in arguments:
         if argument.kwarg_only and argument.name not in kwargs and \
                 argument.name not in skip and argument.has_default_value():
             kwargs[argument.name] = argument.default_value
