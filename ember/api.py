@@ -160,10 +160,12 @@ class Resume:
     same place (a loop whose every iteration breaks) resumes through the same Resume, so
     the code after it is compiled once, and its guards are checked on the next iteration."""
 
-    def __init__(self, parent: CompiledFunction, spec: Resumption, start: int):
+    def __init__(self, parent: CompiledFunction, spec: Resumption, start: int,
+                 lasti: int | None):
         self.parent = parent
         self.spec = spec
         self.start = start
+        self.lasti = lasti  # (an exception handler's entry: the instruction that raised)
         self.compiled: Callable | None = None
 
     def __call__(self, *args: Any) -> Any:
@@ -171,8 +173,15 @@ class Resume:
             parent, spec = self.parent, self.spec
             code = parent.origin[0]
             function, offset = resume_function(parent.function, code, self.start, spec.stack,
-                                               spec.locals, spec.cells)
-            if parent.depth + 1 >= MAX_RESUME_DEPTH:
+                                               spec.locals, spec.cells, self.lasti)
+            if spec.name == "resume_handler":
+                # (an exception handler, reached when the native part raised: the rare path
+                # runs as Python, and so does the rest of the function after it)
+                logs.channel("graph_breaks").info(
+                    "%s: an exception was raised in a try block; its handler and what "
+                    "follows run as Python", parent.where)
+                self.compiled = function
+            elif parent.depth + 1 >= MAX_RESUME_DEPTH:
                 logs.channel("graph_breaks").info(
                     "%s: breaks nest %d deep; the rest runs as Python", parent.where,
                     MAX_RESUME_DEPTH)
@@ -308,11 +317,12 @@ class CompiledFunction:
         """The resume function for a break at `spec` (one per place in the original code and
         layout of what it takes)."""
         start = spec.start - self.origin[1]
+        lasti = None if spec.lasti is None else spec.lasti - self.origin[1]
         key = (start, tuple(value is NULL for value in spec.stack), tuple(spec.locals),
-               tuple(spec.cells))
+               tuple(spec.cells), lasti)
         found = self.resumes.get(key)
         if found is None:
-            found = self.resumes[key] = Resume(self, spec, start)
+            found = self.resumes[key] = Resume(self, spec, start, lasti)
         return found
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:

@@ -98,16 +98,35 @@ def call_parts(instruction: dis.Instruction, stack: list[Value], kw_names: tuple
 
 # -- resume functions ----------------------------------------------------------------------
 def resume_function(function: types.FunctionType, code: types.CodeType, start: int,
-                    stack: list[Value], locals_: list[str], cells: list[str]
-                    ) -> tuple[types.FunctionType, int]:
+                    stack: list[Value], locals_: list[str], cells: list[str],
+                    lasti: int | None = None) -> tuple[types.FunctionType, int]:
     """A function running `code` from instruction `start` (an index into dis's instructions,
     EXTENDED_ARG excluded): its arguments are the stack values (NULLs are pushed, not passed),
     then the live locals and cell contents, by name. Its code is a prologue and then all of
     `code`: also returned, the prologue's length (instruction n of the resume function is
-    instruction n - length of `code`)."""
+    instruction n - length of `code`).
+
+    An exception handler's entry (`lasti`, the number of the instruction that raised, for a
+    handler whose table entry asks for it) gets that instruction's offset in the resume
+    function pushed below the exception, the last stack value: RERAISE sets the frame's
+    position from it."""
+    function_, length = _assemble(function, code, start, stack, locals_, cells,
+                                  None if lasti is None else 0)
+    if lasti is None:
+        return function_, length
+    # (the offset is known once assembled: a second assembly puts it in the constant)
+    instructions = [i for i in dis.get_instructions(function_.__code__)
+                    if i.opname != "EXTENDED_ARG"]
+    offset = instructions[lasti + length].offset // 2  # (in code units, as CPython pushes it)
+    return _assemble(function, code, start, stack, locals_, cells, offset)
+
+
+def _assemble(function: types.FunctionType, code: types.CodeType, start: int,
+              stack: list[Value], locals_: list[str], cells: list[str], lasti: int | None
+              ) -> tuple[types.FunctionType, int]:
     import bytecode
 
-    program = bytecode.Bytecode.from_code(code)
+    program = bytecode.Bytecode.from_code(code, conserve_exception_block_stackdepth=True)
     position = _position_of(program, start)
     label = bytecode.Label()
     program.insert(position, label)
@@ -119,7 +138,9 @@ def resume_function(function: types.FunctionType, code: types.CodeType, start: i
         prologue.append(bytecode.Instr("MAKE_CELL", bytecode.CellVar(name)))
     prologue.append(bytecode.Instr("RESUME", 0))
     names = iter(stack_names)
-    for value in stack:
+    for number, value in enumerate(stack):
+        if number == len(stack) - 1 and lasti is not None:
+            prologue.append(bytecode.Instr("LOAD_CONST", lasti))
         prologue.append(bytecode.Instr("PUSH_NULL") if value is NULL
                         else bytecode.Instr("LOAD_FAST", next(names)))
     prologue.append(bytecode.Instr("JUMP_FORWARD", label))
@@ -130,7 +151,12 @@ def resume_function(function: types.FunctionType, code: types.CodeType, start: i
     program.kwonlyargcount = 0
     program.flags &= ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     program.name = f"{code.co_name}_resume_at_{start}"
-    resumed = program.to_code()
+    # NOTE: the prologue jumps into the middle of the code, maybe of a try block, which the
+    # bytecode package's stack analysis cannot follow. The copy keeps the original's
+    # structure: its handlers' depths are the original's, and its stack never grows past the
+    # original's (the prologue only rebuilds a state the original had).
+    resumed = program.to_code(stacksize=code.co_stacksize + 1,
+                              compute_exception_stack_depths=False)
     return types.FunctionType(resumed, function.__globals__, resumed.co_name, None,
                               function.__closure__), len(prologue)
 

@@ -46,6 +46,9 @@ class Resumption:
     stack: list[Value]
     locals: list[str]
     cells: list[str]
+    # an exception handler's entry: the instruction that raised, when the handler's table
+    # entry asks for its position (pushed below the exception, the last stack value)
+    lasti: int | None = None
 
 
 @dataclasses.dataclass
@@ -175,6 +178,9 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     number = instruction_number(after, stop.index + 1)
     starts = [number] if stop.kind == "call" else \
         [number, instruction_number(after, stop.target_index)]
+    handler = frame.handler_of(stop.instruction.offset)
+    if handler is not None:  # (an exception the native part raises goes to its handler)
+        starts.append(instruction_number(after, frame.index_of[handler.target]))
     read = live_locals(frame.code, starts)
     # a resume function's own stack arguments are dead once its prologue pushed them, and so
     # are locals the code after the break writes before it reads them
@@ -187,9 +193,27 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     callees: dict[str, Any] = {}
     resumptions = []
 
-    def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str]) -> str:
-        resumptions.append(Resumption(name, start, stack, local_names, cell_names))
+    def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str],
+                    lasti: int | None = None) -> str:
+        resumptions.append(Resumption(name, start, stack, local_names, cell_names, lasti))
         return f"{name}({', '.join([*stack_exprs, *locals_, *cells_])})"
+
+    def natively(statement: str) -> list[str]:
+        """`statement` as the runner runs it: inside a try block of the user's code, an
+        exception it raises goes on in the resume function of the block's handler, with the
+        stack the handler's table entry keeps (as CPython unwinds it)."""
+        if handler is None:
+            return [statement]
+        kept = stop.below[:handler.depth]
+        kept_exprs = [writer.expr(v) for v in kept if v is not NULL]
+        raised = instruction_number(after, stop.index)
+        resume = resume_call("resume_handler",
+                             instruction_number(after, frame.index_of[handler.target]),
+                             [*kept, Const(None)], [*kept_exprs, "caught"],
+                             raised if handler.lasti else None)
+        return ["caught = None", "try:", f"    {statement}",
+                "except BaseException as error:", "    caught = error",
+                "if caught is not None:", f"    return {resume}"]
 
     if stop.kind == "call":
         # a function that broke inside is called compiled (its own breaks resume in its own
@@ -212,7 +236,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         if stop.star_kwargs is not None:
             arguments.append(f"**{writer.expr(stop.star_kwargs)}")
         lines += advance_lines(session, writer)
-        lines.append(f"result = {callee}({', '.join(arguments)})")
+        lines += natively(f"result = {callee}({', '.join(arguments)})")
         stack = [*stop.below, Const(None)]  # the slot the call's result takes
         call = resume_call("resume_next", number, stack, [*below, "result"])
         lines.append(f"return {call}")
@@ -224,7 +248,8 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
         taken = resume_call("resume_taken", instruction_number(after, stop.target_index),
                             taken_stack, taken_exprs)
         following = resume_call("resume_next", number, list(stop.below), below)
-        lines.append(f"if bool({condition}) is {stop.jumps_when}:")
+        lines += natively(f"taken = bool({condition}) is {stop.jumps_when}")
+        lines.append("if taken:")
         lines.append(f"    return {taken}")
         lines.append(f"return {following}")
     text, after = runner_text(session, writer, writer.prologue + lines)

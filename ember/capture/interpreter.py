@@ -119,29 +119,26 @@ class Frame:
             line = self.current.positions.lineno
         return Location(self.code.co_filename, line, self.name)
 
-    def in_try_block(self, offset: int) -> bool:
-        """Is `offset` inside a try block (not a with-block's cleanup)?"""
+    def handler_of(self, offset: int) -> Any:
+        """The exception table's entry that protects the instruction at `offset` (None: an
+        exception there leaves the frame). CPython 3.11+ keeps the entries apart, so one at
+        most covers an offset."""
         for entry in self.exception_table:
             if entry.start <= offset < entry.end:
-                target = self.instructions[self.index_of[entry.target]:][:3]
-                names = [i.opname for i in target]
-                if "WITH_EXCEPT_START" not in names and names[:1] != ["SWAP"] \
-                        and "RERAISE" not in names[:2]:
-                    return True
-        return False
+                return entry
+        return None
 
     def unbreakable(self, instruction: dis.Instruction, breakable: bool
                     ) -> tuple[str, str] | None:
         """Where this instruction lies if the graph cannot break there, and what to do:
-        inside an autocast region (the resumed code would have to enter it again) or a try
-        body (ember would have to run the handler)."""
+        inside an autocast region or a with-block of a Python context manager (the resumed
+        code would have to enter it again). A try body can break: the runner sends an
+        exception of the native part to the handler's resume function."""
         if breakable and self.session.autocast_regions:
             return "inside an autocast region", ""
         if breakable and self.session.open_contexts:
             return "inside a with-block of a Python context manager", \
                 "keep the with-block outside the compiled function, or what breaks out of it"
-        if self.exception_table and self.in_try_block(instruction.offset):
-            return "inside try/except", "move the try/except outside the compiled function"
         return None
 
     def run(self) -> Value:
@@ -232,6 +229,9 @@ class Frame:
             # the real ones)
             for value, position in older:
                 value.position = position
+        if self.handler_of(instruction.offset) is not None and error.hint.startswith(
+                "eager raises"):
+            error.hint = "inside a try block: when it raises, its handler runs in Python"
         session.builder.rollback(snapshot.last_node, snapshot.op_count)
         session.grad_enabled = snapshot.grad_enabled
         cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()
