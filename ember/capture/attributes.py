@@ -270,8 +270,14 @@ def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: s
 
 def set_new_object_attribute(session: Session, target: NewObjectValue, name: str,
                              value: Value) -> None:
-    if hasattr(class_lookup(target.cls, name), "__set__"):  # (a property among them)
+    descriptor = class_lookup(target.cls, name)
+    if isinstance(descriptor, types.MemberDescriptorType):
+        pass  # a slot: tracked as any attribute, set through it when the object is made
+    elif hasattr(descriptor, "__set__"):  # (a property among them)
         raise Unsupported(f"{target.cls.__qualname__}.{name} is a descriptor")
+    elif not target.cls.__dictoffset__:
+        raise Unsupported(f"{target.cls.__qualname__} object has no attribute {name!r} (its "
+                          f"__slots__ do not name it)", "eager raises AttributeError here")
     session.side_effects.changed(target)
     target.attributes[name] = value
 

@@ -44,9 +44,9 @@ class Snapshot:
     kw_names: tuple[str, ...]
     last_node: Any
     op_count: int
-    effects: int
     grad_enabled: bool
-    serial: int
+    contexts: int    # how many Python context managers and autocast regions were open
+    regions: int
 
 
 @dataclasses.dataclass

@@ -420,7 +420,7 @@ def _not_plain(cls: type) -> str | None:
     for klass in cls.__mro__[:-1]:
         if klass in attributes.MAPPING_BASES:
             continue
-        hooks = {"__slots__", "__getattribute__", "__getattr__"} & set(klass.__dict__)
+        hooks = {"__getattribute__", "__getattr__"} & set(klass.__dict__)
         if hooks:
             return f"{klass.__qualname__} defines {', '.join(sorted(hooks))}"
     return None

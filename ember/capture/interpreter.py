@@ -15,7 +15,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember import config, logs
+from ember import config, logs, torch_internals
 from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
 from ember.capture.errors import Location, Unsupported
 from ember.capture.values import (
@@ -23,7 +23,6 @@ from ember.capture.values import (
     CellValue,
     TensorValue,
     Value,
-    births,
 )
 
 if TYPE_CHECKING:
@@ -207,8 +206,8 @@ class Frame:
         session.side_effects.reset_changes()
         builder = session.builder
         return Snapshot(list(self.stack), dict(self.locals), self.kw_names,
-                        builder.last_node(), builder.op_count,
-                        len(session.side_effects.effects), session.grad_enabled, next(births))
+                        builder.last_node(), builder.op_count, session.grad_enabled,
+                        len(session.open_contexts), len(session.autocast_regions))
 
     def graph_break(self, instruction: dis.Instruction, snapshot: Snapshot,
                     error: Unsupported) -> Exception:
@@ -217,21 +216,13 @@ class Frame:
         name = instruction.opname
         if name not in CALLS and name not in JUMPS and name not in OPERATORS:
             return error
-        if len(session.side_effects.effects) != snapshot.effects:
-            return error  # the failed instruction changed state that a native rerun repeats
-        if session.side_effects.oldest_changed < snapshot.serial:
-            older = [(value, position)
-                     for value, position in session.side_effects.changed_since.values()
-                     if getattr(value, "born", -1) < snapshot.serial]
-            if any(position is None for _, position in older):
-                return error
-            # (iterators it advanced, a comprehension's: put back; the native rerun advances
-            # the real ones)
-            for value, position in older:
-                value.position = position
-        if self.handler_of(instruction.offset) is not None and error.hint.startswith(
-                "eager raises"):
-            error.hint = "inside a try block: when it raises, its handler runs in Python"
+        # (everything the instruction changed, however deep in inlined calls, is put back:
+        # the native rerun makes those changes for real)
+        session.side_effects.undo()
+        del session.open_contexts[snapshot.contexts:]
+        while len(session.autocast_regions) > snapshot.regions:  # (entered for real)
+            _, leave = torch_internals.autocast_region_functions()
+            leave(session.autocast_regions.pop().real)
         session.builder.rollback(snapshot.last_node, snapshot.op_count)
         session.grad_enabled = snapshot.grad_enabled
         cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ember.capture.attributes import class_lookup
 from ember.capture.errors import Unsupported
 from ember.capture.sources import AHEAD_MARK
 from ember.capture.values import (
@@ -164,8 +165,16 @@ class Rebuilder:
                 for key, item in value.mapping.items.items():
                     self.lines.append(f"{self.constant(base)}.__setitem__({name}, "
                                       f"{self.constant(key)}, {self.expr(item)})")
-            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attributes.items())
-            self.lines.append(f"{name}.__dict__.update({{{body}}})")
+            # (as object.__setattr__ sets them, past the class's own __setattr__: a slot
+            # through its descriptor, the rest in the instance's __dict__)
+            slots = {k: v for k, v in value.attributes.items()
+                     if isinstance(class_lookup(value.cls, k), types.MemberDescriptorType)}
+            for key, item in slots.items():
+                self.lines.append(f"object.__setattr__({name}, {key!r}, {self.expr(item)})")
+            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.attributes.items()
+                             if k not in slots)
+            if body:
+                self.lines.append(f"{name}.__dict__.update({{{body}}})")
             return name
         if isinstance(value, PartialValue):
             parts = [self.expr(value.function), *(self.expr(a) for a in value.args)]

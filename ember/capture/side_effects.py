@@ -7,8 +7,9 @@ the generated code of the compiled function, so the caller sees what eager would
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-import math
+from collections.abc import Callable
 from typing import Any
 
 from ember.capture.sources import Source
@@ -32,33 +33,54 @@ class SideEffects:
         self.globals: dict[tuple[int, str], Value] = {}
         self.cells: dict[int, Value] = {}
         self.containers: dict[int, Value] = {}               # id(SequenceValue) -> it
-        # The birth (values.births) of the oldest mutable value changed since the interpreter
-        # last reset it: a graph break can undo an instruction only if nothing older changed.
-        self.oldest_changed = math.inf
-        # each value changed since then, with an iterator's position before the change (None
-        # for anything else): a break can put iterators back, nothing else
-        self.changed_since: dict[int, tuple[Value, int | None]] = {}
+        # How to undo what the current instruction of the root frame changed, newest last
+        # (tracked values' contents, the maps above, the effects), so that a graph break
+        # there can put everything back as it was before the instruction, however deep in
+        # inlined calls the capture got.
+        self._undo: list[Callable[[], None]] = []
+        self._saved: set[int] = set()     # ids of the values whose state is in _undo
+        self._mark = 0                    # len(effects) when the instruction began
 
     def changed(self, value: Value) -> None:
-        """A mutable value (list, dict, set, iterator, cell) is about to change, wherever it
-        came from."""
-        self.oldest_changed = min(self.oldest_changed, getattr(value, "born", -1))
-        self.changed_since.setdefault(id(value), (value, getattr(value, "position", None)))
+        """A mutable value (list, dict, set, iterator, cell, new object) is about to change,
+        wherever it came from: its state before the instruction is kept to undo."""
+        if id(value) in self._saved:
+            return
+        self._saved.add(id(value))
+        state = {name: (field, copy.copy(field) if isinstance(field, (list, dict, set))
+                        else None) for name, field in vars(value).items()}
+        self._undo.append(lambda: _restore(value, state))
 
     def reset_changes(self) -> None:
         """Before an instruction the interpreter may have to undo for a break."""
-        self.oldest_changed = math.inf
-        self.changed_since.clear()
+        self._undo.clear()
+        self._saved.clear()
+        self._mark = len(self.effects)
+
+    def undo(self) -> None:
+        """Put back what changed since reset_changes(): the instruction is undone."""
+        while self._undo:
+            self._undo.pop()()
+        self._saved.clear()
+        del self.effects[self._mark:]
+
+    def _keep(self, mapping: dict, key: Any) -> None:
+        old = mapping.get(key, _MISSING)
+        self._undo.append(lambda: mapping.pop(key, None) if old is _MISSING
+                          else mapping.__setitem__(key, old))
 
     def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
+        self._keep(self.attributes, (id(obj), name))
         self.attributes[(id(obj), name)] = value
         self.effects.append(Effect("setattr", source, name, value))
 
     def set_global(self, globals_dict: dict, index: int, name: str, value: Value) -> None:
+        self._keep(self.globals, (id(globals_dict), name))
         self.globals[(id(globals_dict), name)] = value
         self.effects.append(Effect("setglobal", None, name, value, index))
 
     def set_cell(self, cell: Any, source: Source, value: Value) -> None:
+        self._keep(self.cells, id(cell))
         self.cells[id(cell)] = value
         self.effects.append(Effect("setcell", source, "", value))
 
@@ -78,8 +100,26 @@ class SideEffects:
         self.changed(container)
         if container.source is None or id(container) in self.containers:
             return
+        self._keep(self.containers, id(container))
         self.containers[id(container)] = container
         self.effects.append(Effect("contents", container.source, "", container))
 
     def __bool__(self) -> bool:
         return bool(self.effects)
+
+
+_MISSING = object()
+
+
+def _restore(value: Value, state: dict[str, tuple[Any, Any]]) -> None:
+    """Put a tracked value's fields back: the same objects, and a list's, dict's or set's
+    contents as they were (other values may hold the same one)."""
+    for name, (field, contents) in state.items():
+        if isinstance(field, list):
+            field[:] = contents
+        elif isinstance(field, (dict, set)):
+            field.clear()
+            field.update(contents)
+        setattr(value, name, field)
+    for name in set(vars(value)) - set(state):
+        delattr(value, name)
