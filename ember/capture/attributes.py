@@ -212,6 +212,12 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> 
         return value.attributes[name]
     if name == "__class__":
         return session.wrap(value.cls, None, guard=False)
+    if name == "__dict__" and value.cls.__dictoffset__:
+        # (its attributes themselves: a write through it is a write of an attribute)
+        if any(isinstance(class_lookup(value.cls, key), types.MemberDescriptorType)
+               for key in value.attributes):
+            raise Unsupported(f"__dict__ of a {value.cls.__qualname__} object with slots set")
+        return DictValue(value.attributes)
     if mapping_method(value, name):
         return ValueMethodValue(value.mapping, name)
     descriptor = class_lookup(value.cls, name)
