@@ -48,6 +48,11 @@ _TENSOR_CONSTANT_ATTRIBUTES = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "
                                "is_nested", "is_mkldnn")
 
 
+# what a bound method tells of its function, as the function itself tells it
+_FUNCTION_FACTS = ("__name__", "__qualname__", "__module__", "__doc__", "__code__",
+                   "__defaults__", "__kwdefaults__", "__wrapped__", "__annotations__")
+
+
 def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, TensorValue):
         return tensor_attribute(session, value, name)
@@ -86,6 +91,13 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, NestedFunctionValue):
         if name == "__name__":
             return Const(value.name)
+    if isinstance(value, BoundMethodValue):
+        if name == "__func__":
+            return value.function
+        if name == "__self__":
+            return value.receiver
+        if isinstance(value.function, ObjectValue) and name in _FUNCTION_FACTS:
+            return session.wrap(getattr(value.function.value, name), None, guard=False)
     if isinstance(value, (GradModeValue, NullContextValue, AutocastValue)) and name in ("__enter__",
                                                                           "__exit__"):
         return ValueMethodValue(value, name)

@@ -5,6 +5,7 @@ on numbers, torch.no_grad and friends, torch.is_grad_enabled, ..."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import operator
 import warnings
@@ -22,6 +23,7 @@ from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
 from ember.capture.values import (
     AutocastValue,
+    BoundMethodValue,
     Const,
     DictValue,
     GradModeValue,
@@ -481,6 +483,22 @@ def _inference_mode(session: Session, mode: Value | None = None, frame: Any = No
 def _null_context(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
     return NullContextValue(torch.autograd.profiler.record_function if args
                             else contextlib.nullcontext)
+
+
+@rule(inspect.signature)
+def _signature(session: Session, value: Value, frame: Frame | None = None,
+               **keywords: Value) -> Value:
+    """inspect.signature of a function, a method bound to a tracked object, or an object
+    known by identity: answered now (a Signature is immutable, and what it reads — code,
+    defaults, the class — is what the call's own guards hold)."""
+    options = {name: python_value(option) for name, option in keywords.items()}
+    if isinstance(value, BoundMethodValue) and isinstance(value.function, ObjectValue):
+        signature = inspect.signature(value.function.value, **options)
+        parameters = list(signature.parameters.values())[1:]  # (self, as binding drops it)
+        return Const(signature.replace(parameters=parameters))
+    if isinstance(value, ObjectValue):
+        return Const(inspect.signature(value.value, **options))
+    raise Unsupported(f"inspect.signature of {value.describe()}")
 
 
 @rule(torch.is_grad_enabled)
