@@ -545,6 +545,13 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
     if isinstance(call, types.FunctionType):
         function = session.wrap(call, None, guard=False)
         return call_value(session, function, [callee, *args], kwargs, parent)
+    loggers = (logging.Logger, logging.LoggerAdapter)
+    if not kwargs and (isinstance(getattr(obj, "__self__", None), loggers) or (
+            args and isinstance(getattr(args[0], "value", None), loggers))):
+        # (a logger's method that is no Python function, transformers' lru_cache'd
+        # warning_once: called after the graph, in order with the other side effects)
+        session.side_effects.call(obj, list(args))
+        return Const(None)
     if isinstance(obj, weakref.ref) and not args and not kwargs and callee.source is not None:
         # (nn.RNNBase checks its weights through weak references on every call): the
         # referent, guarded as any object reached through the reference is
