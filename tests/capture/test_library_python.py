@@ -1,0 +1,254 @@
+"""The Python that model libraries are written in, captured by general mechanisms: graph breaks
+inside try blocks (the handler runs when the native part raises), breaks deep in inlined
+wrappers that undo what they changed, objects with __slots__ and Hugging Face's real
+ModelOutput made inside, inspect.signature, a logger's lru_cache'd method. Each compares with
+eager and counts graphs and breaks."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import logging
+
+import pytest
+import torch
+from checks import same
+
+import ember
+
+transformers = pytest.importorskip("transformers")
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def counts(fn, *args, **kwargs):
+    report = ember.explain(fn)(*args, **kwargs)
+    return report.graph_count, report.graph_break_count
+
+
+def opaque(x):
+    print("opaque", tuple(x.shape))  # (a break: print runs natively)
+    return x * 3
+
+
+# -- breaks inside try blocks ----------------------------------------------------------------
+def break_in_try_finally(x, log):
+    y = x + 1
+    try:
+        z = opaque(y)
+        w = z * 2
+    finally:
+        log.append("finally")
+    return w - 1
+
+
+def test_break_inside_try_finally_resumes_inside_the_block(capsys):
+    log_eager, log_ember = [], []
+    x = t(4)
+    expected = break_in_try_finally(x, log_eager)
+    compiled = ember.compile(break_in_try_finally)
+    for _ in range(2):
+        same(compiled(x, log_ember), expected)
+    assert log_ember == ["finally", "finally"] and log_eager == ["finally"]
+    # the graph before the break, the opaque call's own two (before and after its print),
+    # the rest of the try block and the finally
+    assert counts(break_in_try_finally, x, []) == (4, 2)
+
+
+def raises_in_try(x, fail):
+    try:
+        y = opaque(x)
+        if fail:
+            y = y.view(-1, 7)  # (6 elements: eager raises, its handler runs)
+        out = y + 1
+    except RuntimeError:
+        out = x - 1
+    return out * 2
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_exception_of_the_native_part_goes_to_its_handler(fail, capsys):
+    x = t(6)
+    compiled = ember.compile(raises_in_try)
+    for _ in range(2):
+        same(compiled(x, fail), raises_in_try(x, fail))
+
+
+def wrapper_with_try(fn):
+    """A library's output-capturing wrapper: try/finally around the real forward."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        state = {"depth": 1}
+        try:
+            output = fn(*args, **kwargs)
+        finally:
+            state["depth"] -= 1
+        return output
+
+    return wrapper
+
+
+class Inner(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.calls = []
+
+    @wrapper_with_try
+    def forward(self, x):
+        h = torch.relu(self.linear(x))
+        self.calls.append(len(self.calls))  # (changed before the break: undone, then natively)
+        h = opaque(h)
+        return h.sum(-1)
+
+
+def test_break_deep_in_a_wrapped_forward_breaks_there_only(capsys):
+    torch.manual_seed(0)
+    model, twin = Inner(), Inner()
+    twin.load_state_dict(model.state_dict())
+    compiled = ember.compile(twin)
+    x = t(3, 4)
+    for _ in range(2):
+        same(compiled(x), model(x))
+    assert twin.calls == [0, 1] and model.calls == [0, 1]
+    report = ember.explain(Inner())(x)
+    # the wrapper breaks at its call of forward, which is compiled on its own: linear and
+    # relu, a break at opaque (compiled on its own: its print, then x * 3), then the sum
+    assert (report.graph_count, report.graph_break_count) == (6, 3)
+    assert report.ops_per_graph == [0, 2, 0, 1, 1, 0]
+
+
+# -- objects made inside ---------------------------------------------------------------------
+class Slotted:
+    __slots__ = ("scale", "bias")
+
+    def __init__(self, scale, bias):
+        self.scale = scale
+        self.bias = bias
+
+
+class Layer(Slotted):  # (a subclass without __slots__ has a __dict__ too)
+    def __init__(self, scale, bias):
+        super().__init__(scale, bias)
+        self.tag = "layer"
+
+
+def makes_slotted(x):
+    layer = Layer(x * 2, 1.5)
+    return layer, layer.scale + layer.bias
+
+
+def test_objects_with_slots_are_made_inside():
+    x = t(5)
+    compiled = ember.compile(makes_slotted)
+    layer, out = compiled(x)
+    expected_layer, expected = makes_slotted(x)
+    same(out, expected)
+    assert type(layer) is Layer and layer.tag == "layer" and layer.bias == 1.5
+    same(layer.scale, expected_layer.scale)
+    assert counts(makes_slotted, x) == (1, 0)
+
+
+def makes_model_output(x):
+    from transformers.modeling_outputs import BaseModelOutputWithPast
+
+    out = BaseModelOutputWithPast(last_hidden_state=x * 2, hidden_states=(x, x + 1))
+    return out
+
+
+def reads_model_output(x):
+    from transformers.modeling_outputs import CausalLMOutput
+
+    out = CausalLMOutput(logits=torch.tanh(x))
+    return out["logits"] + out.logits + out[0] + len(out.to_tuple())
+
+
+def test_real_model_output_is_made_inside_and_returned():
+    x = t(2, 3)
+    compiled = ember.compile(makes_model_output)
+    out, expected = compiled(x), makes_model_output(x)
+    assert type(out) is type(expected)
+    assert list(out.keys()) == list(expected.keys())
+    same(out.last_hidden_state, expected.last_hidden_state)
+    same(out[0], expected[0])
+    same(out.hidden_states[1], expected.hidden_states[1])
+    assert counts(makes_model_output, x) == (1, 0)
+    same(ember.compile(reads_model_output)(x), reads_model_output(x))
+    assert counts(reads_model_output, x) == (1, 0)
+
+
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.second is None:
+            self.second = self.first.neg()
+
+
+def makes_dataclass(x):
+    pair = Pair(x + 1)
+    return pair.__dict__.get("second") * 2, pair
+
+
+def test_dataclass_post_init_and_dict_reads():
+    x = t(3)
+    out, pair = ember.compile(makes_dataclass)(x)
+    expected, expected_pair = makes_dataclass(x)
+    same(out, expected)
+    assert type(pair) is Pair
+    same(pair.second, expected_pair.second)
+    assert counts(makes_dataclass, x) == (1, 0)
+
+
+# -- introspection and logging ---------------------------------------------------------------
+class Chunked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def step(self, x, scale=2.0):
+        return self.linear(x) * scale
+
+    def forward(self, x):
+        parameters = inspect.signature(self.step).parameters
+        if len(parameters) == 2:  # (x, scale: the bound method drops self)
+            return self.step(x)
+        return x
+
+
+def test_inspect_signature_is_answered_at_capture():
+    torch.manual_seed(0)
+    model = Chunked()
+    x = t(2, 4)
+    same(ember.compile(model)(x), model(x))
+    assert counts(model, x) == (1, 0)
+
+
+logger = logging.getLogger("ember.tests.library_python")
+
+
+@functools.lru_cache(None)
+def warning_once(self, *args):
+    self.warning(*args)
+
+
+def warns_once(x):
+    warning_once(logger, "using the default loss")
+    return x + 1
+
+
+def test_lru_cached_logger_method_runs_after_the_graph(caplog):
+    x = t(3)
+    warning_once.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        compiled = ember.compile(warns_once)
+        same(compiled(x), x + 1)
+        same(compiled(x), x + 1)
+    assert [r.getMessage() for r in caplog.records] == ["using the default loss"]
+    assert counts(warns_once, x) == (1, 0)
