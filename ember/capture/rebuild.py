@@ -56,6 +56,7 @@ class Rebuilder:
         # before an iterator from outside is advanced (an item read through its position)
         self.prologue: list[str] = []
         self._memo: dict[int, str] = {}
+        self._fetched: dict[int, str] = {}  # objects from outside, fetched in the prologue
 
     def constant(self, value: Any) -> str:
         if value is None or isinstance(value, (bool, int, str)) or (
@@ -75,6 +76,16 @@ class Rebuilder:
         return name
 
     def expr(self, value: Value, prefer_source: bool = True) -> str:
+        sourced = prefer_source and isinstance(value, (SequenceValue, DictValue, ObjectValue)) \
+            and getattr(value.source, "base", None) is not None
+        if sourced:
+            # the caller's own object, reached through a container or an attribute that an
+            # effect may change (`kwargs[new] = kwargs.pop(old)`): fetched before the effects
+            if id(value) not in self._fetched:
+                name = f"n{len(self.prologue)}"
+                self.prologue.append(f"{name} = {value.source.expr()}")
+                self._fetched[id(value)] = name
+            return self._fetched[id(value)]
         text = self._expr(value, prefer_source)
         if AHEAD_MARK in text and id(value) not in self._memo:
             return self._read_first(value, text)  # (through an iterator's position)

@@ -252,3 +252,45 @@ def test_lru_cached_logger_method_runs_after_the_graph(caplog):
         same(compiled(x), x + 1)
     assert [r.getMessage() for r in caplog.records] == ["using the default loss"]
     assert counts(warns_once, x) == (1, 0)
+
+
+# -- keyword renaming --------------------------------------------------------------------------
+class Cache:
+    def __init__(self):
+        self.items = []
+
+
+class Renamed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers.utils.deprecation import deprecate_kwarg
+
+        self.forward = deprecate_kwarg("past_key_value", new_name="past_key_values",
+                                       version="4.0")(self._forward)
+
+    def _forward(self, x, past_key_values=None):
+        past_key_values.items.append(x * 2)
+        return x + 1, past_key_values
+
+
+def renames(**kwargs):
+    kwargs["new"] = kwargs.pop("old")
+    return kwargs["new"].items, kwargs
+
+
+def test_a_renamed_keyword_argument_is_fetched_before_the_dict_changes():
+    """transformers' deprecate_kwarg moves a keyword in the call's **kwargs dict: what came in
+    under the old name is read before the effects write the dict back (a KeyError crashed
+    the user's decoding loop)."""
+    compiled = ember.compile(Renamed())
+    for _ in range(2):
+        cache = Cache()
+        out, back = compiled(t(2), past_key_value=cache)
+        same(out, t(2) + 1)
+        assert back is cache and len(cache.items) == 1
+        same(cache.items[0], t(2) * 2)
+    compiled = ember.compile(renames)
+    for _ in range(2):
+        cache = Cache()
+        items, kwargs = compiled(old=cache)
+        assert items is cache.items and kwargs == {"new": cache}
