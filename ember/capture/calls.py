@@ -42,6 +42,7 @@ from ember.capture.values import (
     TorchValue,
     Value,
     ValueMethodValue,
+    births,
 )
 
 if TYPE_CHECKING:
@@ -252,15 +253,23 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
     if session.inline_depth >= MAX_INLINE_DEPTH:
         raise Unsupported("calls nest too deep (recursion?)", "recursion is not captured")
     # A generator expression is consumed where it is made (sum(x for x in xs)), so running
-    # it to the end at once keeps eager's order of effects. Other generators are not
-    # captured: their laziness could reorder effects.
-    generator = code.co_name == "<genexpr>"
+    # it to the end at once keeps eager's order of effects. A generator function's run to
+    # the end is kept only when it changed nothing (`for layer in self.blocks(): ...`): with
+    # effects, its laziness could reorder them.
+    expression = code.co_name == "<genexpr>"
+    generator = expression or bool(code.co_flags & inspect.CO_GENERATOR)
+    effects = session.side_effects
+    activity, changes, born = effects.activity, len(effects.births_changed), next(births)
     session.inline_depth += 1
     try:
         frame = Frame(session, code, globals_, bound, cells, name, parent, generator=generator)
         result = frame.run()
     finally:
         session.inline_depth -= 1
+    if generator and not expression and effects.changed_outside(activity, changes, born):
+        raise Unsupported(f"the generator {name} changes state while it runs",
+                          "its laziness could reorder those changes; make it a function "
+                          "that returns a list")
     return IteratorValue(frame.yielded) if generator else result
 
 

@@ -40,10 +40,13 @@ class SideEffects:
         self._undo: list[Callable[[], None]] = []
         self._saved: set[int] = set()     # ids of the values whose state is in _undo
         self._mark = 0                    # len(effects) when the instruction began
+        self.activity = 0                 # effects so far, counted
+        self.births_changed: list[int] = []  # each change of a tracked value: its birth
 
     def changed(self, value: Value) -> None:
         """A mutable value (list, dict, set, iterator, cell, new object) is about to change,
         wherever it came from: its state before the instruction is kept to undo."""
+        self.births_changed.append(getattr(value, "born", -1))
         if id(value) in self._saved:
             return
         self._saved.add(id(value))
@@ -57,6 +60,12 @@ class SideEffects:
         self._saved.clear()
         self._mark = len(self.effects)
 
+    def changed_outside(self, activity: int, changes: int, born: int) -> bool:
+        """Has anything made before birth `born` changed, or an effect been recorded, since
+        `activity` and `changes` (len(births_changed)) were read?"""
+        return self.activity != activity or \
+            any(birth < born for birth in self.births_changed[changes:])
+
     def undo(self) -> None:
         """Put back what changed since reset_changes(): the instruction is undone."""
         while self._undo:
@@ -65,6 +74,7 @@ class SideEffects:
         del self.effects[self._mark:]
 
     def _keep(self, mapping: dict, key: Any) -> None:
+        self.activity += 1
         old = mapping.get(key, _MISSING)
         self._undo.append(lambda: mapping.pop(key, None) if old is _MISSING
                           else mapping.__setitem__(key, old))
@@ -87,12 +97,14 @@ class SideEffects:
     def call(self, function: Any, args: list[Value]) -> None:
         """A call whose result the code does not use (a warning): made after the graph, in
         order with the other effects."""
+        self.activity += 1
         self.effects.append(Effect("call", None, value=SequenceValue(args, tuple),
                                    function=function))
 
     def advance(self, iterator: Value) -> None:
         """An iterator from outside: the real one gives up, after the graph, the items the
         captured code took from it."""
+        self.activity += 1
         self.effects.append(Effect("advance", iterator.source, value=iterator))
 
     def mutated(self, container: SequenceValue | DictValue) -> None:

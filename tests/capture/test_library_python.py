@@ -294,3 +294,49 @@ def test_a_renamed_keyword_argument_is_fetched_before_the_dict_changes():
         cache = Cache()
         items, kwargs = compiled(old=cache)
         assert items is cache.items and kwargs == {"new": cache}
+
+
+# -- generators ----------------------------------------------------------------------------------
+class Blocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.log = []
+
+    def blocks(self, count):
+        for index, layer in enumerate(self.layers):
+            if index < count:
+                yield layer
+
+    def logged(self):
+        for layer in self.layers:
+            self.log.append(len(self.log))  # (changes state: not run ahead of its consumer)
+            yield layer
+
+    def forward(self, x, logged=False):
+        for layer in self.blocks(2):
+            x = torch.relu(layer(x))
+        if logged:
+            for layer in self.logged():
+                x = layer(x)
+        return x
+
+
+def test_a_pure_generator_function_runs_to_its_end_in_the_graph():
+    torch.manual_seed(0)
+    model = Blocks()
+    x = t(2, 4)
+    same(ember.compile(model)(x), model(x))
+    assert counts(model, x) == (1, 0)
+    assert ember.explain(model)(x).ops_per_graph == [4]
+
+
+def test_a_generator_that_changes_state_breaks_and_runs_natively():
+    torch.manual_seed(0)
+    model = Blocks()
+    x = t(2, 4)
+    expected = model(x, logged=True)
+    log = list(model.log)
+    model.log.clear()
+    same(ember.compile(model)(x, logged=True), expected)
+    assert model.log == log == [0, 1, 2]
