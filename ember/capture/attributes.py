@@ -217,9 +217,27 @@ def mapping_method(value: Value, name: str) -> bool:
     return owner in MAPPING_BASES
 
 
-def new_object_attribute(session: Session, value: NewObjectValue, name: str) -> Value:
+def new_object_attribute(session: Session, value: NewObjectValue, name: str,
+                         hooks: bool = True) -> Value:
     """An attribute of an object made during capture: what its code set, else its class's
-    (methods bound to it, properties run; a dict subclass's dict methods act on its items)."""
+    (methods bound to it, properties run; a dict subclass's dict methods act on its items).
+    A class's own __getattribute__ in Python runs for every read (`hooks`), and its
+    __getattr__ for a name found nowhere; object.__getattribute__ reads past them."""
+    if hooks:
+        hook = class_lookup(value.cls, "__getattribute__")
+        if isinstance(hook, types.FunctionType):
+            from ember.capture.calls import call_value
+
+            return call_value(session, session.wrap(hook, None, guard=False),
+                              [value, Const(name)], {})
+    if name not in value.attributes and name != "__dict__" and \
+            class_lookup(value.cls, name) is _MISSING:
+        fallback = class_lookup(value.cls, "__getattr__")
+        if isinstance(fallback, types.FunctionType):
+            from ember.capture.calls import call_value
+
+            return call_value(session, session.wrap(fallback, None, guard=False),
+                              [value, Const(name)], {})
     if name in value.attributes:
         return value.attributes[name]
     if name == "__class__":
@@ -328,6 +346,27 @@ def _past(session: Session, klass: type, receiver: Value, name: str) -> Value:
                 return BoundMethodValue(function, receiver)  # super().__setattr__(n, v) too
             return function
     raise Unsupported(f"super() has no attribute {name!r}")
+
+
+def delete_attribute(session: Session, receiver: Value, name: str) -> None:
+    """del obj.name (delattr) on an object made during capture: its own __delattr__ in
+    Python runs; otherwise the attribute is gone from what ember tracks."""
+    if not isinstance(receiver, NewObjectValue):
+        raise Unsupported(f"deleting attribute {name!r} of {receiver.describe()}")
+    deleter = class_lookup(receiver.cls, "__delattr__")
+    if isinstance(deleter, types.FunctionType):
+        from ember.capture.calls import call_value
+
+        call_value(session, session.wrap(deleter, None, guard=False),
+                   [receiver, Const(name)], {})
+        return
+    if deleter is not object.__delattr__:
+        raise Unsupported(f"{receiver.cls.__qualname__} has its own __delattr__")
+    if name not in receiver.attributes:
+        raise Unsupported(f"{receiver.cls.__qualname__} object has no attribute {name!r}",
+                          "eager raises AttributeError here")
+    session.side_effects.changed(receiver)
+    del receiver.attributes[name]
 
 
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:

@@ -27,6 +27,7 @@ from ember.capture.values import (
     Const,
     DictValue,
     GradModeValue,
+    IdentityConst,
     IteratorValue,
     ModuleValue,
     NewObjectValue,
@@ -227,6 +228,12 @@ def _setattr(session: Session, obj: Value, name: Value, value: Value, **_: Any) 
     return Const(None)
 
 
+@rule(delattr)
+def _delattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
+    attributes.delete_attribute(session, obj, python_value(name))
+    return Const(None)
+
+
 @rule(type)
 def _type(session: Session, value: Value, *more: Value, **_: Any) -> Value:
     if more:
@@ -320,6 +327,29 @@ call_rules[any] = _truthy(any)
 def _callable(session: Session, value: Value, **_: Any) -> Value:
     return Const(not isinstance(value, (Const, SequenceValue, DictValue, TensorValue))
                  or callable(getattr(value, "value", None)))
+
+
+@rule(object.__getattribute__)
+def _object_getattribute(session: Session, target: Value, name: Value, **_: Any) -> Value:
+    """object.__getattribute__(self, name): a class's own __getattribute__ reading past
+    itself (super().__getattribute__(key))."""
+    if isinstance(target, NewObjectValue):
+        return attributes.new_object_attribute(session, target, python_value(name),
+                                               hooks=False)
+    return attributes.get_attribute(session, target, python_value(name))
+
+
+@rule(id)
+def _id(session: Session, value: Value, **_: Any) -> Value:
+    """id(x), as copy.deepcopy's memo and other bookkeeping use it: one number for each
+    object (the real object's id, guarded to stay that object; a value made inside, its
+    tracker's). It may not leave the compiled code: its value there would be ember's."""
+    real = getattr(value, "value", None) if isinstance(value, ObjectValue) else None
+    if real is not None:
+        if value.source is not None:
+            session.guards.add("id", value.source, real)
+        return IdentityConst(id(real))
+    return IdentityConst(id(value))
 
 
 # -- torch functions that are not graph operations -----------------------------------------

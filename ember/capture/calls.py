@@ -429,7 +429,10 @@ def _not_plain(cls: type) -> str | None:
     for klass in cls.__mro__[:-1]:
         if klass in attributes.MAPPING_BASES:
             continue
-        hooks = {"__getattribute__", "__getattr__"} & set(klass.__dict__)
+        # (hooks in Python are run on each read: ember/capture/attributes.py)
+        hooks = {name for name in ("__getattribute__", "__getattr__")
+                 if name in klass.__dict__ and
+                 not isinstance(klass.__dict__[name], types.FunctionType)}
         if hooks:
             return f"{klass.__qualname__} defines {', '.join(sorted(hooks))}"
     return None
@@ -617,4 +620,4 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
-from ember.capture import builtin_rules  # noqa: E402,F401
+from ember.capture import builtin_rules, copy_rules  # noqa: E402,F401

@@ -147,7 +147,9 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
     if kind == "same":  # two paths reach one object
         return f"{v} is {writer.variable(expected)}"
     if kind == "keys":
-        return f"list({v}.keys()) == {list(expected)!r}"
+        if all(type(key) in (int, str) for key in expected):
+            return f"list({v}.keys()) == {list(expected)!r}"
+        return f"list({v}.keys()) == {writer.constant(list(expected))}"  # (keys with no literal)
     if kind == "tensor":
         kind_, dtype, device, shape, strides, requires_grad = expected
         return (f"(type({v}) is {writer.constant(kind_)} and {v}.dtype is "

@@ -459,3 +459,8 @@ def _import_from(frame: Frame, instruction: Instruction) -> None:
 
 
 __all__ = ["BoundMethodValue", "TensorValue", "Value", "SetValue"]
+
+
+@handler("DELETE_ATTR")
+def _delete_attr(frame: Frame, instruction: Instruction) -> None:
+    attributes.delete_attribute(frame.session, frame.pop(), instruction.argval)

@@ -25,6 +25,7 @@ from ember.capture.values import (
     Const,
     DictValue,
     GradModeValue,
+    IdentityConst,
     IteratorValue,
     NestedFunctionValue,
     NewObjectValue,
@@ -112,6 +113,9 @@ class Rebuilder:
         if isinstance(value, PassedNumber) and value.unread:
             # (handed on, never read: read again on each call)
             return self._read_first(value, value.source.expr())
+        if isinstance(value, IdentityConst):
+            raise Unsupported("an id() taken in the compiled code leaves it",
+                              "its number there is not the object's at run time")
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):

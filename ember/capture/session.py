@@ -232,11 +232,11 @@ class Session:
                      for i, item in enumerate(value)]
             return SequenceValue(items, type(value), source)
         if type(value) in _MAPPINGS:
+            if not all(_plain_key(k) for k in value):
+                raise Unsupported("a dict with keys other than str/int (or tuples of them)")
             if guard:
                 self.guards.add("type", source, type(value))
                 self.guards.add("keys", source, tuple(value.keys()))
-            if not all(_plain_key(k) for k in value):
-                raise Unsupported("a dict with keys other than str/int (or tuples of them)")
             # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
             # an item's guard may come before the keys' guard)
             read = (lambda k: CallSource(source, "get", (k,))) \

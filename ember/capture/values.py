@@ -56,6 +56,12 @@ class Const(Value):
         return repr(self.value)
 
 
+@dataclasses.dataclass(eq=False)
+class IdentityConst(Const):
+    """What id() answered during capture: right for comparing and as a dictionary key, never
+    to be handed out (ember/capture/rebuild.py refuses it)."""
+
+
 class PassedNumber(Const):
     """An int, float or str from outside (an argument; the result of .item() that a resume
     function takes; an f-string of one, see capture/numbers.py): guarded (equal to what it

@@ -6,6 +6,7 @@ eager and counts graphs and breaks."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import inspect
@@ -340,3 +341,61 @@ def test_a_generator_that_changes_state_breaks_and_runs_natively():
     model.log.clear()
     same(ember.compile(model)(x, logged=True), expected)
     assert model.log == log == [0, 1, 2]
+
+
+# -- copies and attribute hooks -------------------------------------------------------------------
+class Settings:
+    """A config-like object: names mapped at read and write time, as transformers' configs."""
+
+    aliases = {"heads": "num_heads"}
+
+    def __init__(self):
+        self.num_heads = 2
+        self.scale = 0.5
+        self.extra = {"shift": 1.0}
+
+    def __getattribute__(self, key):
+        if key != "aliases" and key in super().__getattribute__("aliases"):
+            key = super().__getattribute__("aliases")[key]
+        return super().__getattribute__(key)
+
+    def __setattr__(self, key, value):
+        if key in super().__getattribute__("aliases"):
+            key = super().__getattribute__("aliases")[key]
+        super().__setattr__(key, value)
+
+
+def derives_settings(x, settings):
+    derived = copy.deepcopy(settings)
+    derived.heads = derived.heads * 2  # (through the alias: num_heads)
+    del derived.scale
+    kept = copy.copy(settings.extra)
+    kept["shift"] = 3.0
+    return x * derived.num_heads + settings.extra["shift"] + kept["shift"], \
+        hasattr(derived, "scale"), id(derived) != id(settings)
+
+
+def test_deepcopy_of_an_outside_object_with_attribute_hooks():
+    settings = Settings()
+    x = t(3)
+    compiled = ember.compile(derives_settings)
+    for _ in range(2):
+        out, has_scale, other = compiled(x, settings)
+        expected, expected_has, expected_other = derives_settings(x, settings)
+        same(out, expected)
+        assert (has_scale, other) == (expected_has, expected_other) == (False, True)
+    assert settings.num_heads == 2 and settings.scale == 0.5 and settings.extra == {"shift": 1.0}
+    assert counts(derives_settings, x, settings) == (1, 0)
+    settings.num_heads = 3  # (read through the copy: guarded on the original)
+    same(compiled(x, settings)[0], derives_settings(x, settings)[0])
+
+
+def leaks_id(x):
+    return x + 1, id(x)
+
+
+def test_an_id_taken_inside_does_not_leave_the_graph():
+    x = t(2)
+    out, number = ember.compile(leaks_id)(x)
+    same(out, x + 1)
+    assert number == id(x)
