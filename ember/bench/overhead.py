@@ -1,0 +1,85 @@
+"""What calling through ember costs when ember gives up: µs per call of a tiny function and a
+tiny nn.Module that ember cannot capture (they run eagerly), called directly and through
+`ember.compile`. `python -m ember.bench.overhead` prints the table.
+
+Timings only: tests assert the eager fast path's behaviour (tests/test_eager_fast_path.py),
+never these numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import timeit
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+class _Context:
+    """A Python context manager: ember does not capture a with-block of one, so a frame that
+    returns from inside it runs eagerly."""
+
+    def __enter__(self) -> _Context:
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+_CONTEXT = _Context()
+
+
+def uncapturable(x: torch.Tensor) -> torch.Tensor:
+    with _CONTEXT:
+        return x
+
+
+class Uncapturable(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with _CONTEXT:
+            return x
+
+
+@dataclasses.dataclass
+class Overhead:
+    name: str
+    direct_us: float     # µs per call, called as it is
+    compiled_us: float   # µs per call, through ember.compile
+
+    @property
+    def added_us(self) -> float:
+        return self.compiled_us - self.direct_us
+
+
+def per_call_us(call: Callable[[], Any], number: int = 20_000, repeat: int = 7) -> float:
+    """The best of `repeat` runs of `number` calls, in µs per call (the best: the other
+    processes of a shared machine only ever add time)."""
+    call()
+    return min(timeit.repeat(call, number=number, repeat=repeat)) / number * 1e6
+
+
+def measure(number: int = 20_000, repeat: int = 7) -> list[Overhead]:
+    import ember
+
+    x = torch.ones(4)
+    rows = []
+    for name, target in (("function", uncapturable), ("nn.Module", Uncapturable())):
+        compiled = ember.compile(target)
+        for _ in range(64):  # past the capture, and past any warm-up the fast path waits for
+            compiled(x)
+        direct = per_call_us(lambda: target(x), number, repeat)
+        through = per_call_us(lambda: compiled(x), number, repeat)
+        rows.append(Overhead(name, direct, through))
+    return rows
+
+
+def main() -> None:
+    print(f"{'uncapturable':<12} {'direct µs':>10} {'ember µs':>10} {'added µs':>10}")
+    for row in measure():
+        print(f"{row.name:<12} {row.direct_us:>10.3f} {row.compiled_us:>10.3f} "
+              f"{row.added_us:>10.3f}")
+
+
+if __name__ == "__main__":
+    main()
