@@ -16,29 +16,21 @@ from typing import Any
 import torch
 
 
-class _Context:
-    """A Python context manager: ember does not capture a with-block of one, so a frame that
-    returns from inside it runs eagerly."""
-
-    def __enter__(self) -> _Context:
-        return self
-
-    def __exit__(self, *exc: Any) -> bool:
-        return False
-
-
-_CONTEXT = _Context()
-
-
 def uncapturable(x: torch.Tensor) -> torch.Tensor:
-    with _CONTEXT:
-        return x
+    try:  # (ember does not capture id() and cannot break inside try: the frame runs eagerly)
+        id(x)
+    except TypeError:
+        pass
+    return x
 
 
 class Uncapturable(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with _CONTEXT:
-            return x
+        try:
+            id(x)
+        except TypeError:
+            pass
+        return x
 
 
 @dataclasses.dataclass
