@@ -9,6 +9,7 @@ never these numbers.
 from __future__ import annotations
 
 import dataclasses
+import math
 import timeit
 from collections.abc import Callable
 from typing import Any
@@ -44,14 +45,21 @@ class Overhead:
         return self.compiled_us - self.direct_us
 
 
-def per_call_us(call: Callable[[], Any], number: int = 20_000, repeat: int = 7) -> float:
-    """The best of `repeat` runs of `number` calls, in µs per call (the best: the other
-    processes of a shared machine only ever add time)."""
-    call()
-    return min(timeit.repeat(call, number=number, repeat=repeat)) / number * 1e6
+def per_call_us(calls: list[Callable[[], Any]], number: int = 20_000, repeat: int = 9
+                ) -> list[float]:
+    """µs per call of each of `calls`: the best of `repeat` runs of `number` calls, the runs
+    of the calls taking turns (the best, and in turns: the other processes of a shared
+    machine only ever add time, and add it to all of them alike)."""
+    best = [math.inf] * len(calls)
+    for call in calls:
+        call()
+    for _ in range(repeat):
+        for index, call in enumerate(calls):
+            best[index] = min(best[index], timeit.timeit(call, number=number))
+    return [seconds / number * 1e6 for seconds in best]
 
 
-def measure(number: int = 20_000, repeat: int = 7) -> list[Overhead]:
+def measure(number: int = 20_000, repeat: int = 9) -> list[Overhead]:
     import ember
 
     x = torch.ones(4)
@@ -60,8 +68,7 @@ def measure(number: int = 20_000, repeat: int = 7) -> list[Overhead]:
         compiled = ember.compile(target)
         for _ in range(64):  # past the capture, and past any warm-up the fast path waits for
             compiled(x)
-        direct = per_call_us(lambda: target(x), number, repeat)
-        through = per_call_us(lambda: compiled(x), number, repeat)
+        direct, through = per_call_us([lambda: target(x), lambda: compiled(x)], number, repeat)
         rows.append(Overhead(name, direct, through))
     return rows
 
