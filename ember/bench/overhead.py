@@ -9,6 +9,7 @@ never these numbers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import timeit
 from collections.abc import Callable
@@ -68,7 +69,8 @@ def measure(number: int = 20_000, repeat: int = 9) -> list[Overhead]:
         compiled = ember.compile(target)
         for _ in range(64):  # past the capture, and past any warm-up the fast path waits for
             compiled(x)
-        direct, through = per_call_us([lambda: target(x), lambda: compiled(x)], number, repeat)
+        direct, through = per_call_us([functools.partial(target, x),
+                                       functools.partial(compiled, x)], number, repeat)
         rows.append(Overhead(name, direct, through))
     return rows
 
