@@ -44,7 +44,7 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
     if isinstance(callee, TorchValue):
         op = torch_internals.custom_op_overload(real)
         if op is not None:  # (a CustomOpDef: a Python object that calls its op)
-            return call_torch(session, op, args, kwargs)
+            return _call_custom_op(session, op, args, kwargs)
     reason = torch_internals.disabled_reason(real)
     if reason is not None:
         raise Unsupported(disabled_message(real, reason),
@@ -57,6 +57,17 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
         # results' metadata, as Dynamo does.
         return session.builder.call("call_function", real, tuple(args), kwargs)
     return None
+
+
+def _call_custom_op(session: Session, op: Any, args: list[Value], kwargs: dict[str, Value]
+                    ) -> Value:
+    try:
+        return call_torch(session, op, args, kwargs)
+    except Unsupported as error:
+        if "fake" not in error.reason:
+            raise
+        raise Unsupported(error.reason, "give the op a fake kernel (torch.library."
+                          "register_fake): capture needs its results' shapes") from None
 
 
 def frame_refusal(function: types.FunctionType) -> Unsupported | None:
@@ -75,6 +86,7 @@ def disabled_message(function: Any, reason: str) -> str:
         name = f"{function.__module__}.{getattr(function, '__name__', function)}"
     else:
         name = getattr(function, "__qualname__", None) or type(function).__name__
+        name = name.rpartition("<locals>.")[2]
     said = f" ({reason})" if reason else ""
     return f"{name} is marked torch.compiler.disable{said}: it runs natively, not compiled"
 
