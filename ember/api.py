@@ -4,7 +4,8 @@ A CompiledFunction keeps cache entries, newest first; each is (guard, run), and 
 function (its guards, then the run; MISS where a guard fails). A call binds the arguments by
 name, finds the first entry whose guards accept them and runs it; a miss captures
 again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
-function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so.
+function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so;
+once their calls keep running eagerly, they are called directly (EAGER_CALLS_BEFORE_DIRECT).
 """
 
 from __future__ import annotations

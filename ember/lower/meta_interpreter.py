@@ -8,7 +8,9 @@ eager gives on the graph's device:
   random draws, other rounding and layouts than the composites a meta tensor decomposes into);
   they are called as eager calls them;
 - in a training graph, results eager's autograd would not track (detached values, values
-  made under torch.no_grad()) stop the gradient.
+  made under torch.no_grad()) stop the gradient;
+- a function the user marked torch.compiler.allow_in_graph is one library call of it, not
+  traced into.
 """
 
 from __future__ import annotations

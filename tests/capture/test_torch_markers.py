@@ -60,6 +60,13 @@ def _(x):
     return torch.empty_like(x)
 
 
+# (torch.library.define's spelling, with a meta kernel instead of a fake one)
+torch.library.define(f"{NS}::halves", "(Tensor x) -> Tensor", lib=_library)
+torch.library.impl(f"{NS}::halves", "CompositeExplicitAutograd", func=lambda x: x / 2,
+                   lib=_library)
+torch.library.impl(f"{NS}::halves", "Meta", func=lambda x: torch.empty_like(x), lib=_library)
+
+
 def t(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
@@ -107,15 +114,15 @@ def test_a_custom_op_s_gradient_is_its_registered_backward(through):
     assert len(backward_calls) == 1
 
 
-def test_a_library_defined_op_and_a_mutating_custom_op_are_one_node_each():
+def test_library_defined_ops_and_a_mutating_custom_op_are_one_node_each():
     def fn(x, total):
         accumulate(x * 2, total)
-        return getattr(torch.ops, NS).twice(total) + 1
+        return getattr(torch.ops, NS).twice(total) + getattr(torch.ops, NS).halves(x)
 
     report = ember.explain(fn)(t(6), torch.zeros(6))
-    assert (report.graph_count, report.graph_break_count, report.ops_per_graph) == (1, 0, [4])
+    assert (report.graph_count, report.graph_break_count, report.ops_per_graph) == (1, 0, [5])
     ops = getattr(torch.ops, NS)
-    assert {ops.accumulate.default, ops.twice} <= set(targets(report.graphs[0]))
+    assert {ops.accumulate.default, ops.twice, ops.halves} <= set(targets(report.graphs[0]))
     compiled = ember.compile(fn, fullgraph=True)
     eager_total, compiled_total = torch.zeros(6), torch.zeros(6)
     for seed in range(3):
