@@ -4,7 +4,8 @@ A CompiledFunction keeps cache entries, newest first; each is (guard, run), and 
 function (its guards, then the run; MISS where a guard fails). A call binds the arguments by
 name, finds the first entry whose guards accept them and runs it; a miss captures
 again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
-function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so.
+function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so;
+once their calls keep running eagerly, they are called directly (EAGER_CALLS_BEFORE_DIRECT).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember.capture import markers
 from ember.capture.attributes import class_lookup
 from ember.capture.breaks import resume_function
 from ember.capture.calls import eager_fast_path
@@ -194,6 +196,19 @@ class Resume:
         return self.compiled(*args)
 
 
+# NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
+# eager one (its capture failed), or it is past the recompile limit and its kept versions
+# served none of them — is called directly after this many such calls in a row: __call__ then
+# costs one attribute read and a grad-mode test over the function itself, not a bind and the
+# entries' guards (microseconds per call). What the eager entries' guards watched for (another
+# type, dtype or shape, that capture could succeed on) is no longer asked, as Dynamo no longer
+# asks of a frame it skipped; grad mode still is (training after eval: a capture under the
+# other mode is tried, and the direct call serves only the modes whose calls all ran
+# eagerly). ember.reset() forgets it. Said once, on EMBER_LOGS=fallbacks.
+EAGER_CALLS_BEFORE_DIRECT = 8
+_grad_enabled = torch.is_grad_enabled
+
+
 class CompiledFunction:
     def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
                  mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
@@ -228,6 +243,11 @@ class CompiledFunction:
         self.entries: list[CacheEntry] = []
         self.records: list[CaptureRecord] = []
         self.given_up = False
+        # (see EAGER_CALLS_BEFORE_DIRECT) what __call__ calls at once, in the grad modes of
+        # `direct_modes`; and how many calls in a row ran eagerly since the last capture
+        self.direct: Callable | None = None
+        self.direct_modes: frozenset[bool] = frozenset()
+        self.eager_streak = 0
         self.depth = depth              # 0, or how many breaks led to this resume function
         self.collector = collector      # shared with resume functions, for explain()
         # the code this function's own code runs (a resume function's: the original's, after
@@ -252,8 +272,14 @@ class CompiledFunction:
         self.entries.clear()
         self.records.clear()
         self.given_up = False
+        self.direct = None
+        self.direct_modes = frozenset()
+        self.eager_streak = 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        direct = self.direct
+        if direct is not None and _grad_enabled() in self.direct_modes:
+            return direct(*args, **kwargs)
         if config.settings.disable:
             return self._eager(args, kwargs)
         if self.bound_self is not None:
@@ -267,8 +293,32 @@ class CompiledFunction:
             if result is not MISS:
                 return result
         if self.given_up:  # (no more versions: calls the kept ones do not take run eagerly)
+            self.ran_eagerly()
             return self.function(*args, **kwargs)
         return self._miss(arguments, args, kwargs)
+
+    def ran_eagerly(self) -> None:
+        """One more call ran eagerly: past EAGER_CALLS_BEFORE_DIRECT in a row, with no
+        compiled version left that later calls could take, the function is called directly
+        in this grad mode."""
+        self.eager_streak += 1
+        if self.eager_streak < EAGER_CALLS_BEFORE_DIRECT or not (
+                self.given_up or all(entry.captured is None for entry in self.entries)):
+            return
+        if self.direct is None:
+            why = "past the recompile limit" if self.given_up else \
+                str(self.entries[0].eager_reason) if self.entries else "ember gave up"
+            logs.channel("fallbacks").info(
+                "%s: its last %d calls ran eagerly (%s); it is called directly from now on "
+                "(ember.reset() tries again)", self.where, self.eager_streak, why)
+        self.run_directly()
+
+    def run_directly(self) -> None:
+        """Calls in the current grad mode go straight to the function (see
+        EAGER_CALLS_BEFORE_DIRECT)."""
+        self.direct = self.function if self.bound_self is None else \
+            types.MethodType(self.function, self.bound_self)
+        self.direct_modes = self.direct_modes | {_grad_enabled()}
 
     def _eager(self, args: tuple, kwargs: dict) -> Any:
         if self.bound_self is not None:
@@ -284,12 +334,16 @@ class CompiledFunction:
                     self.where, len(self.entries),
                     self._why(self.entries[0], arguments))
                 self.given_up = True
+                self.eager_streak = 0
+                for entry in self.entries:  # (a call a kept version serves ends the streak)
+                    entry.call = _ending_the_streak(self, entry.call)
                 return self.function(*args, **kwargs)
             if logs.enabled("recompiles"):
                 logs.channel("recompiles").info("recompiling %s: %s", self.where,
                                                 self._why(self.entries[0], arguments))
         entry = self._capture(arguments)
         self.entries.insert(0, entry)
+        self.eager_streak = 0
         return entry.run(arguments)
 
     def _why(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
@@ -327,6 +381,12 @@ class CompiledFunction:
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
+        refusal = markers.frame_refusal(self.function)
+        if refusal is not None:  # (torch.compiler.disable'd: eager whatever comes in)
+            logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, refusal)
+            self.record(CaptureRecord(0, [], [refusal], "", time.perf_counter() - started))
+            self.run_directly()
+            return CacheEntry(lambda arguments: True, self.caller, None, "", refusal)
         if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
             _warm_up_triton()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph)
@@ -346,7 +406,8 @@ class CompiledFunction:
             # make every call capture again)
             eager_guards = session.guards.only({"global", "type", "tensor", "length"})
             guard, text = compile_guards(eager_guards, scope, arguments)
-            return CacheEntry(guard, self.caller, None, text, error)
+            return CacheEntry(guard, self.caller, None, text, error,
+                              call=_counted_eager_call(self, guard))
         compiled = _passthrough(captured.graph_module)
         if compiled is None:
             compiled = self.backend(captured.graph_module, list(captured.example_inputs))
@@ -374,6 +435,34 @@ class CompiledFunction:
                                   time.perf_counter() - started, captured.graph_module,
                                   cuda_graph, compiled))
         return CacheEntry(guard, runner, captured, text, call=call)
+
+
+def _counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]
+                        ) -> Callable[[dict], Any]:
+    """An eager entry's call: its guards, then the function as it is, counted towards
+    calling it directly."""
+    caller = compiled.caller
+
+    def call(arguments: dict[str, Any]) -> Any:
+        if not guard(arguments):
+            return MISS
+        compiled.ran_eagerly()
+        return caller(arguments)
+
+    return call
+
+
+def _ending_the_streak(compiled: CompiledFunction, call: Callable[[dict], Any]
+                       ) -> Callable[[dict], Any]:
+    """A kept version's call past the recompile limit: a call it serves ends the run of
+    eager calls (the version is still wanted)."""
+    def serve(arguments: dict[str, Any]) -> Any:
+        result = call(arguments)
+        if result is not MISS:
+            compiled.eager_streak = 0
+        return result
+
+    return serve
 
 
 def _compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True
@@ -419,6 +508,9 @@ class CompiledModule(torch.nn.Module):
     def __init__(self, module: torch.nn.Module, **options: Any):
         super().__init__()
         self._orig_mod = module
+        # (a submodule, so its state is the wrapper's; also in the instance's __dict__: read
+        # on every call, where nn.Module's __getattr__, twice over, cost microseconds)
+        object.__setattr__(self, "_orig_mod", module)
         self._wrapped: CompiledModule | None = None
         if torch_internals.is_distributed_data_parallel(module):
             # DDP's forward runs as it is (it prepares the gradient buckets, and autograd
@@ -459,6 +551,10 @@ class CompiledModule(torch.nn.Module):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._forward_hooks or self._forward_pre_hooks:
             return super().__call__(*args, **kwargs)
+        forward = self._compiled_forward
+        if forward.direct is not None and _grad_enabled() in forward.direct_modes:
+            # (its forward runs eagerly for good: the module is called as eager calls it)
+            return torch_internals.call_as_eager(self._orig_mod, args, kwargs)
         return self.forward(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -556,8 +652,7 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
         if isinstance(compiled, CompiledModule):
             args = (compiled._orig_mod, *args)
         collector: list[CaptureRecord] = []
-        target.records.clear()
-        target.entries.clear()
+        target.reset()
         target.collector = collector
         target(*args, **kwargs)
         records = collector

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import types
 import weakref
 from typing import Any
 
@@ -112,6 +113,51 @@ def dynamo_compiling_tests() -> list[Any]:
     found = [getattr(torch._dynamo, "is_compiling", None),
              getattr(torch._utils, "is_compiling", None)]
     return [f for f in found if callable(f)]
+
+
+# -- torch's markers for compilers (ember/capture/markers.py reads them) --------------------
+def dynamo_marker(name: str) -> Any:
+    """torch._dynamo's own spelling of a marker (disable, graph_break, mark_static_address,
+    allow_in_graph), or None where this torch lacks it."""
+    import torch._dynamo
+
+    return getattr(torch._dynamo, name, None)
+
+
+def custom_op_overload(value: Any) -> OpOverload | None:
+    """The op a torch.library.custom_op function calls (a CustomOpDef: torch.ops.ns.name's
+    default overload), or None for anything else."""
+    from torch._library.custom_ops import CustomOpDef
+
+    return value._opoverload if isinstance(value, CustomOpDef) else None
+
+
+def disabled_reason(value: Any) -> str | None:
+    """Why torch.compiler.disable (torch._dynamo.disable) marked `value` — a function, a
+    method, or a module — to run without a compiler: its `reason=`, "" when none was given;
+    None when it is not marked. (recursive=False marks the same way.)"""
+    function = getattr(value, "__func__", value)  # (a bound method: its function's mark)
+    if isinstance(function, types.FunctionType):
+        if function.__dict__.get("_torchdynamo_disable") is True:
+            return function.__dict__.get("_torchdynamo_disable_msg") or ""
+        return None
+    if isinstance(value, torch.nn.Module):
+        from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+        if isinstance(value, OptimizedModule) and isinstance(value.dynamo_ctx, DisableContext):
+            return getattr(value.dynamo_ctx, "msg", None) or ""
+    return None
+
+
+def allowed_in_graph(function: Any) -> bool:
+    """Did the user mark `function` with torch.compiler.allow_in_graph (a call of it is one
+    node of the graph, not traced into)? torch's own callables are torch's business."""
+    module = getattr(function, "__module__", None) or ""
+    if module.split(".")[0] == "torch" or not callable(function):
+        return False
+    from torch._dynamo import trace_rules
+
+    return bool(trace_rules.is_callable_allowed(function))
 
 
 def module_has_hooks(module: torch.nn.Module) -> bool:

@@ -252,3 +252,43 @@ def test_an_lr_scheduler_s_wrapper_of_step_leads_to_its_optimizer():
     assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is None
     torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
     assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is optimizer
+
+
+def test_torch_s_compiler_markers_are_read():
+    import torch._dynamo
+
+    assert torch_internals.dynamo_marker("graph_break") is torch._dynamo.graph_break
+    assert torch_internals.dynamo_marker("no_such_marker") is None
+
+    @torch.library.custom_op("ember_internals_test::double", mutates_args=())
+    def double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    op = torch_internals.custom_op_overload(double)
+    assert op is torch.ops.ember_internals_test.double.default
+    assert torch_internals.custom_op_overload(torch.sin) is None
+
+    def plain(x):
+        return x
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return x
+
+    assert torch_internals.disabled_reason(plain) is None
+    assert torch_internals.disabled_reason(torch.compiler.disable(plain)) == ""
+    assert torch_internals.disabled_reason(torch.compiler.disable(plain, recursive=False)) == ""
+    assert torch_internals.disabled_reason(torch._dynamo.disable(plain, reason="why")) == "why"
+    model = Model()
+    assert torch_internals.disabled_reason(model) is None
+    assert torch_internals.disabled_reason(torch.compiler.disable(model)) == ""
+    method = torch.compiler.disable(Model.forward)
+    assert torch_internals.disabled_reason(method.__get__(model)) == ""
+
+    def allowed(x):
+        return x
+
+    assert not torch_internals.allowed_in_graph(allowed)
+    torch.compiler.allow_in_graph(allowed)
+    assert torch_internals.allowed_in_graph(allowed)
+    assert not torch_internals.allowed_in_graph(torch.sin)  # (torch's own: not the user's mark)

@@ -79,6 +79,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             special = None
         if special is not None:
             return special(session, *args, frame=frame, **kwargs)
+    marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
+    if marked is not None:
+        return marked
     if isinstance(callee, TorchValue):
         return call_torch(session, callee.value, args, kwargs)
     if isinstance(callee, TensorMethodValue):
@@ -620,4 +623,4 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
-from ember.capture import builtin_rules, copy_rules  # noqa: E402,F401
+from ember.capture import builtin_rules, copy_rules, markers  # noqa: E402,F401

@@ -8,7 +8,9 @@ eager gives on the graph's device:
   random draws, other rounding and layouts than the composites a meta tensor decomposes into);
   they are called as eager calls them;
 - in a training graph, results eager's autograd would not track (detached values, values
-  made under torch.no_grad()) stop the gradient.
+  made under torch.no_grad()) stop the gradient;
+- a function the user marked torch.compiler.allow_in_graph is one library call of it, not
+  traced into.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
-from ember.torch_internals import tree_flatten
+from ember.torch_internals import tree_flatten, tree_map
 
 if TYPE_CHECKING:
     from ember.lower.tracer import Tracer
@@ -110,6 +112,8 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().get_attr(target, args, kwargs)
 
     def call_function(self, target, args, kwargs):
+        if torch_internals.allowed_in_graph(target):
+            return _opaque_call(self.tracer, self.device, target, args, kwargs)
         if self.device.type == "cuda" and target in _DROPOUTS:
             fused = _fused_dropout(target, args, kwargs)
             if fused is not None:
@@ -152,6 +156,24 @@ def _listed_indices(index: Any) -> Any:
     if isinstance(index, tuple):
         return tuple(torch.tensor(i, dtype=torch.int64) if integers(i) else i for i in index)
     return index
+
+
+def _opaque_call(tracer: Tracer, device: torch.device, target, args, kwargs) -> Any:
+    """A function the user marked torch.compiler.allow_in_graph: one library call of it, run
+    as eager runs it (its Python too, on every call), never traced into; its results' layout
+    from a run on fake tensors of the graph's device."""
+    def stand_in(value: Any, on: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=on)
+
+    with torch_internals.outside_dispatch_modes(), torch.no_grad():
+        with torch_internals.make_fake_mode():
+            fake_args, fake_kwargs = tree_map(lambda v: stand_in(v, device), (args, kwargs))
+            result = target(*fake_args, **fake_kwargs)
+        out = tree_map(lambda v: stand_in(v, "meta"), result)
+    tracer.call_library(target, args, kwargs, out)
+    return out
 
 
 # Dropout on a CUDA tensor: eager runs native_dropout's fused kernel (at::dropout checks
