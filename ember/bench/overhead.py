@@ -19,9 +19,9 @@ import torch
 
 
 def uncapturable(x: torch.Tensor) -> torch.Tensor:
-    try:  # (ember does not capture id() and cannot break inside try: the frame runs eagerly)
-        id(x)
-    except TypeError:
+    try:  # (a raise that its own handler catches: ember runs the frame eagerly)
+        raise ValueError
+    except ValueError:
         pass
     return x
 
@@ -29,8 +29,8 @@ def uncapturable(x: torch.Tensor) -> torch.Tensor:
 class Uncapturable(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
-            id(x)
-        except TypeError:
+            raise ValueError
+        except ValueError:
             pass
         return x
 
@@ -47,8 +47,8 @@ class UncapturableMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         try:
-            id(x)
-        except TypeError:
+            raise ValueError
+        except ValueError:
             pass
         return self.layers(x)
 
