@@ -204,7 +204,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     partition, examples, lowered = found
     notes = []
     for island in partition.islands:
-        notes.append(f"{describe(island.node)} ({island.node.name}): {island.reason}")
+        notes.append(f"{describe(island.node)} ({island.node.name}): {island.summary}")
         logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
                                        describe(island.node), island.reason)
     runs, eager, eager_regions = {}, {}, []
@@ -222,7 +222,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     if not runs:
         return EagerGraph(gm, "; ".join(notes + eager_regions))
     glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
-    graph = PartitionedGraph(glue, label, runs, eager, notes, eager_regions,
+    graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
                              written_inputs(partition, runs, example_inputs))
     logs.dump(logs.dump_folder(label), "glue.py", glue.text)
     logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
@@ -259,7 +259,7 @@ def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[s
     if found is None:
         return [f"the whole graph: more than {MAX_ISLANDS} nodes ember cannot compile"]
     partition, _, lowered = found
-    report = [f"{describe(i.node)} ({i.node.name}): {i.reason}" for i in partition.islands]
+    report = [f"{describe(i.node)} ({i.node.name}): {i.summary}" for i in partition.islands]
     for region in partition.regions:
         result = lowered[region.key()][2]
         if isinstance(result, Exception):

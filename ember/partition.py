@@ -58,6 +58,13 @@ class Island:
     node: torch.fx.Node
     reason: str | None
 
+    @property
+    def summary(self) -> str:
+        """The reason's first sentence (torch's errors go on to advice about custom ops)."""
+        line = (self.reason or "").splitlines()[0] if self.reason else ""
+        end = line.find(". ", 40)
+        return line[:end + 1] if end != -1 else line
+
 
 @dataclasses.dataclass
 class Partition:

@@ -100,7 +100,7 @@ def _island(island: Island, names: _Names, module: torch.fx.GraphModule) -> list
         call = f"{names.add(describe(node).replace('module ', ''), target)}({', '.join(args)})"
     lines = []
     if island.reason is not None:
-        lines.append(f"# eager island: {island.reason.splitlines()[0]}")
+        lines.append(f"# eager island: {island.summary}")
     lines.append(f"{node.name} = {call}")
     return lines
 

@@ -21,10 +21,11 @@ from ember.runtime.cudagraphs import CudaGraphed
 
 
 class PartitionedGraph:
-    def __init__(self, glue: WrapperSource, label: str, compiled: dict[int, Any],
-                 eager: dict[int, Callable], islands: list[str], eager_regions: list[str],
-                 written_inputs: list[int]):
+    def __init__(self, glue: WrapperSource, label: str, partition: Partition,
+                 compiled: dict[int, Any], eager: dict[int, Callable], islands: list[str],
+                 eager_regions: list[str], written_inputs: list[int]):
         self.label = label
+        self.partition = partition
         self.regions = compiled           # region number → its compiled form
         self.eager_forms = eager          # region number → the region's FX module's forward
         self.islands = islands + eager_regions  # what runs eagerly, and why (for explain)
