@@ -621,6 +621,8 @@ class ExplainOutput:
     ops_per_graph: list[int]
     compile_seconds: float
     cuda_graphs: list[str] = dataclasses.field(default_factory=list)  # per graph, if asked
+    # nodes ember's backend runs eagerly inside the compiled graphs (and why)
+    eager_islands: list[str] = dataclasses.field(default_factory=list)
 
     def __str__(self) -> str:
         lines = [f"Graph count: {self.graph_count}",
@@ -636,6 +638,10 @@ class ExplainOutput:
             lines.append("Ops per graph: " + ", ".join(map(str, self.ops_per_graph)))
         if self.cuda_graphs:
             lines.append("CUDA graphs: " + "; ".join(self.cuda_graphs))
+        if self.eager_islands:
+            lines.append("Eager islands:")
+            lines.extend(f"  {number}. {island}"
+                         for number, island in enumerate(self.eager_islands, start=1))
         lines.append(f"Guards: {sum(text.count('if not') for text in self.guards)}")
         lines.append(f"Capture time: {self.compile_seconds * 1000:.1f} ms")
         return "\n".join(lines)
@@ -645,7 +651,10 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
     """ember.explain(fn)(*args, **kwargs): capture once and report graphs, breaks, guards."""
 
     def run(*args: Any, **kwargs: Any) -> ExplainOutput:
-        options.setdefault("backend", "eager")
+        from ember.backends import explaining_backend
+        from ember.runtime.partitioned import eager_islands
+
+        options.setdefault("backend", explaining_backend)  # (eager, and which nodes would be)
         compiled = compile(function, **options)
         target = compiled._compiled_forward if isinstance(compiled, CompiledModule) \
             else compiled
@@ -664,7 +673,8 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
             guards=[r.guards for r in records if r.guards],
             ops_per_graph=[n for r in records for n in r.ops],
             compile_seconds=sum(r.seconds for r in records),
-            cuda_graphs=[r.cuda_graph.status() for r in records if r.cuda_graph is not None])
+            cuda_graphs=[r.cuda_graph.status() for r in records if r.cuda_graph is not None],
+            eager_islands=[i for r in records for i in eager_islands(r.compiled)])
 
     return run
 

@@ -1,8 +1,10 @@
 """The backend contract: an FX graph and example inputs in, a compiled callable out.
 
 `backend` is what `torch.compile(model, backend="ember")` calls (registered through the
-`torch_dynamo_backends` entry point). `compile_graph` lists the stages in order. A graph ember
-cannot compile runs eagerly with the reason logged; ember never stops the user's program.
+`torch_dynamo_backends` entry point). `compile_graph` lists the stages in order. A node ember
+cannot lower runs as an eager island inside the compiled graph (`compile_with_islands`); a
+graph ember cannot compile at all runs eagerly; either way the reason is logged, and ember
+never stops the user's program.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import torch.fx
 from ember import config, logs, torch_internals
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
+from ember.codegen.glue import write_glue
 from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.graph import Graph
-from ember.lower import Unsupported, trace
+from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_reached_inputs, turns_grad_on
 from ember.lower.tracer import OutputSpec
+from ember.partition import MAX_ISLANDS, describe, find_islands
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
@@ -33,6 +37,7 @@ from ember.runtime import triton_launch
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
+from ember.runtime.partitioned import PartitionedGraph, written_inputs
 from ember.runtime.training import TrainingGraph
 from ember.schedule.epilogue import fuse_matmul_epilogues
 from ember.schedule.fuse import schedule
@@ -106,6 +111,10 @@ class EagerGraph:
     def __call__(self, *args: Any) -> Any:
         return self.forward(*args)
 
+    @property
+    def islands(self) -> list[str]:
+        return [f"the whole graph: {self.reason}"]
+
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     label = f"graph{next(_labels)}"
@@ -116,6 +125,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     try:
         return compile_stages(gm, example_inputs, label)
     except Unsupported as error:
+        if error.node is not None and torch_internals.autocast_state() is None and \
+                not _autocast_regions(gm):
+            return compile_with_islands(gm, example_inputs, label, {error.node: error.reason})
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, error)
         reason = str(error)
     except BuildError as error:
@@ -131,15 +143,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     return EagerGraph(gm, reason)
 
 
-def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                   label: str) -> CompiledGraph | InterpretedGraph:
-    """lower → passes → schedule → codegen → build → wrapper."""
+def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                   lowered: Lowered | None = None) -> CompiledGraph | InterpretedGraph:
+    """lower → passes → schedule → codegen → build → wrapper (`lowered`: the graph already
+    lowered, for these inputs)."""
     with torch.set_grad_enabled(torch.is_grad_enabled()):  # (tracing runs the graph's
-        return _compile_stages(gm, example_inputs, label)  # grad-mode switches)
+        return _compile_stages(gm, example_inputs, label, lowered)  # grad-mode switches)
 
 
-def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
-                    label: str) -> CompiledGraph | InterpretedGraph:
+def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                    lowered: Lowered | None) -> CompiledGraph | InterpretedGraph:
     dump = logs.dump_folder(label)
     logs.dump(dump, "fx_graph.py", gm.code)
     clock = _Stages(label)
@@ -152,7 +165,8 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
         # enter and exit run while tracing, so the ops between them are cast)
         gm = torch_internals.trace_under_autocast(gm, example_inputs)
         clock("autocast")
-    lowered = trace(gm, example_inputs)
+    if lowered is None:
+        lowered = trace(gm, example_inputs)
     clock("lower")
     logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
     graph = run_passes(lowered.graph, dump, merge=not training)
@@ -167,6 +181,110 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any],
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
                       len(example_inputs), gm.forward, label, dump, clock,
                       lowered.library_calls)
+
+
+def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                         islands: dict[str, str]) -> Callable:
+    """The graph as compiled regions with eager islands between them: `islands` (node name →
+    reason) grows with each node that lowering refuses until every region lowers; then each
+    region is compiled, one that cannot be (a build failure) running eagerly as a whole."""
+    try:
+        found = find_islands(gm, example_inputs, islands)
+    except Exception as error:  # an ember bug must not stop the user's program
+        logs.channel("fallbacks").warning(
+            "%s runs eagerly after an internal error in ember (please report it): %s: %s",
+            label, type(error).__name__, error)
+        if "raise" in config.settings.logs:
+            raise
+        return EagerGraph(gm, f"internal error {type(error).__name__}: {error}")
+    if found is None:
+        reason = f"more than {MAX_ISLANDS} nodes ember cannot compile"
+        logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
+        return EagerGraph(gm, reason)
+    partition, examples, lowered = found
+    notes = []
+    for island in partition.islands:
+        notes.append(f"{describe(island.node)} ({island.node.name}): {island.summary}")
+        logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
+                                       describe(island.node), island.reason)
+    runs, eager, eager_regions = {}, {}, []
+    for region in partition.regions:
+        module, inputs, result = lowered[region.key()]
+        eager[region.number] = module.forward
+        name = f"{label}_region{region.number}"
+        if isinstance(result, Lowered):
+            with torch.set_grad_enabled(region.grad_enabled):
+                result = _compiled_or_reason(module, inputs, name, result)
+        if isinstance(result, (str, Exception)):  # (a build failure, a graph-wide reason)
+            eager_regions.append(f"region {region.number} ({len(region.nodes)} ops): {result}")
+        else:
+            runs[region.number] = result
+    if not runs:
+        return EagerGraph(gm, "; ".join(notes + eager_regions))
+    glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
+    graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
+                             written_inputs(partition, runs, example_inputs))
+    logs.dump(logs.dump_folder(label), "glue.py", glue.text)
+    logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
+                                   graph.region_count, graph.island_count)
+    return graph
+
+
+def explaining_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    """explain()'s backend: the graph runs as backend="eager" runs it, and says which of its
+    nodes ember's backend would run as eager islands (found by lowering; nothing is built)."""
+    def run(*args: Any) -> Any:
+        return gm.forward(*args)
+
+    run.islands = island_report(gm, example_inputs)
+    return run
+
+
+def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
+    """What ember's backend would run eagerly in this graph, and why, from lowering alone."""
+    reason = eager_reason(example_inputs)
+    if reason is not None or any(torch_internals.is_symbolic(x) for x in example_inputs):
+        return [f"the whole graph: {reason}"] if reason else []
+    try:
+        with torch.set_grad_enabled(torch.is_grad_enabled()):
+            trace(gm, example_inputs)
+        return []
+    except Unsupported as error:
+        if error.node is None or torch_internals.autocast_state() is not None or \
+                _autocast_regions(gm):
+            return [f"the whole graph: {error.reason or error}"]
+        found = find_islands(gm, example_inputs, {error.node: error.reason})
+    except Exception as error:  # noqa: BLE001 (a report, not a compile: say it and go on)
+        return [f"the whole graph: internal error {type(error).__name__}: {error}"]
+    if found is None:
+        return [f"the whole graph: more than {MAX_ISLANDS} nodes ember cannot compile"]
+    partition, _, lowered = found
+    report = [f"{describe(i.node)} ({i.node.name}): {i.summary}" for i in partition.islands]
+    for region in partition.regions:
+        result = lowered[region.key()][2]
+        if isinstance(result, Exception):
+            report.append(f"region {region.number} ({len(region.nodes)} ops): {result}")
+    return report
+
+
+def _compiled_or_reason(module: torch.fx.GraphModule, inputs: list[Any], label: str,
+                        lowered: Lowered) -> Callable | str:
+    """A region compiled, or why it runs eagerly."""
+    try:
+        return compile_stages(module, inputs, label, lowered)
+    except Unsupported as error:
+        logs.channel("fallbacks").info("%s runs eagerly: %s", label, error)
+        return str(error)
+    except BuildError as error:
+        logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
+        return str(error)
+    except Exception as error:  # an ember bug must not stop the user's program
+        logs.channel("fallbacks").warning(
+            "%s runs eagerly after an internal error in ember (please report it): %s: %s",
+            label, type(error).__name__, error)
+        if "raise" in config.settings.logs:
+            raise
+        return f"internal error {type(error).__name__}: {error}"
 
 
 def _training(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:

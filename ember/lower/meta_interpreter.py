@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
+from ember.lower.registry import Unsupported
 from ember.torch_internals import tree_flatten, tree_map
 
 if TYPE_CHECKING:
@@ -91,7 +92,12 @@ class MetaInterpreter(torch.fx.Interpreter):
         self.stops = stops  # a training graph: values eager's autograd does not track stop
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        result = super().run_node(n)
+        try:
+            result = super().run_node(n)
+        except Unsupported as error:
+            if n.op in ("call_function", "call_method", "call_module"):
+                error.at(n.name)  # (before torch.fx adds its own note to the message)
+            raise
         if self.stops and n.op in ("call_function", "call_method") and (
                 not torch.is_grad_enabled() or n.target in _DETACHES):
             # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while

@@ -7,6 +7,7 @@ pad, where and views, so the write fuses like any other pointwise op.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -167,6 +168,42 @@ def view_variant(func: Any) -> Any | None:
     if returns and all(r.alias_info is not None and not r.alias_info.is_write for r in returns):
         return view
     return None
+
+
+def same_elements(before: tuple, after: tuple) -> bool:
+    """Do two geometries (shape, strides, offset) put every element at the same place? The
+    strides of size-1 dims address nothing, so they may differ."""
+    (shape, strides, offset), (new_shape, new_strides, new_offset) = before, after
+    if shape != new_shape:
+        return False
+    if math.prod(shape) == 0:
+        return True
+    return offset == new_offset and all(
+        n == 1 or s == t for n, s, t in zip(shape, strides, new_strides))
+
+
+def dense_storage(shape: tuple[int, ...], strides: tuple[int, ...], offset: int, nbytes: int,
+                  element_size: int) -> bool:
+    """Is a tensor of this geometry all of its storage (`nbytes`), each element once (a fresh
+    result: its memory order is the order of its strides)?"""
+    step = 1
+    for n, s in sorted(((n, s) for n, s in zip(shape, strides) if n != 1),
+                       key=lambda pair: pair[1]):
+        if s != step:
+            return False
+        step *= n
+    return offset == 0 and nbytes == math.prod(shape) * element_size
+
+
+def storage_view(builder: Builder, root: Node, root_strides: tuple[int, ...],
+                 shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Node:
+    """as_strided(shape, strides, offset) over the memory of `root`, a dense buffer laid out
+    by `root_strides`: the root permuted into its memory order, then viewed element by
+    element (AS_STRIDED counts in its input's row-major order)."""
+    order = sorted(range(root.ndim), key=lambda d: -root_strides[d])  # (ties: size-1 dims)
+    in_memory = builder.permute(root, order)
+    return builder.graph.add(Op.AS_STRIDED, (in_memory,), shape=shape, strides=strides,
+                             offset=offset)
 
 
 def returns_written_last(functional: Any) -> bool:

@@ -22,7 +22,17 @@ class Decline(Exception):
 
 
 class Unsupported(Exception):
-    """The graph cannot be compiled at all (the caller runs it eagerly and logs why)."""
+    """The graph cannot be compiled as it is (the caller runs it eagerly and logs why).
+    `node`: the name of the FX node being lowered when it was raised (that node can run as an
+    eager island in a compiled graph), and `reason` what was said then; None: the graph as a
+    whole."""
+
+    node: str | None = None
+    reason: str | None = None
+
+    def at(self, node: str) -> None:
+        if self.node is None:
+            self.node, self.reason = node, str(self)
 
 
 def lowering(*targets: Any) -> Callable[[Rule], Rule]:

@@ -28,15 +28,19 @@ from ember.lower.layout import ROW_MAJOR_RESULTS, eager_layout
 from ember.lower.meta_interpreter import MetaInterpreter, turns_grad_on
 from ember.lower.mutation import (
     CloneAndCall,
+    dense_storage,
     functional_variant,
     returns_written_last,
+    same_elements,
     scatter_through,
+    storage_view,
     view_variant,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
 from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
+_AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
 
 @dataclasses.dataclass(eq=False)
 class Storage:
@@ -238,7 +242,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         if written:
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
             if before != after:
-                self._restride(func, args, kwargs, out)
+                self._restride(func, args, kwargs, out, before[0])
                 return out
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
                 out = eager_layout(func, args, kwargs, out, self.graph.device.type)
@@ -376,29 +380,53 @@ class Tracer(torch_internals.TorchDispatchMode):
                 else base_state.chain + steps
             self.bind(meta, node, base_state.storage, chain)
 
-    def _restride(self, func, args, kwargs, out) -> None:
-        """An in-place view op (x.squeeze_(0), x.t_()): the tensor becomes a view of itself."""
+    def _restride(self, func, args, kwargs, out, geometry: tuple) -> None:
+        """An in-place view op (x.squeeze_(0), x.t_(), x.as_strided_(...)): the tensor becomes
+        a view of itself. `geometry`: the tensor's shape, strides and offset before."""
+        base = args[0]
         view = view_variant(func)
         rule = find_rule(view) if view is not None else None
-        if rule is None:
+        if rule is None and func is not _AS_STRIDED_IN_PLACE:
             raise Unsupported(f"{func} changes a tensor's shape or strides in place")
-        base = args[0]
         if id(base) in self.input_metas:
             # (the caller's tensor changes shape: the graph's outputs cannot say so)
             raise Unsupported(f"{func} changes the shape or strides of an input in place")
         state = self.state(base)
         before = self.current(base)
-        try:
-            result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
-        except Decline as reason:
-            raise Unsupported(f"{func} in place: {reason}") from None
+        if func is _AS_STRIDED_IN_PLACE:
+            result, chain = self._as_strided(func, base, geometry)
+        else:
+            try:
+                result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(kwargs))
+            except Decline as reason:
+                raise Unsupported(f"{func} in place: {reason}") from None
+            steps = _view_chain(result, before)
+            chain = None if steps is None or state.chain is None else state.chain + steps
         if not self._matches(result, out):
             raise Unsupported(f"{func} in place: the view disagrees with eager's")
-        steps = _view_chain(result, before)
-        chain = None if steps is None or state.chain is None else state.chain + steps
         self.states[id(base)] = TensorState(state.storage, chain, result, state.storage.version)
         if result.strides is None and result.op not in (Op.INPUT, Op.FULL) and base.ndim:
             result.strides = tuple(base.stride())
+
+    def _as_strided(self, func, base: torch.Tensor, geometry: tuple) -> tuple[Node, ViewChain]:
+        """x.as_strided_(size, stride, offset): the tensor's node and chain from then on.
+        adaptive_avg_pool2d(x, 1) on a channels_last x calls it on its fresh mean to give the
+        result channels_last strides; only size-1 dims' strides change, so the value stays."""
+        state = self.state(base)
+        if same_elements(geometry, self._geometry(base)):
+            return self.current(base), state.chain
+        storage = state.storage
+        root = self._root_tensor(storage)
+        # (the root may be `base` itself, whose meta tensor has its new geometry already)
+        root_geometry = geometry if root is base else None if root is None else \
+            self._geometry(root)
+        if storage.input_index is not None or root_geometry is None or \
+                not dense_storage(*root_geometry, base.untyped_storage().nbytes(),
+                                  base.element_size()):
+            raise Unsupported(f"{func} restrides memory ember does not lay out itself")
+        result = storage_view(self.builder, storage.value, root_geometry[1],
+                              tuple(base.shape), tuple(base.stride()), base.storage_offset())
+        return result, _view_chain(result, storage.value)
 
     # -- mutation -------------------------------------------------------------------------
     def _lower_mutation(self, func, args, kwargs, template_kwargs, out, written) -> None:
@@ -509,11 +537,16 @@ class Tracer(torch_internals.TorchDispatchMode):
     def _root_meta(self, storage: Storage) -> tuple[int, ...]:
         """Eager's strides of a storage's root tensor (those of its meta tensor: the root's
         node may be another buffer's value, such as an input that round() returned as is)."""
+        root = self._root_tensor(storage)
+        return tuple(root.stride()) if root is not None else row_major(storage.value.shape)
+
+    def _root_tensor(self, storage: Storage) -> torch.Tensor | None:
+        """The meta tensor that is a storage's root itself, if one is still bound to it."""
         for meta in self.keep_alive:
             state = self.states.get(id(meta))
             if state is not None and state.storage is storage and state.chain == ():
-                return tuple(meta.stride())
-        return row_major(storage.value.shape)
+                return meta
+        return None
 
 
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:

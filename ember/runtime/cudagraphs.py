@@ -24,6 +24,9 @@ is kept safe:
   recorded. Where it cannot be (CPU tensors, a host synchronization inside the graph, an
   error while recording), the graph runs without CUDA graphs and the reason is logged on
   EMBER_LOGS=perf and reported by ember.explain.
+- Eager islands (ember/runtime/partitioned.py) are recorded with the compiled regions around
+  them, as any CUDA work is; one that synchronizes with the host makes the recording fail, as
+  above. A training graph with islands runs without CUDA graphs.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ class CudaGraphed:
             self.give_up("tensors on several CUDA devices")
         elif getattr(compiled, "runs_eagerly", False) or type(compiled).__name__ == "EagerGraph":
             self.give_up(f"the graph runs eagerly ({getattr(compiled, 'reason', 'see log')})")
+        elif getattr(compiled, "trains", False):
+            # (a training graph with eager islands: its regions' forwards and backwards are
+            # autograd.Functions between eager ops, not one forward and one backward to record)
+            self.give_up("a training graph with eager islands")
         elif type(compiled).__name__ == "TrainingGraph":
             # its forward and its backward are each recorded (each on its first call); the
             # autograd.Function between them stays in Python
@@ -140,7 +147,10 @@ class CudaGraphed:
         except Exception as error:  # a host sync, an op capture refuses, ...
             torch.cuda.synchronize()
             self.graph = None
-            self.give_up(f"recording failed: {type(error).__name__}: {error}".splitlines()[0])
+            islands = getattr(self.compiled, "island_count", 0)
+            self.give_up(f"recording failed: {type(error).__name__}: {error}".splitlines()[0]
+                         + (f" (the graph has {islands} eager islands, recorded with it: "
+                            f"one may not be capturable)" if islands else ""))
 
     def _record(self, args: tuple) -> None:
         positions = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor)]
@@ -206,8 +216,10 @@ class CudaGraphed:
         self.kept = [value for kind, value in outputs if kind == "kept"]
         self.kept_counts = [torch_internals.storage_use_count(t) for t in self.kept]
         self.recorded = True
+        islands = getattr(self.compiled, "island_count", 0)
         logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
-                                  "place)", self.where, len(self.copied), len(self.in_place))
+                                  "place%s)", self.where, len(self.copied), len(self.in_place),
+                                  f", {islands} eager islands inside" if islands else "")
 
 
 _detach = torch.Tensor.detach

@@ -233,6 +233,35 @@ def test_in_place_restriding_of_intermediates_is_a_view():
     check(fn, make(3, 4), library=0)
 
 
+def test_as_strided_in_place_on_an_intermediate_is_a_view_of_its_memory():
+    def channels_last_pool(x):  # (mean, then as_strided_ to channels_last strides)
+        y = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+        return y.flatten(1) * 2, y
+
+    def window(x):
+        y = x * 2
+        y.as_strided_((3, 4), (4, 1), 2)
+        return y + 1
+
+    def column_major(x):  # (the memory order is not the logical order)
+        y = (x * 2).t().contiguous().t()
+        y.as_strided_((2, 3), (1, 4), 1)
+        return y.exp()
+
+    def written_through(x):  # (a view of a view: the offset counts from y's memory)
+        y = x * 2
+        z = y[1:]
+        z.as_strided_((2, 2), (1, 3), 7)
+        z.add_(1)
+        return y, z
+
+    check(channels_last_pool, make(2, 8, 5, 5).to(memory_format=torch.channels_last),
+          library=0)
+    check(window, make(4, 6), library=0)
+    check(column_major, make(4, 6), library=0)
+    check(written_through, make(4, 6))
+
+
 def test_a_kernel_reads_an_input_before_writing_it_in_place():
     # (found by the property tests: the one-element sum was fused with the fill that
     # overwrites its input, and the store came first)

@@ -177,3 +177,56 @@ def test_replayed_training_never_overwrites_saved_values_or_gradients_still_held
     for phase, (ours, theirs) in enumerate(zip(got, want)):
         for a, b in zip(ours, theirs):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=f"phase {phase}")
+
+
+@cuda
+@pytest.mark.gpu
+def test_eager_islands_are_recorded_with_the_regions_around_them(monkeypatch):
+    from ember.lower import Unsupported, lowerings
+    from ember.lower.registry import aten
+
+    def refused(*args, **kwargs):
+        raise Unsupported("refused by the test")
+
+    monkeypatch.setitem(lowerings, aten.mean.dim, refused)  # (an island between two regions)
+
+    def fn(x, w):
+        return (torch.tanh(x @ w).mean(1, keepdim=True) * x).sum(0)
+
+    compiled = ember.compile(fn, mode="reduce-overhead")
+    args = [torch.randn(16, 32, device="cuda"), torch.randn(32, 32, device="cuda")]
+    with captured_log("perf") as records:
+        kept = [compiled(*args) for _ in range(3)]
+    for result in kept:
+        torch.testing.assert_close(result, fn(*args), rtol=1e-4, atol=1e-4)
+    assert any("1 eager islands inside" in r.getMessage() for r in records)
+    report = ember.explain(fn, mode="reduce-overhead", backend="ember")(*args)
+    assert report.cuda_graphs == ["recorded"]
+    assert report.eager_islands == ["Tensor.mean (mean): refused by the test"]
+
+
+@cuda
+@pytest.mark.gpu
+def test_a_training_graph_with_an_island_runs_without_cuda_graphs_and_says_why(monkeypatch):
+    from ember.lower import Unsupported, lowerings
+    from ember.lower.registry import aten
+
+    def refused(*args, **kwargs):
+        raise Unsupported("refused by the test")
+
+    monkeypatch.setitem(lowerings, aten.mean.dim, refused)
+
+    def fn(x, w):
+        return torch.tanh(x @ w).mean(1).sum()
+
+    compiled = ember.compile(fn, mode="reduce-overhead")
+    x = torch.randn(16, 32, device="cuda")
+    w = torch.randn(32, 32, device="cuda", requires_grad=True)
+    with captured_log("perf") as records:
+        compiled(x, w).backward()
+    assert any("no CUDA graph: a training graph with eager islands" in r.getMessage()
+               for r in records)
+    expected = w.grad.clone()
+    w.grad = None
+    fn(x, w).backward()
+    torch.testing.assert_close(expected, w.grad, rtol=1e-4, atol=1e-4)

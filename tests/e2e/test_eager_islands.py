@@ -1,0 +1,290 @@
+"""Eager islands: a node ember cannot compile runs as an eager call inside the compiled graph,
+between compiled regions (ember/partition.py, ember/codegen/glue.py), instead of sending the
+whole graph to eager. Each test compares with eager (outputs, strides, what happened to the
+inputs, aliasing, gradients) and counts the compiled regions and the islands."""
+
+import copy
+import importlib.util
+
+import pytest
+import torch
+from helpers import (
+    DEVICE,
+    Recorder,
+    assert_close,
+    captured_log,
+    make,
+    sharing,
+    significant_strides,
+    watching_fallbacks,
+)
+
+import ember
+from ember.backends import EagerGraph, compile_graph
+from ember.lower import Unsupported, lowerings
+from ember.lower.registry import aten
+from ember.runtime.build import BuildError
+from ember.runtime.compiled import CompiledGraph
+from ember.runtime.partitioned import PartitionedGraph
+from ember.runtime.training import TrainingGraph
+
+
+@pytest.fixture
+def refuse(monkeypatch):
+    """refuse(op): lowering raises Unsupported at that aten op, as at an op ember cannot
+    compile."""
+    def refuse_op(op):
+        def rule(*args, **kwargs):
+            raise Unsupported(f"{op} refused by the test")
+
+        monkeypatch.setitem(lowerings, op, rule)
+
+    return refuse_op
+
+
+def check_islands(fn, *args, regions: int, islands: int) -> PartitionedGraph:
+    """Compile `fn` (from torch.fx.symbolic_trace), run it twice beside eager on copies of
+    `args`, compare, and count its compiled regions and eager islands."""
+    args = tuple(a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args)
+    with torch.no_grad(), watching_fallbacks():
+        compiled = compile_graph(torch.fx.symbolic_trace(fn), list(args))
+        eager_args = copy.deepcopy(args)
+        expected = fn(*eager_args)
+        for _ in range(2):  # (a region's first call runs its checked wrapper)
+            got_args = copy.deepcopy(args)
+            actual = compiled(*got_args)
+            assert_close(actual, expected)
+            assert_close(got_args, eager_args)
+            assert sharing(actual, got_args) == sharing(expected, eager_args)
+            for got, want in zip(torch.utils._pytree.tree_leaves(actual),
+                                 torch.utils._pytree.tree_leaves(expected)):
+                if isinstance(want, torch.Tensor):
+                    assert significant_strides(got) == significant_strides(want)
+    assert isinstance(compiled, PartitionedGraph), getattr(compiled, "reason", compiled)
+    assert (compiled.region_count, compiled.island_count) == (regions, islands), \
+        compiled.glue_source
+    assert compiled.eager_region_count == 0, compiled.islands
+    assert all(isinstance(r, CompiledGraph) for r in compiled.regions.values())
+    return compiled
+
+
+def test_an_op_ember_refuses_in_the_middle_runs_eagerly_between_two_regions(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x, w):
+        a = torch.tanh(x) * 2
+        pooled = a.mean((2, 3))        # the island
+        return (pooled @ w).relu() + 1, a
+
+    with captured_log("fallbacks") as records:
+        graph = check_islands(fn, make(2, 4, 5, 5), make(4, 3), regions=2, islands=1)
+    assert graph.kernel_count >= 2
+    assert graph.islands == [f"Tensor.mean (mean): {aten.mean.dim} refused by the test"]
+    assert any("Tensor.mean runs as an eager island" in r.getMessage() for r in records)
+    assert "mean = mul.mean((2, 3))" in graph.glue_source  # (the graph's own call)
+
+
+def test_an_op_without_a_meta_kernel_is_an_island():
+    # (fake quantization, as quantization-aware training runs it: torch has no meta kernel)
+    def fn(x, w):
+        a = torch.tanh(x @ w)
+        q = torch.fake_quantize_per_tensor_affine(a, 0.1, 0, -128, 127)
+        return (q * 2 + 1).relu()
+
+    graph = check_islands(fn, make(4, 5), make(5, 6), regions=2, islands=1)
+    assert "no fake impl or Meta kernel" in graph.islands[0]
+
+
+def test_independent_islands_share_the_regions_around_them(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x, y):  # in the graph's order: region, island, region, island, region
+        p = x.exp().mean(1, keepdim=True)
+        q = y.sin().mean(1, keepdim=True)
+        return p * 2 + q
+
+    check_islands(fn, make(4, 5), make(4, 5, seed=1), regions=2, islands=2)
+
+
+def test_work_that_only_feeds_later_nodes_waits_for_them(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x):  # (x.relu() joins the region that reads it: it is not handed across)
+        m = x.mean(1, keepdim=True)
+        r = x.relu()
+        return r - m
+
+    graph = check_islands(fn, make(4, 5), regions=1, islands=1)
+    assert graph.kernel_count == 1
+
+
+def test_an_island_writes_an_input_in_place_between_a_read_and_a_read(refuse):
+    refuse(aten.mul.Tensor)  # (x.mul_(y) is lowered through mul)
+
+    def fn(x, y):
+        before = x.exp()
+        x.mul_(y)
+        return before - x, x.sin()
+
+    graph = check_islands(fn, make(4, 5), make(4, 5, seed=1), regions=2, islands=1)
+    assert "x.mul_(y)" in graph.glue_source
+
+
+def test_a_write_after_an_island_waits_for_the_island_to_read(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x):
+        m = x.mean(0)   # the island reads x first
+        x.add_(1)
+        return m + x
+
+    check_islands(fn, make(4, 5), regions=1, islands=1)
+
+
+def test_views_made_by_an_island_keep_eagers_aliasing(refuse):
+    refuse(aten.t.default)
+
+    def fn(x):
+        a = x * 2
+        b = a.t()                  # an island's view of a region's result
+        return b + 1, b, a, x[0]   # (b and a share memory; x[0] is a view of the input)
+
+    check_islands(fn, make(3, 4), regions=2, islands=1)
+
+
+def test_training_runs_through_an_island(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x, w):
+        a = torch.tanh(x @ w)
+        m = a.mean(1, keepdim=True)
+        return ((a - m) ** 2).sum(), m
+
+    x, w = make(4, 5).requires_grad_(), make(5, 3, seed=1).requires_grad_()
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    assert isinstance(graph, PartitionedGraph) and graph.trains
+    assert (graph.region_count, graph.island_count) == (2, 1)
+    assert all(isinstance(r, TrainingGraph) for r in graph.regions.values())
+    reference = [t.detach().clone().requires_grad_() for t in (x, w)]
+    for _ in range(2):
+        loss, m = graph(x, w)
+        (loss + m.sum()).backward()
+        expected_loss, expected_m = fn(*reference)
+        (expected_loss + expected_m.sum()).backward()
+        assert_close((loss, m), (expected_loss, expected_m))
+        assert_close((x.grad, w.grad), (reference[0].grad, reference[1].grad))
+        for t in (x, w, *reference):
+            t.grad = None
+
+
+def test_an_island_under_no_grad_inside_a_training_graph(refuse):
+    refuse(aten.mean.default)
+
+    def fn(x, w):
+        y = torch.tanh(x @ w)
+        with torch.no_grad():
+            scale = y.mean() + 1      # the island, and a region, under no_grad
+        return (y / scale).sum()
+
+    recorder = Recorder()
+    compiled = ember.compile(fn, backend=recorder)
+    x, w = make(4, 5).requires_grad_(), make(5, 3, seed=1).requires_grad_()
+    reference = [t.detach().clone().requires_grad_() for t in (x, w)]
+    loss, expected = compiled(x, w), fn(*reference)
+    loss.backward()
+    expected.backward()
+    assert_close((loss, x.grad, w.grad), (expected, reference[0].grad, reference[1].grad))
+    (graph,) = recorder.compiled
+    assert isinstance(graph, PartitionedGraph) and graph.island_count == 1, graph
+    assert [r.grad_enabled for r in graph.partition.regions] == [True, False, True]
+
+
+def test_a_region_whose_build_fails_runs_eagerly_and_the_rest_compiles(refuse, monkeypatch,
+                                                                        kernel_backend):
+    if kernel_backend != "c":
+        pytest.skip("the C compiler's build is what fails here")
+    import ember.backends
+
+    refuse(aten.mean.dim)
+    builds = []
+
+    def build_once(source, flags):  # the first region builds, the second's build fails
+        builds.append(source)
+        if len(builds) > 1:
+            raise BuildError("cc failed (the test's)")
+        return real_build(source, flags)
+
+    real_build = ember.backends.build
+    monkeypatch.setattr(ember.backends, "build", build_once)
+
+    def fn(x):
+        m = x.exp().mean(1, keepdim=True)
+        return (m * 3).sin()
+
+    x = make(4, 5)
+    with captured_log("fallbacks") as records:
+        graph = compile_graph(torch.fx.symbolic_trace(fn), [x])
+    assert isinstance(graph, PartitionedGraph)
+    assert (graph.region_count, graph.eager_region_count, graph.island_count) == (1, 1, 1)
+    assert any("region 1 (2 ops): cc failed" in i for i in graph.islands)
+    assert any(r.levelno >= 30 and "cc failed" in r.getMessage() for r in records)
+    assert_close(graph(x), fn(x))
+
+
+def test_a_data_dependent_shape_makes_its_readers_islands():
+    def fn(x):
+        positive = x[x > 0]                # nonzero: only the data knows the shape
+        return positive.sum() * 2, x.exp()
+
+    graph = check_islands(fn, make(4, 5), regions=1, islands=3)
+    assert "depends on the data" in graph.islands[1]
+
+
+def test_explain_lists_each_island_and_why(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x):
+        return torch.tanh(x).mean(0) + 1
+
+    for options in ({}, {"backend": "ember"}):  # (by default explain compiles nothing)
+        report = ember.explain(fn, **options)(make(4, 5))
+        assert report.eager_islands == [f"Tensor.mean (mean): {aten.mean.dim} refused by the "
+                                        f"test"]
+        assert "Eager islands:\n  1. Tensor.mean (mean)" in str(report)
+    assert ember.explain(lambda x: x.tanh())(make(3)).eager_islands == []
+
+
+def test_an_island_in_a_graph_torch_compile_hands_over(refuse):
+    refuse(aten.mean.dim)
+
+    def fn(x):
+        return (x.sin().mean(-1) * 2).cos()
+
+    recorder = Recorder()
+    compiled = torch.compile(fn, backend=recorder, fullgraph=True, dynamic=False)
+    x = make(3, 4)
+    assert_close(compiled(x), fn(x))
+    (graph,) = recorder.compiled
+    assert isinstance(graph, PartitionedGraph) and graph.island_count == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="needs timm")
+def test_a_channels_last_resnet_compiles_without_islands(kernel_backend):
+    # (adaptive_avg_pool2d(x, 1) on channels_last restrides its mean with as_strided_; that
+    # once sent the whole model to eager)
+    if kernel_backend == "triton" and DEVICE == "cpu":
+        pytest.skip("a whole ResNet under the Triton interpreter is too slow for the suite")
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("resnet18", num_classes=10).eval().to(DEVICE)
+    model = model.to(memory_format=torch.channels_last)
+    x = make(1, 3, 32, 32).to(memory_format=torch.channels_last)
+    recorder = Recorder()
+    compiled = torch.compile(model, backend=recorder, dynamic=False)
+    with torch.no_grad(), watching_fallbacks() as fallbacks:
+        actual, expected = compiled(x), model(x)
+    assert recorder.compiled and all(isinstance(g, CompiledGraph) for g in recorder.compiled), \
+        fallbacks.messages
+    assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+    assert not isinstance(recorder.compiled[0], (EagerGraph, PartitionedGraph))
