@@ -46,8 +46,11 @@ class Reporter:
 
 
 class _Collect(logging.Handler):
+    """What ran eagerly (info and warnings; the debug lines name library calls, which are
+    compiled code's own calls, not fallbacks)."""
+
     def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__(logging.INFO)
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -104,12 +107,12 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
         result["graphs"], result["kernels"] = compiles.graphs, compiles.kernels
         del result["stage"]
     finally:
-        if workload is not None and workload.compile_model and options.variant == "ember":
-            progress("explaining the capture")
-            result["capture"] = explain_capture(workload, options.size, options.device)
         logs.channel("fallbacks").removeHandler(fallbacks)
         ran_eagerly = [f"{compiles.eager_graphs} of {compiles.graphs} graphs ran eagerly"]
         result["fallbacks"] = (ran_eagerly if compiles.eager_graphs else []) + fallbacks.messages
+        if workload is not None and workload.compile_model and options.variant == "ember":
+            progress("explaining the capture")
+            result["capture"] = explain_capture(workload, options.size, options.device)
 
 
 def explain_capture(workload: Any, size: str, device: str | None
