@@ -15,6 +15,10 @@ TORCH  ?= torch==2.13.0
 TIMM   ?= timm==1.0.29 torchvision==0.28.0
 # Options for `python -m ember bench`, e.g. make bench BENCH_FLAGS="--quick --only S1"
 BENCH_FLAGS ?=
+# Then the model zoo's tiny configs in inference, eager against ember (about 2-3 minutes on 2
+# cores; torch.compile's first calls would add about 20 s per model): empty to skip it, or
+# e.g. BENCH_MODELS="--models" for the whole CPU zoo with torch.compile (about 25 minutes)
+BENCH_MODELS ?= --models --quick --modes infer --variants eager,ember
 
 .PHONY: test bench lint clean
 
@@ -34,6 +38,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m ember bench $(BENCH_FLAGS)
+	$(if $(strip $(BENCH_MODELS)),$(BIN)/python -m ember bench $(BENCH_MODELS) --out ember-bench/models)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ember tests

@@ -302,11 +302,14 @@ def capture_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
 
 
 def _reasons(trial: Trial) -> list[str]:
-    """Every distinct break and island reason of a zoo ember trial, in order."""
+    """Every distinct break and island reason of a zoo ember trial, then why graphs ran
+    eagerly in the run (first lines), in order."""
     if not isinstance(trial.capture, list):
         return []
     found = [reason for call in trial.capture
              for reason in [*call["break_reasons"], *call["islands"]]]
+    found += [message.splitlines()[0] for message in trial.fallbacks
+              if "ran eagerly" not in message]
     return list(dict.fromkeys(found))
 
 
@@ -331,8 +334,8 @@ def problems(run: Run) -> list[str]:
             if status not in ("ok", ""):
                 kind, _, why = status.partition(": ")
                 lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
-            for message in trial.fallbacks:
-                lines.append(f"FALLBACK {_label(result)} {variant}: {message}")
+            for message in trial.fallbacks:  # (first lines: a traceback's tail says less)
+                lines.append(f"FALLBACK {_label(result)} {variant}: {message.splitlines()[0]}")
     return lines
 
 

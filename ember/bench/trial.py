@@ -92,7 +92,9 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
             with torch.set_grad_enabled(workload.grad):
                 runnable, compiles = variants.prepare(options.variant, fn, workload)
                 outputs = run_measured(runnable, args, options, result, progress)
-                if options.variant == "eager":  # the work a call does, for the roofline
+                if options.variant == "eager" and not workload.compile_model:
+                    # the work a call does, for the roofline (of the seeds: a model's step
+                    # is no single roofline point)
                     progress("counting bytes and flops")
                     work = roofline.count_work(runnable, args)
                     result["work"] = {"bytes": work.bytes, "flops": work.flops}

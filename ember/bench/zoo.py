@@ -176,7 +176,8 @@ MODELS: tuple[ZooModel, ...] = (
                tiny=dict(encoder_layers=2, decoder_layers=2, d_model=64,
                          encoder_attention_heads=4, decoder_attention_heads=4,
                          encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256),
-               common=dict(_BART_OFF, max_position_embeddings=1024)),
+               common=dict(_BART_OFF, max_position_embeddings=1024,
+                           decoder_start_token_id=2)),
         {"full": Shape(8, 256, target=64), "quick": Shape(2, 128, target=32),
          "tiny": Shape(2, 16, target=8)}),
     ZooModel(
@@ -288,29 +289,33 @@ def forward_kwargs(spec: ZooModel, batch: dict[str, torch.Tensor]) -> dict[str, 
         return {"x": batch["x"]}
     found = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     if spec.kind == "seq2seq":
-        found["decoder_input_ids"] = _shift_right(batch["labels"])
+        start = spec.configs["tiny"]["decoder_start_token_id"]  # (the same at every size)
+        found["decoder_input_ids"] = _shift_right(batch["labels"], start)
     else:
         found["use_cache"] = False  # a whole-sequence forward (scoring) keeps no cache
     return found
 
 
-def _shift_right(labels: torch.Tensor) -> torch.Tensor:
-    start = torch.zeros_like(labels[:, :1])  # decoder_start_token_id of both configs
-    return torch.cat([start, labels[:, :-1]], dim=1)
+def _shift_right(labels: torch.Tensor, start: int) -> torch.Tensor:
+    """The decoder's input for `labels`, as the model makes it in training."""
+    return torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
 
 
 # -- the modes: each gives (step, args); the step calls the model through step.model_slot[0] --
 def infer_step(spec: ZooModel, model: torch.nn.Module, batch: dict[str, torch.Tensor]
                ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """One forward of the model in eval mode (run under no_grad): the logits."""
+    """One forward of the model in eval mode (run under no_grad): the logits. The step takes
+    the call's tensors; its other arguments (use_cache=False) are written into the call."""
     model_slot = [model]
-    names = list(forward_kwargs(spec, batch))
+    keywords = forward_kwargs(spec, batch)
+    names = [k for k, v in keywords.items() if isinstance(v, torch.Tensor)]
+    constants = {k: v for k, v in keywords.items() if k not in names}
 
-    def infer(*values: torch.Tensor) -> torch.Tensor:
-        return logits(model_slot[0](**dict(zip(names, values))))
+    def infer(*tensors: torch.Tensor) -> torch.Tensor:
+        return logits(model_slot[0](**dict(zip(names, tensors)), **constants))
 
     infer.model_slot = model_slot
-    return infer, tuple(forward_kwargs(spec, batch).values())
+    return infer, tuple(keywords[name] for name in names)
 
 
 def train_step(spec: ZooModel, model: torch.nn.Module, batch: dict[str, torch.Tensor],
