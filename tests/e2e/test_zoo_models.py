@@ -21,9 +21,11 @@ from ember import config
 from ember.bench import zoo
 from ember.bench.variants import Compiles, recording_backend
 
-# transformers' output wrapper (`@capture_outputs`/`can_return_tuple` in utils/generic.py)
-# holds its forward in try/finally: the capture breaks there and the whole forward runs eagerly
-WRAPPER = "transformers/utils/generic.py:1068 in forward (the output wrapper, inside try/except)"
+# transformers wraps each model's forward (`merge_with_config_defaults` in utils/generic.py)
+# and calls it inside try/finally: what ember cannot capture inside makes the break land on
+# that call, and the whole forward runs eagerly
+WRAPPER = "transformers/utils/generic.py:1068 (merge_with_config_defaults' call of forward, " \
+    "inside try/finally)"
 BREAKS = {
     # (model, mode): the first break reason ember.explain gives on 2026-12-01
     **{(name, "infer"): f"{WRAPPER}: attribute 'get' of ValueMethodValue"
