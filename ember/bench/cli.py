@@ -17,11 +17,14 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from ember.bench import machine, report, roofline, workloads
+from ember.bench import machine, report, roofline, workloads, zoo
 from ember.bench.harness import TimingOptions, Trial, run_trials
 from ember.bench.variants import VARIANTS, variant_rules
 
 SEED_NAMES = ", ".join(w.name for w in workloads.WORKLOADS)
+MODEL_NAMES = ", ".join(m.name for m in zoo.MODELS)
+# the zoo compares what users choose between: eager, torch.compile(model), ember.compile(model)
+MODEL_VARIANTS = ("eager", "inductor", "ember")
 TIMING = {
     "full": TimingOptions(warmup=2, repeat=15, min_time=1.0, max_time=15.0),
     "quick": TimingOptions(warmup=1, repeat=5, min_time=0.2, max_time=3.0),
@@ -39,17 +42,28 @@ def parser() -> argparse.ArgumentParser:
                         help="workloads to run besides --only: a seed name (S1, softmax, ...) "
                              "or your code as file.py:builder, where builder() returns "
                              "(fn or module, args)")
-    parser.add_argument("--quick", action="store_const", const="quick", dest="size",
-                        help="smaller shapes (about 1/16 of the elements), fewer repeats, one "
-                             "process per variant")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller shapes (about 1/16 of the elements; with --models the "
+                             "tiny configs on the CPU, the quick ones on CUDA), fewer repeats, "
+                             "one process per variant")
     parser.add_argument("--size", choices=workloads.SIZES,
-                        help="shapes to run (default: full, the seed shapes)")
-    parser.set_defaults(size="full")  # one default for the two options that set it
+                        help="shapes to run (default: full, the seed shapes; with --models "
+                             "quick on the CPU, full on CUDA)")
     parser.add_argument("--only", nargs="+", default=[], metavar="NAME",
-                        help=f"run only these workloads ({SEED_NAMES})")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"run only these workloads ({SEED_NAMES}; with --models a model "
+                             f"({MODEL_NAMES}) or one of its workloads, e.g. gpt2-decode)")
+    parser.add_argument("--models", action="store_true",
+                        help="the model zoo instead of the seeds: transformers and timm models "
+                             "from configs with random weights (ember/bench/zoo.py), each "
+                             "compiled as a model, with ember.explain's graphs and breaks")
+    parser.add_argument("--modes", default=",".join(zoo.MODES),
+                        help=f"with --models: comma-separated subset of {','.join(zoo.MODES)} "
+                             "(inference, an AdamW training step, greedy decoding with a KV "
+                             "cache)")
+    parser.add_argument("--variants", default=None,
                         help=f"comma-separated subset of {','.join(variant_rules)} "
-                             f"(default {','.join(VARIANTS)})")
+                             f"(default {','.join(VARIANTS)}; with --models "
+                             f"{','.join(MODEL_VARIANTS)})")
     parser.add_argument("--out", type=Path, default=Path("ember-bench"),
                         help="folder for report.md and results.json (default ./ember-bench)")
     parser.add_argument("--process", choices=("trial", "variant"), default=None,
@@ -61,7 +75,8 @@ def parser() -> argparse.ArgumentParser:
                              "with the caches the cold run filled")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: the GPU benchmark (python -m ember.bench.gpu) with the same "
-                             "--only/--quick/--out; see its --help")
+                             "--only/--quick/--out, see its --help; with --models the zoo on "
+                             "CUDA at ANCHORS.md's sizes")
     parser.add_argument("--no-roofline", action="store_true",
                         help="skip measuring the bandwidth and compute ceilings (no regimes)")
     parser.add_argument("--no-check", action="store_true",
@@ -74,7 +89,40 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def size_of(options: argparse.Namespace) -> str:
+    """--size if given; else the seeds' full shapes (quick with --quick), the zoo's CPU
+    configs on the CPU (tiny with --quick) and ANCHORS.md's on CUDA (quick with --quick)."""
+    if options.size:
+        return options.size
+    if options.models:
+        ladder = ("full", "quick") if options.device == "cuda" else ("quick", "tiny")
+        return ladder[1] if options.quick else ladder[0]
+    return "quick" if options.quick else "full"
+
+
+def selected_models(options: argparse.Namespace) -> list[workloads.Workload]:
+    """The zoo's workloads: every model's modes among --modes, or those --only names (a model
+    name selects its modes, `gpt2-decode` one workload)."""
+    modes = [m.strip() for m in options.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in zoo.MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: choose from "
+                         f"{', '.join(zoo.MODES)}")
+    everything = zoo.workloads()
+    names = [n.lower() for n in [*options.only, *options.targets]]
+    known = {m.name for m in zoo.MODELS} | {w.name for w in everything}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise ValueError(f"unknown model(s) {', '.join(missing)}: choose from {MODEL_NAMES} "
+                         "(or one workload, e.g. gpt2-decode)")
+    return [w for w in everything
+            if w.name.rsplit("-", 1)[1] in modes
+            and (not names or w.name in names or w.name.rsplit("-", 1)[0] in names)]
+
+
 def selected(options: argparse.Namespace) -> list[workloads.Workload]:
+    if options.models:
+        return selected_models(options)
     names = [*options.only, *options.targets]
     if not names:
         return list(workloads.WORKLOADS)
@@ -134,15 +182,16 @@ def measure(chosen: list[workloads.Workload], variants: list[str], options: argp
     def run(batch: list[str], variant: str) -> None:
         progress.variant = variant
         caches = scratch / variant
+        device = options.device if options.models else None
         found = run_trials(batch, variant, size=options.size, timing=timing,
                            check=variant != "eager" and not options.no_check,
                            cache_root=caches, timeout=options.timeout, threads=options.threads,
-                           on_progress=progress)
+                           device=device, on_progress=progress)
         if options.warm_cache and variant != "eager":
             progress.variant = f"{variant} (warm cache)"
             warm = run_trials(batch, variant, size=options.size, cache_root=caches,
                               timeout=options.timeout, threads=options.threads,
-                              on_progress=progress)
+                              device=device, on_progress=progress)
             for trial, again in zip(found, warm):
                 trial.first_call_warm_cache_s = again.first_call_s
         for trial in found:
@@ -161,7 +210,8 @@ def measure(chosen: list[workloads.Workload], variants: list[str], options: argp
 def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     options = parser().parse_args(argv)
     stream = stream or sys.stdout
-    if options.device == "cuda":
+    options.size = size_of(options)
+    if options.device == "cuda" and not options.models:
         from ember.bench import gpu
 
         forwarded = ["--out", str(options.out)]
@@ -170,6 +220,8 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
         if options.size != "full":
             forwarded.append("--quick")
         return gpu.main(forwarded)
+    if options.variants is None:
+        options.variants = ",".join(MODEL_VARIANTS if options.models else VARIANTS)
     variants = [v.strip() for v in options.variants.split(",") if v.strip()]
     unknown = [v for v in variants if v not in variant_rules]
     if unknown or not variants:
@@ -186,11 +238,13 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     about = machine.describe()
     progress = Progress(stream)
-    if not options.no_roofline:
+    if not options.no_roofline and not options.models:  # (the CPU's ceilings, for the seeds)
         progress.say("measuring the machine's ceilings (copy bandwidth, matmul peak) ...")
         about["ceilings"] = roofline.measure_ceilings().to_json()
-    progress.say(f"ember bench: {len(chosen)} workload(s) x {len(variants)} variant(s), size "
-                 f"{options.size}, one process per {options.process}; {about['cpu']}, "
+    what = "model workload(s)" if options.models else "workload(s)"
+    on = f" on {options.device}" if options.models else ""
+    progress.say(f"ember bench: {len(chosen)} {what} x {len(variants)} variant(s), size "
+                 f"{options.size}{on}, one process per {options.process}; {about['cpu']}, "
                  f"{about['usable_cores']} cores, torch {about['torch']}, load "
                  f"{about['load_average_start']}")
     try:
@@ -205,7 +259,8 @@ def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
                                      {v: trials[w.name, v] for v in variants}) for w in chosen]
     settings = {"timing": dataclasses.asdict(TIMING[options.size]), "process": options.process,
                 "check": not options.no_check, "warm_cache": options.warm_cache,
-                "timeout_s": options.timeout, "threads": options.threads}
+                "timeout_s": options.timeout, "threads": options.threads,
+                "models": options.models, "device": options.device}
     command = "python -m ember bench " + shlex.join(argv if argv is not None else sys.argv[1:])
     run = report.Run(date, command.strip(), options.size, variants, about, settings, results,
                      time.monotonic() - started)

@@ -231,6 +231,10 @@ class Trial:
     fallbacks: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
     work: dict[str, float] | None = None  # bytes and flops of one call (the eager trial)
+    # the zoo's ember trial: what ember.explain made of each call of the model (zoo.py), or
+    # why explaining failed
+    capture: list[dict[str, Any]] | str | None = None
+    tokens_per_call: int | None = None  # a decoding loop's tokens made per call (tokens/s)
 
     @property
     def ok(self) -> bool:
@@ -290,13 +294,15 @@ def child_environment(threads: int | None = None) -> dict[str, str]:
 def run_trials(workloads: list[str], variant: str, *, size: str = "full",
                timing: TimingOptions | None = None, check: bool = False,
                cache_root: Path | None = None, timeout: float = 600.0,
-               threads: int | None = None, on_progress: Progress | None = None) -> list[Trial]:
+               threads: int | None = None, device: str | None = None,
+               on_progress: Progress | None = None) -> list[Trial]:
     """Measure `variant` on each workload, in order, in one fresh Python process: the first call
     (capture and compile; every workload gets empty caches of its own under `cache_root`, so
     they are cold unless an earlier run filled that root), then with `timing` the steady state,
     and with `check` the outputs against eager. When the process dies or a workload runs past
     `timeout` seconds, that workload's Trial says so and the rest go on in a new process.
-    `threads` sets OMP_NUM_THREADS for the process. Failures come back in `Trial.error`, never
+    `threads` sets OMP_NUM_THREADS for the process; `device` goes to builders that take one
+    (the zoo's: "cuda"). Failures come back in `Trial.error`, never
     as exceptions; every finished workload is announced as a `done: <summary>` progress line."""
     on_progress = on_progress or (lambda workload, line: None)
     results: dict[str, Trial] = {}
@@ -316,6 +322,8 @@ def run_trials(workloads: list[str], variant: str, *, size: str = "full",
                 command += ["--timing", json.dumps(dataclasses.asdict(timing))]
             if check:
                 command.append("--check")
+            if device is not None:
+                command += ["--device", device]
             with open(log_path, "w") as log:
                 current, status = _run_child(command, child_environment(threads), log,
                                              timeout, on_progress)

@@ -269,6 +269,62 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), "|" + "|".join(align) + "|"] + [line(r) for r in rows])
 
 
+def capture_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
+    """The zoo's capture figures, per workload: ember.explain's graphs, breaks and eager
+    islands per call of the model (decoding: the prompt / a token with the cache), the graphs
+    ember compiled over the whole run and those that ran eagerly, the check and the first
+    break reason."""
+    found = [(r, r.trials[OURS]) for r in run.results
+             if OURS in r.trials and r.trials[OURS].capture is not None]
+    if not found:
+        return None
+    headers = ["workload", "graphs", "breaks", "eager islands", "compiled in the run",
+               "max abs diff", "check", "first reason"]
+    rows = []
+    for result, trial in found:
+        check = trial.check or {}
+        worst = check.get("max_abs_error")
+        tail = ["—" if worst is None else f"{worst:.1e}", _check_cell(result, [OURS])]
+        if isinstance(trial.capture, str):
+            rows.append([_label(result), "—", "—", "—", "—", *tail, trial.capture[:160]])
+            continue
+        calls = trial.capture
+        reasons = _reasons(trial)
+        eager = next((f for f in trial.fallbacks if "ran eagerly" in f), "")
+        compiled = "—" if trial.graphs is None else str(trial.graphs)
+        if eager:
+            compiled += f" ({eager.split(' of ')[0]} eager)"
+        rows.append([_label(result)] + [" / ".join(str(c[key]) for c in calls)
+                                        for key in ("graphs", "breaks")]
+                    + [" / ".join(str(len(c["islands"])) for c in calls), compiled, *tail,
+                       reasons[0][:160] if reasons else ""])
+    return headers, rows
+
+
+def _reasons(trial: Trial) -> list[str]:
+    """Every distinct break and island reason of a zoo ember trial, then why graphs ran
+    eagerly in the run (first lines), in order."""
+    if not isinstance(trial.capture, list):
+        return []
+    found = [reason for call in trial.capture
+             for reason in [*call["break_reasons"], *call["islands"]]]
+    found += [message.splitlines()[0] for message in trial.fallbacks
+              if "ran eagerly" not in message]
+    return list(dict.fromkeys(found))
+
+
+def decoding_lines(run: Run) -> list[str]:
+    """Tokens per second of each decoding workload and variant (steady state)."""
+    lines = []
+    for result in run.results:
+        rates = [(v, t.tokens_per_call / result.steady(v)) for v, t in result.trials.items()
+                 if t.tokens_per_call and result.steady(v)]
+        if rates:
+            lines.append(f"{_label(result)}: " + ", ".join(f"{v} {rate:.0f} tokens/s"
+                                                           for v, rate in rates))
+    return lines
+
+
 def problems(run: Run) -> list[str]:
     """Every failed check, failed variant and fallback to eager, one line each."""
     lines = []
@@ -278,8 +334,8 @@ def problems(run: Run) -> list[str]:
             if status not in ("ok", ""):
                 kind, _, why = status.partition(": ")
                 lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
-            for message in trial.fallbacks:
-                lines.append(f"FALLBACK {_label(result)} {variant}: {message}")
+            for message in trial.fallbacks:  # (first lines: a traceback's tail says less)
+                lines.append(f"FALLBACK {_label(result)} {variant}: {message.splitlines()[0]}")
     return lines
 
 
@@ -306,6 +362,11 @@ def terminal(run: Run) -> str:
         parts += ["", f"roofline: {ceilings.bandwidth_gb_s:.1f} GB/s copy, "
                   f"{ceilings.peak_gflop_s:.0f} GFLOP/s matmul; regime (attained fraction)",
                   text_table(*table)]
+    table = capture_table(run)
+    if table is not None:
+        parts += ["", "ember.explain per call of the model (decoding: prompt / token)",
+                  text_table(table[0][:-1], [row[:-1] for row in table[1]])]
+        parts += [""] + decoding_lines(run)
     if any(_warm_process(r, v) for r in run.results for v in run.variants):
         parts.append("* first call in a process that had already compiled other workloads "
                      "(caches empty, process warm)")
@@ -362,6 +423,7 @@ def markdown(run: Run) -> str:
             "",
         ]
     lines += _roofline_lines(run)
+    lines += _capture_lines(run)
     plots = [name for name in PLOTS if (run.plots or {}).get(name)]
     if plots:
         lines += ["Plots: " + ", ".join(f"[{name}]({name})" for name in plots), ""]
@@ -380,6 +442,28 @@ def markdown(run: Run) -> str:
                   markdown_table(*_detail_rows(result)), ""]
     lines += ["## How this was measured", ""] + [f"- {line}" for line in _method(run)] + [""]
     return "\n".join(lines)
+
+
+def _capture_lines(run: Run) -> list[str]:
+    table = capture_table(run)
+    if table is None:
+        return []
+    lines = ["## Capture", "",
+             "What `ember.explain` makes of each call the step makes of the model (decoding: "
+             "the prompt / a token with the prompt's cache): graphs, graph breaks and eager "
+             "islands; then the graphs ember compiled over the whole timed run (recompiles "
+             "included) and how many of them ran eagerly, and the check against eager.", "",
+             markdown_table(*table), ""]
+    rates = decoding_lines(run)
+    if rates:
+        lines += ["Decoding, steady state:", ""] + [f"- {line}" for line in rates] + [""]
+    for result in run.results:
+        trial = result.trials.get(OURS)
+        reasons = _reasons(trial) if trial is not None else []
+        if reasons:
+            lines += [f"{_label(result)}, break and island reasons:", ""]
+            lines += [f"- {reason}" for reason in reasons] + [""]
+    return lines
 
 
 def _detail_rows(result: WorkloadResult) -> tuple[list[str], list[list[str]]]:

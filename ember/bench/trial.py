@@ -27,6 +27,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timing", type=json.loads, default=None,
                         help="keyword arguments of harness.benchmark; absent: no steady state")
     parser.add_argument("--check", action="store_true", help="compare outputs with eager")
+    parser.add_argument("--device", default=None, help="for builders that take one (the zoo's)")
     return parser.parse_args(argv)
 
 
@@ -45,8 +46,11 @@ class Reporter:
 
 
 class _Collect(logging.Handler):
+    """What ran eagerly (info and warnings; the debug lines name library calls, which are
+    compiled code's own calls, not fallbacks)."""
+
     def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
+        super().__init__(logging.INFO)
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -74,35 +78,58 @@ def measure(name: str, options: argparse.Namespace, result: dict[str, Any],
     fallbacks = _Collect()
     logs.channel("fallbacks").addHandler(fallbacks)
     compiles = variants.Compiles()
+    workload = None
     try:
         with config.override(cache_dir=cold_caches(options.cache_root, name)):
             result["stage"] = "build"
             progress("building the workload")
             workload = workloads.resolve(name)
             start = time.perf_counter()
-            fn, args = workload.instantiate(options.size)
+            fn, args = workload.instantiate(options.size, options.device)
             result["build_s"] = time.perf_counter() - start
             result["description"] = workloads.describe(fn, args)
+            result["tokens_per_call"] = getattr(fn, "tokens", None)
             with torch.set_grad_enabled(workload.grad):
                 runnable, compiles = variants.prepare(options.variant, fn, workload)
                 outputs = run_measured(runnable, args, options, result, progress)
-                if options.variant == "eager":  # the work a call does, for the roofline
+                if options.variant == "eager" and not workload.compile_model:
+                    # the work a call does, for the roofline (of the seeds: a model's step
+                    # is no single roofline point)
                     progress("counting bytes and flops")
                     work = roofline.count_work(runnable, args)
                     result["work"] = {"bytes": work.bytes, "flops": work.flops}
             if options.check:
                 result["stage"] = "check"
                 progress("checking against eager")
-                reference, reference_args = workload.instantiate(options.size)
+                reference, reference_args = workload.instantiate(options.size, options.device)
                 with torch.set_grad_enabled(workload.grad):
                     expected = [_detached(reference(*reference_args)) for _ in outputs]
-                result["check"] = compare(outputs, expected, workload.tolerance)
+                result["check"] = compare(outputs, expected,
+                                          workload.tolerance_at(options.size, options.device))
         result["graphs"], result["kernels"] = compiles.graphs, compiles.kernels
         del result["stage"]
     finally:
         logs.channel("fallbacks").removeHandler(fallbacks)
         ran_eagerly = [f"{compiles.eager_graphs} of {compiles.graphs} graphs ran eagerly"]
         result["fallbacks"] = (ran_eagerly if compiles.eager_graphs else []) + fallbacks.messages
+        if workload is not None and workload.compile_model and options.variant == "ember":
+            progress("explaining the capture")
+            result["capture"] = explain_capture(workload, options.size, options.device)
+
+
+def explain_capture(workload: Any, size: str, device: str | None
+                    ) -> list[dict[str, Any]] | str:
+    """ember.explain on a fresh instance's model calls (zoo.explain_capture): after the timed
+    calls, so that it warms nothing they measure; also after a failure, to say where the
+    capture broke. A failure of its own is returned as its message."""
+    from ember.bench import zoo
+
+    try:
+        step, _ = workload.instantiate(size, device)
+        return zoo.explain_capture(step)
+    except Exception as error:
+        traceback.print_exc()
+        return _failure(error, "explain")
 
 
 def run_measured(runnable: Any, args: tuple[Any, ...], options: argparse.Namespace,

@@ -39,12 +39,12 @@ def _inductor(fn: Callable[..., Any], workload: Workload,
 
 
 def _with_model(fn: Callable[..., Any], model: Callable[..., Any]) -> Callable[..., Any]:
-    """A training step (workloads.build_s3_step) with its model replaced by `model`."""
+    """A step (workloads.build_s3_step, a zoo step) with its model replaced by `model`."""
     fn.model_slot[0] = model
     return fn
 
 
-def _recording_backend(compiles: Compiles) -> Callable:
+def recording_backend(compiles: Compiles) -> Callable:
     """ember's backend, wrapped only to count what it returns (a fallback to eager would
     otherwise look like a fast, correct run)."""
     from ember.backends import EagerGraph, backend
@@ -53,7 +53,7 @@ def _recording_backend(compiles: Compiles) -> Callable:
 
     compiles.graphs = compiles.kernels = compiles.eager_graphs = 0
 
-    def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         result = backend(gm, example_inputs)
         compiles.graphs += 1
         if isinstance(result, (CompiledGraph, TrainingGraph)):
@@ -62,21 +62,24 @@ def _recording_backend(compiles: Compiles) -> Callable:
             compiles.eager_graphs += 1
         return result
 
-    return recording_backend
+    return record
 
 
 def _ember(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Callable[..., Any]:
     import ember
 
-    return ember.compile(fn, backend=_recording_backend(compiles), mode=workload.mode)
+    if workload.compile_model:  # (the zoo: ember.compile(model), as users write it)
+        return _with_model(fn, ember.compile(fn.model_slot[0], mode=workload.mode,
+                                             backend=recording_backend(compiles)))
+    return ember.compile(fn, backend=recording_backend(compiles), mode=workload.mode)
 
 
 def _dynamo_ember(fn: Callable[..., Any], workload: Workload,
                   compiles: Compiles) -> Callable[..., Any]:
     if hasattr(fn, "model_slot"):
         return _with_model(fn, torch.compile(fn.model_slot[0],
-                                             backend=_recording_backend(compiles)))
-    return torch.compile(fn, backend=_recording_backend(compiles))
+                                             backend=recording_backend(compiles)))
+    return torch.compile(fn, backend=recording_backend(compiles))
 
 
 def _ember_model(fn: Callable[..., Any], workload: Workload,
@@ -86,7 +89,7 @@ def _ember_model(fn: Callable[..., Any], workload: Workload,
 
     if not hasattr(fn, "model_slot"):
         return _ember(fn, workload, compiles)
-    return _with_model(fn, ember.compile(fn.model_slot[0], backend=_recording_backend(compiles)))
+    return _with_model(fn, ember.compile(fn.model_slot[0], backend=recording_backend(compiles)))
 
 
 def _ember_eager(fn: Callable[..., Any], workload: Workload,

@@ -28,7 +28,11 @@ Builder = Callable[..., tuple[Callable[..., Any], tuple[Any, ...]]]
 @dataclasses.dataclass(frozen=True)
 class Workload:
     """`build(**sizes[size])` gives (fn, args). `grad` runs the calls with grad mode on
-    (training steps); `mode` is the torch.compile mode of the compiled variants."""
+    (training steps); `mode` is the torch.compile mode of the compiled variants.
+    `compile_model`: the compiled variants compile the model the function calls
+    (`fn.model_slot[0]`, the zoo's way: `torch.compile(model)` as users write it) instead of
+    the function. `tolerances` overrides `tolerance` on a device or at a size (the zoo's bf16
+    on CUDA)."""
 
     name: str
     title: str
@@ -38,17 +42,28 @@ class Workload:
     tolerance: dict[str, float] = dataclasses.field(default_factory=dict)
     grad: bool = False
     mode: str | None = None
+    compile_model: bool = False
+    tolerances: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+
+    def tolerance_at(self, size: str, device: str | None = None) -> dict[str, float]:
+        """The check's tolerance: `tolerances` by device, then by size, else `tolerance`."""
+        return self.tolerances.get(device or "", self.tolerances.get(size, self.tolerance))
 
     @property
     def label(self) -> str:
         return self.name if self.name == self.title else f"{self.name} {self.title}"
 
-    def instantiate(self, size: str = "full") -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    def instantiate(self, size: str = "full", device: str | None = None
+                    ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
         """A fresh (fn, args), the same numbers every time (seeded): two instances can run
-        side by side, one eagerly and one compiled, even when the function mutates state."""
+        side by side, one eagerly and one compiled, even when the function mutates state.
+        `device` is for builders that take one (the zoo's); the seeds build on the CPU."""
         torch.manual_seed(SEED)
+        options = dict(self.sizes[size])
+        if device is not None:
+            options["device"] = device
         with torch.no_grad():
-            fn, args = self.build(**self.sizes[size])
+            fn, args = self.build(**options)
         return fn, tuple(args)
 
 
@@ -219,7 +234,10 @@ WORKLOADS: tuple[Workload, ...] = (
 
 
 def find(name: str) -> Workload | None:
-    for workload in WORKLOADS:
+    """A seed workload or a zoo workload (`gpt2-infer`) by name or title."""
+    from ember.bench import zoo
+
+    for workload in (*WORKLOADS, *zoo.workloads()):
         if name.lower() in (workload.name.lower(), workload.title.lower()):
             return workload
     return None
@@ -234,7 +252,8 @@ def resolve(spec: str) -> Workload:
         return found
     if ":" not in spec:
         known = ", ".join(w.name for w in WORKLOADS)
-        raise ValueError(f"unknown workload {spec!r}: use one of {known}, or file.py:builder")
+        raise ValueError(f"unknown workload {spec!r}: use one of {known}, a zoo workload "
+                         f"(gpt2-infer, ...: --models), or file.py:builder")
     location, _, attribute = spec.rpartition(":")
     builder = getattr(_load_module(location), attribute, None)
     if not callable(builder):
@@ -263,10 +282,12 @@ def describe(fn: Any, args: tuple[Any, ...]) -> str:
     """A short line on what is being run: `x 4000x4000 float32` or
     `Sequential 25.2M params; x 16x1024 float32`."""
     parts = []
+    model = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "model", None)
+    if isinstance(model, torch.nn.Module):  # (a zoo step names the model it calls)
+        count = sum(p.numel() for p in model.parameters())
+        parts.append(f"{type(model).__name__} " + (f"{count / 1e6:.1f}M" if count >= 1e5 else
+                                                    f"{count:,}") + " params")
     if isinstance(fn, torch.nn.Module):
-        count = sum(p.numel() for p in fn.parameters())
-        parts.append(f"{type(fn).__name__} " + (f"{count / 1e6:.1f}M" if count >= 1e5 else
-                                                 f"{count:,}") + " params")
         names = list(inspect.signature(fn.forward).parameters)
     else:
         try:

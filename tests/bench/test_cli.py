@@ -110,11 +110,11 @@ def test_without_a_c_compiler_ember_runs_eagerly_and_says_so(tmp_path):
 
 
 def test_options():
-    from ember.bench.cli import parser
+    from ember.bench.cli import parser, size_of
 
-    assert parser().parse_args([]).size == "full"
-    assert parser().parse_args(["--quick"]).size == "quick"
-    assert parser().parse_args(["--size", "tiny"]).size == "tiny"
+    assert size_of(parser().parse_args([])) == "full"
+    assert size_of(parser().parse_args(["--quick"])) == "quick"
+    assert size_of(parser().parse_args(["--size", "tiny"])) == "tiny"
     options = parser().parse_args(["--only", "S1", "S2", "--variants", "eager,ember"])
     assert options.only == ["S1", "S2"] and options.variants == "eager,ember"
 

@@ -1,0 +1,127 @@
+"""The model zoo in the bench: the models and sizes (full ones as ANCHORS.md gives them, built on
+the meta device), `--models` selection and sizes, the capture table of the report, and one
+`python -m ember bench --models` run end to end on a tiny timm model."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember.bench import cli, report, zoo
+from ember.bench.harness import Timing, Trial
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_model_has_inference_and_training_and_the_decoders_decode():
+    names = [w.name for w in zoo.workloads()]
+    assert len(zoo.MODELS) == 11 and len(names) == len(set(names)) == 2 * 11 + 3
+    assert [m.name for m in zoo.MODELS if m.kind == "decoder"] == ["gpt2", "llama", "qwen2"]
+    assert {"gpt2-decode", "llama-decode", "qwen2-decode", "bert-train", "vit-infer"} <= set(names)
+    llama = zoo.find("llama").configs["full"]
+    assert llama["num_key_value_heads"] < llama["num_attention_heads"]  # GQA
+
+
+def parameters_at_full_size(name):
+    spec = zoo.find(name)
+    with torch.device("meta"):
+        model = spec.make(dict(spec.configs["full"]))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name, millions", [
+    ("gpt2", 124.4), ("resnet50", 25.6), ("vit", 86.6), ("llama", 155.7)])
+def test_full_sizes_are_the_real_models(name, millions):
+    assert parameters_at_full_size(name) / 1e6 == pytest.approx(millions, abs=0.1)
+
+
+def test_full_shapes_are_those_of_the_anchors():
+    shapes = {m.name: m.shapes["full"] for m in zoo.MODELS}
+    assert (shapes["gpt2"].batch, shapes["gpt2"].length) == (8, 256)
+    assert (shapes["llama"].batch, shapes["llama"].length) == (4, 512)
+    assert (shapes["resnet50"].batch, shapes["resnet50"].image) == (32, 224)
+    assert zoo.find("resnet50").channels_last
+    assert zoo.placement("full", "infer") == ("cuda", torch.bfloat16)
+    assert zoo.placement("full", "train") == ("cuda", torch.float32)
+    assert zoo.placement("quick", "infer") == ("cpu", torch.float32)
+
+
+def test_tiny_instances_are_seeded_and_run_eagerly():
+    spec = zoo.find("vit")
+    (step, args), (again, same) = (zoo.instantiate(spec, "infer"), zoo.instantiate(spec, "infer"))
+    with torch.no_grad():
+        torch.testing.assert_close(step(*args), again(*same), rtol=0, atol=0)
+    assert not step.model.training and step.calls()[0][0] == "forward"
+    train, batch = zoo.instantiate(spec, "train")
+    assert train.model.training and float(train(*batch)) > 0
+
+
+def options(*argv):
+    parsed = cli.parser().parse_args(list(argv))
+    parsed.size = cli.size_of(parsed)
+    return parsed
+
+
+def test_models_sizes_and_selection():
+    assert options("--models").size == "quick"
+    assert options("--models", "--quick").size == "tiny"
+    assert options("--models", "--device", "cuda").size == "full"
+    assert options("--models", "--device", "cuda", "--quick").size == "quick"
+    assert options("--quick").size == "quick" and options().size == "full"
+    chosen = cli.selected(options("--models", "--only", "gpt2", "vit-train"))
+    assert [w.name for w in chosen] == ["gpt2-infer", "gpt2-train", "gpt2-decode", "vit-train"]
+    chosen = cli.selected(options("--models", "--modes", "decode"))
+    assert [w.name for w in chosen] == ["gpt2-decode", "llama-decode", "qwen2-decode"]
+    assert all(w.compile_model for w in chosen)
+    with pytest.raises(ValueError, match="unknown model"):
+        cli.selected(options("--models", "--only", "gpt3"))
+    with pytest.raises(ValueError, match="unknown mode"):
+        cli.selected(options("--models", "--modes", "serve"))
+
+
+def test_the_report_shows_each_calls_capture_and_the_reasons():
+    ok = dict(ok=True, message="matches eager", max_abs_error=2e-7)
+    calls = [dict(call="prompt", graphs=0, breaks=1, islands=[], ops=0, capture_s=0.1,
+                  break_reasons=["transformers/utils/generic.py:1068 in forward: try/except"]),
+             dict(call="a token with the cache", graphs=2, breaks=1, islands=["conv: why"],
+                  ops=9, capture_s=0.1, break_reasons=["model.py:3 in f: a print"])]
+    trials = {
+        "eager": Trial("gpt2-decode", "eager", "quick", steady=Timing([0.5]),
+                       tokens_per_call=32),
+        "ember": Trial("gpt2-decode", "ember", "quick", steady=Timing([0.25]), graphs=3,
+                       kernels=7, check=ok, capture=calls, tokens_per_call=32,
+                       fallbacks=["1 of 3 graphs ran eagerly"]),
+    }
+    result = report.WorkloadResult("gpt2-decode", "GPT-2 decode", "GPT-2, decoding", trials)
+    run = report.Run("2026-12-01T10:00:00+00:00", "python -m ember bench --models", "quick",
+                     ["eager", "ember"], {"usable_cores": 2}, {"timing": {}}, [result], 1.0)
+    headers, rows = report.capture_table(run)
+    assert rows == [["gpt2-decode GPT-2 decode", "0 / 2", "1 / 1", "0 / 1", "3 (1 eager)",
+                     "2.0e-07", "ok", "transformers/utils/generic.py:1068 in forward: "
+                     "try/except"]]
+    text = report.markdown(run)
+    assert "## Capture" in text and "- model.py:3 in f: a print" in text and "- conv: why" in text
+    assert "gpt2-decode GPT-2 decode: eager 64 tokens/s, ember 128 tokens/s" in text
+    assert "eager islands" in report.terminal(run)
+
+
+def test_bench_models_end_to_end(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "ember", "bench", "--models", "--quick", "--only", "vit",
+         "--modes", "infer", "--variants", "ember", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["size"] == "tiny" and data["settings"]["models"]
+    (workload,) = data["workloads"]
+    assert workload["name"] == "vit-infer"
+    ember = workload["trials"]["ember"]
+    assert ember["error"] is None and ember["check"]["ok"], ember
+    assert ember["description"].startswith("VisionTransformer")
+    assert [(c["call"], c["graphs"], c["breaks"], c["islands"]) for c in ember["capture"]] == [
+        ("forward", 1, 0, [])]
+    assert ember["graphs"] == 1 and ember["fallbacks"] == []
+    assert "## Capture" in (tmp_path / "report.md").read_text()

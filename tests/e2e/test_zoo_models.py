@@ -1,0 +1,183 @@
+"""The model zoo (ember/bench/zoo.py, the bench's own builders) through ember.compile(model)
+against eager, on the CPU at the tiny sizes: inference outputs; a training step's loss, every
+gradient, the parameters after an AdamW step and the buffers; greedy decoding's tokens. And
+what ember.explain makes of each call of the model: one graph, no break, no eager island.
+
+A model compiles once (one graph, compiled once: a second call hits the cache) and no graph
+runs eagerly. The cases that fail today are xfailed (not strict) with the reason ember gives,
+so that the change that fixes them shows as XPASS. The heaviest cases are marked `slow` and
+skipped under CI=true (CI runs the rest, about a minute on 2 cores): `pytest -m slow
+tests/e2e/test_zoo_models.py` runs them.
+"""
+
+import os
+
+import pytest
+import torch
+from helpers import DEVICE, watching_fallbacks
+
+import ember
+from ember import config
+from ember.bench import zoo
+from ember.bench.variants import Compiles, recording_backend
+
+# transformers wraps each model's forward (`merge_with_config_defaults` in utils/generic.py)
+# and calls it inside try/finally: what ember cannot capture inside makes the break land on
+# that call, and the whole forward runs eagerly
+WRAPPER = "transformers/utils/generic.py:1068 (merge_with_config_defaults' call of forward, " \
+    "inside try/finally)"
+BREAKS = {
+    # (model, mode): the first break reason ember.explain gives on 2026-12-01
+    **{(name, "infer"): f"{WRAPPER}: attribute 'get' of ValueMethodValue"
+       for name in ("gpt2", "llama", "qwen2", "t5", "bart")},
+    ("bert", "infer"): f"{WRAPPER}: attribute '__func__' of BoundMethodValue",
+    **{(name, "train"): f"{WRAPPER}: creating a DynamicLayer object inside the compiled "
+       "function (ABC defines __slots__)" for name in ("gpt2", "llama", "qwen2")},
+    ("bert", "train"): f"{WRAPPER}: attribute '__func__' of BoundMethodValue",
+    ("t5", "train"): f"{WRAPPER}: attribute 'get' of ValueMethodValue",
+    ("bart", "train"): f"{WRAPPER}: a branch depends on a tensor's value",
+    **{(name, "decode"): f"{WRAPPER}: creating a DynamicLayer object (the prompt's new cache); "
+       "with the cache: attribute 'get' of ValueMethodValue" for name in ("gpt2", "llama",
+                                                                         "qwen2")},
+}
+# Cases that capture as one graph but fail a check (reason on 2026-12-01).
+# adaptive_avg_pool2d of a channels_last-strided tensor (ResNet-50 in channels_last; ConvNeXt,
+# whose blocks permute to channels-last) is mean + as_strided_ on meta tensors, which ember
+# does not lower: the whole graph runs eagerly (an eager island, once islands exist)
+POOL = "the graph runs eagerly: aten.as_strided_ (adaptive_avg_pool2d of a channels_last " \
+    "tensor) changes a tensor's shape or strides in place"
+WRONG: dict[tuple[str, str], str] = {
+    (name, mode): POOL for name in ("resnet50", "convnext") for mode in ("infer", "train")}
+# The slow slice: the cases that take over ~10 s on 2 cores (or will, once captured), marked
+# `slow` and left out of CI (CI=true), where the rest of the file runs in about a minute.
+SLOW = {("mobilenetv3", "infer"), ("mobilenetv3", "train"), ("efficientnet", "infer"),
+        ("efficientnet", "train"), ("resnet50", "train"), ("t5", "train"), ("bart", "train")}
+IN_CI = os.environ.get("CI") == "true"
+
+
+def cases(mode: str, checks: bool = True) -> list:
+    """A parameter (mode, spec) per zoo model that has `mode`, xfailed where ember falls short
+    today (`checks`: also where a check fails, not only the capture)."""
+    found = []
+    for spec in zoo.MODELS:
+        if mode not in spec.modes:
+            continue
+        marks = []
+        why = BREAKS.get((spec.name, mode)) or (WRONG.get((spec.name, mode)) if checks
+                                                  else None)
+        if why:
+            marks.append(pytest.mark.xfail(reason=why, strict=False))
+        if checks and (spec.name, mode) in SLOW:  # (capture alone is quick)
+            marks += [pytest.mark.slow,
+                      pytest.mark.skipif(IN_CI, reason="slow: runs outside CI (pytest -m slow)")]
+        found.append(pytest.param(mode, spec, id=f"{spec.name}-{mode}", marks=marks))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def kernel_backend():
+    """One kernel backend (replacing e2e's two): the Triton interpreter would take minutes per
+    model on the CPU; the rest of tests/e2e checks Triton op by op."""
+    with config.override(backend="triton" if DEVICE == "cuda" else "c"):
+        yield
+
+
+@pytest.fixture
+def compiled_as():
+    """compile(step): the step's model compiled by ember, recording what its backend makes;
+    gives the Compiles record and the messages saying something runs eagerly (a graph ember
+    could not compile, a first call whose library layouts differ from eager's). Internal
+    errors raise."""
+    with watching_fallbacks() as fallbacks:
+        compiles = Compiles()
+
+        def compile(step):
+            step.model_slot[0] = ember.compile(step.model, backend=recording_backend(compiles))
+            return compiles, fallbacks.messages
+
+        yield compile
+
+
+def pair(spec, mode, **options):
+    """An eager step and an identical (seeded) one to compile."""
+    device = DEVICE if DEVICE == "cuda" else None
+    # fp32 everywhere: the checks are fp32 checks
+    return (zoo.instantiate(spec, mode, "tiny", device, torch.float32, **options),
+            zoo.instantiate(spec, mode, "tiny", device, torch.float32, **options))
+
+
+def ran_eagerly(messages: list[str]) -> list[str]:
+    return [m for m in messages if "eagerly" in m]
+
+
+def assert_compiled_once(compiles, messages):
+    assert compiles.graphs == 1, f"{compiles.graphs} graphs compiled, expected one"
+    assert compiles.eager_graphs == 0 and ran_eagerly(messages) == [], ran_eagerly(messages)
+
+
+@pytest.mark.parametrize("mode, spec", cases("infer"))
+def test_inference_matches_eager(mode, spec, compiled_as):
+    (eager, args), (step, same_args) = pair(spec, "infer")
+    compiles, eagerly = compiled_as(step)
+    with torch.no_grad():
+        expected = eager(*args)
+        for _ in range(2):  # the first call (checked wrapper) and a cache hit (fast wrapper)
+            torch.testing.assert_close(step(*same_args), expected, rtol=1e-4, atol=1e-5)
+    assert_compiled_once(compiles, eagerly)
+
+
+def tensors_of(module: torch.nn.Module, what: str) -> dict[str, torch.Tensor | None]:
+    if what == "grad":
+        return {name: p.grad for name, p in module.named_parameters()}
+    found = module.named_parameters() if what == "param" else module.named_buffers()
+    return {name: t.detach().clone() for name, t in found}
+
+
+@pytest.mark.parametrize("mode, spec", cases("train"))
+def test_training_step_matches_eager(mode, spec, compiled_as):
+    # NOTE: some gradients are rounding noise in eager and in ember alike (a key projection's
+    # bias, a BatchNorm bias that the next BatchNorm's mean removes): gradients are compared
+    # at the scale of the model's largest gradient, not each tensor's own. AdamW turns such
+    # noise into steps of up to lr in either direction unless eps is above it: eps=1e-3 keeps
+    # them under lr/100, so parameters are compared within lr/100 (lr=1e-3).
+    (eager, args), (step, same_args) = pair(spec, mode, eps=1e-3)
+    compiles, eagerly = compiled_as(step)
+    torch.testing.assert_close(step(*same_args), eager(*args), rtol=1e-5, atol=1e-6)
+    grads = tensors_of(eager.model, "grad")
+    largest = max(float(g.abs().max()) for g in grads.values() if g is not None)
+    tolerances = {"grad": lambda t: dict(rtol=1e-4, atol=1e-5 * largest),
+                  "param": lambda t: dict(rtol=1e-4, atol=1e-5),
+                  "buffer": lambda t: dict(rtol=1e-4, atol=1e-6 + 1e-5 * float(t.abs().max()))
+                  if t.is_floating_point() else dict(rtol=0, atol=0)}
+    for what, tolerance in tolerances.items():
+        got, want = tensors_of(step.model, what), tensors_of(eager.model, what)
+        assert got.keys() == want.keys()
+        for name in want:
+            assert (got[name] is None) == (want[name] is None), f"{what} {name}"
+            if want[name] is not None:
+                torch.testing.assert_close(
+                    got[name], want[name], **tolerance(want[name]),
+                    msg=lambda text, what=what, name=name: f"{what} {name}: {text}")
+    assert_compiled_once(compiles, eagerly)
+
+
+@pytest.mark.parametrize("mode, spec", cases("decode"))
+def test_greedy_decoding_chooses_eagers_tokens(mode, spec, compiled_as):
+    (eager, args), (step, same_args) = pair(spec, "decode")
+    compiles, eagerly = compiled_as(step)
+    with torch.no_grad():
+        expected = eager(*args)
+        chosen = step(*same_args)
+    assert torch.equal(chosen, expected), (chosen, expected)
+    # every call of the model ran compiled (a new cache length may compile again)
+    assert compiles.graphs >= 1 and compiles.eager_graphs == 0
+    assert ran_eagerly(eagerly) == [], ran_eagerly(eagerly)
+
+
+@pytest.mark.parametrize("mode, spec", [case for mode in zoo.MODES
+                                        for case in cases(mode, checks=False)])
+def test_each_call_of_the_model_is_one_graph(mode, spec):
+    device = DEVICE if DEVICE == "cuda" else None
+    step, _ = zoo.instantiate(spec, mode, "tiny", device, torch.float32)
+    for capture in zoo.explain_capture(step):
+        assert (capture["graphs"], capture["breaks"], capture["islands"]) == (1, 0, []), capture
