@@ -523,6 +523,8 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
     if isinstance(obj, type):
         if semantics.is_namedtuple(obj):
             return _make_namedtuple(session, obj, args, kwargs)
+        if issubclass(obj, torch.nn.Module):
+            return _new_stateless_module(session, obj, args, kwargs)
         refused = _not_plain(obj)
         if refused is not None:
             raise Unsupported(f"creating a {obj.__qualname__} object inside the compiled "
@@ -572,6 +574,26 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         # referent, guarded as any object reached through the reference is
         return session.wrap(obj(), CallSource(callee.source))
     raise Unsupported(f"calling {callee.describe()}")
+
+
+def _new_stateless_module(session: Session, cls: type, args: list[Value],
+                          kwargs: dict[str, Value]) -> Value:
+    """`CrossEntropyLoss()`, `nn.GELU()` made inside a forward: made now, from constant
+    arguments, when it holds no parameter and no buffer (nothing random, nothing to train),
+    and kept by the entry: every call would make the same module."""
+    if not all(semantics.is_known(v) for v in [*args, *kwargs.values()]):
+        raise Unsupported(f"creating a {cls.__qualname__} module inside the compiled function "
+                          "from values ember does not know", "create it in __init__")
+    try:
+        module = cls(*[python_value(v) for v in args],
+                     **{k: python_value(v) for k, v in kwargs.items()})
+    except Exception as error:
+        raise Unsupported(f"{cls.__qualname__}(...) raised {type(error).__name__}: {error}",
+                          "eager raises this error here") from None
+    if next(module.parameters(), None) is not None or next(module.buffers(), None) is not None:
+        raise Unsupported(f"creating a {cls.__qualname__} module with parameters or buffers "
+                          "inside the compiled function", "create it in __init__")
+    return session.wrap(module, session.constant_source(module))
 
 
 def new_object_protocol(session: Session, value: NewObjectValue, name: str,

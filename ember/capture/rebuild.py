@@ -70,6 +70,12 @@ class Rebuilder:
         self.namespace[name] = value
         return name
 
+    def _key(self, key: Any) -> str:
+        """A dict key as the generated code writes it: a literal, or a kept constant."""
+        plain = type(key) in (str, int, bool, type(None)) or (
+            type(key) is tuple and all(type(k) in (str, int, bool, type(None)) for k in key))
+        return repr(key) if plain else self.constant(key)
+
     def temporary(self, value: Value, expression: str) -> str:
         name = f"t{len(self._memo)}"
         self.lines.append(f"{name} = {expression}")
@@ -130,7 +136,7 @@ class Rebuilder:
                 return f"{self.constant(value.kind)}._make([{items}])"
             return f"{self.constant(value.kind)}(({items}{',' if value.items else ''}))"
         if isinstance(value, DictValue):
-            body = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.items.items())
+            body = ", ".join(f"{self._key(k)}: {self.expr(v)}" for k, v in value.items.items())
             if value.kind is collections.OrderedDict:
                 return self.temporary(value, f"{self.constant(value.kind)}({{{body}}})")
             if value.kind is not dict:  # (a Counter's, a defaultdict's own state)

@@ -95,6 +95,22 @@ def _plain_key(key: Any) -> bool:
     return type(key) in (str, int, bool, type(None))
 
 
+def _kept_key(key: Any) -> bool:
+    """Any other key but a tensor (a table of validators by type, typing.Union...): written
+    as the entry's constant (K[i]) wherever a source or a guard names it."""
+    return not isinstance(key, torch.Tensor)
+
+
+class _KeyRef:
+    """A dict key as a source writes it: `repr` gives the expression that reads it."""
+
+    def __init__(self, expression: str):
+        self.expression = expression
+
+    def __repr__(self) -> str:
+        return self.expression
+
+
 class Session:
     def __init__(self, fullgraph: bool = False):
         self.allow_breaks = not fullgraph
@@ -232,15 +248,20 @@ class Session:
                      for i, item in enumerate(value)]
             return SequenceValue(items, type(value), source)
         if type(value) in _MAPPINGS:
-            if not all(_plain_key(k) for k in value):
-                raise Unsupported("a dict with keys other than str/int (or tuples of them)")
+            if not all(_plain_key(k) or _kept_key(k) for k in value):
+                raise Unsupported("a dict with tensors as keys")
             if guard:
                 self.guards.add("type", source, type(value))
                 self.guards.add("keys", source, tuple(value.keys()))
+
+            def written(key: Any) -> Any:
+                return key if _plain_key(key) else _KeyRef(self.constant_source(key).expr())
+
             # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
             # an item's guard may come before the keys' guard)
-            read = (lambda k: CallSource(source, "get", (k,))) \
-                if hasattr(type(value), "__missing__") else (lambda k: ItemSource(source, k))
+            read = (lambda k: CallSource(source, "get", (written(k),))) \
+                if hasattr(type(value), "__missing__") else \
+                (lambda k: ItemSource(source, written(k)))
             items = {k: self.wrap(v, read(k) if source else None, guard)
                      for k, v in value.items()}
             return DictValue(items, type(value), source)

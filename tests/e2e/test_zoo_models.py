@@ -21,33 +21,15 @@ from ember import config
 from ember.bench import zoo
 from ember.bench.variants import Compiles, recording_backend
 
-# transformers wraps each model's forward (`merge_with_config_defaults` in utils/generic.py)
-# and calls it inside try/finally: what ember cannot capture inside makes the break land on
-# that call, and the whole forward runs eagerly
-WRAPPER = "transformers/utils/generic.py:1068 (merge_with_config_defaults' call of forward, " \
-    "inside try/finally)"
 BREAKS = {
-    # (model, mode): the first break reason ember.explain gives on 2026-12-01
-    **{(name, "infer"): f"{WRAPPER}: attribute 'get' of ValueMethodValue"
-       for name in ("gpt2", "llama", "qwen2", "t5", "bart")},
-    ("bert", "infer"): f"{WRAPPER}: attribute '__func__' of BoundMethodValue",
-    **{(name, "train"): f"{WRAPPER}: creating a DynamicLayer object inside the compiled "
-       "function (ABC defines __slots__)" for name in ("gpt2", "llama", "qwen2")},
-    ("bert", "train"): f"{WRAPPER}: attribute '__func__' of BoundMethodValue",
-    ("t5", "train"): f"{WRAPPER}: attribute 'get' of ValueMethodValue",
-    ("bart", "train"): f"{WRAPPER}: a branch depends on a tensor's value",
-    **{(name, "decode"): f"{WRAPPER}: creating a DynamicLayer object (the prompt's new cache); "
-       "with the cache: attribute 'get' of ValueMethodValue" for name in ("gpt2", "llama",
-                                                                         "qwen2")},
+    # (model, mode): why ember breaks there (2026-12-01). BART's encoder and decoder in
+    # training draw LayerDrop's `torch.rand([]) < self.layerdrop` and branch on it: a branch
+    # on a random tensor's value, a break for torch.compile too
+    ("bart", "train"): "transformers/models/bart/modeling_bart.py:537: a branch depends on "
+                       "a tensor's value (LayerDrop's random draw)",
 }
-# Cases that capture as one graph but fail a check (reason on 2026-12-01).
-# adaptive_avg_pool2d of a channels_last-strided tensor (ResNet-50 in channels_last; ConvNeXt,
-# whose blocks permute to channels-last) is mean + as_strided_ on meta tensors, which ember
-# does not lower: the whole graph runs eagerly (an eager island, once islands exist)
-POOL = "the graph runs eagerly: aten.as_strided_ (adaptive_avg_pool2d of a channels_last " \
-    "tensor) changes a tensor's shape or strides in place"
-WRONG: dict[tuple[str, str], str] = {
-    (name, mode): POOL for name in ("resnet50", "convnext") for mode in ("infer", "train")}
+# Cases that capture as one graph but fail a check (reason and date).
+WRONG: dict[tuple[str, str], str] = {}
 # The slow slice: the cases that take over ~10 s on 2 cores (or will, once captured), marked
 # `slow` and left out of CI (CI=true), where the rest of the file runs in about a minute.
 SLOW = {("mobilenetv3", "infer"), ("mobilenetv3", "train"), ("efficientnet", "infer"),
