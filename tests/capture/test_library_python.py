@@ -399,3 +399,44 @@ def test_an_id_taken_inside_does_not_leave_the_graph():
     out, number = ember.compile(leaks_id)(x)
     same(out, x + 1)
     assert number == id(x)
+
+
+# -- modules made inside, tables keyed by types -------------------------------------------------
+def loss_made_inside(logits, labels):
+    loss_function = torch.nn.CrossEntropyLoss(ignore_index=-100)
+    return loss_function(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+
+def test_a_module_without_state_made_inside_is_one_graph():
+    logits, labels = t(2, 3, 5), torch.tensor([[0, 4, -100], [2, 2, 1]])
+    same(ember.compile(loss_made_inside)(logits, labels), loss_made_inside(logits, labels))
+    assert counts(loss_made_inside, logits, labels) == (1, 0)
+
+
+def linear_made_inside(x):
+    return torch.nn.Linear(3, 3)(x)  # (random weights each call: eager's own, not a graph's)
+
+
+def test_a_module_with_parameters_made_inside_runs_natively():
+    x = t(2, 3)
+    compiled = ember.compile(linear_made_inside)
+    assert compiled(x).shape == (2, 3)
+    assert compiled(x).requires_grad
+    # (a break at its making: Linear(3, 3) runs natively, the call of it is a graph)
+    assert counts(linear_made_inside, x) == (2, 1)
+
+
+VALIDATORS = {int: lambda v: v * 2, float: lambda v: v + 0.5, "name": lambda v: v}
+
+
+def validated(x, scale):
+    check = VALIDATORS.get(type(scale))
+    return x * check(scale)
+
+
+def test_a_table_keyed_by_types_is_read_in_the_graph():
+    x = t(3)
+    compiled = ember.compile(validated)
+    for scale in (2, 1.5, 3):
+        same(compiled(x, scale), validated(x, scale))
+    assert counts(validated, x, 2) == (1, 0)
