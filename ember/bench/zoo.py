@@ -250,19 +250,22 @@ def inputs(spec: ZooModel, size: str = "tiny", device: str = "cpu",
     shape = spec.shapes[size]
     generator = torch.Generator().manual_seed(SEED + 1)
     if spec.kind == "vision":
-        images = torch.randn(shape.batch, 3, shape.image, shape.image, generator=generator)
+        images = torch.randn(shape.batch, 3, shape.image, shape.image, generator=generator,
+                             device="cpu")  # (seeded on the CPU whatever the default device)
         images = images.to(device=device, dtype=dtype)
         if spec.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
         classes = spec.configs[size].get("num_classes", 1000)
-        labels = torch.randint(0, classes, (shape.batch,), generator=generator)
+        labels = torch.randint(0, classes, (shape.batch,), generator=generator, device="cpu")
         return {"x": images, "labels": labels.to(device)}
     vocabulary = spec.configs[size]["vocab_size"]
-    ids = torch.randint(1, vocabulary, (shape.batch, shape.length), generator=generator)
+    ids = torch.randint(1, vocabulary, (shape.batch, shape.length), generator=generator,
+                        device="cpu")
     found = {"input_ids": ids.to(device),
              "attention_mask": torch.ones_like(ids, device=device)}
     if spec.kind == "seq2seq":
-        target = torch.randint(1, vocabulary, (shape.batch, shape.target), generator=generator)
+        target = torch.randint(1, vocabulary, (shape.batch, shape.target), generator=generator,
+                               device="cpu")
         found["labels"] = target.to(device)
     else:  # causal LMs shift the labels themselves; the masked LM predicts every token
         found["labels"] = found["input_ids"]

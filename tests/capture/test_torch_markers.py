@@ -68,7 +68,9 @@ torch.library.impl(f"{NS}::halves", "Meta", func=lambda x: torch.empty_like(x), 
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    # (drawn on the CPU, then on the tests' device: EMBER_TEST_DEVICE=cuda sets the default)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
 
 
 def targets(graph: torch.fx.GraphModule) -> list:
