@@ -372,8 +372,12 @@ class Scheduler:
         if node in self.aliases and node not in claimed:
             base = self.aliases[node]
             if base not in self.buffer_of:
-                self.buffer_of[base] = self.new_buffer(base, "temp")
-                self.steps[self.step_of[base]].stores.append(Store(base, self.buffer_of[base]))
+                step = self.steps[self.step_of[base]]
+                if isinstance(step, LibraryCall):  # (a view of a library result: its buffer)
+                    self.assign_library(step)
+                else:
+                    self.buffer_of[base] = self.new_buffer(base, "temp")
+                    step.stores.append(Store(base, self.buffer_of[base]))
             buffer = self.alias_buffer(node)
             self.buffer_of[node] = buffer
             if buffer.strides == strides or node.numel <= 1:

@@ -127,7 +127,10 @@ def test_training_step_matches_eager(mode, spec, compiled_as):
     torch.testing.assert_close(step(*same_args), eager(*args), rtol=1e-5, atol=1e-6)
     grads = tensors_of(eager.model, "grad")
     largest = max(float(g.abs().max()) for g in grads.values() if g is not None)
-    tolerances = {"grad": lambda t: dict(rtol=1e-4, atol=1e-5 * largest),
+    # (on CUDA, cuDNN picks its own algorithms for eager's convolutions and ember's: a
+    # ConvNeXt downsample's gradient differed by 2e-5 of the largest, 2026-12-01)
+    scale = 1e-4 if DEVICE == "cuda" else 1e-5
+    tolerances = {"grad": lambda t: dict(rtol=1e-4, atol=scale * largest),
                   "param": lambda t: dict(rtol=1e-4, atol=1e-5),
                   "buffer": lambda t: dict(rtol=1e-4, atol=1e-6 + 1e-5 * float(t.abs().max()))
                   if t.is_floating_point() else dict(rtol=0, atol=0)}

@@ -1,5 +1,5 @@
 """Where a zoo model's time goes on CUDA, eager against ember: the top kernels by device time
-under torch.profiler (ten calls after warm-up). python3 notes/gpu/2026-12-zoo/profile.py resnet50"""
+under torch.profiler (ten calls after warm-up). python3 notes/gpu/2026-12-zoo/zoo_profile.py resnet50"""
 import sys
 
 import torch
