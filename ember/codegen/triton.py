@@ -368,6 +368,20 @@ class TritonKernelWriter(ReductionWriting):
             x_at = index[:dim] + (selected,) + index[dim + 1:]
         return self.value(x, x_at, scope)
 
+    def memory_order(self) -> list[int]:
+        """The kernel's outer dims, outermost first, in the order its stored buffer lays
+        them out: consecutive `x` then write consecutive addresses (a channels_last result
+        walked in NCHW order would put 32 lanes of a warp on 32 lines). Reductions and
+        matmul tiles keep the logical order."""
+        if self.reduces or self.matmul:
+            return self.outer_dims
+        shape = self.kernel.shape
+        for stored in self.kernel.stores:
+            buffer = stored.buffer
+            if tuple(buffer.shape) == tuple(shape) and buffer.role != "alias":
+                return sorted(self.outer_dims, key=lambda d: -buffer.strides[d])
+        return self.outer_dims
+
     # -- the kernel -----------------------------------------------------------------------
     def write(self) -> TritonKernel | None:
         kernel = self.kernel
@@ -376,14 +390,14 @@ class TritonKernelWriter(ReductionWriting):
         self.root = root = Scope(None, 0)
         self.current, self.current_deps = root, frozenset()
         self.var_level: dict[str, str] = {}
-        outer_shape = tuple(shape[d] for d in self.outer_dims)
         if self.analysis:
             self.outer_index = {d: Expr.of(Var(f"i{d}", shape[d])) for d in self.outer_dims}
         else:
             self.var_level["x"] = "x"
             self.defined_at["x"] = root
-            self.outer_index = dict(zip(self.outer_dims,
-                                        unravel(Expr.of(Var("x", self.xnumel)), outer_shape)))
+            order = self.memory_order()
+            self.outer_index = dict(zip(order, unravel(Expr.of(Var("x", self.xnumel)),
+                                                       tuple(shape[d] for d in order))))
             self.header(root)
         canonical = {f"i{d}": d for d in range(len(shape))}
 

@@ -204,3 +204,15 @@ def test_long_pointwise_chains_hold_four_elements_per_thread_on_more_warps():
     assert "XBLOCK: tl.constexpr = 1024" in long.kernels[0].text
     assert (long.kernels[0].num_warps, short.kernels[0].num_warps) == (8, 4)
     check(chain, make(8192), kernels=1)
+
+
+def test_a_channels_last_result_is_walked_in_its_memory_order():
+    """Consecutive x write consecutive addresses: a channels_last result is walked N, H, W, C
+    (in NCHW order the 32 lanes of a warp would touch 32 lines); values checked in e2e."""
+    x = make(2, 8, 6, 5).contiguous(memory_format=torch.channels_last)
+    y = make(2, 8, 6, 5)
+    text = kernel_text(lambda a, b: torch.relu(a * 2 + b), x, y)
+    assert "tl.load(p_in0 + x," in text and "tl.store(p_out0 + x," in text
+    assert "240 * (x // 240)" in text  # (the contiguous input is the one read across)
+    same_order = kernel_text(lambda a: a * 2, make(2, 8, 6, 5))
+    assert "tl.load(p_in0 + x," in same_order and "tl.store(p_out0 + x," in same_order
