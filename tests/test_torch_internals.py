@@ -252,3 +252,14 @@ def test_an_lr_scheduler_s_wrapper_of_step_leads_to_its_optimizer():
     assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is None
     torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
     assert torch_internals.scheduler_wrapped_optimizer(optimizer.step) is optimizer
+
+
+def test_storage_identity_is_shared_by_aliases_of_fake_tensors():
+    mode = torch_internals.make_fake_mode()
+    with mode:
+        x = mode.from_tensor(torch.randn(4, 3))
+        same = [x.t(), x.detach(), x[1:], torch._C._autograd._get_data_attr(x)]
+        other = x * 2
+    assert all(torch_internals.storage_identity(v) == torch_internals.storage_identity(x)
+               for v in same)
+    assert torch_internals.storage_identity(other) != torch_internals.storage_identity(x)
