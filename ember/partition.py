@@ -367,18 +367,19 @@ def _followers(node: torch.fx.Node) -> dict[str, str]:
     return found
 
 
-# Past this many islands a graph runs eagerly as a whole (each found costs a lowering).
-MAX_ISLANDS = 64
+# Past this many rounds of finding islands (each lowers the regions that changed) a graph
+# runs eagerly as a whole.
+MAX_ROUNDS = 32
 
 
 def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
                   islands: dict[str, str]) -> tuple | None:
     """Partition and lower until no region refuses a node: the partition, each region's
     example inputs, and region key → (its module, example inputs, its Lowered or what
-    lowering raised); None past MAX_ISLANDS."""
+    lowering raised); None past MAX_ROUNDS."""
     lowered: dict[tuple, tuple] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    while len(islands) <= MAX_ISLANDS:
+    for _ in range(MAX_ROUNDS):
         partition = split(gm, islands)
         try:
             examples, aliased = region_examples(partition, example_inputs)
