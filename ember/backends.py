@@ -29,7 +29,7 @@ from ember.ir.graph import Graph
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_reached_inputs, turns_grad_on
 from ember.lower.tracer import OutputSpec
-from ember.partition import MAX_ISLANDS, describe, find_islands
+from ember.partition import MAX_ROUNDS, describe, find_islands
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
@@ -198,7 +198,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
             raise
         return EagerGraph(gm, f"internal error {type(error).__name__}: {error}")
     if found is None:
-        reason = f"more than {MAX_ISLANDS} nodes ember cannot compile"
+        reason = f"still more nodes ember cannot compile after {MAX_ROUNDS} rounds"
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
     partition, examples, lowered = found
@@ -220,7 +220,9 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
         else:
             runs[region.number] = result
     if not runs:
-        return EagerGraph(gm, "; ".join(notes + eager_regions))
+        reason = "; ".join(notes + eager_regions)
+        logs.channel("fallbacks").info("%s runs eagerly: no region compiles (%s)", label, reason)
+        return EagerGraph(gm, reason)
     glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
     graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
                              written_inputs(partition, runs, example_inputs))
@@ -257,7 +259,8 @@ def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[s
     except Exception as error:  # noqa: BLE001 (a report, not a compile: say it and go on)
         return [f"the whole graph: internal error {type(error).__name__}: {error}"]
     if found is None:
-        return [f"the whole graph: more than {MAX_ISLANDS} nodes ember cannot compile"]
+        return [f"the whole graph: still more nodes ember cannot compile after {MAX_ROUNDS} "
+                f"rounds"]
     partition, _, lowered = found
     report = [f"{describe(i.node)} ({i.node.name}): {i.summary}" for i in partition.islands]
     for region in partition.regions:

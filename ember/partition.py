@@ -279,10 +279,12 @@ def _example(value: Any) -> Example:
     return Example(False, value)
 
 
-def region_examples(partition: Partition, example_inputs: list[Any]) -> dict[int, list[Example]]:
+def region_examples(partition: Partition, example_inputs: list[Any]
+                    ) -> tuple[dict[int, list[Example]], dict[int, set[str]]]:
     """Each region's inputs as they are when it starts, from a run of the pieces in their order
-    on fake tensors (metadata, no data). Raises Unknowable where a region would read what
-    only the data decides."""
+    on fake tensors (metadata, no data); and each region's outputs that share memory with one
+    of its inputs or an earlier output (aliases eager makes, which a later piece may write
+    through). Raises Unknowable where a region would read what only the data decides."""
     module = partition.module
     mode = torch_internals.make_fake_mode()
     interpreter = torch.fx.Interpreter(module, garbage_collect_values=False)
@@ -299,6 +301,7 @@ def region_examples(partition: Partition, example_inputs: list[Any]) -> dict[int
             env[node] = interpreter.run_node(node)
     eager = {piece.node.name for piece in partition.pieces if isinstance(piece, Island)}
     examples: dict[int, list[Example]] = {}
+    aliased: dict[int, set[str]] = {}
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
         for piece in partition.pieces:
             if isinstance(piece, Island):
@@ -306,12 +309,10 @@ def region_examples(partition: Partition, example_inputs: list[Any]) -> dict[int
             else:
                 nodes = piece.nodes
                 examples[piece.number] = [_example(env[n]) for n in piece.inputs]
-                containers = {n for n, e in zip(piece.inputs, examples[piece.number])
-                              if not e.tensor and _holds_tensors(e.value)}
-                if containers:  # (a region takes tensors and plain values)
-                    raise Unknowable({n.name: "reads a container of tensors an eager island "
-                                      "made" for n in piece.nodes
-                                      if containers & set(n.all_input_nodes)})
+                refused = {n: _refusal(env[n]) for n in piece.inputs if _refusal(env[n])}
+                if refused:  # (a region takes plain tensors and plain values)
+                    raise Unknowable({n.name: refused[s] for n in piece.nodes
+                                      for s in n.all_input_nodes if s in refused})
             for node in nodes:
                 try:
                     env[node] = interpreter.run_node(node)
@@ -321,11 +322,37 @@ def region_examples(partition: Partition, example_inputs: list[Any]) -> dict[int
                     if set(unknown) - eager:
                         raise Unknowable(unknown) from None
                     # (already eager, it and its readers: nothing compiled waits on it)
-    return examples
+            if isinstance(piece, Region):
+                aliased[piece.number] = _aliases(piece, env)
+    return examples, aliased
 
 
-def _holds_tensors(value: Any) -> bool:
-    return any(isinstance(v, torch.Tensor) for v in torch_internals.tree_flatten(value)[0])
+def _aliases(region: Region, env: dict[torch.fx.Node, Any]) -> set[str]:
+    """The region's outputs whose memory is an input's or an earlier output's."""
+    seen = {torch_internals.storage_identity(env[n]) for n in region.inputs
+            if isinstance(env[n], torch.Tensor)}
+    found = set()
+    for node in region.outputs:
+        value = env.get(node)
+        if isinstance(value, torch.Tensor):
+            key = torch_internals.storage_identity(value)
+            if key in seen:
+                found.add(node.name)
+            seen.add(key)
+    return found
+
+
+def _refusal(value: Any) -> str | None:
+    """Why a compiled region cannot take `value` from another piece, or None."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided or value.is_quantized or value.is_nested:
+            return f"reads a {value.layout} tensor an eager island made"
+        if value.is_conj() or value.is_neg():  # (kernels read memory, not torch's bits)
+            return "reads a lazily conjugated or negated tensor (torch's conj/neg bits)"
+        return None
+    if any(isinstance(v, torch.Tensor) for v in torch_internals.tree_flatten(value)[0]):
+        return "reads a container of tensors an eager island made"
+    return None
 
 
 def _followers(node: torch.fx.Node) -> dict[str, str]:
@@ -340,21 +367,22 @@ def _followers(node: torch.fx.Node) -> dict[str, str]:
     return found
 
 
-# Past this many islands a graph runs eagerly as a whole (each found costs a lowering).
-MAX_ISLANDS = 64
+# Past this many rounds of finding islands (each lowers the regions that changed) a graph
+# runs eagerly as a whole.
+MAX_ROUNDS = 32
 
 
 def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
                   islands: dict[str, str]) -> tuple | None:
     """Partition and lower until no region refuses a node: the partition, each region's
     example inputs, and region key → (its module, example inputs, its Lowered or what
-    lowering raised); None past MAX_ISLANDS."""
+    lowering raised); None past MAX_ROUNDS."""
     lowered: dict[tuple, tuple] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    while len(islands) <= MAX_ISLANDS:
+    for _ in range(MAX_ROUNDS):
         partition = split(gm, islands)
         try:
-            examples = region_examples(partition, example_inputs)
+            examples, aliased = region_examples(partition, example_inputs)
         except Unknowable as unknown:
             islands.update({k: v for k, v in unknown.islands.items() if k not in islands})
             continue
@@ -366,10 +394,24 @@ def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
             result = lowered[region.key()][2]
             if isinstance(result, Unsupported) and result.node not in (None, *islands):
                 found[result.node] = result.reason
+            elif not isinstance(result, Exception):
+                found.update(_copies(region, result, aliased[region.number]))
         if not found:
             return partition, examples, lowered
         islands.update(found)
     return None
+
+
+def _copies(region: Region, lowered: Any, aliased: set[str]) -> dict[str, str]:
+    """Outputs that alias memory in eager but that the compiled region would hand over as
+    fresh buffers (a detached value in a training graph: its own value from then on): run
+    eagerly, so that a later write through them reaches what they alias."""
+    if len(lowered.outputs) != len(region.outputs):  # (an output is a container: not checked)
+        return {}
+    return {node.name: "in eager its result shares memory that a later op may write; "
+                       "compiled, it would be a copy"
+            for node, spec in zip(region.outputs, lowered.outputs)
+            if node.name in aliased and spec.kind == "node"}
 
 
 def _lower_region(gm: torch.fx.GraphModule, region: Region, examples: list[Example],

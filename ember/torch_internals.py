@@ -260,6 +260,12 @@ def storage_use_count(tensor: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
 
 
+def storage_identity(tensor: torch.Tensor) -> int:
+    """Equal for tensors that share one storage, fake tensors too (whose data pointers are all
+    0): eager islands must see the aliases eager makes."""
+    return tensor.untyped_storage()._cdata
+
+
 def data_pointers_checker(pointers: list[int | None]) -> Any:
     """A function (tensors, positions) -> whether tensors[i].data_ptr() == pointers[i] for
     every i in positions. CUDA builds of torch do it in one C++ call (what a CUDA-graph

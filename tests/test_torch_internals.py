@@ -292,3 +292,14 @@ def test_torch_s_compiler_markers_are_read():
     torch.compiler.allow_in_graph(allowed)
     assert torch_internals.allowed_in_graph(allowed)
     assert not torch_internals.allowed_in_graph(torch.sin)  # (torch's own: not the user's mark)
+
+
+def test_storage_identity_is_shared_by_aliases_of_fake_tensors():
+    mode = torch_internals.make_fake_mode()
+    with mode:
+        x = mode.from_tensor(torch.randn(4, 3))
+        same = [x.t(), x.detach(), x[1:], torch._C._autograd._get_data_attr(x)]
+        other = x * 2
+    assert all(torch_internals.storage_identity(v) == torch_internals.storage_identity(x)
+               for v in same)
+    assert torch_internals.storage_identity(other) != torch_internals.storage_identity(x)

@@ -152,6 +152,34 @@ def test_views_made_by_an_island_keep_eagers_aliasing(refuse):
     check_islands(fn, make(3, 4), regions=2, islands=1)
 
 
+def test_a_lazily_conjugated_result_is_never_handed_to_a_compiled_region():
+    # (x.H is a view with torch's conj bit, .imag of it one with the neg bit: kernels read
+    # memory, not bits, so the ops that read them run eagerly until a plain tensor comes out)
+    def fn(x):
+        return (torch.fft.fft(x).H.imag * 2).relu()
+
+    graph = check_islands(fn, make(4, 8), regions=2, islands=3)
+    assert "conj/neg bits" in graph.islands[1]
+
+
+def test_an_alias_that_a_later_island_writes_through_is_made_eagerly():
+    # (CLIP's logit_scale.data.clamp_: in a training graph `.data` is compiled as a value of
+    # its own, so the write would not reach the parameter)
+    def fn(x, scale):
+        out = x * scale
+        scale.data.clamp_(0, 1.0)
+        return out
+
+    recorder = Recorder()
+    x, scale = make(3, 4), torch.tensor(5.0, device=DEVICE, requires_grad=True)
+    ember.compile(fn, backend=recorder)(x, scale).sum().backward()
+    (graph,) = recorder.compiled
+    assert isinstance(graph, PartitionedGraph) and graph.island_count == 2
+    assert "compiled, it would be a copy" in graph.islands[0]
+    assert scale.item() == 1.0
+    assert_close(scale.grad, x.sum())
+
+
 def test_training_runs_through_an_island(refuse):
     refuse(aten.mean.dim)
 
