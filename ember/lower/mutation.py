@@ -206,6 +206,21 @@ def storage_view(builder: Builder, root: Node, root_strides: tuple[int, ...],
                              offset=offset)
 
 
+def with_defaults(func, args: tuple, kwargs: dict, skip: set[str]) -> tuple[tuple, dict]:
+    """`args` and `kwargs` of `func` with the arguments left out given their defaults."""
+    args, kwargs = tuple(args), dict(kwargs)
+    arguments = torch_internals.schema_of(func).arguments
+    for argument in [a for a in arguments if not a.kwarg_only][len(args):]:
+        if argument.name in kwargs or not argument.has_default_value():
+            break
+        args = (*args, argument.default_value)
+    for argument in arguments:
+        if argument.kwarg_only and argument.name not in kwargs and \
+                argument.name not in skip and argument.has_default_value():
+            kwargs[argument.name] = argument.default_value
+    return args, kwargs
+
+
 def returns_written_last(functional: Any) -> bool:
     """A `<op>_functional` variant returns the op's own results first, then the new values of
     the tensors the op writes (where `add` returns only the new value of what `add_` writes)."""

@@ -35,6 +35,7 @@ from ember.lower.mutation import (
     scatter_through,
     storage_view,
     view_variant,
+    with_defaults,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
 from ember.torch_internals import tree_flatten, tree_map
@@ -446,7 +447,7 @@ class Tracer(torch_internals.TorchDispatchMode):
             # (the dispatcher leaves out arguments equal to their defaults — bernoulli_'s
             # p=0.5 — which the functional overload may not have: bernoulli.p)
             given = set(kwargs)
-            args, kwargs = _with_defaults(func, args, kwargs, out_names)
+            args, kwargs = with_defaults(func, args, kwargs, out_names)
             template_kwargs = {**template_kwargs,
                                **{k: v for k, v in kwargs.items() if k not in given}}
             f_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
@@ -599,21 +600,6 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
 _DIFFERENTIABLE_TWINS = {
     torch.ops.aten._embedding_bag_forward_only.default: torch.ops.aten._embedding_bag.default,
 }
-
-
-def _with_defaults(func, args: tuple, kwargs: dict, skip: set[str]) -> tuple[tuple, dict]:
-    """`args` and `kwargs` of `func` with the arguments left out given their defaults."""
-    args, kwargs = tuple(args), dict(kwargs)
-    arguments = torch_internals.schema_of(func).arguments
-    for argument in [a for a in arguments if not a.kwarg_only][len(args):]:
-        if argument.name in kwargs or not argument.has_default_value():
-            break
-        args = (*args, argument.default_value)
-    for argument in arguments:
-        if argument.kwarg_only and argument.name not in kwargs and \
-                argument.name not in skip and argument.has_default_value():
-            kwargs[argument.name] = argument.default_value
-    return args, kwargs
 
 
 def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
