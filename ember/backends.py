@@ -134,13 +134,18 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         reason = str(error)
     except Exception as error:  # an ember bug must not stop the user's program
-        logs.channel("fallbacks").warning(
-            "%s runs eagerly after an internal error in ember (please report it): %s: %s",
-            label, type(error).__name__, error)
-        if "raise" in config.settings.logs:
-            raise
-        reason = f"internal error {type(error).__name__}: {error}"
+        reason = _internal_error(label, error)
     return EagerGraph(gm, reason)
+
+
+def _internal_error(label: str, error: Exception) -> str:
+    """Say an internal error once (re-raised under EMBER_LOGS=raise); the graph's reason."""
+    logs.channel("fallbacks").warning(
+        "%s runs eagerly after an internal error in ember (please report it): %s: %s",
+        label, type(error).__name__, error)
+    if "raise" in config.settings.logs:
+        raise error
+    return f"internal error {type(error).__name__}: {error}"
 
 
 def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
@@ -191,12 +196,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     try:
         found = find_islands(gm, example_inputs, islands)
     except Exception as error:  # an ember bug must not stop the user's program
-        logs.channel("fallbacks").warning(
-            "%s runs eagerly after an internal error in ember (please report it): %s: %s",
-            label, type(error).__name__, error)
-        if "raise" in config.settings.logs:
-            raise
-        return EagerGraph(gm, f"internal error {type(error).__name__}: {error}")
+        return EagerGraph(gm, _internal_error(label, error))
     if found is None:
         reason = f"still more nodes ember cannot compile after {MAX_ROUNDS} rounds"
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
@@ -282,12 +282,7 @@ def _compiled_or_reason(module: torch.fx.GraphModule, inputs: list[Any], label: 
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         return str(error)
     except Exception as error:  # an ember bug must not stop the user's program
-        logs.channel("fallbacks").warning(
-            "%s runs eagerly after an internal error in ember (please report it): %s: %s",
-            label, type(error).__name__, error)
-        if "raise" in config.settings.logs:
-            raise
-        return f"internal error {type(error).__name__}: {error}"
+        return _internal_error(label, error)
 
 
 def _training(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
