@@ -6,7 +6,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONUNBUFFERED=1
 EMBER_TEST_DEVICE=cuda timeout 60 python3 -m pytest -q -p no:cacheprovider \
     tests/e2e/test_zoo_models.py -k "t5-infer or convnext-train" 2>&1 | tail -2
-timeout 150 python3 notes/gpu/2026-12-zoo/zoo_profile.py resnet50 gpt2 > $OUT/profile.txt 2>&1
+timeout 150 python3 -m ember.bench.zoo_profile resnet50 gpt2 > $OUT/profile.txt 2>&1
 grep -A16 "^== " $OUT/profile.txt | cut -c1-60,100-200 | grep -v "^---" | head -75
 timeout 330 python3 -m ember bench --models --device cuda --modes infer \
     --only t5 bart qwen2 convnext mobilenetv3 efficientnet \

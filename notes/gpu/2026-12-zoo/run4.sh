@@ -4,7 +4,7 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD || exit
 export PYTHONUNBUFFERED=1
-timeout 90 python3 notes/gpu/2026-12-zoo/mobilenet_check.py 2>&1 | tail -3
+timeout 90 python3 -m ember.bench.zoo_precision 2>&1 | tail -3
 timeout 300 python3 -m ember bench --models --device cuda --modes infer,train \
     --only resnet50-infer convnext-infer mobilenetv3-infer gpt2-train \
     --process variant --out $OUT/zoo4 2>&1 | grep -A40 "^steady state"
