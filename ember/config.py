@@ -66,6 +66,10 @@ FLAGS: tuple[Flag, ...] = (
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
+    Flag("shape_padding", "EMBER_SHAPE_PADDING", "auto", str.strip,
+         "pad a large half-precision matmul's sizes that are not a multiple of 16 bytes "
+         "(cuBLAS's fast kernels need them): auto (on CUDA), always, never "
+         "(see passes/matmul_operands.aligned_matmuls)"),
 )
 
 
@@ -83,6 +87,7 @@ class Settings:
     dependent_launch: bool
     triton_file_key: bool
     matmul_epilogue: bool
+    shape_padding: str
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:

@@ -253,6 +253,20 @@ def outside_dispatch_modes() -> Any:
     return _disable_current_modes()
 
 
+def attention_uses_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        attn_mask: torch.Tensor | None, options: dict[str, Any]) -> bool:
+    """Would eager's scaled_dot_product_attention on these tensors (real ones, on their
+    device) run its math composite rather than a fused kernel (flash, memory-efficient,
+    cuDNN)? torch decides by the inputs' shapes, strides, dtypes and the GPU."""
+    from torch.nn.attention import SDPBackend
+
+    choice = torch._fused_sdp_choice(
+        query, key, value, attn_mask, options.get("dropout_p", 0.0),
+        options.get("is_causal", False), scale=options.get("scale"),
+        enable_gqa=options.get("enable_gqa", False))
+    return choice == int(SDPBackend.MATH.value)
+
+
 def storage_use_count(tensor: torch.Tensor) -> int:
     """How many tensors (TensorImpls: views, detached aliases, autograd's saved copies) hold
     `tensor`'s storage now. CUDA-graph replays hand out pool memory uncopied only while the

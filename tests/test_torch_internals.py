@@ -303,3 +303,15 @@ def test_storage_identity_is_shared_by_aliases_of_fake_tensors():
     assert all(torch_internals.storage_identity(v) == torch_internals.storage_identity(x)
                for v in same)
     assert torch_internals.storage_identity(other) != torch_internals.storage_identity(x)
+
+
+def test_attention_backend_choice_sees_the_math_composite():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(2, 4, 8, 16)
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert torch_internals.attention_uses_math(q, q, q, None, {})
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
+        # (the CPU's flash kernel takes these; values of another head size only the composite)
+        assert not torch_internals.attention_uses_math(q, q, q, None, {"is_causal": True})
+        assert torch_internals.attention_uses_math(q, q, torch.randn(2, 4, 8, 32), None, {})

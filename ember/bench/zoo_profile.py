@@ -1,6 +1,15 @@
-"""Where a zoo model's time goes on CUDA, eager against ember: the top kernels by device time
-under torch.profiler (ten calls after warm-up). python3 -m ember.bench.zoo_profile resnet50"""
-import sys
+"""Where a zoo model's time goes on CUDA: the top kernels by device time under torch.profiler
+(ten calls after warm-up) for eager, ember and torch.compile, with the launches per call and
+the host's time per call beside the device's (a launch-bound graph shows host > device).
+
+    python3 -m ember.bench.zoo_profile resnet50 qwen2 [--variants eager,ember,tc] [--rows 14]
+        [--host]
+
+--host adds the host's side: the hottest Python functions of ten calls under cProfile.
+"""
+import argparse
+import cProfile
+import pstats
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -8,25 +17,65 @@ from torch.profiler import ProfilerActivity, profile
 import ember
 from ember.bench import zoo
 
+CALLS = 10
 
-def main() -> None:
-    for name in sys.argv[1:]:
-        spec = zoo.find(name)
-        for variant in ("eager", "ember"):
-            step, args = zoo.instantiate(spec, "infer", "full", "cuda")
-            if variant == "ember":
-                step.model_slot[0] = ember.compile(step.model)
-            with torch.no_grad():
-                for _ in range(3):
+
+def _compiled(variant: str, model):
+    if variant == "ember":
+        return ember.compile(model)
+    if variant == "tc":
+        return torch.compile(model)
+    return model
+
+
+def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None:
+    spec = zoo.find(name)
+    for variant in variants:
+        step, args = zoo.instantiate(spec, "infer", "full", "cuda")
+        step.model_slot[0] = _compiled(variant, step.model)
+        with torch.no_grad():
+            for _ in range(3):
+                step(*args)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(CALLS):
+                step(*args)
+            end.record()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+                for _ in range(CALLS):
                     step(*args)
                 torch.cuda.synchronize()
-                with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-                    for _ in range(10):
-                        step(*args)
-                    torch.cuda.synchronize()
-            print(f"== {name} {variant}")
-            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14,
-                                            max_name_column_width=70))
+        events = prof.key_averages()
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        device_us = sum(e.device_time_total for e in kernels) / CALLS
+        launches = sum(e.count for e in kernels) / CALLS
+        print(f"== {name} {variant}: {start.elapsed_time(end) / CALLS:.3f} ms per call, "
+              f"device busy {device_us / 1e3:.3f} ms, {launches:.0f} kernels per call")
+        print(events.table(sort_by="device_time_total", row_limit=rows,
+                           max_name_column_width=80))
+        if host:
+            profiler = cProfile.Profile()
+            with torch.no_grad():
+                profiler.enable()
+                for _ in range(CALLS):
+                    step(*args)
+                profiler.disable()
+                torch.cuda.synchronize()
+            print(f"== {name} {variant}: host, {CALLS} calls")
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--variants", default="eager,ember")
+    parser.add_argument("--rows", type=int, default=14)
+    parser.add_argument("--host", action="store_true")
+    options = parser.parse_args()
+    for name in options.models:
+        profile_model(name, options.variants.split(","), options.rows, options.host)
 
 
 if __name__ == "__main__":

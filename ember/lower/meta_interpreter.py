@@ -205,7 +205,8 @@ def _fused_dropout(target, args, kwargs) -> Any:
 # the inputs' shapes, strides and dtypes and the GPU; its results differ from the math
 # composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
 # eager calls it, a library call; the layout of its result is the one a run on stand-in
-# tensors of the same geometry gives (checked again against the first real call's).
+# tensors of the same geometry gives (checked again against the first real call's). Where
+# eager itself would run the math composite, that composite is traced instead.
 FUSED_ATTENTION_DEVICES = {"cuda"}  # (on the CPU ember's own kernels compute it)
 _ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
                         "scale", "enable_gqa")
@@ -228,6 +229,12 @@ def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                                device=device) for name, t in tensors.items()}
+        if torch_internals.attention_uses_math(
+                stand_ins["query"], stand_ins["key"], stand_ins["value"],
+                stand_ins.get("attn_mask"), options):
+            # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
+            # are traced instead, as a meta tensor runs them, and fuse with their neighbours
+            return None
         real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
                          **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
                                             if n in stand_ins}))

@@ -87,7 +87,8 @@ def _consumer(plan: Plan, position: int, readers: dict[Buffer, list[int]]) -> in
     if (b.shape[1] if transposed else b.shape[0]) != k or result.shape != (m, n) or \
             min(m, n, k) < 16 or m * n * k > MAX_MACS or k * n > MAX_B_ELEMENTS:
         return None
-    if result in plan.outputs or result in plan.reuse or result in plan.reuse.values():
+    if any(output.root() is result for output in plan.outputs) or result in plan.reuse or \
+            result in plan.reuse.values():
         return None
     users = readers.get(result, [])
     if len(users) != 1:

@@ -25,8 +25,11 @@ from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, S
 Space = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, reduced axes)
 
 # A pointwise value inlined into several realized nodes is computed once into a buffer when its
-# inlined cost (pointwise ops) reaches this many.
+# inlined cost (pointwise ops) reaches this many, or when it reads this many buffers of its own
+# size: a residual stream (x + attention + mlp + ...) inlined into each layer's norm would have
+# the last layer's kernel read every layer's output again (ViT-B: 60 µs kernels, not 10).
 SHARED_COST_LIMIT = 12
+SHARED_READS_LIMIT = 2
 # How many earlier steps a node may be fused back into.
 LOOKBACK = 8
 
@@ -142,13 +145,23 @@ class Scheduler:
         return row_major(node.shape)
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
+        """An output that views a value in eager's layout is that value's buffer, not a copy
+        of it: a computed value's (row-major), or a library result's (a linear's output
+        reshaped: a model's logits) unless that result views the call's operands."""
         base = self._chain_base(node)
-        if base.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or base.kind is Kind.LEAF \
-                or base in self.graph.outputs or base.kind is Kind.VIEW:
+        if base.op is Op.INPUT or base.kind is Kind.LEAF or base in self.graph.outputs \
+                or base.kind is Kind.VIEW:
             return
         if any(self.aliases.get(output) is base for output in self.graph.outputs):
             return  # another output already views this memory: eager's outputs are separate
-        geometry = view_geometry(node, base, (base.shape, row_major(base.shape), 0))
+        if base.op in (Op.LIBRARY, Op.ITEM):
+            library = base.inputs[0] if base.op is Op.ITEM else base
+            if returns_views(library.attrs):
+                return
+            shape, _, base_strides = self.library_result(base)
+            geometry = view_geometry(node, base, (tuple(shape), tuple(base_strides), 0))
+        else:
+            geometry = view_geometry(node, base, (base.shape, row_major(base.shape), 0))
         if geometry is not None and geometry[1] == tuple(strides) and geometry[2] == 0:
             self.realized.add(base)
             self.aliases[node] = base
@@ -168,20 +181,27 @@ class Scheduler:
                 inliners.setdefault(node, set()).add(root)
                 stack.extend(node.inputs)
         for node in self.graph.nodes:
-            if len(inliners.get(node, ())) >= 2 and self._inline_cost(node) >= SHARED_COST_LIMIT:
-                self.realized.add(node)
+            if len(inliners.get(node, ())) >= 2:
+                cost, reads = self._inline_cost(node)
+                if cost >= SHARED_COST_LIMIT or reads >= SHARED_READS_LIMIT:
+                    self.realized.add(node)
 
-    def _inline_cost(self, node: Node) -> int:
-        cost, stack, seen = 0, [node], set()
+    def _inline_cost(self, node: Node) -> tuple[int, int]:
+        """(pointwise ops, buffers of at least half its size read) of computing `node` where
+        it is read."""
+        cost, reads, stack, seen = 0, 0, [node], set()
         while stack:
             current = stack.pop()
-            if current in seen or (current in self.realized and current is not node):
+            if current in seen:
                 continue
             seen.add(current)
+            if current in self.realized and current is not node:
+                reads += 2 * current.numel >= node.numel
+                continue
             if current.kind in (Kind.POINTWISE, Kind.DATA):
                 cost += 1
             stack.extend(current.inputs)
-        return cost
+        return cost, reads
 
     # -- reads ----------------------------------------------------------------------------
     def is_boundary(self, node: Node) -> bool:

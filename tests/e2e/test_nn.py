@@ -187,6 +187,24 @@ def test_scaled_dot_product_attention():
           q, k, v, **MATMUL_TOLERANCE)
 
 
+def test_attention_that_eager_runs_as_its_math_composite():
+    # Where eager runs the math composite (in float32 for half inputs) rather than a fused
+    # kernel, ember traces that composite — on CUDA too, where other attention is one library
+    # call — and fuses its mask and softmax. (Only the math backend allowed: on every device.)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q, k = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1)
+    v, mask = make(2, 3, 8, 24, seed=2), make(1, 3, 8, 8, seed=3)
+    with sdpa_kernel([SDPBackend.MATH]):
+        check(lambda q, k, v, mask: F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                   scale=1.0),
+              q, k, v, mask, **MATMUL_TOLERANCE)
+        halves = [t.to(torch.bfloat16) for t in (q, k, v, mask)]
+        graph = check(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                      *halves)
+    assert "attention" not in graph.wrapper_source
+
+
 def test_transformer_block_modules():
     torch.manual_seed(0)
     block = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True).eval()

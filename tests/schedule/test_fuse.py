@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 from helpers import captured_log, check
 
+from ember.codegen.triton import readers
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.schedule.fuse import schedule
@@ -120,6 +121,35 @@ def test_costly_shared_values_are_computed_once():
     kernels = [s for s in plan.steps if isinstance(s, Kernel)]
     assert any(s.buffer.role == "temp" for k in kernels for s in k.stores)
     check(fn, torch.randn(8, 16))
+
+
+def test_a_residual_stream_is_stored_once_per_layer_not_recomputed_by_each():
+    # x = x + linear(norm(x)) per layer: each residual sum is read by the next layer's norm
+    # and by the next sum; inlined, the last layer's kernel would read every layer's output
+    def fn(x, w0, w1, w2, w3, w4):
+        for w in (w0, w1, w2, w3, w4):
+            x = x + F.layer_norm(x, (16,)) @ w
+        return x
+
+    args = (torch.randn(8, 16), *(torch.randn(16, 16) for _ in range(5)))
+    plan = _plan(fn, *args)
+    check(fn, *args, kernels=6)
+    kernels = [s for s in plan.steps if isinstance(s, Kernel)]
+    # every norm kernel but the first computes and stores the sum it normalizes; each reads
+    # one product (the layer's), none reads an earlier layer's
+    assert [len(k.stores) for k in kernels] == [1, 2, 2, 2, 2, 1]
+    read_by = readers(plan)
+    products = [s.outputs[0].root() for s in plan.steps if isinstance(s, LibraryCall)]
+    assert all(len(read_by[product]) == 1 for product in products)
+
+
+def test_an_output_viewing_a_library_result_is_that_result():
+    # a linear's result reshaped and returned (a model's logits): no copy kernel
+    def fn(x, w):
+        return torch.nn.functional.linear(x, w).reshape(2, 4, 6)
+
+    compiled = check(fn, torch.randn(8, 16), torch.randn(6, 16), kernels=0)
+    assert compiled.library_count == 1
 
 
 # Library ops that return a view of their operand (as_strided has no lowering rule; view(dtype)

@@ -1,0 +1,60 @@
+"""Where a zoo model's first call goes, on cold caches: the wall time and ember's compile
+stages (EMBER_LOGS=perf,kernels); with --profile, the main thread's hottest functions under
+cProfile (Triton's compiles run on other threads: their time shows only as waiting).
+
+    python3 -m ember.bench.zoo_first_call vit [--device cuda] [--profile] [--rows 30]
+
+Run it in a fresh process: the caches (ember's and Triton's) are pointed at empty folders.
+"""
+import argparse
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("model")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--rows", type=int, default=30)
+    parser.add_argument("--size", default="full", help="the zoo's config: full or tiny")
+    parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
+    parser.add_argument("--profile", action="store_true")
+    options = parser.parse_args()
+    if not options.warm:
+        cold = tempfile.mkdtemp(prefix="ember-first-call-")
+        os.environ["EMBER_CACHE_DIR"] = os.path.join(cold, "ember")
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(cold, "triton")
+    os.environ.setdefault("EMBER_LOGS", "perf,kernels")
+
+    import torch
+
+    import ember
+    from ember import config
+    from ember.bench import zoo
+
+    config.reload()  # (ember was imported with this module's package: read the folders again)
+
+    spec = zoo.find(options.model)
+    step, args = zoo.instantiate(spec, "infer", options.size, options.device)
+    step.model_slot[0] = ember.compile(step.model)
+    profiler = cProfile.Profile()
+    start = time.perf_counter()
+    with torch.no_grad():
+        if options.profile:
+            profiler.enable()
+        step(*args)
+        profiler.disable()
+        if options.device == "cuda":
+            torch.cuda.synchronize()
+    print(f"== {options.model}: first call {time.perf_counter() - start:.3f} s"
+          + (" (under cProfile)" if options.profile else ""))
+    if options.profile:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.rows)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(options.rows)
+
+
+if __name__ == "__main__":
+    main()
