@@ -226,18 +226,47 @@ def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
         return None
     attention = torch.ops.aten.scaled_dot_product_attention.default
     options = {name: bound[name] for name in _ATTENTION_ARGUMENTS[3:] if name in bound}
+    key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
+                                     if not isinstance(v, torch.Tensor))),
+           tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in tensors.items()),
+           _attention_switches())
+    if key not in _attention_layouts:  # (a model's layers ask the same: one run each)
+        _attention_layouts[key] = _attention_layout(device, tensors, options)
+    layout = _attention_layouts[key]
+    if layout is None:
+        # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
+        # are traced instead, as a meta tensor runs them, and fuse with their neighbours
+        return None
+    shape, strides, dtype = layout
+    out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+    tracer.call_library(attention, (bound["query"], bound["key"], bound["value"]), options, out)
+    return out
+
+
+_attention_layouts: dict[tuple, tuple | None] = {}
+
+
+def _attention_switches() -> tuple[bool, ...]:
+    """What eager's choice of attention kernel depends on besides the tensors."""
+    backends = torch.backends.cuda
+    return (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(),
+            backends.math_sdp_enabled(), backends.cudnn_sdp_enabled(),
+            torch.are_deterministic_algorithms_enabled())
+
+
+def _attention_layout(device: torch.device, tensors: dict[str, torch.Tensor],
+                      options: dict[str, Any]) -> tuple | None:
+    """(shape, strides, dtype) of eager's attention result on stand-ins of these tensors on
+    `device`, or None where eager would run the math composite."""
+    attention = torch.ops.aten.scaled_dot_product_attention.default
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                                device=device) for name, t in tensors.items()}
         if torch_internals.attention_uses_math(
                 stand_ins["query"], stand_ins["key"], stand_ins["value"],
                 stand_ins.get("attn_mask"), options):
-            # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
-            # are traced instead, as a meta tensor runs them, and fuse with their neighbours
             return None
         real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
                          **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
                                             if n in stand_ins}))
-    out = torch.empty_strided(real.shape, real.stride(), dtype=real.dtype, device="meta")
-    tracer.call_library(attention, (bound["query"], bound["key"], bound["value"]), options, out)
-    return out
+    return tuple(real.shape), real.stride(), real.dtype

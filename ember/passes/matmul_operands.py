@@ -24,17 +24,29 @@ aten = torch.ops.aten
 
 
 def transposed_weights(graph: Graph) -> int:
+    """mm(x, w.T) -> linear(x, w); addmm(b, x, w.T) with a bias per output column and no
+    scaling -> linear(x, w, b) (which eager's linear calls addmm for: the same product and
+    the same bias epilogue)."""
     def visit(node: Node) -> Node | None:
-        if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.mm.default:
+        if node.op is not Op.LIBRARY or node.attrs["tuple_result"]:
             return None
-        x, y = node.inputs
-        if y.op is not Op.PERMUTE or y.attrs["perm"] != (1, 0) or \
-                node.attrs["args"] != (Slot(0), Slot(1)) or node.attrs["kwargs"]:
+        target = node.attrs["target"]
+        if target is aten.mm.default and not node.attrs["kwargs"]:
+            bias, (x, y) = None, node.inputs
+        elif target is aten.addmm.default and node.attrs["kwargs"] in ({}, {"beta": 1,
+                                                                           "alpha": 1}):
+            bias, x, y = node.inputs
+            if bias.shape != (y.shape[1],) or bias.dtype != x.dtype:
+                return None
+        else:
             return None
-        weight = y.inputs[0]
-        call = graph.add(Op.LIBRARY, (x, weight), target=torch._C._nn.linear,
-                         args=(Slot(0), Slot(1)), kwargs={}, results=node.attrs["results"],
-                         tuple_result=False)
+        if node.attrs["args"] != tuple(Slot(i) for i in range(len(node.inputs))) or \
+                y.op is not Op.PERMUTE or y.attrs["perm"] != (1, 0):
+            return None
+        operands = (x, y.inputs[0]) if bias is None else (x, y.inputs[0], bias)
+        call = graph.add(Op.LIBRARY, operands, target=torch._C._nn.linear,
+                         args=tuple(Slot(i) for i in range(len(operands))), kwargs={},
+                         results=node.attrs["results"], tuple_result=False)
         call.strides = node.strides
         return call
 

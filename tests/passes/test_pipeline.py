@@ -36,3 +36,15 @@ def test_a_linear_layer_calls_linear_not_mm_of_a_transposed_view():
     graph = check(lambda x, w, b: torch.nn.functional.linear(x, w, b).relu(),
                   torch.randn(4, 8), torch.randn(3, 8), torch.randn(3), kernels=1)
     assert "op0(in0, in1)" in graph.wrapper_source and "as_strided" not in graph.wrapper_source
+
+
+def test_a_half_precision_linear_layer_with_bias_calls_linear():
+    # in bfloat16 the bias is added inside the library call (addmm with w.T): rewritten as
+    # linear(x, w, b), which eager's linear runs as that same addmm
+    from helpers import check
+
+    args = [torch.randn(4, 8).bfloat16(), torch.randn(3, 8).bfloat16(),
+            torch.randn(3).bfloat16()]
+    graph = check(lambda x, w, b: torch.nn.functional.linear(x, w, b), *args)
+    assert "op0(in0, in1, in2)" in graph.wrapper_source and \
+        "as_strided" not in graph.wrapper_source
