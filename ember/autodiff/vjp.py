@@ -451,6 +451,19 @@ def _dropout(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     return found
 
 
+def _memory_format_strides(x: Node) -> tuple[int, ...]:
+    """Strides of a tensor of x's shape in x's suggested memory format (channels-last, 2-d or
+    3-d, or row-major), as kernels that allocate `empty_like(x, suggest_memory_format())`
+    lay out their results."""
+    if x.strides is not None:
+        for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+            if x.ndim == rank:
+                strides = torch.empty(x.shape, device="meta", memory_format=memory_format).stride()
+                if tuple(x.strides) == strides and tuple(x.strides) != row_major(x.shape):
+                    return strides
+    return row_major(x.shape)
+
+
 def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
                 item: Callable[[int], Node]) -> list[Node | None]:
     """native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -471,11 +484,17 @@ def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     template = (Slot(0), Slot(1), Slot(2) if weight is not None else None, None, None,
                 Slot(len(operands) - 2), Slot(len(operands) - 1), True, args[7], wanted)
     channels = (x.shape[1],)
-    results = ((x.shape, x.dtype, row_major(x.shape)),
+    # eager's kernel lays grad_input out in the input's memory format (channels-last models);
+    # the incoming gradient is handed over in that format too, as eager's autograd has it
+    layout = _memory_format_strides(x)
+    results = ((x.shape, x.dtype, layout),
                (channels, x.dtype, row_major(channels)),
                (channels, x.dtype, row_major(channels)))
+    operand_strides = (layout, x.strides or row_major(x.shape)) + tuple(
+        row_major(o.shape) for o in operands[2:])
     call = b.graph.add(Op.LIBRARY, tuple(operands), target=aten.native_batch_norm_backward.default,
-                       args=template, kwargs={}, results=results, tuple_result=True)
+                       args=template, kwargs={}, results=results, tuple_result=True,
+                       operand_strides=operand_strides)
     parts = [b.graph.add(Op.ITEM, (call,), index=k) for k in range(3)]
     found: list[Node | None] = [None] * len(node.inputs)
     for k, slot in enumerate(slots[:3]):

@@ -21,3 +21,15 @@ def kernel_backend(request):
         pytest.skip("triton is not installed")
     with config.override(backend=request.param):
         yield request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked slow_in_interpreter is slow (tests/conftest.py) in its Triton case on the
+    CPU, where Triton's interpreter runs its kernels element by element."""
+    if DEVICE == "cuda":
+        return
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if item.get_closest_marker("slow_in_interpreter") is not None and callspec is not None \
+                and callspec.params.get("kernel_backend") == "triton":
+            item.add_marker(pytest.mark.slow)

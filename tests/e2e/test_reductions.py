@@ -58,6 +58,7 @@ def test_full_reductions():
     check(fn, make(7, 9), library=0)
 
 
+@pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
 def test_large_reductions_accumulate_accurately():
     # beyond one SIMD-friendly chunk and the parallel threshold, many rows
     x = make(600, 700) + 1.0
@@ -229,11 +230,13 @@ def test_large_reduced_float_reductions():
           rtol=5e-3, atol=5e-3, library=0)
 
 
+@pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
 def test_softmax_over_size_one_and_long_rows():
     check(lambda x, y: (F.softmax(x, 1), F.log_softmax(x, 1), F.softmax(y, 0), F.softmax(y, 1)),
           make(5, 1), make(3, 50000, low=-30, high=30), library=0)
 
 
+@pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
 def test_reduced_float_statistics_do_not_overflow(dtype):
     # 400000 elements: the element count and the sum pass float16's 65504; eager computes

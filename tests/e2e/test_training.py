@@ -219,6 +219,30 @@ def test_batch_norm_in_training_updates_running_statistics_once():
         torch.testing.assert_close(a, b, **TOLERANCE)  # parameters and running statistics
 
 
+def test_a_channels_last_batch_norm_trains_without_falling_back():
+    # eager's batch-norm backward lays the input's gradient out channels-last, as its input:
+    # ember's backward graph must say so, or its first call finds another layout and the
+    # graph runs eagerly from then on
+    def build():
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 4, 3, padding=1)).to(memory_format=torch.channels_last)
+
+    torch.manual_seed(0)
+    eager_model = build().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    x = torch.randn(2, 3, 8, 8, device="cpu").to(DEVICE, memory_format=torch.channels_last)
+    with watching_fallbacks() as fallbacks:
+        got = ember.compile(ember_model)(x)
+        got.square().sum().backward()
+    want = eager_model(x)
+    want.square().sum().backward()
+    assert not [m for m in fallbacks.messages if "eager" in m]
+    torch.testing.assert_close(got, want, **TOLERANCE)
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
 # -- a small GPT: embeddings, causal scaled_dot_product_attention, tied weights, cross entropy
 class CausalAttention(torch.nn.Module):
     def __init__(self, width: int, heads: int):

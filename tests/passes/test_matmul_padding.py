@@ -5,13 +5,13 @@ size threshold lowered so that small tensors take the path."""
 
 import pytest
 import torch
+from helpers import check, check_grad
 
 from ember import config
 from ember.ir import Graph, Op
 from ember.ir.library import Slot
 from ember.passes import matmul_operands, pipeline
 from ember.passes.matmul_operands import aligned_matmuls
-from helpers import check, check_grad
 
 
 @pytest.fixture

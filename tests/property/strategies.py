@@ -104,18 +104,22 @@ def grid_values(shape: tuple[int, ...], dtype: torch.dtype, seed: int,
     """Values on a grid every dtype holds exactly: multiples of 1/4 in [-2, 2] for floats
     (ties and exact zeros are common, as they are in real programs), small integers, bools;
     with `specials`, some NaN, inf, -inf and -0.0 among the floats."""
+    # (drawn on the CPU, whose generator this is, then moved to the default device: the
+    # whole suite runs on a GPU with EMBER_TEST_DEVICE=cuda)
     generator = torch.Generator().manual_seed(seed)
+    device = torch.get_default_device()
     if dtype is torch.bool:
-        return torch.randint(0, 2, shape, generator=generator).bool()
+        return torch.randint(0, 2, shape, generator=generator, device="cpu").bool().to(device)
     if dtype in INTEGERS:
-        return torch.randint(-6, 7, shape, generator=generator).to(dtype)
-    values = torch.randint(-8, 9, shape, generator=generator).double() / 4
+        return torch.randint(-6, 7, shape, generator=generator, device="cpu").to(device, dtype)
+    values = torch.randint(-8, 9, shape, generator=generator, device="cpu").double() / 4
     if specials and values.numel():
-        mask = torch.rand(shape, generator=generator) < 0.15
-        choice = torch.randint(0, 4, shape, generator=generator)
-        table = torch.tensor([math.nan, math.inf, -math.inf, -0.0], dtype=torch.float64)
+        mask = torch.rand(shape, generator=generator, device="cpu") < 0.15
+        choice = torch.randint(0, 4, shape, generator=generator, device="cpu")
+        table = torch.tensor([math.nan, math.inf, -math.inf, -0.0], dtype=torch.float64,
+                             device="cpu")
         values = torch.where(mask, table[choice], values)
-    return values.to(dtype)
+    return values.to(device, dtype)
 
 
 def materialize(shape: tuple[int, ...], dtype: torch.dtype, layout: Layout, seed: int,
@@ -537,7 +541,8 @@ class _Builder:
             index_shape = list(shape)
             index_shape[dim] = self.draw(st.sampled_from([1, 2, 3]))
             generator = torch.Generator().manual_seed(self.draw(st.integers(0, 2 ** 16)))
-            index = torch.randint(0, size, index_shape, generator=generator)
+            index = torch.randint(0, size, index_shape, generator=generator,
+                                  device="cpu").to(torch.get_default_device())
             text = (f"torch.gather({x.name}, {dim}, "
                     f"torch.tensor({index.tolist()}, dtype=torch.int64))")
         elif kind == "as_strided" and x.example.numel() > 0:
