@@ -22,6 +22,7 @@ import math
 import torch
 
 from ember.codegen.text import Scope
+from ember.codegen.triton_matmul import MatmulWriting
 from ember.codegen.triton_reductions import ReductionWriting, Workspace, render
 from ember.codegen.triton_rules import (
     SIGNATURE_TYPES,
@@ -93,7 +94,7 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
 
 
-class TritonKernelWriter(ReductionWriting):
+class TritonKernelWriter(ReductionWriting, MatmulWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
                  workspaces: dict | None = None, dependent_launch: bool = False):
         self.kernel = kernel
@@ -449,65 +450,6 @@ class TritonKernelWriter(ReductionWriting):
             return None
         return self.finish_kernel(root)
 
-    # -- a matmul computed first ---------------------------------------------------------
-    def product(self, offset: Expr) -> str:
-        """The product's value at this point of the tile: the accumulator, when read where
-        the kernel's own position is (anything else would need other tiles' values)."""
-        here = tuple(self.outer_index[d] for d in (0, 1))
-        expected = Expr.of(self.matmul.result.offset)
-        for position, stride in zip(here, self.matmul.result.strides):
-            expected = expected + position * stride
-        if render(offset) != render(expected):
-            self.reads_product_elsewhere = True
-            if not self.analysis:
-                raise AssertionError(f"{self.kernel.name} reads its matmul's result elsewhere "
-                                     f"than at its own position")
-        return "acc"
-
-    def matmul_header(self, root: Scope) -> None:
-        """Program -> (row tile, column tile); the product of that tile accumulated in fp32;
-        x, the flat position the pointwise work indexes by, as a [BLOCK_M, BLOCK_N] block."""
-        mm, tiling = self.matmul, self.tiling
-        m, n = self.kernel.shape
-        k = mm.a.shape[1]
-        a, b = self.argument(mm.a), self.argument(mm.b)
-        sa_m, sa_k = mm.a.strides
-        sb_k, sb_n = (mm.b.strides[1], mm.b.strides[0]) if mm.b_transposed else mm.b.strides
-        columns = -(-n // tiling.block_n)
-        row_tile = f"(tl.program_id(0) // {columns})" if columns > 1 else "tl.program_id(0)"
-        lines = [f"rm = {row_tile} * BLOCK_M + tl.arange(0, BLOCK_M)",
-                 f"rn = (tl.program_id(0) % {columns}) * BLOCK_N + tl.arange(0, BLOCK_N)"
-                 if columns > 1 else "rn = tl.arange(0, BLOCK_N)",
-                 f"x = rm[:, None] * {n} + rn[None, :]",
-                 "acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
-                 f"for k0 in range(0, {k}, BLOCK_K):",
-                 "    rk = k0 + tl.arange(0, BLOCK_K)"]
-        def bounds(*checks: tuple[str, int, int]) -> str:
-            """The mask of the lanes inside the matrix, for the dims a tile can overrun."""
-            return " & ".join(f"({index} < {extent})" for index, extent, block in checks
-                              if extent % block)
-
-        a_mask = bounds(("rm[:, None]", m, tiling.block_m), ("rk[None, :]", k, tiling.block_k))
-        b_mask = bounds(("rk[:, None]", k, tiling.block_k), ("rn[None, :]", n, tiling.block_n))
-        a_load = _pointer(a, mm.a.offset, ("rm[:, None]", sa_m), ("rk[None, :]", sa_k))
-        b_load = _pointer(b, mm.b.offset, ("rk[:, None]", sb_k), ("rn[None, :]", sb_n))
-        lines.append(f"    a = tl.load({a_load}" + (f", mask={a_mask}, other=0)" if a_mask
-                                                      else ")"))
-        lines.append(f"    b = tl.load({b_load}" + (f", mask={b_mask}, other=0)" if b_mask
-                                                      else ")"))
-        # float32 operands: exact products as cuBLAS's (no TF32); half: tensor cores
-        precision = f', input_precision="{tiling.precision}"' \
-            if mm.a.dtype is torch.float32 else ""
-        lines.append(f"    acc += tl.dot(a, b{precision})")
-        if mm.result.dtype is torch.float16:  # eager's product is rounded to half
-            lines.append("acc = acc.to(tl.float16).to(tl.float32)")
-        for line in lines:
-            self.emit(root, line)
-        self.deps["x"] = self.deps["acc"] = frozenset({"x"})
-        if m % tiling.block_m or n % tiling.block_n:
-            self.masks["x"] = "xmask"
-            self.emit(root, f"xmask = (rm[:, None] < {m}) & (rn[None, :] < {n})")
-
     def header(self, root: Scope) -> None:
         tiling = self.tiling
         if self.matmul is not None:
@@ -599,12 +541,6 @@ class TritonKernelWriter(ReductionWriting):
         full = any(f"i{d}" in e.variables() for item in self.kernel.stores
                    for e in store_index(item.node.shape, space) for d in self.kernel.axes)
         return self.tiling.parts if full else 1
-
-
-def _pointer(base: str, offset: int, *terms: tuple[str, int]) -> str:
-    parts = [base] + ([str(offset)] if offset else [])
-    parts += [f"{index} * {stride}" if stride != 1 else index for index, stride in terms]
-    return " + ".join(parts)
 
 
 def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
