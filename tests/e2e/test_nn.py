@@ -179,8 +179,7 @@ def test_attention_decomposed_by_hand():
 
 
 def test_scaled_dot_product_attention():
-    # on CUDA one library call each, as eager calls it (its fused kernels' rounding and
-    # layout); on the CPU matmul and softmax kernels
+    # one library call each, as eager calls it (its fused kernels' rounding and layout)
     q, k, v = make(2, 3, 8, 16), make(2, 3, 8, 16, seed=1), make(2, 3, 8, 16, seed=2)
     check(lambda q, k, v: (F.scaled_dot_product_attention(q, k, v),
                            F.scaled_dot_product_attention(q, k, v, is_causal=True)),
