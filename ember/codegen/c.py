@@ -22,6 +22,7 @@ import torch
 from ember import config
 from ember.codegen.c_loops import plan_groups
 from ember.codegen.c_rules import (
+    INCLUDES,
     PRELUDE,
     STORAGE_TYPES,
     c_rules,
@@ -603,6 +604,6 @@ def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:
 def write_source(plan: Plan) -> tuple[str, list[KernelSource]]:
     """One C file holding every kernel of the plan."""
     sources = [write_kernel(kernel, plan) for kernel in plan.kernels]
-    text = "\n\n".join([PRELUDE.strip(), vector_math_declarations(),
+    text = "\n\n".join([INCLUDES.strip(), vector_math_declarations(), PRELUDE.strip(),
                         *(source.text for source in sources)]) + "\n"
     return text, sources

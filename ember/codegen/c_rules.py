@@ -32,11 +32,16 @@ VECTOR_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "
                "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                "erf", "erfc", "pow", "atan2", "hypot")
 
-PRELUDE = r"""
+INCLUDES = """
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
+"""
 
+# (after vector_math_declarations in the file: a helper that calls expf, as ember_erff does,
+# must see its SIMD declaration, or a loop that calls the helper is not vectorized)
+PRELUDE = r"""
 static inline float ember_maximumf(float a, float b) { return (a != a || a > b) ? a : b; }
 static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
 static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
@@ -90,6 +95,17 @@ static inline float ember_round_bf16(float f) {
     return ember_bf16_to_float(ember_float_to_bf16(f));
 }
 static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
+/* c ? a : b as bit masks: gcc (12) turns a plain select whose arm calls a vector function
+   (expf) into a branch around the call, and a loop with a branch does not vectorize. */
+static inline float ember_pickf(int c, float a, float b) {
+    uint32_t ua, ub, mask = -(uint32_t)(c != 0), r;
+    float f;
+    memcpy(&ua, &a, 4);
+    memcpy(&ub, &b, 4);
+    r = (ua & mask) | (ub & ~mask);
+    memcpy(&f, &r, 4);
+    return f;
+}
 /* erf in float, branch-free so that it vectorizes: an odd Taylor polynomial near zero (exact
    to float rounding for |x| < 0.5) and Abramowitz & Stegun 7.1.26 beyond (error < 1.5e-7). */
 static inline float ember_erff(float x) {
@@ -101,7 +117,7 @@ static inline float ember_erff(float x) {
     float r = (((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t
               + 0.254829592f;
     float far = copysignf(1.0f - r * t * expf(-s), x);
-    return a < 0.5f ? near : far;
+    return ember_pickf(a < 0.5f, near, far);
 }
 static inline int64_t ember_clamp_index(int64_t i, int64_t n) {
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
