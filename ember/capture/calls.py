@@ -23,6 +23,7 @@ from ember.capture import attributes, container_methods, numbers, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
+from ember.capture.symbols import tracked_size
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -182,7 +183,7 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
         keywords = {k: python_value(v) for k, v in kwargs.items()}
         result = getattr(fake, name)(*values, **keywords)
         if isinstance(result, torch.Size):
-            return SequenceValue([Const(int(d)) for d in result], torch.Size)
+            return SequenceValue([Const(tracked_size(d)) for d in result], torch.Size)
         return semantics.constant(result)
     operands, kwargs = numbers.method_numbers(session, name, [tensor, *args], kwargs)
     return session.builder.call("call_method", name, tuple(operands), kwargs)
