@@ -371,11 +371,15 @@ def modules_still_plain(handles_made: int, modules: list[torch.nn.Module],
 # fake tensors on it, costs many times the static path (see notes/2026-12-dynamic-shapes-*).
 def make_symbolic_fake_mode() -> tuple[Any, Any]:
     """A FakeTensorMode over a fresh ShapeEnv (symbols, their ranges and the guards that
-    branching on them records), and the ShapeEnv."""
+    branching on them records), and the ShapeEnv. Sizes are static unless symbolic_fake
+    asks (a tensor the fake mode meets on its own stays static), and a data-dependent size
+    (nonzero, a boolean mask) raises as without a ShapeEnv: a graph break, not an unbacked
+    symbol."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    shape_env = ShapeEnv()
+    shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
+                         allow_dynamic_output_shape_ops=False)
     return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True), shape_env
 
 

@@ -60,7 +60,7 @@ class GraphBuilder:
         fake = self.shapes.fake_tensor(tensor, source)
         if fake is None:
             self.guards.add("tensor", source, tensor_signature(tensor))
-            fake = self.fake_mode.from_tensor(tensor)
+            fake = self.shapes.static_fake(tensor, source)
         else:  # (symbolic sizes and strides: checked by the relations, symbols.Shapes)
             signature = tensor_signature(tensor)
             symbolic = any(isinstance(s, torch.SymInt) for s in fake.stride())

@@ -30,6 +30,32 @@ def tracked_size(value: Any) -> Any:
     return value if isinstance(value, torch.SymInt) else int(value)
 
 
+def has_symbols(values: Any) -> bool:
+    if isinstance(values, SYMBOLIC):
+        return True
+    if isinstance(values, (list, tuple)):
+        return any(has_symbols(v) for v in values)
+    if isinstance(values, dict):
+        return any(has_symbols(v) for v in values.values())
+    return False
+
+
+def specialized(values: Any, why: str = "") -> Any:
+    """`values` with each symbolic size replaced by its value now — guarded by the ShapeEnv,
+    so the capture stays right, only specialized (said on EMBER_LOGS=recompiles)."""
+    if isinstance(values, SYMBOLIC):
+        if why:
+            logs.channel("recompiles").info("a symbolic size is specialized to its value: %s",
+                                            why)
+        return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[
+            type(values)](values)
+    if isinstance(values, (list, tuple)) and has_symbols(values):
+        return type(values)(specialized(v, why) for v in values)
+    if isinstance(values, dict) and has_symbols(values):
+        return {k: specialized(v, why) for k, v in values.items()}
+    return values
+
+
 # -- marks ----------------------------------------------------------------------------------
 def mark_dynamic(tensor: torch.Tensor, dim: int, min: int | None = None,  # noqa: A002
                  max: int | None = None) -> None:  # noqa: A002  (torch's names)
@@ -216,6 +242,14 @@ class Shapes:
         self._name_new_symbols()
         self.strided.append((source, fake))
         return fake
+
+    def static_fake(self, tensor: torch.Tensor, source: Source) -> torch.Tensor:
+        """A fake with every size a constant (on a ShapeEnv too: it would otherwise make
+        symbols of its own for a tensor without a source)."""
+        if not self.symbolic:
+            return self.fake_mode.from_tensor(tensor)
+        return torch_internals.symbolic_fake(self.fake_mode, tensor, source.expr(),
+                                             [None] * tensor.dim())
 
     def int_symbol(self, value: int, source: Source) -> torch.SymInt | None:
         """A symbolic int for a number from the call that the policy makes a symbol."""
