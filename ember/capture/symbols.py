@@ -139,7 +139,10 @@ class DynamicPolicy:
                     "%s: %s is marked dynamic at dims %s, but dynamic=False specializes it",
                     where, name, sorted(marked))
             return [None] * tensor.dim()
-        parameter = isinstance(tensor, torch.nn.Parameter)
+        # parameters stay static; so do a module's buffers under dynamic=True (as in torch:
+        # a model's state does not change shape; automatic dynamic still catches one that does)
+        parameter = isinstance(tensor, torch.nn.Parameter) or (
+            self.dynamic is True and _module_state(source))
         ranges: list[tuple[int, int | None] | None] = []
         for dim, size in enumerate(tensor.shape):
             if dim in marked:
@@ -166,6 +169,17 @@ class DynamicPolicy:
         if self.dynamic is False or type(value) is not int:
             return False
         return self.frame.changed_int(source.expr(), value) and value >= SMALLEST_SYMBOL
+
+
+def _module_state(source: Source) -> bool:
+    """Is the tensor an entry of a module's tables (`self._buffers['running_mean']`)?"""
+    from ember.capture.sources import EntrySource
+
+    while source is not None:
+        if isinstance(source, EntrySource):
+            return True
+        source = getattr(source, "base", None)
+    return False
 
 
 class NeedsSymbols(BaseException):
