@@ -23,6 +23,7 @@ from ember.capture.symbols import (
     CannotRebuild,
     DynamicPolicy,
     Shapes,
+    specialized,
     tracked_size,
 )
 from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
@@ -107,11 +108,11 @@ class GraphBuilder:
         compute it (a float of sizes, a function of them it has no operator for), the
         size's value now, guarded: correct, only specialized."""
         if not isinstance(value, torch.SymInt):
-            return _specialized(value)
+            return specialized(value, "an operation takes a symbolic float or bool")
         try:
             return self.shapes.fx_node(self, value)
         except CannotRebuild as error:
-            return _specialized(value, str(error))
+            return specialized(value, f"the graph cannot compute {error}")
 
     def _name(self, expr: str) -> str:
         base = "".join(c if c.isalnum() else "_" for c in expr).strip("_")[:48] or "input"
@@ -205,15 +206,6 @@ def _name_of(target: Any) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
-def _specialized(value: Any, why: str = "") -> Any:
-    from ember import logs
-
-    if why:
-        logs.channel("recompiles").info("a size computed as %s is specialized to its value "
-                                        "(the graph cannot compute it)", why)
-    return {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)](value)
-
-
 def _convert(value: Any, tensor: Any, size: Any, number: Any = None) -> Any:
     """Tracked values -> Python arguments, tensors given by `tensor(value)`, symbolic sizes
     by `number(value)`."""
@@ -241,7 +233,7 @@ def _convert(value: Any, tensor: Any, size: Any, number: Any = None) -> Any:
                       "cannot be passed to a tensor operation")
 
 
-def to_fx(value: Any, number: Any = _specialized) -> Any:
+def to_fx(value: Any, number: Any = specialized) -> Any:
     """Tracked values -> FX node arguments (a torch.Size stays a tuple of ints there; a
     symbolic size is `number(size)`: the node computing it)."""
     return _convert(value, lambda t: t.node, tuple, number)
