@@ -510,7 +510,11 @@ class ShapeSpecialized:
     concrete input signature by `compile`: one capture serves the family of shapes, but the
     kernels are still built per shape until the IR carries symbolic sizes (issue 18, stage
     2). The EMBER_SHAPE_COMPILES most recently used shapes are kept; each compile and each
-    drop is said on EMBER_LOGS=recompiles."""
+    drop is said on EMBER_LOGS=recompiles.
+
+    Past EMBER_RECOMPILE_LIMIT shape compiles a shape not kept runs the graph eagerly (its
+    FX module, op by op, as eager runs them): a decoding loop whose cache grows a token a
+    step would otherwise build kernels at every step, costing far more than eager."""
 
     def __init__(self, gm: torch.fx.GraphModule, compile: Callable, label: str):
         self.gm = gm
@@ -518,16 +522,27 @@ class ShapeSpecialized:
         self.label = label
         self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
         self.compiles = 0
+        self.eager_calls = 0
 
     def __call__(self, *args: Any) -> Any:
         key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
                     if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
         compiled = self.cache.get(key)
-        if compiled is None:
-            compiled = self._compile(key, args)
-        else:
+        if compiled is not None:
             self.cache.move_to_end(key)
+        elif self.compiles >= config.settings.recompile_limit:
+            return self._run_eagerly(args)
+        else:
+            compiled = self._compile(key, args)
         return compiled(*args)
+
+    def _run_eagerly(self, args: tuple) -> Any:
+        if not self.eager_calls:
+            logs.channel("recompiles").warning(
+                "%s: %d shapes compiled (EMBER_RECOMPILE_LIMIT); new shapes run eagerly until "
+                "kernels take symbolic sizes (issue 18, stage 2)", self.label, self.compiles)
+        self.eager_calls += 1
+        return self.gm(*args)
 
     def _compile(self, key: tuple, args: tuple) -> Callable:
         self.compiles += 1

@@ -258,3 +258,14 @@ def test_ember_backend_compiles_per_shape_under_one_capture():
     assert len(compiled.records) == 1
     specialized = compiled.records[0].compiled
     assert specialized.compiles == 4 and len(specialized.cache) == 2  # (3 dropped, then again)
+
+
+def test_past_the_recompile_limit_new_shapes_run_eagerly():
+    # a growing size (a decoding loop's cache) must not build kernels at every call
+    compiled = ember.compile(lambda x: (x * 2).sum(-1) + x.shape[0], dynamic=True)
+    with config.override(recompile_limit=3):
+        for b in [3, 4, 5, 6, 7, 3]:
+            same(compiled(t(b, 4, seed=b)), (t(b, 4, seed=b) * 2).sum(-1) + b)
+    specialized = compiled.records[0].compiled
+    assert len(compiled.records) == 1
+    assert specialized.compiles == 3 and specialized.eager_calls == 2  # (6 and 7; 3 is kept)
