@@ -10,9 +10,11 @@ from ember import config
 from ember.api import compile, explain, graph_break, reset
 from ember.backends import backend
 from ember.bench.harness import benchmark
+from ember.capture.symbols import mark_dynamic, mark_static
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
 
-__all__ = ["backend", "benchmark", "compile", "config", "explain", "graph_break", "reset"]
+__all__ = ["backend", "benchmark", "compile", "config", "explain", "graph_break", "mark_dynamic",
+           "mark_static", "reset"]
 __version__ = "0.1.0"

@@ -30,6 +30,7 @@ from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import MISS, compile_guarded_runner, compile_guards, first_failure
+from ember.capture.symbols import DynamicPolicy, FrameSizes
 from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed
 
@@ -49,8 +50,15 @@ def resolve_backend(backend: str | Callable) -> Callable:
 
         return ember_backend
     if backend == "eager":
-        return lambda gm, example_inputs: gm.forward
+        return _eager_backend
     return torch_internals.lookup_dynamo_backend(backend)
+
+
+def _eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+    return gm.forward
+
+
+_eager_backend.serves_any_shape = True  # (a graph with symbolic sizes needs no per-shape copy)
 
 
 @dataclasses.dataclass
@@ -227,6 +235,9 @@ class CompiledFunction:
                                          inspect.CO_ASYNC_GENERATOR):
             raise TypeError(f"ember.compile cannot compile {function.__qualname__}: it is a "
                             "generator or coroutine function; compile the code it calls")
+        if dynamic not in (None, True, False):
+            raise ValueError(f"ember.compile: dynamic must be None, True or False, got "
+                             f"{dynamic!r}")
         if mode not in MODES:
             raise ValueError(f"ember.compile: unknown mode {mode!r}; use one of "
                              f"{', '.join(repr(m) for m in MODES)}")
@@ -243,6 +254,7 @@ class CompiledFunction:
         self.entries: list[CacheEntry] = []
         self.records: list[CaptureRecord] = []
         self.given_up = False
+        self.frame_sizes = FrameSizes()  # (sizes its captures saw: automatic dynamic)
         # (see EAGER_CALLS_BEFORE_DIRECT) what __call__ calls at once, in the grad modes of
         # `direct_modes`; and how many calls in a row ran eagerly since the last capture
         self.direct: Callable | None = None
@@ -272,6 +284,7 @@ class CompiledFunction:
         self.entries.clear()
         self.records.clear()
         self.given_up = False
+        self.frame_sizes = FrameSizes()
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
@@ -389,7 +402,9 @@ class CompiledFunction:
             return CacheEntry(lambda arguments: True, self.caller, None, "", refusal)
         if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
             _warm_up_triton()  # beside the capture and the lowering
-        captured, session, error = capture(self.function, arguments, self.fullgraph)
+        captured, session, error = capture(self.function, arguments, self.fullgraph,
+                                           DynamicPolicy(self.dynamic, self.frame_sizes),
+                                           self.where)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
                                         mode=self.mode, backend=self.backend_option))
@@ -409,8 +424,18 @@ class CompiledFunction:
             return CacheEntry(guard, self.caller, None, text, error,
                               call=_counted_eager_call(self, guard))
         compiled = _passthrough(captured.graph_module)
+        if compiled is None and captured.symbolic and \
+                not getattr(self.backend, "serves_any_shape", False):
+            from ember.backends import ShapeSpecialized
+
+            compiled = ShapeSpecialized(captured.graph_module, self.backend, self.where)
         if compiled is None:
             compiled = self.backend(captured.graph_module, list(captured.example_inputs))
+        if captured.symbolic:
+            symbols = captured.guards.symbol_reads
+            logs.channel("recompiles").info(
+                "%s: captured with symbolic sizes %s", self.where, ", ".join(
+                    f"{name} = {read.describe()}" for name, read in symbols.items()))
         cuda_graph = None
         if self.mode in CUDA_GRAPH_MODES and not getattr(compiled, "passthrough", False):
             compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),

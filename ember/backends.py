@@ -9,6 +9,7 @@ never stops the user's program.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import itertools
 import time
@@ -51,7 +52,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     if config.settings.disable:
         return EagerGraph(gm, "EMBER_DISABLE=1")
     if any(torch_internals.is_symbolic(x) for x in example_inputs):
-        return ShapeSpecialized(gm)
+        return ShapeSpecialized(gm, compile_graph, f"graph{next(_labels)}")
     return compile_graph(gm, example_inputs)
 
 
@@ -240,6 +241,9 @@ def explaining_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> C
 
     run.islands = island_report(gm, example_inputs)
     return run
+
+
+explaining_backend.serves_any_shape = True  # (it runs the graph as eager does)
 
 
 def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
@@ -502,16 +506,56 @@ def _fetch(module: torch.nn.Module, target: str) -> Any:
 
 
 class ShapeSpecialized:
-    """For graphs Dynamo made shape-symbolic: compile once per concrete input signature."""
+    """A graph whose sizes are symbols (Dynamo's, or an ember capture's), compiled once per
+    concrete input signature by `compile`: one capture serves the family of shapes, but the
+    kernels are still built per shape until the IR carries symbolic sizes (issue 18, stage
+    2). The EMBER_SHAPE_COMPILES most recently used shapes are kept; each compile and each
+    drop is said on EMBER_LOGS=recompiles.
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    Past EMBER_RECOMPILE_LIMIT shape compiles a shape not kept runs the graph eagerly (its
+    FX module, op by op, as eager runs them): a decoding loop whose cache grows a token a
+    step would otherwise build kernels at every step, costing far more than eager."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compile: Callable, label: str):
         self.gm = gm
-        self.cache: dict[Any, Callable] = {}
+        self.compile = compile
+        self.label = label
+        self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
+        self.compiles = 0
+        self.eager_calls = 0
 
     def __call__(self, *args: Any) -> Any:
         key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
                     if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
         compiled = self.cache.get(key)
-        if compiled is None:
-            compiled = self.cache[key] = compile_graph(self.gm, list(args))
+        if compiled is not None:
+            self.cache.move_to_end(key)
+        elif self.compiles >= config.settings.recompile_limit:
+            return self._run_eagerly(args)
+        else:
+            compiled = self._compile(key, args)
         return compiled(*args)
+
+    def _run_eagerly(self, args: tuple) -> Any:
+        if not self.eager_calls:
+            logs.channel("recompiles").warning(
+                "%s: %d shapes compiled (EMBER_RECOMPILE_LIMIT); new shapes run eagerly until "
+                "kernels take symbolic sizes (issue 18, stage 2)", self.label, self.compiles)
+        self.eager_calls += 1
+        return self.gm(*args)
+
+    def _compile(self, key: tuple, args: tuple) -> Callable:
+        self.compiles += 1
+        channel = logs.channel("recompiles")
+        shapes = [list(k[0]) if isinstance(args[i], torch.Tensor) else k[1]
+                  for i, k in enumerate(key)]
+        channel.info("%s: symbolic sizes, compiled for the concrete shapes %s (kernels are "
+                     "per shape until issue 18's stage 2; shape compile %d)", self.label,
+                     shapes, self.compiles)
+        compiled = self.cache[key] = self.compile(self.gm, list(args))
+        while len(self.cache) > max(1, config.settings.shape_compiles):
+            dropped, _ = self.cache.popitem(last=False)
+            channel.info("%s: dropped the compiled version for shapes %s (least recently "
+                         "used; EMBER_SHAPE_COMPILES)", self.label,
+                         [list(k[0]) if isinstance(k[0], tuple) else k[1] for k in dropped])
+        return compiled

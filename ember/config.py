@@ -56,6 +56,10 @@ FLAGS: tuple[Flag, ...] = (
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
     Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
          "compiled versions kept per function before it runs eagerly with a warning"),
+    Flag("shape_compiles", "EMBER_SHAPE_COMPILES", "8", int,
+         "a graph with symbolic sizes is still compiled per concrete shape by ember's "
+         "backend (issue 18, stage 1): how many shapes' compiled versions each keeps, least "
+         "recently used dropped"),
     Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "1", _flag,
          "Triton on Hopper and later: launch kernels as programmatic dependent launches "
          "(each starts while the one before it finishes; see codegen/triton.write_module)"),
@@ -84,6 +88,7 @@ class Settings:
     cflags: list[str]
     parallel_threshold: int
     recompile_limit: int
+    shape_compiles: int
     dependent_launch: bool
     triton_file_key: bool
     matmul_epilogue: bool

@@ -364,3 +364,120 @@ def modules_still_plain(handles_made: int, modules: list[torch.nn.Module],
     if RemovableHandle.next_id == handles_made:
         return True
     return not any(module_has_hooks(module) for module in modules)
+
+
+# -- symbolic sizes (ember/capture/symbols.py) ---------------------------------------------
+# NOTE: only captures that asked for a symbol come here: creating a ShapeEnv, and running
+# fake tensors on it, costs many times the static path (see notes/2026-12-dynamic-shapes-*).
+def make_symbolic_fake_mode() -> tuple[Any, Any]:
+    """A FakeTensorMode over a fresh ShapeEnv (symbols, their ranges and the guards that
+    branching on them records), and the ShapeEnv. Sizes are static unless symbolic_fake
+    asks (a tensor the fake mode meets on its own stays static), and a data-dependent size
+    (nonzero, a boolean mask) raises as without a ShapeEnv: a graph break, not an unbacked
+    symbol."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
+                         allow_dynamic_output_shape_ops=False)
+    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True), shape_env
+
+
+def _named(name: str) -> Any:
+    """A torch source that only carries a name (ember's source expression): the ShapeEnv
+    needs one per symbol, and names the symbol's origin by it (symbol_origins reads it)."""
+    from torch._dynamo.source import ConstantSource
+
+    return ConstantSource(name)
+
+
+def symbolic_fake(fake_mode: Any, tensor: torch.Tensor, name: str,
+                  ranges: list[tuple[int, int | None] | None]) -> torch.Tensor:
+    """A fake of `tensor` whose dims with a range (min, max or None) are symbols, the others
+    static."""
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        StatelessSymbolicContext,
+        StrictMinMaxConstraint,
+    )
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    dynamic = [DimDynamic.STATIC if r is None else DimDynamic.DYNAMIC for r in ranges]
+    constraints = [None if r is None else StrictMinMaxConstraint(
+        vr=ValueRanges(r[0], _unbounded() if r[1] is None else r[1]), warn_only=False)
+        for r in ranges]
+    context = StatelessSymbolicContext(dynamic_sizes=dynamic, constraint_sizes=constraints)
+    return fake_mode.from_tensor(tensor, source=_named(name), symbolic_context=context)
+
+
+def _unbounded() -> Any:
+    from torch.utils._sympy.numbers import int_oo
+
+    return int_oo
+
+
+def symbolic_int(shape_env: Any, value: int, name: str) -> torch.SymInt:
+    """A symbolic int whose hint is `value` (a Python int from the call, used as a size)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    source = _named(name)
+    symbol = shape_env.create_symbol(value, source, dynamic_dim=DimDynamic.DYNAMIC)
+    return shape_env.create_symintnode(symbol, hint=value, source=source)
+
+
+def expression_of(value: Any) -> Any:
+    """The sympy expression a SymInt/SymFloat/SymBool stands for."""
+    return value.node.expr
+
+
+def symbol_origins(shape_env: Any) -> dict[Any, tuple[str, str | None, int | None]]:
+    """Each symbol's first origin: (the name symbolic_fake/symbolic_int was given, "size" /
+    "stride" / "storage_offset" or None for an int, the dim or None)."""
+    origins = {}
+    for symbol, sources in shape_env.var_to_sources.items():
+        source = sources[0]
+        base = getattr(source, "base", None)
+        if base is None:
+            origins[symbol] = (source.name, None, None)
+        else:
+            kind = source.prop.name.lower()
+            origins[symbol] = (base.name, kind, source.idx)
+    return origins
+
+
+def symbol_range(shape_env: Any, symbol: Any) -> tuple[int, int | None]:
+    """The range a symbol is known to lie in (after the guards): (lower, upper or None)."""
+    import sympy
+
+    bounds = shape_env.var_to_range[symbol]
+    upper = bounds.upper
+    return int(bounds.lower), (None if upper in (_unbounded(), sympy.oo) else int(upper))
+
+
+def shape_guards(shape_env: Any) -> list[Any]:
+    """The relations the ShapeEnv recorded while fake tensors branched on symbols (sympy
+    booleans), in the order they were met."""
+    return [guard.expr for guard in shape_env.guards]
+
+
+def render_python(expression: Any, names: dict[Any, str]) -> str:
+    """A sympy expression over symbols as Python source, symbols renamed by `names`."""
+    import sympy
+    from torch.utils._sympy.printers import PythonPrinter
+
+    renamed = expression.xreplace({s: sympy.Symbol(n, integer=True) for s, n in names.items()})
+    return PythonPrinter().doprint(renamed)
+
+
+def dynamo_dim_marks(tensor: torch.Tensor) -> tuple[dict[int, tuple[int | None, int | None]],
+                                                    set[int]]:
+    """torch._dynamo.mark_dynamic / maybe_mark_dynamic / mark_static marks on a tensor:
+    ({dim: (min, max)} to make symbolic, {dims} to keep static)."""
+    dynamic: dict[int, tuple[int | None, int | None]] = {}
+    marked = getattr(tensor, "__dict__", {})
+    for dim in (*marked.get("_dynamo_dynamic_indices", ()),
+                *marked.get("_dynamo_weak_dynamic_indices", ())):
+        dynamic[dim] = (None, None)
+    for bounds in marked.get("_dynamo_dynamic_range", ()):
+        dynamic[bounds.dim] = (bounds.min, bounds.max)
+    return dynamic, set(marked.get("_dynamo_static_indices", ()))

@@ -114,7 +114,8 @@ def test_a_function_with_a_compiled_version_is_never_called_directly():
 
 
 def test_past_the_recompile_limit_kept_versions_serve_until_none_did_for_a_while():
-    compiled = ember.compile(lambda x, n: x.repeat(n), backend="eager")  # (n: a shape)
+    # (n: a shape; dynamic=False, or automatic dynamic would serve every n from one capture)
+    compiled = ember.compile(lambda x, n: x.repeat(n), backend="eager", dynamic=False)
     x = t(2)
     with config.override(recompile_limit=2):
         for n in (1, 2, 3):  # (3: past the limit, eager)

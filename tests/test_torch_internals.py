@@ -1,6 +1,7 @@
 """Each private torch API ember uses exists and behaves as ember expects on the installed
 torch (ember/torch_internals.py is the only module that imports them)."""
 
+import pytest
 import torch
 
 from ember import torch_internals
@@ -315,3 +316,39 @@ def test_attention_backend_choice_sees_the_math_composite():
         # (the CPU's flash kernel takes these; values of another head size only the composite)
         assert not torch_internals.attention_uses_math(q, q, q, None, {"is_causal": True})
         assert torch_internals.attention_uses_math(q, q, torch.randn(2, 4, 8, 32), None, {})
+
+
+def test_symbolic_fakes_ints_ranges_guards_and_their_rendering():
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    x = torch_internals.symbolic_fake(fake_mode, torch.randn(6, 4), "L['x']",
+                                      [(2, None), None])
+    n = torch_internals.symbolic_int(shape_env, 5, "L['n']")
+    assert isinstance(x.shape[0], torch.SymInt) and x.shape[1] == 4 and isinstance(n, torch.SymInt)
+    origins = torch_internals.symbol_origins(shape_env)
+    assert sorted(origins.values(), key=str) == [("L['n']", None, None), ("L['x']", "size", 0)]
+    names = {symbol: f"s{k}" for k, symbol in enumerate(origins)}
+    half = x.shape[0] // 2
+    assert torch_internals.render_python(torch_internals.expression_of(half), names) in (
+        "s0//2", "(s0//2)", "s0 // 2")
+    assert bool(x.shape[0] > 3)  # (branching records a guard)
+    guards = [torch_internals.render_python(g, names) for g in
+              torch_internals.shape_guards(shape_env)]
+    assert guards == ["s0 > 3"]
+    symbol = next(iter(origins))
+    assert torch_internals.symbol_range(shape_env, symbol) == (4, None)
+    # a tensor the fake mode meets without a context stays static; data-dependent sizes raise
+    with fake_mode:
+        y = fake_mode.from_tensor(torch.randn(3, 2))
+        assert y.shape == (3, 2)
+        with pytest.raises(torch_internals.data_dependent_errors()):
+            torch.nonzero(y)
+
+
+def test_dynamo_dim_marks_are_read():
+    x = torch.randn(4, 5, 6)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=64)
+    torch._dynamo.maybe_mark_dynamic(x, 2)
+    torch._dynamo.mark_static(x, 1)
+    dynamic, static = torch_internals.dynamo_dim_marks(x)
+    assert dynamic == {0: (2, 64), 2: (None, None)} and static == {1}
+    assert torch_internals.dynamo_dim_marks(torch.randn(2)) == ({}, set())

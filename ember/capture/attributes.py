@@ -15,6 +15,7 @@ from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import field_names, python_value
 from ember.capture.sources import AttrSource, EntrySource
+from ember.capture.symbols import tracked_size
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -112,7 +113,7 @@ def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
     if name in _TENSOR_CONSTANT_ATTRIBUTES:
         return Const(getattr(fake, name))
     if name == "shape":
-        return SequenceValue([Const(int(d)) for d in fake.shape], torch.Size)
+        return SequenceValue([Const(tracked_size(d)) for d in fake.shape], torch.Size)
     if name == "T":
         return session.builder.call("call_method", "permute", (value,),
                                     {"dims": Const(tuple(reversed(range(fake.ndim))))})

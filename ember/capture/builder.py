@@ -1,7 +1,9 @@
 """The FX graph being captured: placeholders by source, one node per tensor operation.
 
 Every operation also runs on fake tensors (real shapes, dtypes, strides and devices, no data)
-so the interpreter knows each result's metadata while the graph is built.
+so the interpreter knows each result's metadata while the graph is built. Where sizes are
+symbols (capture/symbols.py), the fakes carry SymInts; a symbolic size an operation takes
+becomes FX nodes that compute it from the inputs (`x.size(0) // 2`), never a constant.
 """
 
 from __future__ import annotations
@@ -16,19 +18,29 @@ from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.sources import Source
+from ember.capture.symbols import (
+    SYMBOLIC,
+    CannotRebuild,
+    DynamicPolicy,
+    Shapes,
+    specialized,
+    tracked_size,
+)
 from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
 
 
 class GraphBuilder:
-    def __init__(self, guards: GuardSet):
+    def __init__(self, guards: GuardSet, shapes: Shapes | None = None):
         self.graph = torch.fx.Graph()
-        self.fake_mode = torch_internals.make_fake_mode()
+        self.shapes = shapes if shapes is not None else Shapes(DynamicPolicy(), False)
+        self.fake_mode = self.shapes.fake_mode
         self.guards = guards
         self.input_sources: list[Source] = []
         self.input_values: list[torch.Tensor] = []
         self._by_source: dict[str, TensorValue] = {}
         self._by_identity: dict[int, TensorValue] = {}
         self._names: dict[str, int] = {}
+        self._numbers: dict[str, torch.fx.Node] = {}  # symbolic ints' placeholders
         self._last_placeholder: torch.fx.Node | None = None
         self.op_count = 0
         self.inference_depth = 0  # inside torch.inference_mode() blocks
@@ -46,16 +58,17 @@ class GraphBuilder:
             self.guards.add("same", source, same.source)
             self._by_source[expr] = same
             return same
-        self.guards.add("tensor", source, tensor_signature(tensor))
-        name = self._name(expr)
-        # placeholders stay first in the graph, in the order inputs were met
-        anchor = self._last_placeholder
-        context = self.graph.inserting_after(anchor) if anchor is not None else \
-            self.graph.inserting_before(next(iter(self.graph.nodes), None))
-        with context:
-            node = self.graph.placeholder(name)
-        self._last_placeholder = node
-        fake = self.fake_mode.from_tensor(tensor)
+        fake = self.shapes.fake_tensor(tensor, source)
+        if fake is None:
+            self.guards.add("tensor", source, tensor_signature(tensor))
+            fake = self.shapes.static_fake(tensor, source)
+        else:  # (symbolic sizes and strides: checked by the relations, symbols.Shapes)
+            signature = tensor_signature(tensor)
+            symbolic = any(isinstance(s, torch.SymInt) for s in fake.stride())
+            shape = tuple(None if isinstance(d, torch.SymInt) else d for d in fake.shape)
+            strides = (None,) * fake.dim() if symbolic else signature[4]
+            self.guards.add("tensor", source, (*signature[:3], shape, strides, signature[5]))
+        node = self._placeholder(self._name(expr))
         node.meta["example_value"] = fake
         value = TensorValue(node, fake, source, type(tensor))
         self.input_sources.append(source)
@@ -63,6 +76,43 @@ class GraphBuilder:
         self._by_source[expr] = value
         self._by_identity[id(tensor)] = value
         return value
+
+    def _placeholder(self, name: str) -> torch.fx.Node:
+        # placeholders stay first in the graph, in the order inputs were met
+        anchor = self._last_placeholder
+        context = self.graph.inserting_after(anchor) if anchor is not None else \
+            self.graph.inserting_before(next(iter(self.graph.nodes), None))
+        with context:
+            node = self.graph.placeholder(name)
+        self._last_placeholder = node
+        return node
+
+    def input_node(self, source: Source) -> torch.fx.Node:
+        """The placeholder of the tensor input read through `source`."""
+        return self._by_source[source.expr()].node
+
+    def input_number(self, source: Source, value: int, symbol: torch.SymInt) -> torch.fx.Node:
+        """The placeholder of a symbolic int from the call (made the first time the graph
+        needs it: an int only Python computes with needs none)."""
+        expr = source.expr()
+        if expr not in self._numbers:
+            node = self._placeholder(self._name(expr))
+            node.meta["example_value"] = symbol
+            self.input_sources.append(source)
+            self.input_values.append(value)
+            self._numbers[expr] = node
+        return self._numbers[expr]
+
+    def size_node(self, value: Any) -> Any:
+        """The FX node computing a symbolic size an operation takes; where the graph cannot
+        compute it (a float of sizes, a function of them it has no operator for), the
+        size's value now, guarded: correct, only specialized."""
+        if not isinstance(value, torch.SymInt):
+            return specialized(value, "an operation takes a symbolic float or bool")
+        try:
+            return self.shapes.fx_node(self, value)
+        except CannotRebuild as error:
+            return specialized(value, f"the graph cannot compute {error}")
 
     def _name(self, expr: str) -> str:
         base = "".join(c if c.isalnum() else "_" for c in expr).strip("_")[:48] or "input"
@@ -74,7 +124,7 @@ class GraphBuilder:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any]) -> Value:
         """Add call_function/call_method `target` on tracked arguments; return the result."""
         try:
-            fx_args, fx_kwargs = to_fx(args), to_fx(kwargs)
+            fx_args, fx_kwargs = to_fx(args, self.size_node), to_fx(kwargs, self.size_node)
         except Unsupported as error:  # say which call took the argument
             raise Unsupported(f"{_name_of(target)}(): {error.reason}", error.hint) from None
         fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
@@ -119,11 +169,11 @@ class GraphBuilder:
                 getter.meta["example_value"] = item
                 items.append(TensorValue(getter, item))
             return SequenceValue(items, type(example))  # list, tuple or a named tuple type
-        if isinstance(example, (bool, int, float, torch.dtype)) or example is None:
+        if isinstance(example, (bool, int, float, torch.dtype, *SYMBOLIC)) or example is None:
             # (computed from fake tensors: from what the guards check — shapes, dtypes)
             return Const(example)
         if isinstance(example, torch.Size):
-            return SequenceValue([Const(int(d)) for d in example], torch.Size)
+            return SequenceValue([Const(tracked_size(d)) for d in example], torch.Size)
         raise Unsupported(f"{_name_of(node.target)} returned a {type(example).__name__}, which "
                           "ember cannot keep in a graph")
 
@@ -140,6 +190,7 @@ class GraphBuilder:
             if node.op != "placeholder":
                 self.graph.erase_node(node)
         self.op_count = op_count
+        self.shapes.forget_nodes(set(self.graph.nodes))
 
     def output(self, values: list[TensorValue]) -> None:
         self.graph.output(tuple(v.node for v in values))
@@ -155,32 +206,37 @@ def _name_of(target: Any) -> str:
     return getattr(target, "__name__", None) or str(target)
 
 
-def _convert(value: Any, tensor: Any, size: Any) -> Any:
-    """Tracked values -> Python arguments, tensors given by `tensor(value)`."""
+def _convert(value: Any, tensor: Any, size: Any, number: Any = None) -> Any:
+    """Tracked values -> Python arguments, tensors given by `tensor(value)`, symbolic sizes
+    by `number(value)`."""
     if isinstance(value, TensorValue):
         return tensor(value)
     if isinstance(value, Const):
+        if number is not None and isinstance(value.value, SYMBOLIC):
+            return number(value.value)
         return value.value
     if isinstance(value, SequenceValue):
-        items = [_convert(v, tensor, size) for v in value.items]
+        items = [_convert(v, tensor, size, number) for v in value.items]
         if value.kind is torch.Size:
             return size(items)
         return list(items) if value.kind is list else tuple(items)
     if isinstance(value, SliceValue):
-        return slice(*(_convert(v, tensor, size) for v in (value.start, value.stop, value.step)))
+        return slice(*(_convert(v, tensor, size, number)
+                       for v in (value.start, value.stop, value.step)))
     if isinstance(value, DictValue):
-        return {k: _convert(v, tensor, size) for k, v in value.items.items()}
+        return {k: _convert(v, tensor, size, number) for k, v in value.items.items()}
     if isinstance(value, (tuple, list)):
-        return type(value)(_convert(v, tensor, size) for v in value)
+        return type(value)(_convert(v, tensor, size, number) for v in value)
     if isinstance(value, dict):
-        return {k: _convert(v, tensor, size) for k, v in value.items()}
+        return {k: _convert(v, tensor, size, number) for k, v in value.items()}
     raise Unsupported(f"a {value.describe() if isinstance(value, Value) else type(value)} "
                       "cannot be passed to a tensor operation")
 
 
-def to_fx(value: Any) -> Any:
-    """Tracked values -> FX node arguments (a torch.Size stays a tuple of ints there)."""
-    return _convert(value, lambda t: t.node, tuple)
+def to_fx(value: Any, number: Any = specialized) -> Any:
+    """Tracked values -> FX node arguments (a torch.Size stays a tuple of ints there; a
+    symbolic size is `number(size)`: the node computing it)."""
+    return _convert(value, lambda t: t.node, tuple, number)
 
 
 def to_fake(value: Any) -> Any:

@@ -21,6 +21,7 @@ from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
+from ember.capture.symbols import tracked_size
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -52,7 +53,7 @@ def _len(session: Session, value: Value, **_: Any) -> Value:
     if isinstance(value, TensorValue):
         if value.fake.ndim == 0:
             raise Unsupported("len() of a 0-d tensor")
-        return Const(int(value.fake.shape[0]))
+        return Const(tracked_size(value.fake.shape[0]))
     if isinstance(value, (SequenceValue, SetValue)):
         return Const(len(value.items))
     if isinstance(value, DictValue):

@@ -23,6 +23,7 @@ from ember.capture import attributes, container_methods, numbers, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
+from ember.capture.symbols import has_symbols, specialized, tracked_size
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -182,7 +183,7 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
         keywords = {k: python_value(v) for k, v in kwargs.items()}
         result = getattr(fake, name)(*values, **keywords)
         if isinstance(result, torch.Size):
-            return SequenceValue([Const(int(d)) for d in result], torch.Size)
+            return SequenceValue([Const(tracked_size(d)) for d in result], torch.Size)
         return semantics.constant(result)
     operands, kwargs = numbers.method_numbers(session, name, [tensor, *args], kwargs)
     return session.builder.call("call_method", name, tuple(operands), kwargs)
@@ -615,6 +616,10 @@ _PURE = {abs, min, max, round, divmod, pow, sum, all, any, sorted, len, repr, st
          bool, complex, hash, chr, ord, format, bin, hex, oct, callable}
 
 
+# Builtins that make text or a hash of a number: a symbolic size is specialized first.
+_TEXT = {repr, str, hash, chr, format, bin, hex, oct, ascii}
+
+
 def call_builtin(session: Session, function: Any, args: list[Value],
                  kwargs: dict[str, Value]) -> Value:
     special = call_rules.get(function)
@@ -632,8 +637,17 @@ def call_builtin(session: Session, function: Any, args: list[Value],
             raise Unsupported(f"{function.__name__}() of a tensor needs its value")
         values = [python_value(a) for a in args]
         keywords = {k: python_value(v) for k, v in kwargs.items()}
+        if function in _TEXT and has_symbols(values):  # (str(s0) would say "s0")
+            values = specialized(values, f"{function.__name__}() of it")
         try:
-            return semantics.constant(function(*values, **keywords))
+            try:
+                return semantics.constant(function(*values, **keywords))
+            except Exception:
+                if not has_symbols([values, keywords]):
+                    raise
+                why = f"{getattr(function, '__name__', function)}() does not take it"
+                return semantics.constant(function(*specialized(values, why),
+                                                   **specialized(keywords, why)))
         except Exception as error:
             raise Unsupported(f"{type(error).__name__}: {error}",
                               "eager raises this error here") from None

@@ -24,6 +24,7 @@ from ember.capture.semantics import RealCell
 from ember.capture.session import Session
 from ember.capture.side_effects import Effect
 from ember.capture.sources import ClosureSource, LocalSource, Source, advance
+from ember.capture.symbols import DynamicPolicy, NeedsSymbols, Shapes
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -66,12 +67,28 @@ class Captured:
     resumptions: list[Resumption] = dataclasses.field(default_factory=list)
     callees: dict[str, Any] = dataclasses.field(default_factory=dict)
     runner_lines: list[str] = dataclasses.field(default_factory=list)  # the runner after its fetch
+    # sizes are symbols: one capture serves a family of shapes (guards: the "size" relations)
+    symbolic: bool = False
 
 
-def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool
+def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
+            policy: DynamicPolicy | None = None, where: str = ""
             ) -> tuple[Captured | None, Session, Unsupported | None]:
-    """Interpret `function` on the bound `arguments` (name -> real value)."""
-    session = Session(fullgraph)
+    """Interpret `function` on the bound `arguments` (name -> real value). Sizes are symbols
+    where `policy` says (dynamic=, marks, automatic dynamic): a capture starts static and
+    starts again with a ShapeEnv at the first size that must be a symbol."""
+    policy = policy if policy is not None else DynamicPolicy(dynamic=False)
+    captured, session, error = _capture(function, arguments, fullgraph,
+                                        Shapes(policy, False, where))
+    if session.builder.shapes.wants_symbols:
+        captured, session, error = _capture(function, arguments, fullgraph,
+                                            Shapes(policy, True, where))
+    return captured, session, error
+
+
+def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
+             shapes: Shapes) -> tuple[Captured | None, Session, Unsupported | None]:
+    session = Session(fullgraph, shapes)
     code = function.__code__
     try:
         locals_ = {name: session.wrap(value, LocalSource(name))
@@ -87,6 +104,8 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
             captured = package(session, result)
         except GraphBreak as stop:
             captured = package_break(session, stop, frame)
+    except NeedsSymbols:  # (capture() starts again, symbolic)
+        return None, session, None
     except Unsupported as error:
         return None, session, error
     except Exception as error:  # ember's own error: the function runs eagerly, said once
@@ -154,7 +173,7 @@ def _made_in_inference_mode(builder: Any, outputs: list[Any]) -> bool:
 
 
 def package(session: Session, result: Value) -> Captured:
-    writer = Rebuilder()
+    writer = Rebuilder(session.builder.shapes)
     lines = effect_lines(session, writer)
     result_expr = writer.expr(result)
     lines += advance_lines(session, writer) + [f"return {result_expr}"]
@@ -163,15 +182,25 @@ def package(session: Session, result: Value) -> Captured:
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
              else {}, "K": session.constants}
+    _size_guards(session)
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
-                    runner_lines=after)
+                    runner_lines=after, symbolic=builder.shapes.symbolic)
+
+
+def _size_guards(session: Session) -> None:
+    """The relations the symbols must keep, as "size" guards (read last: after everything
+    that could specialize a size — the graph, the rebuilt results — has run)."""
+    shapes = session.builder.shapes
+    for relation in shapes.relations():
+        session.guards.add("size", None, relation)
+    session.guards.symbol_reads = shapes.reads
 
 
 def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     """The graph up to the break, and a runner that finishes the instruction natively and
     calls the resume function(s)."""
-    writer = Rebuilder()
+    writer = Rebuilder(session.builder.shapes)
     lines = effect_lines(session, writer)
     below = [writer.expr(v) for v in stop.below if v is not NULL]
     after = frame.instructions
@@ -259,9 +288,11 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
              else {}, "K": session.constants}
     location = stop.reason.location
     logs.channel("graph_breaks").info("graph break at %s: %s", location, stop.reason.reason)
+    _size_guards(session)
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
-                    stop.reason, resumptions, callees, runner_lines=after)
+                    stop.reason, resumptions, callees, runner_lines=after,
+                    symbolic=builder.shapes.symbolic)
 
 
 def _optimizer_step(callee: Value) -> bool:

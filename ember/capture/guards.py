@@ -3,7 +3,9 @@
 Each guard is a predicate on one source (or on global state). A cache entry's guards compile
 into one flat Python function, cheapest checks first, that reads each source once. When no
 entry's guards pass, `first_failure` names the guard that failed — the recompile reason users
-see on EMBER_LOGS=recompiles ("L['x'].shape[0] changed 4 -> 8").
+see on EMBER_LOGS=recompiles ("L['x'].shape[0] changed 4 -> 8"). Symbolic sizes leave
+"size" guards: relations over symbols s0, s1, ... read from the inputs (`2 <= s0`,
+`s0 == s1`), said on failure as "L['x'].size()[0] = 1 breaks 2 <= s0".
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
 _ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "outcome": 3, "length": 4, "at_least": 4,
-          "keys": 5, "tensor": 6, "same": 7}
+          "keys": 5, "tensor": 6, "same": 7, "size": 8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,8 @@ def tensor_signature(tensor: torch.Tensor) -> tuple:
 class GuardSet:
     def __init__(self):
         self.guards: dict[tuple, Guard] = {}
+        # where each symbol of the "size" guards is read (symbols.SymbolRead by name)
+        self.symbol_reads: dict[str, Any] = {}
 
     def add(self, kind: str, source: Source | None, expected: Any) -> None:
         guard = Guard(kind, source, expected)
@@ -54,6 +58,7 @@ class GuardSet:
         """The guards of these kinds alone."""
         kept = GuardSet()
         kept.guards = {key: g for key, g in self.guards.items() if g.kind in kinds}
+        kept.symbol_reads = self.symbol_reads
         return kept
 
     def ordered(self) -> list[Guard]:
@@ -72,11 +77,21 @@ def _depth(source: Source | None) -> int:
 
 
 class _Writer:
-    def __init__(self, constant_prefix: str = "k"):
+    def __init__(self, constant_prefix: str = "k", symbol_reads: dict[str, Any] | None = None):
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = {"torch": torch}
         self.variables: dict[str, str] = {}
         self.constant_prefix = constant_prefix
+        self.symbol_reads = symbol_reads or {}
+        self.symbols: set[str] = set()
+
+    def symbol(self, name: str) -> str:
+        """A size symbol, read into a variable of its own name (once)."""
+        if name not in self.symbols:
+            read = self.symbol_reads[name]
+            self.lines.append(f"{name} = {read.code(self.variable(read.source))}")
+            self.symbols.add(name)
+        return name
 
     def constant(self, value: Any) -> str:
         name = f"{self.constant_prefix}{len(self.namespace)}"
@@ -120,6 +135,10 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
             return f"{writer.constant(torch_internals.autocast_state)}() == " \
                    f"{writer.constant(value)}"
         raise AssertionError(name)
+    if kind == "size":  # (a relation over symbols, symbols.Relation)
+        for name in expected.symbols:
+            writer.symbol(name)
+        return expected.template.format(*(writer.variable(s) for s in expected.sources))
     v = writer.variable(guard.source)
     if kind == "id":
         return f"{v} is {writer.constant(expected)}"
@@ -152,10 +171,15 @@ def guard_condition(guard: Guard, writer: _Writer) -> str:
         return f"list({v}.keys()) == {writer.constant(list(expected))}"  # (keys with no literal)
     if kind == "tensor":
         kind_, dtype, device, shape, strides, requires_grad = expected
+        if None in shape or None in strides:  # (symbolic sizes: the "size" guards say more)
+            sizes = " and ".join([f"{v}.dim() == {len(shape)}", *(
+                f"{v}.shape[{d}] == {n}" for d, n in enumerate(shape) if n is not None), *(
+                f"{v}.stride()[{d}] == {n}" for d, n in enumerate(strides) if n is not None)])
+        else:
+            sizes = f"{v}.shape == {shape!r} and {v}.stride() == {strides!r}"
         return (f"(type({v}) is {writer.constant(kind_)} and {v}.dtype is "
                 f"{writer.constant(dtype)} and {v}.device == {writer.constant(device)} and "
-                f"{v}.shape == {shape!r} and {v}.stride() == {strides!r} and "
-                f"{v}.requires_grad is {requires_grad})")
+                f"{sizes} and {v}.requires_grad is {requires_grad})")
     raise AssertionError(kind)
 
 
@@ -165,7 +189,7 @@ def compile_guards(guards: GuardSet, scope: dict[str, Any],
     sources use besides L (G, GG, C, K): they are fixed for a cache entry. Given the call's
     `arguments`, the tensor guards whose tensors they reach become one C++ check of all of
     them (torch_internals.tensor_checker) instead of six Python comparisons each."""
-    writer = _Writer()
+    writer = _Writer(symbol_reads=guards.symbol_reads)
     body = _guard_lines(guards, scope, arguments, writer, "return False")
     text = "def guard(L):\n    try:\n" + "".join(f"        {line}\n" for line in body) + \
         "    except Exception:\n        return False\n    return True\n"
@@ -187,7 +211,7 @@ def compile_guarded_runner(guards: GuardSet, scope: dict[str, Any], arguments: d
     parameters are reached once per call, not once to check and once to run). Errors of
     the guards' reads are misses; the runner's own errors reach the caller. None if the two
     namespaces would clash (the caller keeps guard and runner apart)."""
-    writer = _Writer("gk")  # (the runner's own constants are k0, k1, ...)
+    writer = _Writer("gk", guards.symbol_reads)  # (the runner's constants are k0, k1, ...)
     body = _guard_lines(guards, scope, arguments, writer, "return MISS")
     fetched = [writer.variable(source) for source in input_sources]
     lines = [*writer.lines, f"inputs = [{', '.join(fetched)}]", *runner_lines]
@@ -248,7 +272,7 @@ def _batchable(guards: GuardSet, namespace: dict[str, Any]) -> dict[tuple, torch
 def first_failure(guards: GuardSet, scope: dict[str, Any]) -> str | None:
     """Why the guards reject `scope` (L, G, GG, C, K), in words; None if they accept it."""
     for guard in guards.ordered():
-        writer = _Writer()
+        writer = _Writer(symbol_reads=guards.symbol_reads)
         condition = guard_condition(guard, writer)
         namespace = dict(writer.namespace, **scope)
         try:
@@ -272,6 +296,11 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     except Exception:
         return f"{name} no longer exists"
     kind, expected = guard.kind, guard.expected
+    if kind == "size":
+        values = ", ".join(f"{writer.symbol_reads[name].describe()} = {namespace.get(name)}"
+                           for name in expected.symbols)
+        relation = expected.template.format(*(s.expr() for s in expected.sources))
+        return f"{values} breaks {relation}" if values else f"{relation} no longer holds"
     if kind == "global":
         what, value = expected
         now = {"grad_mode": torch.is_grad_enabled, "default_dtype": torch.get_default_dtype,
@@ -284,7 +313,7 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
             if want != got:
                 if label in ("shape", "stride") and len(want) == len(got):
                     for d, (a, b) in enumerate(zip(want, got)):
-                        if a != b:
+                        if a is not None and a != b:
                             return f"{name}.{label}()[{d}] changed {a} -> {b}" \
                                 if label == "stride" else f"{name}.shape[{d}] changed {a} -> {b}"
                 return f"{name}.{label} changed {want} -> {got}"

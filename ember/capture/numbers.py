@@ -56,8 +56,14 @@ SCALAR_METHODS = {"add", "sub", "mul", "div", "lerp", "add_", "sub_", "mul_", "d
 
 
 def passed(session: Session, value: Any, source: Source) -> PassedNumber:
-    """A number (or string) read through `source`, guarded equal to `value` once read."""
-    return PassedNumber(value, source, lambda: session.guards.add("equals", source, value))
+    """A number (or string) read through `source`, guarded equal to `value` once read (an int
+    read so is remembered: if it changes, automatic dynamic makes it a symbol, symbols.py)."""
+    def read() -> None:
+        session.guards.add("equals", source, value)
+        if type(value) is int:
+            session.builder.shapes.policy.frame.read_int(source.expr(), value)
+
+    return PassedNumber(value, source, read)
 
 
 def number_input(session: Session, value: Value, operands: tuple) -> Value:
@@ -67,7 +73,7 @@ def number_input(session: Session, value: Value, operands: tuple) -> Value:
     same graph. The 0-d tensor has the dtype eager computes in (the number is cast to it
     first, as eager casts it), so results and their dtypes are eager's."""
     if not (isinstance(value, PassedNumber) and value.unread and
-            type(value._value) in (int, float) and _from_the_call(value.source)):
+            type(value._value) in (int, float) and from_the_call(value.source)):
         return value
     tensors = [a for a in operands if isinstance(a, TensorValue)]
     # (where a number cast to the op's dtype computes as eager's: CPU tensors of float32 or
@@ -172,13 +178,13 @@ def outcome(session: Session, form: str, left: Value, right: Value | None) -> bo
     return answer
 
 
-def _from_the_call(source: Any) -> bool:
+def from_the_call(source: Any) -> bool:
     """Does the number come from what the call was given (an argument, an item of one, the
     stack of a resume function, arithmetic of those)? Attributes and globals (a module's
     `self.scale`, a constant) change rarely: they stay constants, guarded on their value,
     instead of an input made on every call."""
     if isinstance(source, ArithmeticSource):
-        return all(_from_the_call(side) for side in (source.left, source.right)
+        return all(from_the_call(side) for side in (source.left, source.right)
                    if not isinstance(side, (int, float)))
     while source is not None and not isinstance(source, LocalSource):
         if isinstance(source, AttrSource):

@@ -19,6 +19,7 @@ import torch
 from ember.capture.attributes import class_lookup
 from ember.capture.errors import Unsupported
 from ember.capture.sources import AHEAD_MARK
+from ember.capture.symbols import SYMBOLIC
 from ember.capture.values import (
     BoundMethodValue,
     CellValue,
@@ -48,7 +49,9 @@ _NULL_CONTEXT = contextlib.nullcontext()
 
 
 class Rebuilder:
-    def __init__(self):
+    def __init__(self, shapes: Any = None):
+        self.shapes = shapes  # (symbols.Shapes: how a symbolic size is read from the call)
+        self._symbols: set[str] = set()
         self.outputs: list[TensorValue] = []
         self.namespace: dict[str, Any] = {"torch": torch, "types": types}
         self.lines: list[str] = []          # temporaries, in the order expressions need them
@@ -122,6 +125,8 @@ class Rebuilder:
         if isinstance(value, IdentityConst):
             raise Unsupported("an id() taken in the compiled code leaves it",
                               "its number there is not the object's at run time")
+        if isinstance(value, Const) and isinstance(value.value, SYMBOLIC):
+            return self._size(value.value)
         if isinstance(value, Const):
             return self.constant(value.value)
         if isinstance(value, SequenceValue):
@@ -204,6 +209,19 @@ class Rebuilder:
         if isinstance(value, CellValue):
             raise Unsupported("a closure cell is alive at the break")
         raise Unsupported(f"{value.describe()} cannot be rebuilt in Python")
+
+    def _size(self, value: Any) -> str:
+        """A symbolic size handed out (returned, stored, at a break): computed from the call's
+        inputs, each symbol read once into a variable of its name (`s0 = L['x'].shape[0]`).
+        A symbolic float or bool is specialized: its value now, guarded."""
+        if not isinstance(value, torch.SymInt):
+            return self.constant({torch.SymFloat: float, torch.SymBool: bool}[type(value)](value))
+        for name in self.shapes.symbols_of(value):
+            if name not in self._symbols:
+                read = self.shapes.reads[name]
+                self.lines.append(f"{name} = {read.code(read.source.expr())}")
+                self._symbols.add(name)
+        return f"({self.shapes.render(value)})"
 
     def _grad_mode_exit(self, mode: GradModeValue) -> str:
         """The __exit__ of a with-block over grad mode, entered for real: leaving the block in

@@ -23,6 +23,7 @@ from ember.capture.sources import (
     ItemSource,
     Source,
 )
+from ember.capture.symbols import has_symbols, specialized
 from ember.capture.values import (
     NULL,
     AutocastValue,
@@ -276,7 +277,13 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
         return passed
     if is_known(left) and is_known(right):
         try:
-            return constant(function(python_value(left), python_value(right)))
+            operands = [python_value(left), python_value(right)]
+            try:
+                return constant(function(*operands))
+            except Exception:
+                if not has_symbols(operands):
+                    raise
+                return constant(function(*specialized(operands, f"operator {symbol}")))
         except Exception as error:
             raise Unsupported(f"{type(error).__name__}: {error}",
                               "eager raises this error here") from None
@@ -448,7 +455,7 @@ def format_value(session: Session, value: Value, conversion: int, spec: str) -> 
     formatted = numbers.formatted(session, value, conversion, spec)
     if formatted is not None:
         return formatted
-    real = python_value(value)
+    real = specialized(python_value(value), "formatted as text")
     real = {0: real, 1: str(real), 2: repr(real), 3: ascii(real)}[conversion]
     return Const(format(real, spec))
 

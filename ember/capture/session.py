@@ -17,6 +17,7 @@ from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.side_effects import SideEffects
 from ember.capture.sources import Source
+from ember.capture.symbols import Shapes
 from ember.capture.values import (
     BuiltinValue,
     Const,
@@ -112,10 +113,10 @@ class _KeyRef:
 
 
 class Session:
-    def __init__(self, fullgraph: bool = False):
+    def __init__(self, fullgraph: bool = False, shapes: Shapes | None = None):
         self.allow_breaks = not fullgraph
         self.guards = GuardSet()
-        self.builder = GraphBuilder(self.guards)
+        self.builder = GraphBuilder(self.guards, shapes)
         self.side_effects = SideEffects()
         self.fullgraph = fullgraph
         self.instructions_run = 0
@@ -209,9 +210,13 @@ class Session:
                 source = self.constant_source(value)
             return self.builder.input_tensor(value, source)
         if type(value) in (int, float, str) and guard:
-            from ember.capture.numbers import passed
+            from ember.capture.numbers import from_the_call, passed
 
             self.guards.add("type", source, type(value))
+            if type(value) is int and from_the_call(source):
+                symbol = self.builder.shapes.int_symbol(value, source)
+                if symbol is not None:  # (a size that changed between calls: a symbol)
+                    return Const(symbol, source)
             return passed(self, value, source)
         if isinstance(value, _SCALARS):
             if guard:

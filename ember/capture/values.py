@@ -47,13 +47,18 @@ class Const(Value):
     source: Source | None = None
 
     def python_type(self) -> type:
-        return type(self.value)
+        kind = type(self.value)
+        # (a symbolic size stands for the int eager has: type() and isinstance say so)
+        return _SYMBOLIC_TYPES.get(kind, kind)
 
     def is_constant(self) -> bool:
         return True
 
     def describe(self) -> str:
         return repr(self.value)
+
+
+_SYMBOLIC_TYPES = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
 
 
 @dataclasses.dataclass(eq=False)

@@ -1,0 +1,81 @@
+"""What symbolic sizes cost in capture (issue 18, stage 1): a toy transformer block of N
+layers captured static (dynamic=False), with only the batch dim symbolic (mark_dynamic: what
+automatic dynamic makes of a changing batch) and with every dim symbolic (dynamic=True),
+backend="eager" so only capture is timed; then the per-call cost of each entry's guards on a
+tiny function.
+
+    python3 -m ember.bench.dynamic_capture [--layers 12] [--repeat 5]
+
+Each capture runs in a fresh ember.compile (median of --repeat); the first symbolic capture
+of the process also pays for importing sympy and torch's symbolic-shape modules, said apart.
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import ember
+
+
+def block(layers: int):
+    def forward(x, weights):
+        b, t, c = x.shape
+        h = 4
+        for w in weights[:layers]:
+            q = (x @ w).view(b, t, h, c // h).transpose(1, 2)
+            scores = (q @ q.transpose(-1, -2)) / (c // h) ** 0.5
+            x = x + torch.softmax(scores, -1).matmul(q).transpose(1, 2).reshape(b, t, c)
+            x = torch.nn.functional.layer_norm(x, (c,))
+            x = x + torch.nn.functional.gelu(x * 2)
+        return x
+    return forward
+
+
+def capture_seconds(function, dynamic: bool | None, inputs: tuple, repeat: int,
+                    batch_only: bool = False) -> float:
+    times = []
+    for _ in range(repeat):
+        compiled = ember.compile(function, backend="eager", dynamic=dynamic)
+        if batch_only:
+            ember.mark_dynamic(inputs[0], 0)
+        started = time.perf_counter()
+        compiled(*inputs)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def call_microseconds(dynamic: bool, calls: int = 20000) -> float:
+    compiled = ember.compile(lambda x: x + 1, backend="eager", dynamic=dynamic)
+    x = torch.randn(8, 4)
+    compiled(x)
+    started = time.perf_counter()
+    for _ in range(calls):
+        compiled(x)
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--repeat", type=int, default=5)
+    options = parser.parse_args()
+    function = block(options.layers)
+    inputs = (torch.randn(4, 16, 32), [torch.randn(32, 32) for _ in range(options.layers)])
+    started = time.perf_counter()
+    ember.compile(block(1), backend="eager", dynamic=True)(torch.randn(2, 4, 8),
+                                                             [torch.randn(8, 8)])
+    first = time.perf_counter() - started
+    static = capture_seconds(function, False, inputs, options.repeat)
+    batch = capture_seconds(function, None, inputs, options.repeat, batch_only=True)
+    symbolic = capture_seconds(function, True, inputs, options.repeat)
+    print(f"first symbolic capture of the process (imports): {first * 1e3:.0f} ms")
+    print(f"capture of {options.layers} layers: static {static * 1e3:.1f} ms, batch dim "
+          f"symbolic {batch * 1e3:.1f} ms ({batch / static:.1f}x), every dim symbolic "
+          f"{symbolic * 1e3:.1f} ms ({symbolic / static:.1f}x)")
+    print(f"a compiled call of x + 1 (guards, backend eager): static "
+          f"{call_microseconds(False):.1f} us, symbolic {call_microseconds(True):.1f} us")
+
+
+if __name__ == "__main__":
+    main()
