@@ -7,10 +7,11 @@
 """
 
 from ember import config
-from ember.api import compile, explain, graph_break, reset
+from ember.api import compile, graph_break, reset
 from ember.backends import backend
 from ember.bench.harness import benchmark
 from ember.capture.symbols import mark_dynamic, mark_static
+from ember.explanation import explain
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
