@@ -247,15 +247,21 @@ class Shapes:
         ranges = self.policy.tensor_ranges(tensor, source, self.where)
         if not any(ranges):
             return None
+        name = self._symbolic_source(source)
+        fake = torch_internals.symbolic_fake(self.fake_mode, tensor, name, ranges)
+        self._name_new_symbols()
+        self.strided.append((source, fake))
+        return fake
+
+    def _symbolic_source(self, source: Source) -> str:
+        """The name of a source whose value gets symbols; a capture without a ShapeEnv starts
+        again with one (NeedsSymbols)."""
         if not self.symbolic:
             self.wants_symbols = True
             raise NeedsSymbols
         name = source.expr()
         self.sources[name] = source
-        fake = torch_internals.symbolic_fake(self.fake_mode, tensor, name, ranges)
-        self._name_new_symbols()
-        self.strided.append((source, fake))
-        return fake
+        return name
 
     def static_fake(self, tensor: torch.Tensor, source: Source) -> torch.Tensor:
         """A fake with every size a constant (on a ShapeEnv too: it would otherwise make
@@ -269,11 +275,7 @@ class Shapes:
         """A symbolic int for a number from the call that the policy makes a symbol."""
         if not self.policy.int_is_symbolic(value, source):
             return None
-        if not self.symbolic:
-            self.wants_symbols = True
-            raise NeedsSymbols
-        name = source.expr()
-        self.sources[name] = source
+        name = self._symbolic_source(source)
         symint = torch_internals.symbolic_int(self.shape_env, value, name)
         self._name_new_symbols()
         self.numbers[name] = (value, symint)
