@@ -393,6 +393,11 @@ class CompiledFunction:
             found = self.resumes[key] = Resume(self, spec, start, lasti)
         return found
 
+    def _serves_any_shape(self) -> bool:
+        """Does the backend compile a symbolic graph once for every shape (so that automatic
+        dynamic pays)? ember's own builds kernels per shape until issue 18's stage 2."""
+        return getattr(self.backend, "serves_any_shape", False)
+
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
         refusal = markers.frame_refusal(self.function)
@@ -404,7 +409,8 @@ class CompiledFunction:
         if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
             _warm_up_triton()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph,
-                                           DynamicPolicy(self.dynamic, self.frame_sizes),
+                                           DynamicPolicy(self.dynamic, self.frame_sizes,
+                                                         automatic=self._serves_any_shape()),
                                            self.where)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
@@ -426,7 +432,7 @@ class CompiledFunction:
                               call=_counted_eager_call(self, guard))
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
-                not getattr(self.backend, "serves_any_shape", False):
+                not self._serves_any_shape():
             from ember.backends import ShapeSpecialized
 
             compiled = ShapeSpecialized(captured.graph_module, self.backend, self.where)

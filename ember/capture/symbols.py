@@ -126,6 +126,12 @@ class DynamicPolicy:
 
     dynamic: bool | None = None
     frame: FrameSizes = dataclasses.field(default_factory=FrameSizes)
+    # dynamic=None: does a recompile make changed sizes symbols? Not while the backend builds
+    # kernels per concrete shape anyway (ember's own, until issue 18's stage 2): a symbolic
+    # capture would cost several times a static one and save no kernel, and a decoding loop
+    # would build kernels for shape after shape under each new capture (GPT-2 on the CPU:
+    # 17x eager's time per run, against eager's time once the static recompiles give up).
+    automatic: bool = True
 
     def tensor_ranges(self, tensor: torch.Tensor, source: Source, where: str
                       ) -> list[tuple[int, int | None] | None]:
@@ -150,7 +156,7 @@ class DynamicPolicy:
                 wanted = (builtins.max(SMALLEST_SYMBOL, low or 0), high)
             elif dim in static or parameter:
                 wanted = None
-            elif self.dynamic is True or seen[dim] is None:
+            elif self.dynamic is True or (self.automatic and seen[dim] is None):
                 wanted = (SMALLEST_SYMBOL, None)
             else:
                 wanted = None
@@ -166,7 +172,8 @@ class DynamicPolicy:
     def int_is_symbolic(self, value: int, source: Source) -> bool:
         """A Python int from the call that changed between captures (a length, a step) is a
         symbol once it has changed, under dynamic=None or True (0 and 1 never are)."""
-        if self.dynamic is False or type(value) is not int:
+        if self.dynamic is False or type(value) is not int or \
+                (self.dynamic is None and not self.automatic):
             return False
         return self.frame.changed_int(source.expr(), value) and value >= SMALLEST_SYMBOL
 
