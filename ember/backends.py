@@ -547,15 +547,17 @@ class ShapeSpecialized:
     def _compile(self, key: tuple, args: tuple) -> Callable:
         self.compiles += 1
         channel = logs.channel("recompiles")
-        shapes = [list(k[0]) if isinstance(args[i], torch.Tensor) else k[1]
-                  for i, k in enumerate(key)]
         channel.info("%s: symbolic sizes, compiled for the concrete shapes %s (kernels are "
                      "per shape until issue 18's stage 2; shape compile %d)", self.label,
-                     shapes, self.compiles)
+                     _shapes(key), self.compiles)
         compiled = self.cache[key] = self.compile(self.gm, list(args))
         while len(self.cache) > max(1, config.settings.shape_compiles):
             dropped, _ = self.cache.popitem(last=False)
             channel.info("%s: dropped the compiled version for shapes %s (least recently "
-                         "used; EMBER_SHAPE_COMPILES)", self.label,
-                         [list(k[0]) if isinstance(k[0], tuple) else k[1] for k in dropped])
+                         "used; EMBER_SHAPE_COMPILES)", self.label, _shapes(dropped))
         return compiled
+
+
+def _shapes(key: tuple) -> list:
+    """A ShapeSpecialized key in words: each tensor's shape, each other argument's value."""
+    return [list(part[0]) if isinstance(part[0], tuple) else part[1] for part in key]

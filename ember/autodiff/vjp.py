@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ember.ir.graph import Node, row_major
+from ember.ir.graph import Node, row_major, suggested_layout
 from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
@@ -451,19 +451,6 @@ def _dropout(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     return found
 
 
-def _memory_format_strides(x: Node) -> tuple[int, ...]:
-    """Strides of a tensor of x's shape in x's suggested memory format (channels-last, 2-d or
-    3-d, or row-major), as kernels that allocate `empty_like(x, suggest_memory_format())`
-    lay out their results."""
-    if x.strides is not None:
-        for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
-            if x.ndim == rank:
-                strides = torch.empty(x.shape, device="meta", memory_format=memory_format).stride()
-                if tuple(x.strides) == strides and tuple(x.strides) != row_major(x.shape):
-                    return strides
-    return row_major(x.shape)
-
-
 def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
                 item: Callable[[int], Node]) -> list[Node | None]:
     """native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps)
@@ -486,7 +473,8 @@ def _batch_norm(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     channels = (x.shape[1],)
     # eager's kernel lays grad_input out in the input's memory format (channels-last models);
     # the incoming gradient is handed over in that format too, as eager's autograd has it
-    layout = _memory_format_strides(x)
+    layout = row_major(x.shape) if x.strides is None else suggested_layout(
+        x.shape, torch.empty_strided(x.shape, x.strides, device="meta"))
     results = ((x.shape, x.dtype, layout),
                (channels, x.dtype, row_major(channels)),
                (channels, x.dtype, row_major(channels)))

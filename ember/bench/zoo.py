@@ -105,6 +105,18 @@ _GPT2_OFF = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
 _BERT_OFF = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 _BART_OFF = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 
+# Llama-style decoders (Llama, Qwen2): GQA, RoPE, RMSNorm, at the same sizes
+_LLAMA_SIZES = _sizes(
+    full=dict(num_hidden_layers=8, hidden_size=1024, intermediate_size=2816,
+              num_attention_heads=16, num_key_value_heads=4, vocab_size=32000),
+    quick=dict(num_hidden_layers=4, hidden_size=256, intermediate_size=688,
+               num_attention_heads=8, num_key_value_heads=2, vocab_size=8192),
+    tiny=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176,
+              num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
+    common=dict(max_position_embeddings=2048))
+_LLAMA_SHAPES = {"full": Shape(4, 512, new_tokens=64), "quick": Shape(2, 128, new_tokens=16),
+                 "tiny": Shape(2, 16, new_tokens=4)}
+
 MODELS: tuple[ZooModel, ...] = (
     ZooModel(
         "gpt2", "GPT-2", "transformers", "decoder",
@@ -119,28 +131,10 @@ MODELS: tuple[ZooModel, ...] = (
          "tiny": Shape(2, 16, new_tokens=4)}),
     ZooModel(
         "llama", "Llama-style (GQA, RoPE, RMSNorm)", "transformers", "decoder",
-        _transformers("LlamaForCausalLM", "LlamaConfig"),
-        _sizes(full=dict(num_hidden_layers=8, hidden_size=1024, intermediate_size=2816,
-                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000),
-               quick=dict(num_hidden_layers=4, hidden_size=256, intermediate_size=688,
-                          num_attention_heads=8, num_key_value_heads=2, vocab_size=8192),
-               tiny=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176,
-                         num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
-               common=dict(max_position_embeddings=2048)),
-        {"full": Shape(4, 512, new_tokens=64), "quick": Shape(2, 128, new_tokens=16),
-         "tiny": Shape(2, 16, new_tokens=4)}),
+        _transformers("LlamaForCausalLM", "LlamaConfig"), _LLAMA_SIZES, _LLAMA_SHAPES),
     ZooModel(
         "qwen2", "Qwen2 (GQA, biased QKV)", "transformers", "decoder",
-        _transformers("Qwen2ForCausalLM", "Qwen2Config"),
-        _sizes(full=dict(num_hidden_layers=8, hidden_size=1024, intermediate_size=2816,
-                         num_attention_heads=16, num_key_value_heads=4, vocab_size=32000),
-               quick=dict(num_hidden_layers=4, hidden_size=256, intermediate_size=688,
-                          num_attention_heads=8, num_key_value_heads=2, vocab_size=8192),
-               tiny=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176,
-                         num_attention_heads=4, num_key_value_heads=2, vocab_size=256),
-               common=dict(max_position_embeddings=2048)),
-        {"full": Shape(4, 512, new_tokens=64), "quick": Shape(2, 128, new_tokens=16),
-         "tiny": Shape(2, 16, new_tokens=4)}),
+        _transformers("Qwen2ForCausalLM", "Qwen2Config"), _LLAMA_SIZES, _LLAMA_SHAPES),
     ZooModel(
         "bert", "BERT (masked LM)", "transformers", "encoder",
         _transformers("BertForMaskedLM", "BertConfig"),

@@ -141,6 +141,17 @@ def row_major(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def suggested_layout(shape: Sequence[int], like: torch.Tensor) -> tuple[int, ...]:
+    """The strides of a result of `shape` that a kernel allocates in the memory format `like`
+    suggests (`empty_like(x, x.suggest_memory_format())`, cat's result): channels-last (2-d
+    or 3-d) when `like` is laid out so and not row-major, else row-major."""
+    for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
+        if like.dim() == rank and not like.is_contiguous() and \
+                like.is_contiguous(memory_format=memory_format):
+            return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
+    return row_major(shape)
+
+
 def topological(nodes: Iterable[Node]) -> list[Node]:
     """Nodes ordered so that inputs come first (stable for nodes already in order)."""
     order: list[Node] = []

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.ir.graph import row_major
+from ember.ir.graph import row_major, suggested_layout
 from ember.torch_internals import tree_flatten, tree_map
 
 
@@ -154,14 +154,6 @@ INPUT_LAYOUT_RESULTS = frozenset({
 CPU_CAT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
 
 
-def _cat_layout(x: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides cat gives a result of `shape` from operands laid out like `x`."""
-    for rank, memory_format in ((4, torch.channels_last), (5, torch.channels_last_3d)):
-        if x.dim() == rank and not x.is_contiguous() and \
-                x.is_contiguous(memory_format=memory_format):
-            return tuple(torch.empty(shape, device="meta", memory_format=memory_format).stride())
-    return row_major(shape)
-
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
 # kernels follow the input's layout (log_sigmoid's only on the CPU).
 ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
@@ -189,7 +181,7 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
     if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
         return out
     if func in CPU_CAT_LAYOUT_RESULTS and device_type == "cpu":
-        strides = _cat_layout(args[0], tuple(out.shape))
+        strides = suggested_layout(tuple(out.shape), args[0])
     elif func in INPUT_LAYOUT_RESULTS:
         strides = like_strides(args[0])
     elif torch.Tag.pointwise not in func.tags or any(
