@@ -190,6 +190,34 @@ def current_raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+def plain_view() -> Any:
+    """A function (tensor, size, stride, offset) -> a tensor over `tensor`'s memory with that
+    geometry, `offset` elements past `tensor`'s own storage offset, made in C++ without the
+    dispatcher: no autograd view record, its own version counter. For a compiled graph's
+    wrapper, which builds no autograd graph and hands such tensors to its kernels and library
+    calls only (torch.compile's wrappers make their views with it). ~40% of as_strided's
+    host time; where this torch lacks it, as_strided."""
+    fast = getattr(torch._C._dynamo.guards, "_reinterpret_tensor", None)
+    if fast is not None:
+        return fast
+    return lambda tensor, size, stride, offset: tensor.as_strided(
+        size, stride, tensor.storage_offset() + offset)
+
+
+def plain_empty(device: torch.device) -> Any:
+    """A function (size, stride, dtype) -> an uninitialized tensor on `device` made without
+    the dispatcher (what torch.compile's wrappers allocate with; on CUDA it allocates on the
+    current device: the caller checks that it is `device`), or None where this torch lacks
+    it."""
+    name = {"cpu": "_empty_strided_cpu", "cuda": "_empty_strided_cuda"}.get(device.type)
+    return getattr(torch._C._dynamo.guards, name, None) if name else None
+
+
+def current_cuda_device() -> int:
+    """The index of the current CUDA device."""
+    return torch._C._cuda_getDevice()
+
+
 def tensor_checker(examples: list[torch.Tensor]) -> Any:
     """One C++ check of many tensors' metadata: check(*tensors) is True when each tensor has
     the type, dispatch keys (device, requires_grad), dtype, shape and strides of its example.

@@ -24,7 +24,7 @@ from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
 from ember.runtime.triton_launch import DeviceLaunch
 from ember.schedule.layout import row_major
-from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
+from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
 
 
 class LayoutMismatch(RuntimeError):
@@ -70,11 +70,23 @@ class _Writer:
         self.lines: list[str] = []
         self.namespace: dict[str, Any] = {
             "empty_strided": torch.empty_strided, "empty_cpu": empty_cpu, "device": device,
+            "view": torch_internals.plain_view(),
             "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
             "same_layout": same_layout, "shares_memory": shares_memory,
         }
         self.constants = 0
         self.device = device
+        # the buffers the wrapper hands out as tensors (library calls' operands, copies, its
+        # results); kernels take only their data pointers
+        self.as_tensors: set[Buffer] = set(plan.outputs)
+        for step in plan.steps:
+            if isinstance(step, LibraryCall):
+                self.as_tensors.update(step.inputs)
+            elif isinstance(step, Copy):
+                self.as_tensors.update((step.source, step.target))
+        self.plain_empty = torch_internals.plain_empty(device)
+        # buffers whose tensor has another buffer's shape (the memory is all kernels need)
+        self.misshapen: set[Buffer] = set()
 
     def constant(self, value: Any, hint: str = "k") -> str:
         if value is None or isinstance(value, (bool, int, str)):
@@ -101,13 +113,52 @@ class _Writer:
             self.lines.append(f"{buffer.name} = empty_cpu({buffer.shape!r}, {buffer.strides!r}, "
                               f"{self.dtype(buffer.dtype)})")
             return
+        if self.plain_empty is not None:
+            self.lines.append(f"{buffer.name} = empty({buffer.shape!r}, {buffer.strides!r}, "
+                              f"{self.dtype(buffer.dtype)})")
+            return
         self.lines.append(f"{buffer.name} = empty_strided({buffer.shape!r}, {buffer.strides!r}, "
                           f"dtype={self.dtype(buffer.dtype)}, device=device)")
 
+    def empty_prologue(self) -> list[str]:
+        """Binds `empty` for allocate: torch's allocation without the dispatcher, which on
+        CUDA allocates on the current device — when that is not the graph's, the usual way."""
+        if self.plain_empty is None:
+            return []
+        self.namespace["plain_empty"] = self.plain_empty
+        if self.device.type != "cuda":
+            return ["empty = plain_empty"]
+        self.namespace["current_device"] = torch_internals.current_cuda_device
+        self.namespace["empty_on_device"] = lambda size, stride, dtype: torch.empty_strided(
+            size, stride, dtype=dtype, device=self.device)
+        return [f"empty = plain_empty if current_device() == {self.device.index or 0} "
+                f"else empty_on_device"]
+
     def alias(self, buffer: Buffer) -> None:
         base = buffer.base.name
-        self.lines.append(f"{buffer.name} = {base}.as_strided({buffer.shape!r}, "
-                          f"{buffer.strides!r}, {base}.storage_offset() + {buffer.offset})")
+        if buffer.root().role == "input" or buffer in self.plan.outputs:
+            # (a view of the caller's tensor, or one the caller gets: autograd's view, which
+            # shares its base's version counter)
+            self.lines.append(f"{buffer.name} = {base}.as_strided({buffer.shape!r}, "
+                              f"{buffer.strides!r}, {base}.storage_offset() + {buffer.offset})")
+        else:
+            self.lines.append(f"{buffer.name} = view({base}, {buffer.shape!r}, "
+                              f"{buffer.strides!r}, {buffer.offset})")
+
+    def take_over(self, buffer: Buffer, old: Buffer) -> None:
+        """`buffer` takes the memory of the dead temporary `old`."""
+        if (old.shape, old.strides) == (buffer.shape, buffer.strides) and \
+                old not in self.misshapen:
+            self.lines.append(f"{buffer.name} = {old.name}")
+        elif buffer not in self.as_tensors:
+            self.lines.append(f"{buffer.name} = {old.name}")  # (kernels take its pointer)
+            self.misshapen.add(buffer)
+        elif buffer in self.plan.outputs:
+            self.lines.append(f"{buffer.name} = {old.name}.as_strided({buffer.shape!r}, "
+                              f"{buffer.strides!r})")
+        else:
+            self.lines.append(f"{buffer.name} = view({old.name}, {buffer.shape!r}, "
+                              f"{buffer.strides!r}, 0)")
 
 
 def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
@@ -125,6 +176,10 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
     if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
+    if any(b.role in ("temp", "output") for b in plan.buffers) or \
+            any(source.workspaces for source in sources.values()
+                if not isinstance(source, KernelSource)):
+        lines.extend(w.empty_prologue())
     made: set[Buffer] = set(plan.inputs)
 
     def ready(buffer: Buffer) -> None:
@@ -136,11 +191,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             w.alias(buffer)
         elif buffer in plan.reuse:
             old = plan.reuse[buffer]
-            if (old.shape, old.strides) == (buffer.shape, buffer.strides):
-                lines.append(f"{buffer.name} = {old.name}")
-            else:
-                lines.append(f"{buffer.name} = {old.name}.as_strided({buffer.shape!r}, "
-                             f"{buffer.strides!r})")
+            w.take_over(buffer, old)
             lines.append(f"del {old.name}")
         elif buffer.role in ("temp", "output"):
             w.allocate(buffer)
@@ -246,8 +297,13 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
         return []  # an empty iteration space: nothing to launch
     lines = []
     for space in source.workspaces:  # a split reduction's partial results
-        lines.append(f"{space.name} = empty_strided({space.shape!r}, "
-                     f"{row_major(space.shape)!r}, dtype={w.dtype(space.dtype)}, device=device)")
+        if w.plain_empty is not None:
+            lines.append(f"{space.name} = empty({space.shape!r}, {row_major(space.shape)!r}, "
+                         f"{w.dtype(space.dtype)})")
+        else:
+            lines.append(f"{space.name} = empty_strided({space.shape!r}, "
+                         f"{row_major(space.shape)!r}, dtype={w.dtype(space.dtype)}, "
+                         f"device=device)")
     for kernel in source.kernels:
         tensors = ", ".join(b.name for b in kernel.arguments)
         function = functions[kernel.name]

@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
+from ember.lower import attention
 from ember.lower.registry import Unsupported
 from ember.torch_internals import tree_flatten, tree_map
 
@@ -125,8 +126,9 @@ class MetaInterpreter(torch.fx.Interpreter):
             fused = _fused_dropout(target, args, kwargs)
             if fused is not None:
                 return fused
-        if target in _ATTENTIONS and self.device.type in FUSED_ATTENTION_DEVICES:
-            fused = _fused_attention(self.tracer, self.device, args, kwargs)
+        if target in attention.ATTENTIONS and \
+                self.device.type in attention.FUSED_ATTENTION_DEVICES:
+            fused = attention.fused_attention(self.tracer, self.device, args, kwargs)
             if fused is not None:
                 return fused
         if target in (operator.getitem, operator.setitem) and \
@@ -190,79 +192,3 @@ def _fused_dropout(target, args, kwargs) -> Any:
             not isinstance(p, float) or not 0 < p < 1 or x.numel() == 0:
         return None
     return torch.ops.aten.native_dropout.default(x, p, True)[0]
-
-
-# Attention on a CUDA tensor: eager picks a fused kernel (flash, memory-efficient, cuDNN) by
-# the inputs' shapes, strides and dtypes and the GPU; its results differ from the math
-# composite (all a meta tensor gets) in rounding and in layout. The whole op is called as
-# eager calls it, a library call; the layout of its result is the one a run on stand-in
-# tensors of the same geometry gives (checked again against the first real call's). Where
-# eager itself would run the math composite, that composite is traced instead.
-# On the CPU too: eager's flash kernel for the CPU takes 0.83 ms where ember's kernels for the
-# composite (two bmm and a softmax) took 3.6 (2×4×128×64, causal, one thread; 2026-12-02), and
-# with a mask in a training graph its backward differs from the composite's where a row's every
-# key is masked by a large finite number (Hugging Face's left padding, `(1 - mask) *
-# finfo.min`): eager's op and its backward are what the user gets.
-FUSED_ATTENTION_DEVICES = {"cuda", "cpu"}
-_ATTENTION_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal",
-                        "scale", "enable_gqa")
-_ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
-               torch.ops.aten.scaled_dot_product_attention.default}
-
-
-def _fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
-    bound = dict(zip(_ATTENTION_ARGUMENTS, args), **kwargs)
-    if set(bound) - set(_ATTENTION_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
-        return None  # (dropout draws: a training graph's backward could not run it again)
-    tensors = {name: bound.get(name) for name in _ATTENTION_ARGUMENTS[:4]}
-    if tensors["attn_mask"] is None:
-        del tensors["attn_mask"]
-    if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
-               for t in tensors.values()):
-        return None
-    attention = torch.ops.aten.scaled_dot_product_attention.default
-    options = {name: bound[name] for name in _ATTENTION_ARGUMENTS[3:] if name in bound}
-    key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
-                                     if not isinstance(v, torch.Tensor))),
-           tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in tensors.items()),
-           _attention_switches())
-    if key not in _attention_layouts:  # (a model's layers ask the same: one run each)
-        _attention_layouts[key] = _attention_layout(device, tensors, options)
-    layout = _attention_layouts[key]
-    if layout is None:
-        # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
-        # are traced instead, as a meta tensor runs them, and fuse with their neighbours
-        return None
-    shape, strides, dtype = layout
-    out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
-    tracer.call_library(attention, (bound["query"], bound["key"], bound["value"]), options, out)
-    return out
-
-
-_attention_layouts: dict[tuple, tuple | None] = {}
-
-
-def _attention_switches() -> tuple[bool, ...]:
-    """What eager's choice of attention kernel depends on besides the tensors."""
-    backends = torch.backends.cuda
-    return (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(),
-            backends.math_sdp_enabled(), backends.cudnn_sdp_enabled(),
-            torch.are_deterministic_algorithms_enabled())
-
-
-def _attention_layout(device: torch.device, tensors: dict[str, torch.Tensor],
-                      options: dict[str, Any]) -> tuple | None:
-    """(shape, strides, dtype) of eager's attention result on stand-ins of these tensors on
-    `device`, or None where eager would run the math composite."""
-    attention = torch.ops.aten.scaled_dot_product_attention.default
-    with torch_internals.outside_dispatch_modes(), torch.no_grad():
-        stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
-                                               device=device) for name, t in tensors.items()}
-        if torch_internals.attention_uses_math(
-                stand_ins["query"], stand_ins["key"], stand_ins["value"],
-                stand_ins.get("attn_mask"), options):
-            return None
-        real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
-                         **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
-                                            if n in stand_ins}))
-    return tuple(real.shape), real.stride(), real.dtype

@@ -34,11 +34,12 @@ def test_wrapper_text_for_a_graph_with_a_library_call():
     assert fast.text == """\
 def call(args):
     in0, in1 = args
-    buf2 = empty_strided((3, 4), (4, 1), dtype=float32, device=device)
+    empty = plain_empty
+    buf2 = empty((3, 4), (4, 1), float32)
     kernel0(in0.data_ptr(), buf2.data_ptr())
     lib1 = op0(buf2, in1)
     del buf2
-    out0 = empty_strided((3, 5), (5, 1), dtype=float32, device=device)
+    out0 = empty((3, 5), (5, 1), float32)
     kernel1(lib1.data_ptr(), out0.data_ptr())
     return (out0, lib1.as_strided((5, 3), (1, 5), lib1.storage_offset() + 0))
 """

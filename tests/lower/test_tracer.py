@@ -3,10 +3,11 @@ returned as views with eager's strides, and ops without a working rule as librar
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import captured_log, check, check_grad, make
 
 from ember.ir import Op
-from ember.lower import lowerings, trace
+from ember.lower import attention, lowerings, trace
 from ember.lower.registry import aten
 
 
@@ -169,9 +170,9 @@ def test_dropout_of_a_cuda_graph_calls_eagers_fused_op():
 # -- attention as eager calls it (CUDA: fused kernels; here the mechanism, on the CPU) --------
 @pytest.fixture
 def fused_attention_here(monkeypatch):
-    from ember.lower import meta_interpreter
+    from ember.lower import attention
 
-    monkeypatch.setattr(meta_interpreter, "FUSED_ATTENTION_DEVICES", {"cpu", "cuda"})
+    monkeypatch.setattr(attention, "FUSED_ATTENTION_DEVICES", {"cpu", "cuda"})
 
 
 def _attention(q, k, v, mask):
@@ -189,10 +190,34 @@ def test_attention_is_one_library_call_with_eagers_result_and_layout(fused_atten
     mask[:, 0] = True
     lowered = _lower(_attention, q, k, v, mask)
     calls = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
-    assert [n.attrs["target"] for n in calls] == [aten.scaled_dot_product_attention.default] * 2
+    # eager's kernel for the CPU, called as eager's composite calls it (its choice recorded
+    # once); the boolean mask made additive by ember's ops, as the composite does it
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert [(n.attrs["target"], n.attrs["args"][0]) for n in calls] == \
+        [(attention.kernel_result, kernel)] * 2
     assert lowered.library_calls == 0  # (called by design, not for want of a rule)
-    # the same op runs as in eager: equal to the bit, same strides; relu + 1 is one kernel
-    check(_attention, q, k, v, mask, kernels=1, library=0, rtol=0, atol=0)
+    # the same op runs as in eager: equal to the bit, same strides; the mask's conversion is
+    # one kernel, relu + 1 another
+    check(_attention, q, k, v, mask, kernels=2, library=0, rtol=0, atol=0)
+
+
+def test_a_training_graph_calls_the_attention_composite_whole(fused_attention_here):
+    q, k, v = (make(2, 3, 8, 16, seed=s).requires_grad_() for s in range(3))
+    lowered = _lower(lambda q, k, v: _attention(q, k, v, None), q, k, v)
+    calls = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
+    assert [n.attrs["target"] for n in calls] == [aten.scaled_dot_product_attention.default] * 2
+
+
+def test_every_layer_reads_one_converted_mask(fused_attention_here):
+    def layers(x, mask):
+        for _ in range(3):
+            x = F.scaled_dot_product_attention(x, x, x, attn_mask=mask) + x
+        return x
+
+    x, mask = make(2, 3, 8, 16), make(2, 1, 8, 8, dtype=torch.bool)
+    mask[..., 0] = True
+    # one kernel converts the mask, one per layer adds the residual
+    check(layers, x, mask, kernels=4, rtol=0, atol=0)
 
 
 def test_attention_library_call_trains_through_torchs_backward(fused_attention_here):
@@ -201,8 +226,8 @@ def test_attention_library_call_trains_through_torchs_backward(fused_attention_h
 
 
 def test_attention_with_dropout_is_left_to_the_composite(fused_attention_here):
-    from ember.lower.meta_interpreter import _fused_attention
+    from ember.lower.attention import fused_attention
 
     q = torch.empty(1, 2, 4, 8, device="meta")
     # (its draws would differ when a training graph's backward ran it again)
-    assert _fused_attention(None, torch.device("cpu"), (q, q, q), {"dropout_p": 0.5}) is None
+    assert fused_attention(None, torch.device("cpu"), (q, q, q), {"dropout_p": 0.5}) is None

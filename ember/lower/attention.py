@@ -1,0 +1,243 @@
+"""scaled_dot_product_attention as eager runs it, on CUDA and on the CPU.
+
+Eager's attention is a composite: on each call it picks a kernel (flash, memory-efficient,
+cuDNN, or its math composite) by the inputs' shapes, strides and dtypes and the GPU, turns a
+boolean mask into an additive one, pads what the kernel wants padded, and calls the kernel.
+The kernels differ from the math composite (all a meta tensor decomposes into) in rounding and
+in the layout of their results, so ember asks once per geometry: the composite runs on stand-in
+tensors of the graph's device under a dispatch mode that records the aten calls it makes.
+
+- Where eager runs the math composite, its ops are traced as a meta tensor runs them and fuse
+  with their neighbours.
+- In an inference graph the recorded calls are replayed: the mask's conversion and padding
+  become ember's ops (every layer converts the same mask: common subexpressions, one kernel
+  a graph) and the kernel is one library call. The per-call choice, checks and conversions of
+  the composite (a dozen host-side ops a layer) are gone, and every value is eager's to the
+  bit, since eager runs these very calls.
+- A training graph calls the composite whole, a library call (torch's backward runs it
+  again, with the log-sum-exp the kernels keep only when a gradient is wanted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember import torch_internals
+from ember.lower.registry import Unsupported
+from ember.torch_internals import tree_flatten, tree_map
+
+if TYPE_CHECKING:
+    from ember.lower.tracer import Tracer
+
+# Devices where eager's attention picks fused kernels. On the CPU too: eager's flash kernel for
+# the CPU takes 0.83 ms where ember's kernels for the composite (two bmm and a softmax) took
+# 3.6 (2×4×128×64, causal, one thread; 2026-12-02), and with a mask in a training graph its
+# backward differs from the composite's where a row's every key is masked by a large finite
+# number (Hugging Face's left padding, `(1 - mask) * finfo.min`): eager's op and its backward
+# are what the user gets.
+FUSED_ATTENTION_DEVICES = {"cuda", "cpu"}
+ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
+              torch.ops.aten.scaled_dot_product_attention.default}
+_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+              "enable_gqa")
+_OPERANDS = _ARGUMENTS[:4]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Operand:
+    name: str            # one of _OPERANDS
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    call: int            # which recorded call
+    item: int | None     # which of its results (None: its only one)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    func: Any
+    args: tuple          # tensors as _Operand/_Result references
+    kwargs: dict
+    kernel: bool         # the attention kernel itself: a library call of its first result
+    layout: tuple        # (shape, strides, dtype) of the kernel's first result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Eager:
+    """What eager's attention does for one geometry: its result's layout and, where the
+    recording could be read, the calls it makes (None: call the composite whole)."""
+
+    layout: tuple
+    calls: tuple[_Call, ...] | None
+    result: _Result | None
+
+
+def kernel_result(kernel: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The attention kernel's output, the first of the tuple it returns (its log-sum-exp and
+    the rest are for its backward)."""
+    return kernel(*args, **kwargs)[0]
+
+
+def fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
+    """The meta result of eager's attention for this call, bound in `tracer`, or None where
+    the math composite is to be traced instead."""
+    bound = dict(zip(_ARGUMENTS, args), **kwargs)
+    if set(bound) - set(_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
+        return None  # (dropout draws: a training graph's backward could not run it again)
+    tensors = {name: bound.get(name) for name in _OPERANDS}
+    if tensors["attn_mask"] is None:
+        del tensors["attn_mask"]
+    if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
+               for t in tensors.values()):
+        return None
+    options = {name: bound[name] for name in _ARGUMENTS[3:] if name in bound}
+    key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
+                                     if not isinstance(v, torch.Tensor))),
+           tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in tensors.items()),
+           _switches())
+    if key not in _eager_by_geometry:  # (a model's layers ask the same: one run each)
+        _eager_by_geometry[key] = _ask_eager(device, tensors, options)
+    eager = _eager_by_geometry[key]
+    if eager is None:
+        # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
+        # are traced instead, as a meta tensor runs them, and fuse with their neighbours
+        return None
+    if eager.calls is not None and not tracer.stops:
+        try:
+            return _replay(tracer, eager, tensors)
+        except Unsupported:
+            pass  # (what the replay added is dead code now: the whole call stands)
+    shape, strides, dtype = eager.layout
+    out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+    attention = torch.ops.aten.scaled_dot_product_attention.default
+    tracer.call_library(attention, (bound["query"], bound["key"], bound["value"]), options, out)
+    return out
+
+
+_eager_by_geometry: dict[tuple, _Eager | None] = {}
+
+
+def _switches() -> tuple[bool, ...]:
+    """What eager's choice of attention kernel depends on besides the tensors."""
+    backends = torch.backends.cuda
+    return (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(),
+            backends.math_sdp_enabled(), backends.cudnn_sdp_enabled(),
+            torch.are_deterministic_algorithms_enabled())
+
+
+class _Recorder(torch_internals.TorchDispatchMode):
+    """Records the aten calls made under it (the composite's, not the kernels' own)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[Any, tuple, dict, Any]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.calls.append((func, args, kwargs, out))
+        return out
+
+
+def _ask_eager(device: torch.device, tensors: dict[str, torch.Tensor],
+               options: dict[str, Any]) -> _Eager | None:
+    """Eager's attention on stand-ins of these tensors on `device`, recorded; None where eager
+    would run the math composite."""
+    attention = torch.ops.aten.scaled_dot_product_attention.default
+    with torch_internals.outside_dispatch_modes(), torch.no_grad():
+        stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
+                                               device=device) for name, t in tensors.items()}
+        if "attn_mask" in stand_ins and stand_ins["attn_mask"].dtype == torch.bool:
+            stand_ins["attn_mask"].fill_(True)  # (a bool's memory holds 0 or 1 only)
+        if torch_internals.attention_uses_math(
+                stand_ins["query"], stand_ins["key"], stand_ins["value"],
+                stand_ins.get("attn_mask"), options):
+            return None
+        recorder = _Recorder()
+        with recorder:
+            real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
+                             **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
+                                                if n in stand_ins}))
+    layout = (tuple(real.shape), real.stride(), real.dtype)
+    calls, result = _program(recorder.calls, stand_ins, real)
+    return _Eager(layout, calls, result)
+
+
+def _program(recorded: list, stand_ins: dict[str, torch.Tensor], real: torch.Tensor
+             ) -> tuple[tuple[_Call, ...] | None, _Result | None]:
+    """The recorded calls with their tensors as references to the operands and to earlier
+    results; (None, None) where they cannot be replayed (a tensor from elsewhere, not one
+    kernel, or a later call reading a kernel's result other than its first)."""
+    names: dict[int, Any] = {id(t): _Operand(name) for name, t in stand_ins.items()}
+    calls: list[_Call] = []
+    kernels = 0
+    for position, (func, args, kwargs, out) in enumerate(recorded):
+        if not any(isinstance(v, torch.Tensor) for v in tree_flatten(out)[0]):
+            continue  # (the kernel's choice, and such: later calls hold what it said)
+        try:
+            args, kwargs = tree_map(lambda v: _reference(v, names), (tuple(args), dict(kwargs)))
+        except LookupError:
+            return None, None
+        kernel = "attention" in func.__name__
+        kernels += kernel
+        first = out[0] if kernel and isinstance(out, (tuple, list)) else out
+        if kernel:
+            if not isinstance(first, torch.Tensor):
+                return None, None
+            names[id(first)] = _Result(position, None)
+            layout = (tuple(first.shape), first.stride(), first.dtype)
+        else:
+            flat, _ = tree_flatten(out)
+            single = isinstance(out, torch.Tensor)
+            for item, value in enumerate(flat):
+                if isinstance(value, torch.Tensor):
+                    names[id(value)] = _Result(position, None if single else item)
+            layout = ()
+        calls.append(_Call(func, args, kwargs, kernel, layout))
+    result = names.get(id(real))
+    if kernels != 1 or not isinstance(result, _Result):
+        return None, None
+    return tuple(calls), result
+
+
+def _reference(value: Any, names: dict[int, Any]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return names[id(value)]  # (LookupError: a tensor the recording cannot name)
+    return value
+
+
+def _replay(tracer: Tracer, eager: _Eager, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Eager's calls, again, on the graph's meta tensors under the tracer: the kernel a library
+    call, the rest lowered as any op is."""
+    values: dict[Any, torch.Tensor] = {_Operand(name): t for name, t in tensors.items()}
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, (_Operand, _Result)):
+            if value not in values:
+                raise Unsupported("a recorded attention call reads a value not replayed")
+            return values[value]
+        return value
+
+    for position, call in enumerate(eager.calls):
+        args, kwargs = tree_map(fill, (call.args, call.kwargs))
+        if call.kernel:
+            shape, strides, dtype = call.layout
+            out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+            tracer.call_library(kernel_result, (call.func, *args), kwargs, out)
+            values[_Result(position, None)] = out
+            continue
+        out = call.func(*args, **kwargs)
+        if isinstance(out, torch.Tensor):
+            values[_Result(position, None)] = out
+        else:
+            for item, value in enumerate(tree_flatten(out)[0]):
+                if isinstance(value, torch.Tensor):
+                    values[_Result(position, item)] = value
+    result = values[eager.result]
+    if (tuple(result.shape), result.stride(), result.dtype) != eager.layout:
+        raise Unsupported("the replayed attention's result lies otherwise than eager's")
+    return result
