@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import keyword
 import math
 
 import torch
@@ -194,7 +195,8 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
         deps = self.deps_of(value)
         if deps == frozenset({"x", "r"}):
             return value
-        if not deps and not value.isidentifier():
+        if not deps and (not value.isidentifier() or keyword.iskeyword(value)):
+            # a literal (True and False are identifiers too): broadcast_to takes tensors
             return f"tl.full([XBLOCK, RBLOCK], {value}, {compute_type(dtype)})"
         return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
 

@@ -59,6 +59,16 @@ def test_full_reductions():
 
 
 @pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
+def test_reductions_of_a_tensor_the_graph_fills_with_a_constant():
+    # (the reduction's operand folds to a constant: a boolean literal in the Triton kernel)
+    def fn(x, y):
+        filled = x.fill_(2)
+        return filled, torch.any(x), torch.all(y.zero_()), (y + 1).sum()
+
+    x = make(3)
+    check(fn, x, make(4, 5, seed=1))
+
+
 def test_large_reductions_accumulate_accurately():
     # beyond one SIMD-friendly chunk and the parallel threshold, many rows
     x = make(600, 700) + 1.0
