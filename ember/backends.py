@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -523,17 +525,21 @@ class ShapeSpecialized:
         self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
         self.compiles = 0
         self.eager_calls = 0
+        self.compiling = threading.RLock()
 
     def __call__(self, *args: Any) -> Any:
         key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
                     if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
         compiled = self.cache.get(key)
-        if compiled is not None:
+        if compiled is None:
+            with self.compiling:  # (threads that bring one new shape together compile it once)
+                compiled = self.cache.get(key)
+                if compiled is None:
+                    if self.compiles >= config.settings.recompile_limit:
+                        return self._run_eagerly(args)
+                    compiled = self._compile(key, args)
+        with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
             self.cache.move_to_end(key)
-        elif self.compiles >= config.settings.recompile_limit:
-            return self._run_eagerly(args)
-        else:
-            compiled = self._compile(key, args)
         return compiled(*args)
 
     def _run_eagerly(self, args: tuple) -> Any:
