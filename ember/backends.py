@@ -136,9 +136,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     except BuildError as error:
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         reason = str(error)
+    except OSError as error:  # the machine's fault (a full disk, a file it may not write)
+        reason = _environment_error(label, error)
     except Exception as error:  # an ember bug must not stop the user's program
         reason = _internal_error(label, error)
     return EagerGraph(gm, reason)
+
+
+def _environment_error(label: str, error: OSError) -> str:
+    """An operating-system error met while compiling, said as what it is (not as a bug of
+    ember's); the graph's reason."""
+    reason = f"the system refused a file or process operation ({type(error).__name__}: " \
+             f"{error}); check that the disk has space and that EMBER_CACHE_DIR and " \
+             f"EMBER_DUMP are writable"
+    logs.channel("fallbacks").warning("%s runs eagerly: %s", label, reason)
+    return reason
 
 
 def _internal_error(label: str, error: Exception) -> str:
@@ -287,6 +299,8 @@ def _compiled_or_reason(module: torch.fx.GraphModule, inputs: list[Any], label: 
     except BuildError as error:
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         return str(error)
+    except OSError as error:
+        return _environment_error(label, error)
     except Exception as error:  # an ember bug must not stop the user's program
         return _internal_error(label, error)
 

@@ -9,9 +9,11 @@ computes the wrong thing.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
+import shutil
 import struct
 import sys
 import tempfile
@@ -70,6 +72,7 @@ def _replace_root(root: Path, error: OSError) -> Path:
                     f"neither can a temporary directory ({second}): free disk space, or set "
                     f"EMBER_CACHE_DIR to a writable directory") from error
             _replacements[root] = replacement
+            atexit.register(shutil.rmtree, replacement, ignore_errors=True)
             logs.channel("fallbacks").warning(
                 "the kernel cache EMBER_CACHE_DIR=%s cannot be written (%s): kernels are built "
                 "in %s for this process only; set EMBER_CACHE_DIR to a writable directory to "
