@@ -27,7 +27,7 @@ LOG_CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "perf",
 LOG_WORDS = (*LOG_CHANNELS, "all", "raise")
 
 # C compiler flags that let the compiler assume no NaN, no inf or no signed zero, or reorder
-# float arithmetic: results would differ from eager's (issue 19's NaN handling)
+# float arithmetic: results would differ from eager's (inf and NaN, signed zeros, rounding)
 UNSAFE_CFLAGS = ("-ffast-math", "-Ofast", "-ffinite-math-only", "-fno-honor-nans",
                  "-fno-honor-infinities", "-funsafe-math-optimizations", "-fassociative-math",
                  "-freciprocal-math", "-fno-signed-zeros", "-fapprox-func",
