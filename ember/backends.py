@@ -548,10 +548,10 @@ class ShapeSpecialized:
         if compiled is None:
             with self.compiling:  # (threads that bring one new shape together compile it once)
                 compiled = self.cache.get(key)
-                if compiled is None:
-                    if self.compiles >= config.settings.recompile_limit:
-                        return self._run_eagerly(args)
+                if compiled is None and self.compiles < config.settings.recompile_limit:
                     compiled = self._compile(key, args)
+            if compiled is None:
+                return self._run_eagerly(args)
         with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
             self.cache.move_to_end(key)
         return compiled(*args)
