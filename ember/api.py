@@ -15,6 +15,7 @@ import builtins
 import dataclasses
 import functools
 import inspect
+import threading
 import time
 import types
 import weakref
@@ -178,31 +179,37 @@ class Resume:
         self.start = start
         self.lasti = lasti  # (an exception handler's entry: the instruction that raised)
         self.compiled: Callable | None = None
+        self._making = threading.Lock()
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
-            parent, spec = self.parent, self.spec
-            code = parent.origin[0]
-            function, offset = resume_function(parent.function, code, self.start, spec.stack,
-                                               spec.locals, spec.cells, self.lasti)
-            if spec.name == "resume_handler":
-                # (an exception handler, reached when the native part raised: the rare path
-                # runs as Python, and so does the rest of the function after it)
-                logs.channel("graph_breaks").info(
-                    "%s: an exception was raised in a try block; its handler and what "
-                    "follows run as Python", parent.where)
-                self.compiled = function
-            elif parent.depth + 1 >= MAX_RESUME_DEPTH:
-                logs.channel("graph_breaks").info(
-                    "%s: breaks nest %d deep; the rest runs as Python", parent.where,
-                    MAX_RESUME_DEPTH)
-                self.compiled = function
-            else:
-                self.compiled = CompiledFunction(
-                    function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
-                    backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
-                    where=parent.where, origin=(code, offset), resumes=parent.resumes)
+            with self._making:  # (threads that reach it together build it once)
+                if self.compiled is None:
+                    self._make()
         return self.compiled(*args)
+
+    def _make(self) -> None:
+        parent, spec = self.parent, self.spec
+        code = parent.origin[0]
+        function, offset = resume_function(parent.function, code, self.start, spec.stack,
+                                           spec.locals, spec.cells, self.lasti)
+        if spec.name == "resume_handler":
+            # (an exception handler, reached when the native part raised: the rare path
+            # runs as Python, and so does the rest of the function after it)
+            logs.channel("graph_breaks").info(
+                "%s: an exception was raised in a try block; its handler and what "
+                "follows run as Python", parent.where)
+            self.compiled = function
+        elif parent.depth + 1 >= MAX_RESUME_DEPTH:
+            logs.channel("graph_breaks").info(
+                "%s: breaks nest %d deep; the rest runs as Python", parent.where,
+                MAX_RESUME_DEPTH)
+            self.compiled = function
+        else:
+            self.compiled = CompiledFunction(
+                function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
+                backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
+                where=parent.where, origin=(code, offset), resumes=parent.resumes)
 
 
 # NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
@@ -253,6 +260,9 @@ class CompiledFunction:
         self.binder = _binder(function)
         self.caller = _caller(function)
         self.entries: list[CacheEntry] = []
+        # held while a missed call captures: re-entrant, for a capture that reaches this
+        # function again (through a resume function, say) on its own thread
+        self._compiling = threading.RLock()
         self.records: list[CaptureRecord] = []
         self.given_up = False
         self.frame_sizes = FrameSizes()  # (sizes its captures saw: automatic dynamic)
@@ -282,7 +292,7 @@ class CompiledFunction:
         return types.MethodType(self, instance)
 
     def reset(self) -> None:
-        self.entries.clear()
+        self.entries = []
         self.records.clear()
         self.given_up = False
         self.frame_sizes = FrameSizes()
@@ -340,25 +350,41 @@ class CompiledFunction:
         return self.function(*args, **kwargs)
 
     def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
-        if self.entries:
-            if len(self.entries) >= config.settings.recompile_limit:
-                logs.channel("recompiles").warning(
-                    "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); calls its compiled "
-                    "versions do not take run eagerly from now on. Last reason: %s",
-                    self.where, len(self.entries),
-                    self._why(self.entries[0], arguments))
-                self.given_up = True
-                self.eager_streak = 0
-                for entry in self.entries:  # (a call a kept version serves ends the streak)
-                    entry.call = _ending_the_streak(self, entry.call)
-                return self.function(*args, **kwargs)
-            if logs.enabled("recompiles"):
-                logs.channel("recompiles").info("recompiling %s: %s", self.where,
-                                                self._why(self.entries[0], arguments))
-        entry = self._capture(arguments)
-        self.entries.insert(0, entry)
-        self.eager_streak = 0
+        entry = self._entry_for(arguments)
+        if entry is None:
+            return self.function(*args, **kwargs)
         return entry.run(arguments)
+
+    def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
+        """The entry that serves these arguments, captured now if none does; None past the
+        recompile limit. One thread at a time: threads that miss together on one input
+        signature capture it once, and the limit counts versions, not racing threads."""
+        with self._compiling:
+            for entry in self.entries:  # (another thread may have captured it meanwhile)
+                if entry.guard(arguments):
+                    return entry
+            if self.given_up:
+                return None
+            if self.entries:
+                if len(self.entries) >= config.settings.recompile_limit:
+                    logs.channel("recompiles").warning(
+                        "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); calls its compiled "
+                        "versions do not take run eagerly from now on. Last reason: %s",
+                        self.where, len(self.entries),
+                        self._why(self.entries[0], arguments))
+                    self.given_up = True
+                    self.eager_streak = 0
+                    for entry in self.entries:  # (a call a kept version serves ends the streak)
+                        entry.call = _ending_the_streak(self, entry.call)
+                    return None
+                if logs.enabled("recompiles"):
+                    logs.channel("recompiles").info("recompiling %s: %s", self.where,
+                                                    self._why(self.entries[0], arguments))
+            entry = self._capture(arguments)
+            # (a new list, not an insertion: threads looping over the old one see it whole)
+            self.entries = [entry, *self.entries]
+            self.eager_streak = 0
+            return entry
 
     def _why(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
         if entry.captured is None:
@@ -389,8 +415,8 @@ class CompiledFunction:
         key = (start, tuple(value is NULL for value in spec.stack), tuple(spec.locals),
                tuple(spec.cells), lasti)
         found = self.resumes.get(key)
-        if found is None:
-            found = self.resumes[key] = Resume(self, spec, start, lasti)
+        if found is None:  # (setdefault: one Resume per place, for every thread)
+            found = self.resumes.setdefault(key, Resume(self, spec, start, lasti))
         return found
 
     def _serves_any_shape(self) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import itertools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -134,9 +136,21 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     except BuildError as error:
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         reason = str(error)
+    except OSError as error:  # the machine's fault (a full disk, a file it may not write)
+        reason = _environment_error(label, error)
     except Exception as error:  # an ember bug must not stop the user's program
         reason = _internal_error(label, error)
     return EagerGraph(gm, reason)
+
+
+def _environment_error(label: str, error: OSError) -> str:
+    """An operating-system error met while compiling, said as what it is (not as a bug of
+    ember's); the graph's reason."""
+    reason = f"the system refused a file or process operation ({type(error).__name__}: " \
+             f"{error}); check that the disk has space and that EMBER_CACHE_DIR and " \
+             f"EMBER_DUMP are writable"
+    logs.channel("fallbacks").warning("%s runs eagerly: %s", label, reason)
+    return reason
 
 
 def _internal_error(label: str, error: Exception) -> str:
@@ -285,6 +299,8 @@ def _compiled_or_reason(module: torch.fx.GraphModule, inputs: list[Any], label: 
     except BuildError as error:
         logs.channel("fallbacks").warning("%s runs eagerly: %s", label, error)
         return str(error)
+    except OSError as error:
+        return _environment_error(label, error)
     except Exception as error:  # an ember bug must not stop the user's program
         return _internal_error(label, error)
 
@@ -523,17 +539,21 @@ class ShapeSpecialized:
         self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
         self.compiles = 0
         self.eager_calls = 0
+        self.compiling = threading.RLock()
 
     def __call__(self, *args: Any) -> Any:
         key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
                     if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
         compiled = self.cache.get(key)
-        if compiled is not None:
+        if compiled is None:
+            with self.compiling:  # (threads that bring one new shape together compile it once)
+                compiled = self.cache.get(key)
+                if compiled is None and self.compiles < config.settings.recompile_limit:
+                    compiled = self._compile(key, args)
+            if compiled is None:
+                return self._run_eagerly(args)
+        with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
             self.cache.move_to_end(key)
-        elif self.compiles >= config.settings.recompile_limit:
-            return self._run_eagerly(args)
-        else:
-            compiled = self._compile(key, args)
         return compiled(*args)
 
     def _run_eagerly(self, args: tuple) -> Any:

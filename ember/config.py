@@ -8,22 +8,92 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 
+class SettingError(ValueError):
+    """An EMBER_* variable holds a value ember cannot use (the message names the variable and
+    the values it takes)."""
+
+
+# Log channels (logs.py prints them), and the words EMBER_LOGS takes besides: "all", and
+# "raise" (internal errors raise instead of falling back to eager: for ember's own tests).
+LOG_CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "perf", "fallbacks")
+LOG_WORDS = (*LOG_CHANNELS, "all", "raise")
+
+# C compiler flags that let the compiler assume no NaN, no inf or no signed zero, or reorder
+# float arithmetic: results would differ from eager's (inf and NaN, signed zeros, rounding)
+UNSAFE_CFLAGS = ("-ffast-math", "-Ofast", "-ffinite-math-only", "-fno-honor-nans",
+                 "-fno-honor-infinities", "-funsafe-math-optimizations", "-fassociative-math",
+                 "-freciprocal-math", "-fno-signed-zeros", "-fapprox-func",
+                 "-menable-unsafe-fp-math", "-ffp-model=fast", "-ffp-model=aggressive")
+
+
 def _words(text: str) -> frozenset[str]:
-    return frozenset(w.strip() for w in text.replace(";", ",").split(",") if w.strip())
+    words = frozenset(w.strip() for w in text.replace(";", ",").split(",") if w.strip())
+    unknown = sorted(words - set(LOG_WORDS))
+    if unknown:
+        raise ValueError(f"unknown channel {', '.join(unknown)}; the channels are "
+                         f"{', '.join(LOG_WORDS)} (comma-separated)")
+    return words
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 
 
 def _flag(text: str) -> bool:
-    return text.strip().lower() not in ("", "0", "false", "no", "off")
+    word = text.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise ValueError(f"use one of {', '.join(_TRUE)} or {', '.join(w for w in _FALSE if w)}")
+    return word in _TRUE
 
 
 def _optional_path(text: str) -> Path | None:
     return Path(text).expanduser() if text.strip() else None
+
+
+def _cache_path(text: str) -> Path:
+    # (empty means the default: a relative "" would fill the current directory with kernels)
+    return Path(text.strip() or "~/.cache/ember").expanduser()
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        word = text.strip()
+        if word not in choices:
+            raise ValueError("use one of " + ", ".join(c or "(empty)" for c in choices))
+        return word
+
+    return parse
+
+
+def _count(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or value < least:
+            raise ValueError(f"use a whole number >= {least}")
+        return value
+
+    return parse
+
+
+def _cflags(text: str) -> list[str]:
+    flags = text.split()
+    unsafe = [f for f in flags if f in UNSAFE_CFLAGS or f.startswith("-Ofast")]
+    if unsafe:
+        raise ValueError(f"{' '.join(unsafe)} would change results (NaN, inf, signed zeros or "
+                         f"the order of float arithmetic) from eager's; ember refuses "
+                         f"{', '.join(UNSAFE_CFLAGS)}")
+    return flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,21 +112,22 @@ FLAGS: tuple[Flag, ...] = (
     Flag("dump_dir", "EMBER_DUMP", "", _optional_path,
          "directory where every stage's text is written: captured graph, IR after each pass, "
          "kernel sources, wrapper"),
-    Flag("cache_dir", "EMBER_CACHE_DIR", "~/.cache/ember", lambda t: Path(t).expanduser(),
-         "directory of the content-addressed cache of built kernels"),
+    Flag("cache_dir", "EMBER_CACHE_DIR", "~/.cache/ember", _cache_path,
+         "directory of the content-addressed cache of built kernels (empty: the default)"),
     Flag("disable", "EMBER_DISABLE", "0", _flag,
          "run every compiled function eagerly (compile nothing)"),
-    Flag("backend", "EMBER_BACKEND", "", str.strip,
+    Flag("backend", "EMBER_BACKEND", "", _choice("", "c", "triton", "interp"),
          "kernel backend: c, triton or interp (IR interpreter); empty picks by device"),
     Flag("cc", "EMBER_CC", "", str.strip,
          "C compiler for CPU kernels; empty means $CC, then cc, gcc, clang"),
     Flag("cflags", "EMBER_CFLAGS", "-O3 -march=native -fno-math-errno -fwrapv -fopenmp",
-         str.split, "flags for the C compiler (never -ffast-math: it breaks inf and NaN)"),
-    Flag("parallel_threshold", "EMBER_PARALLEL_THRESHOLD", "32768", int,
+         _cflags, "flags for the C compiler (never -ffast-math, -Ofast or the like: they "
+         "break inf, NaN and signed zeros)"),
+    Flag("parallel_threshold", "EMBER_PARALLEL_THRESHOLD", "32768", _count(0),
          "elements a CPU kernel must touch before it opens an OpenMP parallel region"),
-    Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", int,
+    Flag("recompile_limit", "EMBER_RECOMPILE_LIMIT", "8", _count(1),
          "compiled versions kept per function before it runs eagerly with a warning"),
-    Flag("shape_compiles", "EMBER_SHAPE_COMPILES", "8", int,
+    Flag("shape_compiles", "EMBER_SHAPE_COMPILES", "8", _count(1),
          "a graph with symbolic sizes is still compiled per concrete shape by ember's "
          "backend (issue 18, stage 1): how many shapes' compiled versions each keeps, least "
          "recently used dropped"),
@@ -70,7 +141,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
-    Flag("shape_padding", "EMBER_SHAPE_PADDING", "auto", str.strip,
+    Flag("shape_padding", "EMBER_SHAPE_PADDING", "auto", _choice("auto", "always", "never"),
          "pad a large half-precision matmul's sizes that are not a multiple of 16 bytes "
          "(cuBLAS's fast kernels need them): auto (on CUDA), always, never "
          "(see passes/matmul_operands.aligned_matmuls)"),
@@ -96,9 +167,31 @@ class Settings:
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:
+    """Every setting from the environment, checked: a value ember cannot use raises
+    SettingError naming the variable and what it takes (at import: never a silent default)."""
     environ = os.environ if environ is None else environ
-    values = {flag.name: flag.parse(environ.get(flag.env, flag.default)) for flag in FLAGS}
+    values = {}
+    for flag in FLAGS:
+        text = environ.get(flag.env, flag.default)
+        try:
+            values[flag.name] = flag.parse(text)
+        except ValueError as error:
+            raise SettingError(f"{flag.env}={text!r} is not a valid setting: {error}. "
+                               f"({flag.env}: {flag.help})") from None
+    _warn_of_misspellings(environ)
     return Settings(**values)
+
+
+def _warn_of_misspellings(environ: Any) -> None:
+    """An EMBER_* variable that is not a setting but nearly spells one (EMBER_BAKCEND) is
+    most likely meant as it: say so (other EMBER_* names, the tests' own, pass silently)."""
+    known = [flag.env for flag in FLAGS]
+    for name in environ:
+        if name.startswith("EMBER_") and name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+            if close:
+                warnings.warn(f"{name} is not an ember setting (did you mean {close[0]}?); "
+                              f"it is ignored", stacklevel=3)
 
 
 settings: Settings = load()

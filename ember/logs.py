@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ember import config
 
-CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "perf", "fallbacks")
+CHANNELS = config.LOG_CHANNELS
 
 # All channels hang under the "ember" logger, which prints to stderr and does not pass records
 # on to the root logger (an application's logging setup stays untouched).
@@ -41,16 +41,39 @@ def enabled(name: str) -> bool:
 _dump_counter = itertools.count()
 
 
+_unwritable_dumps: set[Path] = set()
+
+
 def dump_folder(label: str) -> Path | None:
-    """A fresh folder under EMBER_DUMP for one compiled graph, or None when dumping is off."""
+    """A fresh folder under EMBER_DUMP for one compiled graph, or None when dumping is off (or
+    EMBER_DUMP cannot be written: said once, and compiling goes on)."""
     root = config.settings.dump_dir
-    if root is None:
+    if root is None or root in _unwritable_dumps:
         return None
     folder = root / f"{next(_dump_counter):03d}_{label}"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        _cannot_dump(root, error)
+        return None
     return folder
 
 
 def dump(folder: Path | None, name: str, text: str) -> None:
-    if folder is not None:
+    if folder is None:
+        return
+    try:
         (folder / name).write_text(text)
+    except OSError as error:
+        _cannot_dump(folder, error)
+
+
+def _cannot_dump(where: Path, error: OSError) -> None:
+    root = config.settings.dump_dir
+    if root in _unwritable_dumps:
+        return
+    _unwritable_dumps.add(root)
+    channel("fallbacks").warning(
+        "EMBER_DUMP=%s cannot be written (%s: %s): nothing more is dumped in this process; "
+        "set EMBER_DUMP to a writable directory (compiling goes on)", root,
+        type(error).__name__, error)

@@ -45,6 +45,9 @@ class GraphBuilder:
         self.op_count = 0
         self.inference_depth = 0  # inside torch.inference_mode() blocks
         self.made_in_inference: set[torch.fx.Node] = set()
+        # the frame whose instruction is running (interpreter.Frame.run sets it): each op's
+        # node records the user's position, for errors the compiled graph raises at run time
+        self.frame: Any = None
 
     # -- inputs ---------------------------------------------------------------------------
     def input_tensor(self, tensor: torch.Tensor, source: Source) -> TensorValue:
@@ -148,6 +151,8 @@ class GraphBuilder:
                               "eager raises the same error; fix the call") from None
         node = self.graph.create_node(kind, target, fx_args, fx_kwargs,
                                       self._name(_name_of(target)))
+        if self.frame is not None:
+            node.meta["stack_trace"] = self.frame.stack_trace()
         self.op_count += 1
         if self.inference_depth:
             self.made_in_inference.add(node)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dis
 import inspect
+import linecache
 import sys
+import traceback
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -118,6 +120,17 @@ class Frame:
             line = self.current.positions.lineno
         return Location(self.code.co_filename, line, self.name)
 
+    def stack_trace(self) -> str:
+        """Where the running instruction is, with the frames that inlined this one, in the
+        format of FX's node.meta["stack_trace"] (Dynamo's): innermost last."""
+        frames, frame = [], self
+        while frame is not None:
+            location = frame.location()
+            frames.append((location.filename, location.line, location.function,
+                           linecache.getline(location.filename, location.line).strip()))
+            frame = frame.parent
+        return "".join(traceback.format_list(list(reversed(frames))))
+
     def handler_of(self, offset: int) -> Any:
         """The exception table's entry that protects the instruction at `offset` (None: an
         exception there leaves the frame). CPython 3.11+ keeps the entries apart, so one at
@@ -145,6 +158,7 @@ class Frame:
         # (only the frame being captured breaks: one run for a call the capture makes
         # itself — a property's getter, __getitem__, map's function — has no parent either)
         breakable = self.parent is None and session.inline_depth == 0 and session.allow_breaks
+        outer, session.builder.frame = session.builder.frame, self
         try:
             while True:
                 instruction = self.instructions[self.pc]
@@ -183,6 +197,8 @@ class Frame:
             return result.value
         except Unsupported as error:
             raise error.at(self.location(), session.inline_depth) from None
+        finally:
+            session.builder.frame = outer
 
     def execute(self, fn: Callable, instruction: dis.Instruction) -> None:
         """Run one instruction's handler; an error of ember's own there (not a capture

@@ -42,10 +42,13 @@ INCLUDES = """
 # (after vector_math_declarations in the file: a helper that calls expf, as ember_erff does,
 # must see its SIMD declaration, or a loop that calls the helper is not vectorized)
 PRELUDE = r"""
-static inline float ember_maximumf(float a, float b) { return (a != a || a > b) ? a : b; }
-static inline float ember_minimumf(float a, float b) { return (a != a || a < b) ? a : b; }
-static inline double ember_maximum(double a, double b) { return (a != a || a > b) ? a : b; }
-static inline double ember_minimum(double a, double b) { return (a != a || a < b) ? a : b; }
+/* NaN-propagating; a tie keeps `a`, as eager's clamp, relu and hardtanh keep x: max(-0.0, 0)
+   is -0.0. (Eager's maximum of zeros of both signs keeps `a` in its scalar loop but `b` in its
+   SIMD body, so there the sign depends on the element's position; ember keeps `a`.) */
+static inline float ember_maximumf(float a, float b) { return (a != a || a >= b) ? a : b; }
+static inline float ember_minimumf(float a, float b) { return (a != a || a <= b) ? a : b; }
+static inline double ember_maximum(double a, double b) { return (a != a || a >= b) ? a : b; }
+static inline double ember_minimum(double a, double b) { return (a != a || a <= b) ? a : b; }
 /* sign as eager's: 0 for NaN and for either zero */
 static inline float ember_signf(float a) { return (float)((a > 0) - (a < 0)); }
 static inline double ember_sign(double a) { return (double)((a > 0) - (a < 0)); }

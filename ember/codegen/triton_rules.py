@@ -71,13 +71,14 @@ import triton.language as tl
 
 @triton.jit
 def ember_max_nan(a, b):
-    """maximum that propagates NaN, as eager's max does"""
-    return tl.where((a > b) | (a != a), a, b)
+    """maximum that propagates NaN, as eager's max does; a tie keeps a (max(-0.0, 0) is -0.0,
+    as eager's clamp and relu give)"""
+    return tl.where((a >= b) | (a != a), a, b)
 
 
 @triton.jit
 def ember_min_nan(a, b):
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where((a <= b) | (a != a), a, b)
 
 
 @triton.jit
@@ -135,6 +136,7 @@ def ember_round_half_even(x, big):
     r = tl.floor(x + 0.5)
     odd = (r - 2.0 * tl.floor(r * 0.5)) != 0
     r = tl.where((r - x == 0.5) & odd, r - 1.0, r)
+    r = tl.where(r == 0, x * 0.0, r)  # (a zero takes x's sign, as eager's: round(-0.3) = -0.0)
     return tl.where(tl.abs(x) >= big, x, r)
 
 
@@ -165,7 +167,8 @@ def ember_tanh_f32(x):
     near = x + x * s * p
     far = 1.0 - 2.0 / (tl.exp(2.0 * a) + 1.0)
     far = tl.where(x < 0, -far, far)
-    return tl.where(a < TANH_SPLIT, near, far)
+    # (x == 0 returns x: the polynomial's x + x*s*p is +0 for x = -0.0, eager's tanh is -0.0)
+    return tl.where(a < TANH_SPLIT, tl.where(x == 0, x, near), far)
 
 
 @triton.jit
@@ -224,7 +227,7 @@ def ember_tanh_f64(x):
     a = tl.abs(x)
     e = ember_expm1_f64(-2.0 * a)
     t = -e / (e + 2.0)
-    return tl.where(x < 0, -t, t)
+    return tl.where(x == 0, x, tl.where(x < 0, -t, t))  # (tanh(-0.0) is -0.0)
 
 
 @triton.jit
@@ -264,6 +267,12 @@ def is_double(dtype: torch.dtype) -> bool:
     return dtype is torch.float64
 
 
+def _negative_zero(dtype: torch.dtype) -> str:
+    if is_double(dtype):
+        return "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)"
+    return "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
+
+
 def literal(value, dtype: torch.dtype) -> str:
     """A Triton expression for `value` as a value of `dtype` (rounded to dtype first, as eager
     does). Python floats are float32 constants in Triton, so float64 values are made with
@@ -274,6 +283,9 @@ def literal(value, dtype: torch.dtype) -> str:
         value = torch.tensor(value, dtype=dtype).item()
         if math.isnan(value):
             text = 'float("nan")'
+        elif value == 0 and math.copysign(1.0, value) < 0:
+            # Triton makes every constant equal to zero +0.0: -0.0 is built from its bits
+            return _negative_zero(dtype)
         elif math.isinf(value):
             text = 'float("inf")' if value > 0 else 'float("-inf")'
         elif compute_type(dtype) == "tl.float32":
@@ -376,6 +388,9 @@ def _abs(node, args, w):
 
 @_rule(Op.NEG)
 def _neg(node, args, w):
+    if node.dtype.is_floating_point:
+        # (Triton's unary minus is 0 - x, which makes -(0.0) +0.0; eager's is -0.0)
+        return f"({args[0]} * -1.0)"
     return f"(-{args[0]})"
 
 

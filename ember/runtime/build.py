@@ -1,8 +1,9 @@
 """C source → loaded shared library, through a content-addressed disk cache.
 
 The cache key hashes the source, the compiler's identity and the flags; a hit skips the
-compiler entirely (a warm start costs a file check and a dlopen). Builds write to a temporary
-name and rename, so concurrent processes never load a half-written library.
+compiler entirely (a warm start costs a digest check and a dlopen). Builds write to a
+temporary name and rename, one builder per key (disk_cache), so no process ever loads a
+half-written, truncated or foreign library.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import ctypes
 import functools
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from ember import config
+from ember.runtime import disk_cache
 
-CACHE_VERSION = "ember-c-1"
+CACHE_VERSION = "ember-c-2"  # (2: entries carry a digest)
 
 
 class BuildError(RuntimeError):
@@ -59,9 +61,22 @@ def compiler_identity(compiler: str) -> str:
     return f"{path}:{status.st_size}:{int(status.st_mtime)}"
 
 
+@functools.cache
+def cpu_identity() -> str:
+    """Which processor the libraries are built for (-march=native): a cache shared between
+    machines must not hand one CPU's instructions to another."""
+    try:
+        with open("/proc/cpuinfo") as file:
+            lines = [line for line in file if line.startswith(("model name", "flags"))][:2]
+    except OSError:
+        lines = []
+    return platform.machine() + ":" + hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
+
+
 def cache_key(source: str, flags: list[str], compiler: str) -> str:
     digest = hashlib.sha256()
-    for part in (CACHE_VERSION, compiler_identity(compiler), " ".join(flags), source):
+    for part in (CACHE_VERSION, cpu_identity(), compiler_identity(compiler), " ".join(flags),
+                 source):
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
@@ -71,41 +86,58 @@ _WITHOUT_SLP = "-fno-tree-slp-vectorize"
 
 
 def build(source: str, link: list[str]) -> tuple[Path, bool]:
-    """Compile `source` into a shared library; return (path, whether it came from the cache)."""
+    """Compile `source` into a shared library; return (path, whether it came from the cache).
+    A cached library is loaded only after its digest checks (disk_cache.usable); one that
+    fails is rebuilt. One thread or process builds a key at a time; the others wait for it."""
     compiler = find_compiler()
     flags = list(config.settings.cflags) + ["-shared", "-fPIC"]
     key = cache_key(source, flags + link, compiler)
-    folder = config.settings.cache_dir / "c" / key[:2]
-    library = folder / f"{key}.so"
-    if library.exists():
+    library = disk_cache.entry_path("c", key, ".so")
+    if disk_cache.usable(library, key):
         return library, True
-    folder.mkdir(parents=True, exist_ok=True)
-    source_path = folder / f"{key}.c"
-    # (written whole, then moved into place: a graph's forward and backward build side by
-    # side, and one source in both must never be read half rewritten)
-    handle, partial = tempfile.mkstemp(suffix=".c", dir=folder)
-    with os.fdopen(handle, "w") as file:
-        file.write(source)
-    os.replace(partial, source_path)
-    handle, temporary = tempfile.mkstemp(suffix=".so", dir=folder)
-    os.close(handle)
-    command = [compiler, *flags, "-o", temporary, str(source_path), *link]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        if result.returncode != 0 and "internal compiler error" in result.stderr:
-            # a compiler bug, not the source's: GCC 12 crashes in its SLP vectorizer on some
-            # small OpenMP-simd reductions; the same source builds without that pass
-            command[1:1] = [_WITHOUT_SLP]
-            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.SubprocessError) as error:
-        os.unlink(temporary)
-        raise BuildError(f"could not run {compiler} on {source_path}: {error}") from error
-    if result.returncode != 0:
-        os.unlink(temporary)
-        raise BuildError(f"{compiler} failed on generated kernel source {source_path}:\n"
-                         f"{result.stderr.strip()[:4000]}")
-    os.replace(temporary, library)
+        with disk_cache.building("c", key, ".so") as library:
+            if disk_cache.usable(library, key):  # (built while this one waited)
+                return library, True
+            _compile(compiler, flags, link, source, library, key)
+    except disk_cache.CacheUnusable as error:
+        raise BuildError(str(error)) from error
+    except OSError as error:
+        raise BuildError(f"the kernel cache at {library.parent} cannot be written ({error}): "
+                         f"free disk space, or set EMBER_CACHE_DIR to a writable "
+                         f"directory") from error
     return library, False
+
+
+def _compile(compiler: str, flags: list[str], link: list[str], source: str, library: Path,
+             key: str) -> None:
+    folder = library.parent
+    source_path = library.with_suffix(".c")
+    # (written whole, then moved into place: the file a compiler error names is always whole)
+    with disk_cache.temporary(folder, ".c") as partial:
+        partial.write_text(source)
+        os.replace(partial, source_path)
+    # the compiler writes a temporary, removed on any exception (an interrupt included):
+    # only a whole library that passed its check is ever moved to the entry's name
+    with disk_cache.temporary(folder, ".so") as temporary:
+        command = [compiler, *flags, "-o", str(temporary), str(source_path), *link]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            if result.returncode != 0 and "internal compiler error" in result.stderr:
+                # a compiler bug, not the source's: GCC 12 crashes in its SLP vectorizer on
+                # some small OpenMP-simd reductions; the same source builds without that pass
+                command[1:1] = [_WITHOUT_SLP]
+                result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise BuildError(f"could not run {compiler} on {source_path}: {error}") from error
+        if result.returncode != 0:
+            raise BuildError(f"{compiler} failed on generated kernel source {source_path}:\n"
+                             f"{result.stderr.strip()[:4000]}")
+        try:
+            disk_cache.commit(temporary, library, key)
+        except disk_cache.IncompleteBuild as error:
+            raise BuildError(f"{compiler} reported success on {source_path} but left an "
+                             f"incomplete library ({error}); is the disk full?") from error
 
 
 @functools.cache

@@ -2,7 +2,8 @@
 
 The first call runs a checked wrapper (library results must have eager's strides); later
 calls run the plain one. If the check fails the graph runs eagerly from then on, with a
-warning: a layout ember did not predict must never turn into a wrong answer.
+warning: a layout ember did not predict must never turn into a wrong answer. An error a run
+raises is re-raised as eager raises it, from the user's line (runtime/errors).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from ember import logs
 from ember.codegen.wrapper import LayoutMismatch, WrapperSource
+from ember.runtime.errors import raise_located
 
 
 def make_function(source: WrapperSource, filename: str) -> Callable:
@@ -72,6 +74,8 @@ class CompiledGraph:
             return self._run(tensors)
         except LayoutMismatch:
             return self.eager(*args)
+        except Exception as error:  # (an index out of range, a library call's refusal)
+            raise_located(error, self.eager, args, self.label)
 
     def _writes_inference(self, tensors: Any) -> bool:
         """Would the graph write an inference tensor outside inference mode? Eager refuses

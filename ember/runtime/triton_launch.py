@@ -34,6 +34,7 @@ import torch
 
 from ember import config, logs
 from ember.codegen.triton import TritonKernel
+from ember.runtime import disk_cache
 
 
 class TritonUnavailable(RuntimeError):
@@ -65,9 +66,8 @@ def available() -> str | None:
 
 
 def module_folder() -> Path:
-    folder = Path(config.settings.cache_dir) / "triton"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    """(a process-private folder when the cache directory cannot be written)"""
+    return disk_cache.writable_folder("triton")
 
 
 def load_module(text: str) -> types.ModuleType:
@@ -88,11 +88,12 @@ _loading = threading.Lock()
 def _load_new_module(name: str, text: str) -> types.ModuleType:
     path = module_folder() / f"{name}.py"
     if not path.exists() or path.read_text() != text:
-        # (per process and thread: a graph's forward and backward compile side by side, and
-        # the same kernel text in both wrote one temporary file twice)
-        partial = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        partial.write_text(text)
-        partial.replace(path)
+        # (a fresh temporary per writer: a graph's forward and backward compile side by side,
+        # and the same kernel text in both wrote one temporary file twice; removed on any
+        # exception)
+        with disk_cache.temporary(path.parent, ".py") as partial:
+            partial.write_text(text)
+            partial.replace(path)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
