@@ -237,7 +237,10 @@ def layout_facts(out, args):
 
 # Warnings torch gives once per process (TORCH_WARN_ONCE): eager's run, first, takes them, or a
 # test before it did; not compared.
-ONCE_PER_PROCESS = ("index_reduce() is in beta",)
+ONCE_PER_PROCESS = (
+    "index_reduce() is in beta",
+    "The PyTorch API of nested tensors is in prototype",
+)
 
 
 def _compared(caught):

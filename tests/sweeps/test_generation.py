@@ -1207,7 +1207,17 @@ def cov_corrcoef_fweights_aweights():
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {}
-PARTLY: dict = {}
+PER_TOKEN = "an int position (or offset) is specialised: a per-token step recompiles every token"
+PARTLY: dict = {
+    "prealloc_kv_slice_assign_at_int_pos_per_token_module": ("RECOMP", PER_TOKEN),
+    "prealloc_kv_index_copy_at_arange_pos_per_token_module": ("RECOMP", PER_TOKEN),
+    "kv_cache_python_list_appended_per_step": ("RECOMP", PER_TOKEN),
+    "temperature_zero_greedy_else_sample_python_branch": (
+        "RECOMP", "a float temperature is specialised: each new value recompiles"),
+    "complex_mul_abs_angle_grads_through_view_as_complex": (
+        "FALLBACK", "a region with complex values raises an internal error in ember "
+        "(KeyError: torch.complex64) and runs eagerly (values right; a bug to fix)"),
+}
 SLOW: set = set()
 
 

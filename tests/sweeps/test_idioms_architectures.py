@@ -2009,7 +2009,11 @@ def list_loop_break_in_call_args_some_steps():
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {}
-PARTLY: dict = {}
+PARTLY: dict = {
+    "fno_spectral_conv_rfft2_cfloat_param": (
+        "FALLBACK", "a region with complex values raises an internal error in ember "
+        "(KeyError: torch.complex64) and runs eagerly (values right; a bug to fix)"),
+}
 SLOW: set = set()
 
 

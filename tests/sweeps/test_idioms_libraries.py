@@ -1962,7 +1962,15 @@ def type_three_args_class_in_function():
 
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
-XFAIL: dict = {}
+XFAIL: dict = {
+    "hf_is_torchdynamo_compiling_import": (
+        "by design: is_torchdynamo_compiling() answers True under ember, as under torch.compile, "
+        "and the case's two branches return different shapes on purpose"),
+    "ema_lerp_state_dict_and_data_clamp_": (
+        "a silent wrong answer (right on 2026-11-29, wrong on 2026-12-02): an EMA update through "
+        "state_dict().values() / parameters() under no_grad, then .data.clamp_, gives wrong "
+        "outputs and EMA weights"),
+}
 PARTLY: dict = {}
 SLOW: set = set()
 

@@ -2724,7 +2724,14 @@ def gpt_hf_style_training_with_attention_mask():
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {}
-PARTLY: dict = {}
+SCHEDULER_INSIDE = ("an LR scheduler stepped inside the compiled step: the guard on its "
+                    "_step_count == 1 fails at the second step, which recompiles")
+PARTLY: dict = {
+    "nms_python_while_loop_order_shrinks": (
+        "FALLBACK", "no dynamic shapes: a shape that shrinks every iteration passes the limit"),
+    "steplr_stepped_inside_compiled_step_adam": ("RECOMP", SCHEDULER_INSIDE),
+    "onecyclelr_adam_cycles_betas_inside": ("RECOMP", SCHEDULER_INSIDE),
+}
 SLOW: set = set()
 
 
