@@ -9,6 +9,8 @@ B. numerics: torch.fft, torch.linalg (values and gradients), torch.special, comp
    cumulative ops, histc/bincount/bucketize/searchsorted, torch.distributions, quantile,
    topk ties, stable sort, unique_consecutive, diff, gradient, trapezoid, cdist,
    cosine_similarity, pairwise_distance.
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import math

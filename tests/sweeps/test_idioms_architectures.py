@@ -3,6 +3,8 @@ UNet, ViT, Switch/Mixtral MoE, RNNs by hand, decoding and logits processors, los
 optimizer-side utilities, VQ-VAE, DiT, Mamba-like scans, DANN), eager against ember.compile
 (tests/sweeps/harness.py: outputs, gradients where grad=True, named state after the calls; a
 case whose values match but during which ember logged a warning is a FALLBACK).
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import functools

@@ -6,6 +6,8 @@ module, a list of calls (args, kwargs) made in order, whether to run backward, a
 function naming what else must match after the calls (buffers, mutated inputs, caches, python
 attributes). Values: rtol 1e-5, atol 1e-6 (float32), exact otherwise; gradients of parameters
 and inputs where grad=True.
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import collections

@@ -15,6 +15,8 @@ B. training code: whole compiled training steps (Adam, AdamW, SGD, RMSprop, Adag
    inside and outside, EMA, label smoothing, autocast bf16, .item() metrics, weight tying,
    dropout under manual_seed, train/eval switches. `Calls` runs a hook after each call (a
    scheduler stepped outside, a mode switch, eager training between EMA updates).
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import collections

@@ -11,6 +11,8 @@ interpreter on the CPU).
 
 A case's Spec.extra "post" (post(out, args)) runs eagerly after each call, e.g. to mutate a
 returned view and then look at the input.
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import math

@@ -10,6 +10,8 @@ dispatch; *args/**kwargs; mutable defaults; self-mutating methods; early stoppin
 running averages; logging and warnings.warn; long loops with a break in every iteration; and
 one-call idioms (asserts, autocast, checkpointing, getattr/partial, no_grad helpers,
 inference_mode, new_* constructors, chunk/einsum, sorting).
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import collections
@@ -2570,8 +2572,31 @@ def one_call_complex_slicing():
 
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
-XFAIL: dict = {}
-PARTLY: dict = {}
+XFAIL: dict = {
+    "one_call_jit_checks": (
+        "by design: torch.compiler.is_compiling() answers True under ember, as under "
+        "torch.compile, so the function takes its compiled branch"),
+    "one_call_amp_autocast_old": (
+        "torch.cpu.amp.autocast(...) is captured without running its constructor, so its "
+        "FutureWarning (deprecated spelling) is not given"),
+}
+LOOP_BREAK = ("a graph break inside a loop: the resume function is guarded on the iterator's "
+              "position and recompiles every iteration, up to the limit")
+ITEM_AFTER_BREAK = "a Python float from .item() used after the break is specialised per call"
+PARTLY: dict = {
+    "zip_two_lists_tolist": ("FALLBACK", LOOP_BREAK),
+    "nonzero_in_loop_counts": ("FALLBACK", LOOP_BREAK),
+    "nested_loops_item_threshold": ("FALLBACK", LOOP_BREAK),
+    "long_loop_nonzero_20": ("FALLBACK", LOOP_BREAK),
+    "global_list_bounded_log_in_loop": ("FALLBACK", LOOP_BREAK),
+    "long_loop_print_30": ("RECOMP", LOOP_BREAK),
+    "for_break_continue_else_item": ("FALLBACK", ITEM_AFTER_BREAK),
+    "nested_long_loops_item_5x6": ("FALLBACK", ITEM_AFTER_BREAK),
+    "module_loop_enumerate_break_max_steps_25": (
+        "FALLBACK", "a list that grows every iteration: its length is specialised"),
+    "global_step_counter_and_log": (
+        "RECOMP", "a global step counter is specialised: each step recompiles"),
+}
 SLOW: set = set()
 
 

@@ -19,6 +19,8 @@ D. inputs that vary (batch / sequence sizes past EMBER_RECOMPILE_LIMIT, dtypes, 
 E. module containers (ModuleList / ModuleDict / getattr / Sequential slices by argument,
    named_children, modules() filters, nested compiled modules, one compiled function with two
    module instances, ModuleList appended between calls).
+
+(PYTEST_DONT_REWRITE: the cases are user code; their asserts stay Python's.)
 """
 
 import dataclasses
