@@ -1,6 +1,7 @@
-# `make test` and `make bench` work on a fresh machine with only Python 3.11+ and a C compiler:
-# they create .venv and install what is needed first. torch is pinned to the CPU build that
-# lies on these machines' disk (a looser pin would download a multi-GB CUDA build).
+# `make test` (ruff first: `make lint`) and `make bench` work on a fresh machine with only
+# Python 3.11+ and a C compiler: they create .venv and install what is needed first. torch is
+# pinned to the CPU build that lies on these machines' disk (a looser pin would download a
+# multi-GB CUDA build).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -33,7 +34,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -c 'import timm; timm.create_model("resnet18")'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: lint
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

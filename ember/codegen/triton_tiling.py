@@ -54,7 +54,7 @@ class Heuristics:
     pointwise_block: int = 1024       # elements per program of a large pointwise kernel
     pointwise_warps: int = 4          # 8 elements (32 bytes of float32) per thread
     # long pointwise chains (compute-bound: S2's 20 erf-gelus) want more threads with fewer
-    # elements each: on the H200 (session 5) 4 elements per thread (1024 on 8 warps) took
+    # elements each: on the H200 (2026-11-29) 4 elements per thread (1024 on 8 warps) took
     # 0.385 ms against 0.406 for 8 (2048 on 8) and 0.443 for 8 on 4 warps, and half the
     # compile time (the chain is unrolled once per element a thread holds)
     heavy_values: int = 64
@@ -71,7 +71,7 @@ class Heuristics:
     # kernels that compute a small matmul first: on the H200 (S4's 64x256x256 Linear+Tanh
     # layers) 16x16 tiles over 64-deep steps on 2 warps with three-pass TF32 took 5.7 us per
     # layer against 7.6 for cuBLAS + a tanh kernel and 23 for the first 64x32x32 "ieee" tiles;
-    # with three steps' loads in flight (num_stages=3) 4.2 us (session 7's sweep: 1 stage
+    # with three steps' loads in flight (num_stages=3) 4.2 us (the 2026-11-30 sweep: 1 stage
     # 5.5, 2 stages 4.7, 128-deep steps 4.4-4.9, one 256-deep step 49: registers spill)
     matmul_block_m: int = 16
     matmul_block_n: int = 16

@@ -499,7 +499,8 @@ def test_float32_erf_is_within_an_ulp_of_cudas():
     # ember's erf evaluates both of libdevice erff's polynomials and selects one (no branch).
     # Eager's CUDA erf is not libdevice's: ember's differs from it by one ulp on 0.3% of the
     # floats in [-6, 6], both within an ulp of float64's; libdevice's also flushes denormals,
-    # which eager's and ember's keep (session 6, notes/gpu/session6/run2/erf-probe.json)
+    # which eager's and ember's keep (H200:
+    # notes/gpu/2026-11-29-h200-erf-reduce-overhead/run2/erf-probe.json)
     x = torch.cat([torch.linspace(-6, 6, 200001), torch.linspace(-1.01, 1.01, 20001),
                    torch.tensor([0.0, -0.0, 1e-30, 1e-40, math.inf, -math.inf, math.nan])])
     check(lambda x: torch.erf(x), x, rtol=1.2e-7, atol=0)
