@@ -389,10 +389,22 @@ def _library(b, node, primal, g):
     if target is aten.mm.default and node.attrs["args"] and not node.attrs["kwargs"]:
         x, y = (primal(v) for v in node.inputs)
         return [_mm(b, g, b.transpose(y, 0, 1)), _mm(b, b.transpose(x, 0, 1), g)]
-    if target is torch._C._nn.linear and len(node.inputs) == 2 and node.inputs[0].ndim == 2:
-        x, w = (primal(v) for v in node.inputs)  # y = x @ w.T
-        return [_mm(b, g, w), _mm(b, b.transpose(g, 0, 1), x)]
+    if target is torch._C._nn.linear and len(node.inputs) in (2, 3) and \
+            node.inputs[0].ndim == 2:
+        x, w = (primal(v) for v in node.inputs[:2])  # y = x @ w.T (+ bias)
+        grads = [_mm(b, g, w), _mm(b, b.transpose(g, 0, 1), x)]
+        return grads + [_bias_grad(b, g, node.inputs[2])] if len(node.inputs) == 3 else grads
+    if target is aten.addmm.default and not node.attrs["kwargs"] and \
+            node.inputs[0].shape == (node.shape[1],):
+        bias, x, y = (primal(v) for v in node.inputs)  # bias + x @ y (whole_biased_matmuls)
+        return [_bias_grad(b, g, bias), _mm(b, g, b.transpose(y, 0, 1)),
+                _mm(b, b.transpose(x, 0, 1), g)]
     return NotImplemented
+
+
+def _bias_grad(b: Builder, g: Node, bias: Node) -> Node:
+    """The gradient of a bias broadcast over the rows of a product: g summed over the rows."""
+    return b.cast(b.reduce(Op.SUM, g, [0]), bias.dtype)
 
 
 def library_vjp(call: Any, differentiable: tuple[bool, ...], count: int,

@@ -1,5 +1,7 @@
 """Matmul operands as the library wants them.
 
+whole_biased_matmuls: a matmul whose bias add nothing else fuses with is addmm again.
+
 transposed_weights: mm(x, w.T) becomes linear(x, w), so a Linear layer's call does not build a
 transposed view of its weight in Python on every call (the transpose happens inside the
 library call, as eager's own Linear does).
@@ -17,10 +19,59 @@ import torch
 from ember import config
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
-from ember.ir.ops import Op
+from ember.ir.ops import VIEWS, Op
 from ember.passes.rewrite import rewrite
 
 aten = torch.ops.aten
+
+
+def whole_biased_matmuls(graph: Graph) -> int:
+    """add(mm(x, y), bias broadcast over rows) -> addmm(bias, x, y) where the sum is read only
+    by library calls (through views: a Q/K/V projection read by attention). Lowering splits
+    addmm into a product and an add so that the add fuses with the pointwise work after it;
+    with none there, the add would be a kernel of its own, a pass over the product that
+    eager's addmm (the bias as BLAS's beta term) does not make. Then the values are eager's
+    too: BLAS adds the bias into its accumulation, not after it."""
+    users = graph.users()
+    outputs = set(graph.outputs)
+
+    def read_by_libraries_only(node: Node) -> bool:
+        """(a view nothing reads is dead code: it reads nothing either)"""
+        return node not in outputs and all(
+            r.op is Op.LIBRARY or (r.op in VIEWS and read_by_libraries_only(r))
+            for r in users.get(node, []))
+
+    def visit(node: Node) -> Node | None:
+        if node.op is not Op.ADD or len(node.inputs) != 2:
+            return None
+        product, bias = node.inputs
+        if product.op is not Op.LIBRARY or product.attrs["target"] is not aten.mm.default \
+                or product.attrs["kwargs"] or len(users.get(product, [])) != 1 \
+                or product in outputs:
+            return None
+        row = _row_broadcast(bias, product.shape)
+        if row is None or row.dtype != product.dtype or node.dtype != product.dtype or \
+                not users.get(node) or not read_by_libraries_only(node):
+            return None
+        x, y = product.inputs
+        call = graph.add(Op.LIBRARY, (row, x, y), target=aten.addmm.default,
+                         args=(Slot(0), Slot(1), Slot(2)), kwargs={},
+                         results=product.attrs["results"], tuple_result=False)
+        call.strides = product.strides
+        return call
+
+    return rewrite(graph, visit)
+
+
+def _row_broadcast(node: Node, shape: tuple[int, ...]) -> Node | None:
+    """The (n,) vector `node` broadcasts over the rows of an (m, n) `shape`, or None."""
+    if len(shape) != 2:
+        return None
+    if node.op is Op.EXPAND and node.shape == shape:
+        node = node.inputs[0]
+    if node.op is Op.UNSQUEEZE and node.attrs.get("dim") == 0 and node.shape == (1, shape[1]):
+        node = node.inputs[0]
+    return node if node.shape == (shape[1],) else None
 
 
 def transposed_weights(graph: Graph) -> int:

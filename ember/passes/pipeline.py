@@ -11,7 +11,7 @@ from ember.ir.verifier import verify
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
-from ember.passes.matmul_operands import aligned_matmuls, transposed_weights
+from ember.passes.matmul_operands import aligned_matmuls, transposed_weights, whole_biased_matmuls
 from ember.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], int]
@@ -19,6 +19,7 @@ Pass = Callable[[Graph], int]
 PASSES: tuple[Pass, ...] = (
     fold_constants,
     simplify_algebra,
+    whole_biased_matmuls,
     transposed_weights,
     aligned_matmuls,
     eliminate_common_subexpressions,
