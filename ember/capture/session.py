@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import sys
 import types
 from typing import Any
 
@@ -59,6 +60,9 @@ def is_torch_callable(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     if isinstance(value, type) or torch_internals.is_context_decorator(value):
         return False
+    if isinstance(value, types.FunctionType) and module.startswith("torch") and \
+            not _named_in_module(value):
+        return False  # (a lambda or local function of torch's: Python code, not an op)
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — and parametrizations' getters
@@ -68,6 +72,15 @@ def is_torch_callable(value: Any) -> bool:
                                        "torch.nn.utils.parametriz"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
+
+
+def _named_in_module(function: types.FunctionType) -> bool:
+    """Whether the function is what its module holds under its qualified name: only such a
+    function can be a graph node, which the graph's code names by module and name."""
+    value: Any = sys.modules.get(function.__module__)
+    for part in function.__qualname__.split("."):
+        value = getattr(value, part, None)
+    return value is function
 
 
 def _ember_compiled(value: Any, source: Source | None) -> tuple[Any, Source | None] | None:

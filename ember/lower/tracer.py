@@ -236,6 +236,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
+        self._refuse_absolute_offsets(func, schema, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except Exception as error:
@@ -254,6 +255,21 @@ class Tracer(torch_internals.TorchDispatchMode):
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    def _refuse_absolute_offsets(self, func, schema, args, kwargs) -> None:
+        """An explicit storage offset (as_strided's) counts from the start of the tensor's
+        storage. An input's meta tensor starts its storage where the input starts, and the
+        input's real offset is known only at run time: such a view of an input's memory is
+        left to eager."""
+        names = [a.name for a in schema.arguments]
+        if "storage_offset" not in names or not args or not isinstance(args[0], torch.Tensor):
+            return
+        position = names.index("storage_offset")
+        offset = args[position] if position < len(args) else kwargs.get("storage_offset")
+        state = self.states.get(id(args[0]))
+        if offset is not None and state is not None and state.storage.input_index is not None:
+            raise Unsupported(f"{func} with an explicit storage offset over an input's memory "
+                              f"(the offset counts from the start of the input's storage)")
 
     def _meta_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
