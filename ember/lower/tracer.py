@@ -42,6 +42,29 @@ from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 _AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
+# Ops whose results are views of their input although their schemas say nothing of it (the
+# "unsafe" splits: views autograd does not track as views)
+_WRITES_UNDECLARED = {
+    # native_batch_norm in training updates the running statistics it is given, which its
+    # schema does not say; its twin's schema does (so the writes reach the caller's tensors)
+    torch.ops.aten.native_batch_norm.default: torch.ops.aten._native_batch_norm_legit.default,
+}
+
+
+def _declared_twin(func, args: tuple, kwargs: dict):
+    """`func`, or its twin that declares the writes `func` makes without saying so."""
+    twin = _WRITES_UNDECLARED.get(func)
+    if twin is None:
+        return func
+    schema = torch_internals.schema_of(func)
+    values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+    if values.get("training") and isinstance(values.get("running_mean"), torch.Tensor):
+        return twin
+    return func
+
+
+_UNTRACKED_VIEWS = {torch.ops.aten.unsafe_split.Tensor,
+                    torch.ops.aten.unsafe_split_with_sizes.default}
 
 @dataclasses.dataclass(eq=False)
 class Storage:
@@ -210,6 +233,7 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- the dispatch hook ----------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        func = _declared_twin(func, args, kwargs)
         template_kwargs = dict(kwargs)
         schema = torch_internals.schema_of(func)
         if "device" in kwargs or any(a.name == "device" and a.kwarg_only
@@ -249,7 +273,7 @@ class Tracer(torch_internals.TorchDispatchMode):
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
                 out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
-        elif any(r.alias_info is not None for r in schema.returns):
+        elif any(r.alias_info is not None for r in schema.returns) or func in _UNTRACKED_VIEWS:
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
@@ -386,6 +410,11 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- views ----------------------------------------------------------------------------
     def _lower_view(self, func, args, kwargs, template_kwargs, out) -> None:
         base = args[0]
+        if self.stops and base.dtype.is_floating_point and \
+                any(t.dtype != base.dtype for t in tree_flatten(out)[0]):
+            # (the compiled graph's results reinterpret memory outside autograd's sight:
+            # eager's view_as_complex of a value that requires grad is differentiable)
+            raise Unsupported(f"{func} views a value that may require grad as another dtype")
         base_state = self.state(base)
         base_node = self.current(base)
         result = self._lower(func, args, kwargs, template_kwargs, out)
