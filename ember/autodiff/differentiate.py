@@ -253,7 +253,10 @@ class _Differentiator:
         call = self.backward.add(
             Op.LIBRARY, tuple(operands), target=library_vjp, args=template, kwargs={},
             results=tuple((s.shape, s.dtype, row_major(s.shape)) for s in wanted),
-            tuple_result=True)
+            tuple_result=True,
+            # (the forward's operands as eager laid them out: its kernels may rely on it)
+            operand_strides=tuple(attrs.get("operand_strides") or (None,) * len(node.inputs))
+            + (None,) * len(outs))
         items = iter(self.backward.add(Op.ITEM, (call,), index=k) for k in range(len(wanted)))
         return [next(items) if flag else None for flag in differentiable]
 

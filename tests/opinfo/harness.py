@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten
 
 import ember
 from ember import torch_internals
+from opinfo.expectations import looser_tolerance
 
 SAMPLES_PER_OP = 3
 DTYPE = torch.float32
@@ -32,7 +33,8 @@ DEFAULT_TOLERANCE = (1e-5, 1.3e-6)   # (atol, rtol)
 RANDOM = "draws random numbers: eager's and ember's draws are not the same stream"
 UNDEFINED = "its result is undefined by specification (uninitialized memory)"
 SKIPS = {
-    **dict.fromkeys(["bernoulli", "normal", "normal.number_mean", "multinomial", "rand_like",
+    **dict.fromkeys(["bernoulli", "normal", "normal.number_mean", "normal.in_place",
+                     "multinomial", "rand_like", "randn",
                      "randn_like", "randint", "randint_like", "uniform", "cauchy",
                      "exponential", "geometric", "log_normal", "nn.functional.dropout",
                      "nn.functional.dropout2d", "nn.functional.dropout3d",
@@ -46,6 +48,11 @@ SKIPS = {
     **dict.fromkeys(["empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
                      "new_empty_strided"], UNDEFINED),
 }
+
+
+# Samples of otherwise deterministic ops that draw random numbers (attention with dropout).
+def _random_sample(sample: Any) -> bool:
+    return bool(sample.kwargs.get("dropout_p", 0.0))
 
 
 class Mismatch(AssertionError):
@@ -67,11 +74,13 @@ def backward_ops() -> list[Any]:
             if op.supports_autograd and DTYPE in op.supported_backward_dtypes("cpu")]
 
 
-def tolerance(op: Any) -> tuple[float, float]:
+def tolerance(op: Any, direction: str) -> tuple[float, float]:
     """The op's float32 tolerance: the largest of its own overrides (OpInfo decorators) on the
-    CPU, or torch.testing's default."""
+    CPU, or torch.testing's default; looser where expectations.py says why."""
     atol, rtol = DEFAULT_TOLERANCE
-    for override in torch_internals.opinfo_tolerance_overrides(op, DTYPE, "cpu"):
+    overrides = torch_internals.opinfo_tolerance_overrides(op, DTYPE, "cpu")
+    looser = looser_tolerance(op_name(op), direction)
+    for override in overrides + ([looser] if looser else []):
         atol, rtol = max(atol, override[0]), max(rtol, override[1])
     return atol, rtol
 
@@ -79,8 +88,9 @@ def tolerance(op: Any) -> tuple[float, float]:
 def samples(op: Any, requires_grad: bool) -> list[Any]:
     """The op's first SAMPLES_PER_OP float32 CPU samples (a fixed seed: the same every run)."""
     torch.manual_seed(0)
-    return list(itertools.islice(op.sample_inputs("cpu", DTYPE, requires_grad=requires_grad),
-                                 SAMPLES_PER_OP))
+    drawn = (s for s in op.sample_inputs("cpu", DTYPE, requires_grad=requires_grad)
+             if not _random_sample(s))
+    return list(itertools.islice(drawn, SAMPLES_PER_OP))
 
 
 def _copy_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -167,14 +177,14 @@ def _aliasing(outputs: list[Any], inputs: list[Any]) -> list[tuple]:
 
 
 def compare(actual: Any, expected: Any, actual_inputs: list[Any], expected_inputs: list[Any],
-            op: Any, what: str) -> None:
+            op: Any, what: str, direction: str) -> None:
     """Values and metadata of every output (and of the inputs afterwards, for in-place ops)."""
     flat_actual, spec_actual = tree_flatten(actual)
     flat_expected, spec_expected = tree_flatten(expected)
     if type(actual) is not type(expected) or str(spec_actual) != str(spec_expected):
         raise Mismatch(f"{what}: result {type(actual).__name__} {spec_actual}, eager's "
                        f"{type(expected).__name__} {spec_expected}")
-    atol, rtol = tolerance(op)
+    atol, rtol = tolerance(op, direction)
     pairs = list(zip(flat_actual, flat_expected)) + list(zip(actual_inputs, expected_inputs))
     for index, (got, want) in enumerate(pairs):
         where = f"{what} output {index}" if index < len(flat_actual) else \
@@ -230,7 +240,7 @@ def check_forward(op: Any) -> int:
         args, kwargs = copy_arguments(sample)
         actual = ember.compile(call)(*args, **kwargs)
         compare(actual, eager[0], _leaves(args, kwargs), _leaves(expected_args, expected_kwargs),
-                op, f"sample {number}")
+                op, f"sample {number}", "forward")
         compared += 1
     return compared
 
@@ -252,7 +262,7 @@ def check_backward(op: Any) -> int:
         args, kwargs = copy_arguments(sample)
         actual = ember.compile(call)(*args, **kwargs)
         inputs, expected_inputs = _leaves(args, kwargs), _leaves(expected_args, expected_kwargs)
-        compare(actual, eager[0], inputs, expected_inputs, op, f"sample {number}")
+        compare(actual, eager[0], inputs, expected_inputs, op, f"sample {number}", "backward")
         wanted = [i for i, t in enumerate(tree_flatten(eager[0])[0])
                   if isinstance(t, torch.Tensor) and t.requires_grad]
         leaves = [i for i, t in enumerate(expected_inputs)
@@ -262,11 +272,14 @@ def check_backward(op: Any) -> int:
         want_outputs = [tree_flatten(eager[0])[0][i] for i in wanted]
         got_outputs = [tree_flatten(actual)[0][i] for i in wanted]
         cotangents = _cotangents(want_outputs)
-        want = torch.autograd.grad(want_outputs, [expected_inputs[i] for i in leaves],
-                                   cotangents, allow_unused=True)
+        try:
+            want = torch.autograd.grad(want_outputs, [expected_inputs[i] for i in leaves],
+                                       cotangents, allow_unused=True)
+        except Exception:  # noqa: BLE001  (eager's own backward refuses: eig's phase)
+            continue
         got = torch.autograd.grad(got_outputs, [inputs[i] for i in leaves], cotangents,
                                   allow_unused=True)
-        atol, rtol = tolerance(op)
+        atol, rtol = tolerance(op, "backward")
         for position, got_grad, want_grad in zip(leaves, got, want):
             where = f"sample {number}: gradient of input {position}"
             if want_grad is None and got_grad is None:
