@@ -133,7 +133,6 @@ class Session:
         self.side_effects = SideEffects()
         self.fullgraph = fullgraph
         self.instructions_run = 0
-        self.grad_enabled = torch.is_grad_enabled()
         self.initial_grad_enabled = self.grad_enabled
         self.globals_dicts: list[dict] = []
         self.constants: list[Any] = []
@@ -158,6 +157,16 @@ class Session:
         # the __exit__ of each Python context manager whose block the code is inside (no
         # break there: its __exit__ would not see an exception a native rerun raises)
         self.open_contexts: list[Any] = []
+
+    @property
+    def grad_enabled(self) -> bool:
+        """The grad mode at this point of the captured code (what its fake results are made
+        under, so their requires_grad and is_leaf answer as eager's would here)."""
+        return self.builder.grad_enabled
+
+    @grad_enabled.setter
+    def grad_enabled(self, enabled: bool) -> None:
+        self.builder.grad_enabled = enabled
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):

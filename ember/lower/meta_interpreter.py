@@ -130,6 +130,7 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().get_attr(target, args, kwargs)
 
     def call_function(self, target, args, kwargs):
+        _refuse_new_leaves(target, args, kwargs)
         if torch_internals.allowed_in_graph(target):
             return _opaque_call(self.tracer, self.device, target, args, kwargs)
         if self.device.type == "cuda" and target in _DROPOUTS:
@@ -148,9 +149,23 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def call_method(self, target, args, kwargs):
+        _refuse_new_leaves(target, args, kwargs)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_method(target, args, kwargs)
+
+
+def _refuse_new_leaves(target, args, kwargs) -> None:
+    """x.requires_grad_() and torch.zeros(..., requires_grad=True) make a leaf that autograd
+    tracks from then on, which a compiled graph's results cannot be: the call runs eagerly
+    (an eager island), and what follows it sees the real leaf."""
+    if target in ("requires_grad_", torch.Tensor.requires_grad_):
+        enabled = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+    else:
+        enabled = kwargs.get("requires_grad", False)
+    if enabled:
+        raise Unsupported(f"{getattr(target, '__name__', target)} makes a tensor that requires "
+                          f"grad (a new autograd leaf)")
 
 
 def _listed_indices(index: Any) -> Any:
