@@ -59,6 +59,9 @@ class GraphBuilder:
             self.guards.add("same", source, same.source)
             self._by_source[expr] = same
             return same
+        if tensor.layout != torch.strided:
+            raise Unsupported(f"{expr} is a {tensor.layout} tensor (ember compiles strided "
+                              f"tensors only)", "sparse tensors run as eager runs them")
         fake = self.shapes.fake_tensor(tensor, source)
         if fake is None:
             self.guards.add("tensor", source, tensor_signature(tensor))

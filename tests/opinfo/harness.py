@@ -107,8 +107,8 @@ def _copy_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return result.requires_grad_(tensor.requires_grad)
 
 
-def copy_arguments(sample: Any) -> tuple[tuple, dict]:
-    """(args, kwargs) of one call, every tensor an exact copy of the sample's."""
+def copy_arguments(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """(args, kwargs) of one call, every tensor an exact copy of the given ones'."""
     memo: dict[int, Any] = {}
 
     def copy_value(value: Any) -> Any:
@@ -122,7 +122,7 @@ def copy_arguments(sample: Any) -> tuple[tuple, dict]:
             return {k: copy_value(v) for k, v in value.items()}
         return copy.copy(value) if isinstance(value, torch.Generator) else value
 
-    return copy_value((sample.input, *sample.args)), copy_value(dict(sample.kwargs))
+    return copy_value(tuple(args)), copy_value(dict(kwargs))
 
 
 def _calling(op: Any) -> Callable:
@@ -177,14 +177,15 @@ def _aliasing(outputs: list[Any], inputs: list[Any]) -> list[tuple]:
 
 
 def compare(actual: Any, expected: Any, actual_inputs: list[Any], expected_inputs: list[Any],
-            op: Any, what: str, direction: str) -> None:
-    """Values and metadata of every output (and of the inputs afterwards, for in-place ops)."""
+            limits: tuple[float, float], what: str) -> None:
+    """Values (within `limits`: atol, rtol) and metadata of every output, and the inputs
+    afterwards (for in-place ops)."""
     flat_actual, spec_actual = tree_flatten(actual)
     flat_expected, spec_expected = tree_flatten(expected)
     if type(actual) is not type(expected) or str(spec_actual) != str(spec_expected):
         raise Mismatch(f"{what}: result {type(actual).__name__} {spec_actual}, eager's "
                        f"{type(expected).__name__} {spec_expected}")
-    atol, rtol = tolerance(op, direction)
+    atol, rtol = limits
     pairs = list(zip(flat_actual, flat_expected)) + list(zip(actual_inputs, expected_inputs))
     for index, (got, want) in enumerate(pairs):
         where = f"{what} output {index}" if index < len(flat_actual) else \
@@ -228,21 +229,56 @@ def _eager(call: Callable, args: tuple, kwargs: dict) -> Any:
         return None
 
 
-def check_forward(op: Any) -> int:
-    """Compare every sample's forward results; the number of samples compared."""
-    compared = 0
-    for number, sample in enumerate(samples(op, requires_grad=False)):
-        call = _calling(op)
-        expected_args, expected_kwargs = copy_arguments(sample)
-        eager = _eager(call, expected_args, expected_kwargs)
-        if eager is None:
+def check_call(call: Callable, args: tuple, kwargs: dict, limits: tuple[float, float],
+               what: str, gradients: bool) -> bool:
+    """Run `call` eagerly and through ember.compile, each on its own exact copy of the
+    arguments, and compare (raising Mismatch); with `gradients`, also the gradients of every
+    input that requires grad under a fixed random cotangent. False where eager itself raises
+    (nothing to compare)."""
+    expected_args, expected_kwargs = copy_arguments(args, kwargs)
+    eager = _eager(call, expected_args, expected_kwargs)
+    if eager is None:
+        return False
+    actual_args, actual_kwargs = copy_arguments(args, kwargs)
+    actual = ember.compile(call)(*actual_args, **actual_kwargs)
+    inputs = _leaves(actual_args, actual_kwargs)
+    expected_inputs = _leaves(expected_args, expected_kwargs)
+    compare(actual, eager[0], inputs, expected_inputs, limits, what)
+    if gradients:
+        _compare_gradients(actual, eager[0], inputs, expected_inputs, limits, what)
+    return True
+
+
+def _compare_gradients(actual: Any, expected: Any, inputs: list, expected_inputs: list,
+                       limits: tuple[float, float], what: str) -> None:
+    wanted = [i for i, t in enumerate(tree_flatten(expected)[0])
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    leaves = [i for i, t in enumerate(expected_inputs)
+              if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not wanted or not leaves:
+        return
+    want_outputs = [tree_flatten(expected)[0][i] for i in wanted]
+    got_outputs = [tree_flatten(actual)[0][i] for i in wanted]
+    cotangents = _cotangents(want_outputs)
+    try:
+        want = torch.autograd.grad(want_outputs, [expected_inputs[i] for i in leaves],
+                                   cotangents, allow_unused=True)
+    except Exception:  # noqa: BLE001  (eager's own backward refuses: eig's phase)
+        return
+    got = torch.autograd.grad(got_outputs, [inputs[i] for i in leaves], cotangents,
+                              allow_unused=True)
+    atol, rtol = limits
+    for position, got_grad, want_grad in zip(leaves, got, want):
+        if want_grad is None and got_grad is None:
             continue
-        args, kwargs = copy_arguments(sample)
-        actual = ember.compile(call)(*args, **kwargs)
-        compare(actual, eager[0], _leaves(args, kwargs), _leaves(expected_args, expected_kwargs),
-                op, f"sample {number}", "forward")
-        compared += 1
-    return compared
+        reference = inputs[position]
+        got_grad = torch.zeros_like(reference) if got_grad is None else got_grad
+        want_grad = torch.zeros_like(reference) if want_grad is None else want_grad
+        try:
+            torch.testing.assert_close(got_grad, want_grad, atol=atol, rtol=rtol,
+                                       equal_nan=True, check_stride=False)
+        except AssertionError as error:
+            raise Mismatch(f"{what}: gradient of input {position}: {error}") from None
 
 
 def _cotangents(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -250,50 +286,18 @@ def _cotangents(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
     return [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in outputs]
 
 
+def check_forward(op: Any) -> int:
+    """Compare every sample's forward results; the number of samples compared."""
+    return sum(check_call(_calling(op), (s.input, *s.args), dict(s.kwargs),
+                          tolerance(op, "forward"), f"sample {number}", gradients=False)
+               for number, s in enumerate(samples(op, requires_grad=False)))
+
+
 def check_backward(op: Any) -> int:
     """Compare every sample's outputs and the gradients of each input that requires grad."""
-    compared = 0
-    for number, sample in enumerate(samples(op, requires_grad=True)):
-        call = _calling(op)
-        expected_args, expected_kwargs = copy_arguments(sample)
-        eager = _eager(call, expected_args, expected_kwargs)
-        if eager is None:
-            continue
-        args, kwargs = copy_arguments(sample)
-        actual = ember.compile(call)(*args, **kwargs)
-        inputs, expected_inputs = _leaves(args, kwargs), _leaves(expected_args, expected_kwargs)
-        compare(actual, eager[0], inputs, expected_inputs, op, f"sample {number}", "backward")
-        wanted = [i for i, t in enumerate(tree_flatten(eager[0])[0])
-                  if isinstance(t, torch.Tensor) and t.requires_grad]
-        leaves = [i for i, t in enumerate(expected_inputs)
-                  if isinstance(t, torch.Tensor) and t.requires_grad]
-        if not wanted or not leaves:
-            continue
-        want_outputs = [tree_flatten(eager[0])[0][i] for i in wanted]
-        got_outputs = [tree_flatten(actual)[0][i] for i in wanted]
-        cotangents = _cotangents(want_outputs)
-        try:
-            want = torch.autograd.grad(want_outputs, [expected_inputs[i] for i in leaves],
-                                       cotangents, allow_unused=True)
-        except Exception:  # noqa: BLE001  (eager's own backward refuses: eig's phase)
-            continue
-        got = torch.autograd.grad(got_outputs, [inputs[i] for i in leaves], cotangents,
-                                  allow_unused=True)
-        atol, rtol = tolerance(op, "backward")
-        for position, got_grad, want_grad in zip(leaves, got, want):
-            where = f"sample {number}: gradient of input {position}"
-            if want_grad is None and got_grad is None:
-                continue
-            reference = inputs[position]
-            got_grad = torch.zeros_like(reference) if got_grad is None else got_grad
-            want_grad = torch.zeros_like(reference) if want_grad is None else want_grad
-            try:
-                torch.testing.assert_close(got_grad, want_grad, atol=atol, rtol=rtol,
-                                           equal_nan=True, check_stride=False)
-            except AssertionError as error:
-                raise Mismatch(f"{where}: {error}") from None
-        compared += 1
-    return compared
+    return sum(check_call(_calling(op), (s.input, *s.args), dict(s.kwargs),
+                          tolerance(op, "backward"), f"sample {number}", gradients=True)
+               for number, s in enumerate(samples(op, requires_grad=True)))
 
 
 def all_ops(direction: str) -> Iterator[Any]:

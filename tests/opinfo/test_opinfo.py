@@ -35,8 +35,18 @@ TRITON_OPS = ("add", "mul", "sigmoid", "where", "clamp", "sum", "amax", "mean", 
               "nn.functional.layer_norm", "matmul")
 
 
+# Ops ember once got wrong (values, metadata) or raised on: CI runs them on every run.
+REGRESSIONS = {"as_strided.partial_views", "nn.functional.embedding_bag", "unsafe_split",
+               "unsafe_chunk", "nn.functional.instance_norm", "native_layer_norm",
+               "native_batch_norm", "torch.ops.aten._safe_softmax.default", "norm",
+               "linalg.norm", "linalg.norm.subgradients_at_zero", "linalg.matrix_power",
+               "lu_unpack", "linalg.lu", "view_as_complex", "fill", "zero_", "to_sparse",
+               "chalf", "resize_", "sparse.mm.reduce", "sparse.sampled_addmm", "asin", "atanh",
+               "nn.functional.layer_norm", "__getitem__", "index_put"}
+
+
 def _in_ci_slice(name: str) -> bool:
-    return int(hashlib.sha1(name.encode()).hexdigest(), 16) % CI_SLICES == 0
+    return name in REGRESSIONS or int(hashlib.sha1(name.encode()).hexdigest(), 16) % CI_SLICES == 0
 
 
 def _cases(ops: list, direction: str, sliced: bool = True) -> list:
