@@ -51,18 +51,6 @@ _WRITES_UNDECLARED = {
 }
 
 
-def _declared_twin(func, args: tuple, kwargs: dict):
-    """`func`, or its twin that declares the writes `func` makes without saying so."""
-    twin = _WRITES_UNDECLARED.get(func)
-    if twin is None:
-        return func
-    schema = torch_internals.schema_of(func)
-    values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
-    if values.get("training") and isinstance(values.get("running_mean"), torch.Tensor):
-        return twin
-    return func
-
-
 _UNTRACKED_VIEWS = {torch.ops.aten.unsafe_split.Tensor,
                     torch.ops.aten.unsafe_split_with_sizes.default}
 
@@ -233,7 +221,7 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- the dispatch hook ----------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
-        func = _declared_twin(func, args, kwargs)
+        func = self._declared_twin(func, args, kwargs)
         template_kwargs = dict(kwargs)
         schema = torch_internals.schema_of(func)
         if "device" in kwargs or any(a.name == "device" and a.kwarg_only
@@ -279,6 +267,25 @@ class Tracer(torch_internals.TorchDispatchMode):
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    def _declared_twin(self, func, args: tuple, kwargs: dict):
+        """`func`, or its twin that declares the writes `func` makes without saying so, where
+        those writes land in a value the graph made (instance norm's repeated statistics).
+        Into the caller's tensors themselves (a BatchNorm's buffers), the call at run time
+        writes them as eager's does."""
+        twin = _WRITES_UNDECLARED.get(func)
+        if twin is None:
+            return func
+        schema = torch_internals.schema_of(func)
+        values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+        written = [values.get(name) for name in ("running_mean", "running_var")]
+        if not values.get("training") or not all(isinstance(t, torch.Tensor) for t in written):
+            return func
+        states = [self.states.get(id(t)) for t in written]
+        if all(s is not None and s.storage.input_index is not None and s.chain == ()
+               for s in states):
+            return func
+        return twin
 
     def _refuse_absolute_offsets(self, func, schema, args, kwargs) -> None:
         """An explicit storage offset (as_strided's) counts from the start of the tensor's

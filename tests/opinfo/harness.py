@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from opinfo.expectations import looser_tolerance
 
 import ember
 from ember import torch_internals
-from opinfo.expectations import looser_tolerance
+from ember.torch_internals import tree_flatten
 
 SAMPLES_PER_OP = 3
 DTYPE = torch.float32
