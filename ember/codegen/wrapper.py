@@ -232,8 +232,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             base = plan.outputs[spec.index].name if spec.of_output \
                 else plan.inputs[spec.index].name
             if spec.dtype is None:
+                start = "" if spec.from_storage_start else f"{base}.storage_offset() + "
                 results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
-                               f"{base}.storage_offset() + {spec.offset})")
+                               f"{start}{spec.offset})")
             else:  # the base's memory read as another dtype
                 results.append(f"{w.constant(spec, 'spec')}.view_of({base})")
         elif spec.kind == "same":

@@ -93,14 +93,20 @@ class OutputSpec:
     of_output: bool = False
     value: Any = None
     dtype: torch.dtype | None = None
+    from_storage_start: bool = False  # offset counts from the storage's start (as_strided's)
 
     def view_of(self, base: torch.Tensor) -> torch.Tensor:
         """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
         if self.dtype is None or self.dtype == base.dtype:
-            return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
-        start = base.storage_offset() * base.element_size() // self.dtype.itemsize
+            return base.as_strided(self.size, self.stride, self.start(base) + self.offset)
+        start = self.start(base) * base.element_size() // self.dtype.itemsize
         view = torch.empty(0, dtype=self.dtype, device=base.device)
         return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
+
+
+    def start(self, base: torch.Tensor) -> int:
+        """Where the offset counts from in `base`'s storage."""
+        return 0 if self.from_storage_start else base.storage_offset()
 
 
 @dataclasses.dataclass
@@ -141,6 +147,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         # a training graph: values eager's autograd does not track stop the gradient
         self.stops = False
         self.input_metas: set[int] = set()  # (ids: an input returned is that object itself)
+        self.from_storage_start: set[int] = set()  # (ids: see _counts_from_storage)
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
@@ -248,7 +255,6 @@ class Tracer(torch_internals.TorchDispatchMode):
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
-        self._refuse_absolute_offsets(func, schema, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except Exception as error:
@@ -287,20 +293,23 @@ class Tracer(torch_internals.TorchDispatchMode):
             return func
         return twin
 
-    def _refuse_absolute_offsets(self, func, schema, args, kwargs) -> None:
-        """An explicit storage offset (as_strided's) counts from the start of the tensor's
-        storage. An input's meta tensor starts its storage where the input starts, and the
-        input's real offset is known only at run time: such a view of an input's memory is
-        left to eager."""
-        names = [a.name for a in schema.arguments]
-        if "storage_offset" not in names or not args or not isinstance(args[0], torch.Tensor):
-            return
+    def _counts_from_storage(self, func, args, kwargs) -> bool:
+        """Does this view of an input's memory place itself from the start of the input's
+        storage (as_strided's explicit storage offset), not from the input's own start? An
+        input's meta tensor starts its storage where the input starts, and the input's real
+        offset in its storage is known only at run time: such a view, and any view of it, is
+        placed from the storage's start when it is returned."""
+        base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if base is None:
+            return False
+        if id(base) in self.from_storage_start:
+            return True
+        names = [a.name for a in torch_internals.schema_of(func).arguments]
+        if "storage_offset" not in names:
+            return False
         position = names.index("storage_offset")
         offset = args[position] if position < len(args) else kwargs.get("storage_offset")
-        state = self.states.get(id(args[0]))
-        if offset is not None and state is not None and state.storage.input_index is not None:
-            raise Unsupported(f"{func} with an explicit storage offset over an input's memory "
-                              f"(the offset counts from the start of the input's storage)")
+        return offset is not None and self.state(base).storage.input_index is not None
 
     def _meta_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
@@ -426,6 +435,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         base_node = self.current(base)
         result = self._lower(func, args, kwargs, template_kwargs, out)
         flat_out, _ = tree_flatten(out)
+        if self._counts_from_storage(func, args, kwargs):
+            self.from_storage_start.update(id(t) for t in flat_out)
         flat_result, _ = tree_flatten(result)
         for meta, node in zip(flat_out, flat_result):
             steps = _view_chain(node, base_node)
@@ -562,7 +573,9 @@ class Tracer(torch_internals.TorchDispatchMode):
                         geometry["stride"] == root.strides:
                     specs.append(OutputSpec("input", index=storage.input_index))
                 else:
-                    specs.append(OutputSpec("view", index=storage.input_index, **geometry))
+                    specs.append(OutputSpec("view", index=storage.input_index, **geometry,
+                                            from_storage_start=id(value) in
+                                            self.from_storage_start))
             elif state.chain is not None and id(storage) in root_outputs:
                 # memory another output already holds: a view of that output, as in eager
                 specs.append(OutputSpec("view", index=root_outputs[id(storage)],

@@ -149,6 +149,13 @@ def advanced_indices(draw, write: bool = False) -> Case:
         assume(False)
     gradients = draw(st.booleans())
     if not write:
+        if draw(st.booleans()):  # the index an argument (guarded), as OpInfo passes it
+            def read_given(x, index):
+                return x[index] * 2
+
+            return Case(f"x{list(shape)}[index={_describe(index)}]", read_given,
+                        (x.requires_grad_(gradients), index), gradients)
+
         def read(x):
             return x[index] * 2
 
