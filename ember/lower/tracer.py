@@ -38,22 +38,17 @@ from ember.lower.mutation import (
     with_defaults,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
+from ember.lower.results import Lowered, OutputSpec
+from ember.lower.schemas import (
+    DIFFERENTIABLE_TWINS,
+    UNTRACKED_VIEWS,
+    WRITES_UNDECLARED,
+    WRITTEN_UNDECLARED,
+)
 from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 _AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
-# Ops whose results are views of their input although their schemas say nothing of it (the
-# "unsafe" splits: views autograd does not track as views)
-_WRITES_UNDECLARED = {
-    # native_batch_norm in training updates the running statistics it is given, which its
-    # schema does not say; its twin's schema does (so the writes reach the caller's tensors)
-    torch.ops.aten.native_batch_norm.default: torch.ops.aten._native_batch_norm_legit.default,
-}
-
-
-_UNTRACKED_VIEWS = {torch.ops.aten.unsafe_split.Tensor,
-                    torch.ops.aten.unsafe_split_with_sizes.default}
-
 @dataclasses.dataclass(eq=False)
 class Storage:
     """One aliasing group: a root value that every view of it is computed from."""
@@ -70,53 +65,6 @@ class TensorState:
     chain: ViewChain | None  # view steps from the root; None: a view ember cannot re-derive
     node: Node
     version: int
-
-
-@dataclasses.dataclass
-class OutputSpec:
-    """How the compiled function produces one output of the FX graph.
-
-    kind: "node"    the value of graph.outputs[index]
-          "input"   graph input `index` itself
-          "view"    a view (size, stride, offset) of graph input `index`, or of graph output
-                    `index` when `of_output` is set; of its memory read as `dtype` when set
-                    (x.view(torch.int32)); offset counts elements of the view's dtype
-          "same"    the same object as output `index`
-          "value"   the Python value `value`
-    """
-
-    kind: str
-    index: int = -1
-    size: tuple[int, ...] = ()
-    stride: tuple[int, ...] = ()
-    offset: int = 0
-    of_output: bool = False
-    value: Any = None
-    dtype: torch.dtype | None = None
-    from_storage_start: bool = False  # offset counts from the storage's start (as_strided's)
-
-    def view_of(self, base: torch.Tensor) -> torch.Tensor:
-        """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
-        if self.dtype is None or self.dtype == base.dtype:
-            return base.as_strided(self.size, self.stride, self.start(base) + self.offset)
-        start = self.start(base) * base.element_size() // self.dtype.itemsize
-        view = torch.empty(0, dtype=self.dtype, device=base.device)
-        return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
-
-
-    def start(self, base: torch.Tensor) -> int:
-        """Where the offset counts from in `base`'s storage."""
-        return 0 if self.from_storage_start else base.storage_offset()
-
-
-@dataclasses.dataclass
-class Lowered:
-    graph: Graph
-    outputs: list[OutputSpec]
-    output_tree: Any                   # pytree spec of the FX graph's result
-    attributes: list[str]              # get_attr targets fed as extra inputs, in order
-    constants: list[torch.Tensor]      # tensors created while tracing, fed as extra inputs
-    library_calls: int = 0
 
 
 def to_meta(tensor: torch.Tensor) -> torch.Tensor:
@@ -267,7 +215,7 @@ class Tracer(torch_internals.TorchDispatchMode):
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
                 out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
-        elif any(r.alias_info is not None for r in schema.returns) or func in _UNTRACKED_VIEWS:
+        elif any(r.alias_info is not None for r in schema.returns) or func in UNTRACKED_VIEWS:
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
@@ -279,12 +227,12 @@ class Tracer(torch_internals.TorchDispatchMode):
         those writes land in a value the graph made (instance norm's repeated statistics).
         Into the caller's tensors themselves (a BatchNorm's buffers), the call at run time
         writes them as eager's does."""
-        twin = _WRITES_UNDECLARED.get(func)
+        twin = WRITES_UNDECLARED.get(func)
         if twin is None:
             return func
         schema = torch_internals.schema_of(func)
         values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
-        written = [values.get(name) for name in ("running_mean", "running_var")]
+        written = [values.get(name) for name in WRITTEN_UNDECLARED[func]]
         if not values.get("training") or not all(isinstance(t, torch.Tensor) for t in written):
             return func
         states = [self.states.get(id(t)) for t in written]
@@ -379,7 +327,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         if self.stops:
             # (an op eager picks where no input requires grad — the traced tensors require
             # none — whose twin has the backward: embedding_bag's)
-            func = _DIFFERENTIABLE_TWINS.get(func, func)
+            func = DIFFERENTIABLE_TWINS.get(func, func)
 
         def slot(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -662,9 +610,6 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 
 
-_DIFFERENTIABLE_TWINS = {
-    torch.ops.aten._embedding_bag_forward_only.default: torch.ops.aten._embedding_bag.default,
-}
 
 
 def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
