@@ -30,7 +30,7 @@ from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.ir.graph import Graph
 from ember.lower import Lowered, Unsupported, trace
-from ember.lower.meta_interpreter import eager_reached_inputs, turns_grad_on
+from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.partition import MAX_ROUNDS, describe, find_islands
 from ember.passes.cse import eliminate_common_subexpressions
@@ -326,7 +326,9 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         raise Unsupported("a training graph writes an input that requires grad (in-place "
                           "ops on leaves are not differentiated yet)")
     output_count = len(graph.outputs)
-    split = differentiate(graph, wrt, lambda: eager_reached_inputs(gm, example_inputs))
+    eager = eager_autograd(gm, example_inputs)
+    split = differentiate(graph, wrt, eager.reached if eager is not None else None,
+                          _eager_differentiable(lowered.outputs, eager))
     eliminate_common_subexpressions(split.forward)  # (kept apart for the differentiation)
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
@@ -363,6 +365,15 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
                          gm.forward, grad_inside=not torch.is_grad_enabled())
+
+
+def _eager_differentiable(specs: list[OutputSpec], eager: Any) -> set[int] | None:
+    """The graph outputs whose user results eager's autograd tracks (the root of a view
+    returned: as its view), or None when eager's answer is not known."""
+    if eager is None or len(eager.requires_grad) != len(specs):
+        return None
+    return {spec.index for spec, tracked in zip(specs, eager.requires_grad)
+            if tracked and (spec.kind == "node" or (spec.kind == "view" and spec.of_output))}
 
 
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,

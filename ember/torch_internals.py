@@ -509,3 +509,29 @@ def dynamo_dim_marks(tensor: torch.Tensor) -> tuple[dict[int, tuple[int | None, 
     for bounds in marked.get("_dynamo_dynamic_range", ()):
         dynamic[bounds.dim] = (bounds.min, bounds.max)
     return dynamic, set(marked.get("_dynamo_static_indices", ()))
+
+
+def opinfo_database() -> list[Any]:
+    """PyTorch's OpInfo database (op_db: each op with its sample inputs and supported dtypes),
+    for tests/opinfo. Imported only when asked: it loads torch's test machinery."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+def opinfo_tolerance_overrides(op: Any, dtype: torch.dtype, device_type: str
+                               ) -> list[tuple[float, float]]:
+    """(atol, rtol) of each tolerance or precision override an OpInfo declares for `dtype` on
+    `device_type` (its decorators, whichever test they serve)."""
+    from torch.testing._internal.common_device_type import precisionOverride, toleranceOverride
+
+    found = []
+    for decorate in op.decorators:
+        if getattr(decorate, "device_type", None) not in (None, device_type):
+            continue
+        for decorator in getattr(decorate, "decorators", [decorate]):
+            if isinstance(decorator, toleranceOverride) and dtype in decorator.d:
+                found.append((decorator.d[dtype].atol, decorator.d[dtype].rtol))
+            elif isinstance(decorator, precisionOverride) and dtype in decorator.d:
+                found.append((decorator.d[dtype], 0.0))
+    return found

@@ -352,3 +352,13 @@ def test_dynamo_dim_marks_are_read():
     dynamic, static = torch_internals.dynamo_dim_marks(x)
     assert dynamic == {0: (2, 64), 2: (None, None)} and static == {1}
     assert torch_internals.dynamo_dim_marks(torch.randn(2)) == ({}, set())
+
+
+def test_opinfo_database_and_its_tolerances():
+    ops = {op.name: op for op in torch_internals.opinfo_database()}
+    assert "add" in ops and torch.float32 in ops["add"].supported_dtypes("cpu")
+    sample = next(iter(ops["add"].sample_inputs("cpu", torch.float32)))
+    assert isinstance(sample.input, torch.Tensor)
+    found = [t for op in ops.values()
+             for t in torch_internals.opinfo_tolerance_overrides(op, torch.float32, "cpu")]
+    assert found and all(atol >= 0 and rtol >= 0 for atol, rtol in found)

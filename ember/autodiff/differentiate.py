@@ -20,7 +20,6 @@ infinities meet (inf - inf: NaN in one order, a signed inf in the other).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -59,20 +58,24 @@ class LibraryCallSpec:
     tuple_result: bool
 
 
-def differentiate(graph: Graph, wrt: list[int],
-                  reached_in_eager: Callable[[], set[int] | None] = lambda: None) -> Split:
+def differentiate(graph: Graph, wrt: list[int], reached_in_eager: set[int] | None = None,
+                  tracked_in_eager: set[int] | None = None) -> Split:
     """The forward and backward of `graph` with respect to its inputs `wrt`.
-    `reached_in_eager()`: the inputs eager's autograd would reach from the outputs (asked only
-    when the IR's data flow reaches fewer of `wrt`: those get zeros, not None)."""
-    return _Differentiator(graph, wrt, reached_in_eager).run()
+    `reached_in_eager`: the inputs eager's autograd would reach from the outputs (where the
+    IR's data flow reaches fewer of `wrt`, those get zeros, not None). `tracked_in_eager`: the
+    outputs eager's autograd tracks (they require grad); the rest are not differentiable,
+    even where the IR's data flow reaches them (layer norm's mean and rstd), and these are,
+    even where it does not (fill's result). None: the IR's data flow decides both."""
+    return _Differentiator(graph, wrt, reached_in_eager, tracked_in_eager).run()
 
 
 class _Differentiator:
-    def __init__(self, graph: Graph, wrt: list[int],
-                 reached_in_eager: Callable[[], set[int] | None]):
+    def __init__(self, graph: Graph, wrt: list[int], reached_in_eager: set[int] | None,
+                 tracked_in_eager: set[int] | None):
         self.graph = graph
         self.wrt = wrt
         self.reached_in_eager = reached_in_eager
+        self.tracked_in_eager = tracked_in_eager
         self.backward = Graph(graph.device)
         self.b = Builder(self.backward)
         self.primals: dict[Node, Node] = {}
@@ -139,7 +142,8 @@ class _Differentiator:
     def run(self) -> Split:
         graph, b = self.graph, self.b
         grads: dict[Node, Node] = {}
-        outputs = [i for i, node in enumerate(graph.outputs) if node in self.needs]
+        outputs = [i for i, node in enumerate(graph.outputs) if node in self.needs] \
+            if self.tracked_in_eager is None else sorted(self.tracked_in_eager)
         for position in outputs:
             node = graph.outputs[position]
             cotangent = self._input(("grad", position), node, row_major(node.shape))
@@ -179,7 +183,7 @@ class _Differentiator:
         reached = self._reached([graph.outputs[i] for i in outputs])
         wrt = [index for index in self.wrt if graph.inputs[index] in reached]
         if len(wrt) < len(self.wrt):
-            eager = self.reached_in_eager() or set()
+            eager = self.reached_in_eager or set()
             wrt = [index for index in self.wrt if index in eager or index in wrt]
         results = []
         for index in wrt:
@@ -249,7 +253,10 @@ class _Differentiator:
         call = self.backward.add(
             Op.LIBRARY, tuple(operands), target=library_vjp, args=template, kwargs={},
             results=tuple((s.shape, s.dtype, row_major(s.shape)) for s in wanted),
-            tuple_result=True)
+            tuple_result=True,
+            # (the forward's operands as eager laid them out: its kernels may rely on it)
+            operand_strides=tuple(attrs.get("operand_strides") or (None,) * len(node.inputs))
+            + (None,) * len(outs))
         items = iter(self.backward.add(Op.ITEM, (call,), index=k) for k in range(len(wanted)))
         return [next(items) if flag else None for flag in differentiable]
 

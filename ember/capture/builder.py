@@ -44,6 +44,7 @@ class GraphBuilder:
         self._last_placeholder: torch.fx.Node | None = None
         self.op_count = 0
         self.inference_depth = 0  # inside torch.inference_mode() blocks
+        self.grad_enabled = torch.is_grad_enabled()  # the captured code's mode (Session's)
         self.made_in_inference: set[torch.fx.Node] = set()
         # the frame whose instruction is running (interpreter.Frame.run sets it): each op's
         # node records the user's position, for errors the compiled graph raises at run time
@@ -61,6 +62,9 @@ class GraphBuilder:
             self.guards.add("same", source, same.source)
             self._by_source[expr] = same
             return same
+        if tensor.layout != torch.strided:
+            raise Unsupported(f"{expr} is a {tensor.layout} tensor (ember compiles strided "
+                              f"tensors only)", "sparse tensors run as eager runs them")
         fake = self.shapes.fake_tensor(tensor, source)
         if fake is None:
             self.guards.add("tensor", source, tensor_signature(tensor))
@@ -132,7 +136,7 @@ class GraphBuilder:
             raise Unsupported(f"{_name_of(target)}(): {error.reason}", error.hint) from None
         fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
         try:
-            with self.fake_mode:
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
                 if kind == "call_method":
                     example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
                 else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import sys
 import types
 from typing import Any
 
@@ -59,6 +60,9 @@ def is_torch_callable(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     if isinstance(value, type) or torch_internals.is_context_decorator(value):
         return False
+    if isinstance(value, types.FunctionType) and module.startswith("torch") and \
+            not _named_in_module(value):
+        return False  # (a lambda or local function of torch's: Python code, not an op)
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — and parametrizations' getters
@@ -68,6 +72,15 @@ def is_torch_callable(value: Any) -> bool:
                                        "torch.nn.utils.parametriz"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
+
+
+def _named_in_module(function: types.FunctionType) -> bool:
+    """Whether the function is what its module holds under its qualified name: only such a
+    function can be a graph node, which the graph's code names by module and name."""
+    value: Any = sys.modules.get(function.__module__)
+    for part in function.__qualname__.split("."):
+        value = getattr(value, part, None)
+    return value is function
 
 
 def _ember_compiled(value: Any, source: Source | None) -> tuple[Any, Source | None] | None:
@@ -120,7 +133,6 @@ class Session:
         self.side_effects = SideEffects()
         self.fullgraph = fullgraph
         self.instructions_run = 0
-        self.grad_enabled = torch.is_grad_enabled()
         self.initial_grad_enabled = self.grad_enabled
         self.globals_dicts: list[dict] = []
         self.constants: list[Any] = []
@@ -145,6 +157,16 @@ class Session:
         # the __exit__ of each Python context manager whose block the code is inside (no
         # break there: its __exit__ would not see an exception a native rerun raises)
         self.open_contexts: list[Any] = []
+
+    @property
+    def grad_enabled(self) -> bool:
+        """The grad mode at this point of the captured code (what its fake results are made
+        under, so their requires_grad and is_leaf answer as eager's would here)."""
+        return self.builder.grad_enabled
+
+    @grad_enabled.setter
+    def grad_enabled(self, enabled: bool) -> None:
+        self.builder.grad_enabled = enabled
 
     def globals_index(self, globals_dict: dict) -> int:
         for position, known in enumerate(self.globals_dicts):

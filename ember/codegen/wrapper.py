@@ -42,6 +42,23 @@ def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
     return all(n <= 1 or s == t for n, s, t in zip(tensor.shape, tensor.stride(), strides))
 
 
+def relaid(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """A copy of `tensor` laid out by `strides` (a library call's operand as eager passes it)."""
+    copy = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    return copy.copy_(tensor)
+
+
+def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[int, tuple]]:
+    """(position, eager's strides) of each library operand whose buffer lies otherwise."""
+    found = []
+    for i, (buffer, strides) in enumerate(zip(inputs, operand_strides or ())):
+        if strides is None or len(strides) != len(buffer.shape) or buffer.strides is None:
+            continue
+        if any(n > 1 and s != t for n, s, t in zip(buffer.shape, buffer.strides, strides)):
+            found.append((i, tuple(strides)))
+    return found
+
+
 def shares_memory(result: torch.Tensor, *operands: torch.Tensor) -> bool:
     """Does a library call's result lie in an operand's memory (an op that returns views
     without saying so in its schema: ember would free or reuse that memory under it)?"""
@@ -72,7 +89,7 @@ class _Writer:
             "empty_strided": torch.empty_strided, "empty_cpu": empty_cpu, "device": device,
             "view": torch_internals.plain_view(),
             "raise_index_error": raise_index_error, "LayoutMismatch": LayoutMismatch,
-            "same_layout": same_layout, "shares_memory": shares_memory,
+            "same_layout": same_layout, "shares_memory": shares_memory, "relaid": relaid,
         }
         self.constants = 0
         self.device = device
@@ -218,6 +235,12 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                                  f"raise LayoutMismatch({buffer.name!r})")
             target = w.constant(node.attrs["target"], "op")
             slots = {i: b.name for i, b in enumerate(step.inputs)}
+            if not returns_views(node.attrs):
+                for i, strides in _relaid_operands(step.inputs, node.attrs.get("operand_strides")):
+                    # (eager's composite made this operand contiguous, or otherwise laid it
+                    # out anew, before the call: a kernel may rely on that layout)
+                    slots[i] = f"relaid{position}_{i}"
+                    lines.append(f"{slots[i]} = relaid({step.inputs[i].name}, {strides!r})")
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
@@ -260,8 +283,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             base = plan.outputs[spec.index].name if spec.of_output \
                 else plan.inputs[spec.index].name
             if spec.dtype is None:
+                start = "" if spec.from_storage_start else f"{base}.storage_offset() + "
                 results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
-                               f"{base}.storage_offset() + {spec.offset})")
+                               f"{start}{spec.offset})")
             else:  # the base's memory read as another dtype
                 results.append(f"{w.constant(spec, 'spec')}.view_of({base})")
         elif spec.kind == "same":

@@ -16,6 +16,7 @@ eager gives on the graph's device:
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -42,14 +43,22 @@ def turns_grad_on(module: torch.fx.GraphModule) -> bool:
                n.args and n.args[0] is True for n in module.graph.nodes)
 
 
-def eager_reached_inputs(module: torch.fx.GraphModule, example_inputs: list[Any]
-                         ) -> set[int] | None:
-    """The tensor inputs (numbered among the tensors) that eager's autograd would reach from
-XX
-    graphs walked. It differs from what the IR's data flow says where lowering dropped a
-    dependence eager keeps (a piece of a cat with no elements, a slice of length 0): eager
-    gives such an input a gradient of zeros, not None. None when the graph cannot run on
-    fake tensors."""
+@dataclasses.dataclass
+class EagerAutograd:
+    """What eager's autograd makes of a graph's results: whether each (flat) result requires
+    grad, and which tensor inputs (numbered among the tensors) it reaches from them."""
+
+    requires_grad: list[bool]
+    reached: set[int]
+
+
+def eager_autograd(module: torch.fx.GraphModule, example_inputs: list[Any]
+                   ) -> EagerAutograd | None:
+    """The graph run on fake tensors under autograd, as eager runs it. Its answers differ from
+    the IR's data flow where lowering dropped a dependence eager keeps (a piece of a cat with
+    no elements: eager gives such an input a gradient of zeros, not None; fill's result still
+    requires grad) or where eager's derivative formulas mark a result non-differentiable
+    (layer norm's mean and rstd, lu's pivots). None when the graph cannot run on fakes."""
     mode = torch_internals.make_fake_mode()
     leaves: dict[int, int] = {}  # id of a fake input that requires grad -> its number
     args = [mode.from_tensor(x.detach()) if isinstance(x, torch.Tensor) else x
@@ -63,10 +72,11 @@ XX
             result = torch.fx.Interpreter(module).run(*args)
     except Exception:  # noqa: BLE001 (an op fake tensors cannot run: the IR's answer stands)
         return None
+    flat = tree_flatten(result)[0]
     reached: set[int] = set()
     seen: set[Any] = set()
     stack = []
-    for value in tree_flatten(result)[0]:
+    for value in flat:
         if isinstance(value, torch.Tensor) and value.requires_grad:
             if value.grad_fn is None and id(value) in leaves:
                 reached.add(leaves[id(value)])
@@ -81,7 +91,8 @@ XX
         if variable is not None and id(variable) in leaves:
             reached.add(leaves[id(variable)])
         stack.extend(f for f, _ in function.next_functions if f is not None and f not in seen)
-    return reached
+    return EagerAutograd([isinstance(v, torch.Tensor) and v.requires_grad for v in flat],
+                         reached)
 
 
 class MetaInterpreter(torch.fx.Interpreter):
@@ -120,6 +131,7 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().get_attr(target, args, kwargs)
 
     def call_function(self, target, args, kwargs):
+        _refuse_new_leaves(target, args, kwargs)
         if torch_internals.allowed_in_graph(target):
             return _opaque_call(self.tracer, self.device, target, args, kwargs)
         if self.device.type == "cuda" and target in _DROPOUTS:
@@ -139,9 +151,23 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def call_method(self, target, args, kwargs):
+        _refuse_new_leaves(target, args, kwargs)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_method(target, args, kwargs)
+
+
+def _refuse_new_leaves(target, args, kwargs) -> None:
+    """x.requires_grad_() and torch.zeros(..., requires_grad=True) make a leaf that autograd
+    tracks from then on, which a compiled graph's results cannot be: the call runs eagerly
+    (an eager island), and what follows it sees the real leaf."""
+    if target in ("requires_grad_", torch.Tensor.requires_grad_):
+        enabled = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
+    else:
+        enabled = kwargs.get("requires_grad", False)
+    if enabled:
+        raise Unsupported(f"{getattr(target, '__name__', target)} makes a tensor that requires "
+                          f"grad (a new autograd leaf)")
 
 
 def _listed_indices(index: Any) -> Any:

@@ -38,11 +38,17 @@ from ember.lower.mutation import (
     with_defaults,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
+from ember.lower.results import Lowered, OutputSpec
+from ember.lower.schemas import (
+    DIFFERENTIABLE_TWINS,
+    UNTRACKED_VIEWS,
+    WRITES_UNDECLARED,
+    WRITTEN_UNDECLARED,
+)
 from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 _AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
-
 @dataclasses.dataclass(eq=False)
 class Storage:
     """One aliasing group: a root value that every view of it is computed from."""
@@ -59,47 +65,6 @@ class TensorState:
     chain: ViewChain | None  # view steps from the root; None: a view ember cannot re-derive
     node: Node
     version: int
-
-
-@dataclasses.dataclass
-class OutputSpec:
-    """How the compiled function produces one output of the FX graph.
-
-    kind: "node"    the value of graph.outputs[index]
-          "input"   graph input `index` itself
-          "view"    a view (size, stride, offset) of graph input `index`, or of graph output
-                    `index` when `of_output` is set; of its memory read as `dtype` when set
-                    (x.view(torch.int32)); offset counts elements of the view's dtype
-          "same"    the same object as output `index`
-          "value"   the Python value `value`
-    """
-
-    kind: str
-    index: int = -1
-    size: tuple[int, ...] = ()
-    stride: tuple[int, ...] = ()
-    offset: int = 0
-    of_output: bool = False
-    value: Any = None
-    dtype: torch.dtype | None = None
-
-    def view_of(self, base: torch.Tensor) -> torch.Tensor:
-        """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
-        if self.dtype is None or self.dtype == base.dtype:
-            return base.as_strided(self.size, self.stride, base.storage_offset() + self.offset)
-        start = base.storage_offset() * base.element_size() // self.dtype.itemsize
-        view = torch.empty(0, dtype=self.dtype, device=base.device)
-        return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
-
-
-@dataclasses.dataclass
-class Lowered:
-    graph: Graph
-    outputs: list[OutputSpec]
-    output_tree: Any                   # pytree spec of the FX graph's result
-    attributes: list[str]              # get_attr targets fed as extra inputs, in order
-    constants: list[torch.Tensor]      # tensors created while tracing, fed as extra inputs
-    library_calls: int = 0
 
 
 def to_meta(tensor: torch.Tensor) -> torch.Tensor:
@@ -130,6 +95,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         # a training graph: values eager's autograd does not track stop the gradient
         self.stops = False
         self.input_metas: set[int] = set()  # (ids: an input returned is that object itself)
+        self.from_storage_start: set[int] = set()  # (ids: see _counts_from_storage)
 
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
@@ -210,6 +176,7 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- the dispatch hook ----------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        func = self._declared_twin(func, args, kwargs)
         template_kwargs = dict(kwargs)
         schema = torch_internals.schema_of(func)
         if "device" in kwargs or any(a.name == "device" and a.kwarg_only
@@ -248,12 +215,49 @@ class Tracer(torch_internals.TorchDispatchMode):
             if func in ROW_MAJOR_RESULTS:  # results it returns besides what it writes
                 out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
-        elif any(r.alias_info is not None for r in schema.returns):
+        elif any(r.alias_info is not None for r in schema.returns) or func in UNTRACKED_VIEWS:
             self._lower_view(func, args, kwargs, template_kwargs, out)
         else:
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    def _declared_twin(self, func, args: tuple, kwargs: dict):
+        """`func`, or its twin that declares the writes `func` makes without saying so, where
+        those writes land in a value the graph made (instance norm's repeated statistics).
+        Into the caller's tensors themselves (a BatchNorm's buffers), the call at run time
+        writes them as eager's does."""
+        twin = WRITES_UNDECLARED.get(func)
+        if twin is None:
+            return func
+        schema = torch_internals.schema_of(func)
+        values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
+        written = [values.get(name) for name in WRITTEN_UNDECLARED[func]]
+        if not values.get("training") or not all(isinstance(t, torch.Tensor) for t in written):
+            return func
+        states = [self.states.get(id(t)) for t in written]
+        if all(s is not None and s.storage.input_index is not None and s.chain == ()
+               for s in states):
+            return func
+        return twin
+
+    def _counts_from_storage(self, func, args, kwargs) -> bool:
+        """Does this view of an input's memory place itself from the start of the input's
+        storage (as_strided's explicit storage offset), not from the input's own start? An
+        input's meta tensor starts its storage where the input starts, and the input's real
+        offset in its storage is known only at run time: such a view, and any view of it, is
+        placed from the storage's start when it is returned."""
+        base = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if base is None:
+            return False
+        if id(base) in self.from_storage_start:
+            return True
+        names = [a.name for a in torch_internals.schema_of(func).arguments]
+        if "storage_offset" not in names:
+            return False
+        position = names.index("storage_offset")
+        offset = args[position] if position < len(args) else kwargs.get("storage_offset")
+        return offset is not None and self.state(base).storage.input_index is not None
 
     def _meta_argument(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and value.device.type != "meta":
@@ -323,7 +327,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         if self.stops:
             # (an op eager picks where no input requires grad — the traced tensors require
             # none — whose twin has the backward: embedding_bag's)
-            func = _DIFFERENTIABLE_TWINS.get(func, func)
+            func = DIFFERENTIABLE_TWINS.get(func, func)
 
         def slot(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
@@ -370,10 +374,17 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- views ----------------------------------------------------------------------------
     def _lower_view(self, func, args, kwargs, template_kwargs, out) -> None:
         base = args[0]
+        if self.stops and base.dtype.is_floating_point and \
+                any(t.dtype != base.dtype for t in tree_flatten(out)[0]):
+            # (the compiled graph's results reinterpret memory outside autograd's sight:
+            # eager's view_as_complex of a value that requires grad is differentiable)
+            raise Unsupported(f"{func} views a value that may require grad as another dtype")
         base_state = self.state(base)
         base_node = self.current(base)
         result = self._lower(func, args, kwargs, template_kwargs, out)
         flat_out, _ = tree_flatten(out)
+        if self._counts_from_storage(func, args, kwargs):
+            self.from_storage_start.update(id(t) for t in flat_out)
         flat_result, _ = tree_flatten(result)
         for meta, node in zip(flat_out, flat_result):
             steps = _view_chain(node, base_node)
@@ -510,7 +521,9 @@ class Tracer(torch_internals.TorchDispatchMode):
                         geometry["stride"] == root.strides:
                     specs.append(OutputSpec("input", index=storage.input_index))
                 else:
-                    specs.append(OutputSpec("view", index=storage.input_index, **geometry))
+                    specs.append(OutputSpec("view", index=storage.input_index, **geometry,
+                                            from_storage_start=id(value) in
+                                            self.from_storage_start))
             elif state.chain is not None and id(storage) in root_outputs:
                 # memory another output already holds: a view of that output, as in eager
                 specs.append(OutputSpec("view", index=root_outputs[id(storage)],
@@ -597,9 +610,6 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 
 
-_DIFFERENTIABLE_TWINS = {
-    torch.ops.aten._embedding_bag_forward_only.default: torch.ops.aten._embedding_bag.default,
-}
 
 
 def _fetch_attr(module: torch.nn.Module, target: str) -> Any:

@@ -269,6 +269,12 @@ def _vector_norm(b: Builder, x: Node, ord=2, dim=None, keepdim: bool = False, *,
         return _root_of(b, b.reduce(Op.SUM, b.mul(x, x), dim, keepdim),
                         lambda total: b.unary(Op.SQRT, total))
     powered = b.elementwise(Op.POW, magnitude, float(ord))
+    if ord > 0:
+        # (0 ** ord is 0; its derivative there, infinite for ord < 1, times the zero below it
+        # is NaN: eager's norm backward gives a zero subgradient at zero elements)
+        zero = b.compare(Op.EQ, x, 0.0)
+        safe = b.where(zero, b.full(1.0, x.dtype, ()), magnitude)
+        powered = b.where(zero, b.full(0.0, x.dtype, ()), b.elementwise(Op.POW, safe, float(ord)))
     return _root_of(b, b.reduce(Op.SUM, powered, dim, keepdim),
                     lambda total: b.elementwise(Op.POW, total, 1.0 / ord))
 
@@ -314,7 +320,10 @@ def _log_softmax(b: Builder, x: Node, dim: int, half_to_float: bool) -> Node:
 def _safe_softmax(b: Builder, x: Node, dim: int, dtype=None) -> Node:
     if dtype is not None:
         x = b.cast(x, dtype)
-    result = softmax(b, x, dim)
     dim = normalize_dim(dim, x.ndim)
-    all_masked = b.reduce(Op.ALL, b.compare(Op.EQ, x, -math.inf), dim, True)
-    return b.where(b.broadcast_to(all_masked, x.shape), b.full(0.0, x.dtype), result)
+    all_masked = b.broadcast_to(
+        b.reduce(Op.ALL, b.compare(Op.EQ, x, -math.inf), dim, True), x.shape)
+    # (a row of -inf alone would make NaN inside softmax — -inf minus its -inf peak — whose
+    # derivative, times the zero gradient the row gets, is NaN: such rows are zeros first)
+    result = softmax(b, b.where(all_masked, b.full(0.0, x.dtype), x), dim)
+    return b.where(all_masked, b.full(0.0, x.dtype), result)

@@ -1,0 +1,57 @@
+"""What lowering gives: the IR graph and how the compiled function makes each output of the
+FX graph from the IR's outputs and inputs (OutputSpec)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ember.ir.graph import Graph
+
+
+@dataclasses.dataclass
+class OutputSpec:
+    """How the compiled function produces one output of the FX graph.
+
+    kind: "node"    the value of graph.outputs[index]
+          "input"   graph input `index` itself
+          "view"    a view (size, stride, offset) of graph input `index`, or of graph output
+                    `index` when `of_output` is set; of its memory read as `dtype` when set
+                    (x.view(torch.int32)); offset counts elements of the view's dtype
+          "same"    the same object as output `index`
+          "value"   the Python value `value`
+    """
+
+    kind: str
+    index: int = -1
+    size: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    offset: int = 0
+    of_output: bool = False
+    value: Any = None
+    dtype: torch.dtype | None = None
+    from_storage_start: bool = False  # offset counts from the storage's start (as_strided's)
+
+    def view_of(self, base: torch.Tensor) -> torch.Tensor:
+        """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
+        if self.dtype is None or self.dtype == base.dtype:
+            return base.as_strided(self.size, self.stride, self.start(base) + self.offset)
+        start = self.start(base) * base.element_size() // self.dtype.itemsize
+        view = torch.empty(0, dtype=self.dtype, device=base.device)
+        return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
+
+    def start(self, base: torch.Tensor) -> int:
+        """Where the offset counts from in `base`'s storage."""
+        return 0 if self.from_storage_start else base.storage_offset()
+
+
+@dataclasses.dataclass
+class Lowered:
+    graph: Graph
+    outputs: list[OutputSpec]
+    output_tree: Any                   # pytree spec of the FX graph's result
+    attributes: list[str]              # get_attr targets fed as extra inputs, in order
+    constants: list[torch.Tensor]      # tensors created while tracing, fed as extra inputs
+    library_calls: int = 0
