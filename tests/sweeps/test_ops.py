@@ -2539,9 +2539,6 @@ XFAIL: dict = {
     "out_arguments_with_resize": (
         "out= resized: the warning comes from torch's Python reference, whose text differs from "
         "eager's C++ one (torch.Size([5]) and a literal '{str(shape)}')"),
-    "gather_out_of_bounds_raises": (
-        "the out-of-range error is a RuntimeError whose message names neither the index nor the "
-        "dimension (issue 19 item 5)"),
     "grad_inplace_on_saved_output": (
         "an in-place op on a tensor saved for backward: ember gives the true gradient where eager "
         "raises (no version counter check)"),
