@@ -639,10 +639,24 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
         return functools.partial(compile(model.func, **options), *model.args,
                                  **model.keywords)
     call = class_lookup(type(model), "__call__")
+    if isinstance(model, (torch_internals.OpOverload, torch_internals.OpOverloadPacket)):
+        return CompiledFunction(_calling(model), **options)  # (an op: one call of it)
     if not isinstance(model, (types.FunctionType, types.MethodType)) and \
             isinstance(call, types.FunctionType):  # (an object with a Python __call__)
         return CompiledFunction(types.MethodType(call, model), **options)
+    if not isinstance(model, (types.FunctionType, types.MethodType)):
+        # a callable without Python code of its own (torch.relu, an aten op, a C type's
+        # instance): compiled as the Python function that calls it
+        return CompiledFunction(_calling(model), **options)
     return CompiledFunction(model, **options)
+
+
+def _calling(function: Callable) -> types.FunctionType:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(function, "__name__", type(function).__name__)
+    return call
 
 
 def _warm_up_for(module: torch.nn.Module) -> None:

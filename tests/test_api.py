@@ -273,6 +273,18 @@ def test_a_partial_and_an_object_with_a_python_call_compile():
     assert len(compiled.entries) == 1  # (compiled, not called as it is)
 
 
+@pytest.mark.parametrize("function", [torch.relu, F.gelu, torch.ops.aten.add.Tensor,
+                                      torch.ops.aten.mul, torch.Tensor.sigmoid],
+                         ids=["builtin", "c-function", "op", "op-packet", "tensor-method"])
+def test_a_callable_without_python_code_compiles(function):
+    # (torch.compile takes these too: each is compiled as one call of it, in one graph)
+    x = torch.randn(4, 3)
+    args = (x, x) if function in (torch.ops.aten.add.Tensor, torch.ops.aten.mul) else (x,)
+    compiled = ember.compile(function)
+    same(compiled(*args), function(*args))
+    assert len(compiled.entries) == 1 and compiled.entries[0].eager_reason is None
+
+
 def test_a_module_with_both_a_hook_and_an_instance_forward_runs_both():
     # (the hooks' path sets the instance's forward for its call: checked first, the user's
     # instance forward was replaced by the class's compiled one)
