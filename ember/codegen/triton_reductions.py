@@ -286,7 +286,9 @@ class ReductionWriting:
             start = "chunk + " if self.split else ""
             self.emit(body, f"{name} = ({start}{name}_offset + tl.arange(0, RBLOCK)[None, :])"
                             f"{rtype}")
-            if self.rnumel % self.tiling.rblock:
+            # (a split row's chunks may reach past its end: 6,304 rows in 50 chunks of 128)
+            reach = self.tiling.parts * self.tiling.chunk if self.split else self.rnumel
+            if self.rnumel % self.tiling.rblock or reach > self.rnumel:
                 self.masks[name] = f"{name}_mask"
                 self.emit(body, f"{name}_mask = {name} < {self.rnumel}")
             if self.split:  # this program's chunk of the row
