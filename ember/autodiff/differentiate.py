@@ -25,12 +25,15 @@ from typing import Any
 import torch
 
 from ember import torch_internals
+from ember.autodiff.convolution import convolution_vjp
 from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Kind, Op
 from ember.lower.builder import Builder
 from ember.lower.registry import Unsupported
+
+CONVOLUTION = torch.ops.aten.convolution.default
 
 RECOMPUTED = frozenset({Kind.POINTWISE, Kind.VIEW, Kind.LEAF, Kind.DATA})
 
@@ -164,6 +167,11 @@ class _Differentiator:
                     found = self._library(node, item_grads.get(node, {}))
             elif g is None:
                 continue
+            elif node.op is Op.LIBRARY and node.attrs["target"] is CONVOLUTION:
+                found = convolution_vjp(b, node, self.primal, g,
+                                        [source in self.needs for source in node.inputs])
+                if found is NotImplemented:
+                    found = self._library(node, {0: g})
             else:
                 rule = vjp_rules.get(node.op)
                 found = rule(b, node, self.primal, g) if rule is not None else NotImplemented

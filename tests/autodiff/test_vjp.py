@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from helpers import check_grad, compile_fn, make
 
 from ember.backends import compile_graph
+from ember.ir import Op
 from ember.runtime.training import TrainingGraph
 
 TOLERANCE = dict(rtol=1e-4, atol=1e-5)
@@ -275,3 +276,44 @@ def test_an_in_place_op_under_no_grad_on_a_value_made_in_the_graph_keeps_its_his
         run(x).sum().backward()
         grads.append(x.grad)
     torch.testing.assert_close(grads[1], grads[0])
+
+
+CONVOLUTIONS = {
+    "bias": (lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1), (2, 4, 9, 9), (6, 4, 3, 3)),
+    "groups": (lambda x, w, b: F.conv2d(x, w, b, padding=1, groups=2), (2, 4, 7, 7),
+               (6, 2, 3, 3)),
+    "depthwise_dilated": (lambda x, w, b: F.conv2d(x, w, b, padding=2, dilation=2, groups=4),
+                          (2, 4, 8, 8), (4, 1, 3, 3)),
+    "transposed": (lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, output_padding=1),
+                   (2, 4, 5, 5), (4, 3, 3, 3)),
+    "1d": (lambda x, w, b: F.conv1d(x, w, b, padding=1), (2, 3, 11), (5, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])
+@pytest.mark.parametrize("name", CONVOLUTIONS)
+def test_convolution_gradients_are_eagers_convolution_backward(name, channels_last):
+    fn, x_shape, w_shape = CONVOLUTIONS[name]
+    if channels_last and len(x_shape) != 4:
+        pytest.skip("channels-last is a 4-d layout")
+    x, w = make(*x_shape), make(*w_shape, seed=1)
+    b = make(w_shape[1] if name == "transposed" else w_shape[0], seed=2)
+    if channels_last:
+        x, w = (t.to(memory_format=torch.channels_last) for t in (x, w))
+    check_grad(fn, x, w, b, **TOLERANCE)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.requires_grad_(), w.requires_grad_(),
+                                                        b.requires_grad_()])
+    targets = [n.attrs["target"] for n in graph.split.backward.nodes if n.op is Op.LIBRARY]
+    # one call of eager's backward kernel: the forward is not run again for it
+    assert targets == [torch.ops.aten.convolution_backward.default]
+
+
+def test_a_convolution_of_an_input_without_grad_asks_only_for_the_weights():
+    x, w = make(2, 3, 8, 8), make(4, 3, 3, 3, seed=1).requires_grad_()
+    graph = compile_graph(torch.fx.symbolic_trace(lambda x, w: F.conv2d(x, w)), [x, w])
+    (call,) = [n for n in graph.split.backward.nodes if n.op is Op.LIBRARY]
+    assert call.attrs["args"][-1] == [False, True, False]
+    graph(x, w).sum().backward()
+    expected = w.detach().clone().requires_grad_()
+    F.conv2d(x, expected).sum().backward()
+    torch.testing.assert_close(w.grad, expected.grad, **TOLERANCE)
