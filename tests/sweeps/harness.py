@@ -426,3 +426,15 @@ def params(registry: dict, xfail: dict, slow: typing.Container = ()) -> list:
             marks.append(pytest.mark.slow)
         result.append(pytest.param(name, marks=marks, id=name))
     return result
+
+
+def safe(v):
+    """A tensor's copy; anything that is not a plain tensor (a FakeTensor that leaked into user
+    state) as its type's name, so that the comparison reports it instead of raising."""
+    if isinstance(v, torch.Tensor):
+        return (
+            v.detach().clone()
+            if type(v) in (torch.Tensor, torch.nn.Parameter)
+            else f"<{type(v).__name__}>"
+        )
+    return v

@@ -19,20 +19,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sweeps.harness import Spec, call, cases, check_case, params
+from sweeps.harness import Spec, call, cases, check_case, params, safe
 
 CASES: dict = {}
 case = cases(CASES)
-
-
-def safe(v):
-    if isinstance(v, torch.Tensor):
-        return (
-            v.detach().clone()
-            if type(v) in (torch.Tensor, nn.Parameter)
-            else f"<{type(v).__name__}>"
-        )
-    return v
 
 
 # =============================================================================================

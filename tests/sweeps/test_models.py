@@ -30,7 +30,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from sweeps.harness import Spec, call, cases, check_case, params
+from sweeps.harness import Spec, call, cases, check_case, params, safe
 
 CASES: dict = {}
 case = cases(CASES)
@@ -47,18 +47,6 @@ class Calls(list):
         for i, c in enumerate(list.__iter__(self)):
             yield c
             self.hook(i)
-
-
-def safe(v):
-    """A tensor's copy; anything that is not a plain tensor (a FakeTensor that leaked into user
-    state) as its type's name, so that the comparison reports it instead of raising."""
-    if isinstance(v, torch.Tensor):
-        return (
-            v.detach().clone()
-            if type(v) in (torch.Tensor, nn.Parameter)
-            else f"<{type(v).__name__}>"
-        )
-    return v
 
 
 def params_state(model, prefix="p"):

@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.nn.utils.parametrize as parametrize
 import torch.nn.utils.prune as prune
-from sweeps.harness import Spec, call, cases, check_case, params
+from sweeps.harness import Spec, call, cases, check_case, params, safe
 
 import ember
 
@@ -61,16 +61,6 @@ class Between(list):
 def xs(n, *shape, seed=3, **kw):
     g = torch.Generator().manual_seed(seed)
     return [call(torch.randn(*shape, generator=g, **kw)) for _ in range(n)]
-
-
-def safe(v):
-    if isinstance(v, torch.Tensor):
-        return (
-            v.detach().clone()
-            if type(v) in (torch.Tensor, nn.Parameter)
-            else f"<{type(v).__name__}>"
-        )
-    return v
 
 
 def params_state(spec):
