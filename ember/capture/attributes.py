@@ -333,14 +333,25 @@ def super_attribute(frame: Frame, cls: Value, receiver: Value, name: str) -> Val
 
 def _past(session: Session, klass: type, receiver: Value, name: str) -> Value:
     """`name` looked up past `klass` in the receiver's MRO (super()'s attribute)."""
-    mro = (receiver.cls if isinstance(receiver, NewObjectValue)
-           else type(python_value(receiver))).__mro__
+    if isinstance(receiver, NewObjectValue):
+        owner = receiver.cls
+    else:
+        obj = python_value(receiver)
+        # (a class method's super(): the receiver is the class itself, and super() walks its
+        # own MRO, not its metaclass's)
+        owner = obj if isinstance(obj, type) and issubclass(obj, klass) else type(obj)
+    mro = owner.__mro__
     for base in mro[mro.index(klass) + 1:]:
         if name in base.__dict__:
             attribute = base.__dict__[name]
             if base in MAPPING_BASES and isinstance(receiver, NewObjectValue) and \
                     receiver.mapping is not None:
                 return ValueMethodValue(receiver.mapping, name)  # super().__setitem__(k, v)
+            if isinstance(attribute, staticmethod):
+                return session.wrap(attribute.__func__, None, guard=False)
+            if isinstance(attribute, (classmethod, types.ClassMethodDescriptorType)):
+                # super().apply(...) in a class method: bound to the receiver's class
+                return session.wrap(attribute.__get__(None, owner), None, guard=False)
             function = session.wrap(attribute, None, guard=False)
             if isinstance(attribute, (types.FunctionType, types.WrapperDescriptorType,
                                       types.MethodDescriptorType)):

@@ -121,6 +121,18 @@ def resume_function(function: types.FunctionType, code: types.CodeType, start: i
     return _assemble(function, code, start, stack, locals_, cells, offset)
 
 
+def argument_order(code: types.CodeType, stack_names: list[str], locals_: list[str],
+                   cells: list[str]) -> list[str]:
+    """A resume function's parameters: the stack values, then the live locals and cells. A
+    method that may call super() without arguments (its code has a __class__ cell) has it
+    read the frame's first slot as `self` or `cls`: that argument comes first."""
+    names = [*stack_names, *locals_, *[c for c in cells if c not in locals_]]
+    if "__class__" in code.co_freevars and code.co_argcount and code.co_varnames[0] in names:
+        names.remove(code.co_varnames[0])
+        names.insert(0, code.co_varnames[0])
+    return names
+
+
 def _assemble(function: types.FunctionType, code: types.CodeType, start: int,
               stack: list[Value], locals_: list[str], cells: list[str], lasti: int | None
               ) -> tuple[types.FunctionType, int]:
@@ -145,7 +157,7 @@ def _assemble(function: types.FunctionType, code: types.CodeType, start: int,
                         else bytecode.Instr("LOAD_FAST", next(names)))
     prologue.append(bytecode.Instr("JUMP_FORWARD", label))
     program[0:0] = prologue
-    program.argnames = [*stack_names, *locals_, *[c for c in cells if c not in locals_]]
+    program.argnames = argument_order(code, stack_names, locals_, cells)
     program.argcount = len(program.argnames)
     program.posonlyargcount = 0
     program.kwonlyargcount = 0

@@ -15,7 +15,13 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.capture import container_opcodes, opcodes  # noqa: F401  (register the opcode handlers)
-from ember.capture.breaks import STACK_PREFIX, GraphBreak, instruction_number, live_locals
+from ember.capture.breaks import (
+    STACK_PREFIX,
+    GraphBreak,
+    argument_order,
+    instruction_number,
+    live_locals,
+)
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
@@ -225,7 +231,11 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str],
                     lasti: int | None = None) -> str:
         resumptions.append(Resumption(name, start, stack, local_names, cell_names, lasti))
-        return f"{name}({', '.join([*stack_exprs, *locals_, *cells_])})"
+        stack_names = [f"{STACK_PREFIX}{i}" for i, v in enumerate(stack) if v is not NULL]
+        exprs = dict(zip([*stack_names, *local_names, *cell_names],
+                         [*stack_exprs, *locals_, *cells_]))
+        order = argument_order(frame.code, stack_names, local_names, cell_names)
+        return f"{name}({', '.join(exprs[n] for n in order)})"
 
     def natively(statement: str) -> list[str]:
         """`statement` as the runner runs it: inside a try block of the user's code, an

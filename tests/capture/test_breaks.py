@@ -851,3 +851,41 @@ def test_a_break_inside_code_the_capture_calls_itself_runs_that_code_natively():
         else:
             same(got, want)
             assert out.getvalue() == printed
+
+
+class _Base:
+    @classmethod
+    def scale(cls, x):
+        return x * cls.factor
+
+    def shift(self, x):
+        return x + self.offset
+
+
+class _Derived(_Base):
+    factor, offset = 3.0, 0.5
+
+    @classmethod
+    def scale(cls, x):
+        y = x.sin()
+        print("a break before super()")  # (the rest resumes in another function)
+        return super().scale(y) + 1
+
+    def shift(self, x):
+        y = x.cos()
+        print("a break before super()")
+        return super().shift(y) * 2
+
+
+def test_super_without_arguments_after_a_break_in_methods_and_class_methods():
+    # (a resume function's first parameter is the method's own first argument, which
+    # super() reads from the frame's first slot; a class method's super() walks the class's
+    # MRO and binds the base's class method to the class)
+    x = torch.randn(4)
+    for function in (_Derived.scale, _Derived().shift):
+        compiled = ember.compile(function)
+        with redirect_stdout(io.StringIO()) as printed:
+            got = compiled(x)
+        same(got, function(x))
+        assert printed.getvalue() == "a break before super()\n"
+        assert compiled.entries[0].eager_reason is None
