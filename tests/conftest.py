@@ -5,7 +5,9 @@ GPU.
 
 CI (CI=true: 2 cores, a 15-minute budget for the suite) runs every test not marked `slow` and
 a fixed slice of the slow ones: those whose test id hashes to 0 modulo SLOW_SLICES, the same
-ones on every run. `pytest -m slow` (or any run outside CI) runs them all."""
+ones on every run, leaving out the Triton-interpreter cases of tests marked
+slow_in_interpreter (minutes each; their C cases run). `pytest -m slow` (or any run outside
+CI) runs them all."""
 
 import hashlib
 import os
@@ -33,7 +35,16 @@ def pytest_collection_modifyitems(config, items):
     if os.environ.get("CI") != "true" or config.getoption("markexpr"):
         return
     for item in items:
-        if item.get_closest_marker("slow") is not None and not in_ci_slice(item.nodeid):
+        if item.get_closest_marker("slow") is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if item.get_closest_marker("slow_in_interpreter") is not None and callspec is not None \
+                and callspec.params.get("kernel_backend") == "triton":
+            # (minutes each under Triton's interpreter; their C cases run, and the CUDA runs
+            # of the suite run them compiled)
+            item.add_marker(pytest.mark.skip(reason="slow under Triton's interpreter: CI runs "
+                                                    "its C case (pytest -m slow: all)"))
+        elif not in_ci_slice(item.nodeid):
             item.add_marker(pytest.mark.skip(
                 reason=f"slow: CI runs one slow test in {SLOW_SLICES} (pytest -m slow: all)"))
 
