@@ -58,7 +58,6 @@ def test_full_reductions():
     check(fn, make(7, 9), library=0)
 
 
-@pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
 def test_reductions_of_a_tensor_the_graph_fills_with_a_constant():
     # (the reduction's operand folds to a constant: a boolean literal in the Triton kernel)
     def fn(x, y):
@@ -69,6 +68,7 @@ def test_reductions_of_a_tensor_the_graph_fills_with_a_constant():
     check(fn, x, make(4, 5, seed=1))
 
 
+@pytest.mark.slow_in_interpreter  # (minutes under the interpreter)
 def test_large_reductions_accumulate_accurately():
     # beyond one SIMD-friendly chunk and the parallel threshold, many rows
     x = make(600, 700) + 1.0
