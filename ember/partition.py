@@ -280,11 +280,13 @@ def _example(value: Any) -> Example:
 
 
 def region_examples(partition: Partition, example_inputs: list[Any]
-                    ) -> tuple[dict[int, list[Example]], dict[int, set[str]]]:
+                    ) -> tuple[dict[int, list[Example]], dict[int, set[str]],
+                               dict[int, set[int]]]:
     """Each region's inputs as they are when it starts, from a run of the pieces in their order
-    on fake tensors (metadata, no data); and each region's outputs that share memory with one
+    on fake tensors (metadata, no data); each region's outputs that share memory with one
     of its inputs or an earlier output (aliases eager makes, which a later piece may write
-    through). Raises Unknowable where a region would read what only the data decides."""
+    through); and the positions of each region's inputs that share memory with another of
+    its inputs. Raises Unknowable where a region would read what only the data decides."""
     module = partition.module
     mode = torch_internals.make_fake_mode()
     interpreter = torch.fx.Interpreter(module, garbage_collect_values=False)
@@ -302,6 +304,7 @@ def region_examples(partition: Partition, example_inputs: list[Any]
     eager = {piece.node.name for piece in partition.pieces if isinstance(piece, Island)}
     examples: dict[int, list[Example]] = {}
     aliased: dict[int, set[str]] = {}
+    shared: dict[int, set[int]] = {}
     with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
         for piece in partition.pieces:
             if isinstance(piece, Island):
@@ -309,6 +312,7 @@ def region_examples(partition: Partition, example_inputs: list[Any]
             else:
                 nodes = piece.nodes
                 examples[piece.number] = [_example(env[n]) for n in piece.inputs]
+                shared[piece.number] = _sharing_inputs([env[n] for n in piece.inputs])
                 refused = {n: _refusal(env[n]) for n in piece.inputs if _refusal(env[n])}
                 if refused:  # (a region takes plain tensors and plain values)
                     raise Unknowable({n.name: refused[s] for n in piece.nodes
@@ -324,7 +328,33 @@ def region_examples(partition: Partition, example_inputs: list[Any]
                     # (already eager, it and its readers: nothing compiled waits on it)
             if isinstance(piece, Region):
                 aliased[piece.number] = _aliases(piece, env)
-    return examples, aliased
+    return examples, aliased, shared
+
+
+def _sharing_inputs(values: list[Any]) -> set[int]:
+    """Positions of the tensors among `values` whose memory another of them shares (a
+    parameter and its detached alias from state_dict())."""
+    by_storage: dict[int, list[int]] = {}
+    for position, value in enumerate(values):
+        if isinstance(value, torch.Tensor) and value.numel():
+            by_storage.setdefault(torch_internals.storage_identity(value), []).append(position)
+    return {p for positions in by_storage.values() if len(positions) > 1 for p in positions}
+
+
+def _writes_to_shared(region: Region, lowered: Any, examples: list[Example],
+                      shared: set[int]) -> dict[str, str]:
+    """The region's in-place ops on an input whose memory another of its inputs shares: run
+    eagerly. Compiled, the region takes the two as separate values, so a write through one
+    is not seen through the other (an EMA's lerp_ through state_dict()'s detached alias,
+    then mul_ through the parameter, each computed from the original values)."""
+    if not shared:
+        return {}
+    tensors = [position for position, example in enumerate(examples) if example.tensor]
+    written = {region.inputs[tensors[index]] for index, _ in lowered.graph.writebacks
+               if index < len(tensors) and tensors[index] in shared}
+    return {node.name: "it writes memory that another input of its compiled region shares"
+            for node in region.nodes
+            if keeps_its_place(node) and node.args and node.args[0] in written}
 
 
 def _aliases(region: Region, env: dict[torch.fx.Node, Any]) -> set[str]:
@@ -382,7 +412,7 @@ def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
     for _ in range(MAX_ROUNDS):
         partition = split(gm, islands)
         try:
-            examples, aliased = region_examples(partition, example_inputs)
+            examples, aliased, shared = region_examples(partition, example_inputs)
         except Unknowable as unknown:
             islands.update({k: v for k, v in unknown.islands.items() if k not in islands})
             continue
@@ -396,6 +426,8 @@ def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
                 found[result.node] = result.reason
             elif not isinstance(result, Exception):
                 found.update(_copies(region, result, aliased[region.number]))
+                found.update(_writes_to_shared(region, result, examples[region.number],
+                                               shared[region.number]))
         if not found:
             return partition, examples, lowered
         islands.update(found)

@@ -147,7 +147,7 @@ def test_examples_are_the_metadata_a_region_starts_with():
     module = torch.fx.symbolic_trace(fn)
     partition = split(module, {"mean": "refused", "unsqueeze_": "refused"})
     x = torch.randn(3, 4, requires_grad=False)
-    examples, _ = region_examples(partition, [x])
+    examples, _, _ = region_examples(partition, [x])
     last = partition.regions[-1]
     seen = {n.name: e for n, e in zip(last.inputs, examples[last.number])}
     assert seen["x"].shape == (1, 3, 4) and x.shape == (3, 4)  # (a fake run: x untouched)

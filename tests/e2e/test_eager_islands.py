@@ -316,3 +316,35 @@ def test_a_channels_last_resnet_compiles_without_islands(kernel_backend):
         fallbacks.messages
     assert_close(actual, expected, rtol=1e-4, atol=1e-4)
     assert not isinstance(recorder.compiled[0], (EagerGraph, PartitionedGraph))
+
+
+class _Ema(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model, self.ema = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+        self.ema.requires_grad_(False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            # (state_dict's values are detached aliases of the parameters: the in-place write
+            # through them is an eager island, which cuts the graph into regions)
+            for e, m in zip(self.ema.state_dict().values(), self.model.state_dict().values()):
+                e.lerp_(m, 0.1)
+            for e, m in zip(self.ema.parameters(), self.model.parameters()):
+                e.mul_(0.9).add_(m, alpha=0.1)
+        return self.ema(x)
+
+
+def test_a_region_that_writes_an_input_another_input_aliases_writes_it_eagerly():
+    # the next region took the bias's detached alias and the bias itself as two inputs and
+    # wrote both, each from the original values: ema(x) read a bias without the lerp
+    torch.manual_seed(0)
+    eager, compiled_model = _Ema().to(DEVICE), _Ema().to(DEVICE)
+    compiled_model.load_state_dict(eager.state_dict())
+    compiled = ember.compile(compiled_model)
+    x = make(2, 4)
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), eager(x))
+    for (name, ours), theirs in zip(compiled_model.state_dict().items(),
+                                    eager.state_dict().values()):
+        torch.testing.assert_close(ours, theirs, msg=name)

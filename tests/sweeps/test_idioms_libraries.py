@@ -1968,11 +1968,6 @@ XFAIL: dict = {
     "hf_is_torchdynamo_compiling_import": (
         "by design: is_torchdynamo_compiling() answers True under ember, as under torch.compile, "
         "and the case's two branches return different shapes on purpose"),
-    "ema_lerp_state_dict_and_data_clamp_": (
-        "a silent wrong answer (right on 2026-11-29, wrong on 2026-12-02): in-place updates "
-        "through state_dict().values() (lerp_) and then through parameters() (mul_/add_) of the "
-        "same module end with eager's weights, but ema(x) after them reads other values (either "
-        "update alone is right)"),
 }
 PARTLY: dict = {}
 # (over 0.3 s a case on 2 cores)
