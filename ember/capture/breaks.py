@@ -121,6 +121,11 @@ def resume_function(function: types.FunctionType, code: types.CodeType, start: i
     return _assemble(function, code, start, stack, locals_, cells, offset)
 
 
+def stack_parameters(stack: list[Value]) -> list[str]:
+    """The resume function's parameters that carry the stack's values (NULLs are pushed)."""
+    return [f"{STACK_PREFIX}{i}" for i, value in enumerate(stack) if value is not NULL]
+
+
 def argument_order(code: types.CodeType, stack_names: list[str], locals_: list[str],
                    cells: list[str]) -> list[str]:
     """A resume function's parameters: the stack values, then the live locals and cells. A
@@ -142,7 +147,7 @@ def _assemble(function: types.FunctionType, code: types.CodeType, start: int,
     position = _position_of(program, start)
     label = bytecode.Label()
     program.insert(position, label)
-    stack_names = [f"{STACK_PREFIX}{i}" for i, value in enumerate(stack) if value is not NULL]
+    stack_names = stack_parameters(stack)
     prologue = []
     if code.co_freevars:
         prologue.append(bytecode.Instr("COPY_FREE_VARS", len(code.co_freevars)))

@@ -21,6 +21,7 @@ from ember.capture.breaks import (
     argument_order,
     instruction_number,
     live_locals,
+    stack_parameters,
 )
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
@@ -231,7 +232,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     def resume_call(name: str, start: int, stack: list[Value], stack_exprs: list[str],
                     lasti: int | None = None) -> str:
         resumptions.append(Resumption(name, start, stack, local_names, cell_names, lasti))
-        stack_names = [f"{STACK_PREFIX}{i}" for i, v in enumerate(stack) if v is not NULL]
+        stack_names = stack_parameters(stack)
         exprs = dict(zip([*stack_names, *local_names, *cell_names],
                          [*stack_exprs, *locals_, *cells_]))
         order = argument_order(frame.code, stack_names, local_names, cell_names)

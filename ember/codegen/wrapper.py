@@ -130,12 +130,15 @@ class _Writer:
             self.lines.append(f"{buffer.name} = empty_cpu({buffer.shape!r}, {buffer.strides!r}, "
                               f"{self.dtype(buffer.dtype)})")
             return
+        self.lines.append(self.empty(buffer.name, buffer.shape, buffer.strides, buffer.dtype))
+
+    def empty(self, name: str, shape: tuple[int, ...], strides: tuple[int, ...],
+              dtype: torch.dtype) -> str:
+        """The line that allocates `name` uninitialized on the graph's device."""
         if self.plain_empty is not None:
-            self.lines.append(f"{buffer.name} = empty({buffer.shape!r}, {buffer.strides!r}, "
-                              f"{self.dtype(buffer.dtype)})")
-            return
-        self.lines.append(f"{buffer.name} = empty_strided({buffer.shape!r}, {buffer.strides!r}, "
-                          f"dtype={self.dtype(buffer.dtype)}, device=device)")
+            return f"{name} = empty({shape!r}, {strides!r}, {self.dtype(dtype)})"
+        return (f"{name} = empty_strided({shape!r}, {strides!r}, dtype={self.dtype(dtype)}, "
+                f"device=device)")
 
     def empty_prologue(self) -> list[str]:
         """Binds `empty` for allocate: torch's allocation without the dispatcher, which on
@@ -146,8 +149,9 @@ class _Writer:
         if self.device.type != "cuda":
             return ["empty = plain_empty"]
         self.namespace["current_device"] = torch_internals.current_cuda_device
+        device = self.device  # (not the writer: the wrapper outlives it)
         self.namespace["empty_on_device"] = lambda size, stride, dtype: torch.empty_strided(
-            size, stride, dtype=dtype, device=self.device)
+            size, stride, dtype=dtype, device=device)
         return [f"empty = plain_empty if current_device() == {self.device.index or 0} "
                 f"else empty_on_device"]
 
@@ -321,13 +325,7 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
         return []  # an empty iteration space: nothing to launch
     lines = []
     for space in source.workspaces:  # a split reduction's partial results
-        if w.plain_empty is not None:
-            lines.append(f"{space.name} = empty({space.shape!r}, {row_major(space.shape)!r}, "
-                         f"{w.dtype(space.dtype)})")
-        else:
-            lines.append(f"{space.name} = empty_strided({space.shape!r}, "
-                         f"{row_major(space.shape)!r}, dtype={w.dtype(space.dtype)}, "
-                         f"device=device)")
+        lines.append(w.empty(space.name, space.shape, row_major(space.shape), space.dtype))
     for kernel in source.kernels:
         tensors = ", ".join(b.name for b in kernel.arguments)
         function = functions[kernel.name]
