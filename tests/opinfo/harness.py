@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -26,6 +27,8 @@ from ember.torch_internals import tree_flatten
 
 SAMPLES_PER_OP = 3
 DTYPE = torch.float32
+# the CPU, or the GPU where the suite runs on one (EMBER_TEST_DEVICE=cuda, tests/conftest.py)
+DEVICE = os.environ.get("EMBER_TEST_DEVICE", "cpu")
 # torch.testing's defaults for float32, which OpInfo tests use unless the op overrides them.
 DEFAULT_TOLERANCE = (1e-5, 1.3e-6)   # (atol, rtol)
 
@@ -64,21 +67,21 @@ def op_name(op: Any) -> str:
 
 
 def forward_ops() -> list[Any]:
-    """The ops of op_db with float32 samples on the CPU, in op_db's order."""
+    """The ops of op_db with float32 samples on the device under test, in op_db's order."""
     return [op for op in torch_internals.opinfo_database()
-            if DTYPE in op.supported_dtypes("cpu")]
+            if DTYPE in op.supported_dtypes(DEVICE)]
 
 
 def backward_ops() -> list[Any]:
     return [op for op in forward_ops()
-            if op.supports_autograd and DTYPE in op.supported_backward_dtypes("cpu")]
+            if op.supports_autograd and DTYPE in op.supported_backward_dtypes(DEVICE)]
 
 
 def tolerance(op: Any, direction: str) -> tuple[float, float]:
     """The op's float32 tolerance: the largest of its own overrides (OpInfo decorators) on the
     CPU, or torch.testing's default; looser where expectations.py says why."""
     atol, rtol = DEFAULT_TOLERANCE
-    overrides = torch_internals.opinfo_tolerance_overrides(op, DTYPE, "cpu")
+    overrides = torch_internals.opinfo_tolerance_overrides(op, DTYPE, DEVICE)
     looser = looser_tolerance(op_name(op), direction)
     for override in overrides + ([looser] if looser else []):
         atol, rtol = max(atol, override[0]), max(rtol, override[1])
@@ -86,9 +89,10 @@ def tolerance(op: Any, direction: str) -> tuple[float, float]:
 
 
 def samples(op: Any, requires_grad: bool) -> list[Any]:
-    """The op's first SAMPLES_PER_OP float32 CPU samples (a fixed seed: the same every run)."""
+    """The op's first SAMPLES_PER_OP float32 samples on the device under test (a fixed seed:
+    the same every run)."""
     torch.manual_seed(0)
-    drawn = (s for s in op.sample_inputs("cpu", DTYPE, requires_grad=requires_grad)
+    drawn = (s for s in op.sample_inputs(DEVICE, DTYPE, requires_grad=requires_grad)
              if not _random_sample(s))
     return list(itertools.islice(drawn, SAMPLES_PER_OP))
 
