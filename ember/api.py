@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
 from ember.capture.breaks import resume_function
@@ -463,7 +464,10 @@ class CompiledFunction:
 
             compiled = ShapeSpecialized(captured.graph_module, self.backend, self.where)
         if compiled is None:
-            compiled = self.backend(captured.graph_module, list(captured.example_inputs))
+            # (a CUDA graph's replays run no Python: no library call's autograd record can
+            # be kept for its backward, which runs the call again instead)
+            with tape.kept(self.mode not in CUDA_GRAPH_MODES):
+                compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         if captured.symbolic:
             symbols = captured.guards.symbol_reads
             logs.channel("recompiles").info(

@@ -22,6 +22,7 @@ import torch
 import torch.fx
 
 from ember import config, logs, torch_internals
+from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
 from ember.codegen.glue import write_glue
@@ -328,7 +329,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     output_count = len(graph.outputs)
     eager = eager_autograd(gm, example_inputs)
     split = differentiate(graph, wrt, eager.reached if eager is not None else None,
-                          _eager_differentiable(lowered.outputs, eager))
+                          _eager_differentiable(lowered.outputs, eager), tape.keeping())
     eliminate_common_subexpressions(split.forward)  # (kept apart for the differentiation)
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "

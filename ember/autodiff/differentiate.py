@@ -26,6 +26,7 @@ import torch
 
 from ember import torch_internals
 from ember.autodiff.convolution import convolution_vjp
+from ember.autodiff.tape import TapedCall, taped_call, taped_vjp
 from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
@@ -48,6 +49,7 @@ class Split:
     backward_inputs: list[tuple[str, int]]
     wrt: list[int]                       # forward inputs whose gradients backward returns
     differentiable_outputs: list[int]    # forward outputs that carry a gradient
+    tapes: int = 0                       # library calls taped by the forward (autodiff/tape.py)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -62,20 +64,25 @@ class LibraryCallSpec:
 
 
 def differentiate(graph: Graph, wrt: list[int], reached_in_eager: set[int] | None = None,
-                  tracked_in_eager: set[int] | None = None) -> Split:
+                  tracked_in_eager: set[int] | None = None, taping: bool = True) -> Split:
     """The forward and backward of `graph` with respect to its inputs `wrt`.
     `reached_in_eager`: the inputs eager's autograd would reach from the outputs (where the
     IR's data flow reaches fewer of `wrt`, those get zeros, not None). `tracked_in_eager`: the
     outputs eager's autograd tracks (they require grad); the rest are not differentiable,
     even where the IR's data flow reaches them (layer norm's mean and rstd), and these are,
-    even where it does not (fill's result). None: the IR's data flow decides both."""
-    return _Differentiator(graph, wrt, reached_in_eager, tracked_in_eager).run()
+    even where it does not (fill's result). None: the IR's data flow decides both.
+    `taping`: library calls without a rule keep eager's autograd record from the forward
+    (autodiff/tape.py); off, their backward runs them again (for CUDA graphs, whose replays
+    run no Python)."""
+    return _Differentiator(graph, wrt, reached_in_eager, tracked_in_eager, taping).run()
 
 
 class _Differentiator:
     def __init__(self, graph: Graph, wrt: list[int], reached_in_eager: set[int] | None,
-                 tracked_in_eager: set[int] | None):
+                 tracked_in_eager: set[int] | None, taping: bool):
         self.graph = graph
+        self.taping = taping
+        self.tapes = 0
         self.wrt = wrt
         self.reached_in_eager = reached_in_eager
         self.tracked_in_eager = tracked_in_eager
@@ -202,10 +209,33 @@ class _Differentiator:
         self.backward.outputs = results
         self.backward.output_strides = [
             graph.inputs[i].strides or row_major(graph.inputs[i].shape) for i in wrt]
+        self._drop_unread_inputs()
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
             node.strides or row_major(node.shape) for node in self.saved]
-        return Split(graph, self.saved, self.backward, self.backward_inputs, wrt, outputs)
+        return Split(graph, self.saved, self.backward, self.backward_inputs, wrt, outputs,
+                     self.tapes)
+
+    def _drop_unread_inputs(self) -> None:
+        """Backward inputs nothing reads — a rule asked for a forward value whose gradient
+        then went nowhere (`x * c` with a constant c asks for x): the forward neither saves
+        them (their memory would live until the backward) nor hands them over."""
+        backward = self.backward
+        read = set(backward.live_nodes()) - set(backward.inputs)
+        used = {source for node in read for source in node.inputs} | set(backward.roots())
+        keep = [k for k, node in enumerate(backward.inputs) if node in used]
+        if len(keep) == len(backward.inputs):
+            return
+        dropped = {node for k, node in enumerate(backward.inputs) if k not in keep}
+        saved_kept = [k for kind, k in (self.backward_inputs[i] for i in keep) if kind == "saved"]
+        renumbered = {old: new for new, old in enumerate(saved_kept)}
+        self.saved = [self.saved[k] for k in saved_kept]
+        self.backward_inputs = [(kind, renumbered[k] if kind == "saved" else k)
+                                for kind, k in (self.backward_inputs[i] for i in keep)]
+        backward.inputs = [backward.inputs[k] for k in keep]
+        for index, node in enumerate(backward.inputs):
+            node.attrs["index"] = index
+        backward.nodes = [node for node in backward.live_nodes() if node not in dropped]
 
     def _reached(self, roots: list[Node]) -> set[Node]:
         """The nodes that need a gradient from which `roots` are computed."""
@@ -244,6 +274,8 @@ class _Differentiator:
         differentiable = tuple(s in self.needs for s in node.inputs)
         if not any(differentiable):
             return [None] * len(node.inputs)
+        if self.taping and not _writes(attrs["target"]) and not _functional(attrs["target"]):
+            return self._taped(node, grads, differentiable)
         refused = _refused(attrs["target"], attrs["args"], attrs["kwargs"])
         if refused:
             raise Unsupported(f"{getattr(attrs['target'], '__name__', attrs['target'])} "
@@ -269,6 +301,46 @@ class _Differentiator:
         return [next(items) if flag else None for flag in differentiable]
 
 
+    def _taped(self, node: Node, grads: dict[int, Node],
+               differentiable: tuple[bool, ...]) -> list[Node | None]:
+        """The forward's call taped (autodiff/tape.py), its backward one library call of the
+        backward graph that hands the tape's record the results' gradients."""
+        b, attrs = self.b, node.attrs
+        call = TapedCall(attrs["target"], attrs["args"], attrs["kwargs"], attrs["tuple_result"],
+                         differentiable, self.tapes)
+        self.tapes += 1
+        # (autograd keeps the call's operands and results for its backward: their memory is
+        # never given to a later value of the forward, schedule/fuse.py)
+        attrs.update(target=taped_call, kwargs={}, keeps_operands=True,
+                     args=(call, *[Slot(i) for i in range(len(node.inputs))]))
+        outs = [grads.get(i) if grads.get(i) is not None else b.full(0.0, dtype, shape)
+                for i, (shape, dtype, _) in enumerate(attrs["results"])]
+        wanted = [s for s, flag in zip(node.inputs, differentiable) if flag]
+        backward = self.backward.add(
+            Op.LIBRARY, tuple(outs), target=taped_vjp,
+            args=(call.index, *[Slot(i) for i in range(len(outs))]), kwargs={},
+            results=tuple((s.shape, s.dtype, row_major(s.shape)) for s in wanted),
+            tuple_result=True, operand_strides=(None,) * len(outs))
+        items = iter(self.backward.add(Op.ITEM, (backward,), index=k)
+                     for k in range(len(wanted)))
+        return [next(items) if flag else None for flag in differentiable]
+
+
+def _writes(target: Any) -> bool:
+    """Does this library call write one of its inputs (autograd refuses that on a leaf)?"""
+    return torch_internals.is_op_overload(target) and any(
+        a.alias_info is not None and a.alias_info.is_write
+        for a in torch_internals.schema_of(target).arguments)
+
+
+def _functional(target: Any) -> bool:
+    """Is this call functionalization's variant of an op that writes an input (its autograd
+    formula is the original's and may read that input as written: rrelu_with_noise_functional's
+    gradient reads the noise it was given, zeros, not the noise it drew)?"""
+    return torch_internals.is_op_overload(target) and \
+        target.name().split("::")[-1].split(".")[0].endswith("_functional")
+
+
 def _refused(target: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
     """Why torch's backward of this library call cannot be taken by running it again."""
     if not torch_internals.is_op_overload(target):
@@ -278,7 +350,7 @@ def _refused(target: Any, args: tuple, kwargs: dict[str, Any]) -> str | None:
             _argument(schema, args, kwargs, "dropout_p", 1.0) != 0.0:
         # (an op random only through its dropout, as attention is, draws nothing without it)
         return "is random"
-    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+    if _writes(target):
         return "writes its inputs"
     return None
 

@@ -7,7 +7,8 @@ eager's derivatives (tools/autograd/derivatives.yaml in PyTorch): the same produ
 order, so results agree to rounding.
 
 Ops without a rule (prod, as_strided, bitwise ops on floats, ...) make the graph train eagerly;
-library nodes other than matmuls take torch's own backward (library_vjp).
+library nodes other than matmuls, convolutions and the few in library_rule keep eager's own
+autograd record from the forward (tape.py), or run again in the backward (library_vjp).
 """
 
 from __future__ import annotations
@@ -381,6 +382,10 @@ def _mm(b: Builder, x: Node, y: Node) -> Node:
     return b.library(aten.mm.default, [x, y], (x.shape[0], y.shape[1]), x.dtype)
 
 
+def _bmm(b: Builder, x: Node, y: Node) -> Node:
+    return b.library(aten.bmm.default, [x, y], (x.shape[0], x.shape[1], y.shape[2]), x.dtype)
+
+
 @rule(Op.LIBRARY)
 def _library(b, node, primal, g):
     target = node.attrs["target"]
@@ -389,6 +394,9 @@ def _library(b, node, primal, g):
     if target is aten.mm.default and node.attrs["args"] and not node.attrs["kwargs"]:
         x, y = (primal(v) for v in node.inputs)
         return [_mm(b, g, b.transpose(y, 0, 1)), _mm(b, b.transpose(x, 0, 1), g)]
+    if target is aten.bmm.default and node.attrs["args"] and not node.attrs["kwargs"]:
+        x, y = (primal(v) for v in node.inputs)  # (eager's formula: two bmm, no rerun)
+        return [_bmm(b, g, b.transpose(y, 1, 2)), _bmm(b, b.transpose(x, 1, 2), g)]
     if target is torch._C._nn.linear and len(node.inputs) in (2, 3) and \
             node.inputs[0].ndim == 2:
         x, w = (primal(v) for v in node.inputs[:2])  # y = x @ w.T (+ bias)

@@ -2,7 +2,7 @@
 stages (EMBER_LOGS=perf,kernels); with --profile, the main thread's hottest functions under
 cProfile (Triton's compiles run on other threads: their time shows only as waiting).
 
-    python3 -m ember.bench.zoo_first_call vit [--device cuda] [--profile] [--rows 30]
+    python3 -m ember.bench.zoo_first_call vit [--device cuda] [--mode train] [--profile]
 
 Run it in a fresh process: the caches (ember's and Triton's) are pointed at empty folders.
 """
@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rows", type=int, default=30)
     parser.add_argument("--size", default="full", help="the zoo's config: full or tiny")
+    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
     parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
     parser.add_argument("--profile", action="store_true")
     options = parser.parse_args()
@@ -38,11 +39,11 @@ def main() -> None:
     config.reload()  # (ember was imported with this module's package: read the folders again)
 
     spec = zoo.find(options.model)
-    step, args = zoo.instantiate(spec, "infer", options.size, options.device)
+    step, args = zoo.instantiate(spec, options.mode, options.size, options.device)
     step.model_slot[0] = ember.compile(step.model)
     profiler = cProfile.Profile()
     start = time.perf_counter()
-    with torch.no_grad():
+    with torch.set_grad_enabled(options.mode == "train"):
         if options.profile:
             profiler.enable()
         step(*args)

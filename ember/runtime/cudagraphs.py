@@ -72,6 +72,10 @@ class CudaGraphed:
             # (a training graph with eager islands: its regions' forwards and backwards are
             # autograd.Functions between eager ops, not one forward and one backward to record)
             self.give_up("a training graph with eager islands")
+        elif type(compiled).__name__ == "TrainingGraph" and compiled.split.tapes:
+            # (compiled outside ember.compile's reduce-overhead mode: its library calls keep
+            # eager's autograd records in Python, which a replay would not run)
+            self.give_up("a training graph whose library calls' backward is eager's autograd")
         elif type(compiled).__name__ == "TrainingGraph":
             # its forward and its backward are each recorded (each on its first call); the
             # autograd.Function between them stays in Python

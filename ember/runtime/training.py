@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ember.autodiff import tape
 from ember.autodiff.differentiate import Split
 from ember.lower.tracer import OutputSpec
 from ember.torch_internals import tree_unflatten
@@ -81,7 +82,10 @@ class _Step(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, owner: TrainingGraph, *args: Any):
-        results = owner.forward_graph(*args)
+        # (the library calls whose backward is eager's autograd keep its records here)
+        ctx.tape = tape.Tape(owner.split.tapes) if owner.split.tapes else None
+        with tape.using(ctx.tape):
+            results = owner.forward_graph(*args)
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
         ctx.owner = owner
         ctx.count = len(args)
@@ -109,7 +113,8 @@ class _Step(torch.autograd.Function):
                 arguments.append(saved[k])
             else:
                 arguments.append(reads[k])
-        found = owner.backward_graph(*arguments)
+        with tape.using(ctx.tape):
+            found = owner.backward_graph(*arguments)
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
         for index, grad in zip(owner.split.wrt, found):
             result[1 + owner.tensor_positions[index]] = grad

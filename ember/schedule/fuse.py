@@ -558,7 +558,12 @@ class Scheduler:
                 touch(step.inputs + step.outputs, position)
             else:
                 touch([step.source, step.target], position)
-        kept = {held for buffer in plan.outputs for held in memory_of(buffer)}
+        # (a call whose operands and results autograd keeps for the backward, a taped call of
+        # autodiff/tape.py, holds their memory past the graph's end, as outputs are held)
+        holding = [buffer for step in plan.steps if isinstance(step, LibraryCall)
+                   and step.node.attrs.get("keeps_operands") for buffer in step.inputs
+                   + step.outputs]
+        kept = {held for buffer in plan.outputs + holding for held in memory_of(buffer)}
         frees: list[list[Buffer]] = [[] for _ in plan.steps]
         for buffer, position in last_use.items():
             if buffer.role in ("temp", "library", "alias") and buffer not in kept:

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from helpers import check_grad, compile_fn, make
 
+from ember import torch_internals
+from ember.autodiff import tape
 from ember.backends import compile_graph
 from ember.ir import Op
 from ember.runtime.training import TrainingGraph
@@ -220,12 +222,52 @@ def test_relu_clamp_and_hardtanh_gradients_at_their_edges_as_eager():
 
 
 def test_a_random_library_call_is_not_run_again_for_its_backward():
+    # (rrelu's functional variant: torch's formula for it reads the noise it was given, not
+    # the noise it drew, so it is not taped; running it again would draw again)
     def fn(x):
         return F.rrelu(x, training=True) * 2
 
     x = make(4, 5).requires_grad_()
     graph = compile_graph(torch.fx.symbolic_trace(fn), [x])
     assert type(graph).__name__ == "EagerGraph" and "is random" in graph.reason
+
+
+class _Counting(torch_internals.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("taped", [True, False])
+def test_attention_in_a_training_step_runs_once_forward_and_once_backward(taped):
+    # (its forward keeps eager's autograd record on the step's tape, and the backward uses
+    # it; without the tape, for CUDA graphs, the backward runs the forward again)
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    q, k, v = (make(2, 2, 8, 4).requires_grad_() for _ in range(3))
+    with tape.kept(taped):
+        graph = compile_graph(torch.fx.symbolic_trace(fn), [q, k, v])
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == int(taped)
+    expected = fn(q, k, v)
+    expected.sum().backward()
+    expected_grads = [t.grad for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    with _Counting() as counted:
+        result = graph(q, k, v)
+        result.sum().backward()
+    kernels = [name for name in counted.names if "attention" in name]
+    forwards = [name for name in kernels if "backward" not in name]
+    assert len(forwards) == (1 if taped else 2), kernels
+    assert len(kernels) - len(forwards) == 1, kernels
+    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+    for t, grad in zip((q, k, v), expected_grads):
+        torch.testing.assert_close(t.grad, grad, rtol=0, atol=0)
 
 
 def test_attention_with_a_row_masked_by_the_most_negative_float_has_eager_s_gradients():

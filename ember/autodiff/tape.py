@@ -1,0 +1,130 @@
+"""Library calls whose gradient is eager's own autograd, kept from the forward.
+
+A library call without a rule of its own (attention, embedding_bag, grid_sample, ...) is
+differentiated by torch. The forward graph runs it under autograd, on detached aliases of its
+operands that require grad where a gradient is wanted, and keeps what autograd made — the
+call's backward node and the tensors it saved, exactly what eager keeps — on the training
+step's tape; the backward graph hands that node the incoming gradients. Nothing runs twice
+(attention's backward reads the log-sum-exp its forward kept), and a call random through its
+dropout gets the gradient of the very draw its forward made.
+
+The tape is the training step's (runtime/training.py opens one per forward and hands it to
+the backward): a list with one entry per taped call, filled by the forward. A forward run
+without a tape (the graph called under no_grad) calls the op plainly.
+
+Under CUDA graphs a replayed forward runs no Python, so nothing would fill the tape: graphs
+compiled for mode="reduce-overhead" take the older path instead (vjp.library_vjp runs the
+call again inside the backward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ember.ir.library import fill
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TapedCall:
+    """A forward library call (its target, argument template and result form) and where its
+    autograd record goes on the step's tape; eq=False: two calls never merge."""
+
+    target: Any
+    args: tuple
+    kwargs: dict
+    tuple_result: bool
+    differentiable: tuple[bool, ...]  # per operand: is a gradient wanted
+    index: int                        # its entry on the tape
+
+
+class Tape:
+    """One training step's autograd records of its taped library calls."""
+
+    def __init__(self, count: int):
+        self.entries: list[tuple[tuple, list[torch.Tensor]] | None] = [None] * count
+
+
+_active = threading.local()
+
+
+@contextlib.contextmanager
+def using(tape: Tape | None) -> Iterator[None]:
+    """Taped calls made (or differentiated) in this thread meanwhile use `tape`."""
+    saved = getattr(_active, "tape", None)
+    _active.tape = tape
+    try:
+        yield
+    finally:
+        _active.tape = saved
+
+
+_compiling = threading.local()
+
+
+@contextlib.contextmanager
+def kept(wanted: bool) -> Iterator[None]:
+    """Training graphs compiled in this thread meanwhile tape their library calls (the
+    default) or not (`wanted` False: graphs for CUDA graphs)."""
+    saved = keeping()
+    _compiling.wanted = wanted
+    try:
+        yield
+    finally:
+        _compiling.wanted = saved
+
+
+def keeping() -> bool:
+    return getattr(_compiling, "wanted", True)
+
+
+def taped_call(call: TapedCall, *operands: torch.Tensor) -> Any:
+    """The forward's library call, recorded by autograd on the active tape."""
+    tape = getattr(_active, "tape", None)
+    if tape is None:
+        return call.target(*fill(call.args, operands), **fill(call.kwargs, operands))
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(wanted) if isinstance(t, torch.Tensor) else t
+                  for t, wanted in zip(operands, call.differentiable)]
+        result = call.target(*fill(call.args, leaves), **fill(call.kwargs, leaves))
+    outputs = tuple(result) if call.tuple_result else (result,)
+    tape.entries[call.index] = (outputs, [leaf for leaf, wanted in
+                                          zip(leaves, call.differentiable) if wanted])
+    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outputs)
+    return detached if call.tuple_result else detached[0]
+
+
+def taped_vjp(index: int, *grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The gradients of taped call `index`'s differentiable operands, from the gradients of
+    its results (one per result, zeros where none came), by the autograd record its forward
+    left on the active tape."""
+    tape = getattr(_active, "tape", None)
+    entry = tape.entries[index] if tape is not None else None
+    if entry is None:
+        raise RuntimeError("ember: a library call's backward ran without its forward's "
+                           "autograd record (please report it)")
+    outputs, leaves = entry
+    pairs = [(out, grad) for out, grad in zip(outputs, grads)
+             if isinstance(out, torch.Tensor) and out.requires_grad]
+    # (retain_graph: a backward may run twice, as eager's may with retain_graph=True; the
+    # record goes with the step's autograd.Function)
+    found = torch.autograd.grad([out for out, _ in pairs], leaves,
+                                [grad for _, grad in pairs], allow_unused=True,
+                                retain_graph=True) if pairs else [None] * len(leaves)
+    held = {t.untyped_storage().data_ptr() for t in grads if t.numel()}
+
+    def own(gradient: torch.Tensor) -> torch.Tensor:
+        # (a gradient may be an incoming gradient itself, which the backward graph may free
+        # or reuse: results never share an operand's memory)
+        gradient = gradient.contiguous()
+        if gradient.numel() and gradient.untyped_storage().data_ptr() in held:
+            return gradient.clone()
+        return gradient
+
+    return tuple(own(f if f is not None else torch.zeros_like(leaf))
+                 for f, leaf in zip(found, leaves))
