@@ -74,6 +74,7 @@ class CacheEntry:
     # guard and run as one function, MISS when a guard fails (the run fetches its inputs
     # through what the guards read)
     call: Callable[[dict], Any] | None = None
+    compiled: Any = None  # what the backend returned (None for an eager entry)
 
     def __post_init__(self) -> None:
         if self.call is None:
@@ -457,6 +458,11 @@ class CompiledFunction:
             guard, text = compile_guards(eager_guards, scope, arguments)
             return CacheEntry(guard, self.caller, None, text, error,
                               call=_counted_eager_call(self, guard))
+        return self._entry(captured, arguments, started)
+
+    def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
+               ) -> CacheEntry:
+        """The backend's compile of a capture, its guards and its runner, as an entry."""
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
@@ -496,7 +502,14 @@ class CompiledFunction:
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
                                   time.perf_counter() - started, captured.graph_module,
                                   cuda_graph, compiled))
-        return CacheEntry(guard, runner, captured, text, call=call)
+        return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Ahead of time: capture this function for these arguments, as one graph, without
+        running it (ember/aot.py); `.compile()` on the result builds it."""
+        from ember import aot
+
+        return aot.lower(self, args, kwargs)
 
 
 def _counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]
@@ -609,6 +622,12 @@ class CompiledModule(torch.nn.Module):
 
     def _call_forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._compiled_forward(self._orig_mod, *args, **kwargs)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """Ahead of time: the module's forward captured for these arguments (ember/aot.py)."""
+        from ember import aot
+
+        return aot.lower(self._compiled_forward, args, kwargs, prefix=(self._orig_mod,))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._forward_hooks or self._forward_pre_hooks:

@@ -427,8 +427,15 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
     written = [index for index, _ in graph.writebacks]
-    return CompiledGraph(wrappers[0], wrappers[1], tensor_positions, argument_count, eager,
-                         label, len(sources), library_calls, written, fallback_count)
+    compiled = CompiledGraph(wrappers[0], wrappers[1], tensor_positions, argument_count,
+                             eager, label, len(sources), library_calls, written,
+                             fallback_count)
+    # (what ahead-of-time analysis reads: ember/aot.py)
+    compiled.plan = plan
+    compiled.kernel_texts = {name: source.text if hasattr(source, "text") else
+                             "\n\n".join(kernel.text for kernel in source.kernels)
+                             for name, source in sources.items()}
+    return compiled
 
 
 def _c_kernels(plan: Plan, label: str, dump: Any):

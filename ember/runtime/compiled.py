@@ -41,6 +41,9 @@ class CompiledGraph:
         self.tensor_positions = tensor_positions
         self.written_inputs = list(written_inputs)
         self._run = self._first_call
+        # the schedule and the kernels' sources (set by the backend; read by ember/aot.py)
+        self.plan: Any = None
+        self.kernel_texts: dict[str, str] = {}
 
     @property
     def runs_eagerly(self) -> bool:
