@@ -161,7 +161,8 @@ class Compiled:
     def memory_analysis(self) -> MemoryAnalysis:
         """The bytes the wrapper will hold, as planned (jax's field names); a training graph's
         as one step: its forward, then its backward with the forward's saved values held."""
-        parts = [(name, plan_memory(part.plan)) for name, part in self.parts()]
+        parts = [(name, plan_memory(part.plan, part.workspace_bytes))
+                 for name, part in self.parts()]
         if len(parts) == 1:
             return parts[0][1]
         (_, forward), (_, backward) = parts
@@ -242,10 +243,13 @@ class CostAnalysis:
 
 
 # -- memory ---------------------------------------------------------------------------------
-def plan_memory(plan: Plan) -> MemoryAnalysis:
+def plan_memory(plan: Plan, workspaces: dict[str, int] | None = None) -> MemoryAnalysis:
     """Walk the plan as the wrapper runs it (codegen/wrapper.py): a kernel's stores are
-    allocated before it runs (a reused buffer takes a dead one's memory: nothing new), a
-    library call's results when it returns, temporaries freed after their last use."""
+    allocated before it runs (a reused buffer takes a dead one's memory: nothing new), and
+    its scratch (`workspaces`, bytes by kernel name: a split reduction's partial results)
+    while it runs; a library call's results when it returns; temporaries freed after their
+    last use."""
+    workspaces = workspaces or {}
     arguments = sum(b.nbytes for b in plan.inputs)
     held: dict[Buffer, int] = {}       # allocations alive now, by their root buffer
     made: set[Buffer] = set(plan.inputs)
@@ -271,14 +275,19 @@ def plan_memory(plan: Plan) -> MemoryAnalysis:
         count += 1
 
     for position, step in enumerate(plan.steps):
+        scratch = 0
         if isinstance(step, Kernel):
             for store in step.stores:
                 allocate(store.buffer)
+            scratch = workspaces.get(step.name, 0)
+            if scratch:
+                allocated["temp"] += scratch
+                count += 1
         elif isinstance(step, LibraryCall):
             for buffer in step.outputs:
                 if buffer is not None:
                     allocate(buffer)
-        peak = max(peak, sum(held.values()))
+        peak = max(peak, sum(held.values()) + scratch)
         for buffer in plan.frees[position]:
             if buffer not in reused and buffer.root() not in outputs:
                 held.pop(buffer.root(), None)

@@ -13,6 +13,7 @@ import collections
 import concurrent.futures
 import contextlib
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -435,6 +436,9 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     compiled.kernel_texts = {name: source.text if hasattr(source, "text") else
                              "\n\n".join(kernel.text for kernel in source.kernels)
                              for name, source in sources.items()}
+    compiled.workspace_bytes = {
+        name: sum(math.prod(space.shape) * space.dtype.itemsize for space in source.workspaces)
+        for name, source in sources.items() if getattr(source, "workspaces", None)}
     return compiled
 
 

@@ -139,6 +139,14 @@ def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[st
     if _unwrapped(target) in _TORCH_SIDE_EFFECTS:
         raise Unsupported(f"{getattr(target, '__name__', target)} changes global state",
                           "call it outside the compiled function")
+    name = getattr(target, "__name__", "")
+    if getattr(target, "__module__", None) == "torch._C" and name.startswith("_") and \
+            any(isinstance(v, TensorValue) for v in (*args, *kwargs.values())):
+        # (torch's private bindings are not ops: one that takes tensors may read their
+        # memory directly — the jiterator's launch would launch a kernel on the capture's
+        # fake tensors, an illegal memory access on the GPU)
+        raise Unsupported(f"torch._C.{name} is not an op the graph can hold",
+                          "it runs natively at a graph break")
     if getattr(target, "__module__", None) in ("torch", "torch._C._VariableFunctions"):
         args, kwargs = numbers.method_numbers(session, getattr(target, "__name__", ""),
                                               list(args), kwargs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import inspect
 import sys
 import types
 from typing import Any
@@ -63,6 +64,12 @@ def is_torch_callable(value: Any) -> bool:
     if isinstance(value, types.FunctionType) and module.startswith("torch") and \
             not _named_in_module(value):
         return False  # (a lambda or local function of torch's: Python code, not an op)
+    if torch_internals.custom_op_overload(value) is not None:
+        return True  # (a torch.library.custom_op: its op is one node, capture/markers.py)
+    if not isinstance(value, types.BuiltinFunctionType) and \
+            isinstance(inspect.getattr_static(type(value), "__call__", None),
+                       types.FunctionType):
+        return False  # (an object whose call is Python, as the jiterator's: inlined)
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — and parametrizations' getters

@@ -169,7 +169,7 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
     strides are not eager's; TensorIterator's rule over the op's own operands is.
     The special cases are CPU kernels' layouts (CUDA's follow the meta kernels there).
     """
-    if func in CPU_RESULTS:
+    if func in CPU_RESULTS and device_type == "cpu":
         return CPU_RESULTS[func](args, out)
     if func in LAYOUTS_FROM_A_RUN:
         return _run_on_stand_ins(func, args, kwargs, out, device_type,

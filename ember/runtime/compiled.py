@@ -44,6 +44,7 @@ class CompiledGraph:
         # the schedule and the kernels' sources (set by the backend; read by ember/aot.py)
         self.plan: Any = None
         self.kernel_texts: dict[str, str] = {}
+        self.workspace_bytes: dict[str, int] = {}  # (a split reduction's scratch, per kernel)
 
     @property
     def runs_eagerly(self) -> bool:
