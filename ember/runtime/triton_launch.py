@@ -34,7 +34,8 @@ import torch
 
 from ember import config, logs
 from ember.codegen.triton import TritonKernel
-from ember.runtime import disk_cache
+from ember.runtime import disk_cache, triton_pool
+from ember.runtime.triton_key import file_key, install_file_key  # noqa: F401
 
 
 class TritonUnavailable(RuntimeError):
@@ -172,6 +173,7 @@ def warm_up() -> None:
     and the key only; loading a compiled kernel waits for the driver."""
     if _warm_ups or interpreting():
         return
+    triton_pool.start()  # (the compile workers import Triton meanwhile too)
 
     def import_triton() -> None:
         import triton  # noqa: F401
@@ -203,49 +205,6 @@ def _wait_for(work: str) -> None:
         thread.join()
 
 
-def file_key() -> str:
-    """What Triton's compile cache is keyed on, from its files' names, sizes and modification
-    times rather than their contents.
-
-    Triton keys every compiled kernel on a hash of its own files' contents (`triton_key`),
-    its 400 MB library among them: ~0.6 s of the first compile in every process, before any
-    compiling starts, to learn what a stat of its 350 files tells as surely (a reinstall or an
-    edit changes a size or a time). The key differs from Triton's own, so a kernel that a
-    process without ember put in the disk cache compiles again once; never a stale binary."""
-    import triton
-
-    root = Path(triton.__file__).parent
-    digest = hashlib.sha256(triton.__version__.encode())
-    for folder, subfolders, files in os.walk(root):
-        subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
-        for name in sorted(files):
-            path = os.path.join(folder, name)
-            try:
-                status = os.stat(path)
-            except FileNotFoundError:  # (a file another process is replacing)
-                continue
-            digest.update(f"{os.path.relpath(path, root)}:{status.st_size}:"
-                          f"{status.st_mtime_ns}:{status.st_ino}\n".encode())
-    return f"{triton.__version__}-files-{digest.hexdigest()}"
-
-
-def install_file_key() -> None:
-    """Make Triton's compile cache use `file_key` (its `get_cache_key` reads the module global
-    `triton_key`). Other users of `triton_key` in the process (torch.compile's own cache keys)
-    keep Triton's."""
-    from triton.runtime import cache
-
-    if getattr(cache.triton_key, "ember_file_key", False):
-        return
-    key = file_key()
-
-    def triton_key() -> str:
-        return key
-
-    triton_key.ember_file_key = True
-    cache.triton_key = triton_key
-
-
 def _logged(work: Any) -> Any:
     def run() -> None:
         try:
@@ -253,6 +212,11 @@ def _logged(work: Any) -> Any:
         except Exception as error:  # noqa: BLE001 (compile_kernels will meet it again)
             logs.channel("perf").info("Triton warm-up (%s) failed: %s", work.__name__, error)
     return run
+
+
+def _options(kernel: TritonKernel) -> dict:
+    return {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages,
+            "debug": kernel.checks, "launch_pdl": kernel.dependent_launch}
 
 
 def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
@@ -281,21 +245,35 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         # (the target from torch: the driver may still be starting; compiling needs no driver)
         major, minor = torch.cuda.get_device_capability(device_index)
         target = GPUTarget("cuda", major * 10 + minor, 32)
+        # each distinct kernel compiled by a worker process into Triton's disk cache, where
+        # its compile below finds it (runtime/triton_pool.py)
+        compilers = triton_pool.start()
+        ahead = {position: compilers.submit(module.__file__, kernels[position].name,
+                                          kernels[position].signature,
+                                          _attrs(kernels[position], aligned[position]),
+                                          _options(kernels[position]),
+                                          ("cuda", major * 10 + minor, 32))
+                 for position in distinct} if compilers is not None else {}
 
         def build(position: int) -> DeviceLaunch:
             kernel = kernels[position]
             fn = getattr(module, kernel.name)
             source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
-            options = {"num_warps": kernel.num_warps, "num_stages": kernel.num_stages,
-                       "debug": kernel.checks, "launch_pdl": kernel.dependent_launch}
             start = time.perf_counter()
-            compiled = triton.compile(source, target=target, options=options)
+            if position in ahead:
+                done, said = ahead[position].result()
+                logs.channel("perf").info("%s: a worker %s", kernel.name,
+                                          f"compiled it in {said:.3f} s" if done
+                                          else f"failed ({said}): compiled here")
+            waited = time.perf_counter()
+            compiled = triton.compile(source, target=target, options=_options(kernel))
             compiled_at = time.perf_counter()
             _wait_for("start_driver")
             with torch.cuda.device(device_index):
                 compiled._init_handles()  # load the binary; build (or find) the C launcher
-            logs.channel("perf").info("%s: triton.compile %.3f s, load %.3f s", kernel.name,
-                                       compiled_at - start, time.perf_counter() - compiled_at)
+            logs.channel("perf").info("%s: waited %.3f s, triton.compile %.3f s, load %.3f s",
+                                       kernel.name, waited - start, compiled_at - waited,
+                                       time.perf_counter() - compiled_at)
             return DeviceLaunch(compiled, kernel.grid)
 
         built = dict(zip(distinct, pool.map(build, distinct)))

@@ -1,0 +1,95 @@
+"""Triton compiles in worker processes, so that a graph's kernels compile side by side.
+
+Compiling a Triton kernel is mostly Python (the frontend that turns the kernel's AST into
+Triton's IR, the pass pipeline's bindings, the launcher's metadata), so threads of one
+process queue on the interpreter lock: on the H200's host sixteen threads compiling a BERT
+training step's kernels took 1.5–2.5 s for each one, an 18-line kernel among them (2026-12,
+`python -m ember.bench.zoo_first_call bert --mode train`). Workers (runtime/triton_worker.py,
+started with Triton's warm-up, before lowering) compile each distinct kernel into Triton's disk
+cache; the graph's own compile of that kernel then finds it there (about a millisecond) and
+loads it. A worker that fails or is not ready costs nothing: the kernel compiles in the
+process as before.
+
+EMBER_TRITON_WORKERS sets how many (0: none).
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from ember import config, logs
+from ember.runtime import triton_worker
+
+_WORKER = Path(triton_worker.__file__)
+
+
+class CompilePool:
+    """`count` worker processes, each fed by a thread of this process from one queue."""
+
+    def __init__(self, count: int, file_key: bool):
+        self.tasks: queue.Queue = queue.Queue()
+        self.processes: list[subprocess.Popen] = []
+        command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else [])
+        for index in range(count):
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL)
+            self.processes.append(process)
+            threading.Thread(target=self._serve, args=(process,), daemon=True,
+                             name=f"ember-triton-worker-{index}").start()
+
+    def submit(self, path: str, name: str, signature: dict, attrs: dict, options: dict,
+               target: tuple) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.tasks.put(((path, name, signature, attrs, options, target), future))
+        return future
+
+    def _serve(self, process: subprocess.Popen) -> None:
+        while True:
+            task, future = self.tasks.get()
+            if task is None:
+                return
+            try:
+                triton_worker._write(process.stdin, task)
+                reply = triton_worker._read(process.stdout)
+            except (OSError, ValueError) as error:  # (the worker died: its queue stops)
+                future.set_result((False, f"worker gone: {error}"))
+                return
+            future.set_result(reply if reply is not None else (False, "worker gone"))
+
+    def close(self) -> None:
+        for process in self.processes:
+            self.tasks.put((None, None))
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+
+
+_pool: CompilePool | None = None
+_pool_lock = threading.Lock()
+
+
+def start() -> CompilePool | None:
+    """The process's pool, started on first use; None where there are to be no workers."""
+    global _pool
+    count = config.settings.triton_workers
+    if count <= 0:
+        return None
+    with _pool_lock:
+        if _pool is None:
+            try:
+                _pool = CompilePool(min(count, os.cpu_count() or 1),
+                                    config.settings.triton_file_key)
+            except OSError as error:
+                logs.channel("perf").info("no Triton compile workers: %s", error)
+                return None
+            atexit.register(_pool.close)
+        return _pool
+

@@ -1,0 +1,64 @@
+"""Triton compile workers (runtime/triton_pool.py): a kernel a worker compiled is in Triton's
+disk cache under the key this process asks for (its own compile adds no entry), and a kernel
+that does not compile comes back as a failure with Triton's message. Compiled for an H200's
+target (sm_90) on any machine: compiling needs no GPU. Runs in a subprocess, outside the test
+suite's TRITON_INTERPRET=1 (under which @triton.jit makes no compilable kernel)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent('''
+    import json, os, tempfile
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    from ember.runtime import triton_launch, triton_pool
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    SOURCE = """import triton
+    import triton.language as tl
+
+
+    @triton.jit
+    def good(p, q):
+        x = tl.program_id(0) * 1024 + tl.arange(0, 1024)
+        tl.store(q + x, tl.load(p + x) * 3 + 1)
+
+
+    @triton.jit
+    def bad(p, q):
+        x = tl.program_id(0) * 1000 + tl.arange(0, 1000)
+        tl.store(q + x, tl.load(p + x))
+    """
+    module = triton_launch.load_module(SOURCE)
+    signature = {"p": "*fp32", "q": "*fp32"}
+    pool = triton_pool.CompilePool(2, True)
+    replies = [pool.submit(module.__file__, name, signature, {}, {"num_warps": 4},
+                           ("cuda", 90, 32)).result() for name in ("good", "bad")]
+    cache = os.environ["TRITON_CACHE_DIR"]
+    before = len(os.listdir(cache))
+    triton_launch.install_file_key()
+    triton.compile(ASTSource(module.good, signature, {}, {}), target=GPUTarget("cuda", 90, 32),
+                   options={"num_warps": 4})
+    pool.close()
+    print(json.dumps({"replies": replies, "before": before, "after": len(os.listdir(cache))}))
+''')
+
+
+def test_a_worker_compiles_into_the_cache_this_process_reads():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    (good_done, _), (bad_done, why) = found["replies"]
+    assert good_done and not bad_done
+    assert "power of 2" in why or "arange" in why, why
+    assert found["before"] == found["after"] >= 1  # (the good kernel's entry, found again)
