@@ -116,7 +116,9 @@ class Run:
             "elapsed_s": self.elapsed_s, "plots": self.plots,
             "workloads": [{"name": r.name, "title": r.title, "what": r.what,
                            "description": r.description, "summary": r.summary(),
-                           "trials": {v: t.to_json() for v, t in r.trials.items()}}
+                           "trials": {v: t.to_json() for v, t in r.trials.items()},
+                           "regimes": {v: found.to_json() for v in r.trials
+                                       if (found := r.regime(v, ceilings_of(self)))}}
                           for r in self.results],
         }
 

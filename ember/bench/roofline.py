@@ -6,6 +6,8 @@ on this machine. Measured against that floor, a steady-state time t is
     overhead-bound    the floor is tiny (under OVERHEAD_FLOOR_S) and t is more than
                       OVERHEAD x the floor: launches, Python, allocation dominate
     compute-bound     otherwise, when F / peak > B / bandwidth
+    cache-resident    otherwise, when t is under B / bandwidth: the data stays in the
+                      caches between calls, and DRAM's bandwidth bounds nothing
     bandwidth-bound   otherwise
 
 with the attained fraction floor / t beside it (how much of the bound resource the call
@@ -59,12 +61,18 @@ class Work:
 
 @dataclasses.dataclass(frozen=True)
 class Regime:
-    name: str          # "bandwidth", "compute" or "overhead"
+    name: str          # "bandwidth", "compute", "overhead" or "cache-resident"
     floor_s: float     # the roofline's least time for this work
     attained: float    # floor / measured time: the fraction of the bound resource used
 
     def __str__(self) -> str:
+        if self.name == "cache-resident":
+            return "cache-resident"
         return f"{self.name} ({self.attained:.0%})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"regime": self.name, "floor_s": self.floor_s,
+                "attained": None if self.name == "cache-resident" else self.attained}
 
 
 def regime(work: Work, ceilings: Ceilings, seconds: float) -> Regime:
@@ -74,6 +82,10 @@ def regime(work: Work, ceilings: Ceilings, seconds: float) -> Regime:
     attained = floor / seconds if seconds > 0 else 0.0
     if floor <= 0 or (floor < OVERHEAD_FLOOR_S and seconds > OVERHEAD * floor):
         return Regime("overhead", floor, attained)
+    if attained > 1.0 and memory >= compute:
+        # faster than the copy bandwidth allows: the data lives in the caches between calls
+        # (the ceiling is DRAM's), so no fraction of that ceiling says anything
+        return Regime("cache-resident", floor, attained)
     return Regime("compute" if compute > memory else "bandwidth", floor, attained)
 
 

@@ -131,6 +131,20 @@ def test_regimes_from_the_roofline():
     tiny = Work(bytes=32, flops=0.0)
     assert regime(tiny, ceilings, 3e-6).name == "overhead" and str(
         regime(copy_like, ceilings, 0.01)) == "bandwidth (100%)"
+    # faster than DRAM's copy bandwidth: the data stayed in the caches (not "183%")
+    found = regime(copy_like, ceilings, 0.0055)
+    assert str(found) == "cache-resident" and found.to_json()["attained"] is None
+
+
+def test_results_json_carries_each_variants_regime(tmp_path):
+    run = synthetic_run()
+    run.machine["ceilings"] = {"bandwidth_gb_s": 25.0, "peak_gflop_s": 100.0, "device": "cpu"}
+    run.results[0].trials["eager"].work = {"bytes": 128_000_000, "flops": 0.0}
+    regimes = run.to_json()["workloads"][0]["regimes"]
+    assert set(regimes) == {"eager", "inductor", "ember"}
+    assert regimes["ember"]["regime"] == "bandwidth"
+    assert regimes["ember"]["attained"] == pytest.approx(5.12 / 24.5, rel=1e-3)
+    assert run.to_json()["workloads"][1]["regimes"] == {}
 
 
 def test_the_report_shows_each_variants_regime():
