@@ -92,6 +92,7 @@ class _Differentiator:
         self.saved: list[Node] = []
         self.backward_inputs: list[tuple[str, int]] = []
         self.needs = self._needs_gradient()
+        self.realized = self._library_operands()
         for index, value in graph.writebacks:
             if value in self.needs and index not in wrt:
                 # (eager's in-place op makes such an input require grad from then on, with
@@ -126,6 +127,24 @@ class _Differentiator:
                 needs.add(node)
         return needs
 
+    def _library_operands(self) -> set[Node]:
+        """Pointwise and data values the forward realizes for a library call (a matmul's
+        input, seen through views): saved for the backward, not recomputed — their memory is
+        written by the forward anyway, eager's autograd keeps them too, and recomputing them
+        chained each layer's recomputation to the one before it (BERT's backward recomputed
+        all twelve layers' residual stream in one 50-output kernel that took Triton 3.6 s to
+        compile)."""
+        found: set[Node] = set()
+        for node in self.graph.nodes:
+            if node.op is not Op.LIBRARY:
+                continue
+            for operand in node.inputs:
+                while operand.kind is Kind.VIEW:
+                    operand = operand.inputs[0]
+                if operand.kind in (Kind.POINTWISE, Kind.DATA):
+                    found.add(operand)
+        return found
+
     # -- forward values inside the backward ----------------------------------------------
     def primal(self, node: Node) -> Node:
         found = self.primals.get(node)
@@ -133,7 +152,7 @@ class _Differentiator:
             return found
         if node.op is Op.INPUT:
             made = self._input(("input", node.attrs["index"]), node)
-        elif node.kind in RECOMPUTED:
+        elif node.kind in RECOMPUTED and node not in self.realized:
             made = self.backward.add(node.op, [self.primal(s) for s in node.inputs],
                                      **node.attrs)
         else:

@@ -359,3 +359,23 @@ def test_a_convolution_of_an_input_without_grad_asks_only_for_the_weights():
     expected = w.detach().clone().requires_grad_()
     F.conv2d(x, expected).sum().backward()
     torch.testing.assert_close(w.grad, expected.grad, **TOLERANCE)
+
+
+def test_values_the_forward_realizes_for_a_matmul_are_saved_not_recomputed():
+    # (each layer's normalized input feeds its matmul: recomputing it in the backward chained
+    # every layer's recomputation to the one before, one kernel over the whole network)
+    def fn(x, w1, w2, w3):
+        h = x
+        for w in (w1, w2, w3):
+            h = h + torch.tanh(F.layer_norm(h, (16,)) @ w)
+        return h.sum()
+
+    x = make(8, 16).requires_grad_()
+    weights = [make(16, 16).requires_grad_() for _ in range(3)]
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x, *weights])
+    assert isinstance(graph, TrainingGraph)
+    saved = graph.split.saved
+    matmuls = [n for n in graph.split.forward.nodes if n.op is Op.LIBRARY]
+    operands = {n.inputs[0] for n in matmuls}
+    assert len(matmuls) == 3 and operands <= set(saved)
+    check_grad(fn, x, *weights, **TOLERANCE)

@@ -287,7 +287,8 @@ def _compare_gradients(actual: Any, expected: Any, inputs: list, expected_inputs
 
 def _cotangents(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(0)
-    return [torch.randn(o.shape, generator=generator, dtype=o.dtype).to(o.device) for o in outputs]
+    return [torch.randn(o.shape, generator=generator, dtype=o.dtype, device="cpu").to(o.device)
+            for o in outputs]
 
 
 def check_forward(op: Any) -> int:
