@@ -12,10 +12,11 @@ from ember.backends import backend
 from ember.bench.harness import benchmark
 from ember.capture.symbols import mark_dynamic, mark_static
 from ember.explanation import explain
+from ember.options import list_mode_options
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
 
-__all__ = ["backend", "benchmark", "compile", "config", "explain", "graph_break", "mark_dynamic",
-           "mark_static", "reset"]
+__all__ = ["backend", "benchmark", "compile", "config", "explain", "graph_break",
+           "list_mode_options", "mark_dynamic", "mark_static", "reset"]
 __version__ = "0.1.0"

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember import options as compile_options
 from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
@@ -211,7 +212,8 @@ class Resume:
             self.compiled = CompiledFunction(
                 function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
                 backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
-                where=parent.where, origin=(code, offset), resumes=parent.resumes)
+                where=parent.where, origin=(code, offset), resumes=parent.resumes,
+                settings=parent.settings, recompile_limit=parent.recompile_limit)
 
 
 # NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
@@ -232,7 +234,8 @@ class CompiledFunction:
                  mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
                  collector: list | None = None, where: str | None = None,
                  origin: tuple[types.CodeType, int] | None = None,
-                 resumes: dict[tuple, Resume] | None = None):
+                 resumes: dict[tuple, Resume] | None = None, settings: dict | None = None,
+                 recompile_limit: int | None = None, name: str | None = None):
         if inspect.ismethod(function):
             self.bound_self = function.__self__
             function = function.__func__
@@ -255,6 +258,8 @@ class CompiledFunction:
         self.fullgraph = fullgraph
         self.dynamic = dynamic
         self.mode = mode
+        self.settings = settings or {}        # ember settings while it compiles (options=)
+        self.recompile_limit = recompile_limit  # (None: EMBER_RECOMPILE_LIMIT)
         self.backend = resolve_backend(backend)
         self.backend_option = backend  # (as given: what modules compiled apart get)
         self.backend_name = backend if isinstance(backend, str) else getattr(
@@ -281,7 +286,7 @@ class CompiledFunction:
         self.resumes: dict[tuple, Resume] = resumes if resumes is not None else {}
         self.callees: dict[Any, CompiledFunction] = {}
         code = function.__code__
-        self.where = where or f"{function.__qualname__} ({code.co_filename}:" \
+        self.where = where or f"{name or function.__qualname__} ({code.co_filename}:" \
                               f"{code.co_firstlineno})"
         _registry.add(self)
         self.__wrapped__ = function
@@ -368,10 +373,12 @@ class CompiledFunction:
             if self.given_up:
                 return None
             if self.entries:
-                if len(self.entries) >= config.settings.recompile_limit:
+                if len(self.entries) >= (self.recompile_limit or
+                                         config.settings.recompile_limit):
                     logs.channel("recompiles").warning(
-                        "%s: recompiled %d times (EMBER_RECOMPILE_LIMIT); calls its compiled "
-                        "versions do not take run eagerly from now on. Last reason: %s",
+                        "%s: recompiled %d times, its recompile limit; from now on a call "
+                        "that none of its compiled versions accepts runs eagerly. The last "
+                        "recompile was because %s",
                         self.where, len(self.entries),
                         self._why(self.entries[0], arguments))
                     self.given_up = True
@@ -406,7 +413,8 @@ class CompiledFunction:
         if function not in self.callees:
             self.callees[function] = CompiledFunction(
                 function, backend=self.backend, dynamic=self.dynamic, mode=self.mode,
-                collector=self.collector)
+                collector=self.collector, settings=self.settings,
+                recompile_limit=self.recompile_limit)
         return self.callees[function]
 
     def resume(self, spec: Resumption) -> Resume:
@@ -442,7 +450,9 @@ class CompiledFunction:
                                            self.where)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
-                                        mode=self.mode, backend=self.backend_option))
+                                        mode=self.mode, backend=self.backend_option,
+                                        settings=self.settings,
+                                        recompile_limit=self.recompile_limit))
         if error is not None:
             if self.fullgraph:
                 raise CaptureError(error) from None
@@ -472,7 +482,8 @@ class CompiledFunction:
         if compiled is None:
             # (a CUDA graph's replays run no Python: no library call's autograd record can
             # be kept for its backward, which runs the call again instead)
-            with tape.kept(self.mode not in CUDA_GRAPH_MODES):
+            with tape.kept(self.mode not in CUDA_GRAPH_MODES), \
+                    config.override(**self.settings):
                 compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         if captured.symbolic:
             symbols = captured.guards.symbol_reads
@@ -647,31 +658,56 @@ class CompiledModule(torch.nn.Module):
 
 def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None,
-            backend: str | Callable = "ember") -> Any:
-    """Compile a function or nn.Module (like torch.compile; usable as a decorator)."""
-    options = dict(fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend)
+            backend: str | Callable = "ember", options: dict[str, Any] | None = None,
+            disable: bool = False, recompile_limit: int | None = None,
+            name: str | None = None) -> Any:
+    """Compile a function or nn.Module (like torch.compile; usable as a decorator).
+    torch.compile's arguments mean what they mean there (`options`: ember's settings for this
+    function and the Inductor options ember has equivalents of, ember/options.py;
+    `disable=True`: the model itself, uncompiled); ember's own: `recompile_limit` (this
+    function's, instead of EMBER_RECOMPILE_LIMIT) and `name` (what logs and explain call it)."""
     if model is None:
-        return lambda fn: compile(fn, **options)
+        return lambda fn: compile(fn, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                                  backend=backend, options=options, disable=disable,
+                                  recompile_limit=recompile_limit, name=name)
+    if mode is not None and options:
+        raise RuntimeError("ember.compile: either mode or options can be given, not both (as "
+                           "torch.compile)")
+    if disable:
+        return model
+    if recompile_limit is not None and (type(recompile_limit) is not int
+                                        or recompile_limit < 1):
+        raise ValueError(f"ember.compile: recompile_limit must be a positive int, got "
+                         f"{recompile_limit!r}")
+    resolved = compile_options.resolve(options)
+    if resolved.cuda_graphs and mode is None:
+        mode = "reduce-overhead"
+    chosen = dict(fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend,
+                  settings=resolved.settings, recompile_limit=recompile_limit, name=name)
+    if isinstance(model, torch.export.ExportedProgram):
+        # (a graph torch.export made: its module, parameters and buffers attached, called as
+        # the exported function is — one graph, captured from its generated code)
+        model = model.module()
     if isinstance(model, torch.nn.Module):
         _warm_up_for(model)
-        return CompiledModule(model, **options)
+        return CompiledModule(model, **chosen)
     if not callable(model):
         raise TypeError(f"ember.compile needs a function or an nn.Module, got "
                         f"{type(model).__name__}")
     if isinstance(model, functools.partial):  # (its function compiled, its arguments kept)
-        return functools.partial(compile(model.func, **options), *model.args,
+        return functools.partial(CompiledFunction(model.func, **chosen), *model.args,
                                  **model.keywords)
     call = class_lookup(type(model), "__call__")
     if isinstance(model, (torch_internals.OpOverload, torch_internals.OpOverloadPacket)):
-        return CompiledFunction(_calling(model), **options)  # (an op: one call of it)
+        return CompiledFunction(_calling(model), **chosen)  # (an op: one call of it)
     if not isinstance(model, (types.FunctionType, types.MethodType)) and \
             isinstance(call, types.FunctionType):  # (an object with a Python __call__)
-        return CompiledFunction(types.MethodType(call, model), **options)
+        return CompiledFunction(types.MethodType(call, model), **chosen)
     if not isinstance(model, (types.FunctionType, types.MethodType)):
         # a callable without Python code of its own (torch.relu, an aten op, a C type's
         # instance): compiled as the Python function that calls it
-        return CompiledFunction(_calling(model), **options)
-    return CompiledFunction(model, **options)
+        return CompiledFunction(_calling(model), **chosen)
+    return CompiledFunction(model, **chosen)
 
 
 def _calling(function: Callable) -> types.FunctionType:

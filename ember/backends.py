@@ -51,13 +51,29 @@ from ember.schedule.plan import Buffer, LibraryCall, Plan
 _labels = itertools.count()
 
 
-def backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    """torch.compile backend: compile `gm` for inputs like `example_inputs`."""
+def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
+            options: dict[str, Any] | None = None) -> Callable:
+    """torch.compile backend: compile `gm` for inputs like `example_inputs`. torch.compile
+    hands over its `mode` or `options` (`torch.compile(m, backend="ember", mode=...)`):
+    reduce-overhead's CUDA graphs, and the options ember knows (ember/options.py)."""
     if config.settings.disable:
         return EagerGraph(gm, "EMBER_DISABLE=1")
-    if any(torch_internals.is_symbolic(x) for x in example_inputs):
-        return ShapeSpecialized(gm, compile_graph, f"graph{next(_labels)}")
-    return compile_graph(gm, example_inputs)
+    from ember import options as compile_options
+    from ember.runtime.cudagraphs import CudaGraphed
+
+    if mode not in (None, "default", "reduce-overhead", "max-autotune",
+                    "max-autotune-no-cudagraphs"):
+        raise ValueError(f"ember backend: unknown mode {mode!r}")
+    resolved = compile_options.resolve(options)
+    graphs = resolved.cuda_graphs or mode in ("reduce-overhead", "max-autotune")
+    with tape.kept(not graphs), config.override(**resolved.settings):
+        if any(torch_internals.is_symbolic(x) for x in example_inputs):
+            compiled = ShapeSpecialized(gm, compile_graph, f"graph{next(_labels)}")
+        else:
+            compiled = compile_graph(gm, example_inputs)
+    if graphs:
+        compiled = CudaGraphed(compiled, list(example_inputs), f"graph of {type(gm).__name__}")
+    return compiled
 
 
 def eager_reason(example_inputs: list[Any]) -> str | None:

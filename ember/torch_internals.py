@@ -535,3 +535,12 @@ def opinfo_tolerance_overrides(op: Any, dtype: torch.dtype, device_type: str
             elif isinstance(decorator, precisionOverride) and dtype in decorator.d:
                 found.append((decorator.d[dtype], 0.0))
     return found
+
+
+def is_compiler_config_patch(value: Any) -> bool:
+    """Is `value` a patch of one of torch's configuration modules (torch._dynamo.config.patch,
+    torch._inductor.config.patch, or Dynamo's proxy of one), entered as a context manager?"""
+    cls = type(value)
+    module = getattr(cls, "__module__", "") or ""
+    return (module == "torch.utils._config_module" and cls.__name__ == "ConfigPatch") or \
+        (module == "torch._dynamo.decorators" and cls.__name__ == "DynamoConfigPatchProxy")

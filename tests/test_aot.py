@@ -164,3 +164,26 @@ def test_a_function_that_breaks_its_graph_cannot_be_lowered_whole():
 
     with pytest.raises(CaptureError, match="test_aot.py"):
         ember.compile(step).lower(torch.randn(8, 4), torch.randn(8, 3))
+
+
+class _Exported(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.register_buffer("scale", torch.linspace(0.5, 2.0, 4))
+
+    def forward(self, x, y):
+        return torch.relu(self.linear(x)) * self.scale + y.sum(), {"mean": x.mean()}
+
+
+def test_a_program_torch_export_made_compiles_whole():
+    # (its module flattens and unflattens with pytree and checks its inputs under a Dynamo
+    # config patch: all captured, one graph)
+    model = _Exported().to(DEVICE)
+    x, y = torch.randn(3, 8, device=DEVICE), torch.randn(5, device=DEVICE)
+    program = torch.export.export(model, (x, y))
+    explained = ember.explain(program.module())(x, y)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    got, want = ember.compile(program)(x, y), model(x, y)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1]["mean"], want[1]["mean"])

@@ -32,6 +32,7 @@ from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Kind, Op
 from ember.lower.builder import Builder
+from ember.lower.layout import like_strides
 from ember.lower.registry import Unsupported
 
 CONVOLUTION = torch.ops.aten.convolution.default
@@ -226,8 +227,7 @@ class _Differentiator:
             results.append(self._like(grad, node) if grad is not None
                            else b.full(0.0, node.dtype, node.shape))
         self.backward.outputs = results
-        self.backward.output_strides = [
-            graph.inputs[i].strides or row_major(graph.inputs[i].shape) for i in wrt]
+        self.backward.output_strides = [_gradient_layout(graph.inputs[i]) for i in wrt]
         self._drop_unread_inputs()
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
@@ -343,6 +343,17 @@ class _Differentiator:
         items = iter(self.backward.add(Op.ITEM, (backward,), index=k)
                      for k in range(len(wanted)))
         return [next(items) if flag else None for flag in differentiable]
+
+
+def _gradient_layout(node: Node) -> tuple[int, ...]:
+    """The strides of an input's gradient: the input's own, as empty_like would keep them —
+    not where they overlap (an expanded input, stride 0: each element's gradient would be
+    written over the others' in one place; found with a torch.distributions.Normal whose
+    scale is broadcast over a batch)."""
+    if node.strides is None:
+        return row_major(node.shape)
+    return like_strides(torch.empty_strided(node.shape, node.strides, dtype=node.dtype,
+                                            device="meta"))
 
 
 def _writes(target: Any) -> bool:

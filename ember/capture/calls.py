@@ -83,6 +83,12 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
     if marked is not None:
         return marked
+    if isinstance(callee, TorchValue) and isinstance(callee.value, types.FunctionType) and \
+            any(_holds_object(v) for v in (*args, *kwargs.values())):
+        # (torch's own Python over objects no op takes — pytree's flatten and unflatten with
+        # their TreeSpecs, around an exported program's module: inlined as a user's function)
+        return inline_function(session, FunctionValue(callee.value, callee.source), args,
+                               kwargs, frame)
     if isinstance(callee, TorchValue):
         return call_torch(session, callee.value, args, kwargs)
     if isinstance(callee, TensorMethodValue):
@@ -125,6 +131,15 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             issubclass(callee.value, BaseException):
         return Const(callee.value(*[python_value(a) for a in args]))
     raise Unsupported(f"calling {callee.describe()}")
+
+
+def _holds_object(value: Value) -> bool:
+    """Is an object that no op takes (not a tensor, number or container of them) in `value`?"""
+    if isinstance(value, SequenceValue):
+        return any(_holds_object(item) for item in value.items)
+    if isinstance(value, DictValue):
+        return any(_holds_object(item) for item in value.items.values())
+    return type(value) is ObjectValue
 
 
 # -- torch ---------------------------------------------------------------------------------

@@ -567,6 +567,10 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         return ValueMethodValue(manager, "__exit__"), manager
     cls = manager.cls if isinstance(manager, NewObjectValue) else \
         type(manager.value) if type(manager) is ObjectValue else None
+    if type(manager) is ObjectValue and torch_internals.is_compiler_config_patch(manager.value):
+        # (a patch of torch's compiler configuration — an exported program's input checks
+        # run under one — changes nothing eager computes)
+        return enter_context(session, NullContextValue(cls))
     if cls is not None and _user_context_manager(cls):
         # a context manager written in Python (a timer, a flag it sets and clears): its
         # __enter__ runs as code now, its __exit__ where the block ends

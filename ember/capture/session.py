@@ -72,11 +72,12 @@ def is_torch_callable(value: Any) -> bool:
         return False  # (an object whose call is Python, as the jiterator's: inlined)
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
-        # LR scheduler's wrapper of optimizer.step among it — and parametrizations' getters
-        # are Python to inline)
+        # LR scheduler's wrapper of optimizer.step among it — parametrizations' getters and
+        # pytree's flattening and unflattening of containers are Python to inline)
         return not module.startswith(("torch.nn.modules", "torch.utils._contextlib",
                                        "torch.autograd.grad_mode", "torch.optim",
-                                       "torch.nn.utils.parametriz"))
+                                       "torch.nn.utils.parametriz", "torch.utils._pytree",
+                                       "torch.fx._pytree"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from helpers import check_grad, compile_fn, make
 
+import ember
 from ember import torch_internals
 from ember.autodiff import tape
 from ember.backends import compile_graph
@@ -379,3 +380,20 @@ def test_values_the_forward_realizes_for_a_matmul_are_saved_not_recomputed():
     operands = {n.inputs[0] for n in matmuls}
     assert len(matmuls) == 3 and operands <= set(saved)
     check_grad(fn, x, *weights, **TOLERANCE)
+
+
+def test_an_expanded_input_s_gradient_is_dense():
+    # (its gradient took the input's strides, stride 0 among them: each row's gradient was
+    # written over the others' — torch.distributions.Normal's scale broadcast over a batch)
+    weight = make(3).requires_grad_()
+    x = torch.linspace(-1, 1, 12).reshape(4, 3)
+
+    def fn(x, scale):
+        return (x * torch.log(scale)).sum()
+
+    scale = weight.exp().expand(4, 3)
+    compiled = ember.compile(fn)
+    compiled(x, scale).backward()
+    got, weight.grad = weight.grad, None
+    fn(x, weight.exp().expand(4, 3)).backward()
+    torch.testing.assert_close(got, weight.grad, **TOLERANCE)
