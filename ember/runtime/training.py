@@ -51,7 +51,16 @@ class TrainingGraph:
             return args[self.tensor_positions[index]]
         return self.extras[index - len(self.tensor_positions)]
 
+    def _gave_up(self) -> bool:
+        """Did the forward's first call find a library call laid out otherwise than eager's
+        meta kernel said (rfftn's result)? Its IR's layout is then not eager's: the graph as
+        eager runs it answers from then on (unless the forward writes inputs: it has)."""
+        forward = self.forward_graph
+        return getattr(forward, "runs_eagerly", False) and not forward.written_inputs
+
     def __call__(self, *args: Any) -> Any:
+        if self._gave_up():
+            return self.eager(*args)
         if torch.is_grad_enabled():
             results = _Step.apply(self, *args)
         elif self.grad_inside:
@@ -59,6 +68,8 @@ class TrainingGraph:
                 results = _Step.apply(self, *args)
         else:  # (called under no_grad: no backward to prepare)
             results = self.forward_graph(*args)[:self.output_count]
+        if self._gave_up():
+            return self.eager(*args)
         leaves: list[Any] = []
         for spec in self.specs:  # (views are taken here, outside the Function: autograd
             if spec.kind == "node":  # sees them as the views they are)
