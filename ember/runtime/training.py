@@ -10,6 +10,7 @@ import torch
 
 from ember.autodiff.differentiate import Split
 from ember.lower.tracer import OutputSpec
+from ember.runtime.compiled import shares_written_memory
 from ember.torch_internals import tree_unflatten
 
 
@@ -30,6 +31,7 @@ class TrainingGraph:
         # entered under no_grad, the graph turns grad mode on inside (its results made
         # after that are differentiable): the autograd.Function runs under enable_grad
         self.grad_inside = grad_inside
+        self._told: set[str] = set()  # (what the fallbacks channel was told, once)
         self.kernel_count = forward.kernel_count + backward.kernel_count
         self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
@@ -58,8 +60,16 @@ class TrainingGraph:
         forward = self.forward_graph
         return getattr(forward, "runs_eagerly", False) and not forward.written_inputs
 
+    def _aliased(self, args: tuple) -> bool:
+        """Does an input the forward writes share memory with another input? (see
+        shares_written_memory: the graph as eager runs it answers such calls, under autograd;
+        the forward's own eager form, the IR interpreted, would take the inputs as apart)"""
+        written = getattr(self.forward_graph, "written_inputs", ())
+        return bool(written) and shares_written_memory(
+            [args[i] for i in self.tensor_positions], written, self.label, self._told)
+
     def __call__(self, *args: Any) -> Any:
-        if self._gave_up():
+        if self._gave_up() or self._aliased(args):
             return self.eager(*args)
         if torch.is_grad_enabled():
             results = _Step.apply(self, *args)
