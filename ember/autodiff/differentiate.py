@@ -110,11 +110,11 @@ class _Differentiator:
             elif node.op is Op.STOP_GRADIENT:
                 continue  # (eager's detached values require no grad)
             elif any(s in needs for s in node.inputs):
-                if node.op is not Op.LIBRARY and (node.dtype.is_complex or any(
+                if node.op not in (Op.LIBRARY, Op.ITEM) and (node.dtype.is_complex or any(
                         s.dtype.is_complex for s in node.inputs if s in needs)):
-                    # NOTE: complex values are differentiated only through library calls,
-                    # whose backward is torch's own (library_vjp: complex derivatives
-                    # conjugate); the rules here are real ones
+                    # NOTE: complex values are differentiated only through library calls
+                    # (and their results' ITEMs), whose backward is torch's own (library_vjp:
+                    # complex derivatives conjugate); the rules here are real ones
                     raise Unsupported("a complex value in a training graph outside a library "
                                       "call (training runs this graph eagerly)")
                 needs.add(node)  # (NO_GRADIENT ops too: their outputs require grad, as eager's)
