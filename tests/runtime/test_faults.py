@@ -22,6 +22,7 @@ from ember.backends import compile_graph
 from ember.runtime import build as build_module
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph
+from ember.runtime.training import TrainingGraph
 
 ADD = "int add(int* a) {{ a[0] += {amount}; return 0; }}\n/* {tag} */\n"
 
@@ -282,19 +283,46 @@ def _eager_error(fn, *args):
     (_index_twice, torch.tensor([1, 2]), torch.tensor([1, 7])),
     (_gather, torch.zeros(5, 1, dtype=torch.int64), torch.tensor([[0], [5], [0], [0], [0]])),
 ], ids=["getitem", "gather"])
-def test_an_error_in_a_compiled_graph_is_eagers_from_the_users_line(fn, good, bad):
-    x = torch.randn(5, 3)
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_an_error_in_a_compiled_graph_is_eagers_from_the_users_line(fn, good, bad, training):
+    x = torch.randn(5, 3, requires_grad=training)
     compiled = ember.compile(fn)
     torch.testing.assert_close(compiled(x, good), fn(x, good))
-    assert isinstance(compiled.records[-1].compiled, CompiledGraph)
+    assert isinstance(compiled.records[-1].compiled, TrainingGraph if training else CompiledGraph)
     expected = _eager_error(fn, x, bad)
     with pytest.raises(type(expected)) as caught:
         compiled(x, bad)
     assert str(caught.value) == str(expected)  # which index, dimension and size
     assert "index" in str(expected) and "dimension" in str(expected)
-    last = traceback.extract_tb(caught.value.__traceback__)[-1]
+    _assert_raised_at_the_statement(caught.value, fn)
+
+
+def _assert_raised_at_the_statement(error: Exception, fn) -> None:
+    """`error`'s traceback ends at fn's line marked "the statement", and a note names it."""
+    last = traceback.extract_tb(error.__traceback__)[-1]
     code = fn.__code__
     line = next(n for n, text in enumerate(open(code.co_filename), 1)
                 if "the statement" in text and n > code.co_firstlineno)
     assert (last.filename, last.lineno, last.name) == (code.co_filename, line, fn.__name__)
-    assert any(f"{code.co_filename}:{line}" in note for note in caught.value.__notes__)
+    assert any(f"{code.co_filename}:{line}" in note for note in error.__notes__)
+
+
+def _phase_dependent(z):
+    u, s, vh = torch.linalg.svd(z * 2)  # the statement whose backward raises
+    return u.real.sum() + s.sum()
+
+
+def test_an_error_in_a_compiled_backward_is_eagers_from_the_users_line():
+    # (svd's backward refuses a loss that depends on the singular vectors' complex phase: a
+    # library call's backward, run by the compiled backward; its error pointed into ember)
+    z = torch.randn(3, 3, dtype=torch.complex64, requires_grad=True)
+    with pytest.raises(RuntimeError) as eager:
+        _phase_dependent(z).backward()
+    compiled = ember.compile(_phase_dependent)
+    loss = compiled(z)
+    torch.testing.assert_close(loss, _phase_dependent(z))
+    assert isinstance(compiled.records[-1].compiled, TrainingGraph)
+    with pytest.raises(RuntimeError) as caught:
+        loss.backward()
+    assert str(caught.value) == str(eager.value)
+    _assert_raised_at_the_statement(caught.value, _phase_dependent)
