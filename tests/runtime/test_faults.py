@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import traceback
 
 import pytest
@@ -20,6 +21,7 @@ import ember
 from ember import config
 from ember.backends import compile_graph
 from ember.runtime import build as build_module
+from ember.runtime import disk_cache
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph
 from ember.runtime.training import TrainingGraph
@@ -143,6 +145,48 @@ def test_an_interrupted_build_leaves_nothing_behind(cache, monkeypatch):
     monkeypatch.setattr(build_module.subprocess, "run", real)
     path, cached = build(source, [])
     assert not cached and run_add(path) == 43
+
+
+def test_a_build_killed_outright_leaves_temporaries_the_next_build_removes(cache, tmp_path):
+    # A process SIGKILLed while its compiler runs: no `finally` removes the compiler's
+    # half-written temporary. (Its "compiler" writes half a library, then kills it.)
+    killer = tmp_path / "killing-cc"
+    killer.write_text("#!/bin/sh\nwhile [ \"$1\" != -o ]; do shift; done\n"
+                      "printf '\\177ELF half' > \"$2\"\nkill -9 $PPID\n")
+    killer.chmod(0o755)
+    source = adder(5, "killed")
+    code = f"""
+        from ember.runtime.build import build
+        build({source!r}, [])
+    """
+    killed = run_python(code, EMBER_CACHE_DIR=str(cache), EMBER_CC=str(killer))
+    assert killed.returncode == -9, killed.stderr
+    (left,) = [p for p in cache.rglob(".partial-*")]
+    assert left.suffix == ".so" and left.read_bytes() == b"\x7fELF half"
+    # another key's temporary in the same folder, whose builder still runs (its lock held),
+    # stays; one of a key nobody builds goes
+    running, dead = "ab" * 32, "cd" * 32
+    for key in (running, dead):
+        (left.parent / f".partial-{key}-x1y2.so").write_bytes(b"\x7fELF")
+    import fcntl
+    with open(left.parent / f"{running}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        with captured_log("fallbacks") as records:
+            path, cached = build(source, [])
+    assert not cached and run_add(path) == 45
+    assert [p.name for p in cache.rglob(".partial-*")] == [f".partial-{running}-x1y2.so"]
+    assert any("removed 2 temporaries" in r.getMessage() for r in records)
+
+
+def test_a_killed_writers_temporary_of_no_key_goes_once_it_is_old(tmp_path):
+    # (Triton modules' temporaries carry no key and no lock: a writer takes milliseconds)
+    old, fresh = tmp_path / ".partial-abc123.py", tmp_path / ".partial-def456.py"
+    for path in (old, fresh):
+        path.write_text("# half a module")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert disk_cache.remove_stale(tmp_path) == [old]
+    assert fresh.exists()
 
 
 def test_a_compiler_that_succeeds_but_leaves_half_a_library(cache, monkeypatch):
