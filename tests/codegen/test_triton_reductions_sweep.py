@@ -14,8 +14,8 @@ sweep into one of persistent rows.
 
 CI runs the sums at the split sizes and one looped row, and the max-like reductions (amax,
 argmax, softmax: a tl.reduce with ember's NaN-propagating combine, seconds to a minute per
-case under the interpreter) at one shape each; `pytest -m slow` runs them all (about 10
-minutes).
+case under the interpreter) at one shape each; `pytest -m slow` runs them all (8 to 16
+minutes on 2 cores).
 """
 
 import os
