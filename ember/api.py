@@ -33,7 +33,13 @@ from ember.capture.breaks import resume_function
 from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
-from ember.capture.guards import MISS, compile_guarded_runner, compile_guards, first_failure
+from ember.capture.guards import (
+    MISS,
+    compile_guarded_runner,
+    compile_guards,
+    first_failure,
+    same_tensor,
+)
 from ember.capture.symbols import DynamicPolicy, FrameSizes
 from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed
@@ -400,7 +406,8 @@ class CompiledFunction:
             return "inputs differ from the eager entry's"
         scope = dict(entry.captured.scope, L=arguments,
                      C=self.function.__closure__ or ())
-        return first_failure(entry.captured.guards, scope) or "no guard failed (?)"
+        return first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
+            "no guard failed (?)"
 
     def record(self, record: CaptureRecord) -> None:
         self.records.append(record)
@@ -752,3 +759,4 @@ def _graph_break_rule(session: Any, *args: Any, **kwargs: Any) -> Any:
 from ember.capture.calls import call_rules  # noqa: E402  (rules refer to functions above)
 
 call_rules[graph_break] = _graph_break_rule
+

@@ -28,8 +28,9 @@ from ember import torch_internals
 from ember.autodiff.convolution import convolution_vjp
 from ember.autodiff.tape import TapedCall, taped_call, taped_vjp
 from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
+from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
-from ember.ir.library import Slot
+from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Kind, Op
 from ember.lower.builder import Builder
 from ember.lower.layout import like_strides
@@ -110,12 +111,7 @@ class _Differentiator:
                 if any(s in needs for s in node.inputs):
                     needs.add(node)
                 continue
-            if node.dtype.is_complex and any(s in needs for s in node.inputs):
-                # (complex derivatives conjugate; the rules here are real ones: passing over
-                # them left such values untracked and their sources without gradients)
-                raise Unsupported("a complex value in a training graph (training runs this "
-                                  "graph eagerly)")
-            if not node.dtype.is_floating_point:
+            if not (node.dtype.is_floating_point or node.dtype.is_complex):
                 continue
             if node.op is Op.INPUT:
                 if node.attrs["index"] in wanted:
@@ -123,6 +119,13 @@ class _Differentiator:
             elif node.op is Op.STOP_GRADIENT:
                 continue  # (eager's detached values require no grad)
             elif any(s in needs for s in node.inputs):
+                if node.op not in (Op.LIBRARY, Op.ITEM) and (node.dtype.is_complex or any(
+                        s.dtype.is_complex for s in node.inputs if s in needs)):
+                    # NOTE: complex values are differentiated only through library calls
+                    # (and their results' ITEMs), whose backward is torch's own (library_vjp:
+                    # complex derivatives conjugate); the rules here are real ones
+                    raise Unsupported("a complex value in a training graph outside a library "
+                                      "call (training runs this graph eagerly)")
                 needs.add(node)  # (NO_GRADIENT ops too: their outputs require grad, as eager's)
             elif node.op is Op.ITEM and node.inputs[0] in needs:
                 needs.add(node)
@@ -157,10 +160,24 @@ class _Differentiator:
             made = self.backward.add(node.op, [self.primal(s) for s in node.inputs],
                                      **node.attrs)
         else:
-            self.saved.append(node)
+            self.saved.append(self._savable(node))
             made = self._input(("saved", len(self.saved) - 1), node)
         self.primals[node] = made
         return made
+
+    def _savable(self, node: Node) -> Node:
+        """`node`, or a copy of it by torch where a forward output of it would be copied by a
+        kernel that cannot hold its dtype (a complex view that a library call returned)."""
+        library = node.inputs[0] if node.op is Op.ITEM else node
+        if node.dtype in dtypes.SUPPORTED or library.op is not Op.LIBRARY or \
+                not returns_views(library.attrs):
+            return node
+        copy = self.graph.add(
+            Op.LIBRARY, (node,), target=torch.ops.aten.clone.default, args=(Slot(0),),
+            kwargs={"memory_format": torch.contiguous_format},
+            results=((node.shape, node.dtype, row_major(node.shape)),), tuple_result=False)
+        copy.strides = row_major(node.shape)
+        return copy
 
     def _input(self, what: tuple[str, int], like: Node,
                strides: tuple[int, ...] | None = None) -> Node:
@@ -177,7 +194,7 @@ class _Differentiator:
         for position in outputs:
             node = graph.outputs[position]
             cotangent = self._input(("grad", position), node, row_major(node.shape))
-            grads[node] = b.add(grads[node], cotangent) if node in grads else cotangent
+            grads[node] = self._sum(grads[node], cotangent) if node in grads else cotangent
         item_grads: dict[Node, dict[int, Node]] = {}
         for node in reversed(graph.nodes):
             g = grads.get(node)
@@ -211,7 +228,7 @@ class _Differentiator:
                 if grad is None or source not in self.needs:
                     continue
                 grad = self._like(grad, source)
-                grads[source] = b.add(grads[source], grad) if source in grads else grad
+                grads[source] = self._sum(grads[source], grad) if source in grads else grad
         # inputs no differentiable output reaches get no gradient (None, as eager's autograd
         # never visits them); the ones reached through piecewise-constant ops get zeros, and
         # so do those lowering cut off where eager's autograd graph still reaches them
@@ -225,7 +242,7 @@ class _Differentiator:
             node = graph.inputs[index]
             grad = grads.get(node)
             results.append(self._like(grad, node) if grad is not None
-                           else b.full(0.0, node.dtype, node.shape))
+                           else self._zeros(node.dtype, node.shape))
         self.backward.outputs = results
         self.backward.output_strides = [_gradient_layout(graph.inputs[i]) for i in wrt]
         self._drop_unread_inputs()
@@ -275,10 +292,30 @@ class _Differentiator:
                 return user
         return self.graph.add(Op.ITEM, (node,), index=index)
 
+    def _sum(self, a: Node, other: Node) -> Node:
+        """Two gradient contributions added (complex ones by torch: kernels hold real values)."""
+        if a.dtype.is_complex or other.dtype.is_complex:
+            return self.b.library(torch.ops.aten.add.Tensor, [a, other], a.shape, a.dtype)
+        return self.b.add(a, other)
+
+    def _zeros(self, dtype: torch.dtype, shape: tuple[int, ...]) -> Node:
+        if dtype.is_complex:
+            node = self.backward.add(
+                Op.LIBRARY, (), target=torch.ops.aten.zeros.default, args=(list(shape),),
+                kwargs={"dtype": dtype, "device": self.backward.device},
+                results=((tuple(shape), dtype, row_major(shape)),), tuple_result=False)
+            node.strides = row_major(shape)
+            return node
+        return self.b.full(0.0, dtype, shape)
+
     def _like(self, grad: Node, source: Node) -> Node:
         """A gradient in its source's dtype and shape (broadcasts were explicit in the
         forward, so shapes agree except for rank-0 and size-1 bookkeeping)."""
         b = self.b
+        if (grad.dtype.is_complex or source.dtype.is_complex) and (
+                grad.dtype != source.dtype or grad.shape != source.shape):
+            raise Unsupported("a complex gradient that needs a cast or reshape (training runs "
+                              "this graph eagerly)")
         if grad.dtype != source.dtype:
             grad = b.cast(grad, source.dtype)
         if grad.shape != source.shape:
@@ -288,7 +325,6 @@ class _Differentiator:
     def _library(self, node: Node, grads: dict[int, Node]) -> list[Node | None]:
         """torch's own backward of a library call (library_vjp), as a library call of the
         backward graph with one result per input that needs a gradient."""
-        b = self.b
         attrs = node.attrs
         differentiable = tuple(s in self.needs for s in node.inputs)
         if not any(differentiable):
@@ -302,7 +338,7 @@ class _Differentiator:
                               f"this graph eagerly)")
         results = attrs["results"]
         outs = [grads.get(i) if grads.get(i) is not None
-                else b.full(0.0, dtype, shape) for i, (shape, dtype, _) in enumerate(results)]
+                else self._zeros(dtype, shape) for i, (shape, dtype, _) in enumerate(results)]
         operands = [self.primal(s) for s in node.inputs] + outs
         spec = LibraryCallSpec(attrs["target"], attrs["args"], attrs["kwargs"],
                                attrs["tuple_result"])

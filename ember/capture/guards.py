@@ -339,3 +339,14 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     if kind == "same":
         return f"{name} is no longer the same object as {expected.expr()}"
     return f"{name} failed its {kind} guard"
+
+def same_tensor(arguments: dict[str, Any]) -> str | None:
+    """Two arguments that are one tensor: the tensor guards' C++ check refuses duplicates
+    that the version was not compiled for (as Dynamo's duplicate-input guard does)."""
+    seen: dict[int, str] = {}
+    for name, value in arguments.items():
+        if isinstance(value, torch.Tensor):
+            if id(value) in seen:
+                return f"L[{seen[id(value)]!r}] and L[{name!r}] are one tensor (compiled for two)"
+            seen[id(value)] = name
+    return None

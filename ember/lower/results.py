@@ -39,6 +39,15 @@ class OutputSpec:
         if self.dtype is None or self.dtype == base.dtype:
             return base.as_strided(self.size, self.stride, self.start(base) + self.offset)
         start = self.start(base) * base.element_size() // self.dtype.itemsize
+        # complex <-> its real pairs through torch's own views, which autograd differentiates
+        # (a storage set_ below is a view autograd does not see: no gradient reached the base)
+        if base.is_complex() and not base.is_conj() and self.dtype == base.dtype.to_real():
+            return torch.view_as_real(base).as_strided(self.size, self.stride,
+                                                       start + self.offset)
+        if self.dtype.is_complex and base.dtype == self.dtype.to_real():
+            pairs = base.as_strided((*self.size, 2), (*(2 * s for s in self.stride), 1),
+                                    2 * (start + self.offset))
+            return torch.view_as_complex(pairs)
         view = torch.empty(0, dtype=self.dtype, device=base.device)
         return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
 

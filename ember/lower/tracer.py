@@ -374,10 +374,12 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- views ----------------------------------------------------------------------------
     def _lower_view(self, func, args, kwargs, template_kwargs, out) -> None:
         base = args[0]
-        if self.stops and base.dtype.is_floating_point and \
-                any(t.dtype != base.dtype for t in tree_flatten(out)[0]):
-            # (the compiled graph's results reinterpret memory outside autograd's sight:
-            # eager's view_as_complex of a value that requires grad is differentiable)
+        if self.stops and base.dtype.is_floating_point and any(
+                t.dtype != base.dtype and t.dtype.to_real() != base.dtype
+                for t in tree_flatten(out)[0]):
+            # (the compiled graph's results reinterpret memory outside autograd's sight; but
+            # eager's view_as_complex of a value that requires grad is differentiable, and so
+            # are the compiled graph's: library calls, and OutputSpec.view_of's views)
             raise Unsupported(f"{func} views a value that may require grad as another dtype")
         base_state = self.state(base)
         base_node = self.current(base)

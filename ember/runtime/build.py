@@ -114,12 +114,12 @@ def _compile(compiler: str, flags: list[str], link: list[str], source: str, libr
     folder = library.parent
     source_path = library.with_suffix(".c")
     # (written whole, then moved into place: the file a compiler error names is always whole)
-    with disk_cache.temporary(folder, ".c") as partial:
+    with disk_cache.temporary(folder, ".c", key) as partial:
         partial.write_text(source)
         os.replace(partial, source_path)
     # the compiler writes a temporary, removed on any exception (an interrupt included):
     # only a whole library that passed its check is ever moved to the entry's name
-    with disk_cache.temporary(folder, ".so") as temporary:
+    with disk_cache.temporary(folder, ".so", key) as temporary:
         command = [compiler, *flags, "-o", str(temporary), str(source_path), *link]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=600)

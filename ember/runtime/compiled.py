@@ -41,6 +41,7 @@ class CompiledGraph:
         self.tensor_positions = tensor_positions
         self.written_inputs = list(written_inputs)
         self._run = self._first_call
+        self._told: set[str] = set()  # (what the fallbacks channel was told, once)
         # the schedule and the kernels' sources (set by the backend; read by ember/aot.py)
         self.plan: Any = None
         self.kernel_texts: dict[str, str] = {}
@@ -72,7 +73,9 @@ class CompiledGraph:
         if self._run is None:
             return self.eager(*args)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
-        if self.written_inputs and (self._aliased(tensors) or self._writes_inference(tensors)):
+        if self.written_inputs and (
+                shares_written_memory(tensors, self.written_inputs, self.label, self._told)
+                or self._writes_inference(tensors)):
             return self.eager(*args)
         try:
             return self._run(tensors)
@@ -87,13 +90,24 @@ class CompiledGraph:
         return not torch.is_inference_mode_enabled() and \
             any(tensors[i].is_inference() for i in self.written_inputs if i < len(tensors))
 
-    def _aliased(self, tensors: Any) -> bool:
-        """Does an input the graph writes share memory with another input (`f(x, x[0])`)?
-        The compiled graph takes its inputs as apart; eager's write shows through the other,
-        so such a call runs eagerly. (Parameters are left out: one shared between two
-        places is one object, one input.)"""
-        memory = [t.untyped_storage().data_ptr()
-                  if type(t) is not torch.nn.Parameter and t.numel() else None
-                  for t in tensors]
-        return any(memory[i] is not None and memory.count(memory[i]) > 1
-                   for i in self.written_inputs if i < len(memory))
+
+
+def shares_written_memory(tensors: Any, written: list[int], label: str, told: set) -> bool:
+    """Does an input the graph writes share memory with another input (`f(x, x[0])`, a
+    buffer and its view)? The compiled graph takes its inputs as apart; eager's write shows
+    through the other, so such a call runs eagerly (said once per graph on the fallbacks
+    channel: `told` holds the labels said). Dynamo guards on storage overlap and recompiles;
+    here the check is a few data pointers per call, made only by graphs that write inputs.
+    (The same tensor passed twice fails the tensor guards and recompiles, as Dynamo's
+    duplicate-input guard does. Parameters are left out: one shared between two places is
+    one object, one input.)"""
+    memory = [t.untyped_storage().data_ptr()
+              if type(t) is not torch.nn.Parameter and t.numel() else None for t in tensors]
+    aliased = any(memory[i] is not None and memory.count(memory[i]) > 1
+                  for i in written if i < len(memory))
+    if aliased and label not in told:
+        told.add(label)
+        logs.channel("fallbacks").info(
+            "%s: called with inputs that share memory, one of which it writes; such calls "
+            "run eagerly", label)
+    return aliased

@@ -18,6 +18,7 @@ import struct
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,14 +107,22 @@ def building(kind: str, key: str, suffix: str) -> Iterator[Path]:
     with thread_lock, lock_file:
         if fcntl is not None:
             fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)  # (released when the file closes)
+        kind_folder = path.parent.parent
+        if kind_folder in _swept:
+            remove_stale(path.parent, key)
+        else:  # (once per process, every key's folder: a killed build of a key never built
+            _swept.add(kind_folder)  # again, by another compiler, say)
+            remove_stale(kind_folder, key, everywhere=True)
         yield path
 
 
 @contextlib.contextmanager
-def temporary(folder: Path, suffix: str) -> Iterator[Path]:
+def temporary(folder: Path, suffix: str, key: str = "") -> Iterator[Path]:
     """A fresh temporary file in `folder`, removed when the body leaves by any exception
-    (KeyboardInterrupt included) or without moving it into place."""
-    handle, name = tempfile.mkstemp(prefix=".partial-", suffix=suffix, dir=folder)
+    (KeyboardInterrupt included) or without moving it into place. Its name carries `key`,
+    so that a later builder of that key can tell it from another's (remove_stale)."""
+    handle, name = tempfile.mkstemp(prefix=f"{PARTIAL}{key}-" if key else PARTIAL,
+                                    suffix=suffix, dir=folder)
     os.close(handle)
     path = Path(name)
     try:
@@ -121,6 +130,61 @@ def temporary(folder: Path, suffix: str) -> Iterator[Path]:
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+# -- what a killed build leaves ------------------------------------------------------------
+PARTIAL = ".partial-"
+# A temporary of no key this old is a dead writer's (writes take milliseconds)
+STALE_SECONDS = 600
+
+
+_swept: set[Path] = set()  # kinds' folders this process has swept whole
+
+
+def remove_stale(folder: Path, held: str = "", everywhere: bool = False) -> list[Path]:
+    """Remove the temporaries in `folder` that a build killed outright (SIGKILL, a power cut:
+    no `finally` ran) left behind; returns them. A temporary of the key `held` (whose lock
+    this process holds, before it makes its own) is stale; one of another key is stale when
+    that key's lock can be taken at once (no builder is running); one of no key when it is
+    older than STALE_SECONDS. `everywhere`: in `folder`'s subfolders too. Such files are never
+    loaded either way: this only frees the disk."""
+    removed = []
+    for partial in (folder.rglob if everywhere else folder.glob)(PARTIAL + "*"):
+        key = partial.name[len(PARTIAL):].split("-", 1)[0]
+        if len(key) == 64:  # (a key's: build.cache_key is a sha256)
+            stale = key == held or _unlocked(partial.parent / f"{key}.lock")
+        else:
+            stale = _older_than(partial, STALE_SECONDS)
+        if not stale:
+            continue
+        with contextlib.suppress(OSError):
+            partial.unlink()
+            removed.append(partial)
+    if removed:
+        logs.channel("fallbacks").info("removed %d temporaries that killed builds left in %s",
+                                       len(removed), folder)
+    return removed
+
+
+def _unlocked(lock: Path) -> bool:
+    """Can the lock of a key be taken without waiting (nobody builds the key)?"""
+    if fcntl is None:  # (no process locks: another process may be building it)
+        return False
+    if not lock.exists():
+        return True
+    try:
+        with open(lock, "a") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+    except OSError:
+        return False
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
 
 
 # -- what may be loaded ---------------------------------------------------------------------
@@ -140,7 +204,7 @@ def commit(built: Path, path: Path, key: str) -> None:
     problem = incomplete(data)
     if problem is not None:
         raise IncompleteBuild(problem)
-    with temporary(path.parent, ".digest") as partial:
+    with temporary(path.parent, ".digest", key) as partial:
         partial.write_text(_digest(key, data) + "\n")
         os.replace(partial, path.with_suffix(".digest"))
     os.replace(built, path)

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import linecache
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 import torch
 import torch.fx
+import torch.fx.traceback as fx_traceback
+
+from ember.torch_internals import tree_flatten
 
 # 'File "x.py", line 12, in fn' — the innermost frame of an FX node's stack trace
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
@@ -61,6 +65,50 @@ def raise_located(error: Exception, eager: Callable, args: tuple, label: str) ->
     if frame is None:
         raise eager_error from None
     _raise_from(eager_error, *frame)
+
+
+def raise_located_backward(error: Exception, eager: Callable, args: tuple, grads: list[Any],
+                           label: str) -> NoReturn:
+    """Re-raise `error`, raised by the compiled backward of a training graph, as eager's
+    backward raises it for these arguments and output gradients (`grads`: one per output of
+    the FX graph, None where it gets none), from the user's line of the forward op whose
+    backward raised (as autograd's anomaly mode names it)."""
+    module = graph_module(eager)
+    located = _backward_eagerly(module, args, grads) if module is not None else None
+    if located is None:
+        error.add_note(f"(raised in the backward of ember's compiled {label})")
+        raise error
+    eager_error, frame = located
+    where = f"{frame[0]}:{frame[1]}" if frame else "an op without a recorded position"
+    eager_error.add_note(f"(raised in the backward of ember's compiled {label}, by the "
+                         f"backward of the op at {where}; eager raises it there)")
+    eager_error = eager_error.with_traceback(None)
+    if frame is None:
+        raise eager_error from None
+    _raise_from(eager_error, *frame)
+
+
+def _backward_eagerly(module: torch.fx.GraphModule, args: tuple, grads: list[Any]
+                      ) -> tuple[Exception, tuple[str, int, str] | None] | None:
+    """The graph's forward and backward run as eager runs them, on copies of `args`: the
+    error its backward raises, and the innermost user frame of the forward op whose backward
+    raised it (anomaly mode records each op's position: FX's, with node meta preserved)."""
+    copies = [a.detach().clone().requires_grad_(a.requires_grad)
+              if isinstance(a, torch.Tensor) else a for a in args]
+    leaves = [c for c in copies if isinstance(c, torch.Tensor) and c.requires_grad]
+    with warnings.catch_warnings(record=True) as said, torch.enable_grad(), \
+            fx_traceback.preserve_node_meta(), torch.autograd.detect_anomaly(check_nan=False):
+        warnings.simplefilter("always")
+        try:
+            outputs = torch.fx.Interpreter(module).run(*copies)
+            pairs = [(out, grad) for out, grad in zip(tree_flatten(outputs)[0], grads)
+                     if isinstance(out, torch.Tensor) and out.requires_grad and grad is not None]
+            torch.autograd.grad([out for out, _ in pairs], leaves, [g for _, g in pairs],
+                                allow_unused=True)
+        except Exception as eager_error:  # noqa: BLE001 (the error to give the user)
+            stacks = [str(w.message) for w in said if "forward call" in str(w.message)]
+            return eager_error, _innermost_frame(stacks[-1]) if stacks else None
+    return None
 
 
 def _run_eagerly(module: torch.fx.GraphModule, args: tuple

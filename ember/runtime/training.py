@@ -4,13 +4,16 @@ backward and any optimizer sees ordinary .grad tensors."""
 
 from __future__ import annotations
 
-from typing import Any
+import weakref
+from typing import Any, NoReturn
 
 import torch
 
 from ember.autodiff import tape
 from ember.autodiff.differentiate import Split
 from ember.lower.tracer import OutputSpec
+from ember.runtime.compiled import shares_written_memory
+from ember.runtime.errors import raise_located, raise_located_backward
 from ember.torch_internals import tree_unflatten
 
 
@@ -31,6 +34,7 @@ class TrainingGraph:
         # entered under no_grad, the graph turns grad mode on inside (its results made
         # after that are differentiable): the autograd.Function runs under enable_grad
         self.grad_inside = grad_inside
+        self._told: set[str] = set()  # (what the fallbacks channel was told, once)
         self.kernel_count = forward.kernel_count + backward.kernel_count
         self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
@@ -52,14 +56,37 @@ class TrainingGraph:
             return args[self.tensor_positions[index]]
         return self.extras[index - len(self.tensor_positions)]
 
+    def _gave_up(self) -> bool:
+        """Did the forward's first call find a library call laid out otherwise than eager's
+        meta kernel said (rfftn's result)? Its IR's layout is then not eager's: the graph as
+        eager runs it answers from then on (unless the forward writes inputs: it has)."""
+        forward = self.forward_graph
+        return getattr(forward, "runs_eagerly", False) and not forward.written_inputs
+
+    def _aliased(self, args: tuple) -> bool:
+        """Does an input the forward writes share memory with another input? (see
+        shares_written_memory: the graph as eager runs it answers such calls, under autograd;
+        the forward's own eager form, the IR interpreted, would take the inputs as apart)"""
+        written = getattr(self.forward_graph, "written_inputs", ())
+        return bool(written) and shares_written_memory(
+            [args[i] for i in self.tensor_positions], written, self.label, self._told)
+
     def __call__(self, *args: Any) -> Any:
-        if torch.is_grad_enabled():
-            results = _Step.apply(self, *args)
-        elif self.grad_inside:
-            with torch.enable_grad():
+        if self._gave_up() or self._aliased(args):
+            return self.eager(*args)
+        try:
+            if torch.is_grad_enabled():
                 results = _Step.apply(self, *args)
-        else:  # (called under no_grad: no backward to prepare)
-            results = self.forward_graph(*args)[:self.output_count]
+            elif self.grad_inside:
+                with torch.enable_grad():
+                    results = _Step.apply(self, *args)
+            else:  # (called under no_grad: no backward to prepare)
+                results = self.forward_graph(*args)[:self.output_count]
+        except Exception as error:  # (an index out of range, a library call's refusal)
+            # (the forward's own eager form is its IR: the FX graph says where eager raises)
+            raise_located(error, self.eager, args, self.label)
+        if self._gave_up():
+            return self.eager(*args)
         leaves: list[Any] = []
         for spec in self.specs:  # (views are taken here, outside the Function: autograd
             if spec.kind == "node":  # sees them as the views they are)
@@ -89,6 +116,8 @@ class _Step(torch.autograd.Function):
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
         ctx.owner = owner
         ctx.count = len(args)
+        # (weakly: only to say where an error of the backward comes from, if they still live)
+        ctx.arguments = [weakref.ref(a) if isinstance(a, torch.Tensor) else a for a in args]
         ctx.save_for_backward(*[owner.input(args, k) for k in owner.inputs_read], *saved)
         ctx.mark_non_differentiable(*[outputs[i] for i in owner.non_differentiable])
         return tuple(outputs)
@@ -113,9 +142,24 @@ class _Step(torch.autograd.Function):
                 arguments.append(saved[k])
             else:
                 arguments.append(reads[k])
-        with tape.using(ctx.tape):
-            found = owner.backward_graph(*arguments)
+        try:
+            with tape.using(ctx.tape):
+                found = owner.backward_graph(*arguments)
+        except Exception as error:  # (a library call's backward refusing, an index check)
+            located_backward(error, owner, ctx.arguments, grads)
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
         for index, grad in zip(owner.split.wrt, found):
             result[1 + owner.tensor_positions[index]] = grad
         return tuple(result)
+
+
+def located_backward(error: Exception, owner: TrainingGraph, arguments: list[Any],
+                     grads: tuple) -> NoReturn:
+    """Raise `error` of the compiled backward as eager's backward raises it, from the user's
+    line of the forward op whose backward raised (raise_located_backward)."""
+    args = tuple(a() if isinstance(a, weakref.ref) else a for a in arguments)
+    if any(a is None for a, kept in zip(args, arguments) if isinstance(kept, weakref.ref)):
+        error.add_note(f"(raised in the backward of ember's compiled {owner.label})")
+        raise error
+    outputs = [grads[spec.index] if spec.kind == "node" else None for spec in owner.specs]
+    raise_located_backward(error, owner.eager, args, outputs, owner.label)

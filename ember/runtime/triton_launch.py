@@ -92,6 +92,7 @@ def _load_new_module(name: str, text: str) -> types.ModuleType:
         # (a fresh temporary per writer: a graph's forward and backward compile side by side,
         # and the same kernel text in both wrote one temporary file twice; removed on any
         # exception)
+        disk_cache.remove_stale(path.parent)  # (a killed writer's, older than minutes)
         with disk_cache.temporary(path.parent, ".py") as partial:
             partial.write_text(text)
             partial.replace(path)

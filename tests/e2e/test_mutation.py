@@ -358,6 +358,40 @@ def test_a_write_into_an_input_that_another_input_views_shows_through_it():
     assert_close(compiled(mine[:4], mine[2:]), fn(theirs[:4], theirs[2:]))
 
 
+def test_a_training_graph_called_with_an_input_that_another_input_views_answers_as_eager():
+    # (compiled for inputs apart, then called with a buffer and its view: the forward's own
+    # eager form, the IR interpreted, took them as apart too; wrong values and gradients
+    # until 2026-12-02. Such calls now run the graph as eager does, said once; the same
+    # tensor passed twice fails the guards and recompiles, as Dynamo's duplicate-input guard)
+    from helpers import captured_log
+
+    import ember
+
+    def fn(buffer, view, w):
+        buffer.mul_(2)
+        out = (view.sum() * w).sum()
+        buffer.add_(1)
+        return out + buffer.sum()
+
+    compiled = ember.compile(fn)
+    for _ in range(2):
+        compiled(make(4), make(4, seed=1), make(4, seed=2).requires_grad_())
+    shared = [lambda base: (base, base.view(4)), lambda base: (base, base),
+              lambda base: (base, base.view(2, 2).t().reshape(4))]
+    with captured_log("fallbacks") as said, captured_log("recompiles") as recompiles:
+        for views in shared:
+            results = []
+            for run in (fn, compiled):
+                base, w = make(4), make(4, seed=2).requires_grad_()
+                out = run(*views(base), w)
+                out.backward()
+                results.append((out, base, w.grad))
+            assert_close(results[1], results[0])
+    assert sum("share memory" in r.getMessage() for r in said) == 1
+    assert [r.getMessage().split(": ", 1)[1] for r in recompiles] == [
+        "L['buffer'] and L['view'] are one tensor (compiled for two)"]
+
+
 def test_an_in_place_write_into_an_inference_tensor_outside_inference_mode_raises():
     import ember
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import traceback
 
 import pytest
@@ -20,8 +21,10 @@ import ember
 from ember import config
 from ember.backends import compile_graph
 from ember.runtime import build as build_module
+from ember.runtime import disk_cache
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph
+from ember.runtime.training import TrainingGraph
 
 ADD = "int add(int* a) {{ a[0] += {amount}; return 0; }}\n/* {tag} */\n"
 
@@ -142,6 +145,48 @@ def test_an_interrupted_build_leaves_nothing_behind(cache, monkeypatch):
     monkeypatch.setattr(build_module.subprocess, "run", real)
     path, cached = build(source, [])
     assert not cached and run_add(path) == 43
+
+
+def test_a_build_killed_outright_leaves_temporaries_the_next_build_removes(cache, tmp_path):
+    # A process SIGKILLed while its compiler runs: no `finally` removes the compiler's
+    # half-written temporary. (Its "compiler" writes half a library, then kills it.)
+    killer = tmp_path / "killing-cc"
+    killer.write_text("#!/bin/sh\nwhile [ \"$1\" != -o ]; do shift; done\n"
+                      "printf '\\177ELF half' > \"$2\"\nkill -9 $PPID\n")
+    killer.chmod(0o755)
+    source = adder(5, "killed")
+    code = f"""
+        from ember.runtime.build import build
+        build({source!r}, [])
+    """
+    killed = run_python(code, EMBER_CACHE_DIR=str(cache), EMBER_CC=str(killer))
+    assert killed.returncode == -9, killed.stderr
+    (left,) = [p for p in cache.rglob(".partial-*")]
+    assert left.suffix == ".so" and left.read_bytes() == b"\x7fELF half"
+    # another key's temporary in the same folder, whose builder still runs (its lock held),
+    # stays; one of a key nobody builds goes
+    running, dead = "ab" * 32, "cd" * 32
+    for key in (running, dead):
+        (left.parent / f".partial-{key}-x1y2.so").write_bytes(b"\x7fELF")
+    import fcntl
+    with open(left.parent / f"{running}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        with captured_log("fallbacks") as records:
+            path, cached = build(source, [])
+    assert not cached and run_add(path) == 45
+    assert [p.name for p in cache.rglob(".partial-*")] == [f".partial-{running}-x1y2.so"]
+    assert any("removed 2 temporaries" in r.getMessage() for r in records)
+
+
+def test_a_killed_writers_temporary_of_no_key_goes_once_it_is_old(tmp_path):
+    # (Triton modules' temporaries carry no key and no lock: a writer takes milliseconds)
+    old, fresh = tmp_path / ".partial-abc123.py", tmp_path / ".partial-def456.py"
+    for path in (old, fresh):
+        path.write_text("# half a module")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    assert disk_cache.remove_stale(tmp_path) == [old]
+    assert fresh.exists()
 
 
 def test_a_compiler_that_succeeds_but_leaves_half_a_library(cache, monkeypatch):
@@ -282,19 +327,46 @@ def _eager_error(fn, *args):
     (_index_twice, torch.tensor([1, 2]), torch.tensor([1, 7])),
     (_gather, torch.zeros(5, 1, dtype=torch.int64), torch.tensor([[0], [5], [0], [0], [0]])),
 ], ids=["getitem", "gather"])
-def test_an_error_in_a_compiled_graph_is_eagers_from_the_users_line(fn, good, bad):
-    x = torch.randn(5, 3)
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_an_error_in_a_compiled_graph_is_eagers_from_the_users_line(fn, good, bad, training):
+    x = torch.randn(5, 3, requires_grad=training)
     compiled = ember.compile(fn)
     torch.testing.assert_close(compiled(x, good), fn(x, good))
-    assert isinstance(compiled.records[-1].compiled, CompiledGraph)
+    assert isinstance(compiled.records[-1].compiled, TrainingGraph if training else CompiledGraph)
     expected = _eager_error(fn, x, bad)
     with pytest.raises(type(expected)) as caught:
         compiled(x, bad)
     assert str(caught.value) == str(expected)  # which index, dimension and size
     assert "index" in str(expected) and "dimension" in str(expected)
-    last = traceback.extract_tb(caught.value.__traceback__)[-1]
+    _assert_raised_at_the_statement(caught.value, fn)
+
+
+def _assert_raised_at_the_statement(error: Exception, fn) -> None:
+    """`error`'s traceback ends at fn's line marked "the statement", and a note names it."""
+    last = traceback.extract_tb(error.__traceback__)[-1]
     code = fn.__code__
     line = next(n for n, text in enumerate(open(code.co_filename), 1)
                 if "the statement" in text and n > code.co_firstlineno)
     assert (last.filename, last.lineno, last.name) == (code.co_filename, line, fn.__name__)
-    assert any(f"{code.co_filename}:{line}" in note for note in caught.value.__notes__)
+    assert any(f"{code.co_filename}:{line}" in note for note in error.__notes__)
+
+
+def _phase_dependent(z):
+    u, s, vh = torch.linalg.svd(z * 2)  # the statement whose backward raises
+    return u.real.sum() + s.sum()
+
+
+def test_an_error_in_a_compiled_backward_is_eagers_from_the_users_line():
+    # (svd's backward refuses a loss that depends on the singular vectors' complex phase: a
+    # library call's backward, run by the compiled backward; its error pointed into ember)
+    z = torch.randn(3, 3, dtype=torch.complex64, requires_grad=True)
+    with pytest.raises(RuntimeError) as eager:
+        _phase_dependent(z).backward()
+    compiled = ember.compile(_phase_dependent)
+    loss = compiled(z)
+    torch.testing.assert_close(loss, _phase_dependent(z))
+    assert isinstance(compiled.records[-1].compiled, TrainingGraph)
+    with pytest.raises(RuntimeError) as caught:
+        loss.backward()
+    assert str(caught.value) == str(eager.value)
+    _assert_raised_at_the_statement(caught.value, _phase_dependent)

@@ -68,10 +68,15 @@ def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
         inner = b.mul(b.add(x, b.mul(b.mul(b.mul(x, x), x), 0.044715)),
                       math.sqrt(2.0 / math.pi))
         return b.mul(b.mul(x, 0.5), b.add(b.unary(Op.TANH, inner), 1.0))
-    # x/2 * (1 + erf(x/sqrt2)) as x/2 + x/2 * erf(x/sqrt2): one multiply-add instead of an
-    # add and a multiply (4% of S2's compute-bound chain on the H200), one rounding fewer
     half = b.mul(x, 0.5)
-    return b.add(b.mul(half, b.unary(Op.ERF, b.mul(x, math.sqrt(0.5)))), half)
+    erf = b.unary(Op.ERF, b.mul(x, math.sqrt(0.5)))
+    if x.dtype is not torch.float32:
+        # eager's own x/2 * (1 + erf(x/sqrt2)), whose sign at zero is x's: gelu(-0.0) is -0.0
+        # in float64, float16 and bfloat16 (its float32 loop on the CPU gives +0.0, as below)
+        return b.mul(half, b.add(erf, 1.0))
+    # float32: x/2 * (1 + erf(x/sqrt2)) as x/2 + x/2 * erf(x/sqrt2), one multiply-add instead
+    # of an add and a multiply (4% of S2's compute-bound chain on the H200), one rounding fewer
+    return b.add(b.mul(half, erf), half)
 
 
 @lowering(aten.silu)
