@@ -368,7 +368,7 @@ class _Differentiator:
         # never given to a later value of the forward, schedule/fuse.py)
         attrs.update(target=taped_call, kwargs={}, keeps_operands=True,
                      args=(call, *[Slot(i) for i in range(len(node.inputs))]))
-        outs = [grads.get(i) if grads.get(i) is not None else b.full(0.0, dtype, shape)
+        outs = [grads.get(i) if grads.get(i) is not None else self._zeros(dtype, shape)
                 for i, (shape, dtype, _) in enumerate(attrs["results"])]
         wanted = [s for s, flag in zip(node.inputs, differentiable) if flag]
         backward = self.backward.add(

@@ -53,7 +53,15 @@ def returns_views(attrs: dict[str, Any]) -> bool:
     the result depends on the operands' layout, and their memory lives as long as it does."""
     from ember import torch_internals
 
-    target = attrs["target"]
+    target = called_target(attrs)
     if not torch_internals.is_op_overload(target):
         return False
     return any(r.alias_info is not None for r in torch_internals.schema_of(target).returns)
+
+
+def called_target(attrs: dict[str, Any]) -> Any:
+    """The op a library node calls: its target, or, for a call a training graph's forward
+    runs under autograd (autodiff/tape.py: `keeps_operands`), the op inside it."""
+    if attrs.get("keeps_operands"):
+        return attrs["args"][0].target
+    return attrs["target"]
