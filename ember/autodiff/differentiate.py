@@ -360,7 +360,7 @@ class _Differentiator:
                differentiable: tuple[bool, ...]) -> list[Node | None]:
         """The forward's call taped (autodiff/tape.py), its backward one library call of the
         backward graph that hands the tape's record the results' gradients."""
-        b, attrs = self.b, node.attrs
+        attrs = node.attrs
         call = TapedCall(attrs["target"], attrs["args"], attrs["kwargs"], attrs["tuple_result"],
                          differentiable, self.tapes)
         self.tapes += 1
