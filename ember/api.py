@@ -266,6 +266,7 @@ class CompiledFunction:
         self.records: list[CaptureRecord] = []
         self.given_up = False
         self.frame_sizes = FrameSizes()  # (sizes its captures saw: automatic dynamic)
+        self.symbolic_refused = False  # (a symbolic compile of ember's fell back per shape)
         # (see EAGER_CALLS_BEFORE_DIRECT) what __call__ calls at once, in the grad modes of
         # `direct_modes`; and how many calls in a row ran eagerly since the last capture
         self.direct: Callable | None = None
@@ -296,6 +297,7 @@ class CompiledFunction:
         self.records.clear()
         self.given_up = False
         self.frame_sizes = FrameSizes()
+        self.symbolic_refused = False
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
@@ -421,8 +423,38 @@ class CompiledFunction:
 
     def _serves_any_shape(self) -> bool:
         """Does the backend compile a symbolic graph once for every shape (so that automatic
-        dynamic pays)? ember's own builds kernels per shape until issue 18's stage 2."""
+        dynamic pays)? ember's own does for what its C backend serves symbolically (issue 18,
+        stage 2): see _automatic."""
         return getattr(self.backend, "serves_any_shape", False)
+
+    def _automatic(self, arguments: dict[str, Any]) -> bool:
+        """Does a recompile under dynamic=None make the changed sizes symbols? For a backend
+        that serves any shape; for ember's own, while its symbolic compiles of this function
+        succeed and its tensors go to the C backend (on Triton kernels are per shape until
+        stage 4: a symbolic capture would cost more and save no build)."""
+        if self._serves_any_shape():
+            return True
+        from ember import backends
+
+        if self.backend is not backends.backend or self.symbolic_refused:
+            return False
+        devices = {v.device.type for v in arguments.values() if isinstance(v, torch.Tensor)}
+        return devices <= {"cpu"} and backends.kernel_backend("cpu") == "c"
+
+    def _for_every_shape(self, captured: Any) -> Callable:
+        """ember's backend (compiled once for every shape where it can, else per shape) or
+        another backend per shape, for a symbolic capture."""
+        from ember import backends, shapes
+
+        if self.backend is not backends.backend:
+            return shapes.ShapeSpecialized(captured.graph_module, self.backend, self.where)
+        compiled = shapes.for_every_shape(captured.graph_module,
+                                          list(captured.example_inputs), self.where)
+        if isinstance(compiled, shapes.ShapeSpecialized) and self.dynamic is None:
+            # (automatic dynamic did not pay here: later recompiles stay static, so a
+            # decoding loop is not compiled per shape under each new symbolic capture)
+            self.symbolic_refused = True
+        return compiled
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
@@ -436,7 +468,7 @@ class CompiledFunction:
             _warm_up_triton()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph,
                                            DynamicPolicy(self.dynamic, self.frame_sizes,
-                                                         automatic=self._serves_any_shape()),
+                                                         automatic=self._automatic(arguments)),
                                            self.where)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
@@ -459,9 +491,7 @@ class CompiledFunction:
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
-            from ember.backends import ShapeSpecialized
-
-            compiled = ShapeSpecialized(captured.graph_module, self.backend, self.where)
+            compiled = self._for_every_shape(captured)
         if compiled is None:
             compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         if captured.symbolic:

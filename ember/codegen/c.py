@@ -35,6 +35,7 @@ from ember.codegen.c_rules import (
 from ember.codegen.text import Scope, render_sum
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
+from ember.ir.sizes import Dim, Size
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
@@ -50,14 +51,20 @@ class KernelSource:
     text: str
     arguments: list[Buffer]
     checks: bool  # returns nonzero when an index was out of range
+    sizes: list[str] = dataclasses.field(default_factory=list)  # symbols, after the pointers
 
 
 def render(expr: Expr) -> str:
     return render_sum(expr, _render_atom, _int, "*")
 
 
-def _int(value: int) -> str:
+def _int(value: Dim) -> str:
+    if isinstance(value, Size):
+        return value.render_c()
     return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
+
+
+_SYMBOL = re.compile(r"\bs\d+\b")
 
 
 def _render_atom(atom) -> str:
@@ -83,6 +90,7 @@ class CKernelWriter:
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
                  column: int | None = None, costly_calls: int = 0):
         self.kernel = kernel
+        self.symbols = plan.graph.symbols
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
         self.arguments: dict[Buffer, str] = {}
@@ -100,7 +108,9 @@ class CKernelWriter:
         self.outer_groups, self.inner_groups = groups
         threshold = config.settings.parallel_threshold
         work = math.prod(shape) * (1 + COSTLY_CALL_WEIGHT * costly_calls)
-        self.parallel = work >= threshold
+        # symbolic work: parallel when the call's sizes make enough of it (OpenMP's `if`)
+        self.parallel_if = _at_run_time(work, threshold)
+        self.parallel = bool(self.parallel_if) or work >= threshold
         self.costly_calls = 0  # (counted while writing: what a second writing is given)
         # Column mode (reductions whose kept innermost dim is the contiguous one): the last
         # outer loop walks blocks of `column` positions, and every per-position value is an
@@ -333,7 +343,11 @@ class CKernelWriter:
                 clause += " reduction(|:status)"
             pragmas[-1] = f"#pragma omp simd {clause}"
             count = math.prod(source.shape[d] for d in node.attrs["axes"])
-            if scope.depth == 0 and self.parallel and count >= config.settings.parallel_threshold:
+            threshold = config.settings.parallel_threshold
+            count_if = _at_run_time(count, threshold)
+            if scope.depth == 0 and self.parallel and (count_if or count >= threshold):
+                condition = " && ".join(c for c in (self.parallel_if, count_if) if c)
+                clause += f" if({condition})" if condition else ""
                 pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
                               else f"#pragma omp parallel for {clause}")
         self.close_loops(loops, pragmas)
@@ -348,7 +362,8 @@ class CKernelWriter:
         op, source, dtype = node.op, node.inputs[0], node.dtype
         count = math.prod(source.shape[d] for d in node.attrs["axes"])
         # long float sums accumulate in double: eager's cascade summation is that accurate
-        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and count > 4096
+        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and \
+            (isinstance(count, Size) or count > 4096)
         acc_type = "double" if wide else compute_type(dtype)
         if op in (Op.ARGMAX, Op.ARGMIN):
             acc_type = compute_type(source.dtype)
@@ -511,7 +526,7 @@ class CKernelWriter:
                     # no outer loop to share out (a full reduction and its epilogue): the
                     # threads split the store loop instead
                     pragmas[0] = "#pragma omp parallel for" + (
-                        " simd" if len(inner_loops) == 1 else "") + status
+                        " simd" if len(inner_loops) == 1 else "") + status + self.when()
             self.close_loops(inner_loops, pragmas)
         for line in waiting:
             self.emit(outer, line)
@@ -519,9 +534,23 @@ class CKernelWriter:
         signature = ", ".join(
             f"{STORAGE_TYPES[b.dtype]}* restrict {name}" for b, name in self.arguments.items())
         body = ["    int64_t status = 0;"] + ["    " + line for line in root.lines]
+        sizes = self.sizes_used(body)
+        signature += "".join(f", int64_t {name}" for name in sizes)
         text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
                           "    return (int)(status != 0);", "}"])
-        return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+        return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks, sizes)
+
+    def sizes_used(self, body: list[str]) -> list[str]:
+        """The graph's symbols the kernel's text names: its size parameters, in order."""
+        symbols = self.symbols
+        if not symbols:
+            return []
+        used = {name for line in body for name in _SYMBOL.findall(line)}
+        return [name for name in symbols if name in used]
+
+    def when(self) -> str:
+        """The `if` clause of a parallel pragma whose work is symbolic."""
+        return f" if({self.parallel_if})" if self.parallel_if else ""
 
     def store_lines(self, items: list, dims: dict[int, Expr], scope: Scope) -> list:
         """(item, its store statement) for each item, every value computed first."""
@@ -563,11 +592,15 @@ class CKernelWriter:
         """The block loop over the last outer group, and the lanes loop of the epilogue."""
         group, width = self.outer_groups[-1], self.column
         extent = math.prod(self.kernel.shape[d] for d in group)
-        blocks = -(-extent // width)
+        if isinstance(extent, Size):  # (the block count is no polynomial; `extent` bounds it)
+            blocks, bound = extent, f"({extent.render_c()} + {width - 1}) / {width}"
+        else:
+            blocks = -(-extent // width)
+            bound = _int(blocks)
         name = f"b{group[0]}"
         block = Scope(outer, outer.depth + 1)
         self.defined_at[name] = block
-        outer_loops.append((block, name, _int(blocks)))
+        outer_loops.append((block, name, bound))
         self.block_scope = block
         self.block_base = Expr.of(Var(name, blocks)) * width
         self.emit(block, f"int64_t lanes = {_int(extent)} - {name} * {width} < {width} ? "
@@ -585,10 +618,21 @@ class CKernelWriter:
             pragmas[-1] = "#pragma omp simd" + status
         if self.parallel:
             if len(loops) == 1 and innermost_is_simd:
-                pragmas[0] = "#pragma omp parallel for simd" + status
+                pragmas[0] = "#pragma omp parallel for simd" + status + self.when()
             else:
-                pragmas[0] = "#pragma omp parallel for" + status
+                pragmas[0] = "#pragma omp parallel for" + status + self.when()
         return pragmas
+
+
+def _at_run_time(work: Dim, threshold: int) -> str:
+    """The C condition `work >= threshold` where the symbols' ranges leave it open, else ""
+    (the static decision stands)."""
+    if not isinstance(work, Size):
+        return ""
+    low, high = work.bounds()
+    if low >= threshold or high < threshold:
+        return ""
+    return f"{work.render_c()} >= {threshold}"
 
 
 def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:
