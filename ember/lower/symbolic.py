@@ -101,3 +101,26 @@ def fake_mode(examples: list[Any]) -> Any:
 def meta_like(fake: torch.Tensor) -> torch.Tensor:
     """A fake meta tensor with `fake`'s symbolic geometry (call under its fake mode)."""
     return torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device="meta")
+
+
+def symbolic_arguments(tracer: Any, module: torch.fx.GraphModule, example_inputs: list[Any]
+                       ) -> tuple[Any, list[Any]]:
+    """(the fake mode to trace under, the graph's arguments): each tensor input a fake meta
+    tensor with its symbolic geometry, bound to a graph input whose sizes are `Size`s; a
+    SymInt argument as it is (converted where an op takes it)."""
+    examples = placeholder_examples(module, example_inputs)
+    mode = fake_mode(examples)
+    graph, arguments = tracer.graph, []
+    for value in examples:
+        if isinstance(value, torch.Tensor):
+            with mode:
+                meta = meta_like(value)
+            tracer.symbols.read_input(value.shape, len(graph.inputs))
+            graph.add_input(tracer.dims(value.shape), value.dtype, tracer.dims(value.stride()))
+            tracer.bind_input(meta, len(graph.inputs) - 1)
+            arguments.append(meta)
+        elif isinstance(value, (torch.SymFloat, torch.SymBool)):
+            raise Unsupported("symbolic scalar input")
+        else:
+            arguments.append(value)
+    return mode, arguments

@@ -46,7 +46,7 @@ from ember.lower.schemas import (
     WRITES_UNDECLARED,
     WRITTEN_UNDECLARED,
 )
-from ember.lower.symbolic import SymbolTable, fake_mode, meta_like, placeholder_examples
+from ember.lower.symbolic import SymbolTable, symbolic_arguments
 from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
@@ -590,28 +590,16 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
         raise Unsupported("inputs live on several devices")
     graph = Graph(device)
     if symbolic:
-        examples = placeholder_examples(module, example_inputs)
-        mode = fake_mode(examples)
         tracer = Tracer(graph, SymbolTable(graph))
+        mode, arguments = symbolic_arguments(tracer, module, example_inputs)
     else:
-        examples, mode = example_inputs, contextlib.nullcontext()
-        tracer = Tracer(graph)
-    arguments = []
-    for value in examples:
-        if isinstance(value, torch.Tensor) and symbolic:
-            with mode:
-                meta = meta_like(value)
-            tracer.symbols.read_input(value.shape, len(graph.inputs))
-            graph.add_input(tracer.dims(value.shape), value.dtype, tracer.dims(value.stride()))
-            tracer.bind_input(meta, len(graph.inputs) - 1)
-            arguments.append(meta)
-        elif isinstance(value, torch.Tensor):
+        tracer, mode, arguments = Tracer(graph), contextlib.nullcontext(), []
+    for value in example_inputs if not symbolic else ():
+        if isinstance(value, torch.Tensor):
             meta = to_meta(value)
             graph.add_input(value.shape, value.dtype, value.stride())
             tracer.bind_input(meta, len(graph.inputs) - 1)
             arguments.append(meta)
-        elif isinstance(value, torch.SymInt) and symbolic:
-            arguments.append(value)
         elif isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise Unsupported("symbolic scalar input")
         else:

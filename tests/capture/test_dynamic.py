@@ -70,16 +70,16 @@ def test_thirty_batch_sizes_capture_twice_by_default():
     assert compiled.entries[0].captured.symbolic
 
 
-def test_by_default_embers_own_backend_recompiles_statically():
-    # ember's backend builds kernels per shape until stage 2: automatic dynamic would pay a
-    # symbolic capture and still compile per shape, so the default keeps static recompiles
-    # (to the limit, then eager); dynamic=True and marks still make symbols
+def test_by_default_embers_own_backend_falls_back_per_shape_where_stage_2_cannot():
+    # automatic dynamic makes a symbolic capture on the first recompile; arange(b) needs a
+    # symbolic float (stage 3), so that graph's kernels are built per shape, and later
+    # recompiles of the function stay static (issue 18, stage 2)
     compiled = ember.compile(mlp_like)
     with config.override(recompile_limit=3):
         run_sizes(compiled, mlp_like, range(2, 8), lambda b: t(b, 8, seed=b))
-    assert len(compiled.records) == 3
-    assert not any(entry.captured.symbolic for entry in compiled.entries
-                   if entry.captured is not None)
+    assert len(compiled.records) == 2 and compiled.entries[0].captured.symbolic
+    assert compiled.symbolic_refused
+    assert "symbolic float" in compiled.records[1].compiled.reason
 
 
 def test_thirty_batch_sizes_capture_once_under_dynamic_true():
