@@ -495,6 +495,9 @@ class CompiledFunction:
         if compiled is None:
             compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         if captured.symbolic:
+            # NOTE: a symbolic lowering runs on the capture's ShapeEnv: what it guarded must
+            # hold of a call as well (a relation, or a symbol it specialized)
+            captured.guards.add_size_relations()
             symbols = captured.guards.symbol_reads
             logs.channel("recompiles").info(
                 "%s: captured with symbolic sizes %s", self.where, ", ".join(

@@ -281,3 +281,21 @@ def test_past_the_recompile_limit_new_shapes_run_eagerly():
     specialized = compiled.records[0].compiled
     assert len(compiled.records) == 1
     assert specialized.compiles == 3 and specialized.eager_calls == 2  # (6 and 7; 3 is kept)
+
+
+def test_what_the_backend_guards_on_the_symbols_becomes_a_guard(logged):
+    # a symbolic lowering runs on the capture's ShapeEnv: a relation it records while
+    # compiling (here, the backend's own branch on s0) must be checked on later calls
+    answers = []
+
+    def branching(gm, example_inputs):
+        fake = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["example_value"]
+        answers.append(bool(fake.shape[0] > 10))
+        return gm.forward
+
+    branching.serves_any_shape = True
+    compiled = ember.compile(lambda x: x * 2, backend=branching, dynamic=True)
+    for rows in [12, 20, 5]:
+        same(compiled(t(rows, 3)), t(rows, 3) * 2)
+    assert answers == [True, False] and len(compiled.records) == 2
+    assert any("s0 > 10" in r.getMessage() for r in logged.records)
