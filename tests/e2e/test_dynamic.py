@@ -57,6 +57,7 @@ CASES = {
     "softmax": (lambda x: F.softmax(x, -1), 48),
     "layer_norm": (nn.LayerNorm(32), 32),
     "sum_dim0": (lambda x: x.sum(0), 40),
+    "mean_var_dim0": (lambda x: (x.mean(0), x.var(0)), 40),  # (divided by s0 in the kernel)
     "mlp": (nn.Sequential(nn.Linear(24, 32), nn.GELU(), nn.Linear(32, 8)), 24),
 }
 
