@@ -72,7 +72,8 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
         if "raise" in config.settings.logs and not _expected(error):
             raise
-        return None, f"{type(error).__name__}: {error}"
+        first_line = (str(error).splitlines() or [""])[0]  # (not the FX node's traceback)
+        return None, f"{type(error).__name__}: {first_line}"
     logs.channel("recompiles").info("%s: compiled once (%s) for every shape of %s", label, stages,
                                     ", ".join(f"{name} = input {i} size {d}" for name, (i, d)
                                               in lowered.graph.symbols.items()))

@@ -233,9 +233,14 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
-            if math.prod(n for d, n in enumerate(step.shape) if d not in step.axes) == 0:
+            positions = math.prod(n for d, n in enumerate(step.shape) if d not in step.axes)
+            if positions == 0:
                 continue  # (no position to compute: nothing to launch)
-            lines.extend(_launch(step.name, source, functions, w))
+            launch = _launch(step.name, source, functions, w)
+            if isinstance(positions, Size) and positions.bounds()[0] <= 0:
+                # (a symbolic extent that may be empty: decided per call)
+                launch = [f"if {positions!r} > 0:"] + ["    " + line for line in launch]
+            lines.extend(launch)
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:
                 ready(buffer)

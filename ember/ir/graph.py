@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ember.ir.ops import KIND, Kind, Op
-from ember.ir.sizes import Dim
+from ember.ir.sizes import Dim, Size
 
 Shape = tuple[Dim, ...]
 
@@ -139,9 +139,10 @@ class Graph:
 def row_major(shape: Sequence[int]) -> tuple[int, ...]:
     """The strides of a contiguous (C-order) tensor of `shape`, as torch gives them."""
     strides, step = [], 1
-    for size in reversed(shape):
+    for position, size in enumerate(reversed(shape)):
         strides.append(step)
-        step *= max(size, 1)
+        if position < len(shape) - 1:  # (the outermost size sets no stride: it may be symbolic)
+            step *= size if isinstance(size, Size) and size.bounds()[0] >= 1 else max(size, 1)
     return tuple(reversed(strides))
 
 

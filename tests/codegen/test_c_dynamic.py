@@ -5,10 +5,14 @@ import os
 from pathlib import Path
 
 import torch
+from helpers import compile_ir
 
 import ember
 from ember import config
 from ember.codegen.c import write_source
+from ember.ir.graph import Graph
+from ember.ir.ops import Op
+from ember.ir.sizes import symbol
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.schedule.fuse import schedule
@@ -61,3 +65,19 @@ def test_a_symbolic_reduction_takes_its_size_and_decides_parallelism_per_call():
     text = "\n".join(k.text for k in kernels)
     assert "int64_t s0)" in text and "< s0;" in text
     assert "if(" in text  # (OpenMP's run-time switch: the work depends on s0)
+
+
+def test_a_symbolic_extent_that_may_be_empty_is_skipped_per_call():
+    # rows 2.. of x[s0, 4]: s0 - 2 rows, none when s0 is 2 (a graph built by hand: slices
+    # with symbolic bounds come from the lowering in stage 3)
+    graph = Graph(torch.device("cpu"))
+    s0 = symbol("s0")
+    x = graph.add_input((s0, 4), torch.float32, (4, 1))
+    graph.symbols["s0"] = (0, 0)
+    rows = graph.add(Op.SLICE, (x,), dim=0, start=2, stop=s0, step=1)
+    graph.outputs.append(graph.add(Op.EXP, (rows,)))
+    call = compile_ir(graph)
+    for count in (2, 3, 7):
+        x = torch.randn(count, 4)
+        (out,) = call([x])
+        torch.testing.assert_close(out, x[2:].exp())
