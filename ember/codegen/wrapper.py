@@ -130,6 +130,14 @@ class _Writer:
         return name
 
     def allocate(self, buffer: Buffer) -> None:
+        if self.device.type == "cpu" and isinstance(buffer.nbytes, Size) and \
+                self.plain_empty is not None and buffer.nbytes.bounds()[1] >= memory.MIN_BYTES:
+            # (large or not is known per call: the huge-page allocator only for large ones)
+            self.namespace["MIN_BYTES"] = memory.MIN_BYTES
+            self.lines.append(f"{buffer.name} = (empty_cpu if {buffer.nbytes!r} >= MIN_BYTES "
+                              f"else empty)({buffer.shape!r}, {buffer.strides!r}, "
+                              f"{self.dtype(buffer.dtype)})")
+            return
         if self.device.type == "cpu" and buffer.nbytes.bounds()[1] >= memory.MIN_BYTES \
                 if isinstance(buffer.nbytes, Size) else buffer.nbytes >= memory.MIN_BYTES:
             # large CPU buffers ask for huge pages (see ember/runtime/memory.py)
