@@ -20,6 +20,7 @@ import re
 import torch
 
 from ember import config
+from ember.codegen.c_columns import ColumnMode
 from ember.codegen.c_loops import plan_groups
 from ember.codegen.c_rules import (
     INCLUDES,
@@ -32,11 +33,13 @@ from ember.codegen.c_rules import (
     store,
     vector_math_declarations,
 )
-from ember.codegen.text import Scope, render_sum
+from ember.codegen.text import SYMBOL_NAME, Scope
+from ember.codegen.text import c_int as _int
+from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.ir.sizes import Dim, Size
-from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
+from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, Plan
@@ -54,29 +57,6 @@ class KernelSource:
     sizes: list[str] = dataclasses.field(default_factory=list)  # symbols, after the pointers
 
 
-def render(expr: Expr) -> str:
-    return render_sum(expr, _render_atom, _int, "*")
-
-
-def _int(value: Dim) -> str:
-    if isinstance(value, Size):
-        return value.render_c()
-    return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
-
-
-_SYMBOL = re.compile(r"\bs\d+\b")
-
-
-def _render_atom(atom) -> str:
-    if isinstance(atom, (Var, Opaque)):
-        return atom.name
-    if isinstance(atom, Div):
-        return f"({render(atom.expr)} / {_int(atom.divisor)})"
-    if isinstance(atom, Mod):
-        return f"({render(atom.expr)} % {_int(atom.divisor)})"
-    raise TypeError(atom)
-
-
 # Math calls that cost tens of cycles per element (the rest of a kernel's arithmetic costs ~1):
 # a kernel of such calls goes parallel over fewer elements (tanh(x + b) over 64x256 on 2
 # cores: ~9.5 against ~10.3 us per call, within this VM's noise; S4 5.35 -> 5.07 ms once)
@@ -86,7 +66,7 @@ _COSTLY_CALL = re.compile(r"\b(?:ember_\w+|(?:exp|expm1|exp2|log|log1p|log2|log1
 COSTLY_CALL_WEIGHT = 8
 
 
-class CKernelWriter:
+class CKernelWriter(ColumnMode):
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
                  column: int | None = None, costly_calls: int = 0):
         self.kernel = kernel
@@ -168,17 +148,6 @@ class CKernelWriter:
             loops.append((scope, name, _int(extent)))
         return scope, index, loops
 
-    def open_lanes(self, parent: Scope) -> tuple[Scope, Expr, tuple]:
-        """A loop over the lanes of the current column block."""
-        name = self.fresh("l")
-        scope = Scope(parent, parent.depth + 1)
-        self.defined_at[name] = scope
-        return scope, Expr.of(Var(name, self.column)), (scope, name, "lanes")
-
-    def column_index(self, lane: Expr) -> dict[int, Expr]:
-        group = self.outer_groups[-1]
-        position = self.block_base + lane
-        return dict(zip(group, unravel(position, tuple(self.kernel.shape[d] for d in group))))
 
     def close_loops(self, loops, pragmas: list[str]) -> None:
         """Render loops innermost first into their parents; pragmas[i] goes on loop i."""
@@ -395,71 +364,6 @@ class CKernelWriter:
             found = f"!({acc} != {acc}) && ({found} || {value} != {value})"
         return [f"if ({found}) {{ {acc} = {value}; {position} = {render(full[axis])}; }}"]
 
-    def lane_of(self, index: Index) -> Expr | None:
-        """In column mode, the lane an index of a per-position value refers to."""
-        dim = self.outer_groups[-1][-1]
-        group = self.outer_groups[-1]
-        position = index[dim] if len(group) == 1 else None
-        if position is None:
-            from ember.schedule.expr import ravel
-            position = ravel([index[d] for d in group], tuple(self.kernel.shape[d] for d in group))
-        lane = position - self.block_base
-        if len(lane.terms) == 1 and lane.const == 0 and lane.terms[0][1] == 1 \
-                and isinstance(lane.terms[0][0], Var) and lane.terms[0][0].name.startswith("l"):
-            return lane
-        return None
-
-    def column_reduction(self, node: Node, index: Index, lane: Expr, scope: Scope) -> str:
-        group = self.outer_groups[-1]
-        key = (id(node), tuple(ZERO if d in group else e for d, e in enumerate(index)))
-        if key not in self.column_arrays:
-            self.column_arrays[key] = self.column_accumulate(node, index)
-        acc, position, _nan = self.column_arrays[key]
-        at = render(lane)
-        if position:
-            return f"{position}[{at}]"
-        return self.define(scope, node.dtype, f"({compute_type(node.dtype)}){acc}[{at}]")
-
-    def column_accumulate(self, node: Node, index: Index) -> tuple[str, str | None, str | None]:
-        """Accumulator arrays over the block's lanes, filled by loops over the reduced dims
-        with the lane loop innermost (contiguous, vectorized)."""
-        block, width = self.block_scope, self.column
-        op, source = node.op, node.inputs[0]
-        acc_type, acc, nan, position = self.accumulators(node)
-        init = [f"{acc}[l] = {self.initial(op, source.dtype)};"]
-        self.emit(block, f"{acc_type} {acc}[{width}];")
-        if nan:
-            self.emit(block, f"int {nan}[{width}];")
-            init.append(f"{nan}[l] = 0;")
-        if position:
-            self.emit(block, f"int64_t {position}[{width}];")
-            init.append(f"{position}[l] = 0;")
-        self.emit(block, f"for (int64_t l = 0; l < {width}; l++) {{ {' '.join(init)} }}")
-        body, inner_index, loops = self.open_loops(block, self.inner_groups,
-                                                   f"r{next(self.loops)}_")
-        lanes, lane, lane_loop = self.open_lanes(body)
-        dims = {**inner_index, **self.column_index(lane)}
-        full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
-                     for d in range(len(self.kernel.shape)))
-        value = self.value(source, full, lanes)
-        at = render(lane)
-        for line in self.combine(node, f"{acc}[{at}]", f"{nan}[{at}]" if nan else None,
-                                 f"{position}[{at}]" if position else None, value, full):
-            self.emit(lanes, line)
-        if not self.checks:  # (a failed index check would have stored some of them)
-            for item in [i for i in self.early_stores if i not in self.stored_early]:
-                at_store = self.placed(item.node, dict(enumerate(full)))
-                stored = self.value(item.node, at_store, lanes)
-                self.emit(lanes, f"{self.offset(item.buffer, at_store)} = "
-                                 f"{store(item.node.dtype, stored)};")
-                self.stored_early.add(item)
-        status = " reduction(|:status)" if self.checks else ""
-        self.close_loops([*loops, lane_loop], [""] * len(loops) + ["#pragma omp simd" + status])
-        if nan:
-            self.emit(block, f"for (int64_t l = 0; l < {width}; l++) "
-                             f"{{ if ({nan}[l]) {acc}[l] = NAN; }}")
-        return acc, position, nan
-
     @staticmethod
     def initial(op: Op, dtype: torch.dtype) -> str:
         if op is Op.SUM:
@@ -545,7 +449,7 @@ class CKernelWriter:
         symbols = self.symbols
         if not symbols:
             return []
-        used = {name for line in body for name in _SYMBOL.findall(line)}
+        used = {name for line in body for name in SYMBOL_NAME.findall(line)}
         return [name for name in symbols if name in used]
 
     def when(self) -> str:
@@ -568,45 +472,6 @@ class CKernelWriter:
         mapping = {Var(f"i{d}", shape[d]): dims.get(d, ZERO)
                    for d in range(len(shape)) if shape[d] != 1}
         return tuple(e.substitute(mapping) for e in index)
-
-    def needs_reduction(self, node: Node) -> bool:
-        """Does `node` read a reduction this kernel computes (through anything it computes
-        inline: members and unrealized nodes alike)?"""
-        seen, stack = set(), [node]
-        while stack:
-            current = stack.pop()
-            buffer = self.buffer_of.get(current)
-            # (what is loaded was computed elsewhere; an alias is a view computed from its
-            # base, as generate() does, which may be this kernel's reduction)
-            loaded = buffer is not None and current not in self.members and \
-                buffer.role != "alias"
-            if current in seen or loaded:
-                continue
-            seen.add(current)
-            if current.kind is Kind.REDUCTION:
-                return True
-            stack.extend(current.inputs)
-        return False
-
-    def open_column(self, outer: Scope, outer_index: dict[int, Expr], outer_loops: list):
-        """The block loop over the last outer group, and the lanes loop of the epilogue."""
-        group, width = self.outer_groups[-1], self.column
-        extent = math.prod(self.kernel.shape[d] for d in group)
-        if isinstance(extent, Size):  # (the block count is no polynomial; `extent` bounds it)
-            blocks, bound = extent, f"({extent.render_c()} + {width - 1}) / {width}"
-        else:
-            blocks = -(-extent // width)
-            bound = _int(blocks)
-        name = f"b{group[0]}"
-        block = Scope(outer, outer.depth + 1)
-        self.defined_at[name] = block
-        outer_loops.append((block, name, bound))
-        self.block_scope = block
-        self.block_base = Expr.of(Var(name, blocks)) * width
-        self.emit(block, f"int64_t lanes = {_int(extent)} - {name} * {width} < {width} ? "
-                         f"{_int(extent)} - {name} * {width} : {width};")
-        lanes, lane, loop = self.open_lanes(block)
-        return lanes, {**outer_index, **self.column_index(lane)}, loop
 
     def outer_pragmas(self, loops) -> list[str]:
         pragmas = [""] * len(loops)
