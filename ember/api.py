@@ -428,28 +428,18 @@ class CompiledFunction:
         return getattr(self.backend, "serves_any_shape", False)
 
     def _automatic(self, arguments: dict[str, Any]) -> bool:
-        """Does a recompile under dynamic=None make the changed sizes symbols? For a backend
-        that serves any shape; for ember's own, while its symbolic compiles of this function
-        succeed and its tensors go to the C backend (on Triton kernels are per shape until
-        stage 4: a symbolic capture would cost more and save no build)."""
-        if self._serves_any_shape():
-            return True
-        from ember import backends
+        """Does a recompile under dynamic=None make the changed sizes symbols?"""
+        from ember import shapes
 
-        if self.backend is not backends.backend or self.symbolic_refused:
-            return False
-        devices = {v.device.type for v in arguments.values() if isinstance(v, torch.Tensor)}
-        return devices <= {"cpu"} and backends.kernel_backend("cpu") == "c"
+        return self._serves_any_shape() or (not self.symbolic_refused and shapes.automatic(
+            self.backend, [v for v in arguments.values() if isinstance(v, torch.Tensor)]))
 
     def _for_every_shape(self, captured: Any) -> Callable:
-        """ember's backend (compiled once for every shape where it can, else per shape) or
-        another backend per shape, for a symbolic capture."""
-        from ember import backends, shapes
+        """A symbolic capture's compiled graph: for every shape, or per shape."""
+        from ember import shapes
 
-        if self.backend is not backends.backend:
-            return shapes.ShapeSpecialized(captured.graph_module, self.backend, self.where)
-        compiled = shapes.for_every_shape(captured.graph_module,
-                                          list(captured.example_inputs), self.where)
+        compiled = shapes.for_a_capture(captured.graph_module, list(captured.example_inputs),
+                                        self.backend, self.where)
         if isinstance(compiled, shapes.ShapeSpecialized) and self.dynamic is None:
             # (automatic dynamic did not pay here: later recompiles stay static, so a
             # decoding loop is not compiled per shape under each new symbolic capture)

@@ -33,6 +33,28 @@ def for_every_shape(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
     return ShapeSpecialized(gm, per_shape or backends.compile_graph, label, reason)
 
 
+def automatic(backend: Callable, tensors: list[torch.Tensor]) -> bool:
+    """Under dynamic=None, does a recompile for `backend` make the changed sizes symbols?
+    For ember's own while its tensors go to the C backend: on Triton kernels are per shape
+    until stage 4, so a symbolic capture would cost more and save no build. (A backend that
+    serves any shape is asked by the caller.)"""
+    from ember import backends
+
+    return backend is backends.backend and {t.device.type for t in tensors} <= {"cpu"} and \
+        backends.kernel_backend("cpu") == "c"
+
+
+def for_a_capture(gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Callable,
+                  where: str) -> Callable:
+    """A symbolic capture of ember.compile, for a backend that does not serve any shape:
+    ember's own compiles once for every shape where it can; any other, per shape."""
+    from ember import backends
+
+    if backend is not backends.backend:
+        return ShapeSpecialized(gm, backend, where)
+    return for_every_shape(gm, example_inputs, where)
+
+
 def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
     """Why stage 2 cannot compile this graph once for all its shapes, or None."""
     from ember import backends, torch_internals

@@ -126,11 +126,11 @@ class DynamicPolicy:
 
     dynamic: bool | None = None
     frame: FrameSizes = dataclasses.field(default_factory=FrameSizes)
-    # dynamic=None: does a recompile make changed sizes symbols? Not while the backend builds
-    # kernels per concrete shape anyway (ember's own, until issue 18's stage 2): a symbolic
-    # capture would cost several times a static one and save no kernel, and a decoding loop
-    # would build kernels for shape after shape under each new capture (GPT-2 on the CPU:
-    # 17x eager's time per run, against eager's time once the static recompiles give up).
+    # dynamic=None: does a recompile make changed sizes symbols? Not where the backend builds
+    # kernels per concrete shape anyway (ember's own on Triton, or once a symbolic compile of
+    # the function fell back per shape: api._automatic): a symbolic capture would cost several
+    # times a static one and save no kernel, and a decoding loop would build kernels for
+    # shape after shape under each new capture (GPT-2 on the CPU: 17x eager's time per run).
     automatic: bool = True
 
     def tensor_ranges(self, tensor: torch.Tensor, source: Source, where: str
