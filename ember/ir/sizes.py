@@ -105,7 +105,7 @@ class Size:
         floor-division atom, not expressed here."""
         quotient = _exact_quotient(self, other)
         if quotient is None:
-            raise Undecided(f"{self} // {other} is not exact")
+            raise Undecided(f"{self} // ({other}) is not exact")
         return quotient
 
     def __rfloordiv__(self, other: Any) -> Dim:
