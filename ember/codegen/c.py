@@ -148,7 +148,6 @@ class CKernelWriter(ColumnMode):
             loops.append((scope, name, _int(extent)))
         return scope, index, loops
 
-
     def close_loops(self, loops, pragmas: list[str]) -> None:
         """Render loops innermost first into their parents; pragmas[i] goes on loop i."""
         for (scope, name, bound), pragma in reversed(list(zip(loops, pragmas))):

@@ -413,6 +413,9 @@ class Tracer(torch_internals.TorchDispatchMode):
         """An in-place view op (x.squeeze_(0), x.t_(), x.as_strided_(...)): the tensor becomes
         a view of itself. `geometry`: the tensor's shape, strides and offset before."""
         base = args[0]
+        if self.symbols is not None:
+            raise Unsupported(f"{func} restrides a tensor in place in a graph with symbolic "
+                              f"sizes (issue 18, stage 3)")
         view = view_variant(func)
         rule = find_rule(view) if view is not None else None
         if rule is None and func is not _AS_STRIDED_IN_PLACE:
