@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,7 +88,11 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     stages = label if label.startswith("graph") else f"graph{next(backends._labels)}"
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
+            started = time.perf_counter()
             lowered = trace(gm, example_inputs, symbolic=True)
+            if logs.enabled("perf"):
+                logs.channel("perf").info("%s lowered on symbolic fakes in %.1f ms", stages,
+                                          (time.perf_counter() - started) * 1e3)
             if not lowered.graph.symbols:
                 return None, "no symbol is a tensor input's size"
             compiled = backends.compile_stages(gm, example_inputs, stages, lowered)

@@ -4,9 +4,11 @@ automatic dynamic makes of a changing batch) and with every dim symbolic (dynami
 backend="eager" so only capture is timed; then the per-call cost of each entry's guards on a
 tiny function. With --kernels (stage 2): the steady state of S1 (gelu_ish) and a row softmax
 compiled by ember's C backend per shape (dynamic=False) against once for every batch size
-(the batch marked dynamic), static and dynamic measured in alternation, as ratios.
+(the batch marked dynamic), static and dynamic measured in alternation, as ratios. With
+--lowering: the lowering alone (FX graph -> IR) of the toy block, static against on the
+capture's symbolic fakes (batch dim symbolic).
 
-    python3 -m ember.bench.dynamic_capture [--layers 12] [--repeat 5] [--kernels]
+    python3 -m ember.bench.dynamic_capture [--layers 12] [--repeat 5] [--kernels] [--lowering]
 
 Each capture runs in a fresh ember.compile (median of --repeat); the first symbolic capture
 of the process also pays for importing sympy and torch's symbolic-shape modules, said apart.
@@ -90,15 +92,52 @@ def kernels(rounds: int) -> None:
                   f"{dynamic * 1e6:.1f} us ({dynamic / static:.2f}x)")
 
 
+def lowering_ms(layers: int, repeat: int) -> tuple[float, float]:
+    """(static, symbolic) median milliseconds of lowering the toy block's captured graph."""
+    from ember.lower import trace
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    keep.serves_any_shape = True
+    weights = [torch.randn(32, 32) for _ in range(layers)]
+    for dynamic in (False, None):
+        x = torch.randn(4, 16, 32)
+        if dynamic is None:
+            ember.mark_dynamic(x, 0)
+        ember.compile(block(layers), backend=keep, dynamic=dynamic)(x, weights)
+    (static_gm, static_inputs), (symbolic_gm, symbolic_inputs) = graphs
+    times: dict[bool, list[float]] = {False: [], True: []}
+    with torch.no_grad():
+        trace(symbolic_gm, symbolic_inputs, symbolic=True)  # (first use: imports, caches)
+        for _ in range(repeat):
+            for symbolic, gm, inputs in ((False, static_gm, static_inputs),
+                                         (True, symbolic_gm, symbolic_inputs)):
+                started = time.perf_counter()
+                trace(gm, inputs, symbolic=symbolic)
+                times[symbolic].append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--kernels", action="store_true",
                         help="steady state of S1 and softmax, static against dynamic (C)")
+    parser.add_argument("--lowering", action="store_true",
+                        help="lowering of the toy block, static against symbolic")
     options = parser.parse_args()
     if options.kernels:
         kernels(options.repeat)
+    if options.lowering:
+        static, symbolic = lowering_ms(options.layers, options.repeat)
+        print(f"lowering of {options.layers} layers: static {static:.1f} ms, symbolic "
+              f"{symbolic:.1f} ms ({symbolic / static:.1f}x)")
+    if options.kernels or options.lowering:
         return
     function = block(options.layers)
     inputs = (torch.randn(4, 16, 32), [torch.randn(32, 32) for _ in range(options.layers)])
