@@ -299,3 +299,16 @@ def test_what_the_backend_guards_on_the_symbols_becomes_a_guard(logged):
         same(compiled(t(rows, 3)), t(rows, 3) * 2)
     assert answers == [True, False] and len(compiled.records) == 2
     assert any("s0 > 10" in r.getMessage() for r in logged.records)
+
+
+def test_a_view_input_beside_a_symbolic_int():
+    # the fake of a view fakes its base as well: symbols the ShapeEnv makes for the base are
+    # read from `L['ids']._base` (this was a KeyError in capture)
+    def positions(ids, past: int = 0):
+        return ids + torch.arange(past, past + ids.shape[1]).unsqueeze(0)
+
+    compiled = ember.compile(positions, backend="eager")
+    ids = torch.arange(10).view(2, 5)
+    for args in [(ids,), (ids[:, :1], 5), (ids[:, :1], 6), (ids[:, :2], 7)]:
+        same(compiled(*args), positions(*args))
+    assert all(record.graphs == 1 for record in compiled.records)  # (none ran eagerly)
