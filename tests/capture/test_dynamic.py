@@ -312,3 +312,16 @@ def test_a_view_input_beside_a_symbolic_int():
     for args in [(ids,), (ids[:, :1], 5), (ids[:, :1], 6), (ids[:, :2], 7)]:
         same(compiled(*args), positions(*args))
     assert all(record.graphs == 1 for record in compiled.records)  # (none ran eagerly)
+
+
+def test_text_of_a_symbolic_shape_is_its_value():
+    # str(x.shape) went through str()'s own rule, which did not specialize: "torch.Size([s77,
+    # 2])" reached the user (a wrong answer once automatic dynamic ran under ember's backend)
+    def texts(x):
+        shape = x.shape
+        return x * len(str(shape)), [str(shape), repr(shape), "%s" % (shape,),
+                                     "{}".format(shape), f"{shape}", " ".join(map(str, shape))]
+
+    compiled = ember.compile(texts, backend="eager", dynamic=True)
+    for rows in [3, 5, 12]:
+        same(compiled(t(rows, 2)), texts(t(rows, 2)))
