@@ -319,7 +319,7 @@ def test_text_of_a_symbolic_shape_is_its_value():
     # 2])" reached the user (a wrong answer once automatic dynamic ran under ember's backend)
     def texts(x):
         shape = x.shape
-        return x * len(str(shape)), [str(shape), repr(shape), "%s" % (shape,),
+        return x * len(str(shape)), [str(shape), repr(shape), "%s" % (shape,),  # noqa: UP031
                                      "{}".format(shape), f"{shape}", " ".join(map(str, shape))]
 
     compiled = ember.compile(texts, backend="eager", dynamic=True)
