@@ -279,6 +279,7 @@ class CompiledFunction:
         self.records: list[CaptureRecord] = []
         self.given_up = False
         self.frame_sizes = FrameSizes()  # (sizes its captures saw: automatic dynamic)
+        self.symbolic_refused = False  # (a symbolic compile of ember's fell back per shape)
         # (see EAGER_CALLS_BEFORE_DIRECT) what __call__ calls at once, in the grad modes of
         # `direct_modes`; and how many calls in a row ran eagerly since the last capture
         self.direct: Callable | None = None
@@ -309,6 +310,7 @@ class CompiledFunction:
         self.records.clear()
         self.given_up = False
         self.frame_sizes = FrameSizes()
+        self.symbolic_refused = False
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
@@ -438,8 +440,28 @@ class CompiledFunction:
 
     def _serves_any_shape(self) -> bool:
         """Does the backend compile a symbolic graph once for every shape (so that automatic
-        dynamic pays)? ember's own builds kernels per shape until issue 18's stage 2."""
+        dynamic pays)? ember's own does for what its C backend serves symbolically (issue 18,
+        stage 2): see _automatic."""
         return getattr(self.backend, "serves_any_shape", False)
+
+    def _automatic(self, arguments: dict[str, Any]) -> bool:
+        """Does a recompile under dynamic=None make the changed sizes symbols?"""
+        from ember import shapes
+
+        return self._serves_any_shape() or (not self.symbolic_refused and shapes.automatic(
+            self.backend, [v for v in arguments.values() if isinstance(v, torch.Tensor)]))
+
+    def _for_every_shape(self, captured: Any) -> Callable:
+        """A symbolic capture's compiled graph: for every shape, or per shape."""
+        from ember import shapes
+
+        compiled = shapes.for_a_capture(captured.graph_module, list(captured.example_inputs),
+                                        self.backend, self.where)
+        if isinstance(compiled, shapes.ShapeSpecialized) and self.dynamic is None:
+            # (automatic dynamic did not pay here: later recompiles stay static, so a
+            # decoding loop is not compiled per shape under each new symbolic capture)
+            self.symbolic_refused = True
+        return compiled
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         started = time.perf_counter()
@@ -453,7 +475,7 @@ class CompiledFunction:
             _warm_up_triton()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph,
                                            DynamicPolicy(self.dynamic, self.frame_sizes,
-                                                         automatic=self._serves_any_shape()),
+                                                         automatic=self._automatic(arguments)),
                                            self.where)
         for module in session.compile_apart:
             _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
@@ -483,9 +505,7 @@ class CompiledFunction:
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
-            from ember.backends import ShapeSpecialized
-
-            compiled = ShapeSpecialized(captured.graph_module, self.backend, self.where)
+            compiled = self._for_every_shape(captured)
         if compiled is None:
             # (a CUDA graph's replays run no Python: no library call's autograd record can
             # be kept for its backward, which runs the call again instead)
@@ -493,6 +513,9 @@ class CompiledFunction:
                     config.override(**self.settings):
                 compiled = self.backend(captured.graph_module, list(captured.example_inputs))
         if captured.symbolic:
+            # NOTE: a symbolic lowering runs on the capture's ShapeEnv: what it guarded must
+            # hold of a call as well (a relation, or a symbol it specialized)
+            captured.guards.add_size_relations()
             symbols = captured.guards.symbol_reads
             logs.channel("recompiles").info(
                 "%s: captured with symbolic sizes %s", self.where, ", ".join(

@@ -9,12 +9,9 @@ never stops the user's program.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import contextlib
 import itertools
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +44,9 @@ from ember.runtime.training import TrainingGraph
 from ember.schedule.epilogue import fuse_matmul_epilogues
 from ember.schedule.fuse import schedule
 from ember.schedule.plan import Buffer, LibraryCall, Plan
+from ember.shapes import ShapeSpecialized, for_every_shape  # noqa: F401  (ShapeSpecialized:
+
+# the per-shape fallback, named here for callers that knew it in this module)
 
 _labels = itertools.count()
 
@@ -68,7 +68,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | 
     graphs = resolved.cuda_graphs or mode in ("reduce-overhead", "max-autotune")
     with tape.kept(not graphs), config.override(**resolved.settings):
         if any(torch_internals.is_symbolic(x) for x in example_inputs):
-            compiled = ShapeSpecialized(gm, compile_graph, f"graph{next(_labels)}")
+            compiled = for_every_shape(gm, example_inputs, f"graph{next(_labels)}")
         else:
             compiled = compile_graph(gm, example_inputs)
     if graphs:
@@ -466,7 +466,8 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     if kernels:
         path, cached = build(source, ["-lmvec", "-lm"])
         library = load(path)
-        functions = {k.name: kernel_function(library, k.name, len(k.arguments)) for k in kernels}
+        functions = {k.name: kernel_function(library, k.name, len(k.arguments), len(k.sizes))
+                     for k in kernels}
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
     return {k.name: k for k in kernels}, functions, None
@@ -558,65 +559,3 @@ def _fetch(module: torch.nn.Module, target: str) -> Any:
     for part in target.split("."):
         value = getattr(value, part)
     return value
-
-
-class ShapeSpecialized:
-    """A graph whose sizes are symbols (Dynamo's, or an ember capture's), compiled once per
-    concrete input signature by `compile`: one capture serves the family of shapes, but the
-    kernels are still built per shape until the IR carries symbolic sizes (issue 18, stage
-    2). The EMBER_SHAPE_COMPILES most recently used shapes are kept; each compile and each
-    drop is said on EMBER_LOGS=recompiles.
-
-    Past EMBER_RECOMPILE_LIMIT shape compiles a shape not kept runs the graph eagerly (its
-    FX module, op by op, as eager runs them): a decoding loop whose cache grows a token a
-    step would otherwise build kernels at every step, costing far more than eager."""
-
-    def __init__(self, gm: torch.fx.GraphModule, compile: Callable, label: str):
-        self.gm = gm
-        self.compile = compile
-        self.label = label
-        self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
-        self.compiles = 0
-        self.eager_calls = 0
-        self.compiling = threading.RLock()
-
-    def __call__(self, *args: Any) -> Any:
-        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
-                    if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
-        compiled = self.cache.get(key)
-        if compiled is None:
-            with self.compiling:  # (threads that bring one new shape together compile it once)
-                compiled = self.cache.get(key)
-                if compiled is None and self.compiles < config.settings.recompile_limit:
-                    compiled = self._compile(key, args)
-            if compiled is None:
-                return self._run_eagerly(args)
-        with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
-            self.cache.move_to_end(key)
-        return compiled(*args)
-
-    def _run_eagerly(self, args: tuple) -> Any:
-        if not self.eager_calls:
-            logs.channel("recompiles").warning(
-                "%s: %d shapes compiled (EMBER_RECOMPILE_LIMIT); new shapes run eagerly until "
-                "kernels take symbolic sizes (issue 18, stage 2)", self.label, self.compiles)
-        self.eager_calls += 1
-        return self.gm(*args)
-
-    def _compile(self, key: tuple, args: tuple) -> Callable:
-        self.compiles += 1
-        channel = logs.channel("recompiles")
-        channel.info("%s: symbolic sizes, compiled for the concrete shapes %s (kernels are "
-                     "per shape until issue 18's stage 2; shape compile %d)", self.label,
-                     _shapes(key), self.compiles)
-        compiled = self.cache[key] = self.compile(self.gm, list(args))
-        while len(self.cache) > max(1, config.settings.shape_compiles):
-            dropped, _ = self.cache.popitem(last=False)
-            channel.info("%s: dropped the compiled version for shapes %s (least recently "
-                         "used; EMBER_SHAPE_COMPILES)", self.label, _shapes(dropped))
-        return compiled
-
-
-def _shapes(key: tuple) -> list:
-    """A ShapeSpecialized key in words: each tensor's shape, each other argument's value."""
-    return [list(part[0]) if isinstance(part[0], tuple) else part[1] for part in key]

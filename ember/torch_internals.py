@@ -544,3 +544,74 @@ def is_compiler_config_patch(value: Any) -> bool:
     module = getattr(cls, "__module__", "") or ""
     return (module == "torch.utils._config_module" and cls.__name__ == "ConfigPatch") or \
         (module == "torch._dynamo.decorators" and cls.__name__ == "DynamoConfigPatchProxy")
+
+
+# -- symbolic sizes below the lowering (ember/lower/symbolic.py) -----------------------------
+def fake_mode_of(value: Any) -> Any:
+    """The FakeTensorMode a fake tensor (or a SymInt's ShapeEnv's tensors) belongs to, or
+    None for a real tensor."""
+    return getattr(value, "fake_mode", None)
+
+
+def shape_env_of(value: Any) -> Any:
+    """The ShapeEnv behind a SymInt."""
+    return value.node.shape_env
+
+
+def symbolic_expression(value: Any) -> Any:
+    """A SymInt's sympy expression, with the ShapeEnv's replacements applied (s1 -> s0 once
+    a guard made them equal), or the int itself."""
+    if not isinstance(value, torch.SymInt):
+        return value
+    node = value.node
+    constant = node.maybe_as_int()
+    if constant is not None:
+        return int(constant)
+    return node.shape_env.replace(node.expr)
+
+
+def polynomial_terms(expression: Any) -> list[tuple[list[Any], int]] | None:
+    """A sympy expression as (symbols, coefficient) terms of a polynomial with int
+    coefficients, or None when it is not one (a FloorDiv, a Mod, a Max)."""
+    import sympy
+
+    if isinstance(expression, int):
+        return [([], expression)]
+    if expression.is_Integer:
+        return [([], int(expression))]
+    if expression.is_Symbol:
+        return [([expression], 1)]
+    if isinstance(expression, sympy.Add):
+        terms = []
+        for argument in expression.args:
+            part = polynomial_terms(argument)
+            if part is None:
+                return None
+            terms += part
+        return terms
+    if isinstance(expression, sympy.Mul):
+        terms = [([], 1)]
+        for argument in expression.args:
+            part = polynomial_terms(argument)
+            if part is None:
+                return None
+            terms = [(a + b, x * y) for a, x in terms for b, y in part]
+        return terms
+    if isinstance(expression, sympy.Pow) and expression.exp.is_Integer and expression.exp > 0:
+        base = polynomial_terms(expression.base)
+        if base is None:
+            return None
+        terms = [([], 1)]
+        for _ in range(int(expression.exp)):
+            terms = [(a + b, x * y) for a, x in terms for b, y in base]
+        return terms
+    return None
+
+
+def symbol_bounds(value: Any, symbol: Any) -> tuple[int, int | None]:
+    """A torch symbol's range in the ShapeEnv of `value` (a SymInt)."""
+    return symbol_range(value.node.shape_env, symbol)
+
+
+def is_symbol(expression: Any) -> bool:
+    return getattr(expression, "is_Symbol", False)

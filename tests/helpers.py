@@ -259,7 +259,7 @@ def compile_ir(graph: Graph) -> Callable[[list[torch.Tensor]], list[torch.Tensor
     functions = {}
     if kernels:
         library = load(build(source, ["-lmvec", "-lm"])[0])
-        functions = {k.name: kernel_function(library, k.name, len(k.arguments))
+        functions = {k.name: kernel_function(library, k.name, len(k.arguments), len(k.sizes))
                      for k in kernels}
     specs = [OutputSpec("node", index=i) for i in range(len(graph.outputs))]
     tree = tree_flatten(list(range(len(graph.outputs))))[1]

@@ -2,9 +2,13 @@
 layers captured static (dynamic=False), with only the batch dim symbolic (mark_dynamic: what
 automatic dynamic makes of a changing batch) and with every dim symbolic (dynamic=True),
 backend="eager" so only capture is timed; then the per-call cost of each entry's guards on a
-tiny function.
+tiny function. With --kernels (stage 2): the steady state of S1 (gelu_ish) and a row softmax
+compiled by ember's C backend per shape (dynamic=False) against once for every batch size
+(the batch marked dynamic), static and dynamic measured in alternation, as ratios. With
+--lowering: the lowering alone (FX graph -> IR) of the toy block, static against on the
+capture's symbolic fakes (batch dim symbolic).
 
-    python3 -m ember.bench.dynamic_capture [--layers 12] [--repeat 5]
+    python3 -m ember.bench.dynamic_capture [--layers 12] [--repeat 5] [--kernels] [--lowering]
 
 Each capture runs in a fresh ember.compile (median of --repeat); the first symbolic capture
 of the process also pays for importing sympy and torch's symbolic-shape modules, said apart.
@@ -16,6 +20,8 @@ import time
 import torch
 
 import ember
+from ember.bench.harness import benchmark
+from ember.bench.workloads import gelu_ish, softmax_last
 
 
 def block(layers: int):
@@ -55,11 +61,84 @@ def call_microseconds(dynamic: bool, calls: int = 20000) -> float:
     return (time.perf_counter() - started) / calls * 1e6
 
 
+KERNEL_SHAPES = [(8, 768), (256, 1024), (2048, 1024)]
+
+
+def steady_state(function, shape: tuple[int, int], rounds: int) -> tuple[float, float]:
+    """(static, dynamic) median seconds per call of `function` compiled by ember for `shape`:
+    static (dynamic=False), and dynamic (dim 0 marked: one C build for every batch size,
+    first compiled at another batch size so the kernel cannot have this one baked in)."""
+    x = torch.randn(*shape)
+    static = ember.compile(function, dynamic=False)
+    dynamic = ember.compile(function)
+    other = torch.randn(shape[0] + 3, shape[1])
+    ember.mark_dynamic(other, 0)
+    dynamic(other)
+    static(x)
+    dynamic(x)
+    assert not dynamic.records[0].compiled.__class__.__name__ == "ShapeSpecialized"
+    times: dict[str, list[float]] = {"static": [], "dynamic": []}
+    for _ in range(rounds):
+        for name, compiled in (("static", static), ("dynamic", dynamic)):
+            times[name].append(benchmark(compiled, x, repeat=5, min_time=0.2).median)
+    return statistics.median(times["static"]), statistics.median(times["dynamic"])
+
+
+def kernels(rounds: int) -> None:
+    for label, function in (("S1 gelu_ish", gelu_ish), ("softmax rows", softmax_last)):
+        for shape in KERNEL_SHAPES:
+            static, dynamic = steady_state(function, shape, rounds)
+            print(f"{label} {list(shape)}: static {static * 1e6:.1f} us, dynamic "
+                  f"{dynamic * 1e6:.1f} us ({dynamic / static:.2f}x)")
+
+
+def lowering_ms(layers: int, repeat: int) -> tuple[float, float]:
+    """(static, symbolic) median milliseconds of lowering the toy block's captured graph."""
+    from ember.lower import trace
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append((gm, example_inputs))
+        return gm.forward
+
+    keep.serves_any_shape = True
+    weights = [torch.randn(32, 32) for _ in range(layers)]
+    for dynamic in (False, None):
+        x = torch.randn(4, 16, 32)
+        if dynamic is None:
+            ember.mark_dynamic(x, 0)
+        ember.compile(block(layers), backend=keep, dynamic=dynamic)(x, weights)
+    (static_gm, static_inputs), (symbolic_gm, symbolic_inputs) = graphs
+    times: dict[bool, list[float]] = {False: [], True: []}
+    with torch.no_grad():
+        trace(symbolic_gm, symbolic_inputs, symbolic=True)  # (first use: imports, caches)
+        for _ in range(repeat):
+            for symbolic, gm, inputs in ((False, static_gm, static_inputs),
+                                         (True, symbolic_gm, symbolic_inputs)):
+                started = time.perf_counter()
+                trace(gm, inputs, symbolic=symbolic)
+                times[symbolic].append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times[False]), statistics.median(times[True])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--kernels", action="store_true",
+                        help="steady state of S1 and softmax, static against dynamic (C)")
+    parser.add_argument("--lowering", action="store_true",
+                        help="lowering of the toy block, static against symbolic")
     options = parser.parse_args()
+    if options.kernels:
+        kernels(options.repeat)
+    if options.lowering:
+        static, symbolic = lowering_ms(options.layers, options.repeat)
+        print(f"lowering of {options.layers} layers: static {static:.1f} ms, symbolic "
+              f"{symbolic:.1f} ms ({symbolic / static:.1f}x)")
+    if options.kernels or options.lowering:
+        return
     function = block(options.layers)
     inputs = (torch.randn(4, 16, 32), [torch.randn(32, 32) for _ in range(options.layers)])
     started = time.perf_counter()

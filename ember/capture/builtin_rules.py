@@ -21,7 +21,7 @@ from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
-from ember.capture.symbols import tracked_size
+from ember.capture.symbols import has_symbols, specialized, tracked_size
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -295,7 +295,10 @@ def _numeric(kind: type):
         if any(isinstance(a, TensorValue) for a in args):
             raise Unsupported(f"{kind.__name__}() of a tensor reads its value",
                               "keep it outside the compiled function")
-        return semantics.constant(kind(*[python_value(a) for a in args]))
+        values = [python_value(a) for a in args]
+        if kind is str and has_symbols(values):  # (str(x.shape) would say "s0")
+            values = specialized(values, "str() of it")
+        return semantics.constant(kind(*values))
 
     return run
 

@@ -198,10 +198,8 @@ def package(session: Session, result: Value) -> Captured:
 def _size_guards(session: Session) -> None:
     """The relations the symbols must keep, as "size" guards (read last: after everything
     that could specialize a size — the graph, the rebuilt results — has run)."""
-    shapes = session.builder.shapes
-    for relation in shapes.relations():
-        session.guards.add("size", None, relation)
-    session.guards.symbol_reads = shapes.reads
+    session.guards.shapes = session.builder.shapes
+    session.guards.add_size_relations()
 
 
 def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:

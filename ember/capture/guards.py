@@ -49,6 +49,18 @@ class GuardSet:
         self.guards: dict[tuple, Guard] = {}
         # where each symbol of the "size" guards is read (symbols.SymbolRead by name)
         self.symbol_reads: dict[str, Any] = {}
+        # a symbolic capture's symbols.Shapes: its relations are read again once the backend
+        # has run (a symbolic lowering may have guarded more)
+        self.shapes: Any = None
+
+    def add_size_relations(self) -> None:
+        """Every relation the capture's symbols must keep, as "size" guards (again: those
+        already there are kept once)."""
+        if self.shapes is None:
+            return
+        for relation in self.shapes.relations():
+            self.add("size", None, relation)
+        self.symbol_reads = self.shapes.reads
 
     def add(self, kind: str, source: Source | None, expected: Any) -> None:
         guard = Guard(kind, source, expected)

@@ -19,7 +19,7 @@ import torch
 import torch.fx
 
 from ember import logs, torch_internals
-from ember.capture.sources import Source
+from ember.capture.sources import AttrSource, Source
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -126,11 +126,11 @@ class DynamicPolicy:
 
     dynamic: bool | None = None
     frame: FrameSizes = dataclasses.field(default_factory=FrameSizes)
-    # dynamic=None: does a recompile make changed sizes symbols? Not while the backend builds
-    # kernels per concrete shape anyway (ember's own, until issue 18's stage 2): a symbolic
-    # capture would cost several times a static one and save no kernel, and a decoding loop
-    # would build kernels for shape after shape under each new capture (GPT-2 on the CPU:
-    # 17x eager's time per run, against eager's time once the static recompiles give up).
+    # dynamic=None: does a recompile make changed sizes symbols? Not where the backend builds
+    # kernels per concrete shape anyway (ember's own on Triton, or once a symbolic compile of
+    # the function fell back per shape: api._automatic): a symbolic capture would cost several
+    # times a static one and save no kernel, and a decoding loop would build kernels for
+    # shape after shape under each new capture (GPT-2 on the CPU: 17x eager's time per run).
     automatic: bool = True
 
     def tensor_ranges(self, tensor: torch.Tensor, source: Source, where: str
@@ -255,6 +255,7 @@ class Shapes:
         if not any(ranges):
             return None
         name = self._symbolic_source(source)
+        self._base_source(tensor, source)
         fake = torch_internals.symbolic_fake(self.fake_mode, tensor, name, ranges)
         self._name_new_symbols()
         self.strided.append((source, fake))
@@ -275,8 +276,16 @@ class Shapes:
         symbols of its own for a tensor without a source)."""
         if not self.symbolic:
             return self.fake_mode.from_tensor(tensor)
+        self._base_source(tensor, source)
         return torch_internals.symbolic_fake(self.fake_mode, tensor, source.expr(),
                                              [None] * tensor.dim())
+
+    def _base_source(self, tensor: torch.Tensor, source: Source) -> None:
+        """The fake of a view fakes its base too, whose sizes the ShapeEnv may make symbols
+        read from `source._base` (a view's base: a call whose tensor is no view then fails
+        that read, and so the guard)."""
+        if tensor._base is not None:
+            self.sources[f"{source.expr()}._base"] = AttrSource(source, "_base")
 
     def int_symbol(self, value: int, source: Source) -> torch.SymInt | None:
         """A symbolic int for a number from the call that the policy makes a symbol."""

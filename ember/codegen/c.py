@@ -20,6 +20,7 @@ import re
 import torch
 
 from ember import config
+from ember.codegen.c_columns import ColumnMode
 from ember.codegen.c_loops import plan_groups
 from ember.codegen.c_rules import (
     INCLUDES,
@@ -32,10 +33,13 @@ from ember.codegen.c_rules import (
     store,
     vector_math_declarations,
 )
-from ember.codegen.text import Scope, render_sum
+from ember.codegen.text import SYMBOL_NAME, Scope
+from ember.codegen.text import c_int as _int
+from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
+from ember.ir.sizes import Dim, Size
+from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, Plan
@@ -50,24 +54,7 @@ class KernelSource:
     text: str
     arguments: list[Buffer]
     checks: bool  # returns nonzero when an index was out of range
-
-
-def render(expr: Expr) -> str:
-    return render_sum(expr, _render_atom, _int, "*")
-
-
-def _int(value: int) -> str:
-    return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
-
-
-def _render_atom(atom) -> str:
-    if isinstance(atom, (Var, Opaque)):
-        return atom.name
-    if isinstance(atom, Div):
-        return f"({render(atom.expr)} / {_int(atom.divisor)})"
-    if isinstance(atom, Mod):
-        return f"({render(atom.expr)} % {_int(atom.divisor)})"
-    raise TypeError(atom)
+    sizes: list[str] = dataclasses.field(default_factory=list)  # symbols, after the pointers
 
 
 # Math calls that cost tens of cycles per element (the rest of a kernel's arithmetic costs ~1):
@@ -79,10 +66,11 @@ _COSTLY_CALL = re.compile(r"\b(?:ember_\w+|(?:exp|expm1|exp2|log|log1p|log2|log1
 COSTLY_CALL_WEIGHT = 8
 
 
-class CKernelWriter:
+class CKernelWriter(ColumnMode):
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
                  column: int | None = None, costly_calls: int = 0):
         self.kernel = kernel
+        self.symbols = plan.graph.symbols
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
         self.arguments: dict[Buffer, str] = {}
@@ -100,7 +88,9 @@ class CKernelWriter:
         self.outer_groups, self.inner_groups = groups
         threshold = config.settings.parallel_threshold
         work = math.prod(shape) * (1 + COSTLY_CALL_WEIGHT * costly_calls)
-        self.parallel = work >= threshold
+        # symbolic work: parallel when the call's sizes make enough of it (OpenMP's `if`)
+        self.parallel_if = _at_run_time(work, threshold)
+        self.parallel = bool(self.parallel_if) or work >= threshold
         self.costly_calls = 0  # (counted while writing: what a second writing is given)
         # Column mode (reductions whose kept innermost dim is the contiguous one): the last
         # outer loop walks blocks of `column` positions, and every per-position value is an
@@ -157,18 +147,6 @@ class CKernelWriter:
                 index[d] = position
             loops.append((scope, name, _int(extent)))
         return scope, index, loops
-
-    def open_lanes(self, parent: Scope) -> tuple[Scope, Expr, tuple]:
-        """A loop over the lanes of the current column block."""
-        name = self.fresh("l")
-        scope = Scope(parent, parent.depth + 1)
-        self.defined_at[name] = scope
-        return scope, Expr.of(Var(name, self.column)), (scope, name, "lanes")
-
-    def column_index(self, lane: Expr) -> dict[int, Expr]:
-        group = self.outer_groups[-1]
-        position = self.block_base + lane
-        return dict(zip(group, unravel(position, tuple(self.kernel.shape[d] for d in group))))
 
     def close_loops(self, loops, pragmas: list[str]) -> None:
         """Render loops innermost first into their parents; pragmas[i] goes on loop i."""
@@ -333,7 +311,11 @@ class CKernelWriter:
                 clause += " reduction(|:status)"
             pragmas[-1] = f"#pragma omp simd {clause}"
             count = math.prod(source.shape[d] for d in node.attrs["axes"])
-            if scope.depth == 0 and self.parallel and count >= config.settings.parallel_threshold:
+            threshold = config.settings.parallel_threshold
+            count_if = _at_run_time(count, threshold)
+            if scope.depth == 0 and self.parallel and (count_if or count >= threshold):
+                condition = " && ".join(c for c in (self.parallel_if, count_if) if c)
+                clause += f" if({condition})" if condition else ""
                 pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
                               else f"#pragma omp parallel for {clause}")
         self.close_loops(loops, pragmas)
@@ -348,7 +330,8 @@ class CKernelWriter:
         op, source, dtype = node.op, node.inputs[0], node.dtype
         count = math.prod(source.shape[d] for d in node.attrs["axes"])
         # long float sums accumulate in double: eager's cascade summation is that accurate
-        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and count > 4096
+        wide = dtype.is_floating_point and op in (Op.SUM, Op.PROD) and \
+            (isinstance(count, Size) or count > 4096)
         acc_type = "double" if wide else compute_type(dtype)
         if op in (Op.ARGMAX, Op.ARGMIN):
             acc_type = compute_type(source.dtype)
@@ -379,71 +362,6 @@ class CKernelWriter:
         if node.inputs[0].dtype.is_floating_point:
             found = f"!({acc} != {acc}) && ({found} || {value} != {value})"
         return [f"if ({found}) {{ {acc} = {value}; {position} = {render(full[axis])}; }}"]
-
-    def lane_of(self, index: Index) -> Expr | None:
-        """In column mode, the lane an index of a per-position value refers to."""
-        dim = self.outer_groups[-1][-1]
-        group = self.outer_groups[-1]
-        position = index[dim] if len(group) == 1 else None
-        if position is None:
-            from ember.schedule.expr import ravel
-            position = ravel([index[d] for d in group], tuple(self.kernel.shape[d] for d in group))
-        lane = position - self.block_base
-        if len(lane.terms) == 1 and lane.const == 0 and lane.terms[0][1] == 1 \
-                and isinstance(lane.terms[0][0], Var) and lane.terms[0][0].name.startswith("l"):
-            return lane
-        return None
-
-    def column_reduction(self, node: Node, index: Index, lane: Expr, scope: Scope) -> str:
-        group = self.outer_groups[-1]
-        key = (id(node), tuple(ZERO if d in group else e for d, e in enumerate(index)))
-        if key not in self.column_arrays:
-            self.column_arrays[key] = self.column_accumulate(node, index)
-        acc, position, _nan = self.column_arrays[key]
-        at = render(lane)
-        if position:
-            return f"{position}[{at}]"
-        return self.define(scope, node.dtype, f"({compute_type(node.dtype)}){acc}[{at}]")
-
-    def column_accumulate(self, node: Node, index: Index) -> tuple[str, str | None, str | None]:
-        """Accumulator arrays over the block's lanes, filled by loops over the reduced dims
-        with the lane loop innermost (contiguous, vectorized)."""
-        block, width = self.block_scope, self.column
-        op, source = node.op, node.inputs[0]
-        acc_type, acc, nan, position = self.accumulators(node)
-        init = [f"{acc}[l] = {self.initial(op, source.dtype)};"]
-        self.emit(block, f"{acc_type} {acc}[{width}];")
-        if nan:
-            self.emit(block, f"int {nan}[{width}];")
-            init.append(f"{nan}[l] = 0;")
-        if position:
-            self.emit(block, f"int64_t {position}[{width}];")
-            init.append(f"{position}[l] = 0;")
-        self.emit(block, f"for (int64_t l = 0; l < {width}; l++) {{ {' '.join(init)} }}")
-        body, inner_index, loops = self.open_loops(block, self.inner_groups,
-                                                   f"r{next(self.loops)}_")
-        lanes, lane, lane_loop = self.open_lanes(body)
-        dims = {**inner_index, **self.column_index(lane)}
-        full = tuple(dims[d] if d in dims else (ZERO if d in self.kernel.axes else index[d])
-                     for d in range(len(self.kernel.shape)))
-        value = self.value(source, full, lanes)
-        at = render(lane)
-        for line in self.combine(node, f"{acc}[{at}]", f"{nan}[{at}]" if nan else None,
-                                 f"{position}[{at}]" if position else None, value, full):
-            self.emit(lanes, line)
-        if not self.checks:  # (a failed index check would have stored some of them)
-            for item in [i for i in self.early_stores if i not in self.stored_early]:
-                at_store = self.placed(item.node, dict(enumerate(full)))
-                stored = self.value(item.node, at_store, lanes)
-                self.emit(lanes, f"{self.offset(item.buffer, at_store)} = "
-                                 f"{store(item.node.dtype, stored)};")
-                self.stored_early.add(item)
-        status = " reduction(|:status)" if self.checks else ""
-        self.close_loops([*loops, lane_loop], [""] * len(loops) + ["#pragma omp simd" + status])
-        if nan:
-            self.emit(block, f"for (int64_t l = 0; l < {width}; l++) "
-                             f"{{ if ({nan}[l]) {acc}[l] = NAN; }}")
-        return acc, position, nan
 
     @staticmethod
     def initial(op: Op, dtype: torch.dtype) -> str:
@@ -511,7 +429,7 @@ class CKernelWriter:
                     # no outer loop to share out (a full reduction and its epilogue): the
                     # threads split the store loop instead
                     pragmas[0] = "#pragma omp parallel for" + (
-                        " simd" if len(inner_loops) == 1 else "") + status
+                        " simd" if len(inner_loops) == 1 else "") + status + self.when()
             self.close_loops(inner_loops, pragmas)
         for line in waiting:
             self.emit(outer, line)
@@ -519,9 +437,23 @@ class CKernelWriter:
         signature = ", ".join(
             f"{STORAGE_TYPES[b.dtype]}* restrict {name}" for b, name in self.arguments.items())
         body = ["    int64_t status = 0;"] + ["    " + line for line in root.lines]
+        sizes = self.sizes_used(body)
+        signature += "".join(f", int64_t {name}" for name in sizes)
         text = "\n".join([f"int {kernel.name}({signature}) {{", *body,
                           "    return (int)(status != 0);", "}"])
-        return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks)
+        return KernelSource(kernel.name, text, list(self.arguments), self.uses_checks, sizes)
+
+    def sizes_used(self, body: list[str]) -> list[str]:
+        """The graph's symbols the kernel's text names: its size parameters, in order."""
+        symbols = self.symbols
+        if not symbols:
+            return []
+        used = {name for line in body for name in SYMBOL_NAME.findall(line)}
+        return [name for name in symbols if name in used]
+
+    def when(self) -> str:
+        """The `if` clause of a parallel pragma whose work is symbolic."""
+        return f" if({self.parallel_if})" if self.parallel_if else ""
 
     def store_lines(self, items: list, dims: dict[int, Expr], scope: Scope) -> list:
         """(item, its store statement) for each item, every value computed first."""
@@ -540,41 +472,6 @@ class CKernelWriter:
                    for d in range(len(shape)) if shape[d] != 1}
         return tuple(e.substitute(mapping) for e in index)
 
-    def needs_reduction(self, node: Node) -> bool:
-        """Does `node` read a reduction this kernel computes (through anything it computes
-        inline: members and unrealized nodes alike)?"""
-        seen, stack = set(), [node]
-        while stack:
-            current = stack.pop()
-            buffer = self.buffer_of.get(current)
-            # (what is loaded was computed elsewhere; an alias is a view computed from its
-            # base, as generate() does, which may be this kernel's reduction)
-            loaded = buffer is not None and current not in self.members and \
-                buffer.role != "alias"
-            if current in seen or loaded:
-                continue
-            seen.add(current)
-            if current.kind is Kind.REDUCTION:
-                return True
-            stack.extend(current.inputs)
-        return False
-
-    def open_column(self, outer: Scope, outer_index: dict[int, Expr], outer_loops: list):
-        """The block loop over the last outer group, and the lanes loop of the epilogue."""
-        group, width = self.outer_groups[-1], self.column
-        extent = math.prod(self.kernel.shape[d] for d in group)
-        blocks = -(-extent // width)
-        name = f"b{group[0]}"
-        block = Scope(outer, outer.depth + 1)
-        self.defined_at[name] = block
-        outer_loops.append((block, name, _int(blocks)))
-        self.block_scope = block
-        self.block_base = Expr.of(Var(name, blocks)) * width
-        self.emit(block, f"int64_t lanes = {_int(extent)} - {name} * {width} < {width} ? "
-                         f"{_int(extent)} - {name} * {width} : {width};")
-        lanes, lane, loop = self.open_lanes(block)
-        return lanes, {**outer_index, **self.column_index(lane)}, loop
-
     def outer_pragmas(self, loops) -> list[str]:
         pragmas = [""] * len(loops)
         if not loops:
@@ -585,10 +482,21 @@ class CKernelWriter:
             pragmas[-1] = "#pragma omp simd" + status
         if self.parallel:
             if len(loops) == 1 and innermost_is_simd:
-                pragmas[0] = "#pragma omp parallel for simd" + status
+                pragmas[0] = "#pragma omp parallel for simd" + status + self.when()
             else:
-                pragmas[0] = "#pragma omp parallel for" + status
+                pragmas[0] = "#pragma omp parallel for" + status + self.when()
         return pragmas
+
+
+def _at_run_time(work: Dim, threshold: int) -> str:
+    """The C condition `work >= threshold` where the symbols' ranges leave it open, else ""
+    (the static decision stands)."""
+    if not isinstance(work, Size):
+        return ""
+    low, high = work.bounds()
+    if low >= threshold or high < threshold:
+        return ""
+    return f"{work.render_c()} >= {threshold}"
 
 
 def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from ember.ir.sizes import guess
 from ember.schedule.expr import Expr, Var
 
 if TYPE_CHECKING:
@@ -41,10 +42,10 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
     inner = merge(writer.inner_dims)
     column = None
     if writer.kernel.axes and outer and _kept_dim_is_contiguous(writer, outer[-1][-1]):
-        column = min(COLUMN_WIDTH, math.prod(shape[d] for d in outer[-1]))
+        column = min(COLUMN_WIDTH, guess(math.prod(shape[d] for d in outer[-1])))
     keep_last = not writer.kernel.axes or column is not None
     while writer.parallel and len(outer) > (2 if keep_last else 1) and \
-            math.prod(shape[d] for d in outer[0]) < 256:
+            guess(math.prod(shape[d] for d in outer[0])) < 256:
         outer[0:2] = [outer[0] + outer[1]]
     return outer, inner, column
 
@@ -66,7 +67,7 @@ def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
                    for d in writer.inner_dims):
                 along_reduced += 1
                 break
-    return along_kept > along_reduced and shape[dim] >= 8
+    return along_kept > along_reduced and guess(shape[dim]) >= 8
 
 
 def _prefixes(offset: Expr) -> set[str]:

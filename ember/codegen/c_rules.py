@@ -15,6 +15,7 @@ import torch
 
 from ember.ir.graph import Node
 from ember.ir.ops import Op
+from ember.ir.sizes import Size
 
 STORAGE_TYPES = {
     torch.float16: "_Float16", torch.bfloat16: "uint16_t", torch.float32: "float",
@@ -147,7 +148,10 @@ def compute_type(dtype: torch.dtype) -> str:
 
 
 def literal(value, dtype: torch.dtype) -> str:
-    """A C literal for `value` as a value of `dtype` (rounded to dtype first, as eager does)."""
+    """A C literal for `value` as a value of `dtype` (rounded to dtype first, as eager does);
+    a symbolic size as its C expression over the kernel's size parameters."""
+    if isinstance(value, Size):
+        return f"(({compute_type(dtype)}){value.render_c()})"
     if dtype is torch.bool:
         return "true" if value else "false"
     if dtype.is_floating_point:

@@ -4,9 +4,11 @@ expressions as text."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
-from ember.schedule.expr import Atom, Expr
+from ember.ir.sizes import Dim, Size
+from ember.schedule.expr import Atom, Div, Expr, Mod, Opaque, Var
 
 
 @dataclasses.dataclass(eq=False)
@@ -42,3 +44,29 @@ def render_sum(expr: Expr, atom: Callable[[Atom], str], number: Callable[[int], 
     if expr.const or not parts:
         parts.append(number(expr.const))
     return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+
+
+# -- C index text (ember/codegen/c.py and c_columns.py) -----------------------------------------
+def render_c(expr: Expr) -> str:
+    return render_sum(expr, _render_c_atom, c_int, "*")
+
+
+def c_int(value: Dim) -> str:
+    """An int (or a symbolic size, over the kernel's size parameters) as C."""
+    if isinstance(value, Size):
+        return value.render_c()
+    return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
+
+
+# the symbols a kernel's text names (its size parameters): s0, s1, ...
+SYMBOL_NAME = re.compile(r"\bs\d+\b")
+
+
+def _render_c_atom(atom) -> str:
+    if isinstance(atom, (Var, Opaque)):
+        return atom.name
+    if isinstance(atom, Div):
+        return f"({render_c(atom.expr)} / {c_int(atom.divisor)})"
+    if isinstance(atom, Mod):
+        return f"({render_c(atom.expr)} % {c_int(atom.divisor)})"
+    raise TypeError(atom)

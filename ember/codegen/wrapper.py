@@ -19,6 +19,7 @@ from ember import torch_internals
 from ember.codegen.c import KernelSource
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
+from ember.ir.sizes import Size, any_symbolic
 from ember.lower.tracer import OutputSpec
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
@@ -106,8 +107,12 @@ class _Writer:
         self.misshapen: set[Buffer] = set()
 
     def constant(self, value: Any, hint: str = "k") -> str:
-        if value is None or isinstance(value, (bool, int, str)):
-            return repr(value)
+        if value is None or isinstance(value, (bool, int, str, Size)):
+            return repr(value)  # (a Size's repr is its Python expression over s0, s1, ...)
+        if isinstance(value, (list, tuple)) and any_symbolic(value) and \
+                all(isinstance(v, (int, Size)) and not isinstance(v, bool) for v in value):
+            text = ", ".join(map(repr, value))
+            return f"[{text}]" if isinstance(value, list) else f"({text}{',' * (len(value) == 1)})"
         if isinstance(value, float) and value == value and value not in (float("inf"),
                                                                           float("-inf")):
             return repr(value)
@@ -125,7 +130,16 @@ class _Writer:
         return name
 
     def allocate(self, buffer: Buffer) -> None:
-        if self.device.type == "cpu" and buffer.nbytes >= memory.MIN_BYTES:
+        if self.device.type == "cpu" and isinstance(buffer.nbytes, Size) and \
+                self.plain_empty is not None and buffer.nbytes.bounds()[1] >= memory.MIN_BYTES:
+            # (large or not is known per call: the huge-page allocator only for large ones)
+            self.namespace["MIN_BYTES"] = memory.MIN_BYTES
+            self.lines.append(f"{buffer.name} = (empty_cpu if {buffer.nbytes!r} >= MIN_BYTES "
+                              f"else empty)({buffer.shape!r}, {buffer.strides!r}, "
+                              f"{self.dtype(buffer.dtype)})")
+            return
+        if self.device.type == "cpu" and buffer.nbytes.bounds()[1] >= memory.MIN_BYTES \
+                if isinstance(buffer.nbytes, Size) else buffer.nbytes >= memory.MIN_BYTES:
             # large CPU buffers ask for huge pages (see ember/runtime/memory.py)
             self.lines.append(f"{buffer.name} = empty_cpu({buffer.shape!r}, {buffer.strides!r}, "
                               f"{self.dtype(buffer.dtype)})")
@@ -195,6 +209,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
     names = ", ".join(b.name for b in plan.inputs)
     if plan.inputs:
         lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
+    for symbol, (index, dim) in plan.graph.symbols.items():  # (a symbolic graph's sizes)
+        lines.append(f"{symbol} = {plan.inputs[index].name}.shape[{dim}]")
     if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     if any(b.role in ("temp", "output") for b in plan.buffers) or \
@@ -225,9 +241,14 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
-            if math.prod(n for d, n in enumerate(step.shape) if d not in step.axes) == 0:
+            positions = math.prod(n for d, n in enumerate(step.shape) if d not in step.axes)
+            if positions == 0:
                 continue  # (no position to compute: nothing to launch)
-            lines.extend(_launch(step.name, source, functions, w))
+            launch = _launch(step.name, source, functions, w)
+            if isinstance(positions, Size) and positions.bounds()[0] <= 0:
+                # (a symbolic extent that may be empty: decided per call)
+                launch = [f"if {positions!r} > 0:"] + ["    " + line for line in launch]
+            lines.extend(launch)
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:
                 ready(buffer)
@@ -318,7 +339,7 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
     """The lines that run one kernel: a C function on data pointers, a Triton kernel through
     its launcher on tensors (grid and metadata as constants), or an interpreted one."""
     if isinstance(source, KernelSource):
-        pointers = ", ".join(f"{b.name}.data_ptr()" for b in source.arguments)
+        pointers = ", ".join([f"{b.name}.data_ptr()" for b in source.arguments] + source.sizes)
         call = f"{name}({pointers})"
         return [f"if {call}: raise_index_error({name!r})"] if source.checks else [call]
     if source.grid[0] == 0:

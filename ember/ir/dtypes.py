@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 import torch
 
+from ember.ir.sizes import Size
+
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
 COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
@@ -69,7 +71,7 @@ def scalar_dtype(value: bool | int | float | complex) -> torch.dtype:
     """The dtype a Python scalar takes part in promotion with."""
     if isinstance(value, bool):
         return torch.bool
-    if isinstance(value, int):
+    if isinstance(value, (int, Size)):  # (a symbolic size is an int)
         return torch.int64
     if isinstance(value, float):
         return torch.get_default_dtype()

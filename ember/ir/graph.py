@@ -1,4 +1,4 @@
-"""The IR: a graph of primitive nodes with static shapes and dtypes.
+"""The IR: a graph of primitive nodes with shapes (ints, or symbolic `Size`s) and dtypes.
 
 Grammar of the printed form (ember/ir/printer.py):
 
@@ -8,6 +8,7 @@ Grammar of the printed form (ember/ir/printer.py):
               | "return" "(" ("%" id)* ")"
               | "write" "%" id "->" "input" index          (mutation of a graph input)
     type     := dtype "[" dim ("," dim)* "]"
+    dim      := int | size                                    (size: ember/ir/sizes.py, s0*768)
 
 A Node is immutable once built: passes build new nodes and `Graph.replace` redirects uses.
 Shapes and dtypes come from `shape_rules`; building a node checks them, so an ill-typed node is
@@ -25,8 +26,9 @@ from typing import Any
 import torch
 
 from ember.ir.ops import KIND, Kind, Op
+from ember.ir.sizes import Dim, Size
 
-Shape = tuple[int, ...]
+Shape = tuple[Dim, ...]
 
 
 class IRError(Exception):
@@ -71,6 +73,8 @@ class Graph:
     output_strides: list[tuple[int, ...]] = dataclasses.field(default_factory=list)
     # (input index, node): after the graph runs, input `index` must hold `node`'s value.
     writebacks: list[tuple[int, Node]] = dataclasses.field(default_factory=list)
+    # Symbolic graphs: each symbol's name -> (input index, dim) where a call's size is read.
+    symbols: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     _ids: Any = dataclasses.field(default_factory=itertools.count, repr=False)
 
     def add(self, op: Op, inputs: Sequence[Node] = (), **attrs: Any) -> Node:
@@ -135,9 +139,10 @@ class Graph:
 def row_major(shape: Sequence[int]) -> tuple[int, ...]:
     """The strides of a contiguous (C-order) tensor of `shape`, as torch gives them."""
     strides, step = [], 1
-    for size in reversed(shape):
+    for position, size in enumerate(reversed(shape)):
         strides.append(step)
-        step *= max(size, 1)
+        if position < len(shape) - 1:  # (the outermost size sets no stride: it may be symbolic)
+            step *= size if isinstance(size, Size) and size.bounds()[0] >= 1 else max(size, 1)
     return tuple(reversed(strides))
 
 

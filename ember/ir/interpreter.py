@@ -6,15 +6,17 @@ PyTorch gives, and a kernel is right when it gives what the interpreter gives.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-from ember.ir import library
+from ember.ir import library, sizes
 from ember.ir.dtypes import is_float
 from ember.ir.graph import Graph, Node
 from ember.ir.ops import Op
+from ember.torch_internals import tree_map
 
 Rule = Callable[[Node, list[Any]], Any]
 interpret_rules: dict[Op, Rule] = {}
@@ -232,9 +234,21 @@ def _item(node, args):
 
 def interpret(graph: Graph, inputs: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor],
                                                                      list[torch.Tensor]]:
-    """Run the graph; return (outputs, new values of the written-back inputs)."""
+    """Run the graph; return (outputs, new values of the written-back inputs). A symbolic
+    graph's sizes take their values from the inputs (`bindings`)."""
     values: dict[Node, Any] = dict(zip(graph.inputs, inputs))
+    bindings = {name: inputs[index].shape[dim] for name, (index, dim) in graph.symbols.items()}
     for node in graph.nodes:
         if node.op is not Op.INPUT:
-            values[node] = interpret_rules[node.op](node, [values[s] for s in node.inputs])
+            rule_node = _bound(node, bindings) if bindings else node
+            values[node] = interpret_rules[node.op](rule_node, [values[s] for s in node.inputs])
     return [values[n] for n in graph.outputs], [values[n] for _, n in graph.writebacks]
+
+
+def _bound(node: Node, bindings: dict[str, int]) -> Node:
+    """`node` with its shape and attributes at the symbols' values."""
+    def value(item: Any) -> Any:
+        return sizes.evaluate(item, bindings) if isinstance(item, sizes.Size) else item
+
+    attrs = {key: tree_map(value, item) for key, item in node.attrs.items()}
+    return dataclasses.replace(node, shape=tuple(value(d) for d in node.shape), attrs=attrs)

@@ -15,6 +15,7 @@ import torch
 from ember.ir import dtypes
 from ember.ir.graph import IRError, Node, Shape
 from ember.ir.ops import BINARY, BOOL_RESULT, COMPARISONS, FLOAT_ONLY, UNARY, Op
+from ember.ir.sizes import Size
 
 Rule = Callable[[Op, Sequence[Node], dict[str, Any]], tuple[Shape, torch.dtype]]
 shape_rules: dict[Op, Rule] = {}
@@ -50,7 +51,8 @@ def _arity(inputs: Sequence[Node], count: int, op: str) -> None:
 def _leaf(op, inputs, attrs):
     _check(not inputs, "leaf nodes take no inputs")
     shape = tuple(attrs["shape"])
-    _check(all(isinstance(d, int) and d >= 0 for d in shape), f"bad shape {shape}")
+    _check(all((isinstance(d, int) and d >= 0) or isinstance(d, Size) for d in shape),
+           f"bad shape {shape}")
     return shape, attrs["dtype"]
 
 

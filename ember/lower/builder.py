@@ -16,6 +16,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, Shape, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import COMPARISONS, FLOAT_ONLY, Op
+from ember.ir.sizes import Size
 
 Scalar = bool | int | float
 Operand = Node | Scalar
@@ -54,7 +55,9 @@ class Builder:
 
     # -- leaves ---------------------------------------------------------------------------
     def full(self, value: Scalar, dtype: torch.dtype, shape: Sequence[int] = ()) -> Node:
-        if dtype is torch.bool:
+        if isinstance(value, Size) and dtype is not torch.bool:
+            pass  # a symbolic size as a value (mean's count): computed where it is used
+        elif dtype is torch.bool:
             value = bool(value)
         elif dtypes.is_integral(dtype):
             value = wrap_integer(int(value), dtype)

@@ -10,6 +10,7 @@ This module must not decide fusion or layout; it only says what values the graph
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -45,10 +46,16 @@ from ember.lower.schemas import (
     WRITES_UNDECLARED,
     WRITTEN_UNDECLARED,
 )
+from ember.lower.symbolic import SymbolTable, symbolic_arguments
 from ember.torch_internals import tree_flatten, tree_map
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 _AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
+_METADATA = {torch.ops.prim.device.default, torch.ops.aten.sym_size.int,
+             torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
+             torch.ops.aten.sym_storage_offset.default, torch.ops.aten.is_contiguous.default,
+             torch.ops.aten.is_contiguous.memory_format}
+
 @dataclasses.dataclass(eq=False)
 class Storage:
     """One aliasing group: a root value that every view of it is computed from."""
@@ -83,9 +90,11 @@ def _view_chain(result: Node, base: Node) -> ViewChain | None:
 
 
 class Tracer(torch_internals.TorchDispatchMode):
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, symbols: SymbolTable | None = None):
         super().__init__()
         self.graph = graph
+        # symbolic graphs: torch's SymInts -> ember's sizes (None: every size is an int)
+        self.symbols = symbols
         self.builder = Builder(graph)
         self.states: dict[int, TensorState] = {}
         self.keep_alive: list[torch.Tensor] = []
@@ -97,6 +106,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.input_metas: set[int] = set()  # (ids: an input returned is that object itself)
         self.from_storage_start: set[int] = set()  # (ids: see _counts_from_storage)
 
+    def dims(self, values: Any) -> tuple:
+        """Sizes, strides or an offset as the IR holds them (SymInts become `Size`)."""
+        return tuple(values) if self.symbols is None else self.symbols.dims(values)
+
     # -- tensor bookkeeping ---------------------------------------------------------------
     def bind(self, meta: torch.Tensor, node: Node, storage: Storage | None = None,
              chain: ViewChain | None = ()) -> None:
@@ -106,7 +119,7 @@ class Tracer(torch_internals.TorchDispatchMode):
         self.states[id(meta)] = TensorState(storage, chain, node, storage.version)
         self.keep_alive.append(meta)
         if node.strides is None and node.op not in (Op.INPUT, Op.FULL) and meta.ndim:
-            node.strides = tuple(meta.stride())
+            node.strides = self.dims(meta.stride())
 
     def bind_input(self, meta: torch.Tensor, index: int) -> None:
         node = self.graph.inputs[index]
@@ -163,6 +176,8 @@ class Tracer(torch_internals.TorchDispatchMode):
         state.node, state.version = value, storage.version
 
     def to_nodes(self, tree: Any) -> Any:
+        if self.symbols is not None:
+            tree = self.symbols.convert(tree)
         return tree_map(lambda v: self.current(v) if isinstance(v, torch.Tensor) else v, tree)
 
     def adopt_constant(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -176,6 +191,8 @@ class Tracer(torch_internals.TorchDispatchMode):
     # -- the dispatch hook ----------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
+        if func in _METADATA:  # (fake tensors ask for their device and sizes through here)
+            return func(*args, **kwargs)
         func = self._declared_twin(func, args, kwargs)
         template_kwargs = dict(kwargs)
         schema = torch_internals.schema_of(func)
@@ -306,10 +323,10 @@ class Tracer(torch_internals.TorchDispatchMode):
             return False
         for node, meta in zip(flat_result, flat_out):
             if isinstance(meta, torch.Tensor):
-                if not isinstance(node, Node) or node.shape != tuple(meta.shape) \
+                if not isinstance(node, Node) or node.shape != self.dims(meta.shape) \
                         or node.dtype != meta.dtype:
                     return False
-            elif node != meta:
+            elif node != (self.symbols.size(meta) if self.symbols is not None else meta):
                 return False
         return True
 
@@ -332,9 +349,9 @@ class Tracer(torch_internals.TorchDispatchMode):
         def slot(value: Any) -> Any:
             if isinstance(value, torch.Tensor):
                 inputs.append(self.current(value))
-                operand_strides.append(tuple(value.stride()))
+                operand_strides.append(self.dims(value.stride()))
                 return Slot(len(inputs) - 1)
-            return value
+            return self.symbols.size(value) if self.symbols is not None else value
 
         template_args = tree_map(slot, args)
         template_kwargs = {key: (tree_map(slot, kwargs[key]) if key != "device" else value)
@@ -348,7 +365,7 @@ class Tracer(torch_internals.TorchDispatchMode):
             # (the imaginary part of a conjugate came back with its sign flipped)
             raise Unsupported(f"{func} on a lazily conjugated or negated view (torch's "
                               f"conj/neg bits): the graph runs eagerly")
-        results = tuple((tuple(t.shape), t.dtype, tuple(t.stride())) for t in flat_out)
+        results = tuple((self.dims(t.shape), t.dtype, self.dims(t.stride())) for t in flat_out)
         tuple_result = not isinstance(out, torch.Tensor)
         node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
                               kwargs=template_kwargs, results=results,
@@ -398,6 +415,9 @@ class Tracer(torch_internals.TorchDispatchMode):
         """An in-place view op (x.squeeze_(0), x.t_(), x.as_strided_(...)): the tensor becomes
         a view of itself. `geometry`: the tensor's shape, strides and offset before."""
         base = args[0]
+        if self.symbols is not None:
+            raise Unsupported(f"{func} restrides a tensor in place in a graph with symbolic "
+                              f"sizes (issue 18, stage 3)")
         view = view_variant(func)
         rule = find_rule(view) if view is not None else None
         if rule is None and func is not _AS_STRIDED_IN_PLACE:
@@ -514,8 +534,8 @@ class Tracer(torch_internals.TorchDispatchMode):
             seen[id(value)] = position
             state = self.state(value)
             storage = state.storage
-            geometry = dict(size=tuple(value.shape), stride=tuple(value.stride()),
-                            offset=value.storage_offset(),
+            geometry = dict(size=self.dims(value.shape), stride=self.dims(value.stride()),
+                            offset=self.dims([value.storage_offset()])[0],
                             dtype=value.dtype if value.dtype != storage.value.dtype else None)
             if storage.input_index is not None:
                 root = self.graph.inputs[storage.input_index]
@@ -547,14 +567,14 @@ class Tracer(torch_internals.TorchDispatchMode):
                     root_outputs[id(storage)] = len(self.graph.outputs)
                 specs.append(OutputSpec("node", index=len(self.graph.outputs)))
                 self.graph.outputs.append(self.current(value))
-                self.graph.output_strides.append(tuple(value.stride()))
+                self.graph.output_strides.append(self.dims(value.stride()))
         return specs, tree
 
     def _root_meta(self, storage: Storage) -> tuple[int, ...]:
         """Eager's strides of a storage's root tensor (those of its meta tensor: the root's
         node may be another buffer's value, such as an input that round() returned as is)."""
         root = self._root_tensor(storage)
-        return tuple(root.stride()) if root is not None else row_major(storage.value.shape)
+        return self.dims(root.stride()) if root is not None else row_major(storage.value.shape)
 
     def _root_tensor(self, storage: Storage) -> torch.Tensor | None:
         """The meta tensor that is a storage's root itself, if one is still bound to it."""
@@ -565,16 +585,21 @@ class Tracer(torch_internals.TorchDispatchMode):
         return None
 
 
-def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
-    """Lower an FX graph for the given (concrete) inputs."""
+def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
+          symbolic: bool = False) -> Lowered:
+    """Lower an FX graph for the given (concrete) inputs; `symbolic`: for every shape its
+    placeholders' symbolic fake values allow (sizes in the IR are then `Size`s)."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     device = tensors[0].device if tensors else resolve(torch.get_default_device())
     if any(t.device != device for t in tensors):
         raise Unsupported("inputs live on several devices")
     graph = Graph(device)
-    tracer = Tracer(graph)
-    arguments = []
-    for value in example_inputs:
+    if symbolic:
+        tracer = Tracer(graph, SymbolTable(graph))
+        mode, arguments = symbolic_arguments(tracer, module, example_inputs)
+    else:
+        tracer, mode, arguments = Tracer(graph), contextlib.nullcontext(), []
+    for value in example_inputs if not symbolic else ():
         if isinstance(value, torch.Tensor):
             meta = to_meta(value)
             graph.add_input(value.shape, value.dtype, value.stride())
@@ -606,7 +631,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any]) -> Lowered:
                                                          turns_grad_on(module))
     # (the graph's grad-mode switches run as it is traced: the caller's mode is restored)
     tracer.stops = stops
-    with tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
+    with mode, tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
         out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)

@@ -12,6 +12,7 @@ import torch
 from ember.ir.graph import Graph, Node
 from ember.ir.interpreter import interpret_rules
 from ember.ir.ops import Kind, Op
+from ember.ir.sizes import Size
 from ember.passes.rewrite import rewrite
 
 _SHAPE_ONLY = {Op.RESHAPE, Op.PERMUTE, Op.EXPAND, Op.SLICE, Op.SQUEEZE, Op.UNSQUEEZE, Op.FLIP,
@@ -34,6 +35,8 @@ def fold_constants(graph: Graph) -> int:
         if node.op is Op.PAD and sources[0].attrs["value"] == node.attrs["value"]:
             return _full(graph, node.attrs["value"], node)
         if node.kind is Kind.POINTWISE:
+            if any(isinstance(s.attrs["value"], Size) for s in sources):
+                return None  # (a symbolic size's value is known per call only)
             scalars = [torch.tensor(s.attrs["value"], dtype=s.dtype) for s in sources]
             value = interpret_rules[node.op](node, scalars).item()
             return _full(graph, value, node)

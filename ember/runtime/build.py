@@ -145,8 +145,9 @@ def load(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
-def kernel_function(library: ctypes.CDLL, name: str, arity: int):
+def kernel_function(library: ctypes.CDLL, name: str, arity: int, sizes: int = 0):
+    """A kernel: `arity` data pointers, then `sizes` int64 sizes (a symbolic kernel's)."""
     function = getattr(library, name)
-    function.argtypes = [ctypes.c_void_p] * arity
+    function.argtypes = [ctypes.c_void_p] * arity + [ctypes.c_int64] * sizes
     function.restype = ctypes.c_int
     return function

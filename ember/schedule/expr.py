@@ -6,7 +6,7 @@ affine term), and simplification folds them back: with 0 <= j < 4, (4*i + j) // 
 them to decide what may share a loop.
 
     Expr  := const + sum(coefficient * Atom)
-    Atom  := Var(name, extent)            0 <= v < extent
+    Atom  := Var(name, extent)            0 <= v < extent (an int, or a symbolic Size)
            | Opaque(name, low, high)      a value computed at run time (a loaded index)
            | Div(Expr, d) | Mod(Expr, d)  floor division and modulo by a positive constant
 """
@@ -17,11 +17,13 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
+from ember.ir.sizes import Size, Undecided
+
 
 @dataclasses.dataclass(frozen=True)
 class Var:
     name: str
-    extent: int
+    extent: int | Size  # (symbolic in a graph whose sizes are symbols: issue 18)
 
     def __str__(self) -> str:
         return self.name
@@ -82,8 +84,12 @@ class Expr:
         return self + Expr.of(other) * -1
 
     def __mul__(self, factor: int) -> Expr:
-        if factor == 0:
+        if factor == 0 or not self.terms and self.const == 0:
             return ZERO
+        if isinstance(factor, Size):
+            # NOTE: stage 2 of issue 18 keeps coefficients ints: a symbolic stride (a dim
+            # inside a symbolic one) compiles per shape until stage 3
+            raise Undecided(f"symbolic stride: {self} * {factor}")
         return Expr(tuple((atom, c * factor) for atom, c in self.terms), self.const * factor)
 
     __rmul__ = __mul__
@@ -152,6 +158,8 @@ def _inner_atoms(atom: Atom) -> set[Atom]:
 
 def atom_bounds(atom: Atom) -> tuple[float, float]:
     if isinstance(atom, Var):
+        if isinstance(atom.extent, Size):  # (its range's top: infinite when unbounded)
+            return 0, atom.extent.bounds()[1] - 1
         return 0, atom.extent - 1
     if isinstance(atom, Opaque):
         return atom.low, atom.high
@@ -226,6 +234,8 @@ def _non_negative(rest: Expr, divisor: int) -> tuple[Expr, int]:
 
 def floordiv(expr: Expr, divisor: int) -> Expr:
     expr = Expr.of(expr)
+    if isinstance(divisor, Size):
+        raise Undecided(f"symbolic stride: {expr} divided by {divisor}")
     assert divisor > 0
     if divisor == 1:
         return expr
@@ -253,6 +263,8 @@ def floordiv(expr: Expr, divisor: int) -> Expr:
 
 def modulo(expr: Expr, divisor: int) -> Expr:
     expr = Expr.of(expr)
+    if isinstance(divisor, Size):
+        raise Undecided(f"symbolic stride: {expr} divided by {divisor}")
     assert divisor > 0
     if divisor == 1:
         return ZERO

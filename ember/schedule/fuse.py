@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from ember.ir.graph import Graph, Node
 from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
+from ember.ir.sizes import guess
 from ember.schedule.expr import ZERO, Expr, Var
 from ember.schedule.indexing import Index, index_rules, reads
 from ember.schedule.layout import row_major, view_geometry
@@ -196,7 +197,7 @@ class Scheduler:
                 continue
             seen.add(current)
             if current in self.realized and current is not node:
-                reads += 2 * current.numel >= node.numel
+                reads += 2 * guess(current.numel) >= guess(node.numel)
                 continue
             if current.kind in (Kind.POINTWISE, Kind.DATA):
                 cost += 1

@@ -70,16 +70,16 @@ def test_thirty_batch_sizes_capture_twice_by_default():
     assert compiled.entries[0].captured.symbolic
 
 
-def test_by_default_embers_own_backend_recompiles_statically():
-    # ember's backend builds kernels per shape until stage 2: automatic dynamic would pay a
-    # symbolic capture and still compile per shape, so the default keeps static recompiles
-    # (to the limit, then eager); dynamic=True and marks still make symbols
+def test_by_default_embers_own_backend_falls_back_per_shape_where_stage_2_cannot():
+    # automatic dynamic makes a symbolic capture on the first recompile; arange(b) needs a
+    # symbolic float (stage 3), so that graph's kernels are built per shape, and later
+    # recompiles of the function stay static (issue 18, stage 2)
     compiled = ember.compile(mlp_like)
     with config.override(recompile_limit=3):
         run_sizes(compiled, mlp_like, range(2, 8), lambda b: t(b, 8, seed=b))
-    assert len(compiled.records) == 3
-    assert not any(entry.captured.symbolic for entry in compiled.entries
-                   if entry.captured is not None)
+    assert len(compiled.records) == 2 and compiled.entries[0].captured.symbolic
+    assert compiled.symbolic_refused
+    assert "symbolic float" in compiled.records[1].compiled.reason
 
 
 def test_thirty_batch_sizes_capture_once_under_dynamic_true():
@@ -281,3 +281,47 @@ def test_past_the_recompile_limit_new_shapes_run_eagerly():
     specialized = compiled.records[0].compiled
     assert len(compiled.records) == 1
     assert specialized.compiles == 3 and specialized.eager_calls == 2  # (6 and 7; 3 is kept)
+
+
+def test_what_the_backend_guards_on_the_symbols_becomes_a_guard(logged):
+    # a symbolic lowering runs on the capture's ShapeEnv: a relation it records while
+    # compiling (here, the backend's own branch on s0) must be checked on later calls
+    answers = []
+
+    def branching(gm, example_inputs):
+        fake = next(n for n in gm.graph.nodes if n.op == "placeholder").meta["example_value"]
+        answers.append(bool(fake.shape[0] > 10))
+        return gm.forward
+
+    branching.serves_any_shape = True
+    compiled = ember.compile(lambda x: x * 2, backend=branching, dynamic=True)
+    for rows in [12, 20, 5]:
+        same(compiled(t(rows, 3)), t(rows, 3) * 2)
+    assert answers == [True, False] and len(compiled.records) == 2
+    assert any("s0 > 10" in r.getMessage() for r in logged.records)
+
+
+def test_a_view_input_beside_a_symbolic_int():
+    # the fake of a view fakes its base as well: symbols the ShapeEnv makes for the base are
+    # read from `L['ids']._base` (this was a KeyError in capture)
+    def positions(ids, past: int = 0):
+        return ids + torch.arange(past, past + ids.shape[1]).unsqueeze(0)
+
+    compiled = ember.compile(positions, backend="eager")
+    ids = torch.arange(10).view(2, 5)
+    for args in [(ids,), (ids[:, :1], 5), (ids[:, :1], 6), (ids[:, :2], 7)]:
+        same(compiled(*args), positions(*args))
+    assert all(record.graphs == 1 for record in compiled.records)  # (none ran eagerly)
+
+
+def test_text_of_a_symbolic_shape_is_its_value():
+    # str(x.shape) went through str()'s own rule, which did not specialize: "torch.Size([s77,
+    # 2])" reached the user (a wrong answer once automatic dynamic ran under ember's backend)
+    def texts(x):
+        shape = x.shape
+        return x * len(str(shape)), [str(shape), repr(shape), "%s" % (shape,),  # noqa: UP031
+                                     "{}".format(shape), f"{shape}", " ".join(map(str, shape))]
+
+    compiled = ember.compile(texts, backend="eager", dynamic=True)
+    for rows in [3, 5, 12]:
+        same(compiled(t(rows, 2)), texts(t(rows, 2)))

@@ -844,3 +844,28 @@ def large_reductions(draw) -> Program:
                      math.inf, 0, False)
     outputs = [v.name for v in builder.values[1:] if v.name not in builder.used]
     return Program([tensor], [layout], builder.lines, outputs, builder.values)
+
+
+# -- pointwise chains over a symbolic batch (issue 18, stage 2) --------------------------------
+_CHAIN_UNARY = ("torch.tanh({})", "torch.sigmoid({})", "({}).abs()", "({}) * 0.5",
+                "({}) + 1.25", "torch.relu({})", "torch.sin({})", "torch.exp(-({}).abs())")
+_CHAIN_BINARY = ("({}) * ({})", "({}) + ({})", "({}) - ({})", "torch.maximum({}, {})")
+
+
+@st.composite
+def pointwise_chains(draw, max_steps: int = 6) -> tuple[str, int]:
+    """(source of `f(x, w)`, row length): a chain of pointwise float ops over x [batch, n]
+    and a row w [n] broadcast against it; every step reads the values made before it."""
+    width = draw(st.sampled_from((3, 8, 17, 64)))
+    values = ["x", "w"]
+    lines = []
+    for step in range(draw(st.integers(1, max_steps))):
+        if draw(st.booleans()):
+            text = draw(st.sampled_from(_CHAIN_UNARY)).format(draw(st.sampled_from(values)))
+        else:
+            a, b = draw(st.sampled_from(values)), draw(st.sampled_from(values))
+            text = draw(st.sampled_from(_CHAIN_BINARY)).format(a, b)
+        lines.append(f"    v{step} = {text}")
+        values.append(f"v{step}")
+    lines.append(f"    return {values[-1]} + x")
+    return "def f(x, w):\n" + "\n".join(lines) + "\n", width

@@ -1,0 +1,126 @@
+"""Lowering a graph whose sizes are symbols: torch's SymInts become ember's `Size` here, once.
+
+`SymbolTable` names the symbols in the order the graph's tensor inputs show them (s0, s1, ...:
+the same graph gives the same names, so one kernel source serves every capture of it) and
+records in `Graph.symbols` where each is read (input index, dim). `symbolic_inputs` gives the
+fake meta tensors the tracer runs on, from the capture's (or Dynamo's) fake example values.
+It must not decide anything about a size: it only converts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+
+from ember import torch_internals
+from ember.ir.graph import Graph
+from ember.ir.sizes import Dim, Size, Symbol, Undecided
+from ember.lower.registry import Unsupported
+from ember.torch_internals import tree_map
+
+
+class SymbolTable:
+    """torch's symbols -> ember's, and SymInt -> Size (memoized by expression)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.symbols: dict[Any, Symbol] = {}
+        self.memo: dict[Any, Dim] = {}
+
+    def read_input(self, shape: Any, index: int) -> None:
+        """Name the symbols that input `index`'s dims are (the first read of each)."""
+        for dim, value in enumerate(shape):
+            expression = torch_internals.symbolic_expression(value)
+            if torch_internals.is_symbol(expression) and expression not in self.symbols:
+                low, high = torch_internals.symbol_bounds(value, expression)
+                symbol = Symbol(f"s{len(self.symbols)}", low, high)
+                self.symbols[expression] = symbol
+                self.graph.symbols[symbol.name] = (index, dim)
+
+    def size(self, value: Any) -> Any:
+        """A SymInt as an int or a Size; anything else as it is."""
+        if not isinstance(value, torch.SymInt):
+            return value
+        expression = torch_internals.symbolic_expression(value)
+        if isinstance(expression, int):
+            return expression
+        found = self.memo.get(expression)
+        if found is None:
+            found = self.memo[expression] = self._convert(expression)
+        return found
+
+    def _convert(self, expression: Any) -> Dim:
+        terms = torch_internals.polynomial_terms(expression)
+        if terms is None:
+            raise Undecided(f"the size {expression} is not a polynomial of the input sizes "
+                            f"(issue 18, stage 3)")
+        table: dict[tuple[Symbol, ...], int] = {}
+        for symbols, coefficient in terms:
+            try:
+                monomial = tuple(sorted(self.symbols[s] for s in symbols))
+            except KeyError:
+                raise Undecided(f"the size {expression} is not read from a tensor input's "
+                                f"dims") from None
+            table[monomial] = table.get(monomial, 0) + coefficient
+        return Size.make(table)
+
+    def dims(self, values: Any) -> tuple:
+        return tuple(self.size(v) for v in values)
+
+    def convert(self, tree: Any) -> Any:
+        return tree_map(self.size, tree)
+
+
+def placeholder_examples(module: torch.fx.GraphModule, example_inputs: list[Any]) -> list[Any]:
+    """Each input's symbolic example: the placeholder's fake value (ember's capture and Dynamo
+    both keep one), else the example input itself."""
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise Unsupported("placeholders and example inputs disagree")
+    examples = []
+    for node, value in zip(placeholders, example_inputs):
+        example = node.meta.get("example_value", node.meta.get("val"))
+        if example is None or type(example) is not type(value) and \
+                not (isinstance(example, torch.Tensor) and isinstance(value, torch.Tensor)) \
+                and not isinstance(example, torch.SymInt):
+            example = value
+        examples.append(example)
+    return examples
+
+
+def fake_mode(examples: list[Any]) -> Any:
+    for value in examples:
+        mode = torch_internals.fake_mode_of(value)
+        if mode is not None and torch_internals.is_symbolic(value):
+            return mode
+    raise Unsupported("no symbolic fake tensor among the inputs")
+
+
+def meta_like(fake: torch.Tensor) -> torch.Tensor:
+    """A fake meta tensor with `fake`'s symbolic geometry (call under its fake mode)."""
+    return torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype, device="meta")
+
+
+def symbolic_arguments(tracer: Any, module: torch.fx.GraphModule, example_inputs: list[Any]
+                       ) -> tuple[Any, list[Any]]:
+    """(the fake mode to trace under, the graph's arguments): each tensor input a fake meta
+    tensor with its symbolic geometry, bound to a graph input whose sizes are `Size`s; a
+    SymInt argument as it is (converted where an op takes it)."""
+    examples = placeholder_examples(module, example_inputs)
+    mode = fake_mode(examples)
+    graph, arguments = tracer.graph, []
+    for value in examples:
+        if isinstance(value, torch.Tensor):
+            with mode:
+                meta = meta_like(value)
+            tracer.symbols.read_input(value.shape, len(graph.inputs))
+            graph.add_input(tracer.dims(value.shape), value.dtype, tracer.dims(value.stride()))
+            tracer.bind_input(meta, len(graph.inputs) - 1)
+            arguments.append(meta)
+        elif isinstance(value, (torch.SymFloat, torch.SymBool)):
+            raise Unsupported("symbolic scalar input")
+        else:
+            arguments.append(value)
+    return mode, arguments

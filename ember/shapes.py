@@ -1,0 +1,181 @@
+"""Graphs whose sizes are symbols: one compile for the family of shapes where ember's C backend
+serves it (issue 18, stage 2: pointwise and reduction kernels with symbolic extents), else a
+compile per concrete shape (`ShapeSpecialized`), never a wrong answer.
+
+`for_every_shape` is what ember's backend does with a symbolic graph (from ember's capture or
+Dynamo's). It must not change the static path: static graphs never come here.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+
+from ember import config, logs
+
+
+def for_every_shape(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                    per_shape: Callable | None = None) -> Callable:
+    """The graph compiled once for every shape its symbols allow, or per shape (by
+    `per_shape`, ember's compile_graph by default) where that cannot be done."""
+    from ember import backends
+
+    compiled, reason = compile_symbolic(gm, example_inputs, label)
+    if compiled is not None:
+        return compiled
+    logs.channel("recompiles").info("%s: compiled per shape: %s", label, reason)
+    return ShapeSpecialized(gm, per_shape or backends.compile_graph, label, reason)
+
+
+def automatic(backend: Callable, tensors: list[torch.Tensor]) -> bool:
+    """Under dynamic=None, does a recompile for `backend` make the changed sizes symbols?
+    For ember's own while its tensors go to the C backend: on Triton kernels are per shape
+    until stage 4, so a symbolic capture would cost more and save no build. (A backend that
+    serves any shape is asked by the caller.)"""
+    from ember import backends
+
+    return backend is backends.backend and {t.device.type for t in tensors} <= {"cpu"} and \
+        backends.kernel_backend("cpu") == "c"
+
+
+def for_a_capture(gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Callable,
+                  where: str) -> Callable:
+    """A symbolic capture of ember.compile, for a backend that does not serve any shape:
+    ember's own compiles once for every shape where it can; any other, per shape."""
+    from ember import backends
+
+    if backend is not backends.backend:
+        return ShapeSpecialized(gm, backend, where)
+    return for_every_shape(gm, example_inputs, where)
+
+
+def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str | None:
+    """Why stage 2 cannot compile this graph once for all its shapes, or None."""
+    from ember import backends, torch_internals
+
+    reason = backends.eager_reason(example_inputs)
+    if reason is not None:
+        return reason
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    device = tensors[0].device.type if tensors else "cpu"
+    chosen = backends.kernel_backend(device)
+    if chosen != "c":
+        return f"symbolic sizes reach the C backend only (this graph: {chosen}; issue 18, " \
+               f"stage 4)"
+    if backends._training(gm, example_inputs):
+        return "training graphs with symbolic sizes (issue 18, stage 5)"
+    if torch_internals.autocast_state() is not None or backends._autocast_regions(gm):
+        return "autocast with symbolic sizes"
+    return None
+
+
+def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str
+                     ) -> tuple[Callable | None, str]:
+    """(the graph compiled for every shape, "") or (None, why not)."""
+    from ember import backends
+    from ember.lower import trace
+
+    reason = symbolic_reason(gm, example_inputs)
+    if reason is not None:
+        return None, reason
+    stages = label if label.startswith("graph") else f"graph{next(backends._labels)}"
+    try:
+        with torch.set_grad_enabled(torch.is_grad_enabled()):
+            started = time.perf_counter()
+            lowered = trace(gm, example_inputs, symbolic=True)
+            if logs.enabled("perf"):
+                logs.channel("perf").info("%s lowered on symbolic fakes in %.1f ms", stages,
+                                          (time.perf_counter() - started) * 1e3)
+            if not lowered.graph.symbols:
+                return None, "no symbol is a tensor input's size"
+            compiled = backends.compile_stages(gm, example_inputs, stages, lowered)
+    except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
+        if "raise" in config.settings.logs and not _expected(error):
+            raise
+        first_line = (str(error).splitlines() or [""])[0]  # (not the FX node's traceback)
+        return None, f"{type(error).__name__}: {first_line}"
+    logs.channel("recompiles").info("%s: compiled once (%s) for every shape of %s", label, stages,
+                                    ", ".join(f"{name} = input {i} size {d}" for name, (i, d)
+                                              in lowered.graph.symbols.items()))
+    return compiled, ""
+
+
+def _expected(error: Exception) -> bool:
+    """Refusals (not bugs): a question the symbols' ranges cannot answer, a construct the
+    lowering or stage 2 does not cover."""
+    from ember.ir.sizes import Undecided
+    from ember.lower import Unsupported
+
+    return isinstance(error, (Undecided, Unsupported))
+
+
+class ShapeSpecialized:
+    """A graph whose sizes are symbols (Dynamo's, or an ember capture's), compiled once per
+    concrete input signature by `compile`: one capture serves the family of shapes, but the
+    kernels are built per shape, for what `compile_symbolic` does not cover (`reason`:
+    Triton, training, symbolic strides, library calls with symbolic sizes). The
+    EMBER_SHAPE_COMPILES most recently used shapes are kept; each compile and each drop is
+    said on EMBER_LOGS=recompiles.
+
+    Past EMBER_RECOMPILE_LIMIT shape compiles a shape not kept runs the graph eagerly (its
+    FX module, op by op, as eager runs them): a decoding loop whose cache grows a token a
+    step would otherwise build kernels at every step, costing far more than eager."""
+
+    def __init__(self, gm: torch.fx.GraphModule, compile: Callable, label: str,
+                 reason: str = ""):
+        self.gm = gm
+        self.reason = reason  # (why the graph is not compiled once for every shape)
+        self.compile = compile
+        self.label = label
+        self.cache: collections.OrderedDict[Any, Callable] = collections.OrderedDict()
+        self.compiles = 0
+        self.eager_calls = 0
+        self.compiling = threading.RLock()
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.device, a.requires_grad)
+                    if isinstance(a, torch.Tensor) else (type(a), a) for a in args)
+        compiled = self.cache.get(key)
+        if compiled is None:
+            with self.compiling:  # (threads that bring one new shape together compile it once)
+                compiled = self.cache.get(key)
+                if compiled is None and self.compiles < config.settings.recompile_limit:
+                    compiled = self._compile(key, args)
+            if compiled is None:
+                return self._run_eagerly(args)
+        with contextlib.suppress(KeyError):  # (dropped by another thread meanwhile)
+            self.cache.move_to_end(key)
+        return compiled(*args)
+
+    def _run_eagerly(self, args: tuple) -> Any:
+        if not self.eager_calls:
+            logs.channel("recompiles").warning(
+                "%s: %d shapes compiled (EMBER_RECOMPILE_LIMIT); new shapes run eagerly (%s)",
+                self.label, self.compiles, self.reason or "compiled per shape")
+        self.eager_calls += 1
+        return self.gm(*args)
+
+    def _compile(self, key: tuple, args: tuple) -> Callable:
+        self.compiles += 1
+        channel = logs.channel("recompiles")
+        channel.info("%s: symbolic sizes, compiled for the concrete shapes %s (kernels per "
+                     "shape: %s; shape compile %d)", self.label, _shapes(key),
+                     self.reason or "not compiled symbolically", self.compiles)
+        compiled = self.cache[key] = self.compile(self.gm, list(args))
+        while len(self.cache) > max(1, config.settings.shape_compiles):
+            dropped, _ = self.cache.popitem(last=False)
+            channel.info("%s: dropped the compiled version for shapes %s (least recently "
+                         "used; EMBER_SHAPE_COMPILES)", self.label, _shapes(dropped))
+        return compiled
+
+
+def _shapes(key: tuple) -> list:
+    """A ShapeSpecialized key in words: each tensor's shape, each other argument's value."""
+    return [list(part[0]) if isinstance(part[0], tuple) else part[1] for part in key]

@@ -1,0 +1,83 @@
+"""C kernels over symbolic sizes (issue 18, stage 2): the text of one (golden), the size
+parameters and OpenMP's run-time `if`."""
+
+import os
+from pathlib import Path
+
+import torch
+from helpers import compile_ir
+
+import ember
+from ember import config
+from ember.codegen.c import write_source
+from ember.ir.graph import Graph
+from ember.ir.ops import Op
+from ember.ir.sizes import symbol
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.schedule.fuse import schedule
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def assert_golden(name: str, text: str) -> None:  # (as test_c.py's: EMBER_UPDATE_GOLDEN=1)
+    path = GOLDEN / name
+    if os.environ.get("EMBER_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"{name} changed; EMBER_UPDATE_GOLDEN=1 rewrites it"
+
+
+def symbolic_graph(fn, *args):
+    """fn's FX graph as ember captures it with dim 0 of the first argument a symbol, and its
+    example inputs."""
+    found = []
+
+    def keep(gm, example_inputs):
+        found.append((gm, example_inputs))
+        return gm.forward
+
+    keep.serves_any_shape = True
+    ember.mark_dynamic(args[0], 0)
+    ember.compile(fn, backend=keep)(*args)
+    return found[0]
+
+
+def symbolic_kernels(fn, *args):
+    gm, example_inputs = symbolic_graph(fn, *args)
+    with config.override(parallel_threshold=32768):
+        lowered = trace(gm, example_inputs, symbolic=True)
+        plan = schedule(run_passes(lowered.graph))
+        _, kernels = write_source(plan)
+    return lowered.graph, kernels
+
+
+def test_dynamic_pointwise_kernel_text_is_golden():
+    graph, kernels = symbolic_kernels(lambda x, y: torch.sigmoid(x * y + 1.5),
+                                      torch.randn(4, 6), torch.randn(6))
+    assert graph.symbols == {"s0": (0, 0)}
+    assert "f32[s0,6]" in str(graph)
+    assert_golden("pointwise_dynamic.c", "\n\n".join(k.text for k in kernels) + "\n")
+    assert [k.sizes for k in kernels] == [["s0"]]
+
+
+def test_a_symbolic_reduction_takes_its_size_and_decides_parallelism_per_call():
+    _, kernels = symbolic_kernels(lambda x: x.softmax(-1).sum(0), torch.randn(5, 12))
+    text = "\n".join(k.text for k in kernels)
+    assert "int64_t s0)" in text and "< s0;" in text
+    assert "if(" in text  # (OpenMP's run-time switch: the work depends on s0)
+
+
+def test_a_symbolic_extent_that_may_be_empty_is_skipped_per_call():
+    # rows 2.. of x[s0, 4]: s0 - 2 rows, none when s0 is 2 (a graph built by hand: slices
+    # with symbolic bounds come from the lowering in stage 3)
+    graph = Graph(torch.device("cpu"))
+    s0 = symbol("s0")
+    x = graph.add_input((s0, 4), torch.float32, (4, 1))
+    graph.symbols["s0"] = (0, 0)
+    rows = graph.add(Op.SLICE, (x,), dim=0, start=2, stop=s0, step=1)
+    graph.outputs.append(graph.add(Op.EXP, (rows,)))
+    call = compile_ir(graph)
+    for count in (2, 3, 7):
+        x = torch.randn(count, 4)
+        (out,) = call([x])
+        torch.testing.assert_close(out, x[2:].exp())

@@ -1,0 +1,113 @@
+"""Dynamic shapes, stage 2 (issue 18): one C build serves a family of shapes. Every call is
+compared with eager; C builds are counted on EMBER_LOGS=kernels (one line per C file built or
+loaded), captures on compiled.records. On the Triton backend symbolic graphs still compile per
+shape (stage 4): checked here for values only."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ember
+from ember import config
+from ember.shapes import ShapeSpecialized
+
+BATCHES = [2, 3, 5, 8, 13, 21, 31, 64]
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def builds(caplog):
+    """The C files built (or loaded from the disk cache) so far in the test, as a function."""
+    root = logging.getLogger("ember")
+    root.addHandler(caplog.handler)
+    try:
+        with config.override(logs=frozenset({"kernels"})):
+            yield lambda: [r.getMessage() for r in caplog.records if r.name == "ember.kernels"]
+    finally:
+        root.removeHandler(caplog.handler)
+
+
+def c_only(kernel_backend):
+    if kernel_backend != "c":
+        pytest.skip("symbolic kernels are C's in stage 2 (Triton: stage 4)")
+
+
+def over_batches(fn, compiled, width, batches=BATCHES, mark=True):
+    for b in batches:
+        x = t(b, width, seed=b)
+        if mark:
+            ember.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=1e-5, atol=1e-5)
+
+
+def s1(x):
+    return 0.5 * x * (1 + torch.tanh(0.8 * (x + 0.04 * x ** 3)))
+
+
+CASES = {
+    "pointwise": (s1, 64),
+    "softmax": (lambda x: F.softmax(x, -1), 48),
+    "layer_norm": (nn.LayerNorm(32), 32),
+    "sum_dim0": (lambda x: x.sum(0), 40),
+    "mean_var_dim0": (lambda x: (x.mean(0), x.var(0)), 40),  # (divided by s0 in the kernel)
+    "mlp": (nn.Sequential(nn.Linear(24, 32), nn.GELU(), nn.Linear(32, 8)), 24),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_batch_marked_dynamic_builds_once_for_every_batch_size(name, kernel_backend, builds):
+    c_only(kernel_backend)
+    fn, width = CASES[name]
+    compiled = ember.compile(fn)
+    with torch.no_grad():
+        over_batches(fn, compiled, width)
+    assert len(builds()) == 1, builds()
+    forward = getattr(compiled, "_compiled_forward", compiled)
+    assert len(forward.records) == 1 and forward.entries[0].captured.symbolic
+    assert not isinstance(forward.records[0].compiled, ShapeSpecialized)
+
+
+def test_automatic_dynamic_builds_twice_over_thirty_batch_sizes(kernel_backend, builds):
+    # the first call compiles statically; the first recompile makes the batch a symbol
+    c_only(kernel_backend)
+    compiled = ember.compile(s1)
+    over_batches(s1, compiled, 16, range(2, 32), mark=False)
+    assert len(compiled.records) == 2 and len(builds()) == 2, builds()
+
+
+def test_torch_compile_dynamic_true_builds_once(kernel_backend, builds):
+    # Dynamo makes every dim a symbol; the parameters' sizes settle the hidden one
+    c_only(kernel_backend)
+    model = nn.Sequential(nn.Linear(16, 16), nn.Softmax(-1))
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    with torch.no_grad():
+        over_batches(model, compiled, 16, [3, 4, 9, 30], mark=False)
+    assert len(builds()) == 1, builds()
+
+
+def test_a_symbolic_stride_compiles_per_shape_with_eagers_values(kernel_backend, builds):
+    c_only(kernel_backend)
+    fn = lambda x: (x * 2).sum(1)  # noqa: E731 (dynamic=True: the row length is a symbol too)
+    compiled = ember.compile(fn, dynamic=True)
+    for shape in [(3, 5), (4, 7), (6, 2)]:
+        torch.testing.assert_close(compiled(t(*shape)), fn(t(*shape)))
+    specialized = compiled.records[0].compiled
+    assert isinstance(specialized, ShapeSpecialized) and "symbolic stride" in specialized.reason
+    assert len(builds()) == 3
+
+
+def test_on_triton_symbolic_graphs_compile_per_shape(kernel_backend):
+    if kernel_backend != "triton":
+        pytest.skip("the Triton backend's fallback")
+    compiled = ember.compile(lambda x: x.exp() + 1)
+    over_batches(lambda x: x.exp() + 1, compiled, 8, [3, 4])
+    specialized = compiled.records[0].compiled
+    assert isinstance(specialized, ShapeSpecialized) and "triton" in specialized.reason
