@@ -1207,9 +1207,6 @@ PARTLY: dict = {
     "kv_cache_python_list_appended_per_step": ("RECOMP", PER_TOKEN),
     "temperature_zero_greedy_else_sample_python_branch": (
         "RECOMP", "a float temperature is specialised: each new value recompiles"),
-    "complex_mul_abs_angle_grads_through_view_as_complex": (
-        "FALLBACK", "a region with complex values raises an internal error in ember "
-        "(KeyError: torch.complex64) and runs eagerly (values right; a bug to fix)"),
 }
 # (over 0.3 s a case on 2 cores)
 SLOW: set = {
