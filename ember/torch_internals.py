@@ -25,6 +25,8 @@ from torch.utils._pytree import (  # noqa: F401  (re-exported)
     tree_flatten,
     tree_map,
     tree_unflatten,
+    treespec_dumps,
+    treespec_loads,
 )
 from torch.utils.hooks import RemovableHandle
 

@@ -32,6 +32,7 @@ class CompiledGraph:
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         self.fast = make_function(fast, f"<ember wrapper {label}>")
         self.wrapper_source = fast.text
+        self.wrappers = (checked, fast)  # (what a warm-start entry keeps: runtime/warm_cache)
         self.eager = eager
         self.label = label
         self.kernel_count = kernel_count
