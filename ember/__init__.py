@@ -26,6 +26,6 @@ def cache_info() -> dict:
     return info()
 
 
-__all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "graph_break", "mark_dynamic",
-           "mark_static", "reset"]
+__all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "graph_break",
+           "mark_dynamic", "mark_static", "reset"]
 __version__ = "0.1.0"
