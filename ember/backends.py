@@ -126,7 +126,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
-    warm = warm_cache.Entry(gm, example_inputs, label)  # (a new process's first call)
+    warm = warm_cache.Entry(gm, example_inputs, label, compile_stages)  # (a warm start)
     if warm.compiled is not None:
         return warm.compiled
     try:

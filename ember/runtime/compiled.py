@@ -38,6 +38,7 @@ class CompiledGraph:
         self.kernel_count = kernel_count
         self.library_count = library_count    # calls of aten ops at run time (matmul, ...)
         self.fallback_count = fallback_count  # of those, ops that have no lowering rule
+        self.argument_count = argument_count
         self.all_tensors = tensor_positions == list(range(argument_count))
         self.tensor_positions = tensor_positions
         self.written_inputs = list(written_inputs)

@@ -15,15 +15,15 @@ check; a corrupt or foreign one is removed and the graph compiled again.
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import functools
 import hashlib
-import importlib
 import io
 import os
 import sys
 import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ from ember import config, logs, torch_internals
 from ember.codegen.wrapper import WrapperSource
 from ember.runtime import build, disk_cache
 from ember.runtime.compiled import CompiledGraph
+from ember.runtime.training import TrainingGraph
+from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
 
 FORMAT = "ember-warm-1"
 KIND = "warm"
@@ -40,10 +42,6 @@ KIND = "warm"
 # what this process's warm cache did (tests count with it: a warm first call lowers and
 # builds nothing)
 counts = {"hits": 0, "misses": 0, "kept": 0, "not_kept": 0, "rejected": 0}
-
-
-class NotKept(Exception):
-    """A compiled graph, or a value its wrapper holds, that an entry cannot carry."""
 
 
 # -- the key ------------------------------------------------------------------------------
@@ -85,7 +83,7 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
              gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr":
-            parts.append(f"{node.target}: {_describe(_fetch(gm, node.target))}")
+            parts.append(f"{node.target}: {_describe(fetch(gm, node.target))}")
     parts.extend(_describe(value) for value in example_inputs)
     digest = hashlib.sha256()
     for part in parts:
@@ -102,23 +100,24 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _fetch(module: torch.nn.Module, target: str) -> Any:
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
 # -- find and keep ------------------------------------------------------------------------
 class Entry:
     """One graph's place in the warm cache: `compiled` is the graph rebuilt from it, or None
     (then `keep` stores what the backend compiles)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], label: str):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                 recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any]):
         self.gm = gm
         self.argument_count = len(example_inputs)
         self.label = label
-        self.compiled: CompiledGraph | None = None
+        self.compiled: Any = None
+        # (a rebuilt training graph's forward and backward fall back to the graph compiled
+        # cold: the inputs' metadata is kept for that, not the inputs)
+        self.recompile = recompile
+        self.examples = [(tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
+                         if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        self.grad_enabled = torch.is_grad_enabled()
+        self.cold: Any = None
         try:
             self.key: str | None = key_of(gm, example_inputs)
         except Exception as error:  # noqa: BLE001 (an odd graph attribute: no warm start)
@@ -146,7 +145,7 @@ class Entry:
                 problem = f"it cannot be read ({type(error).__name__}: {str(error)[:200]})"
         if problem is None:
             try:
-                compiled = _rebuild(record, self.gm, self.argument_count, self.label)
+                compiled = _rebuild(record, self)
             except Exception as error:  # noqa: BLE001 (never trusted: compiled again)
                 problem = f"it cannot be rebuilt ({type(error).__name__}: {str(error)[:200]})"
         if problem is not None:
@@ -176,8 +175,20 @@ class Entry:
                                       "" if isinstance(error, NotKept) else
                                       f"{type(error).__name__}: ", error)
 
+    def compiled_cold(self) -> Any:
+        """The graph compiled cold (once), on stand-ins of the example inputs."""
+        if self.cold is None:
+            logs.channel("fallbacks").info("%s: a warm-started graph needs its eager form: the "
+                                           "graph is compiled again for it", self.label)
+            examples = [torch.empty_strided(x[0], x[1], dtype=x[2], device=x[3])
+                        .requires_grad_(x[4]) if isinstance(x, tuple) and len(x) == 5 and
+                        isinstance(x[2], torch.dtype) else x for x in self.examples]
+            with torch.set_grad_enabled(self.grad_enabled):
+                self.cold = self.recompile(self.gm, examples, f"{self.label}_cold")
+        return self.cold
+
     def _keep(self, compiled: Any) -> None:
-        record = _record(compiled, self.gm)
+        record = {"versions": versions(), **_record(compiled, self.gm)}
         buffer = io.BytesIO()
         torch.save(record, buffer)
         data = buffer.getvalue()
@@ -223,223 +234,98 @@ def _remove(path: Path) -> None:
 
 # -- a compiled graph as a record, and back ------------------------------------------------
 def _record(compiled: Any, gm: torch.fx.GraphModule) -> dict:
+    if type(compiled) is TrainingGraph:
+        return _training_record(compiled, gm)
     if type(compiled) is not CompiledGraph:
-        raise NotKept(f"a {type(compiled).__name__} (only graphs compiled whole into C "
-                      f"kernels are kept)")
+        raise NotKept(f"a {type(compiled).__name__} (graphs compiled whole into C kernels, "
+                      f"for inference or training, are kept)")
     if compiled.runs_eagerly:
         raise NotKept("it runs eagerly")
-    encoder = _Encoder(gm)
+    encoder = Encoder(gm)
     checked, fast = compiled.wrappers
     return {
-        "versions": versions(),
+        "kind": "compiled",
         "checked": [checked.text, encoder.namespace(checked.namespace)],
         "fast": [fast.text, encoder.namespace(fast.namespace)],
         "libraries": encoder.libraries,
         "tensors": encoder.tensors,
         "tensor_positions": list(compiled.tensor_positions),
+        "argument_count": compiled.argument_count,
         "counts": [compiled.kernel_count, compiled.library_count, compiled.fallback_count],
         "written_inputs": list(compiled.written_inputs),
     }
 
 
-def _rebuild(record: dict, gm: torch.fx.GraphModule, argument_count: int, label: str
-             ) -> CompiledGraph:
-    decoder = _Decoder(gm, record["libraries"], record["tensors"])
+def _rebuild(record: dict, entry: Entry) -> Any:
+    if record["kind"] == "training":
+        return _training_graph(record, entry)
+    return _compiled_graph(record, entry, entry.gm.forward, entry.label)
+
+
+def _compiled_graph(record: dict, entry: Entry, eager: Callable, label: str) -> CompiledGraph:
+    decoder = Decoder(entry.gm, record["libraries"], record["tensors"])
     wrappers = [WrapperSource(text, decoder.namespace(namespace))
                 for text, namespace in (record["checked"], record["fast"])]
     kernel_count, library_count, fallback_count = record["counts"]
     return CompiledGraph(wrappers[0], wrappers[1], list(record["tensor_positions"]),
-                         argument_count, gm.forward, label, kernel_count, library_count,
-                         list(record["written_inputs"]), fallback_count)
+                         record["argument_count"], eager, label, kernel_count,
+                         library_count, list(record["written_inputs"]), fallback_count)
 
 
-_PLAIN = (type(None), bool, int, float, str)
+def _training_record(graph: TrainingGraph, gm: torch.fx.GraphModule) -> dict:
+    """A training graph: its compiled forward and backward, and what of autodiff's split the
+    autograd.Function reads (runtime/training.py)."""
+    encoder = Encoder(gm)
+    split = graph.split
+    return {
+        "kind": "training",
+        "forward": _record(graph.forward_graph, gm),
+        "backward": _record(graph.backward_graph, gm),
+        "specs": [encoder.value(spec) for spec in graph.specs],
+        "output_tree": encoder.value(graph.output_tree),
+        "extras": [encoder.value(tensor) for tensor in graph.extras],
+        "tensors": encoder.tensors,
+        "output_count": graph.output_count,
+        "tensor_positions": list(graph.tensor_positions),
+        "grad_inside": graph.grad_inside,
+        "backward_inputs": [list(pair) for pair in split.backward_inputs],
+        "wrt": list(split.wrt),
+        "differentiable_outputs": list(split.differentiable_outputs),
+        "tapes": split.tapes,
+        "forward_outputs": [[list(node.shape), str(node.dtype).replace("torch.", "")]
+                            for node in split.forward.outputs],
+        "device": str(split.forward.device),
+    }
 
 
-class _Encoder:
-    """Values of a wrapper's namespace as plain data (what torch.load(weights_only=True)
-    reads back): each a list [kind, ...]. Every encoding is decoded again at once and must
-    give the same value back, else the graph is not kept."""
-
-    def __init__(self, gm: torch.fx.GraphModule):
-        self.attributes = {id(_fetch(gm, n.target)): n.target for n in gm.graph.nodes
-                           if n.op == "get_attr"}
-        self.libraries: list[list] = []
-        self.tensors: list[torch.Tensor] = []
-        self.decoder = _Decoder(gm, self.libraries, self.tensors)
-
-    def namespace(self, namespace: dict[str, Any]) -> list[list]:
-        encoded = []
-        for name, value in namespace.items():
-            if name == "misaligned" and type(value).__name__ == "_Lazy":
-                encoded.append([name, ["unavailable"]])  # (called by CUDA wrappers only)
-                continue
-            try:
-                encoded.append([name, self.value(value)])
-            except NotKept as error:
-                raise NotKept(f"its wrapper's {name} is {error}") from None
-        return encoded
-
-    def value(self, value: Any) -> list:
-        code = self._encode(value)
-        if code[0] in ("kernel", "tensor"):
-            return code  # (found again by name, and saved whole)
-        back = self.decoder.value(code)
-        same = back is value or (type(back) is type(value) and not isinstance(
-            value, torch.Tensor) and _equal(back, value))
-        if not same:
-            raise NotKept(f"{type(value).__name__} {value!r:.80}, which does not survive "
-                          f"being kept")
-        return code
-
-    def _encode(self, value: Any) -> list:
-        if type(value) in _PLAIN:
-            return ["plain", value]
-        if isinstance(value, (tuple, list)):
-            return ["tuple" if isinstance(value, tuple) else "list",
-                    [self._encode(v) for v in value]]
-        if isinstance(value, dict) and type(value) is dict:
-            return ["dict", [[self._encode(k), self._encode(v)] for k, v in value.items()]]
-        if isinstance(value, slice):
-            return ["slice", [self._encode(v) for v in (value.start, value.stop, value.step)]]
-        if value is Ellipsis:
-            return ["ellipsis"]
-        if isinstance(value, torch.device):
-            return ["device", str(value)]
-        if isinstance(value, torch.Tensor):
-            if id(value) in self.attributes:  # (fetched from the new process's graph)
-                return ["attribute", self.attributes[id(value)]]
-            if type(value) not in (torch.Tensor, torch.nn.Parameter) or \
-                    value.device.type != "cpu":
-                raise NotKept(f"a {type(value).__name__} on {value.device}")
-            self.tensors.append(value.detach())
-            return ["tensor", len(self.tensors) - 1]
-        if isinstance(value, ctypes._CFuncPtr):
-            return self._kernel(value)
-        if torch_internals.is_op_overload(value) or \
-                isinstance(value, torch_internals.OpOverloadPacket):
-            return ["op", str(value)]
-        if isinstance(value, torch_internals.TreeSpec):
-            return ["treespec", torch_internals.treespec_dumps(value)]
-        if dataclasses.is_dataclass(value) and not isinstance(value, type) and \
-                type(value).__module__.startswith("ember."):
-            fields = [[f.name, self._encode(getattr(value, f.name))]
-                      for f in dataclasses.fields(value)]
-            return ["dataclass", type(value).__module__, type(value).__qualname__, fields]
-        for name, known in _internal_callables().items():
-            if value is known or value == known:
-                return ["internal", name]
-        text = str(value)
-        if text.startswith("torch.") and getattr(torch, text[6:], None) is value:
-            return ["torch", text[6:]]  # (a dtype, layout or memory format)
-        module = getattr(value, "__module__", None)
-        for attribute in (getattr(value, "__qualname__", None), getattr(value, "__name__", None)):
-            if module and attribute and "<" not in attribute and \
-                    _resolves(module, attribute, value):
-                return ["global", module, attribute]
-        raise NotKept(f"a {type(value).__name__} ({text:.80})")
-
-    def _kernel(self, function: Any) -> list:
-        path = getattr(function, "library_path", None)
-        if path not in build.built_from:
-            raise NotKept("a C function of a library ember did not build")
-        source, link = build.built_from[path]
-        entry = [source, link]
-        if entry not in self.libraries:
-            self.libraries.append(entry)
-        return ["kernel", self.libraries.index(entry), function.__name__,
-                len(function.argtypes)]
+def _training_graph(record: dict, entry: Entry) -> TrainingGraph:
+    decoder = Decoder(entry.gm, [], record["tensors"])
+    forward = _compiled_graph(record["forward"], entry, _ColdPart(entry, "forward_graph"),
+                              entry.label)
+    backward = _compiled_graph(record["backward"], entry, _ColdPart(entry, "backward_graph"),
+                               f"{entry.label}_backward")
+    outputs = [types.SimpleNamespace(shape=tuple(shape), dtype=getattr(torch, dtype))
+               for shape, dtype in record["forward_outputs"]]
+    split = types.SimpleNamespace(  # (the fields of autodiff's Split that training.py reads)
+        forward=types.SimpleNamespace(outputs=outputs, device=torch.device(record["device"])),
+        backward_inputs=[tuple(pair) for pair in record["backward_inputs"]],
+        wrt=list(record["wrt"]), differentiable_outputs=list(record["differentiable_outputs"]),
+        tapes=record["tapes"])
+    return TrainingGraph(forward, backward, split, [decoder.value(c) for c in record["specs"]],
+                         decoder.value(record["output_tree"]), record["output_count"],
+                         list(record["tensor_positions"]),
+                         [decoder.value(c) for c in record["extras"]], entry.label,
+                         entry.gm.forward, grad_inside=record["grad_inside"])
 
 
-class _Decoder:
-    def __init__(self, gm: torch.fx.GraphModule, libraries: list, tensors: list):
-        self.gm = gm
-        self.libraries = libraries
-        self.tensors = tensors
-        self.loaded: dict[int, ctypes.CDLL] = {}
+class _ColdPart:
+    """The eager form of a rebuilt training graph's forward or backward (in a graph compiled
+    cold: the IR interpreter's run of it), for the calls a compiled graph gives to its eager
+    form (a library call's unforeseen layout, aliased inputs): the graph compiled cold."""
 
-    def namespace(self, encoded: list) -> dict[str, Any]:
-        return {name: self.value(code) for name, code in encoded}
+    def __init__(self, entry: Entry, part: str):
+        self.entry = entry
+        self.part = part
 
-    def value(self, code: list) -> Any:
-        kind = code[0]
-        if kind == "plain":
-            return code[1]
-        if kind in ("tuple", "list"):
-            items = [self.value(c) for c in code[1]]
-            return tuple(items) if kind == "tuple" else items
-        if kind == "dict":
-            return {self.value(k): self.value(v) for k, v in code[1]}
-        if kind == "slice":
-            return slice(*(self.value(c) for c in code[1]))
-        if kind == "ellipsis":
-            return Ellipsis
-        if kind == "device":
-            return torch.device(code[1])
-        if kind == "attribute":
-            return _fetch(self.gm, code[1])
-        if kind == "tensor":
-            return self.tensors[code[1]]
-        if kind == "kernel":
-            return build.kernel_function(self._library(code[1]), code[2], code[3])
-        if kind == "op":
-            return _op(code[1])
-        if kind == "treespec":
-            return torch_internals.treespec_loads(code[1])
-        if kind == "dataclass":
-            cls = _resolve(code[1], code[2])
-            return cls(**{name: self.value(c) for name, c in code[3]})
-        if kind == "internal":
-            return _internal_callables()[code[1]]
-        if kind == "torch":
-            return getattr(torch, code[1])
-        if kind == "global":
-            return _resolve(code[1], code[2])
-        if kind == "unavailable":
-            return _unavailable
-        raise ValueError(f"unknown kind {kind!r}")
-
-    def _library(self, index: int) -> ctypes.CDLL:
-        if index not in self.loaded:
-            source, link = self.libraries[index]
-            path, _ = build.build(source, list(link))  # (a hit unless it was evicted)
-            self.loaded[index] = build.load(path)
-        return self.loaded[index]
-
-
-def _unavailable(*args: Any) -> Any:
-    raise RuntimeError("the build for misaligned inputs is not kept by a warm start")
-
-
-def _internal_callables() -> dict[str, Any]:
-    """Callables a wrapper's namespace holds that have no importable name of their own."""
-    return {"plain_view": torch_internals.plain_view(),
-            "plain_empty_cpu": torch_internals.plain_empty(torch.device("cpu"))}
-
-
-def _resolve(module: str, qualname: str) -> Any:
-    value: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _resolves(module: str, qualname: str, value: Any) -> bool:
-    try:
-        return _resolve(module, qualname) is value
-    except (ImportError, AttributeError):
-        return False
-
-
-def _op(text: str) -> Any:
-    value: Any = torch.ops
-    for part in text.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _equal(first: Any, second: Any) -> bool:
-    try:
-        return bool(first == second)
-    except Exception:  # noqa: BLE001 (a value whose == is not a truth: not the same)
-        return False
+    def __call__(self, *args: Any) -> Any:
+        return getattr(self.entry.compiled_cold(), self.part).eager(*args)
