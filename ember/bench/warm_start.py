@@ -28,10 +28,13 @@ VARIANTS = ("eager", "ember-cold", "ember-warm", "torch.compile-cold", "torch.co
 
 CHILD = r"""
 import importlib.util, json, sys, time
+begun = time.perf_counter()
 variant, name, size, workloads_path = sys.argv[1:5]
 import torch
+imported_torch = time.perf_counter()
 if variant.startswith("ember"):
     import ember
+imported = time.perf_counter()
 spec = importlib.util.spec_from_file_location("seed_workloads", workloads_path)
 workloads = importlib.util.module_from_spec(spec)
 sys.modules["seed_workloads"] = workloads
@@ -42,14 +45,17 @@ if variant.startswith("ember"):
     fn = ember.compile(fn)
 elif variant.startswith("torch.compile"):
     fn = torch.compile(fn, mode=workload.mode)
+called = time.perf_counter()
 with torch.set_grad_enabled(workload.grad):
     result = fn(*args)
 done = time.time()
+parts = {"import torch": imported_torch - begun, "import ember": imported - imported_torch,
+         "first call": time.perf_counter() - called}
 counts = {}
 if variant.startswith("ember"):
     from ember.runtime import warm_cache
     counts = dict(warm_cache.counts)
-print(json.dumps({"done": done, "warm": counts}))
+print(json.dumps({"done": done, "warm": counts, "parts": parts}))
 """
 
 
@@ -69,7 +75,7 @@ def run_variant(variant: str, name: str, size: str, caches: Path) -> tuple[float
     if done.returncode != 0:
         raise RuntimeError(f"{variant} on {name} failed:\n{done.stderr[-2000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    return report["done"] - start, report["warm"]
+    return report["done"] - start, {**report["warm"], **report["parts"]}
 
 
 def measure(names: list[str], size: str, repeats: int) -> dict[str, dict[str, float]]:
@@ -84,8 +90,12 @@ def measure(names: list[str], size: str, repeats: int) -> dict[str, dict[str, fl
                     results.setdefault(name, {}).setdefault(variant, []).append(seconds)
                     if variant == "ember-warm":
                         results[name].setdefault("warm hits", []).append(counts.get("hits", 0))
-                    print(f"  {name:<10} {variant:<19} {seconds:7.2f} s", file=sys.stderr,
-                          flush=True)
+                    for part in ("import torch", "import ember", "first call"):
+                        results[name].setdefault(f"{variant} {part}", []).append(counts[part])
+                    print(f"  {name:<10} {variant:<19} {seconds:7.2f} s  (import torch "
+                          f"{counts['import torch']:.2f}, import ember "
+                          f"{counts['import ember']:.2f}, first call "
+                          f"{counts['first call']:.2f})", file=sys.stderr, flush=True)
     return {name: {variant: statistics.median(times) for variant, times in found.items()}
             for name, found in results.items()}
 
@@ -112,6 +122,15 @@ def table(results: dict[str, dict[str, float]]) -> str:
         lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
                      f"{geomeans[0]:9.3f} {geomeans[1]:9.3f} {geomeans[2]:10.3f}")
         lines.append("targets: ember/t.c <= 0.1, warm/cold <= 0.2, warm/t.c warm <= 0.1")
+    if all("ember-cold first call" in r for r in results.values()):
+        lines += ["", "inside each process: import ember, and the first call alone (capture, "
+                  "compile or warm lookup, run)", "",
+                  f"{'workload':<10} {'import':>7} {'eager':>6} {'ember':>6} {'warm':>6} "
+                  f"{'t.c':>6} {'t.c warm':>8}"]
+        for name, r in results.items():
+            calls = [r[f"{v} first call"] for v in VARIANTS]
+            lines.append(f"{name:<10} {r['ember-cold import ember']:7.2f} "
+                         + " ".join(f"{c:6.2f}" for c in calls[:4]) + f" {calls[4]:8.2f}")
     return "\n".join(lines)
 
 
