@@ -205,7 +205,8 @@ def incomplete(data: bytes) -> str | None:
 
 # -- size cap, least recently used out --------------------------------------------------------
 # An entry is the files of one key in one kind's folder (c/ab/KEY.so, KEY.c, KEY.digest,
-# KEY.lock); its last use is its newest file's modification time, which a hit renews (touch).
+# KEY.lock; Triton's: one folder); its last use is its newest file's modification time, which
+# a hit renews (touch).
 def touch(path: Path) -> None:
     """Mark the entry at `path` used now (a hit): the size cap removes the least recent."""
     with contextlib.suppress(OSError):
@@ -223,8 +224,9 @@ def _entries(root: Path) -> dict[tuple[str, Path], list[tuple[Path, os.stat_resu
                 path = Path(folder) / name
                 with contextlib.suppress(OSError):
                     stem = name.split(".")[0] if not name.startswith(".") else name
-                    entries.setdefault((kind.name, Path(folder) / stem), []).append(
-                        (path, path.stat()))
+                    # (Triton's entries are folders of files that belong together)
+                    entry = Path(folder) if kind.name == "triton" else Path(folder) / stem
+                    entries.setdefault((kind.name, entry), []).append((path, path.stat()))
     return entries
 
 

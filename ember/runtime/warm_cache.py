@@ -5,11 +5,11 @@ scheduling, code generation and builds.
 Takes a captured FX graph with its example inputs, and the compiled graph the backend made
 of it; gives the entry's key (the graph's code and attributes, the inputs' metadata, the
 settings, grad and autocast modes, ember's, torch's and Python's versions, the CPU and C
-compiler), keeps what rebuilds the compiled graph (the wrapper sources, their namespaces
-encoded value by value, the kernel libraries' sources, constants saved by torch.save) and
-rebuilds it. A graph whose wrapper holds a value that cannot be encoded (a library call on an
-arbitrary Python object, Triton launchers), and partitioned or training graphs, are not kept:
-said on EMBER_LOGS=perf. An entry is trusted only after its digest and its recorded versions
+compiler), keeps what rebuilds the compiled graph — inference or training — (the wrapper
+sources, their namespaces encoded value by value, the kernel libraries' sources, constants
+saved by torch.save) and rebuilds it. A graph whose wrapper holds a value that cannot be
+encoded (a library call on an arbitrary Python object, Triton launchers), and partitioned
+graphs, are not kept: said on EMBER_LOGS=perf. An entry is trusted only after its digest and its recorded versions
 check; a corrupt or foreign one is removed and the graph compiled again.
 """
 
