@@ -9,8 +9,9 @@ compiler), keeps what rebuilds the compiled graph — inference or training — 
 sources, their namespaces encoded value by value, the kernel libraries' sources, constants
 saved by torch.save) and rebuilds it. A graph whose wrapper holds a value that cannot be
 encoded (a library call on an arbitrary Python object, Triton launchers), and partitioned
-graphs, are not kept: said on EMBER_LOGS=perf. An entry is trusted only after its digest and its recorded versions
-check; a corrupt or foreign one is removed and the graph compiled again.
+graphs, are not kept: said on EMBER_LOGS=perf. An entry is trusted only after its digest and
+its recorded versions check; a corrupt or foreign one is removed and the graph compiled
+again.
 """
 
 from __future__ import annotations
