@@ -191,3 +191,32 @@ def test_cache_info_and_clear(cache, capsys):
     assert main(["cache", "--clear"]) == 0
     assert "warm" in capsys.readouterr().out
     assert ember.cache_info()["bytes"] == 0
+
+
+def _loss(x, w):
+    return (torch.sin(x) @ w).relu().sum()
+
+
+def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(cache):
+    from ember.backends import compile_stages
+
+    gm = torch.fx.symbolic_trace(_loss)
+    x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
+    assert entry.compiled is None
+    entry.keep(compile_stages(gm, [x, w], "g"))
+    rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
+    assert type(rebuilt).__name__ == "TrainingGraph"
+    rebuilt(x, w).backward()
+    grads = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    _loss(x, w).backward()
+    assert torch.allclose(grads[0], x.grad, atol=1e-5)
+    assert torch.allclose(grads[1], w.grad, atol=1e-5)
+    # the forward's eager form (a layout check failing, aliased inputs): the graph compiled
+    # cold, its interpreter's forward
+    with torch.no_grad():
+        compiled = rebuilt.forward_graph(x, w)
+        fallback = rebuilt.forward_graph.eager(x, w)
+    assert len(compiled) == len(fallback)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, fallback))
