@@ -85,6 +85,10 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             parts.append(f"{node.target}: {_describe(fetch(gm, node.target))}")
+        elif node.op == "call_function":  # (the code names a function, not where it lives)
+            target = node.target
+            parts.append(f"{getattr(target, '__module__', None)}."
+                         f"{getattr(target, '__qualname__', None) or target}")
     parts.extend(_describe(value) for value in example_inputs)
     digest = hashlib.sha256()
     for part in parts:
