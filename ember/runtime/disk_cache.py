@@ -239,11 +239,23 @@ def enforce_cap(keep: Path | None = None) -> int:
     root = _replacements.get(root, root)
     if cap <= 0:
         return 0
+    kept = None if keep is None else keep.parent / keep.name.split(".")[0]
+    # NOTE: walking a large cache costs (44,000 files: ~0.2 s), so the cache's size is kept
+    # in its `size` file, grown by each new entry and set by each walk; the folder is walked
+    # only once that estimate passes the cap (or there is none). Processes that add at once
+    # may lose each other's additions: the cap is then passed by a little until a walk.
+    estimate = _estimate(root)
+    if estimate is not None and kept is not None:
+        with contextlib.suppress(OSError):
+            estimate += sum(p.stat().st_size for p in kept.parent.glob(kept.name + ".*"))
+    if estimate is not None and estimate <= cap:
+        _set_estimate(root, estimate)
+        return 0
     entries = _entries(root)
     total = sum(s.st_size for files in entries.values() for _, s in files)
     if total <= cap:
+        _set_estimate(root, total)
         return 0
-    kept = None if keep is None else keep.parent / keep.name.split(".")[0]
     oldest = sorted(entries.items(), key=lambda item: max(s.st_mtime for _, s in item[1]))
     removed = 0
     for (_, stem), files in oldest:
@@ -255,10 +267,24 @@ def enforce_cap(keep: Path | None = None) -> int:
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed += status.st_size
+    _set_estimate(root, total - removed)
     logs.channel("kernels").info("the disk cache %s held %.1f MiB, over EMBER_CACHE_MAX_MB=%d: "
                                  "%.1f MiB of the least recently used entries removed", root,
                                  total / 2**20, config.settings.cache_max_mb, removed / 2**20)
     return removed
+
+
+def _estimate(root: Path) -> int | None:
+    try:
+        return int((root / "size").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _set_estimate(root: Path, total: int) -> None:
+    with contextlib.suppress(OSError), temporary(root, ".size") as partial:
+        partial.write_text(str(total))
+        os.replace(partial, root / "size")
 
 
 def _held(lock: Path) -> bool:
@@ -304,9 +330,12 @@ def describe_info(info: dict) -> str:
 def clear() -> int:
     """Remove every entry of the disk cache (the folder stays); returns the bytes removed."""
     removed = 0
-    for files in _entries(Path(config.settings.cache_dir)).values():
+    root = Path(config.settings.cache_dir)
+    for files in _entries(root).values():
         for path, status in files:
             with contextlib.suppress(OSError):
                 path.unlink()
                 removed += status.st_size
+    with contextlib.suppress(OSError):
+        (root / "size").unlink()
     return removed
