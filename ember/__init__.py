@@ -17,6 +17,16 @@ from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
 
-__all__ = ["backend", "benchmark", "compile", "config", "explain", "graph_break",
+
+def cache_info() -> dict:
+    """What the disk cache (EMBER_CACHE_DIR) holds: its folder, size and cap, and per kind of
+    entry (c: kernel libraries, warm: compiled graphs for a warm start) the entries, bytes
+    and last use. `python -m ember cache [--clear]` prints it (and empties the cache)."""
+    from ember.runtime.disk_cache import cache_info as info
+
+    return info()
+
+
+__all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "graph_break",
            "list_mode_options", "mark_dynamic", "mark_static", "reset"]
 __version__ = "0.1.0"

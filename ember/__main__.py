@@ -1,6 +1,7 @@
 """`python -m ember COMMAND`: the command-line entry points.
 
     python -m ember bench [--quick] [--out DIR] [--only NAME ...]   (see `bench --help`)
+    python -m ember cache [--clear]                                 (the disk cache)
     python -m ember --help                                          (commands and switches)
 """
 
@@ -15,6 +16,7 @@ USAGE = """usage: python -m ember COMMAND [options]
 commands:
   bench     time the seed workloads (or file.py:builder) eagerly, under torch.compile and
             under ember; write a report (python -m ember bench --help)
+  cache     show what the disk cache (EMBER_CACHE_DIR) holds; --clear empties it
 
 switches (environment variables):
 """
@@ -30,9 +32,24 @@ def main(argv: list[str] | None = None) -> int:
         from ember.bench.cli import main as bench
 
         return bench(rest)
+    if command == "cache":
+        return _cache(rest)
     print(f"python -m ember: unknown command {command!r}\n\n{USAGE}{config.describe()}",
           file=sys.stderr)
     return 2
+
+
+def _cache(rest: list[str]) -> int:
+    from ember.runtime import disk_cache
+
+    if rest not in ([], ["--clear"]):
+        print("usage: python -m ember cache [--clear]", file=sys.stderr)
+        return 2
+    print(disk_cache.describe_info(disk_cache.cache_info()))
+    if rest == ["--clear"]:
+        removed = disk_cache.clear()
+        print(f"cleared: {removed / 2**20:.1f} MiB removed")
+    return 0
 
 
 if __name__ == "__main__":

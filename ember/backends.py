@@ -35,7 +35,7 @@ from ember.partition import MAX_ROUNDS, describe, find_islands
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
-from ember.runtime import triton_launch
+from ember.runtime import triton_launch, warm_cache
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
@@ -143,8 +143,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
+    warm = warm_cache.Entry(gm, example_inputs, label, compile_stages)  # (a warm start)
+    if warm.compiled is not None:
+        return warm.compiled
     try:
-        return compile_stages(gm, example_inputs, label)
+        compiled = compile_stages(gm, example_inputs, label)
+        warm.keep(compiled)
+        return compiled
     except Unsupported as error:
         if error.node is not None and torch_internals.autocast_state() is None and \
                 not _autocast_regions(gm):

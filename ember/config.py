@@ -113,7 +113,11 @@ FLAGS: tuple[Flag, ...] = (
          "directory where every stage's text is written: captured graph, IR after each pass, "
          "kernel sources, wrapper"),
     Flag("cache_dir", "EMBER_CACHE_DIR", "~/.cache/ember", _cache_path,
-         "directory of the content-addressed cache of built kernels (empty: the default)"),
+         "directory of the disk cache: built kernels, and compiled graphs for a warm start "
+         "in a new process (empty: the default)"),
+    Flag("cache_max_mb", "EMBER_CACHE_MAX_MB", "4096", _count(0),
+         "size cap of the disk cache in MiB (built kernels and warm-start entries): past it "
+         "the least recently used entries are removed; 0: no cap"),
     Flag("disable", "EMBER_DISABLE", "0", _flag,
          "run every compiled function eagerly (compile nothing)"),
     Flag("backend", "EMBER_BACKEND", "", _choice("", "c", "triton", "interp"),
@@ -157,6 +161,7 @@ class Settings:
     logs: frozenset[str]
     dump_dir: Path | None
     cache_dir: Path
+    cache_max_mb: int
     disable: bool
     backend: str
     cc: str

@@ -294,7 +294,7 @@ def region_examples(partition: Partition, example_inputs: list[Any]
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, example_inputs):
         if isinstance(value, torch.Tensor):
-            fake = mode.from_tensor(value.detach())
+            fake = torch_internals.fake_of(mode, value.detach())
             env[node] = fake.requires_grad_() if value.requires_grad else fake
         else:
             env[node] = value

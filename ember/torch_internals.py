@@ -6,8 +6,12 @@ torch upgrade that moves one of these breaks one obvious test instead of ember a
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import itertools
 import operator
+import sys
+import threading
 import types
 import weakref
 from typing import Any
@@ -15,12 +19,14 @@ from typing import Any
 import torch
 from torch.nn.modules import module as _module_module
 from torch.utils._contextlib import _DecoratorContextManager
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported)
+from torch.utils._python_dispatch import TorchDispatchMode as _TorchDispatchMode
 from torch.utils._pytree import (  # noqa: F401  (re-exported)
     TreeSpec,
     tree_flatten,
     tree_map,
     tree_unflatten,
+    treespec_dumps,
+    treespec_loads,
 )
 from torch.utils.hooks import RemovableHandle
 
@@ -55,19 +61,196 @@ def register_dynamo_backend(name: str, fn: Any) -> None:
     registers it itself on first lookup (registering here too would be a duplicate)."""
     from importlib.metadata import entry_points
 
+    if name in entry_points(group="torch_dynamo_backends").names:
+        return  # (checked first: importing torch._dynamo costs seconds, see dynamo_imported)
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
 
-    if name in entry_points(group="torch_dynamo_backends").names:
-        return
     if name not in _COMPILER_FNS:
         register_backend(fn, name=name)
+
+
+def dynamo_imported() -> bool:
+    """Has anything imported torch._dynamo in this process? Importing it costs 1-3 s and
+    wraps torch functions (manual_seed, ...): ember never imports it on its own path to a
+    first result; user code can only reach torch._dynamo's functions after importing it."""
+    module = sys.modules.get("torch._dynamo")
+    return module is not None and not (_stand_in and module is _stand_in[0])
+
+
+class TorchDispatchMode(_TorchDispatchMode):
+    """torch's TorchDispatchMode, for ember's modes: their dispatch does not import
+    torch._dynamo on its first call (defer_dynamo_disable)."""
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        defer_dynamo_disable(cls.__dict__.get("__torch_dispatch__"), stand_in=False)
+
+
+def defer_dynamo_disable(wrapper: Any, stand_in: bool = True) -> None:
+    """A function torch wrapped with torch._disable_dynamo imports torch._dynamo on its first
+    call (to build the disabled version it then calls): FakeTensorMode's dispatch is one.
+    Its disabled version is made a _DeferredDisable instead."""
+    code = getattr(wrapper, "__code__", None)
+    if code is None or not {"fn", "recursive"} <= set(code.co_freevars):
+        return
+    cells = dict(zip(code.co_freevars, wrapper.__closure__))
+    function = cells["fn"].cell_contents
+    if getattr(function, "__dynamo_disable", None) is None:
+        function.__dynamo_disable = _DeferredDisable(function, cells["recursive"].cell_contents)
+        function.__dynamo_disable.stand_in = stand_in
+
+
+class _DeferredDisable:
+    """torch._dynamo.disable(function) made when torch._dynamo is first imported. Until then
+    no frame can be compiling, so the plain function is what the disabled one would run; it
+    runs with the stand-in package in place (fake dispatch reads torch._dynamo.config)."""
+
+    def __init__(self, function: Any, recursive: bool = True, **options: Any):
+        self.function = function
+        self.recursive = recursive
+        self.options = options
+        self.disabled: Any = None
+        self.stand_in = True  # (ember's own modes: not needed, and their calls not retried)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.disabled is None and not dynamo_imported():
+            if not self.stand_in:
+                return self.function(*args, **kwargs)
+            try:
+                with _dynamo_stand_in():
+                    return self.function(*args, **kwargs)
+            except (ImportError, AttributeError) as error:
+                if _STAND_IN not in str(error):
+                    raise
+        if self.disabled is None:  # (a path the stand-in lacks: the real package)
+            import torch._dynamo
+
+            self.disabled = torch._dynamo.disable(self.function, self.recursive,
+                                                  **self.options)
+        return self.disabled(*args, **kwargs)
 
 
 def make_fake_mode() -> Any:
     """A FakeTensorMode: tensors with real metadata (device included) and no data."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    return FakeTensorMode(allow_non_fake_inputs=True)
+    defer_dynamo_disable(FakeTensorMode.__torch_dispatch__)
+    with _dynamo_stand_in():
+        return FakeTensorMode(allow_non_fake_inputs=True)
+
+
+def fake_of(mode: Any, tensor: torch.Tensor) -> torch.Tensor:
+    """`mode`'s fake of a real tensor, named by a plain source, without a structured trace
+    (it extracts a Python traceback per storage, and symbolizing it imports torch._dynamo)."""
+    with _dynamo_stand_in():
+        return mode.from_tensor(tensor, source=_PlainSource(f"__ember_fake{next(_fakes)}"),
+                                trace=False)
+
+
+_fakes = itertools.count()
+
+
+class _PlainSource(torch._guards.Source):
+    """A source that only carries a name (torch._dynamo.source.ConstantSource)."""
+
+    def __init__(self, source_name: str):
+        self.source_name = source_name
+
+    @property
+    def guard_source(self) -> Any:
+        return torch._guards.GuardSource.CONSTANT
+
+    @property
+    def _name_template(self) -> str:
+        return self.source_name
+
+
+class _RandomValueSource(_PlainSource):
+    pass
+
+
+class _AttrSource(torch._guards.ChainedSource):
+    """`base.member` (torch._dynamo.source.AttrSource: a view's base, a tensor's grad)."""
+
+    def __init__(self, base: Any, member: str):
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "member", member)
+
+    def __hash__(self) -> int:
+        return hash((self.base, self.member))
+
+    @property
+    def _name_template(self) -> str:
+        return "{0}." + self.member
+
+
+_stand_in: list[types.ModuleType] = []
+_stand_in_lock = threading.Lock()
+_stand_in_depth = [0]  # (changed only by the import lock's holder)
+_STAND_IN = "ember's stand-in for torch._dynamo"
+
+
+@contextlib.contextmanager
+def _dynamo_stand_in() -> Any:
+    """Fake tensors' code imports from torch._dynamo while it works: two settings of
+    torch._dynamo.config (FakeTensorMode's cache switches) and three source classes of
+    torch._dynamo.source; importing either imports the whole package (1-3 s, and it wraps
+    torch functions). While torch._dynamo is not imported, a stand-in package stands for it
+    during the call: its config module loaded alone from torch's file (the defaults), the
+    three sources as plain names. Afterwards nothing of it stays in sys.modules.
+    NOTE: the import lock is held meanwhile, so another thread's `import torch._dynamo`
+    waits and gets the real package."""
+    if dynamo_imported():
+        yield
+        return
+    import _imp
+
+    with _stand_in_lock:
+        if not _stand_in:
+            _stand_in.append(_make_stand_in())
+    package = _stand_in[0]
+    names = {"torch._dynamo": package, "torch._dynamo.config": package.config,
+             "torch._dynamo.source": package.source}
+    _imp.acquire_lock()
+    try:
+        _stand_in_depth[0] += 1
+        if _stand_in_depth[0] == 1:
+            sys.modules.update(names)
+        yield
+    finally:
+        _stand_in_depth[0] -= 1
+        if _stand_in_depth[0] == 0:
+            for name, module in names.items():
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+            if torch.__dict__.get("_dynamo") is package:
+                del torch._dynamo
+        _imp.release_lock()
+
+
+def _make_stand_in() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "torch._dynamo.config", f"{torch.__path__[0]}/_dynamo/config.py")
+    config = importlib.util.module_from_spec(spec)
+    sys.modules["torch._dynamo.config"] = config  # (install_config_module looks it up)
+    try:
+        spec.loader.exec_module(config)
+    finally:
+        del sys.modules["torch._dynamo.config"]
+    source = types.ModuleType("torch._dynamo.source")
+    source.ConstantSource = _PlainSource
+    source.RandomValueSource = _RandomValueSource
+    source.AttrSource = _AttrSource
+    package = types.ModuleType("torch._dynamo")
+    package.config, package.source = config, source
+
+    def missing(name: str) -> Any:
+        raise AttributeError(f"{_STAND_IN} has no {name}")
+
+    package.__getattr__ = missing
+    source.__getattr__ = missing
+    package.disable = _DeferredDisable
+    return package
 
 
 def data_dependent_errors() -> tuple[type, ...]:
@@ -141,7 +324,7 @@ def disabled_reason(value: Any) -> str | None:
         if function.__dict__.get("_torchdynamo_disable") is True:
             return function.__dict__.get("_torchdynamo_disable_msg") or ""
         return None
-    if isinstance(value, torch.nn.Module):
+    if isinstance(value, torch.nn.Module) and dynamo_imported():  # (its mark imports it)
         from torch._dynamo.eval_frame import DisableContext, OptimizedModule
 
         if isinstance(value, OptimizedModule) and isinstance(value.dynamo_ctx, DisableContext):
@@ -153,8 +336,8 @@ def allowed_in_graph(function: Any) -> bool:
     """Did the user mark `function` with torch.compiler.allow_in_graph (a call of it is one
     node of the graph, not traced into)? torch's own callables are torch's business."""
     module = getattr(function, "__module__", None) or ""
-    if module.split(".")[0] == "torch" or not callable(function):
-        return False
+    if module.split(".")[0] == "torch" or not callable(function) or not dynamo_imported():
+        return False  # (allow_in_graph imports torch._dynamo to mark)
     from torch._dynamo import trace_rules
 
     return bool(trace_rules.is_callable_allowed(function))

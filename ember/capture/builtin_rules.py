@@ -17,7 +17,7 @@ import torch.utils.checkpoint
 
 from ember import torch_internals
 from ember.capture import attributes, semantics
-from ember.capture.calls import call_rules, call_value, rule
+from ember.capture.calls import call_rules, call_value, rule, when_dynamo_imported
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
@@ -579,10 +579,14 @@ for _function in (torch.device, torch.finfo, torch.iinfo, torch.promote_types,
 
 # (model code takes its compiler-friendly branches under ember as under torch.compile: the
 # Dynamo spellings of the test answer as torch.compiler.is_compiling does)
+def _answer(value: Any) -> Any:
+    return lambda session, *a, frame=None, **k: Const(value)
+
+
 for _function, _value in ((torch.jit.is_scripting, False), (torch.jit.is_tracing, False),
                           (torch.compiler.is_compiling, True),
-                          (torch.compiler.is_dynamo_compiling, True),
-                          *((f, True) for f in torch_internals.dynamo_compiling_tests())):
-    call_rules[_function] = (lambda value: lambda session, *a, frame=None, **k:
-                             Const(value))(_value)
+                          (torch.compiler.is_dynamo_compiling, True)):
+    call_rules[_function] = _answer(_value)
+when_dynamo_imported(lambda: call_rules.update(
+    {f: _answer(True) for f in torch_internals.dynamo_compiling_tests()}))
 

@@ -57,6 +57,30 @@ call_rules: dict[Any, Rule] = {}
 MAX_INLINE_DEPTH = 48
 
 
+# Rules for torch._dynamo's own functions wait until something imports torch._dynamo (ember
+# does not: it costs seconds); user code can reach those functions only after that.
+_dynamo_registrations: list[Callable[[], None]] = []
+_dynamo_registered = [False]
+
+
+def when_dynamo_imported(register: Callable[[], None]) -> None:
+    """Run `register` (it adds rules for torch._dynamo's functions) once torch._dynamo is
+    imported: now if it is, else at the first rule lookup that misses after it is."""
+    _dynamo_registrations.append(register)
+    if _dynamo_registered[0]:
+        register()
+
+
+def _rule_for(callable_: Any) -> Rule | None:
+    special = call_rules.get(callable_)
+    if special is None and not _dynamo_registered[0] and torch_internals.dynamo_imported():
+        _dynamo_registered[0] = True
+        for register in _dynamo_registrations:
+            register()
+        special = call_rules.get(callable_)
+    return special
+
+
 def rule(*callables: Any):
     def register(fn: Rule) -> Rule:
         for callable_ in callables:
@@ -75,7 +99,7 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     real = getattr(callee, "value", None) if isinstance(callee, ObjectValue) else None
     if real is not None:
         try:
-            special = call_rules.get(real)
+            special = _rule_for(real)
         except TypeError:
             special = None
         if special is not None:
@@ -645,7 +669,7 @@ _TEXT = {repr, str, hash, chr, format, bin, hex, oct, ascii}
 
 def call_builtin(session: Session, function: Any, args: list[Value],
                  kwargs: dict[str, Value]) -> Value:
-    special = call_rules.get(function)
+    special = _rule_for(function)
     if special is not None:
         return special(session, *args, **kwargs)
     outcome = numbers.predicate(session, function, args) if not kwargs else None

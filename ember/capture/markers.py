@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture.calls import call_rules, call_torch
+from ember.capture.calls import call_rules, call_torch, when_dynamo_imported
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value
 from ember.capture.values import (
@@ -94,10 +94,13 @@ def disabled_message(function: Any, reason: str) -> str:
 # -- torch._dynamo's own marker functions -----------------------------------------------------
 def _rule(*names: str):
     def register(rule: Any) -> Any:
-        for name in names:
-            found = torch_internals.dynamo_marker(name)
-            if found is not None:
-                call_rules[found] = rule
+        def add() -> None:
+            for name in names:
+                found = torch_internals.dynamo_marker(name)
+                if found is not None:
+                    call_rules[found] = rule
+
+        when_dynamo_imported(add)
         return rule
 
     return register
@@ -127,9 +130,8 @@ def _disable(session: Session, function: Value | None = None, *args: Value,
     return session.wrap(torch.compiler.disable(real, **options), None, guard=False)
 
 
-for _marker in (torch.compiler.disable, torch_internals.dynamo_marker("disable")):
-    if _marker is not None:
-        call_rules[_marker] = _disable
+call_rules[torch.compiler.disable] = _disable
+_rule("disable")(_disable)
 
 
 @_rule("mark_static_address")

@@ -275,7 +275,7 @@ class Shapes:
         """A fake with every size a constant (on a ShapeEnv too: it would otherwise make
         symbols of its own for a tensor without a source)."""
         if not self.symbolic:
-            return self.fake_mode.from_tensor(tensor)
+            return torch_internals.fake_of(self.fake_mode, tensor)
         self._base_source(tensor, source)
         return torch_internals.symbolic_fake(self.fake_mode, tensor, source.expr(),
                                              [None] * tensor.dim())

@@ -61,7 +61,7 @@ def eager_autograd(module: torch.fx.GraphModule, example_inputs: list[Any]
     (layer norm's mean and rstd, lu's pivots). None when the graph cannot run on fakes."""
     mode = torch_internals.make_fake_mode()
     leaves: dict[int, int] = {}  # id of a fake input that requires grad -> its number
-    args = [mode.from_tensor(x.detach()) if isinstance(x, torch.Tensor) else x
+    args = [torch_internals.fake_of(mode, x.detach()) if isinstance(x, torch.Tensor) else x
             for x in example_inputs]
     tensors = [(fake, x) for fake, x in zip(args, example_inputs) if isinstance(x, torch.Tensor)]
     for number, (fake, x) in enumerate(tensors):

@@ -89,6 +89,19 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
     """Compile `source` into a shared library; return (path, whether it came from the cache).
     A cached library is loaded only after its digest checks (disk_cache.usable); one that
     fails is rebuilt. One thread or process builds a key at a time; the others wait for it."""
+    library, cached = _build(source, link)
+    built_from[str(library)] = (source, list(link))
+    if not cached:
+        disk_cache.enforce_cap(keep=library)
+    return library, cached
+
+
+# library path -> (source, link flags) of each library built or found in this process: what
+# a warm-start entry keeps to find the library again (or rebuild it, once evicted)
+built_from: dict[str, tuple[str, list[str]]] = {}
+
+
+def _build(source: str, link: list[str]) -> tuple[Path, bool]:
     compiler = find_compiler()
     flags = list(config.settings.cflags) + ["-shared", "-fPIC"]
     key = cache_key(source, flags + link, compiler)
@@ -150,4 +163,5 @@ def kernel_function(library: ctypes.CDLL, name: str, arity: int, sizes: int = 0)
     function = getattr(library, name)
     function.argtypes = [ctypes.c_void_p] * arity + [ctypes.c_int64] * sizes
     function.restype = ctypes.c_int
+    function.library_path = library._name  # (for a warm-start entry: runtime/warm_cache.py)
     return function

@@ -32,11 +32,13 @@ class CompiledGraph:
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         self.fast = make_function(fast, f"<ember wrapper {label}>")
         self.wrapper_source = fast.text
+        self.wrappers = (checked, fast)  # (what a warm-start entry keeps: runtime/warm_cache)
         self.eager = eager
         self.label = label
         self.kernel_count = kernel_count
         self.library_count = library_count    # calls of aten ops at run time (matmul, ...)
         self.fallback_count = fallback_count  # of those, ops that have no lowering rule
+        self.argument_count = argument_count
         self.all_tensors = tensor_positions == list(range(argument_count))
         self.tensor_positions = tensor_positions
         self.written_inputs = list(written_inputs)

@@ -197,6 +197,9 @@ def _digest(key: str, data: bytes) -> str:
     return "sha256:" + hashlib.sha256(key.encode() + b"\0" + data).hexdigest()
 
 
+digest = _digest
+
+
 def commit(built: Path, path: Path, key: str) -> None:
     """Move a finished build into place, its digest first (a reader that finds the binary
     finds the digest that vouches for it)."""
@@ -232,6 +235,7 @@ def usable(path: Path, key: str) -> bool:
         return False
     problem = problem_with(path, key)
     if problem is None:
+        touch(path)
         return True
     logs.channel("fallbacks").info("the cached kernel library %s fails its check (%s): it is "
                                    "rebuilt", path, problem)
@@ -260,3 +264,141 @@ def incomplete(data: bytes) -> str | None:
         if offset + filesz > len(data):
             return f"cut short: {len(data)} bytes, a segment ends at byte {offset + filesz}"
     return None
+
+
+# -- size cap, least recently used out --------------------------------------------------------
+# An entry is the files of one key in one kind's folder (c/ab/KEY.so, KEY.c, KEY.digest,
+# KEY.lock; Triton's: one folder); its last use is its newest file's modification time, which
+# a hit renews (touch).
+def touch(path: Path) -> None:
+    """Mark the entry at `path` used now (a hit): the size cap removes the least recent."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _entries(root: Path) -> dict[tuple[str, Path], list[tuple[Path, os.stat_result]]]:
+    """(kind, folder/KEY) -> its files and their status, for every kind under `root`."""
+    entries: dict[tuple[str, Path], list[tuple[Path, os.stat_result]]] = {}
+    if not root.is_dir():
+        return entries
+    for kind in sorted(p for p in root.iterdir() if p.is_dir()):
+        for folder, _, names in os.walk(kind):
+            for name in names:
+                path = Path(folder) / name
+                with contextlib.suppress(OSError):
+                    stem = name.split(".")[0] if not name.startswith(".") else name
+                    # (Triton's entries are folders of files that belong together)
+                    entry = Path(folder) if kind.name == "triton" else Path(folder) / stem
+                    entries.setdefault((kind.name, entry), []).append((path, path.stat()))
+    return entries
+
+
+def enforce_cap(keep: Path | None = None) -> int:
+    """Remove the least recently used entries until the cache is under EMBER_CACHE_MAX_MB
+    (to 90% of it, so that each new entry does not walk the folder again); never the entry of
+    `keep` (the one just written). Returns the bytes removed; said on EMBER_LOGS=kernels."""
+    cap = config.settings.cache_max_mb * 2**20
+    root = Path(config.settings.cache_dir)
+    root = _replacements.get(root, root)
+    if cap <= 0:
+        return 0
+    kept = None if keep is None else keep.parent / keep.name.split(".")[0]
+    # NOTE: walking a large cache costs (44,000 files: ~0.2 s), so the cache's size is kept
+    # in its `size` file, grown by each new entry and set by each walk; the folder is walked
+    # only once that estimate passes the cap (or there is none). Processes that add at once
+    # may lose each other's additions: the cap is then passed by a little until a walk.
+    estimate = _estimate(root)
+    if estimate is not None and kept is not None:
+        with contextlib.suppress(OSError):
+            estimate += sum(p.stat().st_size for p in kept.parent.glob(kept.name + ".*"))
+    if estimate is not None and estimate <= cap:
+        _set_estimate(root, estimate)
+        return 0
+    entries = _entries(root)
+    total = sum(s.st_size for files in entries.values() for _, s in files)
+    if total <= cap:
+        _set_estimate(root, total)
+        return 0
+    oldest = sorted(entries.items(), key=lambda item: max(s.st_mtime for _, s in item[1]))
+    removed = 0
+    for (_, stem), files in oldest:
+        if total - removed <= cap * 0.9:
+            break
+        if stem == kept or any(p.suffix == ".lock" and _held(p) for p, _ in files):
+            continue
+        for path, status in files:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += status.st_size
+    _set_estimate(root, total - removed)
+    logs.channel("kernels").info("the disk cache %s held %.1f MiB, over EMBER_CACHE_MAX_MB=%d: "
+                                 "%.1f MiB of the least recently used entries removed", root,
+                                 total / 2**20, config.settings.cache_max_mb, removed / 2**20)
+    return removed
+
+
+def _estimate(root: Path) -> int | None:
+    try:
+        return int((root / "size").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _set_estimate(root: Path, total: int) -> None:
+    with contextlib.suppress(OSError), temporary(root, ".size") as partial:
+        partial.write_text(str(total))
+        os.replace(partial, root / "size")
+
+
+def _held(lock: Path) -> bool:
+    """Is a builder holding this entry's lock now (another process building it)?"""
+    if fcntl is None:
+        return False
+    try:
+        with open(lock, "a") as file:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+
+
+def cache_info() -> dict:
+    """What the disk cache holds: its folder, its cap, and per kind of entry (c: built
+    kernel libraries, warm: compiled graphs for a warm start, triton: Triton's modules) the
+    entries, their bytes and the newest use."""
+    root = Path(config.settings.cache_dir)
+    root = _replacements.get(root, root)
+    kinds: dict[str, dict] = {}
+    for (kind, _), files in _entries(root).items():
+        info = kinds.setdefault(kind, {"entries": 0, "bytes": 0, "last_used": 0.0})
+        info["entries"] += 1
+        info["bytes"] += sum(s.st_size for _, s in files)
+        info["last_used"] = max(info["last_used"], *(s.st_mtime for _, s in files))
+    return {"dir": str(root), "max_bytes": config.settings.cache_max_mb * 2**20,
+            "bytes": sum(k["bytes"] for k in kinds.values()), "kinds": kinds}
+
+
+def describe_info(info: dict) -> str:
+    """cache_info() in words (what `python -m ember cache` prints)."""
+    cap = f"{info['max_bytes'] / 2**20:.0f} MiB" if info["max_bytes"] else "none"
+    lines = [f"ember disk cache {info['dir']}: {info['bytes'] / 2**20:.1f} MiB "
+             f"(cap {cap}, EMBER_CACHE_MAX_MB)"]
+    for kind, k in sorted(info["kinds"].items()):
+        used = time.strftime("%Y-%m-%d %H:%M", time.localtime(k["last_used"]))
+        lines.append(f"  {kind:<7} {k['entries']:6d} entries {k['bytes'] / 2**20:9.1f} MiB, "
+                     f"last used {used}")
+    return "\n".join(lines)
+
+
+def clear() -> int:
+    """Remove every entry of the disk cache (the folder stays); returns the bytes removed."""
+    removed = 0
+    root = Path(config.settings.cache_dir)
+    for files in _entries(root).values():
+        for path, status in files:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed += status.st_size
+    with contextlib.suppress(OSError):
+        (root / "size").unlink()
+    return removed

@@ -138,3 +138,13 @@ def test_the_gpu_benchmark_says_it_needs_a_gpu(capsys):
         pytest.skip("a GPU is present")
     assert cli.main(["--device", "cuda", "--only", "S1"]) == 2
     assert "needs a CUDA device" in capsys.readouterr().err
+
+
+def test_warm_start_table_gives_the_ratios_of_extra_times():
+    from ember.bench.warm_start import table
+
+    text = table({"S1": {"eager": 1.0, "ember-cold": 2.0, "ember-warm": 1.2,
+                         "torch.compile-cold": 11.0, "torch.compile-warm": 5.0,
+                         "warm hits": 1}})
+    row = next(line for line in text.splitlines() if line.startswith("S1"))
+    assert "0.100" in row and "0.200" in row and "0.050" in row  # (1/10, 0.2/1, 0.2/4)

@@ -1,0 +1,173 @@
+"""From process start to the first result: eager, ember cold and warm, torch.compile cold and
+warm, each in a fresh Python process, on the CPU seed workloads.
+
+    python -m ember.bench.warm_start [--size quick] [--only S1 S5 ...] [--repeats 1]
+
+Each variant runs in its own process: the time counts from just before the process is
+started to the moment the first call's result is there (interpreter start, `import torch`,
+`import ember`, capture, compile, run). "cold" starts on empty caches (EMBER_CACHE_DIR, and
+torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR pointed at new folders); "warm"
+is a second process on the caches the cold one left. The eager process (`import torch` and
+an eager call) is the baseline: "extra" is a variant's time over it. The workloads' module is
+loaded on its own in the child, so that eager and torch.compile never import ember.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = ("eager", "ember-cold", "ember-warm", "torch.compile-cold", "torch.compile-warm")
+
+CHILD = r"""
+import importlib.util, json, sys, time
+begun = time.perf_counter()
+variant, name, size, workloads_path = sys.argv[1:5]
+import torch
+imported_torch = time.perf_counter()
+if variant.startswith("ember"):
+    import ember
+imported = time.perf_counter()
+spec = importlib.util.spec_from_file_location("seed_workloads", workloads_path)
+workloads = importlib.util.module_from_spec(spec)
+sys.modules["seed_workloads"] = workloads
+spec.loader.exec_module(workloads)
+workload = next(w for w in workloads.WORKLOADS if w.name == name)
+fn, args = workload.instantiate(size)
+if variant.startswith("ember"):
+    fn = ember.compile(fn)
+elif variant.startswith("torch.compile"):
+    fn = torch.compile(fn, mode=workload.mode)
+called = time.perf_counter()
+with torch.set_grad_enabled(workload.grad):
+    result = fn(*args)
+done = time.time()
+parts = {"import torch": imported_torch - begun, "import ember": imported - imported_torch,
+         "first call": time.perf_counter() - called}
+counts = {}
+if variant.startswith("ember"):
+    from ember.runtime import warm_cache
+    counts = dict(warm_cache.counts)
+print(json.dumps({"done": done, "warm": counts, "parts": parts}))
+"""
+
+
+def run_variant(variant: str, name: str, size: str, caches: Path) -> tuple[float, dict]:
+    """Seconds from process start to the first result, and ember's warm-cache counts."""
+    environment = dict(os.environ, EMBER_CACHE_DIR=str(caches / "ember"),
+                       TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
+                       TRITON_CACHE_DIR=str(caches / "triton"))
+    environment.pop("EMBER_LOGS", None)
+    root = Path(__file__).resolve().parents[2]
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(root), *filter(None, [environment.get("PYTHONPATH")])])
+    workloads = Path(__file__).with_name("workloads.py")
+    start = time.time()
+    done = subprocess.run([sys.executable, "-c", CHILD, variant, name, size, str(workloads)],
+                          capture_output=True, text=True, env=environment, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{variant} on {name} failed:\n{done.stderr[-2000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["done"] - start, {**report["warm"], **report["parts"]}
+
+
+def measure(names: list[str], size: str, repeats: int) -> dict[str, dict[str, float]]:
+    """name -> variant -> median seconds to the first result (cold variants on new caches
+    each repeat, warm ones right after their cold one)."""
+    results: dict[str, dict[str, list[float]]] = {}
+    for name in names:
+        for _ in range(repeats):
+            with tempfile.TemporaryDirectory(prefix="ember-warm-start-") as folder:
+                for variant in VARIANTS:
+                    seconds, counts = run_variant(variant, name, size, Path(folder))
+                    results.setdefault(name, {}).setdefault(variant, []).append(seconds)
+                    if variant == "ember-warm":
+                        results[name].setdefault("warm hits", []).append(counts.get("hits", 0))
+                    for part in ("import torch", "import ember", "first call"):
+                        results[name].setdefault(f"{variant} {part}", []).append(counts[part])
+                    print(f"  {name:<10} {variant:<19} {seconds:7.2f} s  (import torch "
+                          f"{counts['import torch']:.2f}, import ember "
+                          f"{counts['import ember']:.2f}, first call "
+                          f"{counts['first call']:.2f})", file=sys.stderr, flush=True)
+    return {name: {variant: statistics.median(times) for variant, times in found.items()}
+            for name, found in results.items()}
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = ["seconds from process start to the first result (extra: over eager's process)",
+             "", f"{'workload':<10} {'eager':>6} {'ember':>6} {'warm':>6} {'t.c':>6} "
+             f"{'t.c warm':>8} | {'ember/t.c':>9} {'warm/cold':>9} {'warm/t.c w':>10} "
+             f"(extra times)"]
+    ratios = []
+    for name, r in results.items():
+        eager = r["eager"]
+        extra = {v: max(r[v] - eager, 1e-3) for v in VARIANTS}
+        row = (extra["ember-cold"] / extra["torch.compile-cold"],
+               extra["ember-warm"] / extra["ember-cold"],
+               extra["ember-warm"] / extra["torch.compile-warm"])
+        ratios.append(row)
+        lines.append(f"{name:<10} {eager:6.2f} {r['ember-cold']:6.2f} {r['ember-warm']:6.2f} "
+                     f"{r['torch.compile-cold']:6.2f} {r['torch.compile-warm']:8.2f} | "
+                     f"{row[0]:9.3f} {row[1]:9.3f} {row[2]:10.3f}"
+                     f"   (warm hits {r.get('warm hits', 0):.0f})")
+    if ratios:
+        geomeans = [statistics.geometric_mean(column) for column in zip(*ratios)]
+        lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
+                     f"{geomeans[0]:9.3f} {geomeans[1]:9.3f} {geomeans[2]:10.3f}")
+        lines.append("targets: ember/t.c <= 0.1, warm/cold <= 0.2, warm/t.c warm <= 0.1")
+    if all("ember-cold first call" in r for r in results.values()):
+        lines += ["", "inside each process (less noisy: interpreter start and import torch left "
+                  "out): import ember, the first call alone, and extra = import ember + first "
+                  "call - eager's first call", "",
+                  f"{'workload':<10} {'import':>6} {'eager':>6} {'ember':>6} {'warm':>6} "
+                  f"{'t.c':>6} {'t.c warm':>8} | {'ember/t.c':>9} {'warm/cold':>9} "
+                  f"{'warm/t.c w':>10}"]
+        ratios = []
+        for name, r in results.items():
+            extra = {v: max(r[f"{v} import ember"] + r[f"{v} first call"]
+                            - r["eager first call"], 1e-3) for v in VARIANTS}
+            row = (extra["ember-cold"] / extra["torch.compile-cold"],
+                   extra["ember-warm"] / extra["ember-cold"],
+                   extra["ember-warm"] / extra["torch.compile-warm"])
+            ratios.append(row)
+            calls = [r[f"{v} first call"] for v in VARIANTS]
+            lines.append(f"{name:<10} {r['ember-cold import ember']:6.2f} "
+                         + " ".join(f"{c:6.2f}" for c in calls[:4]) + f" {calls[4]:8.2f} | "
+                         f"{row[0]:9.3f} {row[1]:9.3f} {row[2]:10.3f}")
+        geomeans = [statistics.geometric_mean(column) for column in zip(*ratios)]
+        lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
+                     f"{geomeans[0]:9.3f} {geomeans[1]:9.3f} {geomeans[2]:10.3f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="quick", choices=["full", "quick", "tiny"])
+    parser.add_argument("--only", nargs="*", help="workload names (default: the CPU seeds)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", help="write the medians to this file")
+    parser.add_argument("--table", help="print the table of medians a --json run wrote")
+    options = parser.parse_args(argv)
+    if options.table:
+        print(table(json.loads(Path(options.table).read_text())))
+        return 0
+    from ember.bench.workloads import WORKLOADS
+
+    names = options.only or [w.name for w in WORKLOADS]
+    results = measure(names, options.size, options.repeats)
+    print(table(results))
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,224 @@
+"""A compiled graph's wrapper namespace as plain data, and back (for runtime/warm_cache.py).
+
+Takes the values a generated wrapper's namespace holds (kernels, aten ops, dtypes, devices,
+torch's and ember's functions, constants, graph attributes, pytree specs, ember's
+dataclasses); gives each as a list [kind, ...] that torch.load(weights_only=True) reads back,
+and decodes it in a new process. Every encoding is decoded again at once and must give the
+same value back; a value it cannot carry raises NotKept: such a graph is not kept.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import importlib
+from typing import Any
+
+import torch
+
+from ember import torch_internals
+from ember.runtime import build
+
+
+class NotKept(Exception):
+    """A compiled graph, or a value its wrapper holds, that an entry cannot carry."""
+
+
+def fetch(module: torch.nn.Module, target: str) -> Any:
+    """A graph attribute (`layer.weight`) of `module`."""
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+class Encoder:
+    """Values of a wrapper's namespace as plain data (what torch.load(weights_only=True)
+    reads back): each a list [kind, ...]. Every encoding is decoded again at once and must
+    give the same value back, else the graph is not kept."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        self.attributes = {id(fetch(gm, n.target)): n.target for n in gm.graph.nodes
+                           if n.op == "get_attr"}
+        self.libraries: list[list] = []
+        self.tensors: list[torch.Tensor] = []
+        self.decoder = Decoder(gm, self.libraries, self.tensors)
+
+    def namespace(self, namespace: dict[str, Any]) -> list[list]:
+        encoded = []
+        for name, value in namespace.items():
+            if name == "misaligned" and type(value).__name__ == "_Lazy":
+                encoded.append([name, ["unavailable"]])  # (called by CUDA wrappers only)
+                continue
+            try:
+                encoded.append([name, self.value(value)])
+            except NotKept as error:
+                raise NotKept(f"its wrapper's {name} is {error}") from None
+        return encoded
+
+    def value(self, value: Any) -> list:
+        code = self._encode(value)
+        if code[0] in ("kernel", "tensor"):
+            return code  # (found again by name, and saved whole)
+        back = self.decoder.value(code)
+        same = back is value or (type(back) is type(value) and not isinstance(
+            value, torch.Tensor) and _equal(back, value))
+        if not same:
+            raise NotKept(f"{type(value).__name__} {value!r:.80}, which does not survive "
+                          f"being kept")
+        return code
+
+    def _encode(self, value: Any) -> list:
+        if type(value) in _PLAIN:
+            return ["plain", value]
+        if isinstance(value, (tuple, list)):
+            return ["tuple" if isinstance(value, tuple) else "list",
+                    [self._encode(v) for v in value]]
+        if isinstance(value, dict) and type(value) is dict:
+            return ["dict", [[self._encode(k), self._encode(v)] for k, v in value.items()]]
+        if isinstance(value, slice):
+            return ["slice", [self._encode(v) for v in (value.start, value.stop, value.step)]]
+        if value is Ellipsis:
+            return ["ellipsis"]
+        if isinstance(value, torch.device):
+            return ["device", str(value)]
+        if isinstance(value, torch.Tensor):
+            if id(value) in self.attributes:  # (fetched from the new process's graph)
+                return ["attribute", self.attributes[id(value)]]
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or \
+                    value.device.type != "cpu":
+                raise NotKept(f"a {type(value).__name__} on {value.device}")
+            self.tensors.append(value.detach())
+            return ["tensor", len(self.tensors) - 1]
+        if isinstance(value, ctypes._CFuncPtr):
+            return self._kernel(value)
+        if torch_internals.is_op_overload(value) or \
+                isinstance(value, torch_internals.OpOverloadPacket):
+            return ["op", str(value)]
+        if isinstance(value, torch_internals.TreeSpec):
+            return ["treespec", torch_internals.treespec_dumps(value)]
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and \
+                type(value).__module__.startswith("ember."):
+            fields = [[f.name, self._encode(getattr(value, f.name))]
+                      for f in dataclasses.fields(value)]
+            return ["dataclass", type(value).__module__, type(value).__qualname__, fields]
+        for name, known in _internal_callables().items():
+            if value is known or value == known:
+                return ["internal", name]
+        text = str(value)
+        if text.startswith("torch.") and getattr(torch, text[6:], None) is value:
+            return ["torch", text[6:]]  # (a dtype, layout or memory format)
+        module = getattr(value, "__module__", None)
+        for attribute in (getattr(value, "__qualname__", None), getattr(value, "__name__", None)):
+            if module and attribute and "<" not in attribute and \
+                    _resolves(module, attribute, value):
+                return ["global", module, attribute]
+        raise NotKept(f"a {type(value).__name__} ({text:.80})")
+
+    def _kernel(self, function: Any) -> list:
+        path = getattr(function, "library_path", None)
+        if path not in build.built_from:
+            raise NotKept("a C function of a library ember did not build")
+        source, link = build.built_from[path]
+        entry = [source, link]
+        if entry not in self.libraries:
+            self.libraries.append(entry)
+        return ["kernel", self.libraries.index(entry), function.__name__,
+                len(function.argtypes)]
+
+
+class Decoder:
+    def __init__(self, gm: torch.fx.GraphModule, libraries: list, tensors: list):
+        self.gm = gm
+        self.libraries = libraries
+        self.tensors = tensors
+        self.loaded: dict[int, ctypes.CDLL] = {}
+
+    def namespace(self, encoded: list) -> dict[str, Any]:
+        return {name: self.value(code) for name, code in encoded}
+
+    def value(self, code: list) -> Any:
+        kind = code[0]
+        if kind == "plain":
+            return code[1]
+        if kind in ("tuple", "list"):
+            items = [self.value(c) for c in code[1]]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "dict":
+            return {self.value(k): self.value(v) for k, v in code[1]}
+        if kind == "slice":
+            return slice(*(self.value(c) for c in code[1]))
+        if kind == "ellipsis":
+            return Ellipsis
+        if kind == "device":
+            return torch.device(code[1])
+        if kind == "attribute":
+            return fetch(self.gm, code[1])
+        if kind == "tensor":
+            return self.tensors[code[1]]
+        if kind == "kernel":
+            return build.kernel_function(self._library(code[1]), code[2], code[3])
+        if kind == "op":
+            return _op(code[1])
+        if kind == "treespec":
+            return torch_internals.treespec_loads(code[1])
+        if kind == "dataclass":
+            cls = _resolve(code[1], code[2])
+            return cls(**{name: self.value(c) for name, c in code[3]})
+        if kind == "internal":
+            return _internal_callables()[code[1]]
+        if kind == "torch":
+            return getattr(torch, code[1])
+        if kind == "global":
+            return _resolve(code[1], code[2])
+        if kind == "unavailable":
+            return _unavailable
+        raise ValueError(f"unknown kind {kind!r}")
+
+    def _library(self, index: int) -> ctypes.CDLL:
+        if index not in self.loaded:
+            source, link = self.libraries[index]
+            path, _ = build.build(source, list(link))  # (a hit unless it was evicted)
+            self.loaded[index] = build.load(path)
+        return self.loaded[index]
+
+
+def _unavailable(*args: Any) -> Any:
+    raise RuntimeError("the build for misaligned inputs is not kept by a warm start")
+
+
+def _internal_callables() -> dict[str, Any]:
+    """Callables a wrapper's namespace holds that have no importable name of their own."""
+    return {"plain_view": torch_internals.plain_view(),
+            "plain_empty_cpu": torch_internals.plain_empty(torch.device("cpu"))}
+
+
+def _resolve(module: str, qualname: str) -> Any:
+    value: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _resolves(module: str, qualname: str, value: Any) -> bool:
+    try:
+        return _resolve(module, qualname) is value
+    except (ImportError, AttributeError):
+        return False
+
+
+def _op(text: str) -> Any:
+    value: Any = torch.ops
+    for part in text.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _equal(first: Any, second: Any) -> bool:
+    try:
+        return bool(first == second)
+    except Exception:  # noqa: BLE001 (a value whose == is not a truth: not the same)
+        return False

@@ -1,0 +1,222 @@
+"""ember.runtime.warm_cache: a new process's first call rebuilds the compiled graph from the
+disk cache (nothing lowered, nothing built: counted, never timed); a corrupt or foreign entry
+is rebuilt with eager's answer; the cache's size cap removes the least recently used."""
+
+import ast
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+from ember import config
+from ember.__main__ import main
+from ember.runtime import disk_cache, warm_cache
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROGRAM = """
+import copy
+import torch
+import ember
+from ember.runtime import warm_cache
+
+def f(x, y):
+    scale = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    return torch.relu(x @ y + 1).softmax(-1) * scale, x.t()
+
+m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.LayerNorm(8))
+torch.manual_seed(0)
+x, y, z = torch.randn(4, 4), torch.randn(4, 4), torch.randn(3, 4)
+got, view = ember.compile(f)(x, y)
+want, _ = f(x, y)
+assert torch.allclose(got, want, atol=1e-6) and view.data_ptr() == x.data_ptr()
+with torch.no_grad():
+    assert torch.allclose(ember.compile(m)(z), m(z), atol=1e-6)
+
+def step(model, x):  # (a training graph: its forward and backward are kept too)
+    loss = torch.nn.functional.gelu(model(x)).pow(2).sum()
+    loss.backward()
+    return loss
+
+compiled_model, eager_model = m, copy.deepcopy(m)
+loss = ember.compile(step)(compiled_model, z)
+assert torch.allclose(loss, step(eager_model, z), atol=1e-5)
+for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+    assert torch.allclose(p.grad, q.grad, atol=1e-5)
+print("counts", warm_cache.counts)
+"""
+
+
+def _process(cache: Path) -> str:
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_CACHE_DIR=str(cache),
+                       EMBER_LOGS="perf,kernels")
+    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
+                          env=environment, timeout=300, cwd=cache.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def _counts(output: str) -> dict:
+    return ast.literal_eval(output.split("counts ", 1)[1].splitlines()[0])
+
+
+def test_a_second_process_lowers_and_builds_nothing(tmp_path):
+    first = _process(tmp_path / "cache")
+    kept = _counts(first)["kept"]
+    assert kept >= 3 and " built " in first and "compiled in" in first
+    assert "not kept" not in first
+    second = _process(tmp_path / "cache")
+    assert _counts(second) == {"hits": kept, "misses": 0, "kept": 0, "not_kept": 0,
+                               "rejected": 0}
+    assert "compiled in" not in second  # (the stages' clock: nothing lowered or scheduled)
+    assert " built " not in second and "cache hit" not in second  # (not even a lookup)
+    assert second.count("warm start from the disk cache") == kept
+
+
+@pytest.fixture
+def cache(tmp_path):
+    with config.override(cache_dir=tmp_path):
+        ember.reset()
+        yield tmp_path
+        ember.reset()
+
+
+def _add_one(x):
+    return torch.sin(x) + 1
+
+
+def _compile_once(x):
+    before = dict(warm_cache.counts)
+    result = ember.compile(_add_one)(x)
+    ember.reset()
+    return result, {k: warm_cache.counts[k] - before[k] for k in before}
+
+
+def _entries(cache):
+    return sorted((cache / "warm").rglob("*.pt"))
+
+
+def test_an_entry_is_kept_then_hit_in_the_same_process(cache):
+    x = torch.randn(100)
+    result, counts = _compile_once(x)
+    assert counts["kept"] == 1 and len(_entries(cache)) == 1
+    result, counts = _compile_once(x)
+    assert counts["hits"] == 1 and counts["kept"] == 0
+    assert torch.allclose(result, _add_one(x), atol=1e-6)
+
+
+def test_a_corrupt_entry_is_rebuilt_with_eager_s_answer(cache):
+    x = torch.randn(100)
+    _compile_once(x)
+    [entry] = _entries(cache)
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    result, counts = _compile_once(x)
+    assert counts == {"hits": 0, "misses": 0, "kept": 1, "not_kept": 0, "rejected": 1}
+    assert torch.allclose(result, _add_one(x), atol=1e-6)
+    _, counts = _compile_once(x)  # (the entry written again is whole)
+    assert counts["hits"] == 1
+
+
+def test_a_foreign_version_entry_is_ignored(cache):
+    x = torch.randn(100)
+    _compile_once(x)
+    [entry] = _entries(cache)
+    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+    record["versions"]["torch"] = "1.0.0"
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    entry.write_bytes(buffer.getvalue())  # (with a digest that vouches for it)
+    entry.with_suffix(".digest").write_text(
+        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+    result, counts = _compile_once(x)
+    assert counts["rejected"] == 1 and counts["hits"] == 0 and counts["kept"] == 1
+    assert torch.allclose(result, _add_one(x), atol=1e-6)
+
+
+def test_other_inputs_or_settings_are_other_entries(cache):
+    _compile_once(torch.randn(100))
+    _, counts = _compile_once(torch.randn(101))
+    assert counts["misses"] == 1
+    with config.override(parallel_threshold=7):
+        _, counts = _compile_once(torch.randn(100))
+    assert counts["misses"] == 1
+    assert len(_entries(cache)) == 3
+
+
+def test_a_graph_that_cannot_be_kept_says_so_and_runs(cache):
+    x = torch.randn(10)
+    with config.override(backend="interp", logs=frozenset({"perf"})):
+        result, counts = _compile_once(x)
+    assert counts["not_kept"] == 1 and not _entries(cache)
+    assert torch.allclose(result, _add_one(x))
+
+
+def _fake_entry(folder: Path, key: str, megabytes: float, age: float) -> Path:
+    path = folder / key[:2] / f"{key}.so"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\0" * int(megabytes * 2**20))
+    path.with_suffix(".digest").write_text("x")
+    for file in (path, path.with_suffix(".digest")):
+        os.utime(file, (time.time() - age, time.time() - age))
+    return path
+
+
+def test_the_size_cap_removes_the_least_recently_used(cache):
+    old = _fake_entry(cache / "c", "aa" * 32, 0.5, age=300)
+    used = _fake_entry(cache / "c", "bb" * 32, 0.5, age=200)
+    new = _fake_entry(cache / "warm", "cc" * 32, 0.5, age=100)
+    disk_cache.touch(used)  # (a hit: used most recently now)
+    with config.override(cache_max_mb=1):
+        removed = disk_cache.enforce_cap(keep=None)
+    assert removed >= 2**19
+    assert not old.exists() and not old.with_suffix(".digest").exists()
+    assert used.exists() and not new.exists()  # (to 90% of the cap: two of three go)
+    assert disk_cache.cache_info()["bytes"] <= 0.9 * 2**20
+    with config.override(cache_max_mb=0):  # (no cap)
+        assert disk_cache.enforce_cap() == 0
+
+
+def test_cache_info_and_clear(cache, capsys):
+    _compile_once(torch.randn(100))
+    info = ember.cache_info()
+    assert info["kinds"]["warm"]["entries"] == 1 and info["kinds"]["c"]["entries"] == 1
+    assert main(["cache", "--clear"]) == 0
+    assert "warm" in capsys.readouterr().out
+    assert ember.cache_info()["bytes"] == 0
+
+
+def _loss(x, w):
+    return (torch.sin(x) @ w).relu().sum()
+
+
+def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(cache):
+    from ember.backends import compile_stages
+
+    gm = torch.fx.symbolic_trace(_loss)
+    x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
+    assert entry.compiled is None
+    entry.keep(compile_stages(gm, [x, w], "g"))
+    rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
+    assert type(rebuilt).__name__ == "TrainingGraph"
+    rebuilt(x, w).backward()
+    grads = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    _loss(x, w).backward()
+    assert torch.allclose(grads[0], x.grad, atol=1e-5)
+    assert torch.allclose(grads[1], w.grad, atol=1e-5)
+    # the forward's eager form (a layout check failing, aliased inputs): the graph compiled
+    # cold, its interpreter's forward
+    with torch.no_grad():
+        compiled = rebuilt.forward_graph(x, w)
+        fallback = rebuilt.forward_graph.eager(x, w)
+    assert len(compiled) == len(fallback)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, fallback))
