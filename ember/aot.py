@@ -36,6 +36,7 @@ from ember.capture.symbols import DynamicPolicy
 from ember.ir.graph import Node
 from ember.ir.library import fill
 from ember.ir.ops import Kind, Op
+from ember.runtime import warm_cache
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 # IR ops counted as transcendentals (as XLA's cost analysis counts them apart from flops).
@@ -105,7 +106,8 @@ class Lowered:
 
     def compile(self) -> Compiled:
         """The graph compiled: kernels built and loaded, the wrapper written."""
-        entry = self.function._entry(self.captured, self._arguments, time.perf_counter())
+        with warm_cache.bypassed():
+            entry = self.function._entry(self.captured, self._arguments, time.perf_counter())
         return Compiled(self, entry)
 
 

@@ -16,15 +16,17 @@ again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import io
 import os
 import sys
+import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,21 @@ def _describe(value: Any) -> str:
 
 
 # -- find and keep ------------------------------------------------------------------------
+_unwanted = threading.local()
+
+
+@contextlib.contextmanager
+def bypassed() -> Iterator[None]:
+    """Graphs compiled in this thread meanwhile neither come from the warm cache nor go into
+    it (ahead-of-time compiles: their analyses read the schedule, which a rebuilt graph does
+    not carry)."""
+    _unwanted.depth = getattr(_unwanted, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _unwanted.depth -= 1
+
+
 class Entry:
     """One graph's place in the warm cache: `compiled` is the graph rebuilt from it, or None
     (then `keep` stores what the backend compiles)."""
@@ -123,6 +140,9 @@ class Entry:
                          if isinstance(x, torch.Tensor) else x for x in example_inputs]
         self.grad_enabled = torch.is_grad_enabled()
         self.cold: Any = None
+        if getattr(_unwanted, "depth", 0):  # (a compile that needs its plan: ember/aot.py)
+            self.key = None
+            return
         try:
             self.key: str | None = key_of(gm, example_inputs)
         except Exception as error:  # noqa: BLE001 (an odd graph attribute: no warm start)
