@@ -118,6 +118,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("cache_max_mb", "EMBER_CACHE_MAX_MB", "4096", _count(0),
          "size cap of the disk cache in MiB (built kernels and warm-start entries): past it "
          "the least recently used entries are removed; 0: no cap"),
+    Flag("warm_start", "EMBER_WARM_START", "1", _flag,
+         "keep compiled graphs in the disk cache and rebuild them in a new process instead of "
+         "compiling again (0: compile every process's graphs afresh)"),
     Flag("disable", "EMBER_DISABLE", "0", _flag,
          "run every compiled function eagerly (compile nothing)"),
     Flag("backend", "EMBER_BACKEND", "", _choice("", "c", "triton", "interp"),
@@ -162,6 +165,7 @@ class Settings:
     dump_dir: Path | None
     cache_dir: Path
     cache_max_mb: int
+    warm_start: bool
     disable: bool
     backend: str
     cc: str

@@ -14,6 +14,9 @@ import os
 
 if os.environ.get("EMBER_TEST_DEVICE", "cpu") != "cuda":
     os.environ["TRITON_INTERPRET"] = "1"
+# Graphs compile afresh in every test (a warm entry another test left would rebuild a graph
+# without the internals tests look at); tests/runtime/test_warm_start.py turns it on.
+os.environ["EMBER_WARM_START"] = "0"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

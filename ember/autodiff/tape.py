@@ -116,11 +116,18 @@ def taped_vjp(index: int, *grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
     found = torch.autograd.grad([out for out, _ in pairs], leaves,
                                 [grad for _, grad in pairs], allow_unused=True,
                                 retain_graph=True) if pairs else [None] * len(leaves)
-    held = {t.untyped_storage().data_ptr() for t in grads if t.numel()}
+    return owned_gradients(found, leaves, grads)
+
+
+def owned_gradients(found: Any, leaves: list[torch.Tensor], operands: tuple
+                    ) -> tuple[torch.Tensor, ...]:
+    """torch's gradients of `leaves` (zeros where none), dense, each in memory of its own: a
+    gradient may be one of the backward call's `operands` itself (index_put's for `self`, an
+    incoming gradient), which the backward graph may free or reuse."""
+    held = {t.untyped_storage().data_ptr() for t in operands
+            if isinstance(t, torch.Tensor) and t.numel()}
 
     def own(gradient: torch.Tensor) -> torch.Tensor:
-        # (a gradient may be an incoming gradient itself, which the backward graph may free
-        # or reuse: results never share an operand's memory)
         gradient = gradient.contiguous()
         if gradient.numel() and gradient.untyped_storage().data_ptr() in held:
             return gradient.clone()

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ember.autodiff.tape import owned_gradients
 from ember.ir.graph import Node, row_major, suggested_layout
 from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
@@ -432,18 +433,7 @@ def library_vjp(call: Any, differentiable: tuple[bool, ...], count: int,
         found = torch.autograd.grad([out for out, _ in pairs], wanted,
                                     [grad for _, grad in pairs], allow_unused=True) \
             if pairs else [None] * len(wanted)
-    # (a gradient may be an incoming gradient itself — index_put's for `self` — which the
-    # backward graph may free or reuse: results never share an operand's memory)
-    operands = {t.untyped_storage().data_ptr() for t in tensors if t.numel()}
-
-    def own(gradient: torch.Tensor) -> torch.Tensor:
-        gradient = gradient.contiguous()
-        if gradient.numel() and gradient.untyped_storage().data_ptr() in operands:
-            return gradient.clone()
-        return gradient
-
-    return tuple(own(f if f is not None else torch.zeros_like(leaf))
-                 for f, leaf in zip(found, wanted))
+    return owned_gradients(found, wanted, tensors)
 
 
 def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

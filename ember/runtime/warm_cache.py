@@ -140,7 +140,8 @@ class Entry:
                          if isinstance(x, torch.Tensor) else x for x in example_inputs]
         self.grad_enabled = torch.is_grad_enabled()
         self.cold: Any = None
-        if getattr(_unwanted, "depth", 0):  # (a compile that needs its plan: ember/aot.py)
+        if getattr(_unwanted, "depth", 0) or not config.settings.warm_start:
+            # (off, or a compile that needs its schedule: ember/aot.py)
             self.key = None
             return
         try:

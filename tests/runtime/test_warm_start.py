@@ -20,6 +20,13 @@ from ember.runtime import disk_cache, warm_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
+@pytest.fixture(autouse=True)
+def _warm_start_on():
+    """(tests/conftest.py turns warm starts off for the rest of the suite)"""
+    with config.override(warm_start=True):
+        yield
+
 PROGRAM = """
 import copy
 import torch
@@ -55,6 +62,7 @@ print("counts", warm_cache.counts)
 
 def _process(cache: Path) -> str:
     environment = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_CACHE_DIR=str(cache),
+                       EMBER_WARM_START="1",
                        EMBER_LOGS="perf,kernels")
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
                           env=environment, timeout=300, cwd=cache.parent)
