@@ -34,7 +34,7 @@ from ember.capture.errors import CaptureError
 from ember.capture.guards import MISS, compile_guards, first_failure
 from ember.capture.symbols import DynamicPolicy
 from ember.ir.graph import Node
-from ember.ir.library import fill
+from ember.ir.library import called_target, fill
 from ember.ir.ops import Kind, Op
 from ember.runtime import warm_cache
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
@@ -353,11 +353,10 @@ def _kernel_cost(plan: Plan, kernel: Kernel) -> StepCost:
 def _library_cost(step: LibraryCall) -> StepCost:
     """A library call's flops as torch's flop counter has them (matmuls, convolutions,
     attention), run on meta tensors; bytes: its operands read and its results written."""
-    target, args, kwargs = step.node.attrs["target"], step.node.attrs["args"], \
-        step.node.attrs["kwargs"]
-    call = args[0] if args and type(args[0]).__name__ == "TapedCall" else None
-    if call is not None:  # (a training graph's taped call: the op it runs)
-        target, args, kwargs = call.target, call.args, call.kwargs
+    attrs = step.node.attrs
+    target, args, kwargs = called_target(attrs), attrs["args"], attrs["kwargs"]
+    if attrs.get("keeps_operands"):  # (a training graph's taped call: the op inside it)
+        args, kwargs = args[0].args, args[0].kwargs
     name = getattr(target, "__name__", str(target))
     flops = 0
     try:

@@ -110,9 +110,13 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owner: TrainingGraph, *args: Any):
         # (the library calls whose backward is eager's autograd keep its records here)
+        # (a graph with none pays nothing for them: no tape, no context on this path)
         ctx.tape = tape.Tape(owner.split.tapes) if owner.split.tapes else None
-        with tape.using(ctx.tape):
+        if ctx.tape is None:
             results = owner.forward_graph(*args)
+        else:
+            with tape.using(ctx.tape):
+                results = owner.forward_graph(*args)
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
         ctx.owner = owner
         ctx.count = len(args)
@@ -143,8 +147,11 @@ class _Step(torch.autograd.Function):
             else:
                 arguments.append(reads[k])
         try:
-            with tape.using(ctx.tape):
+            if ctx.tape is None:
                 found = owner.backward_graph(*arguments)
+            else:
+                with tape.using(ctx.tape):
+                    found = owner.backward_graph(*arguments)
         except Exception as error:  # (a library call's backward refusing, an index check)
             located_backward(error, owner, ctx.arguments, grads)
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
