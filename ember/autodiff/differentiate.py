@@ -362,7 +362,8 @@ class _Differentiator:
         backward graph that hands the tape's record the results' gradients."""
         attrs = node.attrs
         call = TapedCall(attrs["target"], attrs["args"], attrs["kwargs"], attrs["tuple_result"],
-                         differentiable, self.tapes)
+                         differentiable, self.tapes,
+                         tuple(strides for _, _, strides in attrs["results"]))
         self.tapes += 1
         # (autograd keeps the call's operands and results for its backward: their memory is
         # never given to a later value of the forward, schedule/fuse.py)

@@ -41,6 +41,7 @@ class TapedCall:
     tuple_result: bool
     differentiable: tuple[bool, ...]  # per operand: is a gradient wanted
     index: int                        # its entry on the tape
+    layouts: tuple = ()               # per result: the strides the graph planned for it
 
 
 class Tape:
@@ -95,8 +96,20 @@ def taped_call(call: TapedCall, *operands: torch.Tensor) -> Any:
     outputs = tuple(result) if call.tuple_result else (result,)
     tape.entries[call.index] = (outputs, [leaf for leaf, wanted in
                                           zip(leaves, call.differentiable) if wanted])
-    detached = tuple(o.detach() if isinstance(o, torch.Tensor) else o for o in outputs)
+    detached = tuple(_planned(o.detach(), strides) if isinstance(o, torch.Tensor) else o
+                     for o, strides in zip(outputs, call.layouts or (None,) * len(outputs)))
     return detached if call.tuple_result else detached[0]
+
+
+def _planned(result: torch.Tensor, strides: tuple | None) -> torch.Tensor:
+    """`result` in the layout the graph planned: an op may lay its result out otherwise when
+    its operands require grad (attention with a mask that requires grad, T5's position bias,
+    takes another kernel than the no-grad run the plan asked) — copied then, values kept."""
+    if strides is None or result.numel() == 0 or tuple(result.stride()) == tuple(strides):
+        return result
+    relaid = torch.empty_strided(result.shape, strides, dtype=result.dtype,
+                                 device=result.device)
+    return relaid.copy_(result)
 
 
 def taped_vjp(index: int, *grads: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -4,7 +4,7 @@ rule is reached through the aten ops that lower to it), plus gradcheck in float6
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_grad, compile_fn, make
+from helpers import check_grad, compile_fn, make, watching_fallbacks
 
 import ember
 from ember import torch_internals
@@ -397,3 +397,17 @@ def test_an_expanded_input_s_gradient_is_dense():
     got, weight.grad = weight.grad, None
     fn(x, weight.exp().expand(4, 3)).backward()
     torch.testing.assert_close(got, weight.grad, **TOLERANCE)
+
+
+def test_attention_with_a_mask_that_requires_grad_trains_compiled_as_eager():
+    # (T5's position bias: with operands that require grad eager's attention lays its result
+    # out otherwise than the no-grad run the graph was planned on; the taped call hands the
+    # planned layout on, and the graph kept running eagerly from its first call before)
+    def fn(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0) * 2
+
+    q, k, v = (make(2, 4, 16, 16).requires_grad_() for _ in range(3))
+    bias = make(1, 4, 16, 16).requires_grad_()
+    with watching_fallbacks() as fallbacks:
+        check_grad(fn, q, k, v, bias, **TOLERANCE)
+    assert not fallbacks.messages
