@@ -138,8 +138,8 @@ class _Writer:
                               f"else empty)({buffer.shape!r}, {buffer.strides!r}, "
                               f"{self.dtype(buffer.dtype)})")
             return
-        if self.device.type == "cpu" and buffer.nbytes.bounds()[1] >= memory.MIN_BYTES \
-                if isinstance(buffer.nbytes, Size) else buffer.nbytes >= memory.MIN_BYTES:
+        largest = buffer.nbytes.bounds()[1] if isinstance(buffer.nbytes, Size) else buffer.nbytes
+        if self.device.type == "cpu" and largest >= memory.MIN_BYTES:
             # large CPU buffers ask for huge pages (see ember/runtime/memory.py)
             self.lines.append(f"{buffer.name} = empty_cpu({buffer.shape!r}, {buffer.strides!r}, "
                               f"{self.dtype(buffer.dtype)})")

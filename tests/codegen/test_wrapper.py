@@ -113,3 +113,22 @@ def test_shares_memory_sees_a_result_that_views_an_operand():
     assert shares_memory(x[:, 2:], torch.randn(2), x)
     assert not shares_memory(x.clone(), x)
     assert not shares_memory(torch.empty(0), x)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_large_buffers_take_the_huge_page_allocator_only_on_the_cpu(device):
+    # (an operator-precedence slip once sent every large CUDA output to host memory: each
+    # Triton launch then refused the pointer; the text is written without a GPU)
+    from ember.codegen.wrapper import _Writer
+    from ember.runtime import memory
+    from ember.schedule.plan import Buffer, Plan
+
+    large = Buffer("out0", (memory.MIN_BYTES,), (1,), torch.float32, "output")
+    small = Buffer("buf1", (4,), (1,), torch.float32, "temp")
+    plan = Plan(graph=None, steps=[], buffer_of={}, inputs=[], outputs=[large],
+                buffers=[large, small])
+    writer = _Writer(plan, torch.device(device))
+    writer.allocate(large)
+    writer.allocate(small)
+    assert ("empty_cpu(" in writer.lines[0]) == (device == "cpu")
+    assert "empty_cpu" not in writer.lines[1]
