@@ -3,7 +3,8 @@
 The first call runs a checked wrapper (library results must have eager's strides); later
 calls run the plain one. If the check fails the graph runs eagerly from then on, with a
 warning: a layout ember did not predict must never turn into a wrong answer. An error a run
-raises is re-raised as eager raises it, from the user's line (runtime/errors).
+raises is re-raised as eager raises it, from the user's line (runtime/errors); an error eager
+does not raise is ember's fault: the graph runs eagerly from then on, with a warning.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ember import logs
+from ember import config, logs
 from ember.codegen.wrapper import LayoutMismatch, WrapperSource
 from ember.runtime.errors import raise_located
 
@@ -68,6 +69,10 @@ class CompiledGraph:
                 "eagerly from now on", self.label, error)
             self._run = None
             raise
+        except Exception:
+            for i, value in saved.items():  # (__call__ asks eager next: from the same values)
+                tensors[i].copy_(value)
+            raise
         self._run = self.fast
         return result
 
@@ -79,12 +84,32 @@ class CompiledGraph:
                 shares_written_memory(tensors, self.written_inputs, self.label, self._told)
                 or self._writes_inference(tensors)):
             return self.eager(*args)
+        first = self._run == self._first_call
         try:
             return self._run(tensors)
         except LayoutMismatch:
             return self.eager(*args)
         except Exception as error:  # (an index out of range, a library call's refusal)
+            if first or not self.written_inputs:  # (the inputs are as the caller gave them)
+                return self._eager_after(error, args)
             raise_located(error, self.eager, args, self.label)
+
+    def _eager_after(self, error: Exception, args: tuple) -> Any:
+        """The compiled run raised: eager answers. Where eager raises too, the error is
+        eager's, from the user's line; where it does not, the fault is ember's: said as a
+        warning, and the graph runs eagerly from then on (the user's program goes on)."""
+        try:
+            result = self.eager(*args)
+        except Exception:  # noqa: BLE001 (eager raises as well: the error is the user's)
+            raise_located(error, self.eager, args, self.label)
+        if "raise" in config.settings.logs:
+            raise error
+        logs.channel("fallbacks").warning(
+            "%s: its compiled code raised %s: %s, where eager does not; this graph runs "
+            "eagerly from now on (a fault of ember's: please report it)", self.label,
+            type(error).__name__, str(error).split("\n")[0])
+        self._run = None
+        return result
 
     def _writes_inference(self, tensors: Any) -> bool:
         """Would the graph write an inference tensor outside inference mode? Eager refuses

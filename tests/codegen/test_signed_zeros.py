@@ -34,7 +34,7 @@ OPS = {
     "round": torch.round,
     "trunc": torch.trunc,
     "tanh": torch.tanh,
-    "gelu": F.gelu,  # (float32: +0.0, as eager's vectorized loop; float64: -0.0)
+    "gelu": F.gelu,  # (float32: +0.0 or -0.0 as the machine's eager loop gives; else -0.0)
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "plus_negative_zero": lambda x: x + (-0.0),
     "times_zero": lambda x: x * 0.0,

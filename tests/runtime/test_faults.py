@@ -370,3 +370,39 @@ def test_an_error_in_a_compiled_backward_is_eagers_from_the_users_line():
         loss.backward()
     assert str(caught.value) == str(eager.value)
     _assert_raised_at_the_statement(caught.value, _phase_dependent)
+
+
+def _scaled_sum(x, y):
+    return (x * y).sum(1, keepdim=True).relu() + y
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_a_compiled_graph_that_fails_where_eager_does_not_runs_eagerly_with_a_warning(
+        training, monkeypatch):
+    # (a fault of ember's own — once a CUDA output allocated in host memory, refused by every
+    # Triton launch — must not end the user's program: eager answers, and says so)
+    x, y = torch.randn(4, 8, requires_grad=training), torch.randn(4, 8)
+    compiled = ember.compile(_scaled_sum)
+    torch.testing.assert_close(compiled(x, y), _scaled_sum(x, y))  # (compiles; runs checked)
+    graph = compiled.records[-1].compiled
+    inner = graph.forward_graph if training else graph
+    assert isinstance(inner, CompiledGraph)
+    inner._run = inner._first_call  # (as if this were its first call)
+
+    def refuses(*_):
+        raise ValueError("Pointer argument (at 0) cannot be accessed from Triton (cpu tensor?)")
+    monkeypatch.setitem(inner.checked.__globals__, "kernel0", refuses)
+    quiet = tuple(word for word in config.settings.logs if word != "raise")
+    with captured_log("fallbacks") as records, config.override(logs=quiet):
+        result = compiled(x, y)
+    torch.testing.assert_close(result, _scaled_sum(x, y))
+    if training:
+        result.sum().backward()
+        expected = x.detach().clone().requires_grad_()
+        _scaled_sum(expected, y).sum().backward()
+        torch.testing.assert_close(x.grad, expected.grad)
+    said = [r.getMessage() for r in records]
+    assert len(said) == 1 and "ValueError: Pointer argument" in said[0] \
+        and "runs eagerly from now on" in said[0], said
+    assert inner.runs_eagerly
+    torch.testing.assert_close(compiled(x, y), _scaled_sum(x, y))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -72,11 +73,21 @@ def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
     erf = b.unary(Op.ERF, b.mul(x, math.sqrt(0.5)))
     if x.dtype is not torch.float32:
         # eager's own x/2 * (1 + erf(x/sqrt2)), whose sign at zero is x's: gelu(-0.0) is -0.0
-        # in float64, float16 and bfloat16 (its float32 loop on the CPU gives +0.0, as below)
+        # in float64, float16 and bfloat16
         return b.mul(half, b.add(erf, 1.0))
-    # float32: x/2 * (1 + erf(x/sqrt2)) as x/2 + x/2 * erf(x/sqrt2), one multiply-add instead
-    # of an add and a multiply (4% of S2's compute-bound chain on the H200), one rounding fewer
-    return b.add(b.mul(half, erf), half)
+    # float32: one multiply-add instead of an add and a multiply (4% of S2's compute-bound
+    # chain on the H200), one rounding fewer. Eager's float32 loop differs between machines
+    # at -0.0 (+0.0 from one CPU's vector loop, -0.0 from AVX-512's and CUDA's): the form is
+    # the one whose sign is eager's on the graph's device
+    if _eager_gelu_keeps_the_sign_of_zero(b.graph.device):
+        return b.mul(x, b.add(b.mul(erf, 0.5), 0.5))  # x * (1/2 + erf/2): x's sign at zero
+    return b.add(b.mul(half, erf), half)  # x/2 + x/2 * erf: +0.0 at -0.0
+
+
+@functools.cache
+def _eager_gelu_keeps_the_sign_of_zero(device: torch.device) -> bool:
+    zeros = torch.full((64,), -0.0, device=device)  # (64: eager's vectorized loop)
+    return bool(torch.signbit(torch.nn.functional.gelu(zeros)).all())
 
 
 @lowering(aten.silu)
