@@ -3,7 +3,9 @@
 the host's time per call beside the device's (a launch-bound graph shows host > device).
 
     python3 -m ember.bench.zoo_profile resnet50 qwen2 [--variants eager,ember,tc] [--rows 14]
-        [--host]
+        [--host] [--mode train]
+
+--mode train profiles the zoo's training step (forward, backward and AdamW) instead.
 
 --host adds the host's side: the hottest Python functions of ten calls under cProfile.
 """
@@ -28,12 +30,13 @@ def _compiled(variant: str, model):
     return model
 
 
-def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None:
+def profile_model(name: str, variants: list[str], rows: int, host: bool,
+                  mode: str = "infer") -> None:
     spec = zoo.find(name)
     for variant in variants:
-        step, args = zoo.instantiate(spec, "infer", "full", "cuda")
+        step, args = zoo.instantiate(spec, mode, "full", "cuda")
         step.model_slot[0] = _compiled(variant, step.model)
-        with torch.no_grad():
+        with torch.set_grad_enabled(mode == "train"):
             for _ in range(3):
                 step(*args)
             torch.cuda.synchronize()
@@ -57,7 +60,7 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None
                            max_name_column_width=80))
         if host:
             profiler = cProfile.Profile()
-            with torch.no_grad():
+            with torch.set_grad_enabled(mode == "train"):
                 profiler.enable()
                 for _ in range(CALLS):
                     step(*args)
@@ -73,9 +76,11 @@ def main() -> None:
     parser.add_argument("--variants", default="eager,ember")
     parser.add_argument("--rows", type=int, default=14)
     parser.add_argument("--host", action="store_true")
+    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
     options = parser.parse_args()
     for name in options.models:
-        profile_model(name, options.variants.split(","), options.rows, options.host)
+        profile_model(name, options.variants.split(","), options.rows, options.host,
+                      options.mode)
 
 
 if __name__ == "__main__":
