@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
 import inspect
 import io
 import re
@@ -83,8 +84,16 @@ class Signature:
     parameters: list[str]         # the function's parameters, in order (binding calls)
     inputs: list[InputSpec]       # the leaves of the arguments, in order
     structure: list               # each parameter's nesting (see _flatten)
-    graph_inputs: list            # per graph input: ["argument", leaf] or ["constant", name]
+    # per graph input: ["argument", leaf], ["constant", name] or ["expression", Python over
+    # the arguments L, as the capture computes it: torch.tensor(L['n'])]
+    graph_inputs: list
     outputs: list                 # the result's nesting: ["output", i], ["value", v], ...
+    # the capture's code after its graph call, `def result(L, outputs)`: builds the result
+    # (Python values computed from the arguments included); nothing else
+    result_source: str = ""
+    # a dynamic program's size relations, as the capture guards them: [Python over the
+    # arguments L, the same in the user's names] (`2 <= L['x'].shape[0] <= 32`)
+    relations: list = dataclasses.field(default_factory=list)
 
     def as_text(self, constants: dict[str, torch.Tensor]) -> str:
         lines = [f"def program({', '.join(self.parameters)}):"]
@@ -92,19 +101,20 @@ class Signature:
         for name, tensor in constants.items():
             lines.append(f"    const  {name}: {str(tensor.dtype).replace('torch.', '')}"
                          f"{list(tensor.shape)}")
-        lines.append(f"    return {_render(self.outputs)}")
+        lines += [f"    check  {readable}" for _, readable in self.relations]
+        lines.append(f"    return {render_structure(self.outputs)}")
         return "\n".join(lines)
 
 
-def _render(structure: list) -> str:
+def render_structure(structure: list) -> str:
     kind = structure[0]
     if kind == "output":
         return f"out{structure[1]}"
     if kind == "value":
         return repr(structure[1])
     if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {_render(v)}" for k, v in structure[1]) + "}"
-    items = ", ".join(_render(item) for item in structure[1])
+        return "{" + ", ".join(f"{k!r}: {render_structure(v)}" for k, v in structure[1]) + "}"
+    items = ", ".join(render_structure(item) for item in structure[1])
     return f"({items}{',' if len(structure[1]) == 1 else ''})" if kind == "tuple" \
         else f"[{items}]"
 
@@ -224,6 +234,7 @@ class ExportedProgram:
         self._analysed = analysed           # aot.Compiled (plan, analyses): at export only
         self._constant_inputs = [constants[name] if kind == "constant" else None
                                  for kind, name in signature.graph_inputs]
+        self._result = _result_function(signature.result_source)
 
     @property
     def parameters(self) -> dict[str, torch.Tensor]:
@@ -238,14 +249,20 @@ class ExportedProgram:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self.signature
         leaves: list[Any] = []
-        for name, value in self._bind(args, kwargs):
+        bound = self._bind(args, kwargs)
+        for name, value in bound:
             _match(value, signature.structure[signature.parameters.index(name)], name, leaves)
         check_inputs(signature, leaves)
-        inputs = [leaves[index] if kind == "argument" else constant
-                  for (kind, index), constant in zip(signature.graph_inputs,
+        arguments = dict(bound)
+        for expression, readable in signature.relations:
+            if not eval(expression, {"torch": torch}, {"L": arguments}):  # noqa: S307 (ours)
+                raise InputMismatch(f"the program's sizes must keep {readable}; these "
+                                    f"arguments do not")
+        inputs = [leaves[which] if kind == "argument" else constant if kind == "constant"
+                  else eval(which, {"torch": torch}, {"L": arguments})  # noqa: S307 (ours)
+                  for (kind, which), constant in zip(signature.graph_inputs,
                                                      self._constant_inputs)]
-        outputs = self.compiled(*inputs)
-        return _build(signature.outputs, outputs)
+        return self._result(arguments, self.compiled(*inputs))
 
     def _bind(self, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
         names = self.signature.parameters
@@ -303,16 +320,10 @@ class ExportedProgram:
         return path
 
 
-def _build(structure: list, outputs: Any) -> Any:
-    kind = structure[0]
-    if kind == "output":
-        return outputs[structure[1]]
-    if kind == "value":
-        return structure[1]
-    if kind == "dict":
-        return {key: _build(inner, outputs) for key, inner in structure[1]}
-    items = [_build(inner, outputs) for inner in structure[1]]
-    return tuple(items) if kind == "tuple" else items
+def _result_function(source: str) -> Any:
+    namespace = {"torch": torch}
+    exec(compile(source, "<ember export: result>", "exec"), namespace)  # noqa: S102 (ours)
+    return namespace["result"]
 
 
 def _digest(payload: bytes) -> str:
@@ -364,7 +375,7 @@ def export(model: Any, *example_args: Any, dynamic_shapes: Any = None) -> Export
               for _, value in leaves]
     dims = _dynamic_dims(dynamic_shapes, names, structure, leaves)
     for index, marks in dims.items():
-        for dim, (symbol, low, high) in marks.items():
+        for dim, (_, low, high) in marks.items():
             _mark(values[index], dim, low, high)
     arguments = tuple(_rebuild(s, values) for s in structure)
     started = time.perf_counter()
@@ -457,10 +468,13 @@ def _program(lowered: Any, analysed: Any, names: list[str], structure: list,
     scope = dict(captured.scope, L=arguments, C=lowered.function.function.__closure__ or ())
     graph_inputs, constants = [], {}
     for source in captured.input_sources:
-        value = source.evaluate(scope)
+        value = eval(source.expr(), {"torch": torch}, scope)  # noqa: S307 (ours)
         index = next((i for i, v in enumerate(values) if v is value), None)
         if index is not None:
             graph_inputs.append(["argument", index])
+            continue
+        if _over_arguments(source.expr(), names):  # (computed per call, as the capture does)
+            graph_inputs.append(["expression", source.expr()])
             continue
         if not isinstance(value, torch.Tensor):
             raise ExportError(f"ember.export: the graph reads {source.expr()}, a "
@@ -486,8 +500,10 @@ def _program(lowered: Any, analysed: Any, names: list[str], structure: list,
             raise ExportError(f"ember.export: argument {name} is a {type(value).__name__}; "
                               f"arguments are tensors, numbers, strings, None and tuples, "
                               f"lists and dicts of them")
-    outputs = _output_structure(captured, gm, where)
-    signature = Signature(names, inputs, structure, graph_inputs, outputs)
+    result_source, outputs = _result(captured, gm, where, names, arguments)
+    relations = _relations(captured, names, leaves, dims, where)
+    signature = Signature(names, inputs, structure, graph_inputs, outputs, result_source,
+                          relations)
     graph_text = gm.code
     compiled_text = analysed.as_text()
     program = ExportedProgram(signature, constants, compiled, graph_text, compiled_text,
@@ -516,22 +532,84 @@ class _Output:
         self.index = index
 
 
-def _output_structure(captured: Any, gm: torch.fx.GraphModule, where: str) -> list:
-    """The result's nesting over the graph's outputs, read by running the capture's runner
-    after its graph call on stand-ins; a runner that does more (side effects on the model or
-    its arguments) cannot be exported."""
+def _relations(captured: Any, names: list[str], leaves: list[tuple[str, Any]],
+               dims: dict, where: str) -> list[list[str]]:
+    """The capture's size guards as checks over the arguments; an ExportError where the
+    compile fixed a size the user asked to be dynamic."""
+    if not captured.symbolic:
+        return []
+    reads = captured.guards.symbol_reads
+    readable_names = {}  # symbol -> the user's name for it (batch)
+    for index, marks in dims.items():
+        for dim, (symbol, _, _) in marks.items():
+            for name, read in reads.items():
+                if read.kind == "size" and read.index == dim and \
+                        _leaf_expression(read.source.expr(), leaves, index, names):
+                    readable_names[name] = symbol
+    relations = []
+    for guard in captured.guards.guards.values():
+        if guard.kind != "size":
+            continue
+        relation = guard.expected
+        code = relation.template.format(*(source.expr() for source in relation.sources))
+        readable = relation.template.format(*(source.expr() for source in relation.sources))
+        for symbol in sorted(relation.symbols, key=len, reverse=True):
+            read = reads[symbol]
+            code = re.sub(rf"\b{symbol}\b", f"({read.code(read.source.expr())})", code)
+            readable = re.sub(rf"\b{symbol}\b", readable_names.get(symbol, read.describe()),
+                              readable)
+        if not _over_arguments(code, names):
+            raise ExportError(f"ember.export: {where}'s sizes are guarded by {readable}, "
+                              f"which reads more than its arguments")
+        bounds = re.fullmatch(r"(-?\d+) <= (\w+) <= (-?\d+)", relation.template)
+        if bounds and bounds[1] == bounds[3] and bounds[2] in readable_names:
+            raise ExportError(f"ember.export: dynamic_shapes: ember's compile fixed "
+                              f"{readable_names[bounds[2]]} to {bounds[1]} (a step of the "
+                              f"graph does not serve other sizes; EMBER_LOGS=recompiles,"
+                              f"fallbacks says which); export it without dynamic_shapes")
+        relations.append([code, readable.replace("L['", "").replace("']", "")])
+    return relations
+
+
+def _leaf_expression(expression: str, leaves: list, index: int, names: list[str]) -> bool:
+    """Is `expression` (a capture's source) the leaf `index` of the arguments?"""
+    name = leaves[index][0]
+    spelled = re.sub(r"^L\[['\"]([^'\"]+)['\"]\]", r"\1", expression)
+    return spelled == name or spelled.replace('"', "'") == name
+
+
+def _over_arguments(expression: str, names: list[str]) -> bool:
+    """Does a capture's expression read only the user's arguments (and torch)?"""
+    roots = re.findall(r"\bL\[['\"]([^'\"]+)['\"]\]", expression)
+    rest = re.sub(r"\bL\[['\"][^'\"]+['\"]\]", "", expression)
+    return bool(roots) and set(roots) <= set(names) and \
+        not re.search(r"\b(?:G|GG|C|K)\[", rest)
+
+
+def _result(captured: Any, gm: torch.fx.GraphModule, where: str, names: list[str],
+             arguments: dict[str, Any]) -> tuple[str, list]:
+    """The capture's code after its graph call, as `def result(L, outputs)`, and the
+    result's nesting (read by running it on stand-ins of the outputs). Code that does more
+    than compute the result from the outputs and the arguments (side effects on the model,
+    its arguments or globals) cannot be exported."""
     lines = captured.runner_lines
-    if not lines or not lines[0].startswith("outputs = compiled(") or \
-            any("L[" in line or "G[" in line for line in lines[1:]):
+    pure = bool(lines) and lines[0].startswith("outputs = compiled(") and all(
+        re.match(r"^(\w+ = |return )", line) and
+        (_over_arguments(line, names) or "L[" not in line) and
+        not re.search(r"\b(?:G|GG|C|K)\[", line) for line in lines[1:])
+    if not pure:
         raise ExportError(f"ember.export: {where} has side effects beside its result (it "
                           f"sets attributes, appends to lists or changes globals); an exported "
                           f"program returns its result only")
+    source = "def result(L, outputs):\n" + "".join(f"    {line}\n" for line in lines[1:])
     output_node = next(node for node in gm.graph.nodes if node.op == "output")
     count = len(output_node.args[0]) if isinstance(output_node.args[0], (tuple, list)) else 1
-    text = "def tail(outputs):\n" + "".join(f"    {line}\n" for line in lines[1:])
-    namespace = dict(captured.runner_namespace, **captured.scope)
-    exec(compile(text, f"<ember export {where}>", "exec"), namespace)  # noqa: S102 (ours)
-    result = namespace["tail"]([_Output(i) for i in range(count)])
+    try:
+        value = _result_function(source)({k: arguments[k] for k in names},
+                                          [_Output(i) for i in range(count)])
+    except Exception as error:  # noqa: BLE001 (code that needs more than the arguments)
+        raise ExportError(f"ember.export: {where}'s result needs more than its arguments "
+                          f"({type(error).__name__}: {error})") from None
 
     def describe(value: Any) -> list:
         if isinstance(value, _Output):
@@ -546,7 +624,7 @@ def _output_structure(captured: Any, gm: torch.fx.GraphModule, where: str) -> li
                           f"exported program returns tensors, numbers and tuples, lists and "
                           f"dicts of them")
 
-    return describe(result)
+    return source, describe(value)
 
 
 # -- the file -------------------------------------------------------------------------------
@@ -577,7 +655,9 @@ def _record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
                       "inputs": [dataclasses.asdict(spec) for spec in signature.inputs],
                       "structure": signature.structure,
                       "graph_inputs": signature.graph_inputs,
-                      "outputs": signature.outputs},
+                      "outputs": signature.outputs,
+                      "result_source": signature.result_source,
+                      "relations": signature.relations},
         "constants": program.constants,
         "attributes": attributes,
         "graph": graph,
@@ -607,10 +687,17 @@ def _eager_record(gm: torch.fx.GraphModule) -> list | None:
     cannot be named in a new process."""
     code = gm.graph.python_code(root_module="self")
     encoder = Encoder(gm)
-    try:
-        names = [[name, encoder.value(value)] for name, value in code.globals.items()]
-    except NotKept:
-        return None
+    names = []
+    for name, value in code.globals.items():
+        if isinstance(value, types.ModuleType):
+            names.append([name, ["module", value.__name__]])
+        elif value is type(None):
+            names.append([name, ["none_type"]])
+        else:
+            try:
+                names.append([name, encoder.value(value)])
+            except NotKept:
+                return None
     return [code.src, names]
 
 
@@ -652,7 +739,8 @@ def load(path: str | Path) -> ExportedProgram:
 def _loaded(record: dict, path: Path) -> ExportedProgram:
     saved = record["signature"]
     signature = Signature(saved["parameters"], [InputSpec(**spec) for spec in saved["inputs"]],
-                          saved["structure"], saved["graph_inputs"], saved["outputs"])
+                          saved["structure"], saved["graph_inputs"], saved["outputs"],
+                          saved["result_source"], saved["relations"])
     holder = _holder(record["attributes"])
     eager = _eager(record["eager"], holder, path)
     graph = record["graph"]
@@ -689,7 +777,10 @@ def _eager(saved: list | None, holder: Any, path: Path) -> Any:
                                f"program carries no eager form")
         return refuse
     source, names = saved
-    namespace = _ExportDecoder(holder, [], [], {}).namespace(names)
+    decoder = _ExportDecoder(holder, [], [], {})
+    namespace = {name: importlib.import_module(code[1]) if code[0] == "module" else
+                 type(None) if code[0] == "none_type" else decoder.value(code)
+                 for name, code in names}
     exec(compile(source, f"<ember export {path.name}: eager form>", "exec"),  # noqa: S102
          namespace)
     forward = namespace["forward"]
@@ -723,8 +814,10 @@ class _ExportDecoder(Decoder):
                               build.find_compiler())
         library = disk_cache.entry_path("c", key, ".so")
         if not disk_cache.usable(library, key):
-            with disk_cache.temporary(library.parent, ".so", key) as partial:
-                partial.write_bytes(data)
-                disk_cache.commit(partial, library, key)
+            with disk_cache.building("c", key, ".so") as library:
+                if not disk_cache.usable(library, key):  # (placed while this one waited)
+                    with disk_cache.temporary(library.parent, ".so", key) as partial:
+                        partial.write_bytes(data)
+                        disk_cache.commit(partial, library, key)
         build.built_from[str(library)] = (source, list(link))
         return library

@@ -22,7 +22,7 @@ import torch
 
 from ember import config
 from ember.codegen.c import write_source
-from ember.exported import _render
+from ember.exported import render_structure
 from ember.ir.library import Slot
 from ember.ir.sizes import any_symbolic
 from ember.runtime import build
@@ -66,15 +66,15 @@ def _plan(program: Any) -> Plan:
     if plan.graph.device.type != "cpu":
         raise CExportError("save(format='c'): the program runs on "
                            f"{plan.graph.device}; C libraries are made of CPU graphs")
+    if plan.graph.symbols or any(any_symbolic(b.shape) for b in plan.buffers):
+        raise CExportError("save(format='c'): the program has dynamic sizes; C libraries are "
+                           "made of static graphs for now (export without dynamic_shapes)")
     others = sorted({_library_name(step) for step in plan.steps
                      if isinstance(step, LibraryCall)} - MATRIX_PRODUCTS)
     if others:
         raise CExportError(f"save(format='c'): the graph calls {', '.join(others)} from "
                            f"torch's library; a C library holds only ember's kernels and "
                            f"matrix products ({', '.join(sorted(MATRIX_PRODUCTS))})")
-    if plan.graph.symbols or any(any_symbolic(b.shape) for b in plan.buffers):
-        raise CExportError("save(format='c'): the program has dynamic sizes; C libraries are "
-                           "made of static graphs for now (export without dynamic_shapes)")
     if any(isinstance(step, Copy) for step in plan.steps) or program.compiled.written_inputs:
         raise CExportError("save(format='c'): the graph writes its inputs in place")
     unsupported = sorted({str(b.dtype) for b in plan.buffers if b.dtype not in C_TYPES})
@@ -173,6 +173,9 @@ class _Writer:
         for index, buffer in enumerate(plan.inputs):
             kind, which = signature.graph_inputs[index]
             ctype = C_TYPES[buffer.dtype]
+            if kind == "expression":
+                raise CExportError(f"save(format='c'): a graph input computed in Python "
+                                   f"({which}); C libraries take tensors only")
             if kind == "argument":
                 name = _identifier(signature.inputs[which].name, "in")
                 arguments.append(f"const {ctype}* {name}")
@@ -225,7 +228,7 @@ class _Writer:
             " * runs the model once: 0 on success, 1 where an index was out of range, -1 where",
             " * memory ran out. Arguments (C arrays, row-major unless said):",
             *declarations,
-            f" * The Python program's result, over these: {_render(signature.outputs)}",
+            f" * The Python program's result, over these: {render_structure(signature.outputs)}",
             " *",
             f" * Build the library:  cc {' '.join(config.settings.cflags)} -shared -fPIC "
             f"-fvisibility=hidden -o lib{stem}.so {stem}.c -lmvec -lm",
