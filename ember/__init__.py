@@ -13,7 +13,8 @@ from ember.backends import backend
 from ember.bench.harness import benchmark
 from ember.capture.symbols import mark_dynamic, mark_static
 from ember.explanation import explain
-from ember.exported import export, load
+from ember.exported import export
+from ember.exported_file import load
 from ember.options import list_mode_options
 from ember.torch_internals import register_dynamo_backend
 

@@ -9,213 +9,38 @@ loads from one file and runs without the model's source (issue 20, item 2).
     program.save("model", format="c")    # a C library and header (ember/exported_c.py)
 
 Takes what ember's capture makes of one call (one graph, no breaks, no side effects on the
-model) and the graph compiled by ember/aot.py; gives the program, its file (the encoding of
-runtime/warm_values.py, as the warm cache keeps a graph) and the loader. It must not import
-the model's code at load time: parameters and buffers travel as tensors, the kernels as their
-source and their binary (rebuilt from the source only where the binary was made for another
-CPU or compiler), the graph's eager form as FX's generated code over torch's functions.
+model) and the graph compiled by ember/aot.py; gives the program: its signature and checks
+(exported_signature.py), its file and the loader (exported_file.py), its C library
+(exported_c.py). Graph inputs that are not arguments become named constants (a module's
+parameters and buffers by their paths); the capture's size guards become checks on the
+arguments. It must not keep a reference to the model's code in what it saves.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import importlib
 import inspect
-import io
 import re
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ember.codegen.wrapper import WrapperSource
-from ember.runtime import build, disk_cache, warm_cache
+from ember.exported_signature import (
+    InputMismatch,
+    InputSpec,
+    Signature,
+    check_inputs,
+    flatten,
+    match,
+    render_structure,  # noqa: F401  (re-exported for exported_c)
+)
 from ember.runtime.compiled import CompiledGraph
-from ember.runtime.warm_values import Decoder, Encoder, NotKept
-
-FORMAT = "ember-export-1"
-MAGIC = b"EMBER-EXPORT\n"
-
-# what loads did in this process (tests count with them: a binary used, or rebuilt)
-counts = {"binaries_loaded": 0, "rebuilt": 0}
 
 
 class ExportError(RuntimeError):
     """A function or module that cannot be exported, and why."""
-
-
-class ExportFileError(ValueError):
-    """A file that is not an ember export, or one that is damaged or made for another
-    ember."""
-
-
-class InputMismatch(TypeError):
-    """An exported program called with an argument other than those it was exported for."""
-
-
-# -- signature ------------------------------------------------------------------------------
-@dataclasses.dataclass
-class InputSpec:
-    """One leaf of the arguments: a tensor (its checks), or a value baked into the graph."""
-
-    name: str                     # as the user spells it: x, xs[1], options['scale']
-    kind: str                     # "tensor" or "value"
-    shape: list = dataclasses.field(default_factory=list)    # ints, or [symbol, min, max]
-    strides: list | None = None   # exact strides; None: row-major (a dynamic shape's)
-    dtype: str = ""
-    device: str = ""
-    value: Any = None
-
-    def describe(self) -> str:
-        if self.kind == "value":
-            return f"{self.name} = {self.value!r} (baked into the graph)"
-        dims = ", ".join(str(d) if isinstance(d, int) else f"{d[0]}∈[{d[1]}, {d[2]}]"
-                         for d in self.shape)
-        layout = "row-major" if self.strides is None else f"strides {tuple(self.strides)}"
-        return f"{self.name}: {self.dtype}[{dims}] on {self.device}, {layout}"
-
-
-@dataclasses.dataclass
-class Signature:
-    parameters: list[str]         # the function's parameters, in order (binding calls)
-    inputs: list[InputSpec]       # the leaves of the arguments, in order
-    structure: list               # each parameter's nesting (see _flatten)
-    # per graph input: ["argument", leaf], ["constant", name] or ["expression", Python over
-    # the arguments L, as the capture computes it: torch.tensor(L['n'])]
-    graph_inputs: list
-    outputs: list                 # the result's nesting: ["output", i], ["value", v], ...
-    # the capture's code after its graph call, `def result(L, outputs)`: builds the result
-    # (Python values computed from the arguments included); nothing else
-    result_source: str = ""
-    # a dynamic program's size relations, as the capture guards them: [Python over the
-    # arguments L, the same in the user's names] (`2 <= L['x'].shape[0] <= 32`)
-    relations: list = dataclasses.field(default_factory=list)
-
-    def as_text(self, constants: dict[str, torch.Tensor]) -> str:
-        lines = [f"def program({', '.join(self.parameters)}):"]
-        lines += [f"    input  {spec.describe()}" for spec in self.inputs]
-        for name, tensor in constants.items():
-            lines.append(f"    const  {name}: {str(tensor.dtype).replace('torch.', '')}"
-                         f"{list(tensor.shape)}")
-        lines += [f"    check  {readable}" for _, readable in self.relations]
-        lines.append(f"    return {render_structure(self.outputs)}")
-        return "\n".join(lines)
-
-
-def render_structure(structure: list) -> str:
-    kind = structure[0]
-    if kind == "output":
-        return f"out{structure[1]}"
-    if kind == "value":
-        return repr(structure[1])
-    if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {render_structure(v)}" for k, v in structure[1]) + "}"
-    items = ", ".join(render_structure(item) for item in structure[1])
-    return f"({items}{',' if len(structure[1]) == 1 else ''})" if kind == "tuple" \
-        else f"[{items}]"
-
-
-def _flatten(value: Any, name: str, leaves: list[tuple[str, Any]]) -> list:
-    """The nesting of `value` (tuples, lists, dicts of str keys) as plain data; its leaves
-    appended to `leaves` with the names a user would write."""
-    if type(value) in (tuple, list):
-        return [type(value).__name__, [_flatten(item, f"{name}[{i}]", leaves)
-                                       for i, item in enumerate(value)]]
-    if type(value) is dict:
-        if not all(isinstance(key, str) for key in value):
-            raise ExportError(f"argument {name}: a dict whose keys are not all strings")
-        return ["dict", [[key, _flatten(item, f"{name}[{key!r}]", leaves)]
-                         for key, item in value.items()]]
-    leaves.append((name, value))
-    return ["leaf", len(leaves) - 1]
-
-
-def _match(value: Any, structure: list, name: str, leaves: list[Any]) -> None:
-    """`value`'s leaves appended to `leaves`, where its nesting is `structure`; else an
-    InputMismatch naming the argument."""
-    kind = structure[0]
-    if kind == "leaf":
-        leaves.append(value)
-        return
-    if kind in ("tuple", "list"):
-        if not isinstance(value, (tuple, list)) or len(value) != len(structure[1]):
-            found = f"a {type(value).__name__}" + (f" of {len(value)}" if isinstance(
-                value, (tuple, list)) else "")
-            raise InputMismatch(f"argument {name}: expected a {kind} of {len(structure[1])} "
-                                f"items, got {found}")
-        for i, (item, inner) in enumerate(zip(value, structure[1])):
-            _match(item, inner, f"{name}[{i}]", leaves)
-        return
-    keys = [key for key, _ in structure[1]]
-    if not isinstance(value, dict) or sorted(value) != sorted(keys):
-        found = sorted(value) if isinstance(value, dict) else f"a {type(value).__name__}"
-        raise InputMismatch(f"argument {name}: expected a dict with keys {keys}, got {found}")
-    for key, inner in structure[1]:
-        _match(value[key], inner, f"{name}[{key!r}]", leaves)
-
-
-def _dtype(text: str) -> torch.dtype:
-    return getattr(torch, text.replace("torch.", ""))
-
-
-def check_inputs(signature: Signature, leaves: list[Any]) -> None:
-    """Each leaf as the program was exported for; else an InputMismatch naming it."""
-    symbols: dict[str, tuple[int, str]] = {}
-    for spec, value in zip(signature.inputs, leaves):
-        if spec.kind == "value":
-            if type(value) is not type(spec.value) or value != spec.value:
-                raise InputMismatch(f"argument {spec.name}: the program was exported for "
-                                    f"{spec.name}={spec.value!r} (baked into its graph); got "
-                                    f"{value!r:.60}")
-            continue
-        if not isinstance(value, torch.Tensor):
-            raise InputMismatch(f"argument {spec.name}: expected a tensor, got "
-                                f"{type(value).__name__}")
-        if str(value.dtype) != spec.dtype:
-            raise InputMismatch(f"argument {spec.name}: expected dtype {spec.dtype}, got "
-                                f"{value.dtype}")
-        if str(value.device) != spec.device:
-            raise InputMismatch(f"argument {spec.name}: expected a tensor on {spec.device}, "
-                                f"got one on {value.device}")
-        if value.dim() != len(spec.shape):
-            raise InputMismatch(f"argument {spec.name}: expected {len(spec.shape)} "
-                                f"dimensions, got shape {tuple(value.shape)}")
-        for dim, (size, want) in enumerate(zip(value.shape, spec.shape)):
-            if isinstance(want, int):
-                if size != want:
-                    raise InputMismatch(f"argument {spec.name}: expected shape "
-                                        f"{_shape_text(spec.shape)}, got {tuple(value.shape)} "
-                                        f"(dimension {dim} differs)")
-                continue
-            symbol, low, high = want
-            if not low <= size <= high:
-                raise InputMismatch(f"argument {spec.name}: dimension {dim} ({symbol}) must "
-                                    f"lie in [{low}, {high}], got {size}")
-            if symbol in symbols and symbols[symbol][0] != size:
-                raise InputMismatch(f"argument {spec.name}: dimension {dim} is {symbol}, "
-                                    f"which {symbols[symbol][1]} sets to {symbols[symbol][0]}; "
-                                    f"got {size}")
-            symbols.setdefault(symbol, (size, spec.name))
-        strides = spec.strides if spec.strides is not None else _row_major(value.shape)
-        if any(n > 1 and s != t for n, s, t in zip(value.shape, value.stride(), strides)):
-            raise InputMismatch(f"argument {spec.name}: expected strides {tuple(strides)}, "
-                                f"got {value.stride()} (pass {spec.name}.contiguous())")
-
-
-def _shape_text(shape: list) -> str:
-    return "(" + ", ".join(str(d) if isinstance(d, int) else d[0] for d in shape) + ")"
-
-
-def _row_major(shape: Any) -> list[int]:
-    strides, step = [], 1
-    for size in reversed(list(shape)):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return strides[::-1]
 
 
 # -- the program ----------------------------------------------------------------------------
@@ -251,7 +76,7 @@ class ExportedProgram:
         leaves: list[Any] = []
         bound = self._bind(args, kwargs)
         for name, value in bound:
-            _match(value, signature.structure[signature.parameters.index(name)], name, leaves)
+            match(value, signature.structure[signature.parameters.index(name)], name, leaves)
         check_inputs(signature, leaves)
         arguments = dict(bound)
         for expression, readable in signature.relations:
@@ -312,22 +137,15 @@ class ExportedProgram:
             raise ValueError(f"save: format must be 'ember' or 'c', got {format!r}")
         if self._record is None:
             raise RuntimeError("save: this program was loaded from a file; copy that file")
-        buffer = io.BytesIO()
-        torch.save(self._record, buffer)
-        payload = buffer.getvalue()
-        path = Path(path)
-        path.write_bytes(MAGIC + _digest(payload).encode() + b"\n" + payload)
-        return path
+        from ember import exported_file
+
+        return exported_file.write(self._record, Path(path))
 
 
 def _result_function(source: str) -> Any:
     namespace = {"torch": torch}
     exec(compile(source, "<ember export: result>", "exec"), namespace)  # noqa: S102 (ours)
     return namespace["result"]
-
-
-def _digest(payload: bytes) -> str:
-    return "sha256:" + hashlib.sha256(payload).hexdigest()
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -368,7 +186,7 @@ def export(model: Any, *example_args: Any, dynamic_shapes: Any = None) -> Export
                           f"{len(example_args)} were given")
     names = names[:len(example_args)]
     leaves: list[tuple[str, Any]] = []
-    structure = [_flatten(value, name, leaves) for name, value in zip(names, example_args)]
+    structure = [flatten(value, name, leaves) for name, value in zip(names, example_args)]
     # the leaves as the capture sees them: tensors detached (own objects, so that marks for
     # dynamic sizes stay off the caller's tensors and each graph input is found by identity)
     values = [value.detach() if isinstance(value, torch.Tensor) else value
@@ -508,7 +326,9 @@ def _program(lowered: Any, analysed: Any, names: list[str], structure: list,
     compiled_text = analysed.as_text()
     program = ExportedProgram(signature, constants, compiled, graph_text, compiled_text,
                               analysed=analysed)
-    program._record = _record(program, gm)
+    from ember import exported_file
+
+    program._record = exported_file.record(program, gm)
     program.export_seconds = seconds
     return program
 
@@ -625,199 +445,3 @@ def _result(captured: Any, gm: torch.fx.GraphModule, where: str, names: list[str
                           f"dicts of them")
 
     return source, describe(value)
-
-
-# -- the file -------------------------------------------------------------------------------
-def _record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
-    compiled = program.compiled
-    try:
-        graph = warm_cache._record(compiled, gm)
-    except NotKept as error:
-        raise ExportError(f"ember.export: the compiled graph cannot be saved: {error}") \
-            from None
-    binaries = []
-    for source, link in graph["libraries"]:
-        path = next((p for p, made in build.built_from.items()
-                     if made == (source, list(link))), None)
-        if path is None:
-            raise ExportError("ember.export: a kernel library's binary is not known")
-        binaries.append(torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8))
-    signature = program.signature
-    attributes = {node.target: _fetch(gm, node.target).detach()
-                  for node in gm.graph.nodes if node.op == "get_attr"
-                  and isinstance(_fetch(gm, node.target), torch.Tensor)}
-    return {
-        "format": FORMAT,
-        "versions": {k: v for k, v in warm_cache.versions().items() if k != "format"},
-        "machine": warm_cache.machine(),
-        "cflags": list(_flags()),
-        "signature": {"parameters": signature.parameters,
-                      "inputs": [dataclasses.asdict(spec) for spec in signature.inputs],
-                      "structure": signature.structure,
-                      "graph_inputs": signature.graph_inputs,
-                      "outputs": signature.outputs,
-                      "result_source": signature.result_source,
-                      "relations": signature.relations},
-        "constants": program.constants,
-        "attributes": attributes,
-        "graph": graph,
-        "binaries": binaries,
-        "eager": _eager_record(gm),
-        "graph_text": program.graph_text,
-        "compiled_text": program.compiled_text,
-    }
-
-
-def _flags() -> list[str]:
-    from ember import config
-
-    return list(config.settings.cflags) + ["-shared", "-fPIC"]
-
-
-def _fetch(module: Any, target: str) -> Any:
-    value = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _eager_record(gm: torch.fx.GraphModule) -> list | None:
-    """The graph's eager form — FX's generated code and the globals it names (torch's
-    functions and ops) — for the calls a compiled graph hands to eager; None where a global
-    cannot be named in a new process."""
-    code = gm.graph.python_code(root_module="self")
-    encoder = Encoder(gm)
-    names = []
-    for name, value in code.globals.items():
-        if isinstance(value, types.ModuleType):
-            names.append([name, ["module", value.__name__]])
-        elif value is type(None):
-            names.append([name, ["none_type"]])
-        else:
-            try:
-                names.append([name, encoder.value(value)])
-            except NotKept:
-                return None
-    return [code.src, names]
-
-
-def load(path: str | Path) -> ExportedProgram:
-    """The program saved at `path`, ready to call; its kernels' binaries loaded, or rebuilt
-    from their source where they were made for another CPU or C compiler."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ExportFileError(f"ember.load: cannot read {path}: {error}") from None
-    if not data.startswith(MAGIC):
-        raise ExportFileError(f"ember.load: {path} is not an ember export (it does not start "
-                              f"with {MAGIC!r}; save one with ember.export(...).save(path))")
-    digest, _, payload = data[len(MAGIC):].partition(b"\n")
-    if digest.decode(errors="replace") != _digest(payload):
-        raise ExportFileError(f"ember.load: {path} is damaged: its contents do not match the "
-                              f"digest written when it was saved (cut short or altered)")
-    try:
-        record = torch.load(io.BytesIO(payload), weights_only=True)
-    except Exception as error:  # noqa: BLE001 (a file torch cannot read back)
-        raise ExportFileError(f"ember.load: {path} cannot be read ({type(error).__name__}: "
-                              f"{str(error)[:200]})") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        found = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise ExportFileError(f"ember.load: {path} is in format {found!r}; this ember reads "
-                              f"{FORMAT!r}")
-    try:
-        return _loaded(record, path)
-    except ExportFileError:
-        raise
-    except Exception as error:  # noqa: BLE001 (say which file, and which versions)
-        raise ExportFileError(
-            f"ember.load: {path} cannot be rebuilt here ({type(error).__name__}: "
-            f"{str(error)[:300]}); it was made by {record.get('versions')}, this is "
-            f"{ {k: v for k, v in warm_cache.versions().items() if k != 'format'} }") from None
-
-
-def _loaded(record: dict, path: Path) -> ExportedProgram:
-    saved = record["signature"]
-    signature = Signature(saved["parameters"], [InputSpec(**spec) for spec in saved["inputs"]],
-                          saved["structure"], saved["graph_inputs"], saved["outputs"],
-                          saved["result_source"], saved["relations"])
-    holder = _holder(record["attributes"])
-    eager = _eager(record["eager"], holder, path)
-    graph = record["graph"]
-    decoder = _ExportDecoder(holder, graph["libraries"], graph["tensors"], record)
-    checked, fast = (WrapperSource(text, decoder.namespace(namespace))
-                     for text, namespace in (graph["checked"], graph["fast"]))
-    kernels, libraries, fallbacks = graph["counts"]
-    compiled = CompiledGraph(checked, fast, list(graph["tensor_positions"]),
-                             graph["argument_count"], eager, f"export {path.name}", kernels,
-                             libraries, list(graph["written_inputs"]), fallbacks)
-    return ExportedProgram(signature, dict(record["constants"]), compiled,
-                           record["graph_text"], record["compiled_text"])
-
-
-def _holder(attributes: dict[str, torch.Tensor]) -> Any:
-    """An object whose dotted attributes are the graph's attributes (for FX's code and the
-    wrapper's ["attribute", target] values)."""
-    root = types.SimpleNamespace()
-    for target, tensor in attributes.items():
-        node = root
-        *path, last = target.split(".")
-        for part in path:
-            if not hasattr(node, part):
-                setattr(node, part, types.SimpleNamespace())
-            node = getattr(node, part)
-        setattr(node, last, tensor)
-    return root
-
-
-def _eager(saved: list | None, holder: Any, path: Path) -> Any:
-    if saved is None:
-        def refuse(*args: Any) -> Any:
-            raise RuntimeError(f"{path.name}: the compiled graph gave up on this call and the "
-                               f"program carries no eager form")
-        return refuse
-    source, names = saved
-    decoder = _ExportDecoder(holder, [], [], {})
-    namespace = {name: importlib.import_module(code[1]) if code[0] == "module" else
-                 type(None) if code[0] == "none_type" else decoder.value(code)
-                 for name, code in names}
-    exec(compile(source, f"<ember export {path.name}: eager form>", "exec"),  # noqa: S102
-         namespace)
-    forward = namespace["forward"]
-    return lambda *args: forward(holder, *args)
-
-
-class _ExportDecoder(Decoder):
-    """The warm cache's decoder, with the kernels' libraries from the export's binaries (or
-    rebuilt from their source on another CPU or compiler)."""
-
-    def __init__(self, holder: Any, libraries: list, tensors: list, record: dict):
-        super().__init__(holder, libraries, tensors)
-        self.record = record
-
-    def _library(self, index: int) -> Any:
-        if index not in self.loaded:
-            source, link = self.libraries[index]
-            if self.record["machine"] == warm_cache.machine():
-                library = self._binary(index, source, list(link))
-                counts["binaries_loaded"] += 1
-            else:  # (made for another CPU or compiler: -march=native code may not run here)
-                library, _ = build.build(source, list(link))
-                counts["rebuilt"] += 1
-            self.loaded[index] = build.load(library)
-        return self.loaded[index]
-
-    def _binary(self, index: int, source: str, link: list[str]) -> Path:
-        """The saved binary, placed in the kernel cache under the key it was built with."""
-        data = self.record["binaries"][index].numpy().tobytes()
-        key = build.cache_key(source, list(self.record["cflags"]) + link,
-                              build.find_compiler())
-        library = disk_cache.entry_path("c", key, ".so")
-        if not disk_cache.usable(library, key):
-            with disk_cache.building("c", key, ".so") as library:
-                if not disk_cache.usable(library, key):  # (placed while this one waited)
-                    with disk_cache.temporary(library.parent, ".so", key) as partial:
-                        partial.write_bytes(data)
-                        disk_cache.commit(partial, library, key)
-        build.built_from[str(library)] = (source, list(link))
-        return library

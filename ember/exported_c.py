@@ -22,7 +22,7 @@ import torch
 
 from ember import config
 from ember.codegen.c import write_source
-from ember.exported import render_structure
+from ember.exported_signature import render_structure
 from ember.ir.library import Slot
 from ember.ir.sizes import any_symbolic
 from ember.runtime import build

@@ -17,9 +17,11 @@ import torch
 from torch.export import Dim
 
 import ember
-from ember import exported
-from ember.exported import ExportError, ExportFileError, InputMismatch
+from ember import exported_file
+from ember.exported import ExportError
 from ember.exported_c import CExportError
+from ember.exported_file import ExportFileError
+from ember.exported_signature import InputMismatch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +82,7 @@ def test_a_fresh_process_runs_the_program_without_the_models_code(tmp_path):
     """, models, [ROOT, models], tmp_path / "cache1")
     out = _run("""
         import sys, torch, ember
-        from ember import exported
+        from ember import exported_file
         try:
             import mymodel
         except ModuleNotFoundError:
@@ -92,7 +94,7 @@ def test_a_fresh_process_runs_the_program_without_the_models_code(tmp_path):
         for key in got:
             torch.testing.assert_close(got[key], data["want"][key], atol=1e-5, rtol=1e-5)
         print("modules", sorted(m for m in sys.modules if "mymodel" in m))
-        print("counts", exported.counts)
+        print("counts", exported_file.counts)
     """, elsewhere, [ROOT], tmp_path / "cache2")
     assert "no model code" in out
     assert "modules []" in out
@@ -167,13 +169,13 @@ def test_a_wrong_input_is_an_error_that_names_it(tmp_path, bad, message):
 def _rewrite(path: Path, change) -> None:
     """The file with its record changed, and its digest made again (a foreign file that is
     not damaged)."""
-    payload = path.read_bytes()[len(exported.MAGIC):].partition(b"\n")[2]
+    payload = path.read_bytes()[len(exported_file.MAGIC):].partition(b"\n")[2]
     record = torch.load(io.BytesIO(payload), weights_only=True)
     change(record)
     buffer = io.BytesIO()
     torch.save(record, buffer)
     data = buffer.getvalue()
-    path.write_bytes(exported.MAGIC + exported._digest(data).encode() + b"\n" + data)
+    path.write_bytes(exported_file.MAGIC + exported_file._digest(data).encode() + b"\n" + data)
 
 
 def test_damaged_and_foreign_files_are_refused(tmp_path):
@@ -204,11 +206,11 @@ def test_a_binary_for_another_machine_is_rebuilt_from_its_source(tmp_path):
     model, x = Net(), torch.randn(3, 8)
     path = ember.export(model, x).save(tmp_path / "net.ember")
     _rewrite(path, lambda record: record.update(machine="another CPU, another compiler"))
-    before = dict(exported.counts)
+    before = dict(exported_file.counts)
     loaded = ember.load(path)
     torch.testing.assert_close(loaded(x), _eager(model, x))
-    assert exported.counts["rebuilt"] == before["rebuilt"] + 1
-    assert exported.counts["binaries_loaded"] == before["binaries_loaded"]
+    assert exported_file.counts["rebuilt"] == before["rebuilt"] + 1
+    assert exported_file.counts["binaries_loaded"] == before["binaries_loaded"]
 
 
 def test_a_torch_export_program_is_exported(tmp_path):
