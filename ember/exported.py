@@ -297,7 +297,8 @@ def _program(lowered: Any, analysed: Any, names: list[str], structure: list,
         if not isinstance(value, torch.Tensor):
             raise ExportError(f"ember.export: the graph reads {source.expr()}, a "
                               f"{type(value).__name__}, which is not an argument")
-        name = _constant_name(source.expr(), constants)
+        name = _constant_name(source.expr(), constants,
+                              lowered.function.function.__code__.co_freevars)
         constants[name] = value.detach()
         graph_inputs.append(["constant", name])
     if any(t.device.type != "cpu" for t in constants.values()) or any(
@@ -333,13 +334,16 @@ def _program(lowered: Any, analysed: Any, names: list[str], structure: list,
     return program
 
 
-def _constant_name(expression: str, taken: dict) -> str:
+def _constant_name(expression: str, taken: dict, free_names: tuple[str, ...]) -> str:
     """A readable name for a graph input that is not an argument: a module's parameter or
-    buffer by its path (lin.weight), a global by its name."""
+    buffer by its path (lin.weight), a global or a closure's variable by its name."""
     text = re.sub(r"\._(?:modules|parameters|buffers)\[['\"]([^'\"]+)['\"]\]", r".\1",
                   expression)
     text = re.sub(r"^L\[['\"][^'\"]+['\"]\]\.?", "", text)
-    text = re.sub(r"^G\[['\"]([^'\"]+)['\"]\]", r"\1", text)
+    text = re.sub(r"^G+\[(?:\d+\]\[)?['\"]([^'\"]+)['\"]\]", r"\1", text)
+    text = re.sub(r"^C\[(\d+)\]\.cell_contents",
+                  lambda found: free_names[int(found[1])] if int(found[1]) < len(free_names)
+                  else found[0], text)
     text = re.sub(r"[^A-Za-z0-9_.]+", "_", text).strip("._") or "constant"
     name, count = text, 1
     while name in taken:

@@ -134,6 +134,10 @@ def check_inputs(signature: Signature, leaves: list[Any]) -> None:
         if not isinstance(value, torch.Tensor):
             raise InputMismatch(f"argument {spec.name}: expected a tensor, got "
                                 f"{type(value).__name__}")
+        if value.requires_grad and torch.is_grad_enabled():
+            raise InputMismatch(f"argument {spec.name} requires grad: an exported program "
+                                f"computes no gradients (call it under torch.no_grad(), or "
+                                f"pass {spec.name}.detach())")
         if str(value.dtype) != spec.dtype:
             raise InputMismatch(f"argument {spec.name}: expected dtype {spec.dtype}, got "
                                 f"{value.dtype}")

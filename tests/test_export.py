@@ -148,6 +148,31 @@ def test_nested_arguments_and_baked_values():
         program(pair, options)
 
 
+TABLE = torch.linspace(-1.0, 1.0, 4)
+
+
+def test_globals_and_closures_become_named_constants(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+
+    def f(x):
+        scale = torch.tensor([1.0, 2.0, 3.0, 4.0])  # (made inside the graph)
+        return model(x) * scale + TABLE
+
+    x = torch.randn(2, 4)
+    program = ember.export(f, x)
+    assert list(program.constants) == ["model.0.weight", "model.0.bias", "TABLE"]
+    memory = program.memory_analysis()  # (as planned: the argument, the named constants
+    assert memory.argument_size_in_bytes == x.nbytes + sum(  # and the tensor made inside)
+        t.nbytes for t in program.constants.values()) + 4 * 4
+    loaded = ember.load(program.save(tmp_path / "f.ember"))
+    torch.testing.assert_close(loaded(x), _eager(f, x))
+    with pytest.raises(InputMismatch, match=r"argument x requires grad: an exported program "
+                                            r"computes no gradients"):
+        loaded(x.clone().requires_grad_())
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x.clone().requires_grad_()), _eager(f, x))
+
+
 @pytest.mark.parametrize("bad, message", [
     (lambda x: torch.randn(3, 9), r"argument x: expected shape \(3, 8\), got \(3, 9\) "
                                   r"\(dimension 1 differs\)"),
