@@ -68,8 +68,9 @@ class ExportedProgram:
 
     @property
     def guards(self) -> list[str]:
-        """What each call checks of its inputs."""
-        return [spec.describe() for spec in self.signature.inputs]
+        """What each call checks of its inputs: each leaf, then the size relations."""
+        return [spec.describe() for spec in self.signature.inputs] + \
+            [readable for _, readable in self.signature.relations]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self.signature

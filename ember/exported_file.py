@@ -65,7 +65,10 @@ def record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
         "format": FORMAT,
         "versions": {k: v for k, v in warm_cache.versions().items() if k != "format"},
         "machine": warm_cache.machine(),
-        "cflags": list(_flags()),
+        "cpu": build.cpu_identity(),
+        # each library's key in the kernel cache (CPU, compiler, flags, source)
+        "keys": [build.cache_key(source, _flags() + list(link), build.find_compiler())
+                 for source, link in graph["libraries"]],
         "signature": {"parameters": signature.parameters,
                       "inputs": [dataclasses.asdict(spec) for spec in signature.inputs],
                       "structure": signature.structure,
@@ -222,7 +225,7 @@ class _ExportDecoder(Decoder):
     def _library(self, index: int) -> Any:
         if index not in self.loaded:
             source, link = self.libraries[index]
-            if self.record["machine"] == warm_cache.machine():
+            if self._fits():
                 library = self._binary(index, source, list(link))
                 counts["binaries_loaded"] += 1
             else:  # (made for another CPU or compiler: -march=native code may not run here)
@@ -231,11 +234,21 @@ class _ExportDecoder(Decoder):
             self.loaded[index] = build.load(library)
         return self.loaded[index]
 
+    def _fits(self) -> bool:
+        """Do the saved binaries fit this machine? Built here (the same CPU and compiler, as
+        the warm cache's key says), or for this CPU where no compiler could rebuild them."""
+        if self.record["machine"] == warm_cache.machine():
+            return True
+        try:
+            build.find_compiler()
+            return False
+        except build.BuildError:
+            return self.record["cpu"] == build.cpu_identity()
+
     def _binary(self, index: int, source: str, link: list[str]) -> Path:
         """The saved binary, placed in the kernel cache under the key it was built with."""
         data = self.record["binaries"][index].numpy().tobytes()
-        key = build.cache_key(source, list(self.record["cflags"]) + link,
-                              build.find_compiler())
+        key = self.record["keys"][index]
         library = disk_cache.entry_path("c", key, ".so")
         if not disk_cache.usable(library, key):
             with disk_cache.building("c", key, ".so") as library:

@@ -17,7 +17,7 @@ import torch
 from torch.export import Dim
 
 import ember
-from ember import exported_file
+from ember import config, exported_file
 from ember.exported import ExportError
 from ember.exported_c import CExportError
 from ember.exported_file import ExportFileError
@@ -236,6 +236,12 @@ def test_a_binary_for_another_machine_is_rebuilt_from_its_source(tmp_path):
     torch.testing.assert_close(loaded(x), _eager(model, x))
     assert exported_file.counts["rebuilt"] == before["rebuilt"] + 1
     assert exported_file.counts["binaries_loaded"] == before["binaries_loaded"]
+    # a machine with this CPU and no C compiler to rebuild with runs the saved binary
+    with config.override(cc="no-such-compiler"):
+        loaded = ember.load(path)
+    torch.testing.assert_close(loaded(x), _eager(model, x))
+    assert exported_file.counts["rebuilt"] == before["rebuilt"] + 1
+    assert exported_file.counts["binaries_loaded"] == before["binaries_loaded"] + 1
 
 
 def test_a_torch_export_program_is_exported(tmp_path):
