@@ -273,6 +273,7 @@ def test_a_dynamic_batch_serves_two_batch_sizes(tmp_path):
     # the capture's own size guards hold too: this graph's sizes equal to a weight's (4)
     # are another compile's (ember's duck sizing), and the program says so
     assert "check  batch != 4" in text
+    assert loaded.guards[-2:] == ["2 <= batch <= 32", "batch != 4"]
     with pytest.raises(InputMismatch, match=r"the program's sizes must keep batch != 4"):
         loaded(torch.randn(4, 8))
     # an example whose batch the compile fixes cannot be exported as dynamic
