@@ -70,7 +70,7 @@ class ExportedProgram:
     def guards(self) -> list[str]:
         """What each call checks of its inputs: each leaf, then the size relations."""
         return [spec.describe() for spec in self.signature.inputs] + \
-            [readable for _, readable in self.signature.relations]
+            self.signature.relation_texts()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         signature = self.signature

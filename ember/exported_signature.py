@@ -54,13 +54,17 @@ class Signature:
     # arguments L, the same in the user's names] (`2 <= L['x'].shape[0] <= 32`)
     relations: list = dataclasses.field(default_factory=list)
 
+    def relation_texts(self) -> list[str]:
+        """The size relations in the user's names, once each (x's and y's batch read alike)."""
+        return list(dict.fromkeys(readable for _, readable in self.relations))
+
     def as_text(self, constants: dict[str, torch.Tensor]) -> str:
         lines = [f"def program({', '.join(self.parameters)}):"]
         lines += [f"    input  {spec.describe()}" for spec in self.inputs]
         for name, tensor in constants.items():
             lines.append(f"    const  {name}: {str(tensor.dtype).replace('torch.', '')}"
                          f"{list(tensor.shape)}")
-        lines += [f"    check  {readable}" for _, readable in self.relations]
+        lines += [f"    check  {readable}" for readable in self.relation_texts()]
         lines.append(f"    return {render_structure(self.outputs)}")
         return "\n".join(lines)
 

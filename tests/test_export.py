@@ -281,6 +281,26 @@ def test_a_dynamic_batch_serves_two_batch_sizes(tmp_path):
         ember.export(model, torch.randn(4, 8), dynamic_shapes={"x": {0: batch}})
 
 
+def test_arguments_that_share_a_dynamic_size():
+    linear = torch.nn.Linear(8, 3)
+
+    def f(x, y):
+        return torch.relu(linear(x)), y * 2
+
+    batch = Dim("batch", max=32)
+    program = ember.export(f, torch.randn(5, 8), torch.randn(5, 6),
+                           dynamic_shapes=({0: batch}, {0: batch}))
+    x, y = torch.randn(7, 8), torch.randn(7, 6)
+    for got, want in zip(program(x, y), _eager(f, x, y)):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(InputMismatch, match=r"argument y: dimension 0 is batch, which x sets "
+                                            r"to 7; got 6"):
+        program(x, torch.randn(6, 6))
+    assert program.guards == ["x: torch.float32[batch∈[2, 32], 8] on cpu, row-major",
+                              "y: torch.float32[batch∈[2, 32], 6] on cpu, row-major",
+                              "2 <= batch <= 32"]
+
+
 def test_what_cannot_be_exported_is_said():
     seen = []
 
