@@ -60,6 +60,13 @@ class ExportedProgram:
         self._constant_inputs = [constants[name] if kind == "constant" else None
                                  for kind, name in signature.graph_inputs]
         self._result = _result_function(signature.result_source)
+        # (compiled once: a call evaluates them with L, the bound arguments)
+        self._relations = [(compile(code, "<ember export: size check>", "eval"), readable)
+                           for code, readable in signature.relations]
+        self._expressions = [compile(which, "<ember export: input>", "eval")
+                             if kind == "expression" else None
+                             for kind, which in signature.graph_inputs]
+        self._fast = _fast_path(self)
 
     @property
     def parameters(self) -> dict[str, torch.Tensor]:
@@ -73,6 +80,10 @@ class ExportedProgram:
             self.signature.relation_texts()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fast is not None and not kwargs:
+            result = self._fast(args)
+            if result is not _MISS:
+                return result
         signature = self.signature
         leaves: list[Any] = []
         bound = self._bind(args, kwargs)
@@ -80,14 +91,15 @@ class ExportedProgram:
             match(value, signature.structure[signature.parameters.index(name)], name, leaves)
         check_inputs(signature, leaves)
         arguments = dict(bound)
-        for expression, readable in signature.relations:
-            if not eval(expression, {"torch": torch}, {"L": arguments}):  # noqa: S307 (ours)
+        scope = {"torch": torch, "L": arguments}
+        for code, readable in self._relations:
+            if not eval(code, scope):  # noqa: S307 (the capture's own guards)
                 raise InputMismatch(f"the program's sizes must keep {readable}; these "
                                     f"arguments do not")
         inputs = [leaves[which] if kind == "argument" else constant if kind == "constant"
-                  else eval(which, {"torch": torch}, {"L": arguments})  # noqa: S307 (ours)
-                  for (kind, which), constant in zip(signature.graph_inputs,
-                                                     self._constant_inputs)]
+                  else eval(code, scope)  # noqa: S307 (the capture's own expression)
+                  for (kind, which), constant, code in zip(
+                      signature.graph_inputs, self._constant_inputs, self._expressions)]
         return self._result(arguments, self.compiled(*inputs))
 
     def _bind(self, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -141,6 +153,51 @@ class ExportedProgram:
         from ember import exported_file
 
         return exported_file.write(self._record, Path(path))
+
+
+_MISS = object()
+
+
+def _fast_path(program: ExportedProgram) -> Any:
+    """For a program whose arguments are tensors of fixed shapes (the common case): one
+    generated function that checks them all in one expression and calls the graph, or
+    answers _MISS (the full checks then run, and name what differs). None where the
+    arguments are nested, values or dynamic."""
+    signature = program.signature
+    leaves = signature.inputs
+    if [s[0] for s in signature.structure] != ["leaf"] * len(leaves) or signature.relations \
+            or any(spec.kind != "tensor" or spec.strides is None for spec in leaves) or \
+            any(kind == "expression" for kind, _ in signature.graph_inputs):
+        return None
+    namespace: dict[str, Any] = {"Tensor": torch.Tensor, "MISS": _MISS,
+                                 "compiled": program.compiled, "result": program._result}
+    tests = []
+    for i, spec in enumerate(leaves):
+        namespace[f"dtype{i}"] = _dtype(spec.dtype)
+        namespace[f"device{i}"] = torch.device(spec.device)
+        tests.append(f"type(a{i}) is Tensor and a{i}.dtype is dtype{i} and "
+                     f"a{i}.device == device{i} and a{i}.shape == {tuple(spec.shape)!r} and "
+                     f"a{i}.stride() == {tuple(spec.strides)!r} and not a{i}.requires_grad")
+    inputs = []
+    for index, (kind, which) in enumerate(signature.graph_inputs):
+        if kind == "argument":
+            inputs.append(f"a{which}")
+        else:
+            namespace[f"c{index}"] = program.constants[which]
+            inputs.append(f"c{index}")
+    names = ", ".join(f"a{i}" for i in range(len(leaves)))
+    bound = "{" + ", ".join(f"{name!r}: a{i}" for i, name in enumerate(signature.parameters)) \
+        + "}" if "L[" in signature.result_source else "None"
+    text = (f"def fast(args):\n    if len(args) != {len(leaves)}: return MISS\n"
+            + (f"    {names}, = args\n" if leaves else "")
+            + "    if not (" + (" and\n            ".join(tests) or "True") + "): return MISS\n"
+            + f"    return result({bound}, compiled({', '.join(inputs)}))\n")
+    exec(compile(text, "<ember export: call>", "exec"), namespace)  # noqa: S102 (ours)
+    return namespace["fast"]
+
+
+def _dtype(text: str) -> torch.dtype:
+    return getattr(torch, text.replace("torch.", ""))
 
 
 def _result_function(source: str) -> Any:

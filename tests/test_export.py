@@ -186,6 +186,7 @@ def test_a_wrong_input_is_an_error_that_names_it(tmp_path, bad, message):
     model = Net()
     x = torch.randn(3, 8)
     loaded = ember.load(ember.export(model, x).save(tmp_path / "net.ember"))
+    assert loaded._fast is not None  # (a miss of the one-expression check: the full checks)
     with pytest.raises(InputMismatch, match=message):
         loaded(bad(x))
     torch.testing.assert_close(loaded(x), _eager(model, x))  # (and the program still runs)
