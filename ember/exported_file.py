@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 
+from ember import config
 from ember.codegen.wrapper import WrapperSource
 from ember.exported import ExportedProgram, ExportError
 from ember.exported_signature import InputSpec, Signature
 from ember.runtime import build, disk_cache, warm_cache
 from ember.runtime.compiled import CompiledGraph
-from ember.runtime.warm_values import Decoder, Encoder, NotKept
+from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
 
 FORMAT = "ember-export-1"
 MAGIC = b"EMBER-EXPORT\n"
@@ -44,23 +45,20 @@ def _digest(payload: bytes) -> str:
 
 # -- the file -------------------------------------------------------------------------------
 def record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
-    compiled = program.compiled
+    """What the file holds (plain data and tensors: torch.load(weights_only=True) reads it)."""
     try:
-        graph = warm_cache._record(compiled, gm)
+        graph = warm_cache._record(program.compiled, gm)
     except NotKept as error:
         raise ExportError(f"ember.export: the compiled graph cannot be saved: {error}") \
             from None
     binaries = []
     for source, link in graph["libraries"]:
-        path = next((p for p, made in build.built_from.items()
-                     if made == (source, list(link))), None)
-        if path is None:
-            raise ExportError("ember.export: a kernel library's binary is not known")
-        binaries.append(torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8))
+        path, _ = build.build(source, list(link))  # (the cache's: a hit, or built again)
+        binaries.append(torch.frombuffer(bytearray(path.read_bytes()), dtype=torch.uint8))
     signature = program.signature
-    attributes = {node.target: _fetch(gm, node.target).detach()
+    attributes = {node.target: fetch(gm, node.target).detach()
                   for node in gm.graph.nodes if node.op == "get_attr"
-                  and isinstance(_fetch(gm, node.target), torch.Tensor)}
+                  and isinstance(fetch(gm, node.target), torch.Tensor)}
     return {
         "format": FORMAT,
         "versions": {k: v for k, v in warm_cache.versions().items() if k != "format"},
@@ -76,8 +74,8 @@ def record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
                       "outputs": signature.outputs,
                       "result_source": signature.result_source,
                       "relations": signature.relations},
-        "constants": program.constants,
-        "attributes": attributes,
+        "constants": {name: _own(tensor) for name, tensor in program.constants.items()},
+        "attributes": {name: _own(tensor) for name, tensor in attributes.items()},
         "graph": graph,
         "binaries": binaries,
         "eager": _eager_record(gm),
@@ -87,16 +85,18 @@ def record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
 
 
 def _flags() -> list[str]:
-    from ember import config
-
     return list(config.settings.cflags) + ["-shared", "-fPIC"]
 
 
-def _fetch(module: Any, target: str) -> Any:
-    value = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
+def _own(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor with memory of its own (torch.save writes a view's whole storage), laid out
+    with the same strides (the kernels were built for them)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride())) \
+        if tensor.numel() else 0
+    if tensor.storage_offset() or tensor.untyped_storage().nbytes() > span * tensor.itemsize:
+        return torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype,
+                                   device=tensor.device).copy_(tensor)
+    return tensor
 
 
 def _eager_record(gm: torch.fx.GraphModule) -> list | None:

@@ -173,6 +173,23 @@ def test_globals_and_closures_become_named_constants(tmp_path):
         torch.testing.assert_close(loaded(x.clone().requires_grad_()), _eager(f, x))
 
 
+BIG = torch.randn(1000, 64)
+ROWS = BIG[10:14]                # a view into 256 kB
+TRANSPOSED = torch.randn(8, 4).t()
+
+
+def test_view_constants_are_saved_alone_with_their_strides(tmp_path):
+    def f(x):
+        return x * ROWS.sum(0) + (x[:, :4] @ TRANSPOSED).sum()
+
+    x = torch.randn(3, 64)
+    path = ember.export(f, x).save(tmp_path / "views.ember")
+    assert path.stat().st_size < BIG.nbytes // 2  # (not the whole storage of BIG)
+    loaded = ember.load(path)
+    assert loaded.constants["TRANSPOSED"].stride() == (1, 4)
+    torch.testing.assert_close(loaded(x), f(x))
+
+
 @pytest.mark.parametrize("bad, message", [
     (lambda x: torch.randn(3, 9), r"argument x: expected shape \(3, 8\), got \(3, 9\) "
                                   r"\(dimension 1 differs\)"),
