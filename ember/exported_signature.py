@@ -32,7 +32,8 @@ class InputSpec:
     def describe(self) -> str:
         if self.kind == "value":
             return f"{self.name} = {self.value!r} (baked into the graph)"
-        dims = ", ".join(str(d) if isinstance(d, int) else f"{d[0]}∈[{d[1]}, {d[2]}]"
+        dims = ", ".join(str(d) if isinstance(d, int) else
+                         f"{d[0]}∈[{d[1]}, {d[2] if d[2] < 2 ** 62 else 'inf'}]"
                          for d in self.shape)
         layout = "row-major" if self.strides is None else f"strides {tuple(self.strides)}"
         return f"{self.name}: {self.dtype}[{dims}] on {self.device}, {layout}"
