@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ember.capture.symbols import mark_dynamic
 from ember.exported_signature import (
     InputMismatch,
     InputSpec,
@@ -34,7 +35,6 @@ from ember.exported_signature import (
     check_inputs,
     flatten,
     match,
-    render_structure,  # noqa: F401  (re-exported for exported_c)
 )
 from ember.runtime.compiled import CompiledGraph
 
@@ -252,7 +252,7 @@ def export(model: Any, *example_args: Any, dynamic_shapes: Any = None) -> Export
     dims = _dynamic_dims(dynamic_shapes, names, structure, leaves)
     for index, marks in dims.items():
         for dim, (_, low, high) in marks.items():
-            _mark(values[index], dim, low, high)
+            mark_dynamic(values[index], dim, min=low, max=high)
     arguments = tuple(_rebuild(s, values) for s in structure)
     started = time.perf_counter()
     with torch.no_grad():
@@ -266,12 +266,6 @@ def export(model: Any, *example_args: Any, dynamic_shapes: Any = None) -> Export
         analysed = lowered.compile()
     return _program(lowered, analysed, names, structure, leaves, values, dims, where,
                     time.perf_counter() - started)
-
-
-def _mark(tensor: torch.Tensor, dim: int, low: int, high: int) -> None:
-    from ember.capture.symbols import mark_dynamic
-
-    mark_dynamic(tensor, dim, min=low, max=high)
 
 
 def _rebuild(structure: list, values: list[Any]) -> Any:
