@@ -1,0 +1,58 @@
+"""The default mode's generated sources stay exactly as they were before max-autotune: the C
+file and the Triton module of a few seed workloads, as digests (golden/default_sources.json,
+written from main on 2026-12-02 before the tuning hooks went in). A deliberate change to code
+generation regenerates them with EMBER_UPDATE_GOLDEN=1; max-autotune's hooks must not."""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember import config
+from ember.bench import workloads
+from ember.codegen.c import write_source
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.schedule.fuse import schedule
+
+GOLDEN = Path(__file__).parent / "golden" / "default_sources.json"
+# (tiny sizes stay serial; quick ones take the parallel loops and column blocks)
+CASES = [(name, size) for name in ("S1", "S2", "softmax", "layer_norm", "S4", "S5", "S6-where")
+         for size in ("tiny", "quick")]
+
+
+def plan_of(name: str, size: str):
+    fn, args = workloads.find(name).instantiate(size)
+    with torch.no_grad():
+        lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+        return schedule(run_passes(lowered.graph))
+
+
+def digests(backend: str) -> dict[str, str]:
+    found = {}
+    for name, size in CASES:
+        with config.override(backend=backend):
+            plan = plan_of(name, size)
+            if backend == "c":
+                text = write_source(plan)[0]
+            else:
+                from ember.codegen.triton import write_module
+
+                text = write_module(plan)[0]
+        found[f"{backend} {name} {size}"] = hashlib.sha256(text.encode()).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("backend", ["c", "triton"])
+def test_default_mode_sources_are_unchanged(backend):
+    if backend == "triton":
+        pytest.importorskip("triton")
+    found = digests(backend)
+    recorded = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+    if os.environ.get("EMBER_UPDATE_GOLDEN") == "1":
+        recorded.update(found)
+        GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
+    assert found == {key: recorded.get(key) for key in found}
