@@ -712,8 +712,10 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     resolved = compile_options.resolve(options)
     if resolved.cuda_graphs and mode is None:
         mode = "reduce-overhead"
+    tuned = {"max_autotune": True} if mode in compile_options.TUNING_MODES else {}
     chosen = dict(fullgraph=fullgraph, dynamic=dynamic, mode=mode, backend=backend,
-                  settings=resolved.settings, recompile_limit=recompile_limit, name=name)
+                  settings={**resolved.settings, **tuned}, recompile_limit=recompile_limit,
+                  name=name)
     if isinstance(model, torch.export.ExportedProgram):
         # (a graph torch.export made: its module, parameters and buffers attached, called as
         # the exported function is — one graph, captured from its generated code)

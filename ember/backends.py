@@ -35,7 +35,7 @@ from ember.partition import MAX_ROUNDS, describe, find_islands
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import run_passes
-from ember.runtime import triton_launch, warm_cache
+from ember.runtime import triton_launch, tune_c, tune_triton, warm_cache
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
@@ -66,7 +66,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | 
         raise ValueError(f"ember backend: unknown mode {mode!r}")
     resolved = compile_options.resolve(options)
     graphs = resolved.cuda_graphs or mode in ("reduce-overhead", "max-autotune")
-    with tape.kept(not graphs), config.override(**resolved.settings):
+    tuned = {"max_autotune": True} if mode in compile_options.TUNING_MODES else {}
+    with tape.kept(not graphs), config.override(**resolved.settings, **tuned):
         if any(torch_internals.is_symbolic(x) for x in example_inputs):
             compiled = for_every_shape(gm, example_inputs, f"graph{next(_labels)}")
         else:
@@ -465,7 +466,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
 
 def _c_kernels(plan: Plan, label: str, dump: Any):
     """One C file for the plan, built with the C compiler and loaded."""
-    source, kernels = write_source(plan)
+    tunings = tune_c.choose(plan, label) if config.settings.max_autotune else None
+    source, kernels = write_source(plan, tunings)
     logs.dump(dump, "kernels.c", source)
     functions = {}
     if kernels:
@@ -491,7 +493,9 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
             device_index = torch.cuda.current_device()
     dependent = device_index is not None and config.settings.dependent_launch and \
         triton_launch.dependent_launch_supported(device_index)
-    text, launches = write_module(plan, dependent)
+    tilings = tune_triton.choose(plan, label, device_index, dependent) \
+        if config.settings.max_autotune else None
+    text, launches = write_module(plan, dependent, tilings)
     logs.dump(dump, "kernels.py", text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}

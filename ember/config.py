@@ -156,6 +156,10 @@ FLAGS: tuple[Flag, ...] = (
          "pad a large half-precision matmul's sizes that are not a multiple of 16 bytes "
          "(cuBLAS's fast kernels need them): auto (on CUDA), always, never "
          "(see passes/matmul_operands.aligned_matmuls)"),
+    Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
+         "time a few configurations of each generated kernel at compile time and keep the "
+         "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
+         "ember/tuning.py)"),
 )
 
 
@@ -178,6 +182,7 @@ class Settings:
     triton_workers: int
     matmul_epilogue: bool
     shape_padding: str
+    max_autotune: bool
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:

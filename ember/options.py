@@ -32,6 +32,9 @@ _MODE_OPTIONS = {
     "max-autotune": {"max_autotune": True, "triton.cudagraphs": True},
 }
 
+# The modes that tune kernels (config.Settings.max_autotune; see ember/tuning.py)
+TUNING_MODES = ("max-autotune", "max-autotune-no-cudagraphs")
+
 # Settings that only the process as a whole can have (read at import or per process), and
 # those read on every call rather than while compiling (recompile_limit is an argument).
 _PROCESS_WIDE = {"logs", "dump_dir", "cache_dir", "disable", "triton_workers",

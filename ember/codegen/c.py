@@ -57,6 +57,16 @@ class KernelSource:
     sizes: list[str] = dataclasses.field(default_factory=list)  # symbols, after the pointers
 
 
+@dataclasses.dataclass(frozen=True)
+class CTuning:
+    """A kernel's configuration other than the heuristics' (mode="max-autotune" times these:
+    ember/runtime/tune_c.py). `threads`: 1 runs it serially, n > 1 in parallel on n threads
+    (0: as the heuristics say); `column`: lanes per block in column mode (0: COLUMN_WIDTH)."""
+
+    threads: int = 0
+    column: int = 0
+
+
 # Math calls that cost tens of cycles per element (the rest of a kernel's arithmetic costs ~1):
 # a kernel of such calls goes parallel over fewer elements (tanh(x + b) over 64x256 on 2
 # cores: ~9.5 against ~10.3 us per call, within this VM's noise; S4 5.35 -> 5.07 ms once)
@@ -68,8 +78,10 @@ COSTLY_CALL_WEIGHT = 8
 
 class CKernelWriter(ColumnMode):
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
-                 column: int | None = None, costly_calls: int = 0):
+                 column: int | None = None, costly_calls: int = 0,
+                 tuning: CTuning | None = None):
         self.kernel = kernel
+        self.tuning = tuning
         self.symbols = plan.graph.symbols
         self.members = set(kernel.members)
         self.buffer_of = plan.buffer_of
@@ -91,6 +103,8 @@ class CKernelWriter(ColumnMode):
         # symbolic work: parallel when the call's sizes make enough of it (OpenMP's `if`)
         self.parallel_if = _at_run_time(work, threshold)
         self.parallel = bool(self.parallel_if) or work >= threshold
+        if tuning is not None and tuning.threads:
+            self.parallel = tuning.threads > 1
         self.costly_calls = 0  # (counted while writing: what a second writing is given)
         # Column mode (reductions whose kept innermost dim is the contiguous one): the last
         # outer loop walks blocks of `column` positions, and every per-position value is an
@@ -317,7 +331,7 @@ class CKernelWriter(ColumnMode):
                 condition = " && ".join(c for c in (self.parallel_if, count_if) if c)
                 clause += f" if({condition})" if condition else ""
                 pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
-                              else f"#pragma omp parallel for {clause}")
+                              else f"#pragma omp parallel for {clause}") + self.threads()
         self.close_loops(loops, pragmas)
         if nan:
             self.emit(scope, f"if ({nan}) {acc} = NAN;")
@@ -429,7 +443,8 @@ class CKernelWriter(ColumnMode):
                     # no outer loop to share out (a full reduction and its epilogue): the
                     # threads split the store loop instead
                     pragmas[0] = "#pragma omp parallel for" + (
-                        " simd" if len(inner_loops) == 1 else "") + status + self.when()
+                        " simd" if len(inner_loops) == 1 else "") + status + self.when() + \
+                        self.threads()
             self.close_loops(inner_loops, pragmas)
         for line in waiting:
             self.emit(outer, line)
@@ -450,6 +465,11 @@ class CKernelWriter(ColumnMode):
             return []
         used = {name for line in body for name in SYMBOL_NAME.findall(line)}
         return [name for name in symbols if name in used]
+
+    def threads(self) -> str:
+        """The `num_threads` clause of a parallel pragma, where the kernel's tuning sets it."""
+        tuning = self.tuning
+        return f" num_threads({tuning.threads})" if tuning and tuning.threads > 1 else ""
 
     def when(self) -> str:
         """The `if` clause of a parallel pragma whose work is symbolic."""
@@ -485,6 +505,7 @@ class CKernelWriter(ColumnMode):
                 pragmas[0] = "#pragma omp parallel for simd" + status + self.when()
             else:
                 pragmas[0] = "#pragma omp parallel for" + status + self.when()
+            pragmas[0] += self.threads()
         return pragmas
 
 
@@ -499,19 +520,23 @@ def _at_run_time(work: Dim, threshold: int) -> str:
     return f"{work.render_c()} >= {threshold}"
 
 
-def write_kernel(kernel: Kernel, plan: Plan) -> KernelSource:
-    """Write once to see every memory access, plan the loops from them, write again."""
+def write_kernel(kernel: Kernel, plan: Plan, tuning: CTuning | None = None) -> KernelSource:
+    """Write once to see every memory access, plan the loops from them, write again
+    (`tuning`: a configuration of max-autotune's instead of the heuristics')."""
 
-    first = CKernelWriter(kernel, plan)
+    first = CKernelWriter(kernel, plan, tuning=tuning)
     first.write()
     outer, inner, column = plan_groups(first)
     return CKernelWriter(kernel, plan, (outer, inner), checks=first.uses_checks,
-                         column=column, costly_calls=first.costly_calls).write()
+                         column=column, costly_calls=first.costly_calls, tuning=tuning).write()
 
 
-def write_source(plan: Plan) -> tuple[str, list[KernelSource]]:
-    """One C file holding every kernel of the plan."""
-    sources = [write_kernel(kernel, plan) for kernel in plan.kernels]
+def write_source(plan: Plan, tunings: dict[str, CTuning] | None = None
+                 ) -> tuple[str, list[KernelSource]]:
+    """One C file holding every kernel of the plan (`tunings`: max-autotune's choices by
+    kernel name; the others as the heuristics say)."""
+    tunings = tunings or {}
+    sources = [write_kernel(kernel, plan, tunings.get(kernel.name)) for kernel in plan.kernels]
     text = "\n\n".join([INCLUDES.strip(), vector_math_declarations(), PRELUDE.strip(),
                         *(source.text for source in sources)]) + "\n"
     return text, sources

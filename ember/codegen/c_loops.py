@@ -42,7 +42,9 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
     inner = merge(writer.inner_dims)
     column = None
     if writer.kernel.axes and outer and _kept_dim_is_contiguous(writer, outer[-1][-1]):
-        column = min(COLUMN_WIDTH, guess(math.prod(shape[d] for d in outer[-1])))
+        tuning = writer.tuning
+        width = tuning.column if tuning is not None and tuning.column else COLUMN_WIDTH
+        column = min(width, guess(math.prod(shape[d] for d in outer[-1])))
     keep_last = not writer.kernel.axes or column is not None
     while writer.parallel and len(outer) > (2 if keep_last else 1) and \
             guess(math.prod(shape[d] for d in outer[0])) < 256:

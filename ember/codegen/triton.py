@@ -590,8 +590,8 @@ def reads_product_elsewhere(kernel: Kernel, plan: Plan) -> bool:
     return writer.reads_product_elsewhere
 
 
-def write_module(plan: Plan, dependent_launch: bool = False
-                 ) -> tuple[str, list[KernelLaunches]]:
+def write_module(plan: Plan, dependent_launch: bool = False,
+                 tilings: dict[str, Tiling] | None = None) -> tuple[str, list[KernelLaunches]]:
     """One Python module holding every kernel of the plan (and the helpers they call).
 
     `dependent_launch` (Hopper and later, compiled kernels only): each kernel is launched as a
@@ -599,8 +599,10 @@ def write_module(plan: Plan, dependent_launch: bool = False
     stream is still running; it waits for that kernel's completion (gdc_wait: all of its
     writes visible) before its first read, and lets the next kernel start at once. The
     launches of a chain of small kernels overlap the kernels' execution instead of following
-    it."""
-    launches = [write_kernel(kernel, plan, dependent_launch=dependent_launch)
-                for kernel in plan.kernels]
+    it. `tilings`: max-autotune's choices by kernel name (ember/runtime/tune_triton.py); the
+    other kernels' tiles as the heuristics choose them."""
+    tilings = tilings or {}
+    launches = [write_kernel(kernel, plan, tilings.get(kernel.name),
+                             dependent_launch=dependent_launch) for kernel in plan.kernels]
     texts = [k.text for launch in launches for k in launch.kernels]
     return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches
