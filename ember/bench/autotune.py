@@ -1,0 +1,133 @@
+"""mode="max-autotune" against the default mode, in one process: per workload the compile
+time (first call, on an empty disk cache of its own) and the steady state under each mode,
+and per tuned kernel the default configuration's time against the one kept.
+
+    python -m ember.bench.autotune                      # the CPU, quick seed shapes
+    python -m ember.bench.autotune --device cuda --size full --only S2 softmax gpt2-infer
+
+On CUDA the CUDA-graph modes are compared too (reduce-overhead against max-autotune).
+Numbers from a machine busy with other work move by tens of percent between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+DEFAULT_WORKLOADS = ("S1", "S2", "softmax", "layer_norm", "S4", "S5", "S3-forward")
+
+
+def instantiate(name: str, size: str, device: str) -> tuple[Any, tuple, Any]:
+    from ember.bench import workloads
+
+    workload = workloads.find(name)
+    if workload is None:
+        raise SystemExit(f"no workload {name!r}")
+    if "device" in inspect.signature(workload.build).parameters:
+        fn, args = workload.instantiate(size, device)
+    else:
+        fn, args = workload.instantiate(size)
+        if device != "cpu":
+            args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+            if isinstance(fn, torch.nn.Module):
+                fn = fn.to(device)
+    return fn, args, workload
+
+
+def measure(name: str, size: str, device: str, mode: str) -> dict:
+    """One workload under one mode: first call on a fresh cache, steady state, the check."""
+    import ember
+    from ember import config, tuning
+    from ember.bench.harness import benchmark, device_sync
+
+    fn, args, workload = instantiate(name, size, device)
+    grad = contextlib.nullcontext() if workload.grad else torch.no_grad()
+    start = len(tuning.history)
+    with tempfile.TemporaryDirectory(prefix="ember-autotune-") as cache, \
+            config.override(cache_dir=Path(cache), warm_start=False), grad:
+        compiled = ember.compile(fn, mode=None if mode == "default" else mode)
+        sync = device_sync(fn, *args)
+        began = time.perf_counter()
+        result = compiled(*args)
+        sync()
+        first = time.perf_counter() - began
+        steady = benchmark(compiled, *args).median
+        expected = fn(*args)
+    agrees = _close(result, expected, workload.tolerance_at(size, device))
+    kernels = [{"graph": o.graph, "kernel": o.kernel, "choice": o.choice,
+                "default_us": o.seconds.get("default", float("nan")) * 1e6,
+                "chosen_us": o.seconds.get(o.choice, float("nan")) * 1e6,
+                "candidates": len(o.seconds)} for o in tuning.history[start:]]
+    return {"workload": name, "mode": mode, "first_call_s": first, "steady_ms": steady * 1e3,
+            "agrees": agrees, "kernels": kernels}
+
+
+def _close(actual: Any, expected: Any, tolerance: dict) -> bool:
+    from torch.utils._pytree import tree_flatten
+
+    pairs = zip(tree_flatten(actual)[0], tree_flatten(expected)[0])
+    return all(torch.allclose(a.float(), e.float(), equal_nan=True, **tolerance)
+               if isinstance(a, torch.Tensor) else a == e for a, e in pairs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ember.bench.autotune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--size", choices=("full", "quick", "tiny"), default="quick")
+    parser.add_argument("--only", nargs="+", default=list(DEFAULT_WORKLOADS))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    options = parser.parse_args(argv)
+    import ember
+
+    modes = ["default", "max-autotune-no-cudagraphs"]
+    if options.device == "cuda":
+        modes += ["reduce-overhead", "max-autotune"]
+    # (one throwaway compile first: imports and start-up costs are not any workload's)
+    warm = torch.ones(4, device=options.device)
+    ember.compile(lambda x: x + 1)(warm)
+    results = []
+    print(f"{'workload':<12} {'mode':<28} {'first call s':>12} {'steady ms':>10} {'vs':>6}  "
+          f"kernels tuned")
+    for name in options.only:
+        baseline: dict[str, float] = {}
+        for mode in modes:
+            found = measure(name, options.size, options.device, mode)
+            results.append(found)
+            base = "default" if mode in ("default", "max-autotune-no-cudagraphs") \
+                else "reduce-overhead"
+            baseline.setdefault(mode, found["steady_ms"])
+            ratio = found["steady_ms"] / baseline.get(base, found["steady_ms"])
+            changed = sum(1 for k in found["kernels"] if k["choice"] != "default")
+            tuned = f"{len(found['kernels'])} ({changed} changed)" if found["kernels"] else ""
+            wrong = "" if found["agrees"] else "  WRONG ANSWER"
+            print(f"{name:<12} {mode:<28} {found['first_call_s']:12.3f} "
+                  f"{found['steady_ms']:10.4f} {ratio:6.2f}  {tuned}{wrong}")
+            for kernel in found["kernels"]:
+                if kernel["choice"] != "default":
+                    print(f"{'':<12}   {kernel['graph']} {kernel['kernel']}: default "
+                          f"{kernel['default_us']:.1f} us -> {kernel['choice']} "
+                          f"{kernel['chosen_us']:.1f} us ({kernel['candidates']} tried)")
+    ratios = [r["steady_ms"] / next(b["steady_ms"] for b in results
+                                    if b["workload"] == r["workload"] and b["mode"] == "default")
+              for r in results if r["mode"] == "max-autotune-no-cudagraphs"]
+    if ratios:
+        print(f"max-autotune-no-cudagraphs / default steady state: geometric mean "
+              f"{statistics.geometric_mean(ratios):.3f} over {len(ratios)} workloads")
+    if options.json:
+        options.json.write_text(json.dumps(results, indent=1))
+    return 0 if all(r["agrees"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
