@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import config, logs, torch_internals
+from ember import config, logs, torch_internals, tuning
 from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
@@ -466,7 +466,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
 
 def _c_kernels(plan: Plan, label: str, dump: Any):
     """One C file for the plan, built with the C compiler and loaded."""
-    tunings = tune_c.choose(plan, label) if config.settings.max_autotune else None
+    tunings = tuning.guarded(label, tune_c.choose, plan, label) \
+        if config.settings.max_autotune else None
     source, kernels = write_source(plan, tunings)
     logs.dump(dump, "kernels.c", source)
     functions = {}
@@ -493,8 +494,8 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
             device_index = torch.cuda.current_device()
     dependent = device_index is not None and config.settings.dependent_launch and \
         triton_launch.dependent_launch_supported(device_index)
-    tilings = tune_triton.choose(plan, label, device_index, dependent) \
-        if config.settings.max_autotune else None
+    tilings = tuning.guarded(label, tune_triton.choose, plan, label, device_index,
+                             dependent) if config.settings.max_autotune else None
     text, launches = write_module(plan, dependent, tilings)
     logs.dump(dump, "kernels.py", text)
     module = triton_launch.load_module(text)

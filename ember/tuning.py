@@ -17,11 +17,14 @@ import hashlib
 import json
 import os
 import statistics
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from ember import logs
+from ember import config, logs
 from ember.runtime import disk_cache
+from ember.runtime.build import BuildError
 
 FORMAT = "ember-tune-1"
 KIND = "tune"
@@ -84,7 +87,8 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
         except Disagrees as error:
             counts["disagreed"] += 1
             dropped.append(f"{label} ({error})")
-    seconds = measure(runs, synchronize, samples)
+    with _timing:  # (a training graph's forward and backward are compiled side by side)
+        seconds = measure(runs, synchronize, samples)
     counts["tuned"] += 1
     choice = fastest(seconds)
     history.append(Tuned(graph, kernel, choice, seconds, False))
@@ -97,6 +101,25 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
                                   f"; dropped as wrong: {', '.join(dropped)}" if dropped else "")
     _write(entry_key, {"choice": choice, "seconds": seconds, "what": what})
     return choice
+
+
+_timing = threading.Lock()
+
+
+def guarded(graph: str, tune: Callable[[], dict], *arguments: Any) -> dict:
+    """`tune(*arguments)`, or {} (every kernel as the heuristics build it) when tuning fails:
+    a failure to tune never costs the graph its compiled form (said on EMBER_LOGS=perf; an
+    internal error is raised under EMBER_LOGS=raise, for ember's own tests, but not the
+    machine's: a compiler that fails, a file that cannot be written)."""
+    try:
+        return tune(*arguments)
+    except Exception as error:  # noqa: BLE001
+        if "raise" in config.settings.logs and not isinstance(error, (BuildError, OSError)):
+            raise
+        logs.channel("perf").info("%s: max-autotune could not tune its kernels (%s: %s); they "
+                                  "are built as the heuristics choose", graph,
+                                  type(error).__name__, error)
+        return {}
 
 
 class Disagrees(ValueError):

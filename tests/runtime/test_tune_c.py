@@ -118,3 +118,22 @@ def test_a_real_timing_keeps_a_candidate_only_when_it_is_faster(tmp_path):
     assert all(seconds > 0 for seconds in outcome.seconds.values())
     assert outcome.choice == tuning.fastest(outcome.seconds)
     assert tuning.counts["timings"] - before["timings"] == 3
+
+
+def test_a_failure_to_tune_leaves_the_graph_compiled_as_the_heuristics_build_it(
+        tmp_path, monkeypatch):
+    from helpers import captured_log
+
+    from ember.runtime.build import BuildError
+
+    def broken(work, renamed):
+        raise BuildError("cc failed on the candidates")
+
+    monkeypatch.setattr(tune_c, "_library", broken)
+    fn, args = CASES["softmax_rows"]
+    with tuned(tmp_path) as outcomes, captured_log("perf") as records:
+        graph = check(fn, *args)
+    assert outcomes == []
+    assert "omp parallel" in graph.kernel_texts["kernel0"]  # (the heuristics' choice)
+    assert any("could not tune its kernels (BuildError: cc failed" in r.getMessage()
+               for r in records)
