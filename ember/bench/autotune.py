@@ -58,7 +58,14 @@ def compile_under(name: str, size: str, device: str, mode: str) -> dict:
     start = len(tuning.history)
     with tempfile.TemporaryDirectory(prefix="ember-autotune-") as cache, \
             config.override(cache_dir=Path(cache), warm_start=False), _grad(workload):
-        compiled = ember.compile(fn, mode=None if mode == "default" else mode)
+        chosen = None if mode == "default" else mode
+        if workload.compile_model and hasattr(fn, "model_slot"):
+            # (a zoo step: its model compiled, as users write torch.compile(model))
+            model = fn.model_slot[0]
+            compiled, fn = _with_model(fn, ember.compile(model, mode=chosen)), \
+                _with_model(fn, model)
+        else:
+            compiled = ember.compile(fn, mode=chosen)
         sync = device_sync(fn, *args)
         began = time.perf_counter()
         result = compiled(*args)
@@ -72,6 +79,15 @@ def compile_under(name: str, size: str, device: str, mode: str) -> dict:
     return {"workload": name, "mode": mode, "first_call_s": first, "kernels": kernels,
             "agrees": _close(result, expected, workload.tolerance_at(size, device)),
             "run": (compiled, args, workload)}
+
+
+def _with_model(step: Any, model: Any) -> Any:
+    """`step` calling `model` (each call puts it in the step's slot first)."""
+    def run(*args: Any) -> Any:
+        step.model_slot[0] = model
+        return step(*args)
+
+    return run
 
 
 def _grad(workload: Any) -> Any:
