@@ -66,12 +66,14 @@ def key(*parts: str) -> str:
 
 def choose(graph: str, kernel: str, what: str, entry_key: str,
            candidates: dict[str, Callable[[], Callable[[], None]]],
-           synchronize: Callable[[], None] = lambda: None, samples: int = SAMPLES) -> str:
+           synchronize: Callable[[], None] = lambda: None, samples: int = SAMPLES,
+           margins: dict[str, float] | None = None) -> str:
     """The label to build `kernel` with. `candidates`: label -> a function that prepares the
     candidate (its inputs, checked against the default's result) and returns its run, or
     raises Disagrees; the DEFAULT label comes first. Read from the disk cache under
     `entry_key` when an earlier process tuned it; else timed (`samples` per candidate) and
-    recorded there."""
+    recorded there. `margins`: what a candidate must gain over the default to replace it,
+    where that is more than MARGIN (a cost its own timing cannot see)."""
     recorded = _read(entry_key)
     if recorded in candidates:
         counts["recorded"] += 1
@@ -90,7 +92,7 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
     with _timing:  # (a training graph's forward and backward are compiled side by side)
         seconds = measure(runs, synchronize, samples)
     counts["tuned"] += 1
-    choice = fastest(seconds)
+    choice = fastest(seconds, margins)
     history.append(Tuned(graph, kernel, choice, seconds, False))
     if logs.enabled("perf"):
         tried = ", ".join(f"{label} {s * 1e6:.1f} us" for label, s in seconds.items())
@@ -127,12 +129,15 @@ class Disagrees(ValueError):
     where): it is never chosen."""
 
 
-def fastest(seconds: dict[str, float]) -> str:
-    """The fastest label; the default unless another beats it by MARGIN."""
-    best = min(seconds, key=seconds.get)
-    if DEFAULT in seconds and seconds[best] > seconds[DEFAULT] * (1 - MARGIN):
-        return DEFAULT
-    return best
+def fastest(seconds: dict[str, float], margins: dict[str, float] | None = None) -> str:
+    """The fastest label of those that beat the default by their margin (MARGIN unless
+    `margins` says otherwise); the default when none does."""
+    if DEFAULT not in seconds:
+        return min(seconds, key=seconds.get)
+    margins = margins or {}
+    winners = {label: time for label, time in seconds.items() if label == DEFAULT or
+               time <= seconds[DEFAULT] * (1 - margins.get(label, MARGIN))}
+    return min(winners, key=winners.get)
 
 
 def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None],

@@ -44,6 +44,11 @@ def test_the_default_stays_unless_a_candidate_beats_it_by_the_margin():
     assert tuning.fastest({"default": 1.0, "serial": 0.97}) == "default"
     assert tuning.fastest({"default": 1.0, "serial": 0.9, "threads=2": 0.8}) == "threads=2"
     assert tuning.fastest({"default": 1.0, "serial": 1.5}) == "default"
+    margins = {"threads=2": 0.25}
+    assert tuning.fastest({"default": 1.0, "threads=2": 0.8, "column=64": 0.9},
+                          margins) == "column=64"
+    assert tuning.fastest({"default": 1.0, "threads=2": 0.7, "column=64": 0.9},
+                          margins) == "threads=2"
 
 
 def test_a_candidate_that_disagrees_is_never_chosen(tmp_path, timed):

@@ -25,6 +25,7 @@ from ember.codegen.c_rules import INCLUDES, PRELUDE, vector_math_declarations
 from ember.runtime import build
 from ember.schedule.plan import Kernel, Plan
 
+PARALLEL_MARGIN = 0.25
 COLUMN_WIDTHS = (64, 1024)  # besides the default (c_loops.COLUMN_WIDTH)
 
 
@@ -87,8 +88,15 @@ def choose(plan: Plan, label: str) -> dict[str, CTuning]:
         what = f"{'reduction' if kernel.axes else 'pointwise'} {list(kernel.shape)}"
         runs = _Runs(kernel, default, sources, lambda name, k=kernel: getattr(
             library(), renamed[(k.name, name)]))
+        # a parallel region where the default has none must gain more than the timing's
+        # noise: its cost in a graph (threads woken after other work, MKL's own OpenMP
+        # threads beside ember's) is not in a loop that keeps its threads busy
+        margins = {name: PARALLEL_MARGIN for name, (_, option) in sources.items()
+                   if option is not None and option.threads > 1 and
+                   "omp parallel" not in default.text}
         choice = tuning.choose(label, kernel.name, what, key,
-                               {name: functools.partial(runs.prepare, name) for name in sources})
+                               {name: functools.partial(runs.prepare, name) for name in sources},
+                               margins=margins)
         if choice != tuning.DEFAULT:
             chosen[kernel.name] = sources[choice][1]
     return chosen
