@@ -211,7 +211,7 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
     if lowered is None:
         lowered = trace(gm, example_inputs)
     clock("lower")
-    logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
+    logs.dump(dump, "ir_00_lowered.txt", lambda: str(lowered.graph))
     graph = run_passes(lowered.graph, dump, merge=not training)
     clock("passes")
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
@@ -356,7 +356,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
                           "differentiated yet)")
-    logs.dump(dump, "ir_forward.txt", str(split.forward))
+    logs.dump(dump, "ir_forward.txt", lambda: str(split.forward))
     backward_dump = logs.dump_folder(f"{label}_backward")
     backward = run_passes(split.backward, backward_dump)
     split.backward = backward
@@ -417,10 +417,10 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     if chosen == "triton":
         calls = calls_for(TRITON_LIBRARY_OPS)(graph)
         if calls:
-            logs.dump(dump, "ir_triton_library_calls.txt", str(graph))
+            logs.dump(dump, "ir_triton_library_calls.txt", lambda: str(graph))
     plan = schedule(graph)
     clock("schedule")
-    logs.dump(dump, "schedule.txt", plan.describe())
+    logs.dump(dump, "schedule.txt", plan.describe)
     make = _triton_kernels if chosen == "triton" else _c_kernels
     sources, functions, misaligned = make(plan, label, dump)
     clock("kernels")
@@ -483,7 +483,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
     fused = config.settings.matmul_epilogue and \
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
-        logs.dump(dump, "schedule_fused.txt", plan.describe())
+        logs.dump(dump, "schedule_fused.txt", plan.describe)
     device_index = None
     if not triton_launch.interpreting():
         device_index = plan.graph.device.index

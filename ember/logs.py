@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ember import config
@@ -59,11 +60,13 @@ def dump_folder(label: str) -> Path | None:
     return folder
 
 
-def dump(folder: Path | None, name: str, text: str) -> None:
+def dump(folder: Path | None, name: str, text: str | Callable[[], str]) -> None:
+    """Write `text` (or what the callable gives: an IR printed only when dumping is on) to
+    `name` in `folder`; nothing when `folder` is None."""
     if folder is None:
         return
     try:
-        (folder / name).write_text(text)
+        (folder / name).write_text(text() if callable(text) else text)
     except OSError as error:
         _cannot_dump(folder, error)
 
