@@ -6,16 +6,18 @@
     ember.benchmark(fn, x, desc="compiled")    # warm-up, device sync, median: 0.15 ms/call
 """
 
-from ember import config
+from ember import config, stances
 from ember.api import compile, graph_break, reset
 from ember.backends import backend
 from ember.bench.harness import benchmark
 from ember.capture.symbols import mark_dynamic, mark_static
 from ember.explanation import explain
 from ember.options import list_mode_options
+from ember.stances import RecompileError, set_stance
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
+stances._chain_reset()  # (torch.compiler.reset() forgets ember's compiled versions too)
 
 
 def cache_info() -> dict:
@@ -28,5 +30,6 @@ def cache_info() -> dict:
 
 
 __all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "graph_break",
-           "list_mode_options", "mark_dynamic", "mark_static", "reset"]
+           "list_mode_options", "mark_dynamic", "mark_static", "RecompileError", "reset",
+           "set_stance"]
 __version__ = "0.1.0"

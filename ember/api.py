@@ -26,6 +26,7 @@ import torch
 
 from ember import config, logs, torch_internals
 from ember import options as compile_options
+from ember import stances
 from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
@@ -285,6 +286,7 @@ class CompiledFunction:
         self.direct: Callable | None = None
         self.direct_modes: frozenset[bool] = frozenset()
         self.eager_streak = 0
+        self.first_call_ran = False  # (stance eager_then_compile: its first call ran eagerly)
         self.depth = depth              # 0, or how many breaks led to this resume function
         self.collector = collector      # shared with resume functions, for explain()
         # the code this function's own code runs (a resume function's: the original's, after
@@ -314,12 +316,13 @@ class CompiledFunction:
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
+        self.first_call_ran = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         direct = self.direct
         if direct is not None and _grad_enabled() in self.direct_modes:
             return direct(*args, **kwargs)
-        if config.settings.disable:
+        if config.settings.disable or stances.current() == "force_eager":
             return self._eager(args, kwargs)
         if self.bound_self is not None:
             args = (self.bound_self, *args)
@@ -378,7 +381,7 @@ class CompiledFunction:
             for entry in self.entries:  # (another thread may have captured it meanwhile)
                 if entry.guard(arguments):
                     return entry
-            if self.given_up:
+            if self.given_up or not stances.on_miss(self, arguments):
                 return None
             if self.entries:
                 if len(self.entries) >= (self.recompile_limit or
@@ -388,7 +391,7 @@ class CompiledFunction:
                         "that none of its compiled versions accepts runs eagerly. The last "
                         "recompile was because %s",
                         self.where, len(self.entries),
-                        self._why(self.entries[0], arguments))
+                        self.why_missed(self.entries[0], arguments))
                     self.given_up = True
                     self.eager_streak = 0
                     for entry in self.entries:  # (a call a kept version serves ends the streak)
@@ -396,14 +399,14 @@ class CompiledFunction:
                     return None
                 if logs.enabled("recompiles"):
                     logs.channel("recompiles").info("recompiling %s: %s", self.where,
-                                                    self._why(self.entries[0], arguments))
+                                                    self.why_missed(self.entries[0], arguments))
             entry = self._capture(arguments)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
             self.eager_streak = 0
             return entry
 
-    def _why(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
+    def why_missed(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
         if entry.captured is None:
             return "inputs differ from the eager entry's"
         scope = dict(entry.captured.scope, L=arguments,
