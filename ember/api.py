@@ -24,9 +24,8 @@ from typing import Any
 
 import torch
 
-from ember import config, logs, torch_internals
+from ember import config, logs, stances, torch_internals
 from ember import options as compile_options
-from ember import stances
 from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
