@@ -15,16 +15,18 @@ import builtins
 import dataclasses
 import functools
 import inspect
+import re
 import threading
 import time
 import types
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from ember import config, logs, stances, torch_internals
+from ember import config, dumps, logs, stances, torch_internals
 from ember import options as compile_options
 from ember.autodiff import tape
 from ember.capture import markers
@@ -189,6 +191,7 @@ class Resume:
         self.lasti = lasti  # (an exception handler's entry: the instruction that raised)
         self.compiled: Callable | None = None
         self._making = threading.Lock()
+        self.dump_folder = None  # (EMBER_DUMP: the folder of the graph whose break made it)
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
@@ -202,6 +205,7 @@ class Resume:
         code = parent.origin[0]
         function, offset = resume_function(parent.function, code, self.start, spec.stack,
                                            spec.locals, spec.cells, self.lasti)
+        dumps.dump_resume(self.dump_folder, function, code, self.start)
         if spec.name == "resume_handler":
             # (an exception handler, reached when the native part raised: the rare path
             # runs as Python, and so does the rest of the function after it)
@@ -296,6 +300,12 @@ class CompiledFunction:
         code = function.__code__
         self.where = where or f"{name or function.__qualname__} ({code.co_filename}:" \
                               f"{code.co_firstlineno})"
+        # (torch's own code, nn.Sequential's forward: named after the user's line that
+        # compiled or first called it, which logs, explain and EMBER_DUMP show)
+        self.site = logs.user_site() if logs.in_library(code.co_filename) else None
+        if self.site is not None and where is None:
+            self.where = f"{name or function.__qualname__} (torch's code, compiled at " \
+                         f"{self.site[0]}:{self.site[1]})"
         _registry.add(self)
         self.__wrapped__ = function
         self.__name__ = getattr(function, "__name__", "compiled")
@@ -386,19 +396,23 @@ class CompiledFunction:
                 if len(self.entries) >= (self.recompile_limit or
                                          config.settings.recompile_limit):
                     logs.channel("recompiles").warning(
-                        "%s: recompiled %d times, its recompile limit; from now on a call "
-                        "that none of its compiled versions accepts runs eagerly. The last "
-                        "recompile was because %s",
-                        self.where, len(self.entries),
-                        self.why_missed(self.entries[0], arguments))
+                        "%s has reached its recompile limit of %d compiled version%s, so from "
+                        "now on a call that none of them accepts runs eagerly. The call%s "
+                        "needed a new version because %s. To keep more versions, pass "
+                        "ember.compile(..., recompile_limit=N) or set EMBER_RECOMPILE_LIMIT; "
+                        "to compile one version for every size, mark the changing dimension "
+                        "with ember.mark_dynamic.", self.where, len(self.entries),
+                        "" if len(self.entries) == 1 else "s",
+                        _from_site(), self.why_missed(self.entries[0], arguments))
                     self.given_up = True
                     self.eager_streak = 0
                     for entry in self.entries:  # (a call a kept version serves ends the streak)
                         entry.call = _ending_the_streak(self, entry.call)
                     return None
                 if logs.enabled("recompiles"):
-                    logs.channel("recompiles").info("recompiling %s: %s", self.where,
-                                                    self.why_missed(self.entries[0], arguments))
+                    logs.channel("recompiles").info(
+                        "%s is compiled again: the call%s needed a new version because %s.",
+                        self.where, _from_site(), self.why_missed(self.entries[0], arguments))
             entry = self._capture(arguments)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
@@ -410,8 +424,9 @@ class CompiledFunction:
             return "inputs differ from the eager entry's"
         scope = dict(entry.captured.scope, L=arguments,
                      C=self.function.__closure__ or ())
-        return first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
+        why = first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
             "no guard failed (?)"
+        return _ARGUMENT.sub(r"\1", why)  # (L['x'].shape -> x.shape: the user's names)
 
     def record(self, record: CaptureRecord) -> None:
         self.records.append(record)
@@ -504,6 +519,9 @@ class CompiledFunction:
     def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
                ) -> CacheEntry:
         """The backend's compile of a capture, its guards and its runner, as an entry."""
+        if self.site is not None:  # (EMBER_DUMP's folder: the user's line, see dumps.py)
+            captured.graph_module.meta["ember_label"] = \
+                f"{self.function.__qualname__} ({Path(self.site[0]).name}:{self.site[1]})"
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
@@ -529,8 +547,8 @@ class CompiledFunction:
         scope = dict(captured.scope, C=self.function.__closure__ or ())
         guard, text = compile_guards(captured.guards, scope, arguments)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
-        for resumption in captured.resumptions:
-            namespace[resumption.name] = self.resume(resumption)
+        resumes = [self.resume(resumption) for resumption in captured.resumptions]
+        namespace.update((r.name, resume) for r, resume in zip(captured.resumptions, resumes))
         for name, function in captured.callees.items():
             namespace[name] = self.callee(function)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
@@ -540,6 +558,9 @@ class CompiledFunction:
                                       captured.runner_lines, namespace, self.where)
         if logs.enabled("guards"):
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
+        folder = dumps.dump_entry(captured, text, call, self.where)
+        for resume in resumes:
+            resume.dump_folder = resume.dump_folder or folder
 
         breaks = [captured.break_reason] if captured.break_reason is not None else []
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
@@ -553,6 +574,15 @@ class CompiledFunction:
         from ember import aot
 
         return aot.lower(self, args, kwargs)
+
+
+_ARGUMENT = re.compile(r"\bL\['(\w+)'\]")
+
+
+def _from_site() -> str:
+    """` from model.py:30`: the user's line that made the call, or nothing."""
+    site = logs.user_site()
+    return f" from {site[0]}:{site[1]}" if site is not None else ""
 
 
 def _counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]

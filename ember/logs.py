@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import sys
 from pathlib import Path
+
+import torch
 
 from ember import config
 
@@ -50,13 +53,20 @@ def dump_folder(label: str) -> Path | None:
     root = config.settings.dump_dir
     if root is None or root in _unwritable_dumps:
         return None
-    folder = root / f"{next(_dump_counter):03d}_{label}"
+    folder = root / f"{next(_dump_counter):03d}_{folder_name(label)}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         _cannot_dump(root, error)
         return None
     return folder
+
+
+def folder_name(label: str) -> str:
+    """A graph's label as a folder name: `forward (model.py:12)_backward` ->
+    `forward_model.py-12_backward`; only letters, digits and `._-` stay."""
+    text = label.replace(" (", "_").replace(":", "-").replace(")", "")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "graph"
 
 
 def dump(folder: Path | None, name: str, text: str) -> None:
@@ -77,3 +87,22 @@ def _cannot_dump(where: Path, error: OSError) -> None:
         "EMBER_DUMP=%s cannot be written (%s: %s): nothing more is dumped in this process; "
         "set EMBER_DUMP to a writable directory (compiling goes on)", root,
         type(error).__name__, error)
+
+
+_LIBRARY_FOLDERS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+
+
+def in_library(filename: str) -> bool:
+    """Is this code torch's or ember's own (not the user's)?"""
+    return filename.startswith(_LIBRARY_FOLDERS)
+
+
+def user_site() -> tuple[str, int] | None:
+    """The file and line of the innermost caller outside torch and ember (where the user's
+    code called into them), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if not in_library(frame.f_code.co_filename):
+            return frame.f_code.co_filename, frame.f_lineno
+        frame = frame.f_back
+    return None
