@@ -257,7 +257,8 @@ def test_recompile_limit_falls_back_to_eager_with_one_warning(recompiles):
             same(compiled(x, n), x.repeat(n))
     assert entries(compiled) == 3
     assert compiled.given_up
-    warnings = [r for r in recompiles.records if "recompile limit of 3 compiled versions" in r.getMessage()]
+    warnings = [r for r in recompiles.records
+                if "recompile limit of 3 compiled versions" in r.getMessage()]
     assert len(warnings) == 1
     # the versions kept still serve the calls they fit (a detector's shapes seen before);
     # only the others run eagerly
