@@ -224,6 +224,7 @@ class Resume:
                 backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
                 where=parent.where, origin=(code, offset), resumes=parent.resumes,
                 settings=parent.settings, recompile_limit=parent.recompile_limit)
+            self.compiled.called_from = parent.called_from  # (it runs in the same frame)
 
 
 # NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
@@ -297,6 +298,9 @@ class CompiledFunction:
         self.origin = origin or (function.__code__, 0)
         self.resumes: dict[tuple, Resume] = resumes if resumes is not None else {}
         self.callees: dict[Any, CompiledFunction] = {}
+        # where the user's code called this function, when ember compiles it on its own at
+        # a break in its caller (explain shows its breaks under those lines)
+        self.called_from: list[Any] = []
         code = function.__code__
         self.where = where or f"{name or function.__qualname__} ({code.co_filename}:" \
                               f"{code.co_firstlineno})"
@@ -429,18 +433,25 @@ class CompiledFunction:
         return _ARGUMENT.sub(r"\1", why)  # (L['x'].shape -> x.shape: the user's names)
 
     def record(self, record: CaptureRecord) -> None:
+        for reason in record.breaks:  # (the lines of the code that called this one first)
+            if self.called_from and not getattr(reason, "called_from_added", False):
+                reason.user_stack[:0] = self.called_from
+                reason.called_from_added = True
         self.records.append(record)
         if self.collector is not None:
             self.collector.append(record)
 
-    def callee(self, function: types.FunctionType) -> CompiledFunction:
-        """A function the code calls at a break, compiled on its own (its breaks resume in
-        its own frame)."""
+    def callee(self, function: types.FunctionType, at: Unsupported | None = None
+               ) -> CompiledFunction:
+        """A function the code calls at a break (`at`), compiled on its own (its breaks
+        resume in its own frame; explain shows them under the caller's line)."""
         if function not in self.callees:
             self.callees[function] = CompiledFunction(
                 function, backend=self.backend, dynamic=self.dynamic, mode=self.mode,
                 collector=self.collector, settings=self.settings,
                 recompile_limit=self.recompile_limit)
+            self.callees[function].called_from = \
+                [*self.called_from, *(at.user_stack[:1] if at is not None else [])]
         return self.callees[function]
 
     def resume(self, spec: Resumption) -> Resume:
@@ -550,7 +561,7 @@ class CompiledFunction:
         resumes = [self.resume(resumption) for resumption in captured.resumptions]
         namespace.update((r.name, resume) for r, resume in zip(captured.resumptions, resumes))
         for name, function in captured.callees.items():
-            namespace[name] = self.callee(function)
+            namespace[name] = self.callee(function, captured.break_reason)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
              namespace)  # noqa: S102 (our own code)
         runner = namespace["run"]

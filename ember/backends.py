@@ -263,6 +263,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
                              written_inputs(partition, runs, example_inputs))
     logs.dump(logs.dump_folder(label), "glue.py", glue.text)
+    logs.show_code(label, "glue between compiled regions and eager islands", glue.text)
     logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
                                    graph.region_count, graph.island_count)
     return graph
@@ -443,6 +444,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                                            f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -465,6 +467,7 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     """One C file for the plan, built with the C compiler and loaded."""
     source, kernels = write_source(plan)
     logs.dump(dump, "kernels.c", source)
+    logs.show_code(label, "C kernels", source)
     functions = {}
     if kernels:
         path, cached = build(source, ["-lmvec", "-lm"])
@@ -491,6 +494,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
         triton_launch.dependent_launch_supported(device_index)
     text, launches = write_module(plan, dependent)
     logs.dump(dump, "kernels.py", text)
+    logs.show_code(label, "Triton kernels", text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]

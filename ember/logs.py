@@ -41,6 +41,12 @@ def enabled(name: str) -> bool:
     return name in config.settings.logs or "all" in config.settings.logs
 
 
+def show_code(label: str, what: str, text: str) -> None:
+    """EMBER_LOGS=output_code: generated source (kernels, wrapper), printed whole."""
+    if enabled("output_code"):
+        channel("output_code").info("%s: %s:\n%s", label, what, text)
+
+
 _dump_counter = itertools.count()
 
 
