@@ -38,6 +38,7 @@ def graph_label(gm: torch.fx.GraphModule) -> str:
         frames = _FRAME.findall(node.meta.get("stack_trace") or "")
         if frames:
             filename, line, function = frames[0]
+            function = function.rpartition("<locals>.")[2]  # (a nested function: its name)
             return f"{function} ({Path(filename).name}:{line})"
     return "graph"
 

@@ -90,13 +90,12 @@ def current() -> str:
     own = _own[0]
     if own != "default":
         return own
-    stance = torch_internals.dynamo_stance_name()
-    if stance == "default":
-        return stance
-    return _from_torch(stance)
+    if torch_internals.dynamo_stance_is_default():
+        return "default"
+    return _from_torch()
 
 
-def _from_torch(stance: str) -> str:
+def _from_torch() -> str:
     name, skip_guards, force_backend = torch_internals.dynamo_stance()
     if skip_guards:
         _say_once("skip_guard_eval_unsafe", "torch.compiler.set_stance(skip_guard_eval_unsafe="

@@ -804,11 +804,16 @@ def is_symbol(expression: Any) -> bool:
 # NOTE: torch.compiler.set_stance imports torch._dynamo; until something has, the stance is
 # "default" and error_on_recompile False, so nothing here imports it (ember's calls read the
 # stance on every call: a dictionary lookup while torch._dynamo is not imported).
-def dynamo_stance_name() -> str:
-    """The name of torch.compiler.set_stance's current stance ("default" while torch._dynamo
-    is not imported). Read on every compiled call: a lookup and two attribute reads."""
+def dynamo_stance_is_default() -> bool:
+    """Is torch.compiler.set_stance's stance the default one, with no force_backend and no
+    skip_guard_eval_unsafe (always, while torch._dynamo is not imported)? Read on every
+    compiled call: a lookup and a few attribute reads."""
     module = sys.modules.get("torch._dynamo.eval_frame")
-    return "default" if module is None else module._stance.stance
+    if module is None:
+        return True
+    stance = module._stance
+    return stance.stance == "default" and stance.backend is None and \
+        not stance.skip_guard_eval_unsafe
 
 
 def dynamo_stance() -> tuple[str, bool, Any]:

@@ -182,3 +182,17 @@ def test_a_torch_compile_function_still_follows_torchs_stance():
     with torch.compiler.set_stance("fail_on_recompile"):
         with pytest.raises(RuntimeError, match="fail_on_recompile"):
             compiled(torch.randn(2, 2, dtype=torch.float64))
+
+
+def test_torchs_stances_ember_runs_otherwise_are_said_once():
+    _, compiled = _counting([])
+    stances._said.clear()
+    with pytest.warns(UserWarning, match="run it as 'eager_then_compile'"):
+        with torch.compiler.set_stance("aot_eager_then_compile"):
+            compiled(torch.randn(4))
+            assert compiled.entries == []  # (its first call ran eagerly)
+            compiled(torch.randn(4))
+            assert len(compiled.entries) == 1
+    with pytest.warns(UserWarning, match="force_backend='eager'.*keep the backend"):
+        with torch.compiler.set_stance("default", force_backend="eager"):
+            compiled(torch.randn(4))

@@ -367,11 +367,15 @@ def test_opinfo_database_and_its_tolerances():
 def test_the_compiler_stance_and_error_on_recompile_are_read():
     import torch._dynamo
 
-    assert torch_internals.dynamo_stance_name() == "default"
+    assert torch_internals.dynamo_stance_is_default()
     with torch.compiler.set_stance("eager_on_recompile"):
-        assert torch_internals.dynamo_stance_name() == "eager_on_recompile"
+        assert not torch_internals.dynamo_stance_is_default()
         assert torch_internals.dynamo_stance() == ("eager_on_recompile", False, None)
+    with torch.compiler.set_stance("default", force_backend="eager"):
+        assert not torch_internals.dynamo_stance_is_default()
+        assert torch_internals.dynamo_stance() == ("default", False, "eager")
     assert torch_internals.dynamo_stance()[0] == "default"
+    assert torch_internals.dynamo_stance_is_default()
     assert torch_internals.dynamo_error_on_recompile() is False
     with torch._dynamo.config.patch(error_on_recompile=True):
         assert torch_internals.dynamo_error_on_recompile() is True
