@@ -306,7 +306,7 @@ class CompiledFunction:
                               f"{code.co_firstlineno})"
         # (torch's own code, nn.Sequential's forward: named after the user's line that
         # compiled or first called it, which logs, explain and EMBER_DUMP show)
-        self.site = logs.user_site() if logs.in_library(code.co_filename) else None
+        self.site = logs.user_site() if logs.in_torch(code.co_filename) else None
         if self.site is not None and where is None:
             self.where = f"{name or function.__qualname__} (torch's code, compiled at " \
                          f"{self.site[0]}:{self.site[1]})"

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ember import logs
+from ember import config, logs
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 
@@ -67,6 +67,8 @@ def dump_entry(captured: Any, guard_text: str, call: Any, where: str) -> Path | 
     """Beside the graph: guards.py (the guard function), runner.py (fetches the inputs, calls
     the compiled graph, replays side effects, builds the result) and, where guards and runner
     run as one function, entry.py: that function, as it runs."""
+    if config.settings.dump_dir is None:
+        return None
     gm = captured.graph_module
     folder = folder_for(gm, graph_label(gm))
     if folder is None:

@@ -95,7 +95,13 @@ def _cannot_dump(where: Path, error: OSError) -> None:
         type(error).__name__, error)
 
 
-_LIBRARY_FOLDERS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+_TORCH_FOLDER = str(Path(torch.__file__).parent)
+_LIBRARY_FOLDERS = (_TORCH_FOLDER, str(Path(__file__).parent))
+
+
+def in_torch(filename: str) -> bool:
+    """Is this code torch's own (nn.Sequential's forward), not the user's?"""
+    return filename.startswith(_TORCH_FOLDER)
 
 
 def in_library(filename: str) -> bool:

@@ -812,8 +812,8 @@ def dynamo_stance_is_default() -> bool:
     if module is None:
         return True
     stance = module._stance
-    return stance.stance == "default" and stance.backend is None and \
-        not stance.skip_guard_eval_unsafe
+    return stance.stance == "default" and getattr(stance, "backend", None) is None and \
+        not getattr(stance, "skip_guard_eval_unsafe", False)
 
 
 def dynamo_stance() -> tuple[str, bool, Any]:
@@ -822,8 +822,9 @@ def dynamo_stance() -> tuple[str, bool, Any]:
     module = sys.modules.get("torch._dynamo.eval_frame")
     if module is None:
         return "default", False, None
-    stance = module._stance
-    return stance.stance, stance.skip_guard_eval_unsafe, stance.backend
+    stance = module._stance  # (backend and skip_guard_eval_unsafe: not in every torch)
+    return stance.stance, getattr(stance, "skip_guard_eval_unsafe", False), \
+        getattr(stance, "backend", None)
 
 
 def dynamo_error_on_recompile() -> bool:
