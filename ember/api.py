@@ -15,7 +15,6 @@ import builtins
 import dataclasses
 import functools
 import inspect
-import re
 import threading
 import time
 import types
@@ -407,7 +406,7 @@ class CompiledFunction:
                         "to compile one version for every size, mark the changing dimension "
                         "with ember.mark_dynamic.", self.where, len(self.entries),
                         "" if len(self.entries) == 1 else "s",
-                        _from_site(), self.why_missed(self.entries[0], arguments))
+                        logs.from_site(), self.why_missed(self.entries[0], arguments))
                     self.given_up = True
                     self.eager_streak = 0
                     for entry in self.entries:  # (a call a kept version serves ends the streak)
@@ -416,7 +415,7 @@ class CompiledFunction:
                 if logs.enabled("recompiles"):
                     logs.channel("recompiles").info(
                         "%s is compiled again: the call%s needed a new version because %s.",
-                        self.where, _from_site(), self.why_missed(self.entries[0], arguments))
+                        self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
             entry = self._capture(arguments)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
@@ -430,7 +429,7 @@ class CompiledFunction:
                      C=self.function.__closure__ or ())
         why = first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
             "no guard failed (?)"
-        return _ARGUMENT.sub(r"\1", why)  # (L['x'].shape -> x.shape: the user's names)
+        return logs.user_names(why)
 
     def record(self, record: CaptureRecord) -> None:
         for reason in record.breaks:  # (the lines of the code that called this one first)
@@ -585,15 +584,6 @@ class CompiledFunction:
         from ember import aot
 
         return aot.lower(self, args, kwargs)
-
-
-_ARGUMENT = re.compile(r"\bL\['(\w+)'\]")
-
-
-def _from_site() -> str:
-    """` from model.py:30`: the user's line that made the call, or nothing."""
-    site = logs.user_site()
-    return f" from {site[0]}:{site[1]}" if site is not None else ""
 
 
 def _counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]

@@ -118,3 +118,17 @@ def user_site() -> tuple[str, int] | None:
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back
     return None
+
+
+def from_site() -> str:
+    """` from model.py:30`: the user's line that made the call under way, or nothing."""
+    site = user_site()
+    return f" from {site[0]}:{site[1]}" if site is not None else ""
+
+
+_ARGUMENT = re.compile(r"\bL\['(\w+)'\]")
+
+
+def user_names(text: str) -> str:
+    """A guard's description in the user's names: `L['x'].shape` -> `x.shape`."""
+    return _ARGUMENT.sub(r"\1", text)
