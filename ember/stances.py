@@ -169,3 +169,25 @@ def _chain_reset() -> None:
     torch_internals.chain_compiler_reset(reset)
     _reset_chained[0] = True
     _reset_chained[1] = dynamo
+
+
+def _stance_in_capture(session: Any, *args: Any, **kwargs: Any) -> Any:
+    from ember.capture.errors import Unsupported
+
+    raise Unsupported("the compiler's stance is set inside the compiled function",
+                      "set it outside the compiled function, around the call: "
+                      "with ember.set_stance(...): f(x)")
+
+
+def _register_capture_rules() -> None:
+    """Capture meets set_stance as a graph break that says what to do (not as the lock
+    inside it, nor as an object it cannot keep)."""
+    import torch.compiler
+
+    from ember.capture.calls import call_rules
+
+    call_rules[set_stance] = _stance_in_capture
+    call_rules[torch.compiler.set_stance] = _stance_in_capture
+
+
+_register_capture_rules()

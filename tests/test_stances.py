@@ -196,3 +196,20 @@ def test_torchs_stances_ember_runs_otherwise_are_said_once():
     with pytest.warns(UserWarning, match="force_backend='eager'.*keep the backend"):
         with torch.compiler.set_stance("default", force_backend="eager"):
             compiled(torch.randn(4))
+
+
+@pytest.mark.parametrize("set_stance", [ember.set_stance, torch.compiler.set_stance])
+def test_a_stance_set_inside_a_compiled_function_is_a_break_that_says_what_to_do(set_stance):
+    def function(x):
+        set_stance("default")
+        return x + 1
+
+    report = ember.explain(function)(torch.randn(3))
+    (reason,) = report.break_reasons
+    assert reason.reason == "the compiler's stance is set inside the compiled function"
+    assert reason.hint == "set it outside the compiled function, around the call: " \
+                          "with ember.set_stance(...): f(x)"
+    assert reason.location.line == function.__code__.co_firstlineno + 1
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(function)(x), x + 1)
+    assert stances.current() == "default"
