@@ -37,7 +37,8 @@ class ExplainOutput:
             lines.append("Break reasons:")
             seen: dict[tuple, int] = {}
             for number, reason in enumerate(self.break_reasons, start=1):
-                key = (reason.reason, tuple(map(str, reason.user_stack)))
+                key = (reason.reason, tuple((place.filename, place.line)
+                                            for place in reason.user_stack))
                 if key in seen and reason.user_stack:
                     # (a function called at a break is compiled on its own, and meets the
                     # same construct again in its own frame)

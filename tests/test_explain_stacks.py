@@ -109,3 +109,38 @@ def _line():
     import sys
 
     return sys._getframe(1).f_lineno
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        print("inside the block")
+        return y.relu()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x):
+        return self.block(x * 2) + 1
+
+
+def test_a_break_inside_a_submodule_is_listed_under_the_models_line():
+    net, x = Net(), torch.randn(2, 4)
+    report = ember.explain(net)(x)
+    first, second = report.break_reasons
+    net_line = Net.forward.__code__.co_firstlineno + 1
+    block_line = Block.forward.__code__.co_firstlineno + 2
+    assert [(p.line, p.function) for p in first.user_stack] == [
+        (net_line, "Net.forward"), (block_line, "forward")]
+    assert [p.line for p in second.user_stack] == [net_line, block_line]
+    assert "  2. the same as 1, met again where Block.forward is compiled on its own\n" \
+        in str(report)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(net)(x), net(x))
