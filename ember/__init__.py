@@ -4,6 +4,7 @@
     torch.compile(model, backend="ember")      # ember's kernels behind Dynamo's capture
     ember.explain(fn)(*args)                   # graphs, breaks and their reasons, guards
     ember.benchmark(fn, x, desc="compiled")    # warm-up, device sync, median: 0.15 ms/call
+    ember.export(model, x).save(path)          # a program a fresh process runs: ember.load
 """
 
 from ember import config, stances
@@ -12,6 +13,8 @@ from ember.backends import backend
 from ember.bench.harness import benchmark
 from ember.capture.symbols import mark_dynamic, mark_static
 from ember.explanation import explain
+from ember.exported import export
+from ember.exported_file import load
 from ember.options import list_mode_options
 from ember.stances import RecompileError, set_stance
 from ember.torch_internals import register_dynamo_backend
@@ -29,7 +32,7 @@ def cache_info() -> dict:
     return info()
 
 
-__all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "graph_break",
-           "list_mode_options", "mark_dynamic", "mark_static", "RecompileError", "reset",
-           "set_stance"]
+__all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "export",
+           "graph_break", "list_mode_options", "load", "mark_dynamic", "mark_static",
+           "RecompileError", "reset", "set_stance"]
 __version__ = "0.1.0"

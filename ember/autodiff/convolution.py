@@ -40,8 +40,12 @@ def convolution_vjp(b: Builder, node: Node, primal: Callable[[Node], Node], g: N
         return [None] * len(node.inputs)
     x, w = node.inputs[slots[0].index], node.inputs[slots[1].index]
     bias = node.inputs[slots[2].index] if slots[2] is not None else None
-    layouts = [node.strides or row_major(node.shape), x.strides or row_major(x.shape),
-               w.strides or row_major(w.shape)]
+    # (the operands' layouts as eager's forward had them: what the tracer recorded for the
+    # call where the IR leaves a value's strides to the schedule — a pointwise input)
+    recorded = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
+    layouts = [node.strides or row_major(node.shape),
+               x.strides or recorded[slots[0].index] or row_major(x.shape),
+               w.strides or recorded[slots[1].index] or row_major(w.shape)]
     metas = [torch.empty_strided(n.shape, strides, dtype=n.dtype, device="meta")
              for n, strides in zip((node, x, w), layouts)]
     options = [list(bias.shape) if bias is not None else None, *args[3:9], mask]

@@ -95,6 +95,7 @@ class _Differentiator:
         self.backward_inputs: list[tuple[str, int]] = []
         self.needs = self._needs_gradient()
         self.realized = self._library_operands()
+        self._users: dict[Node, list[Node]] | None = None  # (the forward's, when asked)
         for index, value in graph.writebacks:
             if value in self.needs and index not in wrt:
                 # (eager's in-place op makes such an input require grad from then on, with
@@ -149,6 +150,22 @@ class _Differentiator:
                     found.add(operand)
         return found
 
+    def _saved_layout(self, node: Node) -> tuple[int, ...]:
+        """A saved value's strides: its own where the IR knows them, else those a library
+        call of the forward takes it with (a channels-last convolution's input, saved
+        row-major, was copied into channels-last for the call on every step), else
+        row-major."""
+        if node.strides is not None:
+            return node.strides
+        if self._users is None:
+            self._users = self.graph.users()
+        for user in self._users.get(node, ()):
+            if user.op is Op.LIBRARY and user.attrs.get("operand_strides"):
+                for operand, strides in zip(user.inputs, user.attrs["operand_strides"]):
+                    if operand is node and strides is not None:
+                        return tuple(strides)
+        return row_major(node.shape)
+
     # -- forward values inside the backward ----------------------------------------------
     def primal(self, node: Node) -> Node:
         found = self.primals.get(node)
@@ -160,8 +177,9 @@ class _Differentiator:
             made = self.backward.add(node.op, [self.primal(s) for s in node.inputs],
                                      **node.attrs)
         else:
-            self.saved.append(self._savable(node))
-            made = self._input(("saved", len(self.saved) - 1), node)
+            saved = self._savable(node)
+            self.saved.append(saved)
+            made = self._input(("saved", len(self.saved) - 1), node, self._saved_layout(saved))
         self.primals[node] = made
         return made
 
@@ -248,7 +266,7 @@ class _Differentiator:
         self._drop_unread_inputs()
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
-            node.strides or row_major(node.shape) for node in self.saved]
+            self._saved_layout(node) for node in self.saved]
         return Split(graph, self.saved, self.backward, self.backward_inputs, wrt, outputs,
                      self.tapes)
 

@@ -3,7 +3,10 @@
 the host's time per call beside the device's (a launch-bound graph shows host > device).
 
     python3 -m ember.bench.zoo_profile resnet50 qwen2 [--variants eager,ember,tc] [--rows 14]
-        [--host]
+        [--host] [--mode train]
+
+--mode train profiles the zoo's training step (forward, backward and AdamW) instead.
+--stacks aten::copy_ adds the Python stacks that called that op (the profiler's with_stack).
 
 --host adds the host's side: the hottest Python functions of ten calls under cProfile.
 """
@@ -28,12 +31,13 @@ def _compiled(variant: str, model):
     return model
 
 
-def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None:
+def profile_model(name: str, variants: list[str], rows: int, host: bool,
+                  mode: str = "infer", stacks: str = "") -> None:
     spec = zoo.find(name)
     for variant in variants:
-        step, args = zoo.instantiate(spec, "infer", "full", "cuda")
+        step, args = zoo.instantiate(spec, mode, "full", "cuda")
         step.model_slot[0] = _compiled(variant, step.model)
-        with torch.no_grad():
+        with torch.set_grad_enabled(mode == "train"):
             for _ in range(3):
                 step(*args)
             torch.cuda.synchronize()
@@ -43,7 +47,8 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None
                 step(*args)
             end.record()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU],
+                         with_stack=bool(stacks)) as prof:
                 for _ in range(CALLS):
                     step(*args)
                 torch.cuda.synchronize()
@@ -55,9 +60,14 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool) -> None
               f"device busy {device_us / 1e3:.3f} ms, {launches:.0f} kernels per call")
         print(events.table(sort_by="device_time_total", row_limit=rows,
                            max_name_column_width=80))
+        if stacks:
+            callers = [e for e in prof.key_averages(group_by_stack_n=8) if e.key == stacks]
+            for event in sorted(callers, key=lambda e: -e.count)[:6]:
+                print(f"-- {stacks}: {event.count / CALLS:.0f} per call from")
+                print("\n".join(f"     {frame}" for frame in event.stack))
         if host:
             profiler = cProfile.Profile()
-            with torch.no_grad():
+            with torch.set_grad_enabled(mode == "train"):
                 profiler.enable()
                 for _ in range(CALLS):
                     step(*args)
@@ -73,9 +83,12 @@ def main() -> None:
     parser.add_argument("--variants", default="eager,ember")
     parser.add_argument("--rows", type=int, default=14)
     parser.add_argument("--host", action="store_true")
+    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
+    parser.add_argument("--stacks", default="", help="an op's name, e.g. aten::copy_")
     options = parser.parse_args()
     for name in options.models:
-        profile_model(name, options.variants.split(","), options.rows, options.host)
+        profile_model(name, options.variants.split(","), options.rows, options.host,
+                      options.mode, options.stacks)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from pathlib import Path
 from ember import logs
 from ember.ir.graph import Graph
 from ember.ir.verifier import verify
+from ember.passes.convolution_bias import convolution_biases
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
@@ -19,6 +20,7 @@ Pass = Callable[[Graph], int]
 PASSES: tuple[Pass, ...] = (
     fold_constants,
     simplify_algebra,
+    convolution_biases,
     whole_biased_matmuls,
     transposed_weights,
     aligned_matmuls,
