@@ -576,6 +576,8 @@ class CompiledFunction:
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
                                   time.perf_counter() - started, captured.graph_module,
                                   cuda_graph, compiled))
+        if breaks:  # (after record: a function compiled at a break knows its callers' lines)
+            logs.channel("graph_breaks").info("graph break at %s", breaks[0].said_where())
         return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:

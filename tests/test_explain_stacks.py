@@ -144,3 +144,18 @@ def test_a_break_inside_a_submodule_is_listed_under_the_models_line():
         in str(report)
     with torch.no_grad():
         torch.testing.assert_close(ember.compile(net)(x), net(x))
+
+
+def test_the_graph_breaks_channel_names_the_callers_lines(caplog):
+    logging.getLogger("ember").addHandler(caplog.handler)
+    try:
+        with config.override(logs=frozenset({"graph_breaks"})), \
+                caplog.at_level(logging.INFO, "ember"):
+            x = torch.randn(4)
+            torch.testing.assert_close(ember.compile(forward)(x), forward(x))
+    finally:
+        logging.getLogger("ember").removeHandler(caplog.handler)
+    said = [r.getMessage() for r in caplog.records if r.name == "ember.graph_breaks"]
+    line = (f"graph break at {__file__}:{HELPER + 2} in helper, called from {__file__}:"
+            f"{FORWARD + 2} in forward: print() inside the compiled function")
+    assert said == [line, line]  # (in forward's capture, then in helper's own)

@@ -43,6 +43,11 @@ class Unsupported(Exception):
             self.user_stack.insert(0, location)  # (each frame on the way out adds its line)
         return self
 
+    def said_where(self) -> str:
+        """`model.py:5 in helper, called from model.py:10 in forward: print() ...`"""
+        callers = "".join(f", called from {place}" for place in reversed(self.user_stack[:-1]))
+        return f"{self.location}{callers}: {self.reason}"
+
     def describe_stack(self) -> str:
         """The user stack as lines `model.py:10 in forward: b = helper(a)`, outermost
         first."""
