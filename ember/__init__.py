@@ -3,6 +3,7 @@
     fast = ember.compile(model_or_fn)          # ember's own bytecode capture + kernels
     torch.compile(model, backend="ember")      # ember's kernels behind Dynamo's capture
     ember.explain(fn)(*args)                   # graphs, breaks and their reasons, guards
+    ember.set_stance("force_eager")            # as torch.compiler.set_stance (which acts too)
     ember.benchmark(fn, x, desc="compiled")    # warm-up, device sync, median: 0.15 ms/call
     ember.export(model, x).save(path)          # a program a fresh process runs: ember.load
 """
