@@ -10,7 +10,6 @@ never stops the user's program.
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import math
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import config, logs, torch_internals
+from ember import config, dumps, logs, torch_internals
 from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
@@ -27,6 +26,7 @@ from ember.codegen.glue import write_glue
 from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
+from ember.dumps import graph_label
 from ember.ir.graph import Graph
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
@@ -48,8 +48,6 @@ from ember.shapes import ShapeSpecialized, for_every_shape  # noqa: F401  (Shape
 
 # the per-shape fallback, named here for callers that knew it in this module)
 
-_labels = itertools.count()
-
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
             options: dict[str, Any] | None = None) -> Callable:
@@ -68,7 +66,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | 
     graphs = resolved.cuda_graphs or mode in ("reduce-overhead", "max-autotune")
     with tape.kept(not graphs), config.override(**resolved.settings):
         if any(torch_internals.is_symbolic(x) for x in example_inputs):
-            compiled = for_every_shape(gm, example_inputs, f"graph{next(_labels)}")
+            compiled = for_every_shape(gm, example_inputs, graph_label(gm))
         else:
             compiled = compile_graph(gm, example_inputs)
     if graphs:
@@ -138,7 +136,7 @@ class EagerGraph:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    label = f"graph{next(_labels)}"
+    label = graph_label(gm)
     reason = eager_reason(example_inputs)
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
@@ -196,8 +194,8 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: s
 
 def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
                     lowered: Lowered | None) -> CompiledGraph | InterpretedGraph:
-    dump = logs.dump_folder(label)
-    logs.dump(dump, "fx_graph.py", gm.code)
+    dump = dumps.folder_for(gm, label)
+    logs.dump(dump, "fx_graph.py", dumps.graph_text(gm))
     clock = _Stages(label)
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
@@ -265,6 +263,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
                              written_inputs(partition, runs, example_inputs))
     logs.dump(logs.dump_folder(label), "glue.py", glue.text)
+    logs.show_code(label, "glue between compiled regions and eager islands", glue.text)
     logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
                                    graph.region_count, graph.island_count)
     return graph
@@ -445,6 +444,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                                            f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -467,6 +467,7 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     """One C file for the plan, built with the C compiler and loaded."""
     source, kernels = write_source(plan)
     logs.dump(dump, "kernels.c", source)
+    logs.show_code(label, "C kernels", source)
     functions = {}
     if kernels:
         path, cached = build(source, ["-lmvec", "-lm"])
@@ -493,6 +494,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
         triton_launch.dependent_launch_supported(device_index)
     text, launches = write_module(plan, dependent)
     logs.dump(dump, "kernels.py", text)
+    logs.show_code(label, "Triton kernels", text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]
