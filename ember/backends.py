@@ -195,7 +195,7 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: s
 def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
                     lowered: Lowered | None) -> CompiledGraph | InterpretedGraph:
     dump = dumps.folder_for(gm, label)
-    logs.dump(dump, "fx_graph.py", dumps.graph_text(gm))
+    logs.dump(dump, "fx_graph.py", lambda: dumps.graph_text(gm))
     clock = _Stages(label)
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
