@@ -598,12 +598,18 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         elif args or kwargs:
             raise Unsupported(f"{obj.__qualname__}() takes no arguments")
         return made
-    if type(obj) is functools.partial and callee.source is not None:
+    if type(obj) is functools.partial:
         # f(*partial.args, *args, **partial.keywords, **kwargs), each part guarded as read
+        # (a partial reached without a source is read as the object it is, as everything
+        # reached through it)
         source = callee.source
-        function = session.wrap(obj.func, AttrSource(source, "func"))
-        bound = session.wrap(obj.args, AttrSource(source, "args"))
-        keywords = session.wrap(obj.keywords, AttrSource(source, "keywords"))
+
+        def part(name: str) -> Value:
+            value = getattr(obj, name)
+            return session.wrap(value, AttrSource(source, name)) if source is not None \
+                else session.wrap(value, None, guard=False)
+
+        function, bound, keywords = part("func"), part("args"), part("keywords")
         return call_value(session, function, [*bound.items, *args],
                           {**keywords.items, **kwargs}, parent)
     call = attributes.class_lookup(type(obj), "__call__")

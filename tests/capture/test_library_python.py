@@ -442,3 +442,45 @@ def test_a_table_keyed_by_types_is_read_in_the_graph():
     for scale in (2, 1.5, 3):
         same(compiled(x, scale), validated(x, scale))
     assert counts(validated, x, 2) == (1, 0)
+
+
+# -- layers looped over through a slice ------------------------------------------------------
+class PartialActivation(torch.nn.Module):
+    """transformers' GELUTanh: its activation is a functools.partial held as an attribute."""
+
+    def __init__(self, approximate="tanh"):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.act = functools.partial(torch.nn.functional.gelu, approximate=approximate)
+
+    def forward(self, x):
+        return self.act(self.linear(x))
+
+
+class SlicedLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(PartialActivation() for _ in range(3))
+        self.count = 2
+
+    def forward(self, x):
+        for layer in self.layers[: self.count]:  # (transformers' models loop so)
+            x = layer(x) * 2
+        return x
+
+
+def test_layers_looped_over_through_a_slice_keep_their_sources():
+    # (a slice of a ModuleList made modules without sources: Gemma's partial activation in
+    # each layer then broke the graph twice a layer)
+    torch.manual_seed(0)
+    model = SlicedLayers()
+    x = t(2, 4)
+    compiled = ember.compile(model)
+    same(compiled(x), model(x))
+    assert counts(model, x) == (1, 0)
+    # what the layers hold is guarded through the container they were sliced from
+    model.layers[1].act = functools.partial(torch.nn.functional.gelu, approximate="none")
+    same(compiled(x), model(x))
+    model.count = 3
+    same(compiled(x), model(x))
+
