@@ -38,6 +38,19 @@ def is_op_overload(value: Any) -> bool:
     return isinstance(value, OpOverload)
 
 
+def is_script_function(value: Any) -> bool:
+    return isinstance(value, torch.jit.ScriptFunction)
+
+
+def scripted_python(value: Any) -> Any:
+    """The Python function a torch.jit.script'd function was made from (torch keeps it for
+    Dynamo to inline), or None for anything else."""
+    if not isinstance(value, torch.jit.ScriptFunction):
+        return None
+    original = getattr(value, "_torchdynamo_inline", None)
+    return original if isinstance(original, types.FunctionType) else None
+
+
 def schema_of(func: OpOverload) -> Any:
     return func._schema
 

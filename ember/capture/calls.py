@@ -107,6 +107,14 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
     if marked is not None:
         return marked
+    scripted = torch_internals.scripted_python(real) if real is not None else None
+    if scripted is not None:  # (a torch.jit.script'd function: its Python, inlined)
+        source = AttrSource(callee.source, "_torchdynamo_inline") if callee.source else None
+        return inline_function(session, FunctionValue(scripted, source), args, kwargs, frame)
+    if real is not None and torch_internals.is_script_function(real):
+        # (a graph's node cannot hold it: FX would write its call as ScriptFunction's class)
+        raise Unsupported("a TorchScript function without its Python source (loaded from a "
+                          "file) runs outside the graph")
     if isinstance(callee, TorchValue) and isinstance(callee.value, types.FunctionType) and \
             any(_holds_object(v) for v in (*args, *kwargs.values())):
         # (torch's own Python over objects no op takes — pytree's flatten and unflatten with

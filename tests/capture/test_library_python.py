@@ -484,3 +484,40 @@ def test_layers_looped_over_through_a_slice_keep_their_sources():
     model.count = 3
     same(compiled(x), model(x))
 
+
+
+# -- torch.jit.script'd helpers --------------------------------------------------------------
+@torch.jit.script
+def scripted_bucket(relative: torch.Tensor, size: int) -> torch.Tensor:
+    # (DeBERTa's relative positions go through helpers like this one)
+    sign = torch.sign(relative)
+    return sign * torch.clamp(relative.abs(), max=size)
+
+
+def uses_a_scripted_helper(x):
+    positions = torch.arange(x.shape[-1], device=x.device)
+    return x * scripted_bucket(positions[None, :] - positions[:, None], 3)
+
+
+def test_a_scripted_function_is_inlined_from_its_python():
+    # (its call in the graph was written by FX as a call of ScriptFunction's class: every
+    # run of the captured graph as eager runs it — explain, an eager fallback — raised
+    # "ScriptFunction: No constructor defined!")
+    x = t(5, 5)
+    same(ember.compile(uses_a_scripted_helper)(x), uses_a_scripted_helper(x))
+    assert counts(uses_a_scripted_helper, x) == (1, 0)
+
+
+def test_a_scripted_function_without_its_python_runs_outside_the_graph():
+    @torch.jit.script
+    def halved(x: torch.Tensor) -> torch.Tensor:
+        return x / 2
+
+    del halved._torchdynamo_inline  # (as one loaded from a file has none)
+
+    def fn(x):
+        return halved(x * 3) + 1
+
+    x = t(4)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (2, 1)
