@@ -3,11 +3,12 @@
     fast = ember.compile(model_or_fn)          # ember's own bytecode capture + kernels
     torch.compile(model, backend="ember")      # ember's kernels behind Dynamo's capture
     ember.explain(fn)(*args)                   # graphs, breaks and their reasons, guards
+    ember.set_stance("force_eager")            # as torch.compiler.set_stance (which acts too)
     ember.benchmark(fn, x, desc="compiled")    # warm-up, device sync, median: 0.15 ms/call
     ember.export(model, x).save(path)          # a program a fresh process runs: ember.load
 """
 
-from ember import config
+from ember import config, stances
 from ember.api import compile, graph_break, reset
 from ember.backends import backend
 from ember.bench.harness import benchmark
@@ -16,9 +17,11 @@ from ember.explanation import explain
 from ember.exported import export
 from ember.exported_file import load
 from ember.options import list_mode_options
+from ember.stances import RecompileError, set_stance
 from ember.torch_internals import register_dynamo_backend
 
 register_dynamo_backend("ember", backend)
+stances._chain_reset()  # (torch.compiler.reset() forgets ember's compiled versions too)
 
 
 def cache_info() -> dict:
@@ -31,5 +34,6 @@ def cache_info() -> dict:
 
 
 __all__ = ["backend", "benchmark", "cache_info", "compile", "config", "explain", "export",
-           "graph_break", "list_mode_options", "load", "mark_dynamic", "mark_static", "reset"]
+           "graph_break", "list_mode_options", "load", "mark_dynamic", "mark_static",
+           "RecompileError", "reset", "set_stance"]
 __version__ = "0.1.0"

@@ -2,6 +2,7 @@
 
     python -m ember bench [--quick] [--out DIR] [--only NAME ...]   (see `bench --help`)
     python -m ember cache [--clear]                                 (the disk cache)
+    python -m ember explain file.py:function ['ARGS']               (ember.explain of it)
     python -m ember --help                                          (commands and switches)
 """
 
@@ -17,6 +18,11 @@ commands:
   bench     time the seed workloads (or file.py:builder) eagerly, under torch.compile and
             under ember; write a report (python -m ember bench --help)
   cache     show what the disk cache (EMBER_CACHE_DIR) holds; --clear empties it
+  explain   file.py:function ['ARGS']: print ember.explain's report of one call of the
+            function (or nn.Module) `function` in file.py: graphs, each break with the user's
+            stack, guards, eager islands; ARGS is a Python expression for its arguments
+            (torch is imported), e.g. 'torch.randn(8, 16)' or '(x, 3)'; without it the
+            function is called with none
 
 switches (environment variables):
 """
@@ -34,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return bench(rest)
     if command == "cache":
         return _cache(rest)
+    if command == "explain":
+        from ember.explain_command import main as explain
+
+        return explain(rest)
     print(f"python -m ember: unknown command {command!r}\n\n{USAGE}{config.describe()}",
           file=sys.stderr)
     return 2

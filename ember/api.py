@@ -20,11 +20,12 @@ import time
 import types
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from ember import config, logs, torch_internals
+from ember import config, dumps, logs, stances, torch_internals
 from ember import options as compile_options
 from ember.autodiff import tape
 from ember.capture import markers
@@ -189,6 +190,7 @@ class Resume:
         self.lasti = lasti  # (an exception handler's entry: the instruction that raised)
         self.compiled: Callable | None = None
         self._making = threading.Lock()
+        self.dump_folder = None  # (EMBER_DUMP: the folder of the graph whose break made it)
 
     def __call__(self, *args: Any) -> Any:
         if self.compiled is None:
@@ -202,6 +204,7 @@ class Resume:
         code = parent.origin[0]
         function, offset = resume_function(parent.function, code, self.start, spec.stack,
                                            spec.locals, spec.cells, self.lasti)
+        dumps.dump_resume(self.dump_folder, function, code, self.start)
         if spec.name == "resume_handler":
             # (an exception handler, reached when the native part raised: the rare path
             # runs as Python, and so does the rest of the function after it)
@@ -220,6 +223,7 @@ class Resume:
                 backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
                 where=parent.where, origin=(code, offset), resumes=parent.resumes,
                 settings=parent.settings, recompile_limit=parent.recompile_limit)
+            self.compiled.called_from = parent.called_from  # (it runs in the same frame)
 
 
 # NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
@@ -285,6 +289,7 @@ class CompiledFunction:
         self.direct: Callable | None = None
         self.direct_modes: frozenset[bool] = frozenset()
         self.eager_streak = 0
+        self.first_call_ran = False  # (stance eager_then_compile: its first call ran eagerly)
         self.depth = depth              # 0, or how many breaks led to this resume function
         self.collector = collector      # shared with resume functions, for explain()
         # the code this function's own code runs (a resume function's: the original's, after
@@ -292,9 +297,18 @@ class CompiledFunction:
         self.origin = origin or (function.__code__, 0)
         self.resumes: dict[tuple, Resume] = resumes if resumes is not None else {}
         self.callees: dict[Any, CompiledFunction] = {}
+        # where the user's code called this function, when ember compiles it on its own at
+        # a break in its caller (explain shows its breaks under those lines)
+        self.called_from: list[Any] = []
         code = function.__code__
         self.where = where or f"{name or function.__qualname__} ({code.co_filename}:" \
                               f"{code.co_firstlineno})"
+        # (torch's own code, nn.Sequential's forward: named after the user's line that
+        # compiled or first called it, which logs, explain and EMBER_DUMP show)
+        self.site = logs.user_site() if logs.in_torch(code.co_filename) else None
+        if self.site is not None and where is None:
+            self.where = f"{name or function.__qualname__} (torch's code, compiled at " \
+                         f"{self.site[0]}:{self.site[1]})"
         _registry.add(self)
         self.__wrapped__ = function
         self.__name__ = getattr(function, "__name__", "compiled")
@@ -314,12 +328,13 @@ class CompiledFunction:
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
+        self.first_call_ran = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         direct = self.direct
         if direct is not None and _grad_enabled() in self.direct_modes:
             return direct(*args, **kwargs)
-        if config.settings.disable:
+        if config.settings.disable or stances.current() == "force_eager":
             return self._eager(args, kwargs)
         if self.bound_self is not None:
             args = (self.bound_self, *args)
@@ -378,52 +393,64 @@ class CompiledFunction:
             for entry in self.entries:  # (another thread may have captured it meanwhile)
                 if entry.guard(arguments):
                     return entry
-            if self.given_up:
+            if self.given_up or not stances.on_miss(self, arguments):
                 return None
             if self.entries:
                 if len(self.entries) >= (self.recompile_limit or
                                          config.settings.recompile_limit):
                     logs.channel("recompiles").warning(
-                        "%s: recompiled %d times, its recompile limit; from now on a call "
-                        "that none of its compiled versions accepts runs eagerly. The last "
-                        "recompile was because %s",
-                        self.where, len(self.entries),
-                        self._why(self.entries[0], arguments))
+                        "%s has reached its recompile limit of %d compiled version%s, so from "
+                        "now on a call that none of them accepts runs eagerly. The call%s "
+                        "needed a new version because %s. To keep more versions, pass "
+                        "ember.compile(..., recompile_limit=N) or set EMBER_RECOMPILE_LIMIT; "
+                        "to compile one version for every size, mark the changing dimension "
+                        "with ember.mark_dynamic.", self.where, len(self.entries),
+                        "" if len(self.entries) == 1 else "s",
+                        logs.from_site(), self.why_missed(self.entries[0], arguments))
                     self.given_up = True
                     self.eager_streak = 0
                     for entry in self.entries:  # (a call a kept version serves ends the streak)
                         entry.call = _ending_the_streak(self, entry.call)
                     return None
                 if logs.enabled("recompiles"):
-                    logs.channel("recompiles").info("recompiling %s: %s", self.where,
-                                                    self._why(self.entries[0], arguments))
+                    logs.channel("recompiles").info(
+                        "%s is compiled again: the call%s needed a new version because %s.",
+                        self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
             entry = self._capture(arguments)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
             self.eager_streak = 0
             return entry
 
-    def _why(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
+    def why_missed(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
         if entry.captured is None:
             return "inputs differ from the eager entry's"
         scope = dict(entry.captured.scope, L=arguments,
                      C=self.function.__closure__ or ())
-        return first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
+        why = first_failure(entry.captured.guards, scope) or same_tensor(arguments) or \
             "no guard failed (?)"
+        return logs.user_names(why)
 
     def record(self, record: CaptureRecord) -> None:
+        for reason in record.breaks:  # (the lines of the code that called this one first)
+            if self.called_from and not getattr(reason, "called_from_added", False):
+                reason.user_stack[:0] = self.called_from
+                reason.called_from_added = True
         self.records.append(record)
         if self.collector is not None:
             self.collector.append(record)
 
-    def callee(self, function: types.FunctionType) -> CompiledFunction:
-        """A function the code calls at a break, compiled on its own (its breaks resume in
-        its own frame)."""
+    def callee(self, function: types.FunctionType, at: Unsupported | None = None
+               ) -> CompiledFunction:
+        """A function the code calls at a break (`at`), compiled on its own (its breaks
+        resume in its own frame; explain shows them under the caller's line)."""
         if function not in self.callees:
             self.callees[function] = CompiledFunction(
                 function, backend=self.backend, dynamic=self.dynamic, mode=self.mode,
                 collector=self.collector, settings=self.settings,
                 recompile_limit=self.recompile_limit)
+            self.callees[function].called_from = \
+                [*self.called_from, *(at.user_stack[:1] if at is not None else [])]
         return self.callees[function]
 
     def resume(self, spec: Resumption) -> Resume:
@@ -502,6 +529,9 @@ class CompiledFunction:
     def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
                ) -> CacheEntry:
         """The backend's compile of a capture, its guards and its runner, as an entry."""
+        if self.site is not None:  # (EMBER_DUMP's folder: the user's line, see dumps.py)
+            captured.graph_module.meta["ember_label"] = \
+                f"{self.function.__qualname__} ({Path(self.site[0]).name}:{self.site[1]})"
         compiled = _passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
@@ -527,10 +557,10 @@ class CompiledFunction:
         scope = dict(captured.scope, C=self.function.__closure__ or ())
         guard, text = compile_guards(captured.guards, scope, arguments)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
-        for resumption in captured.resumptions:
-            namespace[resumption.name] = self.resume(resumption)
+        resumes = [self.resume(resumption) for resumption in captured.resumptions]
+        namespace.update((r.name, resume) for r, resume in zip(captured.resumptions, resumes))
         for name, function in captured.callees.items():
-            namespace[name] = self.callee(function)
+            namespace[name] = self.callee(function, captured.break_reason)
         exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
              namespace)  # noqa: S102 (our own code)
         runner = namespace["run"]
@@ -538,11 +568,16 @@ class CompiledFunction:
                                       captured.runner_lines, namespace, self.where)
         if logs.enabled("guards"):
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
+        folder = dumps.dump_entry(captured, text, call, self.where)
+        for resume in resumes:
+            resume.dump_folder = resume.dump_folder or folder
 
         breaks = [captured.break_reason] if captured.break_reason is not None else []
         self.record(CaptureRecord(1, [captured.op_count], breaks, text,
                                   time.perf_counter() - started, captured.graph_module,
                                   cuda_graph, compiled))
+        if breaks:  # (after record: a function compiled at a break knows its callers' lines)
+            logs.channel("graph_breaks").info("graph break at %s", breaks[0].said_where())
         return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:

@@ -10,7 +10,6 @@ never stops the user's program.
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
 import math
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import config, logs, torch_internals, tuning
+from ember import config, dumps, logs, torch_internals, tuning
 from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
@@ -27,6 +26,7 @@ from ember.codegen.glue import write_glue
 from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
+from ember.dumps import graph_label
 from ember.ir.graph import Graph
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
@@ -48,8 +48,6 @@ from ember.shapes import ShapeSpecialized, for_every_shape  # noqa: F401  (Shape
 
 # the per-shape fallback, named here for callers that knew it in this module)
 
-_labels = itertools.count()
-
 
 def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | None = None,
             options: dict[str, Any] | None = None) -> Callable:
@@ -69,7 +67,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | 
     tuned = {"max_autotune": True} if mode in compile_options.TUNING_MODES else {}
     with tape.kept(not graphs), config.override(**resolved.settings, **tuned):
         if any(torch_internals.is_symbolic(x) for x in example_inputs):
-            compiled = for_every_shape(gm, example_inputs, f"graph{next(_labels)}")
+            compiled = for_every_shape(gm, example_inputs, graph_label(gm))
         else:
             compiled = compile_graph(gm, example_inputs)
     if graphs:
@@ -139,7 +137,7 @@ class EagerGraph:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
-    label = f"graph{next(_labels)}"
+    label = graph_label(gm)
     reason = eager_reason(example_inputs)
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
@@ -197,8 +195,8 @@ def compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: s
 
 def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
                     lowered: Lowered | None) -> CompiledGraph | InterpretedGraph:
-    dump = logs.dump_folder(label)
-    logs.dump(dump, "fx_graph.py", gm.code)
+    dump = dumps.folder_for(gm, label)
+    logs.dump(dump, "fx_graph.py", lambda: dumps.graph_text(gm))
     clock = _Stages(label)
     if any(isinstance(x, torch.Tensor) and x.is_cuda for x in example_inputs) and \
             kernel_backend("cuda") == "triton":
@@ -212,7 +210,7 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
     if lowered is None:
         lowered = trace(gm, example_inputs)
     clock("lower")
-    logs.dump(dump, "ir_00_lowered.txt", str(lowered.graph))
+    logs.dump(dump, "ir_00_lowered.txt", lambda: str(lowered.graph))
     graph = run_passes(lowered.graph, dump, merge=not training)
     clock("passes")
     extras = [_fetch(gm, name) for name in lowered.attributes] + lowered.constants
@@ -266,6 +264,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
     graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
                              written_inputs(partition, runs, example_inputs))
     logs.dump(logs.dump_folder(label), "glue.py", glue.text)
+    logs.show_code(label, "glue between compiled regions and eager islands", glue.text)
     logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
                                    graph.region_count, graph.island_count)
     return graph
@@ -357,7 +356,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
                           "differentiated yet)")
-    logs.dump(dump, "ir_forward.txt", str(split.forward))
+    logs.dump(dump, "ir_forward.txt", lambda: str(split.forward))
     backward_dump = logs.dump_folder(f"{label}_backward")
     backward = run_passes(split.backward, backward_dump)
     split.backward = backward
@@ -418,10 +417,10 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     if chosen == "triton":
         calls = calls_for(TRITON_LIBRARY_OPS)(graph)
         if calls:
-            logs.dump(dump, "ir_triton_library_calls.txt", str(graph))
+            logs.dump(dump, "ir_triton_library_calls.txt", lambda: str(graph))
     plan = schedule(graph)
     clock("schedule")
-    logs.dump(dump, "schedule.txt", plan.describe())
+    logs.dump(dump, "schedule.txt", plan.describe)
     make = _triton_kernels if chosen == "triton" else _c_kernels
     sources, functions, misaligned = make(plan, label, dump)
     clock("kernels")
@@ -446,6 +445,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                                            f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
+    logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -470,6 +470,7 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
         if config.settings.max_autotune else None
     source, kernels = write_source(plan, tunings)
     logs.dump(dump, "kernels.c", source)
+    logs.show_code(label, "C kernels", source)
     functions = {}
     if kernels:
         path, cached = build(source, ["-lmvec", "-lm"])
@@ -486,7 +487,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
     fused = config.settings.matmul_epilogue and \
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
-        logs.dump(dump, "schedule_fused.txt", plan.describe())
+        logs.dump(dump, "schedule_fused.txt", plan.describe)
     device_index = None
     if not triton_launch.interpreting():
         device_index = plan.graph.device.index
@@ -498,6 +499,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
                              dependent) if config.settings.max_autotune else None
     text, launches = write_module(plan, dependent, tilings)
     logs.dump(dump, "kernels.py", text)
+    logs.show_code(label, "Triton kernels", text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]

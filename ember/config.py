@@ -23,7 +23,23 @@ class SettingError(ValueError):
 
 # Log channels (logs.py prints them), and the words EMBER_LOGS takes besides: "all", and
 # "raise" (internal errors raise instead of falling back to eager: for ember's own tests).
-LOG_CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "perf", "fallbacks")
+LOG_HELP = {
+    "graph_breaks": "where a graph breaks or a function runs eagerly, and why (file:line)",
+    "recompiles": "why a function is compiled again (the guard that failed), the recompile "
+                  "limit, symbolic sizes, stances",
+    "guards": "each compiled version's guard function, as Python",
+    "ir": "ember's IR after lowering and after each pass",
+    "kernels": "kernels built or found in the disk cache, per graph",
+    "output_code": "the generated kernel sources (C or Triton) and the wrapper that launches "
+                   "them, whole",
+    "perf": "compile time per stage, warm starts, CUDA graphs, shape padding",
+    "fallbacks": "what runs eagerly instead of compiled (eager islands, a whole graph) and why",
+    "all": "every channel above",
+    "raise": "not a channel: an internal error of ember's raises instead of running the code "
+             "eagerly with a warning (for debugging ember)",
+}
+LOG_CHANNELS = ("graph_breaks", "recompiles", "guards", "ir", "kernels", "output_code", "perf",
+                "fallbacks")
 LOG_WORDS = (*LOG_CHANNELS, "all", "raise")
 
 # C compiler flags that let the compiler assume no NaN, no inf or no signed zero, or reorder
@@ -38,7 +54,10 @@ def _words(text: str) -> frozenset[str]:
     words = frozenset(w.strip() for w in text.replace(";", ",").split(",") if w.strip())
     unknown = sorted(words - set(LOG_WORDS))
     if unknown:
-        raise ValueError(f"unknown channel {', '.join(unknown)}; the channels are "
+        close = [difflib.get_close_matches(word, LOG_WORDS, n=1) for word in unknown]
+        guesses = [f"{word!r} -> {match[0]!r}" for word, match in zip(unknown, close) if match]
+        guess = f" (did you mean {', '.join(guesses)}?)" if guesses else ""
+        raise ValueError(f"unknown channel {', '.join(unknown)}{guess}; the channels are "
                          f"{', '.join(LOG_WORDS)} (comma-separated)")
     return words
 
@@ -107,8 +126,7 @@ class Flag:
 
 FLAGS: tuple[Flag, ...] = (
     Flag("logs", "EMBER_LOGS", "", _words,
-         "comma-separated log channels to print: graph_breaks, recompiles, guards, ir, kernels, "
-         "perf, fallbacks (or 'all')"),
+         "comma-separated log channels to print (listed below), 'all', and 'raise'"),
     Flag("dump_dir", "EMBER_DUMP", "", _optional_path,
          "directory where every stage's text is written: captured graph, IR after each pass, "
          "kernel sources, wrapper"),
@@ -240,4 +258,6 @@ def describe() -> str:
     for flag in FLAGS:
         default = flag.default or "(empty)"
         lines.append(f"{flag.env:<26} default {default}\n    {flag.help}")
+    lines.append("\nEMBER_LOGS channels (e.g. EMBER_LOGS=graph_breaks,recompiles):")
+    lines.extend(f"  {word:<14} {text}" for word, text in LOG_HELP.items())
     return "\n".join(lines)

@@ -35,10 +35,23 @@ class ExplainOutput:
                  f"Op count: {sum(self.ops_per_graph)}"]
         if self.break_reasons:
             lines.append("Break reasons:")
+            seen: dict[tuple, int] = {}
             for number, reason in enumerate(self.break_reasons, start=1):
-                where = f"{reason.location}: " if reason.location else ""
-                hint = f"\n     hint: {reason.hint}" if reason.hint else ""
-                lines.append(f"  {number}. {where}{reason.reason}{hint}")
+                key = (reason.reason, tuple((place.filename, place.line)
+                                            for place in reason.user_stack))
+                if key in seen and reason.user_stack:
+                    # (a function called at a break is compiled on its own, and meets the
+                    # same construct again in its own frame)
+                    lines.append(f"  {number}. the same as {seen[key]}, met again where "
+                                 f"{reason.user_stack[-1].function} is compiled on its own")
+                    continue
+                seen[key] = number
+                lines.append(f"  {number}. {reason.reason}")
+                if reason.user_stack:
+                    lines.extend(f"       {line}"
+                                 for line in reason.describe_stack().splitlines())
+                if reason.hint:
+                    lines.append(f"     hint: {reason.hint}")
         if self.ops_per_graph:
             lines.append("Ops per graph: " + ", ".join(map(str, self.ops_per_graph)))
         if self.cuda_graphs:

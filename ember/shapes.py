@@ -85,7 +85,7 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     reason = symbolic_reason(gm, example_inputs)
     if reason is not None:
         return None, reason
-    stages = label if label.startswith("graph") else f"graph{next(backends._labels)}"
+    stages = backends.graph_label(gm)
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
             started = time.perf_counter()

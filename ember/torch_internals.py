@@ -38,6 +38,19 @@ def is_op_overload(value: Any) -> bool:
     return isinstance(value, OpOverload)
 
 
+def is_script_function(value: Any) -> bool:
+    return isinstance(value, torch.jit.ScriptFunction)
+
+
+def scripted_python(value: Any) -> Any:
+    """The Python function a torch.jit.script'd function was made from (torch keeps it for
+    Dynamo to inline), or None for anything else."""
+    if not isinstance(value, torch.jit.ScriptFunction):
+        return None
+    original = getattr(value, "_torchdynamo_inline", None)
+    return original if isinstance(original, types.FunctionType) else None
+
+
 def schema_of(func: OpOverload) -> Any:
     return func._schema
 
@@ -798,3 +811,65 @@ def symbol_bounds(value: Any, symbol: Any) -> tuple[int, int | None]:
 
 def is_symbol(expression: Any) -> bool:
     return getattr(expression, "is_Symbol", False)
+
+
+# -- torch.compiler's stance and reset (ember/stances.py) ----------------------------------
+# NOTE: torch.compiler.set_stance imports torch._dynamo; until something has, the stance is
+# "default" and error_on_recompile False, so nothing here imports it (ember's calls read the
+# stance on every call: a dictionary lookup while torch._dynamo is not imported).
+def dynamo_stance_is_default() -> bool:
+    """Is torch.compiler.set_stance's stance the default one, with no force_backend and no
+    skip_guard_eval_unsafe (always, while torch._dynamo is not imported)? Read on every
+    compiled call: a lookup and a few attribute reads."""
+    module = sys.modules.get("torch._dynamo.eval_frame")
+    if module is None:
+        return True
+    stance = module._stance
+    return stance.stance == "default" and getattr(stance, "backend", None) is None and \
+        not getattr(stance, "skip_guard_eval_unsafe", False)
+
+
+def dynamo_stance() -> tuple[str, bool, Any]:
+    """torch.compiler.set_stance's current stance: (name, skip_guard_eval_unsafe,
+    force_backend); ("default", False, None) while torch._dynamo is not imported."""
+    module = sys.modules.get("torch._dynamo.eval_frame")
+    if module is None:
+        return "default", False, None
+    stance = module._stance  # (backend and skip_guard_eval_unsafe: not in every torch)
+    return stance.stance, getattr(stance, "skip_guard_eval_unsafe", False), \
+        getattr(stance, "backend", None)
+
+
+def dynamo_error_on_recompile() -> bool:
+    """torch._dynamo.config.error_on_recompile (False while torch._dynamo is not imported:
+    ember's stand-in config, which holds the defaults, may be in sys.modules for a moment)."""
+    if not dynamo_imported():
+        return False
+    return bool(sys.modules["torch._dynamo.config"].error_on_recompile)
+
+
+def chain_compiler_reset(reset: Any) -> None:
+    """Make torch.compiler.reset() and torch._dynamo.reset() call `reset` first (ember's
+    compiled functions are forgotten with Dynamo's). torch.compiler.reset is wrapped now;
+    torch._dynamo.reset once torch._dynamo is imported (call this again then: it wraps each
+    once)."""
+    import torch.compiler
+
+    _chain(torch.compiler, "reset", reset)
+    if dynamo_imported():
+        _chain(sys.modules["torch._dynamo"], "reset", reset)
+
+
+def _chain(module: types.ModuleType, name: str, first: Any) -> None:
+    original = getattr(module, name, None)
+    if original is None or getattr(original, "_ember_chained", False):
+        return
+
+    def chained(*args: Any, **kwargs: Any) -> Any:
+        first()
+        return original(*args, **kwargs)
+
+    chained.__name__, chained.__qualname__ = original.__name__, original.__qualname__
+    chained.__doc__, chained.__wrapped__ = original.__doc__, original
+    chained._ember_chained = True
+    setattr(module, name, chained)

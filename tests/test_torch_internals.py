@@ -362,3 +362,41 @@ def test_opinfo_database_and_its_tolerances():
     found = [t for op in ops.values()
              for t in torch_internals.opinfo_tolerance_overrides(op, torch.float32, "cpu")]
     assert found and all(atol >= 0 and rtol >= 0 for atol, rtol in found)
+
+
+def test_the_compiler_stance_and_error_on_recompile_are_read():
+    import torch._dynamo
+
+    assert torch_internals.dynamo_stance_is_default()
+    with torch.compiler.set_stance("eager_on_recompile"):
+        assert not torch_internals.dynamo_stance_is_default()
+        assert torch_internals.dynamo_stance() == ("eager_on_recompile", False, None)
+    with torch.compiler.set_stance("default", force_backend="eager"):
+        assert not torch_internals.dynamo_stance_is_default()
+        assert torch_internals.dynamo_stance() == ("default", False, "eager")
+    assert torch_internals.dynamo_stance()[0] == "default"
+    assert torch_internals.dynamo_stance_is_default()
+    assert torch_internals.dynamo_error_on_recompile() is False
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        assert torch_internals.dynamo_error_on_recompile() is True
+
+
+def test_compiler_resets_reach_a_chained_reset():
+    import torch._dynamo
+
+    reached = []
+    chained = torch_internals.chain_compiler_reset
+    before = torch.compiler.reset, torch._dynamo.reset
+    try:
+        torch.compiler.reset = torch.compiler.reset.__wrapped__ \
+            if hasattr(torch.compiler.reset, "_ember_chained") else torch.compiler.reset
+        torch._dynamo.reset = torch._dynamo.reset.__wrapped__ \
+            if hasattr(torch._dynamo.reset, "_ember_chained") else torch._dynamo.reset
+        chained(lambda: reached.append(1))
+        chained(lambda: reached.append(2))  # (each is wrapped once)
+        torch.compiler.reset()
+        assert reached == [1, 1]  # (torch.compiler.reset calls torch._dynamo.reset)
+        torch._dynamo.reset()
+        assert reached == [1, 1, 1]
+    finally:
+        torch.compiler.reset, torch._dynamo.reset = before

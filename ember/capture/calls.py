@@ -107,6 +107,14 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
     if marked is not None:
         return marked
+    scripted = torch_internals.scripted_python(real) if real is not None else None
+    if scripted is not None:  # (a torch.jit.script'd function: its Python, inlined)
+        source = AttrSource(callee.source, "_torchdynamo_inline") if callee.source else None
+        return inline_function(session, FunctionValue(scripted, source), args, kwargs, frame)
+    if real is not None and torch_internals.is_script_function(real):
+        # (a graph's node cannot hold it: FX would write its call as ScriptFunction's class)
+        raise Unsupported("a TorchScript function without its Python source (loaded from a "
+                          "file) runs outside the graph")
     if isinstance(callee, TorchValue) and isinstance(callee.value, types.FunctionType) and \
             any(_holds_object(v) for v in (*args, *kwargs.values())):
         # (torch's own Python over objects no op takes — pytree's flatten and unflatten with
@@ -598,12 +606,18 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         elif args or kwargs:
             raise Unsupported(f"{obj.__qualname__}() takes no arguments")
         return made
-    if type(obj) is functools.partial and callee.source is not None:
+    if type(obj) is functools.partial:
         # f(*partial.args, *args, **partial.keywords, **kwargs), each part guarded as read
+        # (a partial reached without a source is read as the object it is, as everything
+        # reached through it)
         source = callee.source
-        function = session.wrap(obj.func, AttrSource(source, "func"))
-        bound = session.wrap(obj.args, AttrSource(source, "args"))
-        keywords = session.wrap(obj.keywords, AttrSource(source, "keywords"))
+
+        def part(name: str) -> Value:
+            value = getattr(obj, name)
+            return session.wrap(value, AttrSource(source, name)) if source is not None \
+                else session.wrap(value, None, guard=False)
+
+        function, bound, keywords = part("func"), part("args"), part("keywords")
         return call_value(session, function, [*bound.items, *args],
                           {**keywords.items, **kwargs}, parent)
     call = attributes.class_lookup(type(obj), "__call__")

@@ -295,8 +295,6 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     graph_module = builder.module()
     scope = {"GG": session.globals_dicts, "G": session.globals_dicts[0] if session.globals_dicts
              else {}, "K": session.constants}
-    location = stop.reason.location
-    logs.channel("graph_breaks").info("graph break at %s: %s", location, stop.reason.reason)
     _size_guards(session)
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,

@@ -8,6 +8,7 @@ reason is logged and reported by `ember.explain`.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 
 @dataclasses.dataclass
@@ -29,12 +30,32 @@ class Unsupported(Exception):
         self.hint = hint
         self.location = location
         self.depth = 0  # how many inlined calls deep the construct was
+        # the user's stack down to the construct, outermost first: the compiled function's
+        # line, each inlined call's, the construct's (the caller of a function compiled on
+        # its own at a break comes first: api.CompiledFunction.record)
+        self.user_stack: list[Location] = [location] if location is not None else []
 
     def at(self, location: Location, depth: int = 0) -> Unsupported:
         if self.location is None:
             self.location = location
             self.depth = depth
+        if not self.user_stack or self.user_stack[0] != location:
+            self.user_stack.insert(0, location)  # (each frame on the way out adds its line)
         return self
+
+    def said_where(self) -> str:
+        """`model.py:5 in helper, called from model.py:10 in forward: print() ...`"""
+        callers = "".join(f", called from {place}" for place in reversed(self.user_stack[:-1]))
+        return f"{self.location}{callers}: {self.reason}"
+
+    def describe_stack(self) -> str:
+        """The user stack as lines `model.py:10 in forward: b = helper(a)`, outermost
+        first."""
+        import linecache
+
+        return "\n".join(f"{Path(place.filename).name}:{place.line} in {place.function}: "
+                         f"{linecache.getline(place.filename, place.line).strip()}"
+                         for place in self.user_stack)
 
     def __str__(self) -> str:
         where = f"{self.location}: " if self.location else ""

@@ -356,8 +356,14 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
         index = python_value(key)
         item = container.value[index]
         if isinstance(index, slice):
-            return session.wrap(item, None, guard=False) if not isinstance(
-                item, torch.nn.Module) else ModuleValue(item, None)
+            if not isinstance(item, torch.nn.Module):
+                return session.wrap(item, None, guard=False)
+            if isinstance(container.value, (torch.nn.ModuleList, torch.nn.Sequential)):
+                entries = _module_entries(session, container)[index]
+                if all(source is not None for _, source in entries):
+                    return ModuleValue(item, None,
+                                       entry_sources=tuple(source for _, source in entries))
+            return ModuleValue(item, None)
         if isinstance(container.value, (torch.nn.ModuleList, torch.nn.Sequential)) and \
                 isinstance(index, int):
             entries = _module_entries(session, container)
@@ -631,6 +637,8 @@ def _module_entries(session: Session, value: ModuleValue) -> list[tuple[Any, Sou
     its `_modules` dict, whose keys (hence length and order) a guard pins."""
     module = value.value
     if value.source is None:
+        if getattr(value, "entry_sources", None) is not None:  # (a slice of a sourced one)
+            return list(zip(module, value.entry_sources))
         return [(m, None) for m in module]
     table = module._modules
     session.guards.add("keys", AttrSource(value.source, "_modules"), tuple(table.keys()))

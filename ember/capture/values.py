@@ -274,8 +274,14 @@ class ObjectValue(Value):
         return f"{type(self).__name__}({name})"
 
 
+@dataclasses.dataclass(eq=False)
 class ModuleValue(ObjectValue):
     """An nn.Module: parameters and buffers become graph inputs; calls inline forward."""
+
+    # a ModuleList's or Sequential's slice made while capturing (`self.layers[:n]`, as
+    # transformers' models loop over their layers): the sources of its entries, read through
+    # the container it was sliced from (it has no source of its own)
+    entry_sources: tuple | None = None
 
 
 class FunctionValue(ObjectValue):

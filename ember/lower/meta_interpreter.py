@@ -132,7 +132,7 @@ class MetaInterpreter(torch.fx.Interpreter):
 
     def call_function(self, target, args, kwargs):
         _refuse_new_leaves(target, args, kwargs)
-        if torch_internals.allowed_in_graph(target):
+        if torch_internals.allowed_in_graph(target) or getattr(target, "one_call", False):
             return _opaque_call(self.tracer, self.device, target, args, kwargs)
         if self.device.type == "cuda" and target in _DROPOUTS:
             fused = _fused_dropout(target, args, kwargs)
@@ -184,9 +184,11 @@ def _listed_indices(index: Any) -> Any:
 
 
 def _opaque_call(tracer: Tracer, device: torch.device, target, args, kwargs) -> Any:
-    """A function the user marked torch.compiler.allow_in_graph: one library call of it, run
-    as eager runs it (its Python too, on every call), never traced into; its results' layout
-    from a run on fake tensors of the graph's device."""
+    """A function the user marked torch.compiler.allow_in_graph, or a target capture made to
+    stay one call (`one_call`: a custom autograd.Function's apply, whose backward is the
+    user's): one library call of it, run as eager runs it (its Python too, on every call),
+    never traced into; its results' layout from a run on fake tensors of the graph's
+    device."""
     def stand_in(value: Any, on: Any) -> Any:
         if not isinstance(value, torch.Tensor):
             return value

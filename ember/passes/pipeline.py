@@ -42,8 +42,9 @@ def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,
         changes = graph_pass(graph)
         if check:
             verify(graph)
+        heading = f"# {graph_pass.__name__}: {changes} changes\n"
         logs.dump(dump, f"ir_{number:02d}_{graph_pass.__name__}.txt",
-                  f"# {graph_pass.__name__}: {changes} changes\n{graph}\n")
+                  lambda heading=heading: f"{heading}{graph}\n")  # (called at once)
     if logs.enabled("ir"):
         logs.channel("ir").info("IR after passes:\n%s", graph)
     return graph

@@ -174,7 +174,11 @@ def warm_up() -> None:
     and the key only; loading a compiled kernel waits for the driver."""
     if _warm_ups or interpreting():
         return
-    triton_pool.start()  # (the compile workers import Triton meanwhile too)
+    target = None  # (the current GPU's, where CUDA is up: the graph's tensors are there)
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability()
+        target = ("cuda", major * 10 + minor, 32)
+    triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
 
     def import_triton() -> None:
         import triton  # noqa: F401

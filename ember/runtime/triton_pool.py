@@ -33,16 +33,19 @@ _WORKER = Path(triton_worker.__file__)
 class CompilePool:
     """`count` worker processes, each fed by a thread of this process from one queue."""
 
-    def __init__(self, count: int, file_key: bool):
+    def __init__(self, count: int, file_key: bool, target: tuple | None = None):
+        """`target` (backend, arch, warp size): each worker first compiles a small kernel for
+        it, paying Triton's one-time costs before the graph's kernels arrive."""
         self.tasks: queue.Queue = queue.Queue()
         self.processes: list[subprocess.Popen] = []
-        command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else [])
+        command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else []) + \
+            ([f"warm={','.join(str(part) for part in target)}"] if target else [])
         for index in range(count):
             process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL)
             self.processes.append(process)
-            threading.Thread(target=self._serve, args=(process,), daemon=True,
-                             name=f"ember-triton-worker-{index}").start()
+            threading.Thread(target=self._serve, args=(process, index, target is not None),
+                             daemon=True, name=f"ember-triton-worker-{index}").start()
 
     def submit(self, path: str, name: str, signature: dict, attrs: dict, options: dict,
                target: tuple) -> concurrent.futures.Future:
@@ -50,7 +53,15 @@ class CompilePool:
         self.tasks.put(((path, name, signature, attrs, options, target), future))
         return future
 
-    def _serve(self, process: subprocess.Popen) -> None:
+    def _serve(self, process: subprocess.Popen, index: int, warming: bool) -> None:
+        if warming:
+            try:
+                _, done, said = triton_worker._read(process.stdout)
+            except (OSError, ValueError, TypeError) as error:  # (the worker died)
+                done, said = False, f"worker gone: {error}"
+            logs.channel("perf").info("Triton worker %d: %s", index,
+                                      f"warmed up in {said:.3f} s" if done
+                                      else f"not warmed up ({said})")
         while True:
             task, future = self.tasks.get()
             if task is None:
@@ -76,8 +87,9 @@ _pool: CompilePool | None = None
 _pool_lock = threading.Lock()
 
 
-def start() -> CompilePool | None:
-    """The process's pool, started on first use; None where there are to be no workers."""
+def start(target: tuple | None = None) -> CompilePool | None:
+    """The process's pool, started on first use (its workers warmed up for `target`, a GPU's
+    (backend, arch, warp size), where given); None where there are to be no workers."""
     global _pool
     count = config.settings.triton_workers
     if count <= 0:
@@ -86,7 +98,7 @@ def start() -> CompilePool | None:
         if _pool is None:
             try:
                 _pool = CompilePool(min(count, os.cpu_count() or 1),
-                                    config.settings.triton_file_key)
+                                    config.settings.triton_file_key, target)
             except OSError as error:
                 logs.channel("perf").info("no Triton compile workers: %s", error)
                 return None

@@ -216,7 +216,7 @@ def test_recompile_message_says_which_relation_broke(logged):
     compiled(t(4, 8))
     compiled(t(1, 8))
     messages = [r.getMessage() for r in logged.records]
-    assert any("L['x'].size()[0] = 1 breaks 2 <= s0" in m for m in messages), messages
+    assert any("because x.size()[0] = 1 breaks 2 <= s0" in m for m in messages), messages
 
 
 def test_guard_text_in_logs_and_explain(logged):

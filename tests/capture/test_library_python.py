@@ -442,3 +442,82 @@ def test_a_table_keyed_by_types_is_read_in_the_graph():
     for scale in (2, 1.5, 3):
         same(compiled(x, scale), validated(x, scale))
     assert counts(validated, x, 2) == (1, 0)
+
+
+# -- layers looped over through a slice ------------------------------------------------------
+class PartialActivation(torch.nn.Module):
+    """transformers' GELUTanh: its activation is a functools.partial held as an attribute."""
+
+    def __init__(self, approximate="tanh"):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+        self.act = functools.partial(torch.nn.functional.gelu, approximate=approximate)
+
+    def forward(self, x):
+        return self.act(self.linear(x))
+
+
+class SlicedLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(PartialActivation() for _ in range(3))
+        self.count = 2
+
+    def forward(self, x):
+        for layer in self.layers[: self.count]:  # (transformers' models loop so)
+            x = layer(x) * 2
+        return x
+
+
+def test_layers_looped_over_through_a_slice_keep_their_sources():
+    # (a slice of a ModuleList made modules without sources: Gemma's partial activation in
+    # each layer then broke the graph twice a layer)
+    torch.manual_seed(0)
+    model = SlicedLayers()
+    x = t(2, 4)
+    compiled = ember.compile(model)
+    same(compiled(x), model(x))
+    assert counts(model, x) == (1, 0)
+    # what the layers hold is guarded through the container they were sliced from
+    model.layers[1].act = functools.partial(torch.nn.functional.gelu, approximate="none")
+    same(compiled(x), model(x))
+    model.count = 3
+    same(compiled(x), model(x))
+
+
+
+# -- torch.jit.script'd helpers --------------------------------------------------------------
+@torch.jit.script
+def scripted_bucket(relative: torch.Tensor, size: int) -> torch.Tensor:
+    # (DeBERTa's relative positions go through helpers like this one)
+    sign = torch.sign(relative)
+    return sign * torch.clamp(relative.abs(), max=size)
+
+
+def uses_a_scripted_helper(x):
+    positions = torch.arange(x.shape[-1], device=x.device)
+    return x * scripted_bucket(positions[None, :] - positions[:, None], 3)
+
+
+def test_a_scripted_function_is_inlined_from_its_python():
+    # (its call in the graph was written by FX as a call of ScriptFunction's class: every
+    # run of the captured graph as eager runs it — explain, an eager fallback — raised
+    # "ScriptFunction: No constructor defined!")
+    x = t(5, 5)
+    same(ember.compile(uses_a_scripted_helper)(x), uses_a_scripted_helper(x))
+    assert counts(uses_a_scripted_helper, x) == (1, 0)
+
+
+def test_a_scripted_function_without_its_python_runs_outside_the_graph():
+    @torch.jit.script
+    def halved(x: torch.Tensor) -> torch.Tensor:
+        return x / 2
+
+    del halved._torchdynamo_inline  # (as one loaded from a file has none)
+
+    def fn(x):
+        return halved(x * 3) + 1
+
+    x = t(4)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (2, 1)

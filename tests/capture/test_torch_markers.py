@@ -358,3 +358,65 @@ def test_mark_static_address_marks_the_real_tensor_and_adds_no_node():
     same(compiled(t(3), compiled_buffer), fn(t(3), eager_buffer))
     assert compiled_buffer._dynamo_static_input_type == \
         eager_buffer._dynamo_static_input_type == "unguarded"
+
+
+# -- custom autograd.Function ----------------------------------------------------------------
+class TenfoldBackward(torch.autograd.Function):
+    """A forward with a backward of its own that autograd of the forward would not give."""
+
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return x * scale, x.exp()
+
+    @staticmethod
+    def backward(ctx, grad_scaled, grad_exp):
+        (x,) = ctx.saved_tensors
+        return grad_scaled * ctx.scale * 10 + grad_exp * x.exp(), None
+
+
+class BumpInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.add_(1)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _through_custom_function(x):
+    scaled, exped = TenfoldBackward.apply(x * 2, 3.0)
+    return (scaled + exped).sum()
+
+
+def test_a_custom_autograd_function_is_one_call_with_its_own_backward():
+    # (its apply was inlined and broke the graph twice; kept whole, the backward must still
+    # be the Function's own — tracing into its forward gave autograd's gradient of x * scale)
+    x = torch.randn(5, requires_grad=True)
+    expected = x.detach().clone().requires_grad_()
+    _through_custom_function(expected).backward()
+    compiled = ember.compile(_through_custom_function)
+    loss = compiled(x)
+    loss.backward()
+    same(loss.detach(), _through_custom_function(expected.detach()))
+    same(x.grad, expected.grad)
+    assert ember.explain(_through_custom_function)(x).graph_count == 1
+    with torch.no_grad():
+        same(compiled(x), _through_custom_function(x))
+
+
+def test_a_custom_function_that_writes_its_input_runs_outside_the_graph():
+    def fn(x):
+        y = x * 2
+        BumpInPlace.apply(y)
+        return y + 1
+
+    x = torch.randn(4)
+    same(ember.compile(fn)(x.clone()), fn(x.clone()))
+    report = ember.explain(fn)(x)
+    assert (report.graph_count, report.graph_break_count) == (2, 1)
+    assert "mark_dirty" in str(report.break_reasons[0])

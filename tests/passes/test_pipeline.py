@@ -18,8 +18,8 @@ def test_passes_run_in_order_and_dump_their_ir(tmp_path):
     names = sorted(p.name for p in tmp_path.iterdir())
     assert names == [f"ir_{i:02d}_{p.__name__}.txt" for i, p in enumerate(PASSES, start=1)]
     assert [p.__name__ for p in PASSES] == ["fold_constants", "simplify_algebra",
-                                            "convolution_biases", "whole_biased_matmuls", "transposed_weights",
-                                            "aligned_matmuls",
+                                            "convolution_biases", "whole_biased_matmuls",
+                                            "transposed_weights", "aligned_matmuls",
                                             "eliminate_common_subexpressions",
                                             "eliminate_dead_code"]
     assert str(graph) == """\

@@ -62,3 +62,40 @@ def test_a_worker_compiles_into_the_cache_this_process_reads():
     assert good_done and not bad_done
     assert "power of 2" in why or "arange" in why, why
     assert found["before"] == found["after"] >= 1  # (the good kernel's entry, found again)
+
+
+WARM_SCRIPT = textwrap.dedent('''
+    import json, os, tempfile
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp()
+    from ember.runtime import triton_launch, triton_pool
+
+    module = triton_launch.load_module(
+        "import triton\\nimport triton.language as tl\\n\\n\\n@triton.jit\\n"
+        "def good(p, q):\\n"
+        "    x = tl.program_id(0) * 1024 + tl.arange(0, 1024)\\n"
+        "    tl.store(q + x, tl.load(p + x) * 3 + 1)\\n")
+    pool = triton_pool.CompilePool(2, True, ("cuda", 90, 32))
+    reply = pool.submit(module.__file__, "good", {"p": "*fp32", "q": "*fp32"}, {},
+                        {"num_warps": 4}, ("cuda", 90, 32)).result()
+    pool.close()
+    cache = os.environ["TRITON_CACHE_DIR"]
+    names = [name for _, _, files in os.walk(cache) for name in files]
+    print(json.dumps({"reply": reply, "names": names}))
+''')
+
+
+def test_workers_warm_up_for_the_gpu_in_a_cache_of_their_own():
+    # (each worker's first compile pays Triton's one-time costs: paid at start, for the
+    # graph's GPU, while the graph is captured and lowered; the user's cache gets nothing)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["EMBER_LOGS"] = "perf"
+    run = subprocess.run([sys.executable, "-c", WARM_SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["reply"][0] is True
+    warmed = [line for line in run.stderr.splitlines() if "warmed up in" in line]
+    assert sorted(line.split(":")[0] for line in warmed) == [
+        "[ember.perf] Triton worker 0", "[ember.perf] Triton worker 1"], run.stderr[-2000:]
+    assert any(name.startswith("good.") for name in found["names"])
+    assert not any(name.startswith("warm.") for name in found["names"]), found["names"]

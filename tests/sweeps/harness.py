@@ -316,7 +316,7 @@ class _Grab(logging.Handler):
         super().__init__(logging.INFO)
         self.records = []
         self.eager = []
-        self.recompiles = []  # info: "recompiling f: <the guard that failed>"
+        self.recompiles = []  # info: "f (...) is compiled again: ... because <guard>."
 
     def emit(self, record):
         text = f"{record.name}: {record.getMessage()}"
@@ -324,8 +324,8 @@ class _Grab(logging.Handler):
             self.records.append(text)
         elif "runs eagerly" in text:
             self.eager.append(text)
-        elif "recompiling" in text:
-            self.recompiles.append(text.split(": ", 2)[-1])
+        elif "is compiled again" in text:
+            self.recompiles.append(text.split(" because ", 1)[-1].rstrip("."))
 
 
 def run_case(make, layout=False):

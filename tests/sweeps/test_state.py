@@ -1517,7 +1517,6 @@ PARTLY: dict = {
     "global_module_forward_hook_registered_between_calls": (
         "RECOMP", "a global hook registered between calls recompiles the module's callers"),
     "batch_size_varies_every_call_past_limit": ("FALLBACK", STATIC_SHAPES),
-    "sequence_length_varies_every_call": ("RECOMP", STATIC_SHAPES),
     "one_compiled_function_many_fresh_instances": (
         "FALLBACK", "guards on the module object: a fresh instance per call recompiles"),
     "set_attr_membership_changed_between_calls": (
