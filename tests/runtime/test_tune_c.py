@@ -5,7 +5,7 @@ the choice is what the timings say."""
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, make
+from helpers import DEVICE, check, make
 from tuning_helpers import tuned, winning
 
 from ember import config, tuning
@@ -14,6 +14,8 @@ from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.runtime import tune_c
 from ember.schedule.fuse import schedule
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="C kernels run on the CPU")
 
 
 @pytest.fixture(autouse=True)

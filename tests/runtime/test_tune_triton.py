@@ -1,14 +1,15 @@
 """ember/runtime/tune_triton.py and ember/codegen/triton_candidates.py under Triton's
-interpreter (tests/conftest.py): every candidate tile of every kind of kernel — pointwise,
-persistent, looped, split and column reductions, a matmul with its epilogue — built into the
-graph gives eager's answer. Timings are mocked (the interpreter's mean nothing)."""
+interpreter (tests/conftest.py), or compiled under EMBER_TEST_DEVICE=cuda: every candidate
+tile of every kind of kernel — pointwise, persistent, looped, split and column reductions, a
+matmul with its epilogue — built into the graph gives eager's answer. Timings are mocked
+(the interpreter's mean nothing)."""
 
 import os
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, make
+from helpers import DEVICE, check, make
 from tuning_helpers import tuned, winning
 
 from ember import config, tuning
@@ -16,8 +17,10 @@ from ember.codegen import triton_tiling
 from ember.codegen.triton_candidates import label
 
 pytest.importorskip("triton")
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="these tests run kernels through Triton's interpreter")
+# (on a GPU, EMBER_TEST_DEVICE=cuda: the candidates compiled, each checked the same way)
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1" and DEVICE != "cuda",
+                                reason="these tests run kernels through Triton's interpreter "
+                                       "or on a GPU")
 
 
 @pytest.fixture(autouse=True)
