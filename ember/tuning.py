@@ -34,6 +34,10 @@ DEFAULT = "default"
 MARGIN = 0.05
 SAMPLES = 5            # timed samples per candidate, interleaved; the median is kept
 SAMPLE_SECONDS = 2e-4  # each sample repeats the kernel until it lasts about this long
+# NOTE: a pause before each sample. OpenMP's worker threads spin for a while after a parallel
+# region ends: a serial candidate timed right after a parallel one shared its cores with them
+# (measured on this 2-core machine: ~20 ms for a 16K-element tanh kernel against ~8 us).
+SETTLE_SECONDS = 1e-3
 
 # What this process's tuners did (tests count with it): kernels tuned by timing, candidate
 # measurements made, choices read back from the disk cache, candidates dropped as wrong.
@@ -157,6 +161,7 @@ def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None]
     try:
         for _ in range(samples):
             for label, run in runs.items():
+                time.sleep(SETTLE_SECONDS)
                 start = time.perf_counter()
                 for _ in range(repeats[label]):
                     run()
