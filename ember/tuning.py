@@ -150,6 +150,7 @@ def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None]
     in turn within each round (a burst of other work then slows them all alike)."""
     repeats = {}
     for label, run in runs.items():
+        time.sleep(SETTLE_SECONDS)
         start = time.perf_counter()
         run()
         synchronize()
