@@ -34,10 +34,12 @@ DEFAULT = "default"
 MARGIN = 0.05
 SAMPLES = 5            # timed samples per candidate, interleaved; the median is kept
 SAMPLE_SECONDS = 2e-4  # each sample repeats the kernel until it lasts about this long
-# NOTE: a pause before each sample. OpenMP's worker threads spin for a while after a parallel
-# region ends: a serial candidate timed right after a parallel one shared its cores with them
-# (measured on this 2-core machine: ~20 ms for a 16K-element tanh kernel against ~8 us).
+# NOTE: OpenMP's worker threads spin for up to ~20 ms after a parallel region ends: a serial
+# candidate timed right after a parallel one shares its cores with them (on this 2-core
+# machine: ~20 ms for a 16K-element tanh kernel instead of ~8 us). So parallel candidates are
+# timed after the others (`apart`), and each sample starts after a short pause.
 SETTLE_SECONDS = 1e-3
+SPIN_SECONDS = 0.02  # how long libgomp's workers spin at most (GOMP_SPINCOUNT's default)
 
 # What this process's tuners did (tests count with it): kernels tuned by timing, candidate
 # measurements made, choices read back from the disk cache, candidates dropped as wrong.
@@ -71,13 +73,15 @@ def key(*parts: str) -> str:
 def choose(graph: str, kernel: str, what: str, entry_key: str,
            candidates: dict[str, Callable[[], Callable[[], None]]],
            synchronize: Callable[[], None] = lambda: None, samples: int = SAMPLES,
-           margins: dict[str, float] | None = None) -> str:
+           margins: dict[str, float] | None = None,
+           apart: frozenset[str] = frozenset()) -> str:
     """The label to build `kernel` with. `candidates`: label -> a function that prepares the
     candidate (its inputs, checked against the default's result) and returns its run, or
     raises Disagrees; the DEFAULT label comes first. Read from the disk cache under
     `entry_key` when an earlier process tuned it; else timed (`samples` per candidate) and
     recorded there. `margins`: what a candidate must gain over the default to replace it,
-    where that is more than MARGIN (a cost its own timing cannot see)."""
+    where that is more than MARGIN (a cost its own timing cannot see); `apart`: candidates
+    timed after all the others (those that leave threads spinning: see `measure`)."""
     recorded = _read(entry_key)
     if recorded in candidates:
         counts["recorded"] += 1
@@ -94,7 +98,7 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
             counts["disagreed"] += 1
             dropped.append(f"{label} ({error})")
     with _timing:  # (a training graph's forward and backward are compiled side by side)
-        seconds = measure(runs, synchronize, samples)
+        seconds = measure(runs, synchronize, samples, apart)
     counts["tuned"] += 1
     choice = fastest(seconds, margins)
     history.append(Tuned(graph, kernel, choice, seconds, False))
@@ -145,14 +149,20 @@ def fastest(seconds: dict[str, float], margins: dict[str, float] | None = None) 
 
 
 def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None],
-            samples: int = SAMPLES) -> dict[str, float]:
+            samples: int = SAMPLES, apart: frozenset[str] = frozenset()) -> dict[str, float]:
     """Median seconds per run of each candidate: `samples` samples each, the candidates taken
-    in turn within each round (a burst of other work then slows them all alike)."""
+    in turn within each round (a burst of other work then slows them all alike). Those in
+    `apart` (OpenMP-parallel ones, whose worker threads go on spinning for milliseconds after
+    each region) have their rounds after the others' are done."""
+    order = [label for label in runs if label not in apart] + \
+        [label for label in runs if label in apart]
+    if apart:  # (the checks just ran the parallel candidates: let their threads go to sleep)
+        time.sleep(SPIN_SECONDS)
     repeats = {}
-    for label, run in runs.items():
+    for label in order:
         time.sleep(SETTLE_SECONDS)
         start = time.perf_counter()
-        run()
+        runs[label]()
         synchronize()
         once = max(time.perf_counter() - start, 1e-7)
         repeats[label] = max(1, min(1000, int(SAMPLE_SECONDS / once)))
@@ -160,14 +170,16 @@ def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None]
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for _ in range(samples):
-            for label, run in runs.items():
-                time.sleep(SETTLE_SECONDS)
-                start = time.perf_counter()
-                for _ in range(repeats[label]):
-                    run()
-                synchronize()
-                found[label].append((time.perf_counter() - start) / repeats[label])
+        for group in ([label for label in order if label not in apart],
+                      [label for label in order if label in apart]):
+            for _ in range(samples if group else 0):
+                for label in group:
+                    time.sleep(SETTLE_SECONDS)
+                    start = time.perf_counter()
+                    for _ in range(repeats[label]):
+                        runs[label]()
+                    synchronize()
+                    found[label].append((time.perf_counter() - start) / repeats[label])
     finally:
         if collecting:
             gc.enable()

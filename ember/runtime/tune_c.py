@@ -96,7 +96,9 @@ def choose(plan: Plan, label: str) -> dict[str, CTuning]:
                    "omp parallel" not in default.text}
         choice = tuning.choose(label, kernel.name, what, key,
                                {name: functools.partial(runs.prepare, name) for name in sources},
-                               margins=margins)
+                               margins=margins, apart=frozenset(
+                                   name for name, (source, _) in sources.items()
+                                   if "omp parallel" in source.text))
         if choice != tuning.DEFAULT:
             chosen[kernel.name] = sources[choice][1]
     return chosen
