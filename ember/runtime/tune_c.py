@@ -45,8 +45,11 @@ def candidates(kernel: Kernel, plan: Plan) -> dict[str, CTuning | None]:
     first.write()
     found: dict[str, CTuning | None] = {tuning.DEFAULT: None}
     count = cores()
+    # (whether the default runs in parallel is the second writing's decision: it weighs the
+    # costly calls the first one counted)
+    parallel = "omp parallel" in write_kernel(kernel, plan).text
     # (those the default does not already run: serial, or parallel on every core)
-    others = {1, count // 2} - {count} if first.parallel else {count // 2, count} - {0, 1}
+    others = {1, count // 2} - {count} if parallel else {count // 2, count} - {0, 1}
     for threads in sorted(others):
         found["serial" if threads == 1 else f"threads={threads}"] = CTuning(threads=threads)
     if plan_groups(first)[2] is not None:

@@ -89,6 +89,15 @@ def test_thread_candidates_set_the_parallel_pragmas():
     assert write_kernel(kernel, small, CTuning(threads=4)).text.count("num_threads(4)") == 1
 
 
+def test_a_kernel_made_parallel_by_its_costly_calls_is_offered_fewer_threads():
+    """64x256 tanh: under the threshold by its elements, over it by its tanh calls' weight
+    (the second writing's decision, which the candidates follow)."""
+    plan = plan_of(lambda x, b: torch.tanh(x + b), make(64, 256), make(256))
+    (kernel,) = plan.kernels
+    assert "omp parallel" in write_kernel(kernel, plan).text
+    assert list(tune_c.candidates(kernel, plan)) == ["default", "serial", "threads=2"]
+
+
 def test_column_candidates_change_the_block_width():
     plan = plan_of(lambda x: x.sum(0), make(300, 2000))
     (kernel,) = plan.kernels
