@@ -514,6 +514,8 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]
     if device_index is None:
+        logs.channel("kernels").info("%s: %d Triton kernels, interpreted (%s)", label,
+                                     len(kernels), module.__name__)
         launches = triton_launch.interpreted_kernels(module, kernels)
         return sources, {k.name: f for k, f in zip(kernels, launches)}, None
     inputs = set(plan.inputs)
