@@ -175,6 +175,12 @@ def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristi
     chunk, and combine the chunks' partial results in a second pass."""
     programs = -(-guess(writer.xnumel) // tiling.xblock)
     rnumel = guess(writer.rnumel)
+    if isinstance(writer.rnumel, Size) and writer.rnumel.bounds()[1] >= \
+            heuristics.split_min_row * heuristics.split_max_parts:
+        # a row of symbolic length may be as long as any: with too few programs it is split
+        # whatever its guess (a short row's extra chunks are empty: a launch and a few
+        # masked loads), else one program would walk a long one alone
+        rnumel = max(rnumel, heuristics.split_min_row * heuristics.split_max_parts)
     if rnumel * tiling.xblock < heuristics.split_min_row or \
             programs >= heuristics.split_target_programs:
         return tiling
