@@ -23,6 +23,7 @@ import math
 import torch
 
 from ember.codegen.text import Scope
+from ember.codegen.triton_indexing import IndexingWriting
 from ember.codegen.triton_matmul import MatmulWriting
 from ember.codegen.triton_reductions import ReductionWriting, Workspace, render
 from ember.codegen.triton_rules import (
@@ -38,9 +39,9 @@ from ember.codegen.triton_sizes import SYMBOL, ceil_div, grid_product, size_type
 from ember.codegen.triton_tiling import Tiling, choose_tiling, divides
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
+from ember.schedule.expr import ZERO, Expr, Var, unravel
 from ember.schedule.fuse import store_index
-from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
+from ember.schedule.indexing import Index, index_rules
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 # Ops whose Triton form takes Python constants as operands as they are (operators, where).
@@ -99,7 +100,7 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
 
 
-class TritonKernelWriter(ReductionWriting, MatmulWriting):
+class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
                  workspaces: dict | None = None, dependent_launch: bool = False,
                  wide: bool = False):
@@ -303,82 +304,6 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
         if node.op in (Op.TAKE, Op.GATHER):
             return self.take(node, index, scope)
         raise AssertionError(f"{node!r} ({node.op.value}) has no buffer in {self.kernel.name}")
-
-    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
-        low, high = expr.bounds()
-        if 0 <= low and high <= size - 1:
-            return expr
-        name = self.fresh("t")
-        self.emit(scope, f"{name} = tl.minimum(tl.maximum({render(expr)}, 0), {size - 1})")
-        self.defined_at[name] = scope
-        self.deps[name] = self.index_deps([expr])
-        return Expr.of(Opaque(name, 0, size - 1))
-
-    def pad(self, node: Node, index: Index, scope: Scope) -> str:
-        source_index, checks = pad_source(node, index)
-        if not checks:
-            return self.value(node.inputs[0], source_index, scope)
-        conditions = []
-        clamped = list(source_index)
-        sizes = node.inputs[0].shape
-        for relative, size, step in checks:
-            text = render(relative)
-            conditions.append(f"({text} >= 0) & ({text} < {size * step})")
-            if step > 1:
-                conditions.append(f"({text} % {step} == 0)")
-        for d, size in enumerate(sizes):
-            clamped[d] = self.clamp(source_index[d], size, scope) if size else source_index[d]
-        inner = self.value(node.inputs[0], tuple(clamped), scope)
-        padding = literal(node.attrs["value"], node.dtype)
-        condition = " & ".join(f"({c})" for c in conditions)
-        deps = self.deps_of(inner) | self.index_deps(index)
-        return self.define(scope, f"tl.where({condition}, {inner}, {padding})", deps)
-
-    def cat(self, node: Node, index: Index, scope: Scope) -> str:
-        dim = node.attrs["dim"]
-        choices = []
-        for source, local, _first, end in cat_pieces_reached(node, index):
-            local = list(local)
-            local[dim] = self.clamp(local[dim], source.shape[dim], scope)
-            choices.append((self.value(source, tuple(local), scope), end))
-        expression = choices[-1][0]
-        position = render(index[dim])
-        for value, end in reversed(choices[:-1]):
-            expression = f"tl.where({position} < {end}, {value}, {expression})"
-        deps = self.deps_of(*(value for value, _ in choices)) | self.index_deps([index[dim]])
-        return self.define(scope, expression, deps)
-
-    def take(self, node: Node, index: Index, scope: Scope) -> str:
-        x, selector = node.inputs
-        dim = node.attrs["dim"]
-        size = x.shape[dim]
-        if node.op is Op.TAKE:
-            index_at, _ = take_source(node, index, ZERO)
-        else:
-            index_at = index
-        raw = self.value(selector, index_at, scope)
-        deps = self.deps_of(raw)
-        itype = "tl.int64" if self.tiling and self.tiling.int64 else "tl.int32"
-        name = self.fresh("t")
-        self.emit(scope, f"{name} = {raw}.to(tl.int64)")
-        if node.op is Op.TAKE and node.attrs["wrap"]:
-            self.emit(scope, f"{name} = tl.where({name} < 0, {name} + {size}, {name})")
-        self.uses_checks = True
-        mask = self.mask_for(index_at)
-        condition = f"({name} >= 0) & ({name} < {size})"
-        mask_argument = f", mask={mask}" if mask else ""
-        self.emit(scope, f'tl.device_assert({condition}, "index out of range in ember kernel '
-                         f'{self.kernel.name}"{mask_argument})')
-        self.emit(scope, f"{name} = tl.minimum(tl.maximum({name}, 0), {max(size - 1, 0)})"
-                         f".to({itype})")
-        self.defined_at[name] = scope
-        self.deps[name] = deps
-        selected = Expr.of(Opaque(name, 0, max(size - 1, 0)))
-        if node.op is Op.TAKE:
-            _, x_at = take_source(node, index, selected)
-        else:
-            x_at = index[:dim] + (selected,) + index[dim + 1:]
-        return self.value(x, x_at, scope)
 
     def memory_order(self) -> list[int]:
         """The kernel's outer dims, outermost first, in the order its stored buffer lays
