@@ -444,8 +444,6 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         return wrapper
 
     # misaligned inputs take a build that does not assume 16-byte alignment (made on demand)
-    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None),
-                                           f"<ember wrapper {label} (misaligned inputs)>"))
     wide = None
     if chosen == "triton" and plan.graph.symbols:
         def wide_build() -> Callable:
@@ -455,6 +453,9 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                                  f"<ember wrapper {label} (int64 indices)>")
 
         wide = _Lazy(wide_build)
+    # (the misaligned build checks the reach too: its kernels index in int32 as well)
+    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
+                                           f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback, wide) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
