@@ -59,10 +59,11 @@ def index_reach(plan, launches) -> Dim:
     Symbolic when the graph's sizes are; the wrapper compares it with INT32_SAFE per call
     (a sum, one comparison: conservative, since each part alone must fit)."""
     total: Dim = 0
-    for buffer in plan.buffers:
-        root = buffer.root()
-        if root is not buffer or not buffer.shape:
+    seen: set[int] = set()
+    for buffer in [*plan.inputs, *plan.outputs, *plan.buffers]:
+        if buffer.root() is not buffer or not buffer.shape or id(buffer) in seen:
             continue
+        seen.add(id(buffer))
         if buffer.strides is None:  # (a library result laid out by the call)
             total = total + math.prod(buffer.shape)
         else:

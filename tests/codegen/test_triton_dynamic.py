@@ -210,3 +210,63 @@ def test_calls_whose_offsets_may_pass_int32_run_the_int64_build(builds, monkeypa
     assert "int64" not in Path(narrow.__file__).read_text()
     assert "tl.program_id(0).to(tl.int64)" in Path(wide.__file__).read_text()
     assert "s0: i64" in Path(wide.__file__).read_text()
+
+
+# -- the GPU's launch path, without a GPU ---------------------------------------------------
+class _Launcher:
+    """Stands in for a compiled kernel's C launcher: records each launch."""
+
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid = launch_pdl = False
+
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, gx, gy, gz, stream, *rest):
+        self.calls.append(((gx, gy, gz), rest[-3:]))
+
+
+def test_compiled_kernels_are_launched_on_grids_computed_per_call():
+    # the wrapper a CUDA graph gets, run on CPU tensors with the launcher stood in for
+    from types import SimpleNamespace
+
+    from ember.runtime.compiled import make_function
+    from ember.runtime.triton_launch import DeviceLaunch
+
+    found = []
+
+    def keep(gm, example_inputs):
+        found.append((gm, example_inputs))
+        return gm.forward
+
+    keep.serves_any_shape = True
+    x = t(4, 6)
+    ember.mark_dynamic(x, 0)
+    ember.compile(s1, backend=keep)(x)
+    lowered = trace(*found[0], symbolic=True)
+    plan = schedule(run_passes(lowered.graph))
+    _, launches = write_module(plan)
+    launcher = _Launcher()
+    compiled = SimpleNamespace(run=launcher, function=None, packed_metadata=None)
+    functions = {k.name: DeviceLaunch(compiled, k.grid) for ls in launches for k in ls.kernels}
+    source = wrapper.write_wrapper(plan, lowered.outputs, lowered.output_tree,
+                                   {launch.name: launch for launch in launches}, functions,
+                                   torch.device("cuda", 0), checked=False,
+                                   check_alignment=False, check_reach=True)
+    # (the reach: the input's and the output's spans, and the iteration space)
+    assert "if 18*s0 >= 1073741824: return wide(args)" in source.text, source.text
+    source.namespace.update(current_stream=lambda index: 7, current_device=lambda: 0,
+                            plain_empty=lambda size, stride, dtype: torch.empty_strided(
+                                size, stride, dtype=dtype),
+                            wide=lambda args: "wide")
+    call = make_function(source, "<test wrapper>")
+    for rows in (5, 1000):
+        x = t(rows, 6)
+        (out,) = call([x])
+        assert out.shape == (rows, 6)
+        grid, arguments = launcher.calls[-1]
+        assert grid == (-(-6 * rows // 1024), 1, 1) and arguments[-1] == rows
+        assert arguments[0] is x
+    # (sizes whose offsets may pass int32: the int64 build; an expanded row costs no memory)
+    assert call([torch.zeros(1, 6).expand(2 ** 30 // 18 + 1, 6)]) == "wide"
+    assert len(launcher.calls) == 2
