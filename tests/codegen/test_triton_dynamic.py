@@ -7,6 +7,7 @@ exact counts of builds (one Triton module per compile, said on EMBER_LOGS=kernel
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -270,3 +271,61 @@ def test_compiled_kernels_are_launched_on_grids_computed_per_call():
     # (sizes whose offsets may pass int32: the int64 build; an expanded row costs no memory)
     assert call([torch.zeros(1, 6).expand(2 ** 30 // 18 + 1, 6)]) == "wide"
     assert len(launcher.calls) == 2
+
+
+# -- the compiler, not only the interpreter --------------------------------------------------
+COMPILE_SCRIPT = r'''
+import json, torch, triton, ember
+from torch import nn
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from ember import config
+from ember.codegen.triton import write_module
+from ember.lower import trace
+from ember.passes.pipeline import run_passes
+from ember.runtime import triton_launch
+from ember.schedule.fuse import schedule
+
+cases = [(lambda x: 0.5 * x * (1 + torch.tanh(x)), torch.randn(4, 6)),
+         (lambda x: (x.mean(0), x.var(0), x.argmax(0)), torch.randn(5, 40)),
+         (lambda x: torch.softmax(x, 0), torch.randn(40))]
+compiled = []
+for wide in (False, True):
+    for fn, x in cases:
+        found = []
+        def keep(gm, example_inputs):
+            found.append((gm, example_inputs))
+            return gm.forward
+        keep.serves_any_shape = True
+        ember.mark_dynamic(x, 0)
+        ember.compile(fn, backend=keep)(x)
+        with config.override(backend="triton"):
+            lowered = trace(*found[0], symbolic=True)
+            text, launches = write_module(schedule(run_passes(lowered.graph)), wide=wide)
+        module = triton_launch.load_module(text)
+        for kernel in (k for launch in launches for k in launch.kernels):
+            source = ASTSource(getattr(module, kernel.name), kernel.signature, {}, {})
+            binary = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                                    options={"num_warps": kernel.num_warps})
+            compiled.append([kernel.name, sorted(kernel.signature.items()),
+                             len(binary.asm["cubin"])])
+print(json.dumps(compiled))
+'''
+
+
+def test_symbolic_kernels_compile_for_the_gpu():
+    # Triton's compiler (no GPU needed up to the cubin) on what the interpreter runs above:
+    # run-time scalars as loop bounds, chunk lengths and fill values, i32 and i64 sizes
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], capture_output=True,
+                         text=True, env=env, timeout=600)
+    if "nvidia" in run.stderr and "No such file" in run.stderr:
+        pytest.skip("this Triton has no CUDA backend")
+    assert run.returncode == 0, run.stderr[-3000:]
+    compiled = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(compiled) == 2 * (1 + 3 + 3)  # (the splits: two stages and the finish)
+    assert all(size > 0 for _, _, size in compiled)
+    signatures = [dict(signature) for _, signature, _ in compiled]
+    assert [s["s0"] for s in signatures] == ["i32"] * 7 + ["i64"] * 7
