@@ -87,7 +87,7 @@ TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
     ("swin_tiny_patch4_window7_224", dict(img_size=56)), ("levit_128s", dict(img_size=IMAGE)),
     ("mixer_s32_224", dict(img_size=IMAGE)), ("poolformer_s12", {}),
     ("cait_xxs24_224", dict(img_size=IMAGE, depth=2)), ("coat_lite_tiny", dict(img_size=IMAGE)),
-    ("maxvit_nano_rw_256", dict(img_size=64)), ("efficientformer_l1", {}),
+    ("maxvit_nano_rw_256", dict(img_size=64)), ("hrnet_w18_small", {}),
     ("mobilevit_xxs", dict(img_size=64)), ("repvgg_a0", {}), ("dla34", {}),
 )
 
