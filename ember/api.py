@@ -467,8 +467,8 @@ class CompiledFunction:
 
     def _serves_any_shape(self) -> bool:
         """Does the backend compile a symbolic graph once for every shape (so that automatic
-        dynamic pays)? ember's own does for what its C backend serves symbolically (issue 18,
-        stage 2): see _automatic."""
+        dynamic pays)? ember's own does for what its C and Triton backends serve symbolically
+        (issue 18, stages 2 and 4): see _automatic."""
         return getattr(self.backend, "serves_any_shape", False)
 
     def _automatic(self, arguments: dict[str, Any]) -> bool:

@@ -425,13 +425,17 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     sources, functions, misaligned = make(plan, label, dump)
     clock("kernels")
 
-    def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None):
-        wrapper = write_wrapper(plan, outputs, output_tree, sources, functions,
-                                device, checked, check_alignment=fallback is not None)
+    def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None,
+             wide: Callable | None = None, kernels: dict[str, Any] = sources):
+        wrapper = write_wrapper(plan, outputs, output_tree, kernels, functions,
+                                device, checked, check_alignment=fallback is not None,
+                                check_reach=wide is not None)
         wrapper.namespace["misaligned"] = fallback
+        wrapper.namespace["wide"] = wide
         for position, tensor in enumerate(extras, start=len(tensor_positions)):
             wrapper.namespace[f"extra{position}"] = tensor
-        if extras and fallback is not None:  # (the fallback is given args with the extras)
+        if extras and (fallback is not None or wide is not None):
+            # (the fallbacks are given args with the extras)
             wrapper.text = wrapper.text.replace(
                 "def call(args):\n",
                 "def call(args):\n    args = (*args, "
@@ -441,9 +445,19 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         return wrapper
 
     # misaligned inputs take a build that does not assume 16-byte alignment (made on demand)
-    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None),
+    wide = None
+    if chosen == "triton" and plan.graph.symbols:
+        def wide_build() -> Callable:
+            """Calls whose sizes take an offset past int32 run kernels with int64 indices."""
+            wide_sources, wide_functions, _ = _triton_kernels(plan, label, dump, wide=True)
+            return make_function(wrap(wide_functions, False, None, None, wide_sources),
+                                 f"<ember wrapper {label} (int64 indices)>")
+
+        wide = _Lazy(wide_build)
+    # (the misaligned build checks the reach too: its kernels index in int32 as well)
+    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
                                            f"<ember wrapper {label} (misaligned inputs)>"))
-    wrappers = [wrap(functions, checked, fallback) for checked in (True, False)]
+    wrappers = [wrap(functions, checked, fallback, wide) for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
     clock("wrapper")
@@ -482,9 +496,11 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     return {k.name: k for k in kernels}, functions, None
 
 
-def _triton_kernels(plan: Plan, label: str, dump: Any):
-    """One Triton module for the plan; its kernels compiled for the GPU (or interpreted)."""
-    fused = config.settings.matmul_epilogue and \
+def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
+    """One Triton module for the plan; its kernels compiled for the GPU (or interpreted).
+    `wide`: a symbolic plan's build with int64 indices (made on the first call that needs
+    it: its inputs' alignment is not assumed either)."""
+    fused = not wide and config.settings.matmul_epilogue and \
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
         logs.dump(dump, "schedule_fused.txt", plan.describe)
@@ -497,13 +513,15 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
         triton_launch.dependent_launch_supported(device_index)
     tilings = tuning.guarded(label, tune_triton.choose, plan, label, device_index,
                              dependent) if config.settings.max_autotune else None
-    text, launches = write_module(plan, dependent, tilings)
-    logs.dump(dump, "kernels.py", text)
-    logs.show_code(label, "Triton kernels", text)
+    text, launches = write_module(plan, dependent, wide, tilings)
+    logs.dump(dump, "kernels_int64.py" if wide else "kernels.py", text)
+    logs.show_code(label, "Triton kernels" + (" (int64 indices)" if wide else ""), text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]
     if device_index is None:
+        logs.channel("kernels").info("%s: %d Triton kernels, interpreted (%s)", label,
+                                     len(kernels), module.__name__)
         launches = triton_launch.interpreted_kernels(module, kernels)
         return sources, {k.name: f for k, f in zip(kernels, launches)}, None
     inputs = set(plan.inputs)
@@ -517,6 +535,8 @@ def _triton_kernels(plan: Plan, label: str, dump: Any):
                                      time.perf_counter() - start)
         return {k.name: f for k, f in zip(kernels, launches)}
 
+    if wide:
+        return sources, compiled(False), None
     return sources, compiled(True), lambda: compiled(False)
 
 

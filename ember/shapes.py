@@ -1,5 +1,5 @@
-"""Graphs whose sizes are symbols: one compile for the family of shapes where ember's C backend
-serves it (issue 18, stage 2: pointwise and reduction kernels with symbolic extents), else a
+"""Graphs whose sizes are symbols: one compile for the family of shapes where ember's C or
+Triton backend serves it (issue 18, stages 2 and 4: kernels with symbolic extents), else a
 compile per concrete shape (`ShapeSpecialized`), never a wrong answer.
 
 `for_every_shape` is what ember's backend does with a symbolic graph (from ember's capture or
@@ -36,13 +36,15 @@ def for_every_shape(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
 
 def automatic(backend: Callable, tensors: list[torch.Tensor]) -> bool:
     """Under dynamic=None, does a recompile for `backend` make the changed sizes symbols?
-    For ember's own while its tensors go to the C backend: on Triton kernels are per shape
-    until stage 4, so a symbolic capture would cost more and save no build. (A backend that
-    serves any shape is asked by the caller.)"""
+    For ember's own while its tensors go to a backend whose kernels take sizes as arguments
+    (C, Triton; not the IR interpreter). (A backend that serves any shape is asked by the
+    caller.)"""
     from ember import backends
 
-    return backend is backends.backend and {t.device.type for t in tensors} <= {"cpu"} and \
-        backends.kernel_backend("cpu") == "c"
+    devices = {t.device.type for t in tensors}
+    if backend is not backends.backend or not devices <= {"cpu", "cuda"} or len(devices) > 1:
+        return False
+    return backends.kernel_backend(devices.pop() if devices else "cpu") in ("c", "triton")
 
 
 def for_a_capture(gm: torch.fx.GraphModule, example_inputs: list[Any], backend: Callable,
@@ -66,9 +68,8 @@ def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str 
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     device = tensors[0].device.type if tensors else "cpu"
     chosen = backends.kernel_backend(device)
-    if chosen != "c":
-        return f"symbolic sizes reach the C backend only (this graph: {chosen}; issue 18, " \
-               f"stage 4)"
+    if chosen not in ("c", "triton"):
+        return f"symbolic sizes reach the C and Triton backends only (this graph: {chosen})"
     if backends._training(gm, example_inputs):
         return "training graphs with symbolic sizes (issue 18, stage 5)"
     if torch_internals.autocast_state() is not None or backends._autocast_regions(gm):

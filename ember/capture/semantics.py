@@ -467,8 +467,40 @@ def format_value(session: Session, value: Value, conversion: int, spec: str) -> 
 
 
 # -- truth and iteration -------------------------------------------------------------------
+_UNIFORM = (torch.rand, torch.rand_like)  # (values in [0, 1))
+_COMPARISONS = {operator.lt: "<", torch.lt: "<", operator.le: "<=", torch.le: "<=",
+                operator.gt: ">", torch.gt: ">", operator.ge: ">=", torch.ge: ">="}
+
+
+def _known_comparison(value: TensorValue) -> bool | None:
+    """The truth of `torch.rand(()) < c` where it is the same whatever was drawn: a uniform
+    draw lies in [0, 1), so `< 0.0` is never true (LayerDrop as transformers writes it,
+    `if torch.rand([]) < self.layerdrop: continue`, with the layerdrop of 0 most models
+    train with). The draw stays in the graph: the generator moves as in eager. None when
+    the answer depends on the draw."""
+    node = value.node
+    sign = _COMPARISONS.get(node.target) if node.op == "call_function" else None
+    if sign is None or len(node.args) != 2 or node.kwargs or value.fake.numel() != 1:
+        return None
+    drawn, bound = node.args
+    if not isinstance(drawn, torch.fx.Node) or drawn.op != "call_function" or \
+            drawn.target not in _UNIFORM or isinstance(bound, bool) or \
+            not isinstance(bound, (int, float)) or bound != bound:
+        return None
+    # x in [0, 1): each comparison's answer where it holds for every x
+    if sign == "<":
+        return True if bound >= 1 else False if bound <= 0 else None
+    if sign == "<=":
+        return True if bound >= 1 else False if bound < 0 else None
+    if sign == ">":
+        return True if bound < 0 else False if bound >= 1 else None
+    return True if bound <= 0 else False if bound >= 1 else None  # (>=)
+
 def truth(session: Session, value: Value) -> bool:
     if isinstance(value, TensorValue):
+        known = _known_comparison(value)
+        if known is not None:
+            return known
         raise Unsupported("a branch depends on a tensor's value (data-dependent control flow)",
                           "use torch.where(cond, a, b) to keep both sides in the graph")
     if isinstance(value, (SequenceValue, SetValue)):

@@ -127,7 +127,7 @@ class DynamicPolicy:
     dynamic: bool | None = None
     frame: FrameSizes = dataclasses.field(default_factory=FrameSizes)
     # dynamic=None: does a recompile make changed sizes symbols? Not where the backend builds
-    # kernels per concrete shape anyway (ember's own on Triton, or once a symbolic compile of
+    # kernels per concrete shape anyway (ember's IR interpreter, or once a symbolic compile of
     # the function fell back per shape: api._automatic): a symbolic capture would cost several
     # times a static one and save no kernel, and a decoding loop would build kernels for
     # shape after shape under each new capture (GPT-2 on the CPU: 17x eager's time per run).

@@ -23,6 +23,7 @@ import math
 import torch
 
 from ember.codegen.text import Scope
+from ember.codegen.triton_indexing import IndexingWriting
 from ember.codegen.triton_matmul import MatmulWriting
 from ember.codegen.triton_reductions import ReductionWriting, Workspace, render
 from ember.codegen.triton_rules import (
@@ -34,12 +35,13 @@ from ember.codegen.triton_rules import (
     store,
     triton_rules,
 )
-from ember.codegen.triton_tiling import Tiling, choose_tiling
+from ember.codegen.triton_sizes import SYMBOL, ceil_div, grid_product, size_type
+from ember.codegen.triton_tiling import Tiling, choose_tiling, divides
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
+from ember.schedule.expr import ZERO, Expr, Var, unravel
 from ember.schedule.fuse import store_index
-from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
+from ember.schedule.indexing import Index, index_rules
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Plan
 
 # Ops whose Triton form takes Python constants as operands as they are (operators, where).
@@ -55,12 +57,15 @@ class TritonKernel:
     text: str
     arguments: list[Buffer | Workspace]
     signature: dict[str, str]
-    grid: tuple[int, int, int]
+    # a symbolic graph's grid holds Python expressions over its symbols, computed per call
+    grid: tuple[int | str, int | str, int | str]
     num_warps: int
     checks: bool  # asserts that gathered indices are in range (compiled with debug on)
     num_stages: int = 1  # software pipelining of a loop's loads (a matmul's steps over k)
     # launched as a programmatic dependent launch (see write_module)
     dependent_launch: bool = False
+    # the graph's symbols the kernel takes after its pointers (plain ints: see size_type)
+    sizes: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -81,7 +86,7 @@ class KernelLaunches:
         return seen
 
     @property
-    def grid(self) -> tuple[int, int, int]:
+    def grid(self) -> tuple[int | str, int | str, int | str]:
         return self.kernels[-1].grid
 
 
@@ -95,10 +100,15 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
 
 
-class TritonKernelWriter(ReductionWriting, MatmulWriting):
+class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
-                 workspaces: dict | None = None, dependent_launch: bool = False):
+                 workspaces: dict | None = None, dependent_launch: bool = False,
+                 wide: bool = False):
         self.kernel = kernel
+        # a symbolic graph's int64 build: every index int64 (the wrapper runs it when a
+        # call's sizes take an offset past int32)
+        self.wide = wide
+        self.symbols = plan.graph.symbols
         self.dependent_launch = dependent_launch
         # a split reduction is written once per stage: stage k (1..) stores the partial
         # results of the reductions of level k; stage 0 finishes them all and stores
@@ -295,82 +305,6 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
             return self.take(node, index, scope)
         raise AssertionError(f"{node!r} ({node.op.value}) has no buffer in {self.kernel.name}")
 
-    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
-        low, high = expr.bounds()
-        if 0 <= low and high <= size - 1:
-            return expr
-        name = self.fresh("t")
-        self.emit(scope, f"{name} = tl.minimum(tl.maximum({render(expr)}, 0), {size - 1})")
-        self.defined_at[name] = scope
-        self.deps[name] = self.index_deps([expr])
-        return Expr.of(Opaque(name, 0, size - 1))
-
-    def pad(self, node: Node, index: Index, scope: Scope) -> str:
-        source_index, checks = pad_source(node, index)
-        if not checks:
-            return self.value(node.inputs[0], source_index, scope)
-        conditions = []
-        clamped = list(source_index)
-        sizes = node.inputs[0].shape
-        for relative, size, step in checks:
-            text = render(relative)
-            conditions.append(f"({text} >= 0) & ({text} < {size * step})")
-            if step > 1:
-                conditions.append(f"({text} % {step} == 0)")
-        for d, size in enumerate(sizes):
-            clamped[d] = self.clamp(source_index[d], size, scope) if size else source_index[d]
-        inner = self.value(node.inputs[0], tuple(clamped), scope)
-        padding = literal(node.attrs["value"], node.dtype)
-        condition = " & ".join(f"({c})" for c in conditions)
-        deps = self.deps_of(inner) | self.index_deps(index)
-        return self.define(scope, f"tl.where({condition}, {inner}, {padding})", deps)
-
-    def cat(self, node: Node, index: Index, scope: Scope) -> str:
-        dim = node.attrs["dim"]
-        choices = []
-        for source, local, _first, end in cat_pieces_reached(node, index):
-            local = list(local)
-            local[dim] = self.clamp(local[dim], source.shape[dim], scope)
-            choices.append((self.value(source, tuple(local), scope), end))
-        expression = choices[-1][0]
-        position = render(index[dim])
-        for value, end in reversed(choices[:-1]):
-            expression = f"tl.where({position} < {end}, {value}, {expression})"
-        deps = self.deps_of(*(value for value, _ in choices)) | self.index_deps([index[dim]])
-        return self.define(scope, expression, deps)
-
-    def take(self, node: Node, index: Index, scope: Scope) -> str:
-        x, selector = node.inputs
-        dim = node.attrs["dim"]
-        size = x.shape[dim]
-        if node.op is Op.TAKE:
-            index_at, _ = take_source(node, index, ZERO)
-        else:
-            index_at = index
-        raw = self.value(selector, index_at, scope)
-        deps = self.deps_of(raw)
-        itype = "tl.int64" if self.tiling and self.tiling.int64 else "tl.int32"
-        name = self.fresh("t")
-        self.emit(scope, f"{name} = {raw}.to(tl.int64)")
-        if node.op is Op.TAKE and node.attrs["wrap"]:
-            self.emit(scope, f"{name} = tl.where({name} < 0, {name} + {size}, {name})")
-        self.uses_checks = True
-        mask = self.mask_for(index_at)
-        condition = f"({name} >= 0) & ({name} < {size})"
-        mask_argument = f", mask={mask}" if mask else ""
-        self.emit(scope, f'tl.device_assert({condition}, "index out of range in ember kernel '
-                         f'{self.kernel.name}"{mask_argument})')
-        self.emit(scope, f"{name} = tl.minimum(tl.maximum({name}, 0), {max(size - 1, 0)})"
-                         f".to({itype})")
-        self.defined_at[name] = scope
-        self.deps[name] = deps
-        selected = Expr.of(Opaque(name, 0, max(size - 1, 0)))
-        if node.op is Op.TAKE:
-            _, x_at = take_source(node, index, selected)
-        else:
-            x_at = index[:dim] + (selected,) + index[dim + 1:]
-        return self.value(x, x_at, scope)
-
     def memory_order(self) -> list[int]:
         """The kernel's outer dims, outermost first, in the order its stored buffer lays
         them out: consecutive `x` then write consecutive addresses (a channels_last result
@@ -459,14 +393,19 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
             return
         if self.split:
             self.levels = self.reduction_levels()
-            self.emit(root, f"chunk = tl.program_id(1) * {tiling.chunk}")
+            if tiling.chunk_per_call:  # whole tiles per chunk, `parts` chunks cover the row
+                self.emit(root, f"chunk_length = (({self.rnumel} + {tiling.parts - 1}) // "
+                                f"{tiling.parts} + RBLOCK - 1) // RBLOCK * RBLOCK")
+                self.emit(root, "chunk = tl.program_id(1) * chunk_length")
+            else:
+                self.emit(root, f"chunk = tl.program_id(1) * {tiling.chunk}")
         pid = "tl.program_id(0).to(tl.int64)" if tiling.int64 else "tl.program_id(0)"
         if self.reduces:
             self.emit(root, f"x = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]")
         else:
             self.emit(root, f"x = {pid} * XBLOCK + tl.arange(0, XBLOCK)")
         self.deps["x"] = frozenset({"x"})
-        if self.xnumel % tiling.xblock:
+        if not divides(tiling.xblock, self.xnumel):
             self.masks["x"] = "xmask"
             self.emit(root, f"xmask = x < {self.xnumel}")
         if self.reduces and tiling.persistent:
@@ -474,7 +413,7 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
             self.emit(root, f"r = tl.arange(0, RBLOCK)[None, :]{rtype}")
             self.var_level["r"] = "r"
             self.defined_at["r"] = root
-            if self.rnumel % tiling.rblock:
+            if not divides(tiling.rblock, self.rnumel):
                 self.masks["r"] = "rmask"
                 self.emit(root, f"rmask = r < {self.rnumel}")
 
@@ -502,15 +441,20 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
         params = list(self.arguments.values())
         signature = {name: SIGNATURE_TYPES[buffer.dtype]
                      for buffer, name in self.arguments.items()}
+        sizes = self.sizes_used(root)
+        params += sizes
+        signature.update((name, size_type(self.wide)) for name in sizes)
         if self.matmul is not None:
             m, n = self.kernel.shape
-            grid = (-(-m // tiling.block_m) * -(-n // tiling.block_n), 1, 1)
+            grid = (grid_product(ceil_div(m, tiling.block_m), ceil_div(n, tiling.block_n)),
+                    1, 1)
         else:
-            rows = -(-self.xnumel // tiling.xblock)
+            rows = ceil_div(self.xnumel, tiling.xblock)
             grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
         described = ", ".join(f"{name}: {kind}" for name, kind in signature.items())
         stages = f", num_stages={tiling.num_stages}" if tiling.num_stages != 1 else ""
-        lines = [f"# grid {grid}, num_warps={tiling.num_warps}{stages}; {described}",
+        shown = ", ".join(map(str, grid))
+        lines = [f"# grid ({shown}), num_warps={tiling.num_warps}{stages}; {described}",
                  "@triton.jit" + ("(debug=True)" if self.uses_checks else ""),
                  f"def {self.kernel_name()}({', '.join(params)}):"]
         if self.matmul is not None:
@@ -529,7 +473,14 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
         lines += ["    " + line for line in root.lines]
         return TritonKernel(self.kernel_name(), "\n".join(lines), list(self.arguments),
                             signature, grid, tiling.num_warps, self.uses_checks,
-                            tiling.num_stages, self.dependent_launch)
+                            tiling.num_stages, self.dependent_launch, sizes)
+
+    def sizes_used(self, root: Scope) -> list[str]:
+        """The graph's symbols the kernel's text names: its size parameters, in order."""
+        if not self.symbols:
+            return []
+        used = set(SYMBOL.findall("\n".join(root.lines)))
+        return [name for name in self.symbols if name in used]
 
     def kernel_name(self) -> str:
         return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name
@@ -546,23 +497,23 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting):
 
 
 def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
-                 dependent_launch: bool = False) -> KernelLaunches:
+                 dependent_launch: bool = False, wide: bool = False) -> KernelLaunches:
     """Write once to see every memory access, choose the tile, write again (once per stage
-    for a split reduction)."""
-    first = TritonKernelWriter(kernel, plan, None)
+    for a split reduction). `wide`: every index int64 (a symbolic graph's int64 build)."""
+    first = TritonKernelWriter(kernel, plan, None, wide=wide)
     first.write()
     tiling = tiling or choose_tiling(first)
     if tiling.parts <= 1:
         return KernelLaunches(kernel.name, [TritonKernelWriter(
-            kernel, plan, tiling, dependent_launch=dependent_launch).write()], [])
+            kernel, plan, tiling, dependent_launch=dependent_launch, wide=wide).write()], [])
     workspaces: dict = {}
-    final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces)
+    final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces, wide=wide)
     final.levels = final.reduction_levels()
     stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
-                                 dependent_launch).write()
+                                 dependent_launch, wide).write()
               for stage in range(1, max(final.levels.values()) + 1)]
     stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces,
-                                     dependent_launch).write())
+                                     dependent_launch, wide).write())
     spaces = [space for group in workspaces.values() for space in group]
     return KernelLaunches(kernel.name, stages, spaces)
 
@@ -590,7 +541,7 @@ def reads_product_elsewhere(kernel: Kernel, plan: Plan) -> bool:
     return writer.reads_product_elsewhere
 
 
-def write_module(plan: Plan, dependent_launch: bool = False,
+def write_module(plan: Plan, dependent_launch: bool = False, wide: bool = False,
                  tilings: dict[str, Tiling] | None = None) -> tuple[str, list[KernelLaunches]]:
     """One Python module holding every kernel of the plan (and the helpers they call).
 
@@ -599,10 +550,12 @@ def write_module(plan: Plan, dependent_launch: bool = False,
     stream is still running; it waits for that kernel's completion (gdc_wait: all of its
     writes visible) before its first read, and lets the next kernel start at once. The
     launches of a chain of small kernels overlap the kernels' execution instead of following
-    it. `tilings`: max-autotune's choices by kernel name (ember/runtime/tune_triton.py); the
-    other kernels' tiles as the heuristics choose them."""
+    it. `wide`: a symbolic graph's int64 build (ember/codegen/triton_sizes.py). `tilings`:
+    max-autotune's choices by kernel name (ember/runtime/tune_triton.py); the other kernels'
+    tiles as the heuristics choose them."""
     tilings = tilings or {}
     launches = [write_kernel(kernel, plan, tilings.get(kernel.name),
-                             dependent_launch=dependent_launch) for kernel in plan.kernels]
+                             dependent_launch=dependent_launch, wide=wide)
+                for kernel in plan.kernels]
     texts = [k.text for launch in launches for k in launch.kernels]
     return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches

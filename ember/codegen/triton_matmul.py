@@ -12,6 +12,8 @@ import torch
 
 from ember.codegen.text import Scope
 from ember.codegen.triton_reductions import render
+from ember.codegen.triton_tiling import divides
+from ember.ir.sizes import Size, Undecided
 from ember.schedule.expr import Expr
 
 
@@ -41,6 +43,8 @@ class MatmulWriting:
         a, b = self.argument(mm.a), self.argument(mm.b)
         sa_m, sa_k = mm.a.strides
         sb_k, sb_n = (mm.b.strides[1], mm.b.strides[0]) if mm.b_transposed else mm.b.strides
+        if isinstance(n, Size):  # (tiles are numbered row by row: a symbolic width would
+            raise Undecided(f"a matmul tile over a symbolic width {n}")  # need it per call)
         columns = -(-n // tiling.block_n)
         row_tile = f"(tl.program_id(0) // {columns})" if columns > 1 else "tl.program_id(0)"
         lines = [f"rm = {row_tile} * BLOCK_M + tl.arange(0, BLOCK_M)",
@@ -53,7 +57,7 @@ class MatmulWriting:
         def bounds(*checks: tuple[str, int, int]) -> str:
             """The mask of the lanes inside the matrix, for the dims a tile can overrun."""
             return " & ".join(f"({index} < {extent})" for index, extent, block in checks
-                              if extent % block)
+                              if not divides(block, extent))
 
         a_mask = bounds(("rm[:, None]", m, tiling.block_m), ("rk[None, :]", k, tiling.block_k))
         b_mask = bounds(("rk[:, None]", k, tiling.block_k), ("rn[None, :]", n, tiling.block_n))
@@ -72,7 +76,7 @@ class MatmulWriting:
         for line in lines:
             self.emit(root, line)
         self.deps["x"] = self.deps["acc"] = frozenset({"x"})
-        if m % tiling.block_m or n % tiling.block_n:
+        if not divides(tiling.block_m, m) or not divides(tiling.block_n, n):
             self.masks["x"] = "xmask"
             self.emit(root, f"xmask = (rm[:, None] < {m}) & (rn[None, :] < {n})")
 

@@ -15,7 +15,7 @@ import torch
 
 from ember.codegen.text import Scope, render_sum
 from ember.codegen.triton_rules import compute_type
-from ember.codegen.triton_tiling import pow2
+from ember.codegen.triton_tiling import divides, pow2
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
@@ -286,13 +286,16 @@ class ReductionWriting:
             start = "chunk + " if self.split else ""
             self.emit(body, f"{name} = ({start}{name}_offset + tl.arange(0, RBLOCK)[None, :])"
                             f"{rtype}")
-            # (a split row's chunks may reach past its end: 6,304 rows in 50 chunks of 128)
+            # (a split row's chunks may reach past its end: 6,304 rows in 50 chunks of 128;
+            # chunks computed per call from a symbolic row always may)
             reach = self.tiling.parts * self.tiling.chunk if self.split else self.rnumel
-            if self.rnumel % self.tiling.rblock or reach > self.rnumel:
+            if not divides(self.tiling.rblock, self.rnumel) or self.tiling.chunk_per_call or \
+                    (self.split and reach > self.rnumel):
                 self.masks[name] = f"{name}_mask"
                 self.emit(body, f"{name}_mask = {name} < {self.rnumel}")
             if self.split:  # this program's chunk of the row
-                body.header = f"for {name}_offset in range(0, {self.tiling.chunk}, RBLOCK):"
+                length = "chunk_length" if self.tiling.chunk_per_call else self.tiling.chunk
+                body.header = f"for {name}_offset in range(0, {length}, RBLOCK):"
             else:
                 body.header = f"for {name}_offset in range(0, {self.rnumel}, RBLOCK):"
             dims = dict(zip(self.inner_dims, unravel(Expr.of(Var(name, self.rnumel)),

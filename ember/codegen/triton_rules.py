@@ -24,6 +24,7 @@ import torch
 
 from ember.ir.graph import Node
 from ember.ir.ops import Op
+from ember.ir.sizes import Size
 
 STORAGE_TYPES = {
     torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -276,7 +277,10 @@ def _negative_zero(dtype: torch.dtype) -> str:
 def literal(value, dtype: torch.dtype) -> str:
     """A Triton expression for `value` as a value of `dtype` (rounded to dtype first, as eager
     does). Python floats are float32 constants in Triton, so float64 values are made with
-    tl.full, as are integers of types narrower or wider than Triton's int32 default."""
+    tl.full, as are integers of types narrower or wider than Triton's int32 default. A
+    symbolic size (mean's count) is its expression over the kernel's size arguments."""
+    if isinstance(value, Size):
+        return f"tl.full([], {value.render_python()}, {compute_type(dtype)})"
     if dtype is torch.bool:
         return "True" if value else "False"
     if dtype.is_floating_point:

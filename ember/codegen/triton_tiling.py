@@ -19,8 +19,10 @@ the module's HEURISTICS.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
+from ember.ir.sizes import Dim, Size, guess
 from ember.schedule.expr import Div, Expr, Mod, Var
 
 if TYPE_CHECKING:
@@ -45,6 +47,9 @@ class Tiling:
     block_k: int = 0
     precision: str = "ieee"    # of a float32 matmul's tl.dot
     num_stages: int = 1        # loads in flight ahead of a matmul's step over k
+    # a split reduction over a symbolic row: each chunk's length is computed in the kernel
+    # from the row's length (`chunk` is then 0), `parts` chunks whatever the length
+    chunk_per_call: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,23 +92,40 @@ class Heuristics:
 HEURISTICS = Heuristics()
 
 
-
 def pow2(n: int) -> int:
     """The least power of two >= n (1 for n <= 1)."""
     return 1 << max(n - 1, 0).bit_length()
 
+
+def divides(block: int, extent: Dim) -> bool:
+    """Does `block` divide `extent` at every size its symbols may take (then the blocks need
+    no mask)? A symbolic extent does only where every coefficient is a multiple (768*s0 by
+    256): otherwise its tail is masked, whatever the call's size."""
+    if isinstance(extent, Size):
+        return all(coefficient % block == 0 for _, coefficient in extent.terms)
+    return extent % block == 0
+
+
+def wide_enough(extent: Dim) -> bool:
+    """Is this static extent or bound past int32? Symbolic ones are not decided here: a
+    symbolic graph's kernels index in int32 while the wrapper's per-call check says that
+    every offset fits, else its int64 build runs (ember/codegen/triton_sizes.py)."""
+    if isinstance(extent, Size):
+        return False
+    return extent >= INT32_LIMIT
 
 
 def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = None) -> Tiling:
     """Tile sizes from the kernel's extents and the first writing's memory accesses, by
     `heuristics` or else the module's HEURISTICS as they are now (the GPU bench swaps them)."""
     heuristics = heuristics or HEURISTICS
-    xnumel, rnumel = writer.xnumel, writer.rnumel
-    int64 = xnumel * max(rnumel, 1) >= INT32_LIMIT or any(
+    # (heuristics read a symbolic extent at its guess; masks and loop bounds use its value)
+    xnumel, rnumel = guess(writer.xnumel), guess(writer.rnumel)
+    int64 = writer.wide or wide_enough(writer.xnumel * max(writer.rnumel, 1)) or any(
         needs_int64(offset) for offset in writer.accesses)
     if writer.matmul is not None:
-        m, n = writer.kernel.shape
-        k = writer.matmul.a.shape[1]
+        m, n = map(guess, writer.kernel.shape)
+        k = guess(writer.matmul.a.shape[1])
         return Tiling(0, num_warps=heuristics.matmul_warps, int64=int64,
                       block_m=max(16, min(pow2(m), heuristics.matmul_block_m)),
                       block_n=max(16, min(pow2(n), heuristics.matmul_block_n)),
@@ -121,10 +143,22 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = No
     if kept_dim_is_contiguous(writer):
         rblock = min(pow2(rnumel), heuristics.column_rblock)
         xblock = min(pow2(xnumel), heuristics.column_xblock)
-        persistent = rnumel <= rblock
+        # (a symbolic row: held whole only where its range keeps it within the tile)
+        persistent = (writer.rnumel.bounds()[1] if isinstance(writer.rnumel, Size)
+                      else rnumel) <= rblock
         warps = max(1, min(8, xblock * rblock // 256))
         return maybe_split(Tiling(xblock, rblock, persistent, warps, int64), writer,
                             heuristics)
+    if isinstance(writer.rnumel, Size):
+        # a row of symbolic length is held whole only where its range bounds it (a
+        # mark_dynamic max): else the row is walked in RBLOCK steps, its tail masked
+        longest = writer.rnumel.bounds()[1]
+        if longest <= heuristics.persistent_max:
+            rnumel = int(longest)
+        else:
+            rblock = min(heuristics.looped_rblock, max(pow2(rnumel), 16))
+            return maybe_split(Tiling(1, rblock, False, max(1, min(16, rblock // 256)), int64),
+                               writer, heuristics)
     if rnumel <= heuristics.persistent_max:
         rblock = pow2(rnumel)
         xblock = max(1, min(pow2(xnumel), heuristics.persistent_elements // rblock))
@@ -139,8 +173,14 @@ def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristi
     """Too few programs to fill the GPU, each with much work (a long row, or a tile of
     columns as long as a bias gradient's batch): split every row into chunks, one program per
     chunk, and combine the chunks' partial results in a second pass."""
-    programs = -(-writer.xnumel // tiling.xblock)
-    rnumel = writer.rnumel
+    programs = -(-guess(writer.xnumel) // tiling.xblock)
+    rnumel = guess(writer.rnumel)
+    if isinstance(writer.rnumel, Size) and writer.rnumel.bounds()[1] >= \
+            heuristics.split_min_row * heuristics.split_max_parts:
+        # a row of symbolic length may be as long as any: with too few programs it is split
+        # whatever its guess (a short row's extra chunks are empty: a launch and a few
+        # masked loads), else one program would walk a long one alone
+        rnumel = max(rnumel, heuristics.split_min_row * heuristics.split_max_parts)
     if rnumel * tiling.xblock < heuristics.split_min_row or \
             programs >= heuristics.split_target_programs:
         return tiling
@@ -148,6 +188,9 @@ def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristi
                 pow2(-(-rnumel // (2 * tiling.rblock))))
     if parts < 2:
         return tiling
+    if isinstance(writer.rnumel, Size):  # (the chunks' length follows the call's row)
+        return dataclasses.replace(tiling, persistent=False, parts=parts, chunk=0,
+                                   chunk_per_call=True)
     chunk = -(-rnumel // parts)
     chunk = -(-chunk // tiling.rblock) * tiling.rblock  # whole tiles per chunk
     parts = -(-rnumel // chunk)
@@ -167,11 +210,16 @@ def kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
             along_kept += 1
         if any(offset.coefficient(Var(f"r{d}", shape[d])) == 1 for d in writer.inner_dims):
             along_reduced += 1
-    return along_kept > along_reduced and shape[last] >= 16
+    return along_kept > along_reduced and guess(shape[last]) >= 16
 
 
 def needs_int64(expr: Expr) -> bool:
+    """Can this offset pass int32? (Bounds made infinite by a symbolic extent are left to the
+    wrapper's per-call check: see `wide_enough`.)"""
     low, high = expr.bounds()
+    if math.isinf(high) or math.isinf(low):
+        return any(needs_int64(atom.expr) for atom, _ in expr.terms
+                   if isinstance(atom, (Div, Mod)))
     if high >= INT32_LIMIT or low < -INT32_LIMIT:
         return True
     return any(needs_int64(atom.expr) for atom, _ in expr.terms if isinstance(atom, (Div, Mod)))

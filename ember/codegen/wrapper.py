@@ -17,6 +17,7 @@ import torch
 
 from ember import torch_internals
 from ember.codegen.c import KernelSource
+from ember.codegen.triton_sizes import INT32_SAFE, index_reach
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.ir.sizes import Size, any_symbolic
@@ -198,11 +199,13 @@ class _Writer:
 
 def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                   sources: dict[str, KernelSource], functions: dict[str, Any],
-                  device: torch.device, checked: bool, check_alignment: bool = True
-                  ) -> WrapperSource:
+                  device: torch.device, checked: bool, check_alignment: bool = True,
+                  check_reach: bool = False) -> WrapperSource:
     """Python source of `call(args)`: `functions` are the loaded kernels by name; `checked`
     adds the first call's check that library calls return eager's layouts; `check_alignment`
-    (CUDA) sends inputs that are not 16-byte aligned to the `misaligned` build."""
+    (CUDA) sends inputs that are not 16-byte aligned to the `misaligned` build;
+    `check_reach` (symbolic Triton kernels) sends calls whose offsets may pass int32 to the
+    `wide` build."""
     w = _Writer(plan, device)
     w.namespace.update(functions)
     lines = w.lines
@@ -211,6 +214,10 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
     for symbol, (index, dim) in plan.graph.symbols.items():  # (a symbolic graph's sizes)
         lines.append(f"{symbol} = {plan.inputs[index].name}.shape[{dim}]")
+    if check_reach:
+        reach = index_reach(plan, [s for s in sources.values() if not isinstance(s, KernelSource)])
+        if isinstance(reach, Size) and reach.bounds()[1] >= INT32_SAFE:
+            lines.append(f"if {reach!r} >= {INT32_SAFE}: return wide(args)")
     if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     if any(b.role in ("temp", "output") for b in plan.buffers) or \
@@ -348,7 +355,8 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
     for space in source.workspaces:  # a split reduction's partial results
         lines.append(w.empty(space.name, space.shape, row_major(space.shape), space.dtype))
     for kernel in source.kernels:
-        tensors = ", ".join(b.name for b in kernel.arguments)
+        # (a symbolic graph's kernels take its sizes after the pointers, as ints)
+        tensors = ", ".join([b.name for b in kernel.arguments] + kernel.sizes)
         function = functions[kernel.name]
         if isinstance(function, DeviceLaunch):
             launcher, *fixed = function.prefix()
@@ -356,6 +364,9 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
             rest = ", ".join(w.constant(value, "meta") for value in fixed)
             lines.append(f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, "
                          f"{tensors})")
+        elif any(isinstance(extent, str) for extent in kernel.grid):  # (interpreted)
+            gx, gy, gz = kernel.grid
+            lines.append(f"{kernel.name}.run(({gx}, {gy}, {gz}), {tensors})")
         else:
             lines.append(f"{kernel.name}({tensors})")
     if source.workspaces:

@@ -42,6 +42,16 @@ from ember import logs, torch_internals
 MAX_RECORDINGS = 4
 
 
+def serves_several_shapes(compiled: Any) -> bool:
+    """Is `compiled` a graph whose sizes are symbols (compiled once for every shape, or per
+    shape under one capture)?"""
+    from ember.shapes import ShapeSpecialized
+
+    plan = getattr(compiled, "plan", None)
+    return isinstance(compiled, ShapeSpecialized) or \
+        bool(plan is not None and getattr(plan.graph, "symbols", None))
+
+
 class CudaGraphed:
     def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
                  kept_from: int | None = None, fixed: tuple[int, ...] = ()):
@@ -59,7 +69,11 @@ class CudaGraphed:
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         devices = {t.device.type for t in tensors}
         self.training = False
-        if not tensors:
+        if serves_several_shapes(compiled):
+            # NOTE: a recording holds one shape's buffers; replayed for another, the copies
+            # into them would fail or broadcast (a graph per shape met is issue 18, stage 5)
+            self.give_up("symbolic sizes (one CUDA graph per shape: not yet)")
+        elif not tensors:
             self.give_up("no tensor inputs")
         elif devices != {"cuda"}:
             self.give_up(f"tensors on {', '.join(sorted(devices))} (CUDA graphs replay CUDA "

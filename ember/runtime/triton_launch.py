@@ -117,8 +117,14 @@ class InterpretedLaunch:
     checks: bool
 
     def __call__(self, *args: Any) -> None:
+        self.run(self.grid, *args)
+
+    def run(self, grid: tuple[int, int, int], *args: Any) -> None:
+        """Launched on `grid` (a symbolic graph's wrapper computes it per call)."""
         from triton.runtime import interpreter
         from triton.runtime.errors import InterpreterError
+
+        _scalars_index(interpreter)
 
         from ember.codegen.wrapper import KernelIndexError
 
@@ -130,7 +136,7 @@ class InterpretedLaunch:
             # (the interpreter computes with numpy, whose warnings — a division by zero, an
             # overflow in a cast — eager's kernels do not give)
             with numpy.errstate(all="ignore"):
-                self.fn[self.grid](*args)
+                self.fn[grid](*args)
         except InterpreterError as error:
             if "index out of range" in str(error):
                 raise KernelIndexError(
@@ -142,12 +148,31 @@ class InterpretedLaunch:
             builder.options = saved
 
 
+def _scalars_index(interpreter: Any) -> None:
+    """Let a loop's bound be a run-time scalar under the interpreter (`range(0, s0, RBLOCK)`
+    in a kernel over a symbolic row): the interpreter holds a scalar as a one-element array,
+    whose int() recent numpy refuses; compiled Triton takes it as it is. Patched in the
+    interpreter's own per-launch scope (undone after each launch), once per process."""
+    patch = interpreter._patch_lang
+    if getattr(patch, "ember_scalar_index", False):
+        return
+
+    def patched(fn: Any) -> Any:
+        scope = patch(fn)
+        scope.set_attr(interpreter.tl.core.tensor, "__index__",
+                       lambda self: int(self.handle.data.reshape(-1)[0]))
+        return scope
+
+    patched.ember_scalar_index = True
+    interpreter._patch_lang = patched
+
+
 @dataclasses.dataclass
 class DeviceLaunch:
     """A compiled kernel and the fixed part of its launcher's arguments."""
 
     compiled: Any
-    grid: tuple[int, int, int]
+    grid: tuple[int | str, int | str, int | str]  # (a str: computed by the wrapper per call)
 
     def prefix(self) -> tuple:
         """Arguments of the launcher before the stream, and after it up to the tensors."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from ember.ir.sizes import guess
 from ember.schedule.fuse import reuse_memory
 from ember.schedule.plan import Buffer, Kernel, LibraryCall, Matmul, Plan
 
@@ -84,8 +85,10 @@ def _consumer(plan: Plan, position: int, readers: dict[Buffer, list[int]]) -> in
         return None
     m, k = a.shape
     n = b.shape[0] if transposed else b.shape[1]
+    # (a symbolic size is taken at its guess: a heuristic; any size is computed correctly)
     if (b.shape[1] if transposed else b.shape[0]) != k or result.shape != (m, n) or \
-            min(m, n, k) < 16 or m * n * k > MAX_MACS or k * n > MAX_B_ELEMENTS:
+            min(map(guess, (m, n, k))) < 16 or guess(m * n * k) > MAX_MACS or \
+            guess(k * n) > MAX_B_ELEMENTS:
         return None
     if any(output.root() is result for output in plan.outputs) or result in plan.reuse or \
             result in plan.reuse.values():

@@ -521,3 +521,36 @@ def test_a_scripted_function_without_its_python_runs_outside_the_graph():
     x = t(4)
     same(ember.compile(fn)(x), fn(x))
     assert counts(fn, x) == (2, 1)
+
+
+# -- LayerDrop -------------------------------------------------------------------------------
+class LayerDrop(torch.nn.Module):
+    def __init__(self, layerdrop):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+        self.layerdrop = layerdrop
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.training:  # (transformers' BART, OPT, Whisper, ... write LayerDrop so)
+                dropout_probability = torch.rand([])
+                if dropout_probability < self.layerdrop:
+                    continue
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("layerdrop, graphs", [(0.0, 1), (0.5, 4)])
+def test_a_uniform_draw_compared_with_a_bound_it_never_crosses_is_no_break(layerdrop, graphs):
+    # (torch.rand([]) < 0.0 is False whatever is drawn: no break, and the draw still moves
+    # the generator as eager's does; with 0.5 the branch depends on the draw)
+    torch.manual_seed(0)
+    model = LayerDrop(layerdrop).train()
+    x = t(2, 4)
+    torch.manual_seed(1)
+    expected, after = model(x), torch.rand(3)
+    compiled = ember.compile(model)
+    torch.manual_seed(1)
+    same(compiled(x), expected)
+    same(torch.rand(3), after)
+    assert ember.explain(model)(x).graph_count == graphs

@@ -42,6 +42,20 @@ def test_cpu_training_graphs_run_without_cuda_graphs_and_say_why():
     assert model.weight.grad is not None
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[cuda, pytest.mark.gpu])])
+def test_graphs_over_symbolic_sizes_run_without_cuda_graphs_and_say_why(device):
+    # one recording holds one shape's buffers: a graph that serves several shapes is not
+    # recorded (automatic dynamic makes such graphs on a second batch size)
+    fn = lambda x: torch.tanh(x) * 2 + 1  # noqa: E731
+    compiled = ember.compile(fn, mode="reduce-overhead")
+    with captured_log("perf") as records:
+        for batch in [3, 5, 9, 5, 3]:
+            x = torch.randn(batch, 8, device=device)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len(compiled.records) == 2 and any(e.captured.symbolic for e in compiled.entries)
+    assert any("no CUDA graph: symbolic sizes" in r.getMessage() for r in records)
+
+
 @cuda
 @pytest.mark.gpu
 def test_training_steps_replay_forward_and_backward_as_eager_trains():

@@ -1,0 +1,77 @@
+"""Symbolic sizes in Triton kernels (issue 18, stage 4): how a kernel takes them, how its grid
+follows them, and the per-call check that lets its indices stay int32.
+
+A symbolic graph's kernels take the graph's symbols (s0, s1, ...) as integer arguments after
+their pointers; masks and loop bounds are expressions over them; the wrapper computes each
+grid per call. Offsets are bounded only by the call's sizes, so the kernels are written twice
+from one plan: int32 indices (the usual build) and int64 ones (`wide`, built on the first call
+that needs it); the wrapper runs the wide build when `index_reach(plan)` reaches
+`INT32_SAFE`. Nothing here decides a tile (triton_tiling.py does, from the sizes' guesses).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ember.ir.sizes import Dim, Size
+
+# A symbol's name in kernel text (ember names them s0, s1, ...; no generated name is one:
+# values are v/t/acc/pos/part..., pointers p_...).
+SYMBOL = re.compile(r"\bs\d+\b")
+
+# Offsets, positions and loop counters of a narrow build stay below this: the reach summed
+# below bounds each of them, with room for a block past the end (a tile's last lanes, the
+# chunks of a split row rounded up to whole tiles).
+INT32_SAFE = 2 ** 30
+
+
+def size_type(wide: bool) -> str:
+    """Sizes are plain integer arguments, never specialized: not on 1 (a symbol is >= 2; sizes
+    0 and 1 specialize in capture) nor on divisibility by 16 (a constant factor keeps its
+    divisibility in Triton's analysis, 768*s0 is a multiple of 256; a row whose length is a
+    bare symbol loses vector loads: a per-call variant is left for later). int32, unless the
+    call's offsets pass int32 (`wide`)."""
+    return "i64" if wide else "i32"
+
+
+def ceil_div(extent: Dim, block: int) -> int | str:
+    """How many blocks cover `extent`: an int, or for a symbolic extent the Python expression
+    the wrapper computes per call."""
+    if not isinstance(extent, Size):
+        return -(-extent // block)
+    if all(coefficient % block == 0 for _, coefficient in extent.terms):
+        return (extent // block).render_python() if block > 1 else extent.render_python()
+    return f"(({extent.render_python()} + {block - 1}) // {block})"
+
+
+def grid_product(a: int | str, b: int | str) -> int | str:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    if b == 1:
+        return a
+    return f"{a} * {b}"
+
+
+def index_reach(plan, launches) -> Dim:
+    """A bound on every offset and position the plan's kernels compute: the sum of each
+    buffer's span (its last element + 1), each workspace's size and each iteration space.
+    Symbolic when the graph's sizes are; the wrapper compares it with INT32_SAFE per call
+    (a sum, one comparison: conservative, since each part alone must fit)."""
+    total: Dim = 0
+    seen: set[int] = set()
+    for buffer in [*plan.inputs, *plan.outputs, *plan.buffers]:
+        if buffer.root() is not buffer or not buffer.shape or id(buffer) in seen:
+            continue
+        seen.add(id(buffer))
+        if buffer.strides is None:  # (a library result laid out by the call)
+            total = total + math.prod(buffer.shape)
+        else:
+            total = total + buffer.offset + 1 + sum((n - 1) * abs(s) for n, s in
+                                                    zip(buffer.shape, buffer.strides))
+    for kernel in plan.kernels:
+        total = total + math.prod(kernel.shape)
+    for launch in launches:
+        for space in launch.workspaces:
+            total = total + math.prod(space.shape)
+    return total
