@@ -103,7 +103,7 @@ class Size:
     def __floordiv__(self, other: Any) -> Dim:
         """Exact division only (768*s0 // 768, 768*s0 // s0): anything else is a stage-3
         floor-division atom, not expressed here."""
-        quotient = _exact_quotient(self, other)
+        quotient = exact_quotient(self, other)
         if quotient is None:
             raise Undecided(f"{self} // ({other}) is not exact")
         return quotient
@@ -117,7 +117,7 @@ class Size:
         if isinstance(other, int) and other > 0 and \
                 all(c % other == 0 for m, c in self.terms if m):
             return dict(self.terms).get((), 0) % other
-        if _exact_quotient(self, other) is not None:
+        if exact_quotient(self, other) is not None:
             return 0
         raise Undecided(f"{self} % {other}")
 
@@ -228,7 +228,9 @@ def _terms(value: Dim) -> tuple[tuple[Monomial, int], ...]:
     return value.terms if isinstance(value, Size) else (((), value),)
 
 
-def _exact_quotient(size: Size, divisor: Any) -> Dim | None:
+def exact_quotient(size: Size, divisor: Any) -> Dim | None:
+    """size / divisor when every term divides exactly (an int divisor > 0, or a one-term
+    Size), else None."""
     if isinstance(divisor, int) and not isinstance(divisor, bool):
         if divisor > 0 and all(c % divisor == 0 for _, c in size.terms):
             return Size.make({m: c // divisor for m, c in size.terms})
