@@ -140,7 +140,28 @@ class Size:
                 low, high = low + coefficient * a, high + coefficient * b
             else:
                 low, high = low + coefficient * b, high + coefficient * a
-        return low, high
+        return max(low, self._shifted_low(1)), min(high, -self._shifted_low(-1))
+
+    def _shifted_low(self, sign: int) -> float:
+        """A lower bound that keeps the terms' correlation (interval sums lose it: 96*s0*s1 -
+        96*s1 has interval low -inf): write each symbol as low + t with t >= 0; when every
+        term in the t's has a non-negative coefficient, the constant is the lowest value.
+        (Of sign * self: sign -1 gives minus the highest value.)"""
+        table: dict[tuple[str, ...], int] = {}
+        for monomial, coefficient in self.terms:
+            expansion = {(): sign * coefficient}
+            for s in monomial:
+                grown: dict[tuple[str, ...], int] = {}
+                for key, value in expansion.items():
+                    grown[key] = grown.get(key, 0) + value * s.low
+                    longer = tuple(sorted(key + (s.name,)))
+                    grown[longer] = grown.get(longer, 0) + value
+                expansion = grown
+            for key, value in expansion.items():
+                table[key] = table.get(key, 0) + value
+        if all(value >= 0 for key, value in table.items() if key):
+            return table.get((), 0)
+        return -math.inf
 
     def _compare(self, other: Any) -> tuple[float, float]:
         if isinstance(other, float):  # (an index's bound: it may be infinite)

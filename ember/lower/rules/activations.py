@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from ember import torch_internals
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder, normalize_dim
@@ -86,8 +87,11 @@ def _gelu(b: Builder, x: Node, *, approximate: str = "none") -> Node:
 
 @functools.cache
 def _eager_gelu_keeps_the_sign_of_zero(device: torch.device) -> bool:
-    zeros = torch.full((64,), -0.0, device=device)  # (64: eager's vectorized loop)
-    return bool(torch.signbit(torch.nn.functional.gelu(zeros)).all())
+    # (outside the tracer's modes: under a symbolic lowering's fake mode the probe would be
+    # a fake tensor whose value cannot be read)
+    with torch_internals.outside_dispatch_modes():
+        zeros = torch.full((64,), -0.0, device=device)  # (64: eager's vectorized loop)
+        return bool(torch.signbit(torch.nn.functional.gelu(zeros)).all())
 
 
 @lowering(aten.silu)
