@@ -791,6 +791,15 @@ def polynomial_terms(expression: Any) -> list[tuple[list[Any], int]] | None:
     return None
 
 
+def size_hint(value: Any) -> int:
+    """A symbolic size's value in the call being compiled (an int as it is): for choices
+    that only a run can make (eager's attention kernel), never for correctness."""
+    if not isinstance(value, torch.SymInt):
+        return int(value)
+    constant = value.node.maybe_as_int()
+    return int(constant) if constant is not None else int(value.node.hint)
+
+
 def symbol_bounds(value: Any, symbol: Any) -> tuple[int, int | None]:
     """A torch symbol's range in the ShapeEnv of `value` (a SymInt)."""
     return symbol_range(value.node.shape_env, symbol)

@@ -209,7 +209,7 @@ class CKernelWriter(ColumnMode):
             a = node.attrs
             position = render(index[a["dim"]])
             return self.define(scope, node.dtype, f"({compute_type(node.dtype)})"
-                               f"({a['start']} + {a['step']} * {position})")
+                               f"({_int(a['start'])} + {a['step']} * {position})")
         if node.op is Op.PAD:
             return self.pad(node, index, scope)
         if node.op is Op.CAT:
