@@ -791,6 +791,19 @@ def polynomial_terms(expression: Any) -> list[tuple[list[Any], int]] | None:
     return None
 
 
+def min_max_arguments(expression: Any) -> tuple[str, tuple] | None:
+    """("max" or "min", its arguments) of a sympy Max/Min (`x[:, :-1]` sizes as
+    Max(1, s - 1)), else None."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    if isinstance(expression, (sympy.Max, functions.Max)):
+        return "max", tuple(expression.args)
+    if isinstance(expression, (sympy.Min, functions.Min)):
+        return "min", tuple(expression.args)
+    return None
+
+
 def size_hint(value: Any) -> int:
     """A symbolic size's value in the call being compiled (an int as it is): for choices
     that only a run can make (eager's attention kernel), never for correctness."""

@@ -98,7 +98,7 @@ def _arange(b: Builder, start, end=None, step=1, *, dtype=None, layout=None, dev
     if dtype is None:
         dtype = torch.int64 if all(isinstance(v, (int, Size)) for v in (start, end, step)) \
             else torch.get_default_dtype()
-    if all(isinstance(v, int) for v in (start, step)):
+    if all(isinstance(v, (int, Size)) for v in (start, step)):
         return b.cast(b.iota((count,), 0, torch.int64, start, step), dtype)
     # start + step * i in double, as eager accumulates, then rounded once
     index = b.cast(b.iota((count,), 0), torch.float64)
