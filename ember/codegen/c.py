@@ -275,7 +275,8 @@ class CKernelWriter(ColumnMode):
         self.emit(scope, f"status |= ({name} < 0) | ({name} >= {_int(size)});")
         self.emit(scope, f"{name} = ember_clamp_index({name}, {_int(size)});")
         self.defined_at[name] = scope
-        selected = Expr.of(Opaque(name, 0, size - 1 if isinstance(size, Size) else max(size - 1, 0)))
+        highest = size - 1 if isinstance(size, Size) else max(size - 1, 0)
+        selected = Expr.of(Opaque(name, 0, highest))
         if node.op is Op.TAKE:
             _, x_at = take_source(node, index, selected)
         else:

@@ -209,6 +209,15 @@ def _atom_range(atom: Atom) -> tuple[Dim | None, Dim | None]:
     return (int(low) if math.isfinite(low) else None), (int(high) if math.isfinite(high) else None)
 
 
+def proved_le(a: Dim | None, b: Dim | None) -> bool:
+    """a <= b for every value of the symbols (None, an unknown bound: no)."""
+    return a is not None and b is not None and proved(lambda: a <= b)
+
+
+def proved_lt(a: Dim | None, b: Dim | None) -> bool:
+    return a is not None and b is not None and proved(lambda: a < b)
+
+
 def proved(question) -> bool:
     """Does `question()` hold for every value of the symbols? (Unknown counts as no.)"""
     try:

@@ -12,7 +12,16 @@ from collections.abc import Callable, Iterator
 
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Expr, Opaque, proved, ravel, symbolic_range, unravel
+from ember.schedule.expr import (
+    ZERO,
+    Expr,
+    Opaque,
+    proved_le,
+    proved_lt,
+    ravel,
+    symbolic_range,
+    unravel,
+)
 
 Index = tuple[Expr, ...]
 IndexRule = Callable[[Node, Index], Index]
@@ -99,7 +108,7 @@ def pad_source(node: Node, index: Index) -> tuple[Index, list[tuple[Expr, int, i
         relative = position - low
         source.append(relative // step)
         lowest, highest = symbolic_range(relative)
-        if step > 1 or not proved(lambda: lowest >= 0 and highest <= (n - 1) * step):
+        if step > 1 or not (proved_le(0, lowest) and proved_le(highest, (n - 1) * step)):
             checks.append((relative, n, step))
     return tuple(source), checks
 
@@ -123,7 +132,7 @@ def cat_pieces_reached(node: Node, index: Index) -> list[tuple[Node, Index, int,
     low, high = symbolic_range(index[node.attrs["dim"]])
     pieces = cat_pieces(node, index)
     return [p for p in pieces
-            if not proved(lambda: p[2] > high or p[3] <= low)] or pieces[:1]
+            if not (proved_lt(high, p[2]) or proved_le(p[3], low))] or pieces[:1]
 
 
 def take_source(node: Node, index: Index, selected: Expr) -> tuple[Index, Index]:

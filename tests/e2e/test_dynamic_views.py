@@ -8,7 +8,6 @@ import logging
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 import ember

@@ -4,8 +4,17 @@ from symbolic ranges, what is not proved kept as an atom, never a wrong fold."""
 import pytest
 
 from ember.ir.sizes import Undecided, symbol
-from ember.schedule.expr import Div, Expr, Mod, Var, floordiv, modulo, ravel, symbolic_range, \
-    unravel
+from ember.schedule.expr import (
+    Div,
+    Expr,
+    Mod,
+    Var,
+    floordiv,
+    modulo,
+    ravel,
+    symbolic_range,
+    unravel,
+)
 
 s0, s1 = symbol("s0"), symbol("s1")
 i = Expr.of(Var("i0", s0))
