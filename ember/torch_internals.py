@@ -797,9 +797,9 @@ def min_max_arguments(expression: Any) -> tuple[str, tuple] | None:
     import sympy
     from torch.utils._sympy import functions
 
-    if isinstance(expression, (sympy.Max, functions.Max)):
+    if isinstance(expression, (sympy.Max, getattr(functions, "Max", sympy.Max))):
         return "max", tuple(expression.args)
-    if isinstance(expression, (sympy.Min, functions.Min)):
+    if isinstance(expression, (sympy.Min, getattr(functions, "Min", sympy.Min))):
         return "min", tuple(expression.args)
     return None
 

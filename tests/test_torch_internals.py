@@ -362,3 +362,20 @@ def test_opinfo_database_and_its_tolerances():
     found = [t for op in ops.values()
              for t in torch_internals.opinfo_tolerance_overrides(op, torch.float32, "cpu")]
     assert found and all(atol >= 0 and rtol >= 0 for atol, rtol in found)
+
+
+def test_size_hints_guardless_equality_and_min_max_of_symbolic_sizes():
+    # (issue 18, stage 3: eager's attention asked at the call's sizes; layout questions that
+    # must not pin a symbol; Max(1, s - 1) from a slice's size)
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    x = torch_internals.symbolic_fake(fake_mode, torch.randn(4, 3), "L['x']", [(2, None), None])
+    rows, columns = x.shape
+    assert torch_internals.size_hint(rows) == 4 and torch_internals.size_hint(columns) == 3
+    assert not torch_internals.known_equal((rows, 3), (4, 3))  # (4 now, not for every call)
+    assert torch_internals.known_equal((rows, 3), (rows, 3))
+    assert not shape_env.guards  # (no question above guarded)
+    size = torch.sym_max(1, rows - 1)
+    kind, arguments = torch_internals.min_max_arguments(
+        torch_internals.symbolic_expression(size))
+    assert kind == "max" and len(arguments) == 2
+    assert torch_internals.min_max_arguments(torch_internals.symbolic_expression(rows)) is None
