@@ -374,7 +374,27 @@ def floordiv(expr: Expr, divisor: Dim) -> Expr:
             and isinstance(rest.terms[0][0], Div):
         inner = rest.terms[0][0]
         return quotient + floordiv(inner.expr, inner.divisor * divisor)
+    for first, remaining in _factors(divisor):
+        # x // (a*b) is (x // a) // b: dividing by a factor first may fold ((16*i + j) //
+        # (64*s0), j < 16, is i // (4*s0)); only taken where it does, so nothing loops
+        step = floordiv(rest, first)
+        if not any(isinstance(atom, (Div, Mod)) for atom in step.atoms()):
+            return quotient + floordiv(step, remaining)
     return quotient + Expr.of(Div(rest, divisor))
+
+
+def _factors(divisor: Dim) -> list[tuple[Dim, Dim]]:
+    """(a, divisor / a) for the proper factors a of a one-term symbolic divisor c*s*t...: the
+    int factors of c, largest first, then each symbol; none for other divisors."""
+    if not isinstance(divisor, Size) or len(divisor.terms) != 1:
+        return []
+    (monomial, coefficient), = divisor.terms
+    if coefficient <= 0:
+        return []
+    found: list[Dim] = [d for d in range(coefficient, 1, -1) if coefficient % d == 0]
+    if coefficient > 1 or len(monomial) > 1:
+        found += [Size((((s,), 1),)) for s in dict.fromkeys(monomial)]
+    return [(a, exact_quotient(divisor, a)) for a in found]
 
 
 def modulo(expr: Expr, divisor: Dim) -> Expr:
@@ -397,6 +417,11 @@ def modulo(expr: Expr, divisor: Dim) -> Expr:
             and isinstance(rest.terms[0][0], Mod) \
             and _exact(rest.terms[0][0].divisor, divisor) is not None:
         return modulo(rest.terms[0][0].expr, divisor)
+    for first, remaining in _factors(divisor):
+        # x % (a*b) is a*((x // a) % b) + x % a, where both halves fold
+        high, low = floordiv(rest, first), modulo(rest, first)
+        if not any(isinstance(atom, (Div, Mod)) for atom in high.atoms() | low.atoms()):
+            return modulo(high, remaining) * first + low
     return Expr.of(Mod(rest, divisor))
 
 

@@ -70,3 +70,16 @@ def test_a_dividend_that_may_be_negative_is_refused_not_truncated():
     # C's / truncates toward zero; floor division of a negative dividend would differ
     with pytest.raises(Undecided):
         floordiv(i - j, s1)
+
+
+def test_a_divisor_with_factors_divides_by_each_where_that_folds():
+    # (16*i + j) // (16*s1) with j < 16 is i // s1; its remainder 16*(i % s1) + j
+    m = Expr.of(Var("i3", 16))
+    index = i * 16 + m
+    assert floordiv(index, 16 * s1) == floordiv(i, s1)
+    assert modulo(index, 16 * s1) == modulo(i, s1) * 16 + m
+    for position, inner, n in ((7, 3, 3), (40, 15, 5), (2, 0, 2)):
+        values = {"i0": position, "i3": inner, "s1": n, "s0": 64}
+        assert evaluate(floordiv(index, 16 * s1), values) == (16 * position + inner) // (16 * n)
+        assert evaluate(modulo(index, 16 * s1), values) == (16 * position + inner) % (16 * n)
+    assert floordiv(index, 64 * s1) == floordiv(i, 4 * s1)  # (by 16 first: the factor that folds)
