@@ -60,7 +60,7 @@ def c_int(value: Dim) -> str:
 
 def _c_divisor(value: Dim) -> str:
     text = c_int(value)  # (x / 4*s0 would divide by 4 and multiply by s0)
-    return f"({text})" if isinstance(value, Size) and not text.startswith("(") else text
+    return f"({text})" if "*" in text and not text.startswith("(") else text
 
 
 # the symbols a kernel's text names (its size parameters): s0, s1, ...
