@@ -151,10 +151,23 @@ def identical(a: Value, b: Value, session: Session | None = None) -> bool:
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.node is b.node
     if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
+        if type(python_value(a)) is not type(python_value(b)):
+            # (objects of two types are never one: `cache is None` holds for any object of
+            # the cache's type, so its type is guarded, not its identity — a decoding loop
+            # passes a new cache each run)
+            if session is not None:
+                _guard_type(session, a, b)
+            return False
         if session is not None:
             _guard_identity(session, a, b)
         return python_value(a) is python_value(b)
     return False
+
+
+def _guard_type(session: Session, *values: Value) -> None:
+    for value in values:
+        if type(value) is ObjectValue and value.source is not None:
+            session.guards.add("type", value.source, type(value.value))
 
 
 def _guard_identity(session: Session, *values: Value) -> None:
