@@ -500,6 +500,9 @@ def _known_comparison(value: TensorValue) -> bool | None:
             drawn.target not in _UNIFORM or isinstance(bound, bool) or \
             not isinstance(bound, (int, float)) or bound != bound:
         return None
+    value_of = drawn.meta.get("example_value")
+    if getattr(value_of, "dtype", None) not in (torch.float32, torch.float64):
+        return None  # (a half-precision draw may round up to 1.0)
     # x in [0, 1): each comparison's answer where it holds for every x
     if sign == "<":
         return True if bound >= 1 else False if bound <= 0 else None
