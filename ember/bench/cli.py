@@ -224,9 +224,10 @@ def _dynamic(options: argparse.Namespace) -> int:
         return 0
     from ember.bench import dynamic_sweep
 
+    inductor = options.variants is None or "inductor" in options.variants.split(",")
     lengths = range(3, 13) if options.quick else range(3, 53)
-    dynamic_sweep.sweep(lengths, True)
-    dynamic_sweep.decode(8 if options.quick else 32, True)
+    dynamic_sweep.sweep(lengths, inductor)
+    dynamic_sweep.decode(8 if options.quick else 32, inductor)
     return 0
 
 
