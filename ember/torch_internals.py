@@ -804,6 +804,41 @@ def polynomial_terms(expression: Any) -> list[tuple[list[Any], int]] | None:
     return None
 
 
+def min_max_arguments(expression: Any) -> tuple[str, tuple] | None:
+    """("max" or "min", its arguments) of a sympy Max/Min (`x[:, :-1]` sizes as
+    Max(1, s - 1)), else None."""
+    import sympy
+    from torch.utils._sympy import functions
+
+    if isinstance(expression, (sympy.Max, getattr(functions, "Max", sympy.Max))):
+        return "max", tuple(expression.args)
+    if isinstance(expression, (sympy.Min, getattr(functions, "Min", sympy.Min))):
+        return "min", tuple(expression.args)
+    return None
+
+
+def known_equal(a: Any, b: Any) -> bool:
+    """Are two sizes (or shapes) equal for every value of their symbols? Never guards: `==`
+    of SymInts read as a bool would pin a symbol to the value it has now (a sequence length
+    of 4 compared with a batch of 4)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    if isinstance(a, (tuple, list, torch.Size)):
+        return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
+    if not isinstance(a, torch.SymInt) and not isinstance(b, torch.SymInt):
+        return a == b
+    return statically_known_true(a == b)
+
+
+def size_hint(value: Any) -> int:
+    """A symbolic size's value in the call being compiled (an int as it is): for choices
+    that only a run can make (eager's attention kernel), never for correctness."""
+    if not isinstance(value, torch.SymInt):
+        return int(value)
+    constant = value.node.maybe_as_int()
+    return int(constant) if constant is not None else int(value.node.hint)
+
+
 def symbol_bounds(value: Any, symbol: Any) -> tuple[int, int | None]:
     """A torch symbol's range in the ShapeEnv of `value` (a SymInt)."""
     return symbol_range(value.node.shape_env, symbol)

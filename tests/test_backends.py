@@ -7,7 +7,7 @@ import torch
 from helpers import captured_log, check, check_grad
 
 from ember import config
-from ember.backends import EagerGraph, backend, compile_graph
+from ember.backends import EagerGraph, ShapeSpecialized, backend, compile_graph
 from ember.runtime.compiled import CompiledGraph
 
 
@@ -109,21 +109,33 @@ def test_the_interpreter_backend_gives_the_same_answers():
     assert compiled.kernel_count == 0
 
 
-def test_shape_symbolic_graphs_compile_once_per_shape():
-    recorder = []
+def _half(x):
+    return torch.tanh(x[: x.shape[0] // 2]) * 3
 
-    def counting(gm, example_inputs):
-        compiled = backend(gm, example_inputs)
-        recorder.append(compiled)
-        return compiled
 
-    fn = torch.compile(_fn, backend=counting, dynamic=True)
-    for n in (3, 5, 3):
-        x = torch.randn(n, 2)
-        torch.testing.assert_close(fn(x), _fn(x))
-    (specialized,) = recorder
-    assert len(specialized.cache) == 2
-    assert all(isinstance(c, CompiledGraph) for c in specialized.cache.values())
+def test_shape_symbolic_graphs_compile_once_or_once_per_shape():
+    # Dynamo's symbolic graphs: once for every shape where ember's C backend can (every dim
+    # a symbol, symbolic strides included: issue 18, stage 3); per shape where it cannot
+    # (a floor-division size)
+    for fn, sizes, per_shape in ((_fn, (3, 5, 3), False), (_half, (4, 6, 4), True)):
+        recorder = []
+
+        def counting(gm, example_inputs, recorder=recorder):
+            compiled = backend(gm, example_inputs)
+            recorder.append(compiled)
+            return compiled
+
+        torch._dynamo.reset()
+        compiled_fn = torch.compile(fn, backend=counting, dynamic=True)
+        for n in sizes:
+            x = torch.randn(n, 2)
+            torch.testing.assert_close(compiled_fn(x), fn(x))
+        (compiled,) = recorder
+        if per_shape:
+            assert isinstance(compiled, ShapeSpecialized) and len(compiled.cache) == 2
+            assert all(isinstance(c, CompiledGraph) for c in compiled.cache.values())
+        else:
+            assert isinstance(compiled, CompiledGraph)
 
 
 def test_alignment_assumptions_cover_every_kind_of_kernel_argument():

@@ -400,3 +400,20 @@ def test_compiler_resets_reach_a_chained_reset():
         assert reached == [1, 1, 1]
     finally:
         torch.compiler.reset, torch._dynamo.reset = before
+
+
+def test_size_hints_guardless_equality_and_min_max_of_symbolic_sizes():
+    # (issue 18, stage 3: eager's attention asked at the call's sizes; layout questions that
+    # must not pin a symbol; Max(1, s - 1) from a slice's size)
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    x = torch_internals.symbolic_fake(fake_mode, torch.randn(4, 3), "L['x']", [(2, None), None])
+    rows, columns = x.shape
+    assert torch_internals.size_hint(rows) == 4 and torch_internals.size_hint(columns) == 3
+    assert not torch_internals.known_equal((rows, 3), (4, 3))  # (4 now, not for every call)
+    assert torch_internals.known_equal((rows, 3), (rows, 3))
+    assert not shape_env.guards  # (no question above guarded)
+    size = torch.sym_max(1, rows - 1)
+    kind, arguments = torch_internals.min_max_arguments(
+        torch_internals.symbolic_expression(size))
+    assert kind == "max" and len(arguments) == 2
+    assert torch_internals.min_max_arguments(torch_internals.symbolic_expression(rows)) is None

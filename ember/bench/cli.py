@@ -77,6 +77,12 @@ def parser() -> argparse.ArgumentParser:
                         help="cuda: the GPU benchmark (python -m ember.bench.gpu) with the same "
                              "--only/--quick/--out, see its --help; with --models the zoo on "
                              "CUDA at ANCHORS.md's sizes")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="the dynamic-shape workloads instead (issue 18): a transformer "
+                             "block over 50 sequence lengths and greedy decoding with a KV "
+                             "cache, eager vs ember vs torch.compile (ember.bench."
+                             "dynamic_sweep); with --device cuda, static vs dynamic kernels "
+                             "and the sweep on the GPU (ember.bench.dynamic_triton)")
     parser.add_argument("--no-roofline", action="store_true",
                         help="skip measuring the bandwidth and compute ceilings (no regimes)")
     parser.add_argument("--no-check", action="store_true",
@@ -207,9 +213,29 @@ def measure(chosen: list[workloads.Workload], variants: list[str], options: argp
     return trials
 
 
+def _dynamic(options: argparse.Namespace) -> int:
+    """--dynamic: the shape sweep and decoding (CPU) or the dynamic kernels (CUDA)."""
+    if options.device == "cuda":
+        from ember.bench import dynamic_triton
+
+        options.out.mkdir(parents=True, exist_ok=True)
+        dynamic_triton.main(["--device", "cuda", "--json", str(options.out / "dynamic.json")]
+                            + (["--quick"] if options.quick else []))
+        return 0
+    from ember.bench import dynamic_sweep
+
+    inductor = options.variants is None or "inductor" in options.variants.split(",")
+    lengths = range(3, 13) if options.quick else range(3, 53)
+    dynamic_sweep.sweep(lengths, inductor)
+    dynamic_sweep.decode(8 if options.quick else 32, inductor)
+    return 0
+
+
 def main(argv: list[str] | None = None, stream: TextIO | None = None) -> int:
     options = parser().parse_args(argv)
     stream = stream or sys.stdout
+    if options.dynamic:
+        return _dynamic(options)
     options.size = size_of(options)
     if options.device == "cuda" and not options.models:
         from ember.bench import gpu

@@ -151,10 +151,23 @@ def identical(a: Value, b: Value, session: Session | None = None) -> bool:
     if isinstance(a, TensorValue) or isinstance(b, TensorValue):
         return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.node is b.node
     if isinstance(a, (Const, ObjectValue)) and isinstance(b, (Const, ObjectValue)):
+        if type(python_value(a)) is not type(python_value(b)):
+            # (objects of two types are never one: `cache is None` holds for any object of
+            # the cache's type, so its type is guarded, not its identity — a decoding loop
+            # passes a new cache each run)
+            if session is not None:
+                _guard_type(session, a, b)
+            return False
         if session is not None:
             _guard_identity(session, a, b)
         return python_value(a) is python_value(b)
     return False
+
+
+def _guard_type(session: Session, *values: Value) -> None:
+    for value in values:
+        if type(value) is ObjectValue and value.source is not None:
+            session.guards.add("type", value.source, type(value.value))
 
 
 def _guard_identity(session: Session, *values: Value) -> None:
@@ -487,6 +500,9 @@ def _known_comparison(value: TensorValue) -> bool | None:
             drawn.target not in _UNIFORM or isinstance(bound, bool) or \
             not isinstance(bound, (int, float)) or bound != bound:
         return None
+    value_of = drawn.meta.get("example_value")
+    if getattr(value_of, "dtype", None) not in (torch.float32, torch.float64):
+        return None  # (a half-precision draw may round up to 1.0)
     # x in [0, 1): each comparison's answer where it holds for every x
     if sign == "<":
         return True if bound >= 1 else False if bound <= 0 else None

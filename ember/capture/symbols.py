@@ -89,13 +89,16 @@ class FrameSizes:
     def __init__(self):
         self.tensors: dict[str, list[int | None]] = {}
         self.ints: dict[str, int | None] = {}
+        # sizes a dim had before and after it changed (value-linked automatic dynamic)
+        self.changed: set[int] = set()
 
     def see_tensor(self, name: str, shape: tuple[int, ...]) -> list[int | None]:
         known = self.tensors.get(name)
         if known is None or len(known) != len(shape):
             known = self.tensors[name] = list(shape)
         for dim, size in enumerate(shape):
-            if known[dim] != size:
+            if known[dim] is not None and known[dim] != size:
+                self.changed |= {known[dim], size}
                 known[dim] = None
         return known
 
@@ -132,11 +135,24 @@ class DynamicPolicy:
     # times a static one and save no kernel, and a decoding loop would build kernels for
     # shape after shape under each new capture (GPT-2 on the CPU: 17x eager's time per run).
     automatic: bool = True
+    # sources this capture met first (a restart with a ShapeEnv meets them again)
+    new_sources: set[str] = dataclasses.field(default_factory=set)
+
+    def linked(self, name: str, size: int) -> bool:
+        """Value-linked automatic dynamic (plan §4): a dim of a source first seen in this
+        capture whose size a changed dim had before or after it changed is a symbol too. A
+        decoding step meets the attention mask grown 7 -> 8 and, for the first time, a KV
+        cache of length 7: the cache's length is the step's symbol, so the next step does not
+        compile again. A false link costs a slower kernel (or a relation guard), never a wrong
+        one."""
+        return name in self.new_sources and size in self.frame.changed
 
     def tensor_ranges(self, tensor: torch.Tensor, source: Source, where: str
                       ) -> list[tuple[int, int | None] | None]:
         """Per dim: (min, max or None) for a symbol, None for a constant."""
         name = source.expr()
+        if name not in self.frame.tensors:
+            self.new_sources.add(name)
         seen = self.frame.see_tensor(name, tuple(tensor.shape))
         marked, static = _marks(tensor)
         if self.dynamic is False:
@@ -156,7 +172,8 @@ class DynamicPolicy:
                 wanted = (builtins.max(SMALLEST_SYMBOL, low or 0), high)
             elif dim in static or parameter:
                 wanted = None
-            elif self.dynamic is True or (self.automatic and seen[dim] is None):
+            elif self.dynamic is True or (self.automatic and (
+                    seen[dim] is None or self.linked(name, size))):
                 wanted = (SMALLEST_SYMBOL, None)
             else:
                 wanted = None

@@ -39,7 +39,7 @@ from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.ir.sizes import Dim, Size
-from ember.schedule.expr import ZERO, Expr, Opaque, Var, unravel
+from ember.schedule.expr import ZERO, Expr, Opaque, Var, proved, symbolic_range, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, cat_pieces_reached, index_rules, pad_source, take_source
 from ember.schedule.plan import Buffer, Kernel, Plan
@@ -223,7 +223,7 @@ class CKernelWriter(ColumnMode):
             a = node.attrs
             position = render(index[a["dim"]])
             return self.define(scope, node.dtype, f"({compute_type(node.dtype)})"
-                               f"({a['start']} + {a['step']} * {position})")
+                               f"({_int(a['start'])} + {a['step']} * {position})")
         if node.op is Op.PAD:
             return self.pad(node, index, scope)
         if node.op is Op.CAT:
@@ -232,12 +232,12 @@ class CKernelWriter(ColumnMode):
             return self.take(node, index, scope)
         raise AssertionError(f"{node!r} ({node.op.value}) has no buffer in {self.kernel.name}")
 
-    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
-        low, high = expr.bounds()
-        if 0 <= low and high <= size - 1:
+    def clamp(self, expr: Expr, size: Dim, scope: Scope) -> Expr:
+        low, high = symbolic_range(expr)
+        if proved(lambda: low >= 0 and high <= size - 1):
             return expr
         name = self.fresh("t")
-        self.emit(scope, f"int64_t {name} = ember_clamp_index({render(expr)}, {size});")
+        self.emit(scope, f"int64_t {name} = ember_clamp_index({render(expr)}, {_int(size)});")
         self.defined_at[name] = scope
         return Expr.of(Opaque(name, 0, size - 1))
 
@@ -289,7 +289,8 @@ class CKernelWriter(ColumnMode):
         self.emit(scope, f"status |= ({name} < 0) | ({name} >= {_int(size)});")
         self.emit(scope, f"{name} = ember_clamp_index({name}, {_int(size)});")
         self.defined_at[name] = scope
-        selected = Expr.of(Opaque(name, 0, max(size - 1, 0)))
+        highest = size - 1 if isinstance(size, Size) else max(size - 1, 0)
+        selected = Expr.of(Opaque(name, 0, highest))
         if node.op is Op.TAKE:
             _, x_at = take_source(node, index, selected)
         else:

@@ -41,7 +41,7 @@ def render_sum(expr: Expr, atom: Callable[[Atom], str], number: Callable[[int], 
             parts.append(f"-{text}")
         else:
             parts.append(f"{number(coefficient)}{times}{text}")
-    if expr.const or not parts:
+    if not (isinstance(expr.const, int) and expr.const == 0) or not parts:
         parts.append(number(expr.const))
     return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
 
@@ -58,6 +58,11 @@ def c_int(value: Dim) -> str:
     return f"INT64_C({value})" if abs(value) >= 2 ** 31 else str(value)
 
 
+def _c_divisor(value: Dim) -> str:
+    text = c_int(value)  # (x / 4*s0 would divide by 4 and multiply by s0)
+    return f"({text})" if "*" in text and not text.startswith("(") else text
+
+
 # the symbols a kernel's text names (its size parameters): s0, s1, ...
 SYMBOL_NAME = re.compile(r"\bs\d+\b")
 
@@ -66,7 +71,7 @@ def _render_c_atom(atom) -> str:
     if isinstance(atom, (Var, Opaque)):
         return atom.name
     if isinstance(atom, Div):
-        return f"({render_c(atom.expr)} / {c_int(atom.divisor)})"
+        return f"({render_c(atom.expr)} / {_c_divisor(atom.divisor)})"
     if isinstance(atom, Mod):
-        return f"({render_c(atom.expr)} % {c_int(atom.divisor)})"
+        return f"({render_c(atom.expr)} % {_c_divisor(atom.divisor)})"
     raise TypeError(atom)

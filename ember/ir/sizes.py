@@ -103,7 +103,7 @@ class Size:
     def __floordiv__(self, other: Any) -> Dim:
         """Exact division only (768*s0 // 768, 768*s0 // s0): anything else is a stage-3
         floor-division atom, not expressed here."""
-        quotient = _exact_quotient(self, other)
+        quotient = exact_quotient(self, other)
         if quotient is None:
             raise Undecided(f"{self} // ({other}) is not exact")
         return quotient
@@ -117,7 +117,7 @@ class Size:
         if isinstance(other, int) and other > 0 and \
                 all(c % other == 0 for m, c in self.terms if m):
             return dict(self.terms).get((), 0) % other
-        if _exact_quotient(self, other) is not None:
+        if exact_quotient(self, other) is not None:
             return 0
         raise Undecided(f"{self} % {other}")
 
@@ -140,7 +140,28 @@ class Size:
                 low, high = low + coefficient * a, high + coefficient * b
             else:
                 low, high = low + coefficient * b, high + coefficient * a
-        return low, high
+        return max(low, self._shifted_low(1)), min(high, -self._shifted_low(-1))
+
+    def _shifted_low(self, sign: int) -> float:
+        """A lower bound that keeps the terms' correlation (interval sums lose it: 96*s0*s1 -
+        96*s1 has interval low -inf): write each symbol as low + t with t >= 0; when every
+        term in the t's has a non-negative coefficient, the constant is the lowest value.
+        (Of sign * self: sign -1 gives minus the highest value.)"""
+        table: dict[tuple[str, ...], int] = {}
+        for monomial, coefficient in self.terms:
+            expansion = {(): sign * coefficient}
+            for s in monomial:
+                grown: dict[tuple[str, ...], int] = {}
+                for key, value in expansion.items():
+                    grown[key] = grown.get(key, 0) + value * s.low
+                    longer = tuple(sorted(key + (s.name,)))
+                    grown[longer] = grown.get(longer, 0) + value
+                expansion = grown
+            for key, value in expansion.items():
+                table[key] = table.get(key, 0) + value
+        if all(value >= 0 for key, value in table.items() if key):
+            return table.get((), 0)
+        return -math.inf
 
     def _compare(self, other: Any) -> tuple[float, float]:
         if isinstance(other, float):  # (an index's bound: it may be infinite)
@@ -228,7 +249,9 @@ def _terms(value: Dim) -> tuple[tuple[Monomial, int], ...]:
     return value.terms if isinstance(value, Size) else (((), value),)
 
 
-def _exact_quotient(size: Size, divisor: Any) -> Dim | None:
+def exact_quotient(size: Size, divisor: Any) -> Dim | None:
+    """size / divisor when every term divides exactly (an int divisor > 0, or a one-term
+    Size), else None."""
     if isinstance(divisor, int) and not isinstance(divisor, bool):
         if divisor > 0 and all(c % divisor == 0 for _, c in size.terms):
             return Size.make({m: c // divisor for m, c in size.terms})

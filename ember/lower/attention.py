@@ -95,6 +95,8 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
                for t in tensors.values()):
         return None
     options = {name: bound[name] for name in _ARGUMENTS[3:] if name in bound}
+    if any(torch_internals.is_symbolic(t) for t in tensors.values()):
+        return _symbolic_attention(tracer, device, bound, tensors, options)
     key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
                                      if not isinstance(v, torch.Tensor))),
            tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in tensors.items()),
@@ -119,6 +121,51 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
 
 
 _eager_by_geometry: dict[tuple, _Eager | None] = {}
+
+
+def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,
+                        tensors: dict[str, torch.Tensor], options: dict) -> Any:
+    """Attention over symbolic sizes (a decoding step's growing cache): eager is asked at the
+    sizes of the call being compiled; where it runs a kernel, the graph calls eager's
+    attention whole (its sizes come from the tensors at run time), its result laid out as
+    eager's was here (`attention_laid_out`); where it runs the math composite, that is traced.
+    The recorded calls are not replayed: they hold this call's sizes."""
+    hinted = {name: torch.empty_strided(
+        [torch_internals.size_hint(n) for n in t.shape],
+        [torch_internals.size_hint(n) for n in t.stride()], dtype=t.dtype, device="meta")
+        for name, t in tensors.items()}
+    key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
+                                     if not isinstance(v, torch.Tensor))),
+           tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in hinted.items()),
+           _switches())
+    if key not in _eager_by_geometry:
+        _eager_by_geometry[key] = _ask_eager(device, hinted, options)
+    eager = _eager_by_geometry[key]
+    if eager is None:
+        return None
+    shape, strides, dtype = eager.layout
+    order = tuple(sorted(range(len(shape)), key=lambda d: -strides[d]))
+    query, value = bound["query"], bound["value"]
+    symbolic_shape = (*query.shape[:-1], value.shape[-1])
+    out = torch.empty_permuted(symbolic_shape, order, dtype=dtype, device="meta")
+    if tuple(strides) != torch.empty_permuted(shape, order, device="meta").stride():
+        return None  # (not a dense layout: the composite is traced instead)
+    tracer.call_library(attention_laid_out, (order, query, bound["key"], value), options, out)
+    return out
+
+
+def attention_laid_out(order: tuple[int, ...], query: torch.Tensor, key: torch.Tensor,
+                       value: torch.Tensor, **options: Any) -> torch.Tensor:
+    """Eager's attention, its result in the dense layout `order` (outermost dim first) that
+    eager gave at the sizes the graph was compiled at: at other sizes eager may choose another
+    kernel, laid out otherwise, and the graph's kernels read the result by the planned
+    strides. The values are eager's either way."""
+    result = torch.ops.aten.scaled_dot_product_attention.default(query, key, value, **options)
+    wanted = torch.empty_permuted(result.shape, order, device="meta").stride()
+    if all(n <= 1 or s == w for n, s, w in zip(result.shape, result.stride(), wanted)):
+        return result
+    return torch.empty_permuted(result.shape, order, dtype=result.dtype,
+                                device=result.device).copy_(result)
 
 
 def _switches() -> tuple[bool, ...]:

@@ -16,7 +16,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, Shape, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import COMPARISONS, FLOAT_ONLY, Op
-from ember.ir.sizes import Size
+from ember.ir.sizes import Dim, Size, Undecided
 
 Scalar = bool | int | float
 Operand = Node | Scalar
@@ -32,6 +32,30 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
             raise ValueError(f"shapes {shapes} do not broadcast")
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
+
+
+def slice_indices(start: Dim | None, stop: Dim | None, step: int, size: Dim
+                  ) -> tuple[Dim, Dim, int]:
+    """Python's slice(start, stop, step).indices(size) with stop >= start, where the sizes may
+    be symbolic: every clamp is decided from the symbols' ranges (`x[1:]` of `[s0]` is
+    [1, s0): s0 >= 2), or the slice is `Undecided` (compiled per shape)."""
+    if not any(isinstance(v, Size) for v in (start, stop, size)):
+        start, stop, step = slice(start, stop, step).indices(size)
+        return start, max(stop, start), step
+    if step <= 0:
+        raise Undecided(f"a slice with step {step} of a symbolic size")
+
+    def bound(value: Dim | None, default: Dim) -> Dim:
+        if value is None or isinstance(value, int) and value >= 2 ** 62:  # (aten's "to the end")
+            return default
+        if isinstance(value, int) and value < 0:
+            value = value + size
+        if value <= 0:  # (each comparison decided from the ranges, or Undecided)
+            return 0
+        return size if value >= size else value
+
+    start, stop = bound(start, 0), bound(stop, size)
+    return start, (start if stop <= start else stop), step
 
 
 def normalize_dim(dim: int, ndim: int) -> int:
@@ -217,8 +241,7 @@ class Builder:
               step: int = 1) -> Node:
         dim = normalize_dim(dim, x.ndim)
         size = x.shape[dim]
-        start, stop, step = slice(start, stop, step).indices(size)
-        stop = max(stop, start)
+        start, stop, step = slice_indices(start, stop, step, size)
         if (start, stop, step) == (0, size, 1):
             return x
         if step > 1:

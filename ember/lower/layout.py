@@ -44,7 +44,8 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
     shape = tuple(shape)
     ndim = len(shape)
     # fast set-up: operands of the result's shape that all share one layout
-    if tensors and not wrapped_scalars and all(tuple(t.shape) == shape for t in tensors):
+    if tensors and not wrapped_scalars and \
+            all(torch_internals.known_equal(tuple(t.shape), shape) for t in tensors):
         if all(t.is_contiguous() for t in tensors):
             return row_major(shape)
         if ndim == 4 and all(t.is_contiguous(memory_format=torch.channels_last)

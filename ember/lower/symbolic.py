@@ -28,13 +28,20 @@ class SymbolTable:
         self.graph = graph
         self.symbols: dict[Any, Symbol] = {}
         self.memo: dict[Any, Dim] = {}
+        # torch symbols a guard pinned to one value (`view(2, s, 4, 2)` of a symbolic last dim
+        # guards it == 8 by narrowing its range, not always by a replacement): constants
+        self.constants: dict[Any, int] = {}
 
     def read_input(self, shape: Any, index: int) -> None:
         """Name the symbols that input `index`'s dims are (the first read of each)."""
         for dim, value in enumerate(shape):
             expression = torch_internals.symbolic_expression(value)
-            if torch_internals.is_symbol(expression) and expression not in self.symbols:
+            if torch_internals.is_symbol(expression) and expression not in self.symbols \
+                    and expression not in self.constants:
                 low, high = torch_internals.symbol_bounds(value, expression)
+                if low == high:
+                    self.constants[expression] = low
+                    continue
                 symbol = Symbol(f"s{len(self.symbols)}", low, high)
                 self.symbols[expression] = symbol
                 self.graph.symbols[symbol.name] = (index, dim)
@@ -52,14 +59,27 @@ class SymbolTable:
         return found
 
     def _convert(self, expression: Any) -> Dim:
+        choice = torch_internals.min_max_arguments(expression)
+        if choice is not None:  # (decided from the ranges: Max(1, s - 1) is s - 1, s >= 2)
+            kind, arguments = choice
+            values = [self._convert(argument) for argument in arguments]
+            best = values[0]
+            for value in values[1:]:
+                if (value >= best) if kind == "max" else (value <= best):
+                    best = value
+            return best
         terms = torch_internals.polynomial_terms(expression)
         if terms is None:
             raise Undecided(f"the size {expression} is not a polynomial of the input sizes "
                             f"(issue 18, stage 3)")
         table: dict[tuple[Symbol, ...], int] = {}
         for symbols, coefficient in terms:
+            for s in symbols:
+                if s in self.constants:
+                    coefficient *= self.constants[s]
             try:
-                monomial = tuple(sorted(self.symbols[s] for s in symbols))
+                monomial = tuple(sorted(self.symbols[s] for s in symbols
+                                        if s not in self.constants))
             except KeyError:
                 raise Undecided(f"the size {expression} is not read from a tensor input's "
                                 f"dims") from None

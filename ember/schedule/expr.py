@@ -8,7 +8,12 @@ them to decide what may share a loop.
     Expr  := const + sum(coefficient * Atom)
     Atom  := Var(name, extent)            0 <= v < extent (an int, or a symbolic Size)
            | Opaque(name, low, high)      a value computed at run time (a loaded index)
-           | Div(Expr, d) | Mod(Expr, d)  floor division and modulo by a positive constant
+           | Div(Expr, d) | Mod(Expr, d)  floor division and modulo by a positive size
+
+Coefficients, constants and divisors are ints, or symbolic `Size`s where a graph's sizes are
+symbols (issue 18, stage 3: a dim inside a symbolic one has a symbolic stride). Simplifying
+then needs symbolic proofs: `(s1*i + j) // s1` is `i` because `0 <= j <= s1 - 1`, which
+`symbolic_range` gives and `Size`'s comparisons decide; what they cannot prove stays an atom.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 
-from ember.ir.sizes import Size, Undecided
+from ember.ir.sizes import Dim, Size, Undecided, exact_quotient
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +38,7 @@ class Var:
 class Opaque:
     name: str
     low: int
-    high: int
+    high: Dim  # (a symbolic size where it indexes a symbolic dim)
 
     def __str__(self) -> str:
         return self.name
@@ -42,7 +47,7 @@ class Opaque:
 @dataclasses.dataclass(frozen=True)
 class Div:
     expr: Expr
-    divisor: int
+    divisor: Dim
 
     def __str__(self) -> str:
         return f"({self.expr} // {self.divisor})"
@@ -51,7 +56,7 @@ class Div:
 @dataclasses.dataclass(frozen=True)
 class Mod:
     expr: Expr
-    divisor: int
+    divisor: Dim
 
     def __str__(self) -> str:
         return f"({self.expr} % {self.divisor})"
@@ -62,15 +67,15 @@ Atom = Var | Opaque | Div | Mod
 
 @dataclasses.dataclass(frozen=True)
 class Expr:
-    terms: tuple[tuple[Atom, int], ...] = ()
-    const: int = 0
+    terms: tuple[tuple[Atom, Dim], ...] = ()
+    const: Dim = 0
 
     # -- construction ----------------------------------------------------------------------
     @staticmethod
-    def of(value: int | Atom | Expr) -> Expr:
+    def of(value: Dim | Atom | Expr) -> Expr:
         if isinstance(value, Expr):
             return value
-        if isinstance(value, int):
+        if isinstance(value, (int, Size)):
             return Expr((), value)
         return Expr(((value, 1),), 0)
 
@@ -83,21 +88,17 @@ class Expr:
     def __sub__(self, other: int | Expr) -> Expr:
         return self + Expr.of(other) * -1
 
-    def __mul__(self, factor: int) -> Expr:
-        if factor == 0 or not self.terms and self.const == 0:
+    def __mul__(self, factor: Dim) -> Expr:
+        if _is_zero(factor) or not self.terms and _is_zero(self.const):
             return ZERO
-        if isinstance(factor, Size):
-            # NOTE: stage 2 of issue 18 keeps coefficients ints: a symbolic stride (a dim
-            # inside a symbolic one) compiles per shape until stage 3
-            raise Undecided(f"symbolic stride: {self} * {factor}")
         return Expr(tuple((atom, c * factor) for atom, c in self.terms), self.const * factor)
 
     __rmul__ = __mul__
 
-    def __floordiv__(self, divisor: int) -> Expr:
+    def __floordiv__(self, divisor: Dim) -> Expr:
         return floordiv(self, divisor)
 
-    def __mod__(self, divisor: int) -> Expr:
+    def __mod__(self, divisor: Dim) -> Expr:
         return modulo(self, divisor)
 
     # -- questions -------------------------------------------------------------------------
@@ -106,13 +107,11 @@ class Expr:
         return not self.terms
 
     def bounds(self) -> tuple[float, float]:
-        low = high = self.const
+        """(lowest, highest) value over every index and every symbol value (may be inf)."""
+        low, high = _numeric(self.const)
         for atom, coefficient in self.terms:
-            a, b = atom_bounds(atom)
-            if coefficient > 0:
-                low, high = low + coefficient * a, high + coefficient * b
-            else:
-                low, high = low + coefficient * b, high + coefficient * a
+            a, b = _interval_product(_numeric(coefficient), atom_bounds(atom))
+            low, high = low + a, high + b
         return low, high
 
     def atoms(self) -> set[Atom]:
@@ -126,7 +125,7 @@ class Expr:
     def variables(self) -> set[str]:
         return {atom.name for atom in self.atoms() if isinstance(atom, (Var, Opaque))}
 
-    def coefficient(self, var: Var) -> int | None:
+    def coefficient(self, var: Var) -> Dim | None:
         """The coefficient of `var` if it appears only as a plain term, else None."""
         plain = 0
         for atom, coefficient in self.terms:
@@ -144,12 +143,87 @@ class Expr:
 
     def __str__(self) -> str:
         parts = [f"{c}*{a}" if c != 1 else str(a) for a, c in self.terms]
-        if self.const or not parts:
+        if not _is_zero(self.const) or not parts:
             parts.append(str(self.const))
         return " + ".join(parts)
 
 
 ZERO = Expr()
+
+
+def _is_zero(value: Dim) -> bool:
+    # (a Size is never zero: arithmetic that cancels it gives back the int 0)
+    return isinstance(value, int) and value == 0
+
+
+def _numeric(value: Dim) -> tuple[float, float]:
+    return value.bounds() if isinstance(value, Size) else (value, value)
+
+
+def _interval_product(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    products = [0 if x == 0 or y == 0 else x * y for x in a for y in b]
+    return min(products), max(products)
+
+
+def _sign(value: Dim) -> int | None:
+    """1 or -1 when `value` is never negative or never positive (0 for zero), else None."""
+    low, high = _numeric(value)
+    if low == high == 0:
+        return 0
+    if low >= 0:
+        return 1
+    if high <= 0:
+        return -1
+    return None
+
+
+def symbolic_range(expr: Expr) -> tuple[Dim | None, Dim | None]:
+    """(lowest, highest) value of `expr` over its indices, as sizes of the symbols (None where
+    unknown): pointwise in the symbols, so `j + s1*i` with j < s1, i < s0 tops at s0*s1 - 1,
+    which numeric bounds (inf) cannot compare with s0*s1."""
+    low: Dim | None = expr.const
+    high: Dim | None = expr.const
+    for atom, coefficient in expr.terms:
+        a, b = _atom_range(atom)
+        sign = _sign(coefficient)
+        if sign is None:
+            return None, None
+        if sign < 0:
+            a, b = b, a
+        low = None if low is None or a is None else low + coefficient * a
+        high = None if high is None or b is None else high + coefficient * b
+    return low, high
+
+
+def _atom_range(atom: Atom) -> tuple[Dim | None, Dim | None]:
+    if isinstance(atom, Var):
+        return 0, atom.extent - 1
+    if isinstance(atom, Opaque):
+        return atom.low, atom.high
+    if isinstance(atom, Mod):
+        low, high = symbolic_range(atom.expr)
+        if proved(lambda: low >= 0 and high < atom.divisor):
+            return low, high
+        return 0, atom.divisor - 1
+    low, high = atom_bounds(atom)
+    return (int(low) if math.isfinite(low) else None), (int(high) if math.isfinite(high) else None)
+
+
+def proved_le(a: Dim | None, b: Dim | None) -> bool:
+    """a <= b for every value of the symbols (None, an unknown bound: no)."""
+    return a is not None and b is not None and proved(lambda: a <= b)
+
+
+def proved_lt(a: Dim | None, b: Dim | None) -> bool:
+    return a is not None and b is not None and proved(lambda: a < b)
+
+
+def proved(question) -> bool:
+    """Does `question()` hold for every value of the symbols? (Unknown counts as no.)"""
+    try:
+        return bool(question())
+    except (Undecided, TypeError):
+        return False
 
 
 def _inner_atoms(atom: Atom) -> set[Atom]:
@@ -162,17 +236,24 @@ def atom_bounds(atom: Atom) -> tuple[float, float]:
             return 0, atom.extent.bounds()[1] - 1
         return 0, atom.extent - 1
     if isinstance(atom, Opaque):
-        return atom.low, atom.high
+        return atom.low, _numeric(atom.high)[1]
     low, high = atom.expr.bounds()
+    smallest, largest = _numeric(atom.divisor)  # (a symbolic divisor: at least 2)
     if isinstance(atom, Div):
-        return _floor(low, atom.divisor), _floor(high, atom.divisor)
-    if low >= 0 and high < atom.divisor:
+        if low < 0:
+            return _floor(low, smallest), _floor(high, smallest if high >= 0 else largest)
+        return _floor(low, largest), _floor(high, smallest)
+    if low >= 0 and high < smallest:
         return low, high
-    return 0, atom.divisor - 1
+    return 0, largest - 1
 
 
-def _floor(value: float, divisor: int) -> float:
-    return value if math.isinf(value) else value // divisor
+def _floor(value: float, divisor: float) -> float:
+    if math.isinf(value):
+        return value
+    if math.isinf(divisor):
+        return 0 if value >= 0 else -1
+    return value // divisor
 
 
 def _substitute_atom(atom: Atom, mapping: Mapping[Var, Expr]) -> Expr:
@@ -184,11 +265,11 @@ def _substitute_atom(atom: Atom, mapping: Mapping[Var, Expr]) -> Expr:
     return floordiv(inner, atom.divisor) if isinstance(atom, Div) else modulo(inner, atom.divisor)
 
 
-def _make(terms: Iterable[tuple[Atom, int]], const: int) -> Expr:
-    merged: dict[Atom, int] = {}
+def _make(terms: Iterable[tuple[Atom, Dim]], const: Dim) -> Expr:
+    merged: dict[Atom, Dim] = {}
     for atom, coefficient in terms:
         merged[atom] = merged.get(atom, 0) + coefficient
-    merged = {atom: c for atom, c in merged.items() if c}
+    merged = {atom: c for atom, c in merged.items() if not _is_zero(c)}
     # Recombine d*k*(x // d) + k*(x % d) into k*x: the inverse of splitting an index. Here
     # (e // a) // d is stored as e // (a*d), so that quotient is looked for too.
     while True:
@@ -200,7 +281,7 @@ def _make(terms: Iterable[tuple[Atom, int]], const: int) -> Expr:
                     for inner, c in atom.expr.terms:
                         merged[inner] = merged.get(inner, 0) + c * k
                     const += atom.expr.const * k
-                    merged = {a: c for a, c in merged.items() if c}
+                    merged = {a: c for a, c in merged.items() if not _is_zero(c)}
                     break
             else:
                 continue
@@ -213,77 +294,143 @@ def _make(terms: Iterable[tuple[Atom, int]], const: int) -> Expr:
 def _quotients(atom: Mod) -> list[Div]:
     found = [Div(atom.expr, atom.divisor)]
     terms = atom.expr.terms
-    if atom.expr.const == 0 and len(terms) == 1 and terms[0][1] == 1 \
+    if _is_zero(atom.expr.const) and len(terms) == 1 and terms[0][1] == 1 \
             and isinstance(terms[0][0], Div):
         inner = terms[0][0]
         found.append(Div(inner.expr, inner.divisor * atom.divisor))
     return found
 
 
-def _non_negative(rest: Expr, divisor: int) -> tuple[Expr, int]:
+def _exact(value: Dim, divisor: Dim) -> Dim | None:
+    """value / divisor when it divides exactly for every value of the symbols, else None."""
+    if isinstance(value, int) and isinstance(divisor, int):
+        return value // divisor if value % divisor == 0 else None
+    if isinstance(value, int):
+        return 0 if value == 0 else None
+    return exact_quotient(value, divisor)
+
+
+def _split(value: Dim, divisor: Dim) -> tuple[Dim, Dim]:
+    """(q, r) with value = q*divisor + r and r never negative (a constant term's split)."""
+    if isinstance(value, int) and isinstance(divisor, int):
+        return value // divisor, value % divisor
+    quotient = _exact(value, divisor)
+    if quotient is not None:
+        return quotient, 0
+    if isinstance(value, Size) and isinstance(divisor, int):
+        # (each monomial of the symbols is positive, so c % d times it is never negative)
+        table = value.table()
+        return (Size.make({m: c // divisor for m, c in table.items()}),
+                Size.make({m: c % divisor for m, c in table.items()}))
+    return 0, value
+
+
+def _check_divisor(divisor: Dim) -> None:
+    if _numeric(divisor)[0] < 1:
+        raise Undecided(f"division by {divisor}, which may not be positive")
+
+
+def _non_negative(rest: Expr, divisor: Dim) -> tuple[Expr, int]:
     """`rest` plus the fewest whole divisors that make it never negative, and how many were
     added. Div and Mod mean floor division and remainder, but C and Triton truncate toward
     zero: the two agree on dividends that are never negative (a flipped index, 3 - i, left
     -i + 1 to divide: C's (-1) % 2 is -1, the floor remainder 1)."""
-    low, _ = rest.bounds()
-    if low >= 0 or not math.isfinite(low):
+    low, _ = symbolic_range(rest)
+    if proved(lambda: low >= 0):
         return rest, 0
-    times = int(-(low // divisor))
-    return rest + times * divisor, times
+    numeric_low = rest.bounds()[0]
+    if isinstance(divisor, int) and math.isfinite(numeric_low):
+        times = int(-(numeric_low // divisor))
+        return rest + times * divisor, times
+    # NOTE: a dividend that may be negative by an amount no constant covers would divide
+    # wrongly in C: refused (the graph compiles per shape)
+    raise Undecided(f"{rest} may be negative where it is divided by {divisor}")
 
 
-def floordiv(expr: Expr, divisor: int) -> Expr:
+def floordiv(expr: Expr, divisor: Dim) -> Expr:
     expr = Expr.of(expr)
-    if isinstance(divisor, Size):
-        raise Undecided(f"symbolic stride: {expr} divided by {divisor}")
-    assert divisor > 0
+    _check_divisor(divisor)
     if divisor == 1:
         return expr
     quotient_terms, rest_terms = [], []
     for atom, coefficient in expr.terms:
-        if coefficient % divisor == 0:
-            quotient_terms.append((atom, coefficient // divisor))
+        quotient = _exact(coefficient, divisor)
+        if quotient is not None:
+            quotient_terms.append((atom, quotient))
         else:
             rest_terms.append((atom, coefficient))
-    rest, added = _non_negative(_make(rest_terms, expr.const % divisor), divisor)
-    quotient = _make(quotient_terms, expr.const // divisor - added)
-    low, high = rest.bounds()
-    if 0 <= low and high < divisor:
+    const_quotient, const_rest = _split(expr.const, divisor)
+    rest, added = _non_negative(_make(rest_terms, const_rest), divisor)
+    quotient = _make(quotient_terms, const_quotient - added)
+    low, high = symbolic_range(rest)
+    if proved(lambda: low >= 0 and high < divisor):
         return quotient
-    common = math.gcd(divisor, rest.const, *(c for _, c in rest.terms))
-    if common > 1:
-        rest = Expr(tuple((a, c // common) for a, c in rest.terms), rest.const // common)
-        divisor //= common
-    if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 \
+    if _all_ints(rest, divisor):
+        common = math.gcd(divisor, rest.const, *(c for _, c in rest.terms))
+        if common > 1:
+            rest = Expr(tuple((a, c // common) for a, c in rest.terms), rest.const // common)
+            divisor //= common
+    if len(rest.terms) == 1 and _is_zero(rest.const) and rest.terms[0][1] == 1 \
             and isinstance(rest.terms[0][0], Div):
         inner = rest.terms[0][0]
         return quotient + floordiv(inner.expr, inner.divisor * divisor)
+    for first, remaining in _factors(divisor):
+        # x // (a*b) is (x // a) // b: dividing by a factor first may fold ((16*i + j) //
+        # (64*s0), j < 16, is i // (4*s0)); only taken where it does, so nothing loops
+        step = floordiv(rest, first)
+        if not any(isinstance(atom, (Div, Mod)) for atom in step.atoms()):
+            return quotient + floordiv(step, remaining)
     return quotient + Expr.of(Div(rest, divisor))
 
 
-def modulo(expr: Expr, divisor: int) -> Expr:
+def _factors(divisor: Dim) -> list[tuple[Dim, Dim]]:
+    """(a, divisor / a) for the proper factors a of a one-term symbolic divisor c*s*t...: the
+    int factors of c, largest first, then each symbol; none for other divisors."""
+    if not isinstance(divisor, Size) or len(divisor.terms) != 1:
+        return []
+    (monomial, coefficient), = divisor.terms
+    if coefficient <= 0:
+        return []
+    found: list[Dim] = [d for d in range(coefficient, 1, -1) if coefficient % d == 0]
+    if coefficient > 1 or len(monomial) > 1:
+        found += [Size((((s,), 1),)) for s in dict.fromkeys(monomial)]
+    return [(a, exact_quotient(divisor, a)) for a in found]
+
+
+def modulo(expr: Expr, divisor: Dim) -> Expr:
     expr = Expr.of(expr)
-    if isinstance(divisor, Size):
-        raise Undecided(f"symbolic stride: {expr} divided by {divisor}")
-    assert divisor > 0
+    _check_divisor(divisor)
     if divisor == 1:
         return ZERO
-    rest, _ = _non_negative(_make([(a, c) for a, c in expr.terms if c % divisor],
-                                  expr.const % divisor), divisor)
-    low, high = rest.bounds()
-    if 0 <= low and high < divisor:
+    rest, _ = _non_negative(_make([(a, c) for a, c in expr.terms
+                                   if _exact(c, divisor) is None],
+                                  _split(expr.const, divisor)[1]), divisor)
+    low, high = symbolic_range(rest)
+    if proved(lambda: low >= 0 and high < divisor):
         return rest
-    common = math.gcd(divisor, rest.const, *(c for _, c in rest.terms))
-    if common > 1:
-        reduced = Expr(tuple((a, c // common) for a, c in rest.terms), rest.const // common)
-        return modulo(reduced, divisor // common) * common
-    if len(rest.terms) == 1 and rest.const == 0 and rest.terms[0][1] == 1 \
-            and isinstance(rest.terms[0][0], Mod) and rest.terms[0][0].divisor % divisor == 0:
+    if _all_ints(rest, divisor):
+        common = math.gcd(divisor, rest.const, *(c for _, c in rest.terms))
+        if common > 1:
+            reduced = Expr(tuple((a, c // common) for a, c in rest.terms), rest.const // common)
+            return modulo(reduced, divisor // common) * common
+    if len(rest.terms) == 1 and _is_zero(rest.const) and rest.terms[0][1] == 1 \
+            and isinstance(rest.terms[0][0], Mod) \
+            and _exact(rest.terms[0][0].divisor, divisor) is not None:
         return modulo(rest.terms[0][0].expr, divisor)
+    for first, remaining in _factors(divisor):
+        # x % (a*b) is a*((x // a) % b) + x % a, where both halves fold
+        high, low = floordiv(rest, first), modulo(rest, first)
+        if not any(isinstance(atom, (Div, Mod)) for atom in high.atoms() | low.atoms()):
+            return modulo(high, remaining) * first + low
     return Expr.of(Mod(rest, divisor))
 
 
-def ravel(index: Iterable[Expr], shape: Iterable[int]) -> Expr:
+def _all_ints(expr: Expr, divisor: Dim) -> bool:
+    return isinstance(divisor, int) and isinstance(expr.const, int) and \
+        all(isinstance(c, int) for _, c in expr.terms)
+
+
+def ravel(index: Iterable[Expr], shape: Iterable[Dim]) -> Expr:
     """Row-major linear position of `index` in `shape`."""
     linear = ZERO
     for position, size in zip(index, shape):
@@ -291,16 +438,18 @@ def ravel(index: Iterable[Expr], shape: Iterable[int]) -> Expr:
     return linear
 
 
-def unravel(linear: Expr, shape: tuple[int, ...]) -> list[Expr]:
+def unravel(linear: Expr, shape: tuple[Dim, ...]) -> list[Expr]:
     """Row-major index in `shape` of the linear position `linear` (0 <= linear < numel)."""
     index = []
     for d, size in enumerate(shape):
-        inner = max(math.prod(shape[d + 1:]), 1)
+        inner = math.prod(shape[d + 1:])
+        if isinstance(inner, int):
+            inner = max(inner, 1)
         if size == 1:
             index.append(ZERO)
             continue
         position = floordiv(linear, inner)
         # (an empty shape has no positions; its index still varies with `linear`, so a load
         # through it stays inside the loop that never runs instead of being hoisted out)
-        index.append(position if d == 0 or size == 0 else modulo(position, size))
+        index.append(position if d == 0 or _is_zero(size) else modulo(position, size))
     return index

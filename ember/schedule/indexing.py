@@ -12,7 +12,16 @@ from collections.abc import Callable, Iterator
 
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import ZERO, Expr, Opaque, ravel, unravel
+from ember.schedule.expr import (
+    ZERO,
+    Expr,
+    Opaque,
+    proved_le,
+    proved_lt,
+    ravel,
+    symbolic_range,
+    unravel,
+)
 
 Index = tuple[Expr, ...]
 IndexRule = Callable[[Node, Index], Index]
@@ -98,8 +107,8 @@ def pad_source(node: Node, index: Index) -> tuple[Index, list[tuple[Expr, int, i
         step = interior + 1
         relative = position - low
         source.append(relative // step)
-        lowest, highest = relative.bounds()
-        if lowest < 0 or highest > (n - 1) * step or step > 1:
+        lowest, highest = symbolic_range(relative)
+        if step > 1 or not (proved_le(0, lowest) and proved_le(highest, (n - 1) * step)):
             checks.append((relative, n, step))
     return tuple(source), checks
 
@@ -120,9 +129,10 @@ def cat_pieces(node: Node, index: Index) -> list[tuple[Node, Index, int, int]]:
 def cat_pieces_reached(node: Node, index: Index) -> list[tuple[Node, Index, int, int]]:
     """The pieces of a cat that positions in `index`'s range along the cat dim fall in (the
     first alone when that range is empty, as in a kernel over an empty extent: never run)."""
-    low, high = index[node.attrs["dim"]].bounds()
+    low, high = symbolic_range(index[node.attrs["dim"]])
     pieces = cat_pieces(node, index)
-    return [p for p in pieces if p[2] <= high and p[3] > low] or pieces[:1]
+    return [p for p in pieces
+            if not (proved_lt(high, p[2]) or proved_le(p[3], low))] or pieces[:1]
 
 
 def take_source(node: Node, index: Index, selected: Expr) -> tuple[Index, Index]:

@@ -148,3 +148,15 @@ def test_warm_start_table_gives_the_ratios_of_extra_times():
                          "warm hits": 1}})
     row = next(line for line in text.splitlines() if line.startswith("S1"))
     assert "0.100" in row and "0.200" in row and "0.050" in row  # (1/10, 0.2/1, 0.2/4)
+
+
+def test_dynamic_runs_the_shape_sweep_and_decoding():
+    run = bench("--dynamic", "--quick", "--variants", "eager,ember")
+    assert run.returncode == 0, run.stderr[-2000:]
+    ember_lines = [line for line in run.stdout.splitlines() if line.strip().startswith("ember")]
+    assert len(ember_lines) == 2, run.stdout  # (the sweep's, the decoding's)
+    sweep, decoding = ember_lines
+    # the sweep's answers are checked against eager's as it runs (assert_close)
+    assert int(sweep.rsplit("(", 1)[1].split()[0]) <= 2, sweep  # captures over ten lengths
+    assert "eager's tokens: True" in decoding and \
+        int(decoding.rsplit("(", 1)[1].split()[0]) <= 2, decoding

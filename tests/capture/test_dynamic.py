@@ -70,16 +70,27 @@ def test_thirty_batch_sizes_capture_twice_by_default():
     assert compiled.entries[0].captured.symbolic
 
 
-def test_by_default_embers_own_backend_falls_back_per_shape_where_stage_2_cannot():
-    # automatic dynamic makes a symbolic capture on the first recompile; arange(b) needs a
-    # symbolic float (stage 3), so that graph's kernels are built per shape, and later
-    # recompiles of the function stay static (issue 18, stage 2)
-    compiled = ember.compile(mlp_like)
+def first_half(x):
+    return (x[: x.shape[0] // 2] * 2).sum(-1) + x.shape[0]
+
+
+def test_by_default_embers_own_backend_falls_back_per_shape_where_it_cannot_be_symbolic():
+    # automatic dynamic makes a symbolic capture on the first recompile; b // 2 is not a
+    # polynomial of the sizes (a floor-division atom: not carried by Size), so that graph's
+    # kernels are built per shape, and later recompiles of the function stay static
+    compiled = ember.compile(first_half)
     with config.override(recompile_limit=3):
-        run_sizes(compiled, mlp_like, range(2, 8), lambda b: t(b, 8, seed=b))
+        run_sizes(compiled, first_half, range(4, 10), lambda b: t(b, 8, seed=b))
     assert len(compiled.records) == 2 and compiled.entries[0].captured.symbolic
     assert compiled.symbolic_refused
-    assert "symbolic float" in compiled.records[1].compiled.reason
+    assert "not a polynomial" in compiled.records[1].compiled.reason
+
+
+def test_by_default_embers_own_backend_compiles_mlp_like_once_for_the_family():
+    # view(b, 2, -1), arange(b): symbolic since stage 3 (issue 18)
+    compiled = ember.compile(mlp_like)
+    run_sizes(compiled, mlp_like, range(2, 8), lambda b: t(b, 8, seed=b))
+    assert len(compiled.records) == 2 and not compiled.symbolic_refused
 
 
 def test_thirty_batch_sizes_capture_once_under_dynamic_true():
@@ -263,10 +274,10 @@ def test_text_of_a_symbolic_size_is_its_value():
 def test_ember_backend_compiles_per_shape_under_one_capture():
     # NOTE: stage 1 — one capture serves the family, but ember's kernels are still built per
     # concrete shape (backends.ShapeSpecialized), least recently used dropped
-    compiled = ember.compile(lambda x: (x * 2).sum(-1) + x.shape[0], dynamic=True)
+    compiled = ember.compile(first_half, dynamic=True)
     with config.override(shape_compiles=2):
-        for b in [3, 4, 5, 3]:
-            same(compiled(t(b, 4, seed=b)), (t(b, 4, seed=b) * 2).sum(-1) + b)
+        for b in [4, 6, 8, 4]:  # (b // 2 >= 2: a half of 1 row would be specialized)
+            same(compiled(t(b, 4, seed=b)), first_half(t(b, 4, seed=b)))
     assert len(compiled.records) == 1
     specialized = compiled.records[0].compiled
     assert specialized.compiles == 4 and len(specialized.cache) == 2  # (3 dropped, then again)
@@ -274,13 +285,13 @@ def test_ember_backend_compiles_per_shape_under_one_capture():
 
 def test_past_the_recompile_limit_new_shapes_run_eagerly():
     # a growing size (a decoding loop's cache) must not build kernels at every call
-    compiled = ember.compile(lambda x: (x * 2).sum(-1) + x.shape[0], dynamic=True)
+    compiled = ember.compile(first_half, dynamic=True)
     with config.override(recompile_limit=3):
-        for b in [3, 4, 5, 6, 7, 3]:
-            same(compiled(t(b, 4, seed=b)), (t(b, 4, seed=b) * 2).sum(-1) + b)
+        for b in [4, 6, 8, 10, 12, 4]:
+            same(compiled(t(b, 4, seed=b)), first_half(t(b, 4, seed=b)))
     specialized = compiled.records[0].compiled
     assert len(compiled.records) == 1
-    assert specialized.compiles == 3 and specialized.eager_calls == 2  # (6 and 7; 3 is kept)
+    assert specialized.compiles == 3 and specialized.eager_calls == 2  # (10, 12; 4 kept)
 
 
 def test_what_the_backend_guards_on_the_symbols_becomes_a_guard(logged):

@@ -656,6 +656,24 @@ def test_identity_and_enum_decisions_are_guarded():
             same(compiled(x, *extra), fn(x, *extra))
 
 
+def test_is_none_of_a_passed_object_guards_its_type_not_its_identity(recompiles):
+    # (a decoding loop passes a new cache object each run: `cache is None` was guarded on
+    # the object itself, and every run compiled again)
+    class Cache:
+        def __init__(self, scale):
+            self.scale = scale
+
+    def fn(x, cache=None):
+        missing = cache is None  # (a value: IS_OP, not a jump on None)
+        return x + 1 if missing else x * cache.scale
+
+    compiled = ember.compile(fn)
+    x = t(3)
+    for cache in (Cache(2.0), Cache(2.0), None, Cache(2.0)):
+        same(compiled(x, cache), fn(x, cache))
+    assert len(compiled.records) == 2, recompiles.text  # (an object, and None)
+
+
 def test_mappings_from_outside_are_read_on_every_call():
     # (obj["k"] of a UserDict / BatchEncoding, a Counter's values() and a defaultdict's items
     # were read once and kept: the first call's values on every call)

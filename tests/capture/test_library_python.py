@@ -554,3 +554,18 @@ def test_a_uniform_draw_compared_with_a_bound_it_never_crosses_is_no_break(layer
     same(compiled(x), expected)
     same(torch.rand(3), after)
     assert ember.explain(model)(x).graph_count == graphs
+
+
+def test_a_half_precision_draw_is_not_decided():
+    # (a bfloat16 draw may round up to 1.0: only float32 and float64 draws are decided)
+    def fn(x):
+        if torch.rand([], dtype=torch.bfloat16) < 1.0:
+            return x + 1
+        return x - 1
+
+    x = t(3)
+    torch.manual_seed(2)
+    expected = fn(x)
+    torch.manual_seed(2)
+    same(ember.compile(fn)(x), expected)
+    assert ember.explain(fn)(x).graph_break_count == 1

@@ -19,13 +19,9 @@ from ember import config
 from ember.bench import zoo
 from ember.bench.variants import Compiles, recording_backend
 
-BREAKS = {
-    # (model, mode): why ember breaks there (2026-12-01). BART's encoder and decoder in
-    # training draw LayerDrop's `torch.rand([]) < self.layerdrop` and branch on it: a branch
-    # on a random tensor's value, a break for torch.compile too
-    ("bart", "train"): "transformers/models/bart/modeling_bart.py:537: a branch depends on "
-                       "a tensor's value (LayerDrop's random draw)",
-}
+# (model, mode): why ember breaks there. (BART's training, 2026-12-01 to 12-02: LayerDrop's
+# `torch.rand([]) < self.layerdrop` with layerdrop 0, now decided without a break.)
+BREAKS: dict[tuple[str, str], str] = {}
 # Cases that capture as one graph but fail a check (reason and date).
 WRONG: dict[tuple[str, str], str] = {}
 # The slow slice: the cases that take over ~10 s on 2 cores (or will, once captured), marked

@@ -53,3 +53,12 @@ def test_the_interpreter_binds_symbols_from_its_inputs():
         (out,), _ = interpret(graph, [a, b])
         torch.testing.assert_close(out, a + b)
 
+
+
+def test_bounds_keep_the_correlation_of_terms():
+    # interval sums would say 96*s0*s1 - 96*s1 may be anything: with s = 2 + t it is
+    # 192 + 192*t0 + 96*t1 + 96*t0*t1, at least 192
+    assert (96 * s0 * s1 - 96 * s1).bounds()[0] == 192
+    assert 96 * s1 < 96 * s0 * s1 and s0 * s1 - 1 < s0 * s1
+    with pytest.raises(Undecided):
+        _ = s0 * s1 < 4 * s0  # (true for s1 < 4 only)

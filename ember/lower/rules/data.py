@@ -10,6 +10,7 @@ import torch
 from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
+from ember.ir.sizes import Dim, Size, Undecided
 from ember.lower.builder import Builder, normalize_dim
 from ember.lower.registry import Decline, aten, lowering
 
@@ -90,15 +91,28 @@ def _arange(b: Builder, start, end=None, step=1, *, dtype=None, layout=None, dev
             pin_memory=None) -> Node:
     if end is None:
         start, end = 0, start
-    count = max(0, math.ceil((end - start) / step))
+    if isinstance(start, Size) or isinstance(end, Size):
+        count = _symbolic_count(start, end, step)
+    else:
+        count = max(0, math.ceil((end - start) / step))
     if dtype is None:
-        dtype = torch.int64 if all(isinstance(v, int) for v in (start, end, step)) \
+        dtype = torch.int64 if all(isinstance(v, (int, Size)) for v in (start, end, step)) \
             else torch.get_default_dtype()
-    if all(isinstance(v, int) for v in (start, step)):
+    if all(isinstance(v, (int, Size)) for v in (start, step)):
         return b.cast(b.iota((count,), 0, torch.int64, start, step), dtype)
     # start + step * i in double, as eager accumulates, then rounded once
     index = b.cast(b.iota((count,), 0), torch.float64)
     return b.cast(b.add(b.mul(index, float(step)), float(start)), dtype)
+
+
+def _symbolic_count(start, end, step) -> Dim:
+    """arange's length over symbolic bounds (`arange(past, past + n)`, `arange(s)`) with an
+    int step; a length the symbols' ranges cannot settle is Undecided (per shape)."""
+    if not isinstance(step, int) or isinstance(step, bool) or step <= 0 or \
+            not all(isinstance(v, (int, Size)) for v in (start, end)):
+        raise Undecided(f"arange({start}, {end}, {step}) over symbolic sizes")
+    count = (end - start + step - 1) // step  # (exact, or Undecided)
+    return count if count >= 0 else 0
 
 
 @lowering(aten.linspace.default)
