@@ -9,6 +9,7 @@ becomes FX nodes that compute it from the inputs (`x.size(0) // 2`), never a con
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -128,8 +129,11 @@ class GraphBuilder:
         return base if count == 0 else f"{base}_{count}"
 
     # -- operations -----------------------------------------------------------------------
-    def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any]) -> Value:
-        """Add call_function/call_method `target` on tracked arguments; return the result."""
+    def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any],
+             refuse: Callable[[Any, list], str | None] | None = None) -> Value:
+        """Add call_function/call_method `target` on tracked arguments; return the result.
+        `refuse(example, fake_args)`: why the call, as run on fakes, cannot be a node (no
+        node is made then: Unsupported)."""
         try:
             fx_args, fx_kwargs = to_fx(args, self.size_node), to_fx(kwargs, self.size_node)
         except Unsupported as error:  # say which call took the argument
@@ -153,6 +157,11 @@ class GraphBuilder:
             raise Unsupported(f"{_name_of(target)} failed while capturing: "
                               f"{type(error).__name__}: {error}",
                               "eager raises the same error; fix the call") from None
+        if refuse is not None:
+            reason = refuse(example, list(torch_internals.tree_flatten((fake_args,
+                                                                       fake_kwargs))[0]))
+            if reason is not None:
+                raise Unsupported(reason)
         node = self.graph.create_node(kind, target, fx_args, fx_kwargs,
                                       self._name(_name_of(target)))
         if self.frame is not None:

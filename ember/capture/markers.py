@@ -51,7 +51,7 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
                 raise Unsupported(f"{function_class.__qualname__}.apply writes its input in "
                                   f"place (ctx.mark_dirty): it runs outside the graph")
             return session.builder.call("call_function", _applier(function_class),
-                                        tuple(args), kwargs)
+                                        tuple(args), kwargs, refuse=_returns_an_input_view)
         return None
     if not isinstance(callee, (FunctionValue, TorchValue, ModuleValue)):
         return None
@@ -96,6 +96,19 @@ class AutogradFunctionApply:
 
 
 _appliers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _returns_an_input_view(example: Any, operands: list) -> str | None:
+    """A Function whose result views its input (gradient reversal's `x.view_as(x)`) cannot be
+    one call: a graph's library result may not share an operand's memory."""
+    inputs = {torch_internals.storage_identity(t) for t in operands
+              if isinstance(t, torch.Tensor)}
+    results = torch_internals.tree_flatten(example)[0]
+    if any(isinstance(t, torch.Tensor) and torch_internals.storage_identity(t) in inputs
+           for t in results):
+        return "a custom autograd.Function returns a view of its input: it runs outside " \
+            "the graph"
+    return None
 
 
 def _marks_dirty(function_class: type) -> bool:

@@ -420,3 +420,28 @@ def test_a_custom_function_that_writes_its_input_runs_outside_the_graph():
     report = ember.explain(fn)(x)
     assert (report.graph_count, report.graph_break_count) == (2, 1)
     assert "mark_dirty" in str(report.break_reasons[0])
+
+
+class ReverseGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, alpha: float):
+        ctx.alpha = alpha
+        return x.view_as(x)  # (a view of its input: DANN's gradient reversal)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.neg() * ctx.alpha, None
+
+
+def test_a_custom_function_that_returns_a_view_of_its_input_runs_outside_the_graph():
+    def fn(x):
+        return (ReverseGradient.apply(torch.relu(x), 0.5) * 3).sum()
+
+    x = torch.randn(5, requires_grad=True)
+    expected = x.detach().clone().requires_grad_()
+    fn(expected).backward()
+    ember.compile(fn)(x).backward()
+    same(x.grad, expected.grad)
+    report = ember.explain(fn)(x)
+    assert report.graph_break_count == 1 and "view of its input" in str(
+        report.break_reasons[0])
