@@ -396,8 +396,7 @@ class CompiledFunction:
             if self.given_up or not stances.on_miss(self, arguments):
                 return None
             if self.entries:
-                if len(self.entries) >= (self.recompile_limit or
-                                         config.settings.recompile_limit):
+                if len(self.entries) >= self.limit():
                     logs.channel("recompiles").warning(
                         "%s has reached its recompile limit of %d compiled version%s, so from "
                         "now on a call that none of them accepts runs eagerly. The call%s "
@@ -579,6 +578,13 @@ class CompiledFunction:
         if breaks:  # (after record: a function compiled at a break knows its callers' lines)
             logs.channel("graph_breaks").info("graph break at %s", breaks[0].said_where())
         return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
+
+    def limit(self) -> int:
+        """How many versions this function keeps: ember.compile's recompile_limit, else
+        torch._dynamo.config.recompile_limit where the user set it, else
+        EMBER_RECOMPILE_LIMIT."""
+        return self.recompile_limit or torch_internals.dynamo_recompile_limit() or \
+            config.settings.recompile_limit
 
     def lower(self, *args: Any, **kwargs: Any) -> Any:
         """Ahead of time: capture this function for these arguments, as one graph, without

@@ -883,6 +883,17 @@ def dynamo_error_on_recompile() -> bool:
     return bool(sys.modules["torch._dynamo.config"].error_on_recompile)
 
 
+def dynamo_recompile_limit() -> int | None:
+    """torch._dynamo.config.recompile_limit where the user changed it (None: its default, or
+    torch._dynamo not imported)."""
+    if not dynamo_imported():
+        return None
+    dynamo_config = sys.modules["torch._dynamo.config"]
+    if dynamo_config._is_default("recompile_limit"):
+        return None
+    return int(dynamo_config.recompile_limit)
+
+
 def chain_compiler_reset(reset: Any) -> None:
     """Make torch.compiler.reset() and torch._dynamo.reset() call `reset` first (ember's
     compiled functions are forgotten with Dynamo's). torch.compiler.reset is wrapped now;

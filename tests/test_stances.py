@@ -213,3 +213,22 @@ def test_a_stance_set_inside_a_compiled_function_is_a_break_that_says_what_to_do
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(function)(x), x + 1)
     assert stances.current() == "default"
+
+
+def test_dynamos_recompile_limit_where_the_user_set_it():
+    import torch._dynamo
+
+    def fn(x):
+        return x * 2
+
+    compiled = ember.compile(fn, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for n in range(1, 6):
+            x = torch.randn(n)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert len(compiled.records) == 2  # (then eager, as past any limit)
+    own = ember.compile(fn, dynamic=False, recompile_limit=3)  # (ember's argument first)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        for n in range(1, 6):
+            own(torch.randn(n))
+    assert len(own.records) == 3
