@@ -54,6 +54,23 @@ def pytest_collection_modifyitems(config, items):
                 reason=f"slow: CI runs one slow test in {SLOW_SLICES} (pytest -m slow: all)"))
 
 
+@pytest.fixture
+def builds(caplog):
+    """What was built so far in the test, as a function: one line per C file built or loaded
+    and per Triton module made (EMBER_LOGS=kernels; tests of one build per shape family)."""
+    import logging
+
+    from ember import config
+
+    root = logging.getLogger("ember")
+    root.addHandler(caplog.handler)
+    try:
+        with config.override(logs=frozenset({"kernels"})):
+            yield lambda: [r.getMessage() for r in caplog.records if r.name == "ember.kernels"]
+    finally:
+        root.removeHandler(caplog.handler)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     """Each test starts with Dynamo's caches empty (no recompile limits carried over)."""

@@ -84,13 +84,13 @@ class CompiledGraph:
                 shares_written_memory(tensors, self.written_inputs, self.label, self._told)
                 or self._writes_inference(tensors)):
             return self.eager(*args)
-        first = self._run == self._first_call
         try:
             return self._run(tensors)
         except LayoutMismatch:
             return self.eager(*args)
         except Exception as error:  # (an index out of range, a library call's refusal)
-            if first or not self.written_inputs:  # (the inputs are as the caller gave them)
+            # (a first call that raised is still the first: it restored the written inputs)
+            if not self.written_inputs or self._run == self._first_call:
                 return self._eager_after(error, args)
             raise_located(error, self.eager, args, self.label)
 

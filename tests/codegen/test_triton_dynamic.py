@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -35,18 +34,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 def _triton():
     with config.override(backend="triton"):
         yield
-
-
-@pytest.fixture
-def builds(caplog):
-    """The Triton modules made so far in the test (one line each on EMBER_LOGS=kernels)."""
-    root = logging.getLogger("ember")
-    root.addHandler(caplog.handler)
-    try:
-        with config.override(logs=frozenset({"kernels"})):
-            yield lambda: [r.getMessage() for r in caplog.records if r.name == "ember.kernels"]
-    finally:
-        root.removeHandler(caplog.handler)
 
 
 def t(*shape, seed=0):

@@ -5,15 +5,12 @@ module made), captures on compiled.records."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 import ember
-from ember import config
 from ember.shapes import ShapeSpecialized
 
 BATCHES = [2, 3, 5, 8, 13, 21, 31, 64]
@@ -21,18 +18,6 @@ BATCHES = [2, 3, 5, 8, 13, 21, 31, 64]
 
 def t(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.fixture
-def builds(caplog):
-    """The C files built (or loaded from the disk cache) so far in the test, as a function."""
-    root = logging.getLogger("ember")
-    root.addHandler(caplog.handler)
-    try:
-        with config.override(logs=frozenset({"kernels"})):
-            yield lambda: [r.getMessage() for r in caplog.records if r.name == "ember.kernels"]
-    finally:
-        root.removeHandler(caplog.handler)
 
 
 def c_only(kernel_backend):

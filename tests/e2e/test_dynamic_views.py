@@ -4,31 +4,16 @@ compared with eager; C builds are counted on EMBER_LOGS=kernels, captures on rec
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 from torch import nn
 
 import ember
-from ember import config
 from ember.shapes import ShapeSpecialized
 
 
 def t(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-@pytest.fixture
-def builds(caplog):
-    """The C files built (or loaded from the disk cache) so far in the test, as a function."""
-    root = logging.getLogger("ember")
-    root.addHandler(caplog.handler)
-    try:
-        with config.override(logs=frozenset({"kernels"})):
-            yield lambda: [r.getMessage() for r in caplog.records if r.name == "ember.kernels"]
-    finally:
-        root.removeHandler(caplog.handler)
 
 
 def c_only(kernel_backend):
