@@ -125,3 +125,25 @@ def test_bench_models_end_to_end(tmp_path):
         ("forward", 1, 0, [])]
     assert ember["graphs"] == 1 and ember["fallbacks"] == []
     assert "## Capture" in (tmp_path / "report.md").read_text()
+
+
+def test_the_benchs_counting_backend_keeps_automatic_dynamic():
+    # (wrapped to count compiles, ember's backend was no longer recognized as ember's own:
+    # the bench's decoding loops compiled per cache length to the recompile limit, then ran
+    # eagerly — unlike any user's; compiled as users compile, the loop captures twice)
+    import torch
+
+    import ember
+    from ember.bench import zoo
+    from ember.bench.variants import Compiles, recording_backend
+
+    step, args = zoo.instantiate(zoo.find("gpt2"), "decode", "tiny", "cpu")
+    eager_tokens = step(*args)
+    step, args = zoo.instantiate(zoo.find("gpt2"), "decode", "tiny", "cpu")
+    compiles = Compiles()
+    compiled = step.model_slot[0] = ember.compile(step.model,
+                                                  backend=recording_backend(compiles))
+    with torch.no_grad():
+        assert torch.equal(step(*args), eager_tokens)
+    assert len(compiled._compiled_forward.records) == 2  # (the prompt; every cache length)
+    assert compiles.eager_graphs == 0
