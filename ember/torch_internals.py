@@ -386,6 +386,13 @@ def current_raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+def cuda_spin(cycles: int) -> None:
+    """Keep the current CUDA stream busy for about `cycles` GPU clock cycles (a kernel that
+    spins), so that launches queued behind it run back to back, without the gaps of their
+    launching."""
+    torch.cuda._sleep(cycles)
+
+
 def plain_view() -> Any:
     """A function (tensor, size, stride, offset) -> a tensor over `tensor`'s memory with that
     geometry, `offset` elements past `tensor`'s own storage offset, made in C++ without the

@@ -74,14 +74,17 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
            candidates: dict[str, Callable[[], Callable[[], None]]],
            synchronize: Callable[[], None] = lambda: None, samples: int = SAMPLES,
            margins: dict[str, float] | None = None,
-           apart: frozenset[str] = frozenset()) -> str:
+           apart: frozenset[str] = frozenset(),
+           timer: Callable[[Callable[[], None]], float] | None = None) -> str:
     """The label to build `kernel` with. `candidates`: label -> a function that prepares the
     candidate (its inputs, checked against the default's result) and returns its run, or
     raises Disagrees; the DEFAULT label comes first. Read from the disk cache under
     `entry_key` when an earlier process tuned it; else timed (`samples` per candidate) and
     recorded there. `margins`: what a candidate must gain over the default to replace it,
     where that is more than MARGIN (a cost its own timing cannot see); `apart`: candidates
-    timed after all the others (those that leave threads spinning: see `measure`)."""
+    timed after all the others (those that leave threads spinning: see `measure`); `timer`:
+    run -> seconds per run, where the wall clock around runs is not the candidates' cost (a
+    GPU's kernels, shorter than their launches: `GpuTimer`)."""
     recorded = _read(entry_key)
     if recorded in candidates:
         counts["recorded"] += 1
@@ -98,7 +101,7 @@ def choose(graph: str, kernel: str, what: str, entry_key: str,
             counts["disagreed"] += 1
             dropped.append(f"{label} ({error})")
     with _timing:  # (a training graph's forward and backward are compiled side by side)
-        seconds = measure(runs, synchronize, samples, apart)
+        seconds = measure(runs, synchronize, samples, apart, timer)
     counts["tuned"] += 1
     choice = fastest(seconds, margins)
     history.append(Tuned(graph, kernel, choice, seconds, False))
@@ -149,13 +152,22 @@ def fastest(seconds: dict[str, float], margins: dict[str, float] | None = None) 
 
 
 def measure(runs: dict[str, Callable[[], None]], synchronize: Callable[[], None],
-            samples: int = SAMPLES, apart: frozenset[str] = frozenset()) -> dict[str, float]:
+            samples: int = SAMPLES, apart: frozenset[str] = frozenset(),
+            timer: Callable[[Callable[[], None]], float] | None = None) -> dict[str, float]:
     """Median seconds per run of each candidate: `samples` samples each, the candidates taken
     in turn within each round (a burst of other work then slows them all alike). Those in
     `apart` (OpenMP-parallel ones, whose worker threads go on spinning for milliseconds after
-    each region) have their rounds after the others' are done."""
+    each region) have their rounds after the others' are done. `timer`: run -> seconds per
+    run, in place of the wall clock around repeated runs."""
     order = [label for label in runs if label not in apart] + \
         [label for label in runs if label in apart]
+    if timer is not None:
+        timed: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(samples):
+            for label in order:
+                timed[label].append(timer(runs[label]))
+        counts["timings"] += len(runs)
+        return {label: statistics.median(values) for label, values in timed.items()}
     if apart:  # (the checks just ran the parallel candidates: let their threads go to sleep)
         time.sleep(SPIN_SECONDS)
     repeats = {}

@@ -417,3 +417,15 @@ def test_size_hints_guardless_equality_and_min_max_of_symbolic_sizes():
         torch_internals.symbolic_expression(size))
     assert kind == "max" and len(arguments) == 2
     assert torch_internals.min_max_arguments(torch_internals.symbolic_expression(rows)) is None
+
+
+def test_a_cuda_spin_holds_the_stream_for_the_runs_queued_behind_it():
+    assert callable(torch.cuda._sleep)  # what cuda_spin calls, on this torch
+    if not torch.cuda.is_available():
+        pytest.skip("needs a GPU to spin")
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    torch_internals.cuda_spin(10_000_000)
+    end.record()
+    end.synchronize()
+    assert begin.elapsed_time(end) > 0.5  # ms (ten million cycles last 2 ms at 5 GHz)

@@ -36,7 +36,7 @@ def timed(monkeypatch):
     """tuning.measure answers with the candidates' planned seconds."""
     planned: dict[str, float] = {}
     monkeypatch.setattr(tuning, "measure",
-                        lambda runs, synchronize, samples=5, apart=frozenset():
+                        lambda runs, synchronize, samples=5, apart=frozenset(), timer=None:
                         {k: planned[k] for k in runs})
     return planned
 
@@ -151,3 +151,22 @@ def test_a_second_process_reads_the_choices_instead_of_timing(tmp_path, warm):
         assert second["counts"]["recorded"] == kernels
         assert second["choices"] == first["choices"]
         assert said.count("read from the disk cache (nothing timed)") == kernels
+
+
+def test_a_timer_replaces_the_wall_clock_and_samples_each_candidate_in_turn():
+    calls = []
+
+    def timer(run):
+        calls.append(run)
+        return {fast: 1e-6, slow: 3e-6}[run]
+
+    def fast():
+        pass
+
+    def slow():
+        pass
+
+    seconds = tuning.measure({"default": slow, "wide": fast}, lambda: None, samples=3,
+                             timer=timer)
+    assert seconds == {"default": 3e-6, "wide": 1e-6}
+    assert calls == [slow, fast] * 3

@@ -14,7 +14,7 @@ def winning(index: int, monkeypatch) -> Iterator[None]:
     """Timings in which each kernel's candidate number `index` (its last, if it has fewer;
     0 is the default) is the fastest by far: nothing is really timed."""
 
-    def measure(runs, synchronize, samples=tuning.SAMPLES, apart=frozenset()):
+    def measure(runs, synchronize, samples=tuning.SAMPLES, apart=frozenset(), timer=None):
         labels = list(runs)
         winner = labels[min(index, len(labels) - 1)]
         tuning.counts["timings"] += len(labels)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -82,10 +83,53 @@ def choose(plan: Plan, label: str, device_index: int | None, dependent_launch: b
                      lambda name, k=kernel: compiled()[(k.name, name)])
         choice = tuning.choose(label, kernel.name, what, key,
                                {name: functools.partial(runs.prepare, name) for name in written},
-                               runs.synchronize, 1 if device_index is None else tuning.SAMPLES)
+                               runs.synchronize, 1 if device_index is None else tuning.SAMPLES,
+                               timer=None if device_index is None else GpuTimer(device_index))
         if choice != tuning.DEFAULT:
             chosen[kernel.name] = written[choice][1]
     return chosen
+
+
+class GpuTimer:
+    """A candidate's seconds per run on the GPU alone. Timing the host's clock around
+    launches measures the launches when the kernels are shorter (most are: 5-40 us): so a
+    spinning kernel holds the stream while `repeats` runs are queued behind it, and CUDA
+    events around the queued runs time what the GPU spent on them, back to back (as in a
+    replayed CUDA graph)."""
+
+    BUDGET = 5e-4            # seconds of GPU work per sample
+    CLOCK = 2.5e9            # cycles a second, at least the GPU's (a longer spin costs only time)
+
+    def __init__(self, device_index: int):
+        self.device_index = device_index
+        self.plans: dict[Callable, tuple[int, float]] = {}  # run -> (repeats, launch seconds)
+
+    def __call__(self, run: Callable[[], None]) -> float:
+        if run not in self.plans:
+            self.plans[run] = self._plan(run)
+        repeats, launch = self.plans[run]
+        return self._time(run, repeats, launch)
+
+    def _plan(self, run: Callable[[], None]) -> tuple[int, float]:
+        torch.cuda.synchronize(self.device_index)
+        start = time.perf_counter()
+        for _ in range(10):
+            run()
+        launch = (time.perf_counter() - start) / 10
+        once = self._time(run, 10, launch)
+        return max(10, min(1000, int(self.BUDGET / max(once, 1e-7)))), launch
+
+    def _time(self, run: Callable[[], None], repeats: int, launch: float) -> float:
+        with torch.cuda.device(self.device_index):
+            begin = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch_internals.cuda_spin(int((repeats * launch * 2 + 5e-5) * self.CLOCK))
+            begin.record()
+            for _ in range(repeats):
+                run()
+            end.record()
+            end.synchronize()
+        return begin.elapsed_time(end) / 1e3 / repeats
 
 
 def _text(launches: KernelLaunches, name: str | None = None) -> str:

@@ -17,7 +17,10 @@ BATCHES = [2, 3, 5, 8, 13, 21, 31, 64]
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    # drawn on the CPU (a seeded CPU generator), then placed where tests make tensors (the
+    # GPU under EMBER_TEST_DEVICE=cuda)
+    drawn = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), device="cpu")
+    return drawn.to(torch.get_default_device())
 
 
 def c_only(kernel_backend):

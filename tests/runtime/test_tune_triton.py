@@ -83,3 +83,18 @@ def test_labels_name_what_differs_from_the_default():
     default = triton_tiling.Tiling(1024, num_warps=4)
     assert label(triton_tiling.Tiling(2048, num_warps=8), default) == "xblock=2048 warps=8"
     assert label(triton_tiling.Tiling(1024, num_warps=4, num_stages=2), default) == "stages=2"
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="times kernels on a GPU")
+def test_the_gpu_timer_runs_every_queued_run_and_answers_seconds_per_run():
+    from ember.runtime.tune_triton import GpuTimer
+
+    counter = torch.zeros((), device="cuda")
+    timer = GpuTimer(torch.cuda.current_device())
+    def run():
+        counter.add_(1)
+
+    seconds = [timer(run) for _ in range(3)]
+    repeats, _ = next(iter(timer.plans.values()))
+    assert counter.item() == 10 + 10 + 3 * repeats  # the plan's two rounds of 10, then 3 samples
+    assert all(0 < s < 1e-3 for s in seconds)
