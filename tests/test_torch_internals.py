@@ -309,13 +309,14 @@ def test_storage_identity_is_shared_by_aliases_of_fake_tensors():
 def test_attention_backend_choice_sees_the_math_composite():
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    q = torch.randn(2, 4, 8, 16)
+    q = torch.randn(2, 4, 8, 16, device="cpu")  # (CUDA's flash kernel takes no float32)
     with sdpa_kernel([SDPBackend.MATH]):
         assert torch_internals.attention_uses_math(q, q, q, None, {})
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]):
         # (the CPU's flash kernel takes these; values of another head size only the composite)
         assert not torch_internals.attention_uses_math(q, q, q, None, {"is_causal": True})
-        assert torch_internals.attention_uses_math(q, q, torch.randn(2, 4, 8, 32), None, {})
+        assert torch_internals.attention_uses_math(q, q, torch.randn(2, 4, 8, 32, device="cpu"),
+                                                   None, {})
 
 
 def test_symbolic_fakes_ints_ranges_guards_and_their_rendering():

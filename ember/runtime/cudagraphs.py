@@ -20,6 +20,10 @@ is kept safe:
   it is not (gradient accumulation, retain_graph), or the saved values come from elsewhere,
   the call runs without the CUDA graph, so nothing anyone holds is overwritten.
 - Inputs the graph writes (in-place ops) are copied back into the caller's tensors.
+- A recording is kept only where it can pay: a replay saves each launch's host work but adds
+  the copies in and out, which cost a pass over memory each. A graph of a few kernels over
+  large tensors (a softmax over 16 MB: one launch saved, 64 MB copied) runs faster without
+  one; it is said on EMBER_LOGS=perf and the graph runs as in the default mode.
 - The first call runs normally (it also warms up lazy initialization), then the graph is
   recorded. Where it cannot be (CPU tensors, a host synchronization inside the graph, an
   error while recording), the graph runs without CUDA graphs and the reason is logged on
@@ -40,6 +44,25 @@ from ember import logs, torch_internals
 
 # After this many recordings (parameters that keep moving), stop recording.
 MAX_RECORDINGS = 4
+# What a replay saves per launch it replaces (the wrapper's Python and the launch itself), and
+# the bandwidth of the copies in and out of the recording (an H200's reach ~3 TB/s; less for
+# small ones). The copies' own launches are left out: they are the same few whatever the
+# graph, and small beside the launches of graphs worth recording.
+LAUNCH_SECONDS = 4e-6
+COPY_BYTES_PER_SECOND = 2.5e12
+
+
+def replay_loses(launches: int, copied_bytes: int) -> str | None:
+    """Why replaying costs more than the launches it saves (None: it pays): `launches` the
+    graph makes per call; `copied_bytes` copied in and out around each replay (each read
+    once and written once)."""
+    saved = launches * LAUNCH_SECONDS
+    cost = 2 * copied_bytes / COPY_BYTES_PER_SECOND
+    if cost <= saved:
+        return None
+    return (f"copying {copied_bytes / 2**20:.1f} MiB in and out of the recording each call "
+            f"(~{cost * 1e6:.0f} us) costs more than the {launches} launches a replay saves "
+            f"(~{saved * 1e6:.0f} us)")
 
 
 def serves_several_shapes(compiled: Any) -> bool:
@@ -233,6 +256,17 @@ class CudaGraphed:
         del static_result, leaves
         self.kept = [value for kind, value in outputs if kind == "kept"]
         self.kept_counts = [torch_internals.storage_use_count(t) for t in self.kept]
+        plan = getattr(self.compiled, "plan", None)
+        if plan is not None and not self.training:
+            pooled = [value for kind, value in outputs if kind == "pool"]
+            loses = replay_loses(len(plan.steps),
+                                 sum(_bytes(t) for _, t, _ in self.copied)
+                                 + sum(_bytes(t) for _, t in self.written)
+                                 + sum(_bytes(t) for t in pooled))
+            if loses is not None:
+                self.graph = self.statics = self.outputs = None
+                self.give_up(loses)
+                return
         self.recorded = True
         islands = getattr(self.compiled, "island_count", 0)
         logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
@@ -246,6 +280,10 @@ _detach = torch.Tensor.detach
 def _held(tensor: torch.Tensor, alone: int) -> bool:
     """Does anyone beside this graph hold `tensor`'s memory (an alias a replay handed out)?"""
     return torch_internals.storage_use_count(tensor) != alone
+
+
+def _bytes(tensor: torch.Tensor) -> int:
+    return _span(tensor) * tensor.element_size()
 
 
 def _span(tensor: torch.Tensor) -> int:

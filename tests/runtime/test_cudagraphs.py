@@ -244,3 +244,15 @@ def test_a_training_graph_with_an_island_runs_without_cuda_graphs_and_says_why(m
     w.grad = None
     fn(x, w).backward()
     torch.testing.assert_close(expected, w.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_a_recording_is_kept_only_where_its_copies_cost_less_than_the_launches_it_saves():
+    from ember.runtime.cudagraphs import replay_loses
+
+    # a softmax over 4096 x 1000 floats: one launch saved, 15.6 MiB in and as much out
+    reason = replay_loses(1, 2 * 4096 * 1000 * 4)
+    assert reason is not None and "31.2 MiB" in reason and "1 launches" in reason
+    # sixty small kernels, a few KB copied: the replay pays
+    assert replay_loses(60, 3 * 64 * 64 * 4) is None
+    # a language model's logits (8 x 256 x 50257 bf16) after 150 launches: still pays
+    assert replay_loses(150, 8 * 256 * 50257 * 2) is None
