@@ -5,7 +5,8 @@ the host's time per call beside the device's (a launch-bound graph shows host > 
     python3 -m ember.bench.zoo_profile resnet50 qwen2 [--variants eager,ember,tc] [--rows 14]
         [--host] [--mode train]
 
---mode train profiles the zoo's training step (forward, backward and AdamW) instead.
+--mode train profiles the zoo's training step (forward, backward and AdamW) instead; --mode
+decode its greedy decoding (the prompt, then a token a call with the KV cache).
 --stacks aten::copy_ adds the Python stacks that called that op (the profiler's with_stack).
 
 --host adds the host's side: the hottest Python functions of ten calls under cProfile.
@@ -83,7 +84,7 @@ def main() -> None:
     parser.add_argument("--variants", default="eager,ember")
     parser.add_argument("--rows", type=int, default=14)
     parser.add_argument("--host", action="store_true")
-    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
+    parser.add_argument("--mode", default="infer", choices=["infer", "train", "decode"])
     parser.add_argument("--stacks", default="", help="an op's name, e.g. aten::copy_")
     options = parser.parse_args()
     for name in options.models:
