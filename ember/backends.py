@@ -501,11 +501,6 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
     """One Triton module for the plan; its kernels compiled for the GPU (or interpreted).
     `wide`: a symbolic plan's build with int64 indices (made on the first call that needs
     it: its inputs' alignment is not assumed either)."""
-    if any(isinstance(stride, Size) for buffer in (*plan.inputs, *plan.outputs, *plan.buffers)
-           for stride in buffer.strides or ()):
-        # (a dim inside a symbolic one: the C backend's stage 3; Triton's kernels index
-        # with symbolic extents only — the graph compiles per shape)
-        raise Undecided("symbolic stride: Triton's kernels take symbolic extents, not strides")
     fused = not wide and config.settings.matmul_epilogue and \
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:

@@ -4,8 +4,8 @@
    family of shapes (one dim marked dynamic, first compiled at another size so that nothing
    of the timed size is baked in), timed in alternation; each result is also compared with
    eager's. The table says which form the dynamic compile took: "symbolic" (one build serves
-   every size) or "per shape" with the reason (e.g. a symbolic row length inside a 2-d tensor
-   needs symbolic strides: issue 18, stage 3).
+   every size) or "per shape" with the reason (what the symbolic path does not cover; a
+   symbolic row length, whose rows' stride is a symbol, is symbolic on both backends).
 2. A shape sweep: a small MLP block called once at each of N sequence lengths, first calls
    included, total wall time: eager, ember (default: automatic dynamic), ember dynamic=True,
    torch.compile(dynamic=True).

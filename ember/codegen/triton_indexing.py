@@ -10,18 +10,20 @@ from ember.codegen.triton_reductions import render
 from ember.codegen.triton_rules import literal
 from ember.ir.graph import Node
 from ember.ir.ops import Op
-from ember.schedule.expr import ZERO, Expr, Opaque
+from ember.ir.sizes import Dim
+from ember.schedule.expr import ZERO, Expr, Opaque, proved, symbolic_range
 from ember.schedule.indexing import Index, cat_pieces_reached, pad_source, take_source
 
 
 class IndexingWriting:
     """The pad, cat and take methods of TritonKernelWriter."""
 
-    def clamp(self, expr: Expr, size: int, scope: Scope) -> Expr:
-        low, high = expr.bounds()
-        if 0 <= low and high <= size - 1:
+    def clamp(self, expr: Expr, size: Dim, scope: Scope) -> Expr:
+        low, high = symbolic_range(expr)
+        if proved(lambda: low >= 0 and high <= size - 1):
             return expr
         name = self.fresh("t")
+        # (a symbolic size renders as its expression over the kernel's size arguments)
         self.emit(scope, f"{name} = tl.minimum(tl.maximum({render(expr)}, 0), {size - 1})")
         self.defined_at[name] = scope
         self.deps[name] = self.index_deps([expr])

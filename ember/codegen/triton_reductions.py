@@ -37,7 +37,13 @@ class Workspace:
 
 
 def render(expr: Expr) -> str:
-    return render_sum(expr, _render_atom)
+    return render_sum(expr, _render_atom, _number)
+
+
+def _number(value) -> str:
+    """A coefficient or constant: an int, or a symbolic size over the kernel's size
+    arguments, parenthesized (`(s1 - 1) * x`, not `s1 - 1 * x`)."""
+    return str(value) if isinstance(value, int) else f"({value})"
 
 
 def _render_atom(atom) -> str:
@@ -45,10 +51,12 @@ def _render_atom(atom) -> str:
         return atom.name
     # Triton's // and % on integers truncate, as C's do; index expressions are never negative
     # where they are used (a pad's checks guard the reads where they could be)
+    # (a symbolic divisor such as 2*s1 is parenthesized: x % 2*s1 would be (x % 2) * s1)
+    divisor = atom.divisor if isinstance(atom.divisor, int) else f"({atom.divisor})"
     if isinstance(atom, Div):
-        return f"({render(atom.expr)} // {atom.divisor})"
+        return f"({render(atom.expr)} // {divisor})"
     if isinstance(atom, Mod):
-        return f"({render(atom.expr)} % {atom.divisor})"
+        return f"({render(atom.expr)} % {divisor})"
     raise TypeError(atom)
 
 

@@ -67,8 +67,10 @@ def index_reach(plan, launches) -> Dim:
         if buffer.strides is None:  # (a library result laid out by the call)
             total = total + math.prod(buffer.shape)
         else:
-            total = total + buffer.offset + 1 + sum((n - 1) * abs(s) for n, s in
-                                                    zip(buffer.shape, buffer.strides))
+            # (a symbolic stride is a product of sizes: never negative)
+            total = total + buffer.offset + 1 + sum(
+                (n - 1) * (s if isinstance(s, Size) else abs(s))
+                for n, s in zip(buffer.shape, buffer.strides))
     for kernel in plan.kernels:
         total = total + math.prod(kernel.shape)
     for launch in launches:

@@ -78,21 +78,30 @@ def test_torch_compile_dynamic_true_builds_once(kernel_backend, builds):
     assert len(builds()) == 1, builds()
 
 
-def test_a_symbolic_stride_builds_once_in_c_and_per_shape_in_triton(kernel_backend, builds):
-    # (dynamic=True: the row length is a symbol too, so a row's stride is symbolic: the C
-    # backend's stage 3; Triton's kernels take symbolic extents, not yet symbolic strides)
+def test_a_symbolic_stride_builds_once_on_either_backend(kernel_backend, builds):
+    # (dynamic=True: the row length is a symbol too, so a row's stride is symbolic)
     fn = lambda x: (x * 2).sum(1)  # noqa: E731
     compiled = ember.compile(fn, dynamic=True)
     for shape in [(3, 5), (4, 7), (6, 2)]:
         torch.testing.assert_close(compiled(t(*shape)), fn(t(*shape)))
-    specialized = compiled.records[0].compiled
-    if kernel_backend == "c":
-        assert not isinstance(specialized, ShapeSpecialized)
-        assert len(builds()) == 1
-    else:
-        assert isinstance(specialized, ShapeSpecialized) and \
-            "symbolic stride" in specialized.reason
-        assert len(builds()) == 3
+    assert not isinstance(compiled.records[0].compiled, ShapeSpecialized)
+    assert len(builds()) == 1
+
+
+@pytest.mark.parametrize("name", ["cat_columns", "column_sum", "transpose", "last_column"])
+def test_symbolic_coefficients_and_divisors_render_as_whole_expressions(name, kernel_backend,
+                                                                         builds):
+    # an index over [s0, 2*s1] divides and takes the modulo by 2*s1, a stride may be s1 - 1
+    # or 2*s1: rendered without parentheses, `x % 2*s1` is `(x % 2) * s1` (a wrong answer)
+    fn = {"cat_columns": lambda x: torch.cat([x, x * 2], 1),
+          "column_sum": lambda x: torch.cat([x, -x], 1).sum(0),
+          "transpose": lambda x: torch.cat([x, x + 1], 1).t() * 3,
+          "last_column": lambda x: x[:, 1:] * x[:, :-1]}[name]
+    compiled = ember.compile(fn, dynamic=True)
+    for shape in [(3, 5), (4, 7), (6, 3), (5, 33)]:  # (s1 - 1 stays >= 2)
+        torch.testing.assert_close(compiled(t(*shape)), fn(t(*shape)))
+    assert not isinstance(compiled.records[0].compiled, ShapeSpecialized)
+    assert len(builds()) == 1
 
 
 def test_what_cannot_be_symbolic_compiles_per_shape_with_eagers_values(kernel_backend, builds):

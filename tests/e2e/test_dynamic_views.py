@@ -1,5 +1,5 @@
 """Dynamic shapes, stage 3 (issue 18): views, slices, cat, flip, arange and attention over
-symbolic sizes on the C backend, and greedy decoding with a growing KV cache. Every call is
+symbolic sizes on the C and Triton backends, and greedy decoding with a growing KV cache. Every call is
 compared with eager; C builds are counted on EMBER_LOGS=kernels, captures on records."""
 
 from __future__ import annotations
@@ -13,12 +13,10 @@ from ember.shapes import ShapeSpecialized
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
-
-
-def c_only(kernel_backend):
-    if kernel_backend != "c":
-        pytest.skip("symbolic kernels are C's in stage 3 (Triton: stage 4)")
+    # drawn on the CPU (a seeded CPU generator), then placed where tests make tensors (the
+    # GPU under EMBER_TEST_DEVICE=cuda)
+    drawn = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), device="cpu")
+    return drawn.to(torch.get_default_device())
 
 
 def forward_of(compiled):
@@ -57,7 +55,6 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_view_over_symbolic_sizes_builds_once(name, kernel_backend, builds):
-    c_only(kernel_backend)
     fn, make, *marks = CASES[name]
     compiled = ember.compile(fn, dynamic=None if marks else True)
     for n in (3, 5, 9, 16):
@@ -92,9 +89,9 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+@pytest.mark.slow_in_interpreter
 def test_an_attention_block_over_fifty_sequence_lengths_compiles_twice(kernel_backend, builds):
     # the first call compiles statically, the first recompile makes the length a symbol
-    c_only(kernel_backend)
     torch.manual_seed(0)
     block = Block().eval()
     compiled = ember.compile(block)
@@ -110,7 +107,6 @@ def test_an_attention_block_over_fifty_sequence_lengths_compiles_twice(kernel_ba
 def test_value_linking_leaves_unrelated_equal_sizes_correct(kernel_backend):
     # a source first seen in the recompile whose size equals the changed one's becomes a
     # symbol too (decoding's cache); where that link is false the answer is still eager's
-    c_only(kernel_backend)
 
     def fn(x, extra=None):
         return x * 2 if extra is None else x.sum(0) + extra.sum(0)
@@ -147,13 +143,14 @@ def greedy(model, prompt, steps):
     return torch.cat(chosen, 1)
 
 
+@pytest.mark.slow_in_interpreter
 def test_gpt2_greedy_decoding_compiles_twice_over_32_steps(kernel_backend, builds):
     # prompt (static), then the first step with the cache's length a symbol (it is linked to
     # the attention mask's, which grew): every later step, and a second run with a new
     # cache, hits that compile
-    c_only(kernel_backend)
     model = gpt2()
-    prompt = torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 96, (1, 7), generator=torch.Generator().manual_seed(1),
+                           device="cpu").to(torch.get_default_device())
     compiled = ember.compile(model)
     with torch.no_grad():
         want = greedy(model, prompt, 32)
