@@ -28,7 +28,6 @@ from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.dumps import graph_label
 from ember.ir.graph import Graph
-from ember.ir.sizes import Size, Undecided
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec

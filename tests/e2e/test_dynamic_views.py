@@ -1,6 +1,7 @@
 """Dynamic shapes, stage 3 (issue 18): views, slices, cat, flip, arange and attention over
-symbolic sizes on the C and Triton backends, and greedy decoding with a growing KV cache. Every call is
-compared with eager; C builds are counted on EMBER_LOGS=kernels, captures on records."""
+symbolic sizes on the C and Triton backends, and greedy decoding with a growing KV cache.
+Every call is compared with eager; builds are counted on EMBER_LOGS=kernels, captures on
+records."""
 
 from __future__ import annotations
 
