@@ -77,8 +77,6 @@ def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str 
     chosen = backends.kernel_backend(device)
     if chosen not in ("c", "triton"):
         return f"symbolic sizes reach the C and Triton backends only (this graph: {chosen})"
-    if backends._training(gm, example_inputs):
-        return "training graphs with symbolic sizes (issue 18, stage 5)"
     if torch_internals.autocast_state() is not None or backends._autocast_regions(gm):
         return "autocast with symbolic sizes"
     return None
