@@ -17,6 +17,7 @@ from helpers import watching_fallbacks
 import ember
 from ember.shapes import ShapeSpecialized
 
+
 @pytest.fixture(autouse=True)
 def _torch_trace_quiet():
     """torch's structured trace logger (`torch.__trace`, level DEBUG) describes every fake
@@ -168,6 +169,23 @@ def test_mark_dynamic_compiles_a_training_step_once(kernel_backend, builds):
     assert len(training) == 2, training
 
 
+def test_torch_compile_dynamic_true_trains_with_one_build_each_way(kernel_backend, builds):
+    # Dynamo's graph is the model's forward; its backward is ember's, over the same symbol
+    c_only(kernel_backend)
+    torch.manual_seed(0)
+    model = mlp()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    for batch in [3, 5, 9, 17]:
+        x, y = data((batch, 16), (batch, 4), batch)
+        F.mse_loss(compiled(x), y).backward()
+        F.mse_loss(reference(x), y).backward()
+        for ours, theirs in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad, theirs.grad, **TOLERANCE)
+            ours.grad = theirs.grad = None
+    assert len(builds()) == 2, builds()  # (the forward and the backward)
+
+
 def test_a_transformer_block_trains_over_sequence_lengths(kernel_backend, builds):
     # the length is the symbol: layer norm's, softmax's and the mean's reductions, attention's
     # batched matmuls and the transposes between them all take it, forward and backward
@@ -189,8 +207,10 @@ def test_size_one_specializes_in_training(kernel_backend, builds):
     assert len(training) == 6, training  # (3 static/symbolic compiles: 3, 1, then symbolic)
 
 
+@pytest.mark.slow_in_interpreter
 def test_a_training_step_on_triton_compiles_once_for_every_batch(kernel_backend, builds):
     # the tiny case under Triton's interpreter (and C's): dynamic=True, four batch sizes
+    # (minutes in the interpreter on a loaded 2-core machine: slow there)
     shapes = [((b, 8), (b, 2)) for b in [3, 5, 2, 7]]
     model = lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(),  # noqa: E731
                                         torch.nn.Linear(8, 2))
