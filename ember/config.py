@@ -156,6 +156,10 @@ FLAGS: tuple[Flag, ...] = (
          "a graph with symbolic sizes is still compiled per concrete shape by ember's "
          "backend (issue 18, stage 1): how many shapes' compiled versions each keeps, least "
          "recently used dropped"),
+    Flag("cuda_graph_shapes", "EMBER_CUDA_GRAPH_SHAPES", "8", _count(1),
+         "mode=\"reduce-overhead\": a graph compiled once for every shape keeps a CUDA graph "
+         "per shape met (each recorded on that shape's second call); how many, least recently "
+         "used dropped"),
     Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "1", _flag,
          "Triton on Hopper and later: launch kernels as programmatic dependent launches "
          "(each starts while the one before it finishes; see codegen/triton.write_module)"),
@@ -195,6 +199,7 @@ class Settings:
     parallel_threshold: int
     recompile_limit: int
     shape_compiles: int
+    cuda_graph_shapes: int
     dependent_launch: bool
     triton_file_key: bool
     triton_workers: int

@@ -1,6 +1,7 @@
 """Graphs whose sizes are symbols: one compile for the family of shapes where ember's C or
-Triton backend serves it (issue 18, stages 2 and 4: kernels with symbolic extents), else a
-compile per concrete shape (`ShapeSpecialized`), never a wrong answer.
+Triton backend serves it (issue 18, stages 2 to 5: kernels with symbolic extents, training
+graphs whose backward takes the forward's symbols), else a compile per concrete shape
+(`ShapeSpecialized`), never a wrong answer.
 
 `for_every_shape` is what ember's backend does with a symbolic graph (from ember's capture or
 Dynamo's). It must not change the static path: static graphs never come here.
@@ -77,8 +78,6 @@ def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str 
     chosen = backends.kernel_backend(device)
     if chosen not in ("c", "triton"):
         return f"symbolic sizes reach the C and Triton backends only (this graph: {chosen})"
-    if backends._training(gm, example_inputs):
-        return "training graphs with symbolic sizes (issue 18, stage 5)"
     if torch_internals.autocast_state() is not None or backends._autocast_regions(gm):
         return "autocast with symbolic sizes"
     return None
@@ -128,7 +127,7 @@ class ShapeSpecialized:
     """A graph whose sizes are symbols (Dynamo's, or an ember capture's), compiled once per
     concrete input signature by `compile`: one capture serves the family of shapes, but the
     kernels are built per shape, for what `compile_symbolic` does not cover (`reason`:
-    Triton, training, symbolic strides, library calls with symbolic sizes). The
+    autocast, Triton's symbolic strides, sizes that need divisibility facts). The
     EMBER_SHAPE_COMPILES most recently used shapes are kept; each compile and each drop is
     said on EMBER_LOGS=recompiles.
 

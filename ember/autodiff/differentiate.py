@@ -32,6 +32,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Kind, Op
+from ember.ir.sizes import Size
 from ember.lower.builder import Builder
 from ember.lower.layout import like_strides
 from ember.lower.registry import Unsupported
@@ -264,6 +265,7 @@ class _Differentiator:
         self.backward.outputs = results
         self.backward.output_strides = [_gradient_layout(graph.inputs[i]) for i in wrt]
         self._drop_unread_inputs()
+        self._bind_symbols()
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
             self._saved_layout(node) for node in self.saved]
@@ -290,6 +292,20 @@ class _Differentiator:
         for index, node in enumerate(backward.inputs):
             node.attrs["index"] = index
         backward.nodes = [node for node in backward.live_nodes() if node not in dropped]
+
+    def _bind_symbols(self) -> None:
+        """The backward's sizes are the forward's symbols (issue 18): each is read from a
+        backward input that has it as a dim — a gradient or a saved value, which the same
+        call's forward made — else from the forward input the forward reads it from, handed
+        over as it is (a reference kept until the backward, no copy)."""
+        backward = self.backward
+        for name, (index, dim) in self.graph.symbols.items():
+            found = next(((k, d) for k, node in enumerate(backward.inputs)
+                          for d, size in enumerate(node.shape) if _is_symbol(size, name)), None)
+            if found is None:
+                self._input(("input", index), self.graph.inputs[index])
+                found = (len(backward.inputs) - 1, dim)
+            backward.symbols[name] = found
 
     def _reached(self, roots: list[Node]) -> set[Node]:
         """The nodes that need a gradient from which `roots` are computed."""
@@ -398,6 +414,14 @@ class _Differentiator:
         items = iter(self.backward.add(Op.ITEM, (backward,), index=k)
                      for k in range(len(wanted)))
         return [next(items) if flag else None for flag in differentiable]
+
+
+def _is_symbol(size: Any, name: str) -> bool:
+    """Is this dim exactly the symbol `name` (not a multiple or a sum of it)?"""
+    if not isinstance(size, Size) or len(size.terms) != 1:
+        return False
+    (monomial, coefficient), = size.terms
+    return coefficient == 1 and len(monomial) == 1 and monomial[0].name == name
 
 
 def _gradient_layout(node: Node) -> tuple[int, ...]:

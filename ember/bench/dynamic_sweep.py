@@ -8,8 +8,11 @@ state). --decode: greedy decoding of a small GPT-2 (random weights) with its KV 
 first run (compiles included) and a second run (steady state), tokens per second, tokens
 checked against eager's. --steady: the block at one length, ember static (dynamic=False)
 against ember dynamic (sequence dim marked, first compiled at another length), alternated.
+--training: the same comparison for a training step (forward, backward, SGD step; issue 18,
+stage 5) of an MLP over a marked batch and of the block over a marked length.
 
-    python3 -m ember.bench.dynamic_sweep [--sweep] [--decode] [--steady] [--no-inductor]
+    python3 -m ember.bench.dynamic_sweep [--sweep] [--decode] [--steady] [--training]
+                                         [--no-inductor]
 """
 
 from __future__ import annotations
@@ -150,16 +153,67 @@ def steady(length: int, rounds: int) -> None:
           f"{b * 1e6:.0f} us ({b / a:.2f}x)")
 
 
+def training_step(model: nn.Module, **options: Any) -> Callable:
+    """A compiled SGD step of `model` on the mean square of its output."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        return loss
+
+    return ember.compile(step, **options)
+
+
+def training_steady(rounds: int) -> None:
+    """A training step compiled statically against one compiled with the marked dim symbolic
+    (first at another size), at the same shape, alternated."""
+    mlp = nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(),
+                        nn.Linear(256, 256))
+    for name, model, shape, dim in (("mlp", mlp, (64, 256), 0),
+                                    ("block", Block(), (4, 16, 64), 1),
+                                    ("block", Block(), (4, 128, 64), 1)):
+        torch.manual_seed(0)
+        x = torch.randn(shape)
+        static = training_step(copy.deepcopy(model), dynamic=False)
+        dynamic = training_step(copy.deepcopy(model))
+        other = torch.randn([n + 5 if d == dim else n for d, n in enumerate(shape)])
+        ember.mark_dynamic(other, dim)
+        dynamic(other)
+        static(x)
+        dynamic(x)
+        # (one call of each in turn, many times, timed by the wall clock and by the CPU time
+        # the process spent: on a machine shared past its cores a call's wall time is
+        # mostly its waits for a core, the CPU time is its work; OMP_NUM_THREADS=1 for that)
+        times: dict[str, list[float]] = {"static": [], "dynamic": []}
+        work: dict[str, list[float]] = {"static": [], "dynamic": []}
+        for _ in range(rounds * 40):
+            for kind, fn in (("static", static), ("dynamic", dynamic)):
+                started, cpu = time.perf_counter(), time.process_time()
+                fn(x)
+                work[kind].append(time.process_time() - cpu)
+                times[kind].append(time.perf_counter() - started)
+        a, b = statistics.median(times["static"]), statistics.median(times["dynamic"])
+        cpu_a, cpu_b = statistics.median(work["static"]), statistics.median(work["dynamic"])
+        print(f"steady state, a training step of the {name} at {list(shape)} (dim {dim} "
+              f"symbolic): median wall static {a * 1e6:.0f} us, dynamic {b * 1e6:.0f} us "
+              f"({b / a:.2f}x); median CPU time {cpu_a * 1e6:.0f} / {cpu_b * 1e6:.0f} us "
+              f"({cpu_b / cpu_a:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--decode", action="store_true")
     parser.add_argument("--steady", action="store_true")
+    parser.add_argument("--training", action="store_true")
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-inductor", action="store_true", help="leave torch.compile out")
     options = parser.parse_args()
-    everything = not (options.sweep or options.decode or options.steady)
+    everything = not (options.sweep or options.decode or options.steady or options.training)
     if options.sweep or everything:
         sweep(range(3, 53), not options.no_inductor)
     if options.decode or everything:
@@ -167,6 +221,8 @@ def main() -> None:
     if options.steady or everything:
         for length in (16, 128):
             steady(length, options.rounds)
+    if options.training or everything:
+        training_steady(options.rounds)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ is kept safe:
   recorded. Where it cannot be (CPU tensors, a host synchronization inside the graph, an
   error while recording), the graph runs without CUDA graphs and the reason is logged on
   EMBER_LOGS=perf and reported by ember.explain.
+- A graph compiled once for every shape (symbolic sizes, issue 18) keeps one recording per
+  shape met (`ShapeGraphs`): a shape's first call runs without a graph, its second records
+  one (a decoding loop whose every step is a new shape records nothing), at most
+  EMBER_CUDA_GRAPH_SHAPES of them, least recently used dropped; each on EMBER_LOGS=perf.
 - Eager islands (ember/runtime/partitioned.py) are recorded with the compiled regions around
   them, as any CUDA work is; one that synchronizes with the host makes the recording fail, as
   above. A training graph with islands runs without CUDA graphs.
@@ -35,12 +39,13 @@ is kept safe:
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ember import logs, torch_internals
+from ember import config, logs, torch_internals
 
 # After this many recordings (parameters that keep moving), stop recording.
 MAX_RECORDINGS = 4
@@ -70,14 +75,19 @@ def serves_several_shapes(compiled: Any) -> bool:
     shape under one capture)?"""
     from ember.shapes import ShapeSpecialized
 
+    if isinstance(compiled, ShapeSpecialized):
+        return True
+    split = getattr(compiled, "split", None)  # (a training graph: its forward's symbols)
+    if split is not None:
+        return bool(split.forward.symbols)
     plan = getattr(compiled, "plan", None)
-    return isinstance(compiled, ShapeSpecialized) or \
-        bool(plan is not None and getattr(plan.graph, "symbols", None))
+    return bool(plan is not None and getattr(plan.graph, "symbols", None))
 
 
 class CudaGraphed:
     def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
-                 kept_from: int | None = None, fixed: tuple[int, ...] = ()):
+                 kept_from: int | None = None, fixed: tuple[int, ...] = (),
+                 one_shape: bool = False):
         self.compiled = compiled
         self.where = where
         # output leaves from this position on are handed out uncopied (see the module's doc)
@@ -92,17 +102,21 @@ class CudaGraphed:
         tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
         devices = {t.device.type for t in tensors}
         self.training = False
-        if serves_several_shapes(compiled):
-            # NOTE: a recording holds one shape's buffers; replayed for another, the copies
-            # into them would fail or broadcast (a graph per shape met is issue 18, stage 5)
-            self.give_up("symbolic sizes (one CUDA graph per shape: not yet)")
-        elif not tensors:
+        # (a graph that serves several shapes: one recording per shape, ShapeGraphs)
+        self.shapes: ShapeGraphs | None = None
+        # NOTE: a recording holds one shape's buffers; replayed for another, the copies into
+        # them would fail or broadcast: a graph of symbolic sizes records per shape met
+        several = not one_shape and serves_several_shapes(compiled)
+        if not tensors:
             self.give_up("no tensor inputs")
         elif devices != {"cuda"}:
             self.give_up(f"tensors on {', '.join(sorted(devices))} (CUDA graphs replay CUDA "
                          f"work only)")
         elif len({t.device for t in tensors}) > 1:
             self.give_up("tensors on several CUDA devices")
+        elif several and type(compiled).__name__ == "ShapeSpecialized":
+            self.give_up("symbolic sizes compiled per shape (CUDA graphs per shape are kept "
+                         "for graphs compiled once for every shape)")
         elif getattr(compiled, "runs_eagerly", False) or type(compiled).__name__ == "EagerGraph":
             self.give_up(f"the graph runs eagerly ({getattr(compiled, 'reason', 'see log')})")
         elif getattr(compiled, "trains", False):
@@ -118,12 +132,14 @@ class CudaGraphed:
             # autograd.Function between them stays in Python
             self.training = True
             saved = compiled.saved_positions()
-            compiled.forward_graph = CudaGraphed(compiled.forward_graph, tensors,
-                                                 f"{where} (forward)",
-                                                 kept_from=compiled.output_count)
-            compiled.backward_graph = CudaGraphed(compiled.backward_graph, tensors,
-                                                  f"{where} (backward)", kept_from=0,
-                                                  fixed=saved)
+            graphed = ShapeGraphs if several else CudaGraphed
+            compiled.forward_graph = graphed(compiled.forward_graph, tensors,
+                                             f"{where} (forward)",
+                                             kept_from=compiled.output_count)
+            compiled.backward_graph = graphed(compiled.backward_graph, tensors,
+                                              f"{where} (backward)", kept_from=0, fixed=saved)
+        elif several:
+            self.shapes = ShapeGraphs(compiled, tensors, where)
 
     def give_up(self, reason: str) -> None:
         self.reason = reason
@@ -136,10 +152,14 @@ class CudaGraphed:
                     f"backward {self.compiled.backward_graph.status()}")
         if self.reason is not None:
             return f"not used: {self.reason}"
+        if self.shapes is not None:
+            return self.shapes.status()
         return "recorded" if self.recorded else "not recorded yet"
 
     # -- calls ----------------------------------------------------------------------------
     def __call__(self, *args: Any) -> Any:
+        if self.shapes is not None:
+            return self.shapes(*args)
         if self.reason is not None or self.training:
             return self.compiled(*args)
         if not self.recorded:
@@ -272,6 +292,66 @@ class CudaGraphed:
         logs.channel("perf").info("%s: recorded a CUDA graph (%d inputs copied in, %d read in "
                                   "place%s)", self.where, len(self.copied), len(self.in_place),
                                   f", {islands} eager islands inside" if islands else "")
+
+
+class ShapeGraphs:
+    """One CudaGraphed per shape met, for a graph compiled once for every shape: a shape's
+    first call runs without a CUDA graph, its second makes the recording (CudaGraphed records
+    after a call that runs normally), later ones replay it. At most EMBER_CUDA_GRAPH_SHAPES
+    recordings are kept, the least recently used dropped (its memory pool freed once nothing
+    it handed out is held). Each recording, drop and graphless first call is said on
+    EMBER_LOGS=perf. `options` go to each CudaGraphed (a training graph's forward and
+    backward: what they hand out uncopied, what they read in place)."""
+
+    def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
+                 **options: Any):
+        self.compiled = compiled
+        self.where = where
+        self.options = options
+        self.graphs: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+        # shapes met once (bounded: a loop whose every call is a new shape keeps the last few)
+        self.seen: collections.OrderedDict[tuple, None] = collections.OrderedDict()
+        self.recorded = 0
+        self.dropped = 0
+
+    def make(self, args: tuple, where: str) -> Any:
+        """The recording of one shape (what a test without CUDA stands in for)."""
+        return CudaGraphed(self.compiled, list(args), where, one_shape=True, **self.options)
+
+    def status(self) -> str:
+        return f"one per shape: {len(self.graphs)} kept, {self.recorded} recorded, " \
+               f"{self.dropped} dropped (EMBER_CUDA_GRAPH_SHAPES=" \
+               f"{config.settings.cuda_graph_shapes})"
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.stride()) for a in args if isinstance(a, torch.Tensor))
+        graphed = self.graphs.get(key)
+        if graphed is not None:
+            self.graphs.move_to_end(key)
+            return graphed(*args)
+        if key not in self.seen:
+            self.seen[key] = None
+            while len(self.seen) > 4 * config.settings.cuda_graph_shapes:
+                self.seen.popitem(last=False)
+            logs.channel("perf").info("%s: shapes %s met first: run without a CUDA graph (one "
+                                      "is recorded on their second call)", self.where,
+                                      _shapes(key))
+            return self.compiled(*args)
+        del self.seen[key]
+        where = f"{self.where} at shapes {_shapes(key)}"
+        graphed = self.graphs[key] = self.make(args, where)
+        self.recorded += 1
+        while len(self.graphs) > config.settings.cuda_graph_shapes:
+            dropped, _ = self.graphs.popitem(last=False)
+            self.dropped += 1
+            logs.channel("perf").info("%s: dropped the CUDA graph of shapes %s (least recently "
+                                      "used; EMBER_CUDA_GRAPH_SHAPES=%d)", self.where,
+                                      _shapes(dropped), config.settings.cuda_graph_shapes)
+        return graphed(*args)
+
+
+def _shapes(key: tuple) -> str:
+    return ", ".join(str(list(shape)) for shape, _ in key)
 
 
 _detach = torch.Tensor.detach

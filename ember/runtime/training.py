@@ -11,6 +11,7 @@ import torch
 
 from ember.autodiff import tape
 from ember.autodiff.differentiate import Split
+from ember.ir.sizes import evaluate
 from ember.lower.tracer import OutputSpec
 from ember.runtime.compiled import shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
@@ -120,6 +121,9 @@ class _Step(torch.autograd.Function):
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
         ctx.owner = owner
         ctx.count = len(args)
+        # (a graph whose sizes are symbols: this call's values, for a gradient made here)
+        ctx.sizes = {name: owner.input(args, index).shape[dim] for name, (index, dim)
+                     in owner.split.forward.symbols.items()}
         # (weakly: only to say where an error of the backward comes from, if they still live)
         ctx.arguments = [weakref.ref(a) if isinstance(a, torch.Tensor) else a for a in args]
         ctx.save_for_backward(*[owner.input(args, k) for k in owner.inputs_read], *saved)
@@ -139,7 +143,8 @@ class _Step(torch.autograd.Function):
                 grad = grads[k]
                 if grad is None:
                     node = forward_outputs[k]
-                    grad = torch.zeros(node.shape, dtype=node.dtype,
+                    grad = torch.zeros([evaluate(d, ctx.sizes) for d in node.shape],
+                                       dtype=node.dtype,
                                        device=owner.split.forward.device)
                 arguments.append(grad.contiguous())
             elif kind == "saved":

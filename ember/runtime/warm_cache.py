@@ -333,7 +333,9 @@ def _training_graph(record: dict, entry: Entry) -> TrainingGraph:
     outputs = [types.SimpleNamespace(shape=tuple(shape), dtype=getattr(torch, dtype))
                for shape, dtype in record["forward_outputs"]]
     split = types.SimpleNamespace(  # (the fields of autodiff's Split that training.py reads)
-        forward=types.SimpleNamespace(outputs=outputs, device=torch.device(record["device"])),
+        # (no symbols: graphs compiled for every shape are not kept warm, shapes.py)
+        forward=types.SimpleNamespace(outputs=outputs, device=torch.device(record["device"]),
+                                      symbols={}),
         backward_inputs=[tuple(pair) for pair in record["backward_inputs"]],
         wrt=list(record["wrt"]), differentiable_outputs=list(record["differentiable_outputs"]),
         tapes=record["tapes"])

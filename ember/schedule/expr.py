@@ -339,8 +339,12 @@ def _non_negative(rest: Expr, divisor: Dim) -> tuple[Expr, int]:
     if proved(lambda: low >= 0):
         return rest, 0
     numeric_low = rest.bounds()[0]
-    if isinstance(divisor, int) and math.isfinite(numeric_low):
-        times = int(-(numeric_low // divisor))
+    if math.isfinite(numeric_low):
+        # (a symbolic divisor is never below its lowest value, so as many times that as
+        # cover the lowest dividend cover it at every size: a pad's `16*i1 + i2 - 16` over
+        # `16*s0`, in a backward that puts a slice's gradient back)
+        lowest = divisor if isinstance(divisor, int) else int(_numeric(divisor)[0])
+        times = int(-(numeric_low // lowest))
         return rest + times * divisor, times
     # NOTE: a dividend that may be negative by an amount no constant covers would divide
     # wrongly in C: refused (the graph compiles per shape)

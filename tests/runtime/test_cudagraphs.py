@@ -11,6 +11,8 @@ import torch
 from helpers import captured_log
 
 import ember
+from ember import config
+from ember.runtime.cudagraphs import ShapeGraphs, serves_several_shapes
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
 
@@ -42,18 +44,102 @@ def test_cpu_training_graphs_run_without_cuda_graphs_and_say_why():
     assert model.weight.grad is not None
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=[cuda, pytest.mark.gpu])])
-def test_graphs_over_symbolic_sizes_run_without_cuda_graphs_and_say_why(device):
-    # one recording holds one shape's buffers: a graph that serves several shapes is not
-    # recorded (automatic dynamic makes such graphs on a second batch size)
+def test_graphs_over_symbolic_sizes_on_the_cpu_run_without_cuda_graphs_and_say_why():
     fn = lambda x: torch.tanh(x) * 2 + 1  # noqa: E731
     compiled = ember.compile(fn, mode="reduce-overhead")
     with captured_log("perf") as records:
         for batch in [3, 5, 9, 5, 3]:
-            x = torch.randn(batch, 8, device=device)
+            x = torch.randn(batch, 8, device="cpu")
             torch.testing.assert_close(compiled(x), fn(x))
     assert len(compiled.records) == 2 and any(e.captured.symbolic for e in compiled.entries)
-    assert any("no CUDA graph: symbolic sizes" in r.getMessage() for r in records)
+    assert any("no CUDA graph: tensors on cpu" in r.getMessage() for r in records)
+
+
+def test_a_symbolic_training_graph_serves_several_shapes():
+    # (its forward's symbols say so: before, only a plan's were read, and a symbolic
+    # training graph would have been recorded at one shape and replayed at others)
+    model = torch.nn.Linear(8, 3)
+    compiled = ember.compile(model, dynamic=True)
+    compiled(torch.randn(4, 8)).sum().backward()
+    training = compiled._compiled_forward.records[0].compiled
+    assert type(training).__name__ == "TrainingGraph" and serves_several_shapes(training)
+
+
+class Recording:
+    """Stands in for one shape's CudaGraphed (no CUDA here): counts its calls."""
+
+    def __init__(self, compiled, args, where):
+        self.compiled, self.where, self.calls = compiled, where, 0
+        self.shape = tuple(args[0].shape)
+
+    def __call__(self, x):
+        self.calls += 1  # (a replay: the graph's results, without calling the graph)
+        return x * 2
+
+
+def test_one_cuda_graph_per_shape_recorded_on_its_second_call_least_recent_dropped(
+        monkeypatch):
+    made: list[Recording] = []
+
+    def make(self, args, where):
+        made.append(Recording(self.compiled, args, where))
+        return made[-1]
+
+    monkeypatch.setattr(ShapeGraphs, "make", make)
+    plain = []
+    graphs = ShapeGraphs(lambda x: plain.append(tuple(x.shape)) or x * 2, [], "graph")
+    script = [3, 3, 3, 5, 5, 7, 7, 3, 5, 9]
+    with config.override(cuda_graph_shapes=2), captured_log("perf") as records:
+        for batch in script:
+            x = torch.randn(batch, 4)
+            torch.testing.assert_close(graphs(x), x * 2)
+        assert graphs.status() == "one per shape: 2 kept, 3 recorded, 1 dropped " \
+                                  "(EMBER_CUDA_GRAPH_SHAPES=2)"
+    # first calls run the graph plainly; a second call records (and runs the recording)
+    assert [r.shape for r in made] == [(3, 4), (5, 4), (7, 4)]
+    assert [r.calls for r in made] == [2, 2, 1]  # 3: recorded, replayed; 5: again at the end
+    # 7's recording dropped 3's (least recently used): 3 met again is a first call
+    assert plain == [(3, 4), (5, 4), (7, 4), (3, 4), (9, 4)]
+    assert list(graphs.graphs) == [(((7, 4), (4, 1)),), (((5, 4), (4, 1)),)]
+    said = [r.getMessage() for r in records]
+    assert sum("met first: run without a CUDA graph" in m for m in said) == 5
+    assert [m for m in said if "dropped" in m] == [
+        "graph: dropped the CUDA graph of shapes [3, 4] (least recently used; "
+        "EMBER_CUDA_GRAPH_SHAPES=2)"]
+
+
+@cuda
+@pytest.mark.gpu
+def test_graphs_over_symbolic_sizes_keep_a_cuda_graph_per_shape():
+    fn = lambda x: torch.tanh(x) * 2 + 1  # noqa: E731
+    compiled = ember.compile(fn, mode="reduce-overhead")
+    with captured_log("perf") as records:
+        for batch in [3, 5, 9, 5, 9, 5, 3, 9]:
+            x = torch.randn(batch, 8)
+            torch.testing.assert_close(compiled(x), fn(x))
+    said = [r.getMessage() for r in records]
+    assert sum("recorded a CUDA graph" in m for m in said) == 3, said  # (3: the static entry)
+    assert compiled.records[1].cuda_graph.status().startswith("one per shape: 2 kept")
+
+
+@cuda
+@pytest.mark.gpu
+def test_symbolic_training_steps_replay_per_shape_as_eager_trains():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    reference = copy.deepcopy(model)
+    compiled = ember.compile(model, mode="reduce-overhead", dynamic=True)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference)]
+    for batch in [4, 6, 4, 6, 4, 6, 5]:
+        x, y = torch.randn(batch, 16), torch.randn(batch, 4)
+        for net, optimizer in ((compiled, optimizers[0]), (reference, optimizers[1])):
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            optimizer.step()
+        for ours, theirs in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
+    status = compiled._compiled_forward.records[0].cuda_graph.status()
+    assert status.startswith("forward one per shape: 2 kept"), status
 
 
 @cuda

@@ -72,6 +72,23 @@ def test_a_dividend_that_may_be_negative_is_refused_not_truncated():
         floordiv(i - j, s1)
 
 
+def test_a_dividend_negative_by_a_constant_takes_whole_symbolic_divisors_first():
+    # a pad's read of a slice's gradient in a training backward: [b, s0, 16] padded by 16 on
+    # each side of its last dim, read through a [b, 2, s0, 8] reshape: 16*i + m - 16 may be
+    # -16, and 16*s0 is at least 32, so one divisor added makes it never negative
+    m = Expr.of(Var("i2", 48))
+    b = Expr.of(Var("i3", 2))
+    linear = b * (16 * s0) + i * 16 + m - 16
+    quotient, remainder = floordiv(linear, 16 * s0), modulo(linear, 16 * s0)
+    for n in (2, 3, 7):
+        for values in ({"i3": 1, "i0": 0, "i2": 3}, {"i3": 0, "i0": n - 1, "i2": 47},
+                       {"i3": 1, "i0": 1, "i2": 15}, {"i3": 0, "i0": 0, "i2": 0}):
+            values = {**values, "s0": n}
+            want = evaluate(linear, values)
+            assert evaluate(quotient, values) == want // (16 * n)
+            assert evaluate(remainder, values) == want % (16 * n)
+
+
 def test_a_divisor_with_factors_divides_by_each_where_that_folds():
     # (16*i + j) // (16*s1) with j < 16 is i // s1; its remainder 16*(i % s1) + j
     m = Expr.of(Var("i3", 16))

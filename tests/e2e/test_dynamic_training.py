@@ -1,0 +1,230 @@
+"""Dynamic shapes for training (issue 18, stage 5): a training step compiled with symbolic
+sizes — one forward and one backward graph serve every batch size or sequence length. Every
+step is compared with the same step of an eager copy of the model (loss, gradients,
+parameters). Builds are counted on EMBER_LOGS=kernels (the `builds` fixture: one line per C
+file built or loaded, per Triton module made), captures on `compiled.records`."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import watching_fallbacks
+
+import ember
+from ember.shapes import ShapeSpecialized
+
+
+@pytest.fixture(autouse=True)
+def _torch_trace_quiet():
+    """torch's structured trace logger (`torch.__trace`, level DEBUG) describes every fake
+    tensor a symbolic capture makes; its records reach pytest's capture handler on the root
+    logger, and a training step's parameters made them gigabytes and minutes."""
+    logger = logging.getLogger("torch.__trace")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    yield
+    logger.setLevel(level)
+
+
+BATCHES = [3, 5, 7, 9, 11, 13, 17, 2, 30, 64]
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+
+
+def c_only(kernel_backend):
+    if kernel_backend != "c":
+        pytest.skip("minutes under Triton's interpreter: its tiny case is below")
+
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32),
+                               torch.nn.Tanh(), torch.nn.Linear(32, 4))
+
+
+class Block(torch.nn.Module):
+    """Pre-norm attention (matmuls and softmax, no fused attention) and a GELU MLP, over
+    [batch, length, width]; a mean over the length feeds a linear head."""
+
+    def __init__(self, width: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.proj = torch.nn.Linear(width, width)
+        self.norm2 = torch.nn.LayerNorm(width)
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+        self.head = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
+        shape = (batch, length, self.heads, width // self.heads)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2)) / (width // self.heads) ** 0.5
+        attention = torch.softmax(scores, dim=-1) @ v
+        x = x + self.proj(attention.transpose(1, 2).reshape(batch, length, width))
+        x = x + self.down(F.gelu(self.up(self.norm2(x))))
+        return self.head(x.mean(dim=1))
+
+
+def training_step(model, optimizer):
+    """An S3-style step: zero the gradients, mse loss, backward, optimizer step."""
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = F.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+    return step
+
+
+def data(shape, targets, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator), torch.randn(*targets, generator=generator)
+
+
+def train_beside_eager(build, optimizer, shapes, dynamic=None, mark=None):
+    """Compile a training step of a copy of `build()`'s model; run it and eager's over
+    `shapes` ((input shape, target shape) pairs), comparing loss, gradients and parameters
+    after each step. The compiled step, for counting."""
+    torch.manual_seed(0)
+    eager_model = build()
+    ember_model = copy.deepcopy(eager_model)
+    eager_step = training_step(eager_model, optimizer(eager_model.parameters()))
+    compiled = ember.compile(training_step(ember_model, optimizer(ember_model.parameters())),
+                             dynamic=dynamic)
+    with watching_fallbacks() as fallbacks:
+        for seed, (shape, targets) in enumerate(shapes):
+            x, y = data(shape, targets, seed)
+            if mark is not None:
+                ember.mark_dynamic(x, mark)
+                ember.mark_dynamic(y, 0)
+            got = compiled(x, y)
+            want = eager_step(x, y)
+            torch.testing.assert_close(got, want, **TOLERANCE)
+            for (name, a), b in zip(ember_model.named_parameters(), eager_model.parameters()):
+                where = f"{name} at {shape}"
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE,
+                                           msg=lambda m, where=where: f"{where} (grad): {m}")
+                torch.testing.assert_close(a, b, **TOLERANCE,
+                                           msg=lambda m, where=where: f"{where}: {m}")
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    return compiled
+
+
+def adamw(parameters):
+    return torch.optim.AdamW(parameters, lr=1e-2, weight_decay=0.1)
+
+
+def sgd(parameters):
+    return torch.optim.SGD(parameters, lr=0.05, momentum=0.9)
+
+
+def training_builds(builds) -> list[str]:
+    """The training graph's builds: forward and backward (the optimizer's update is built
+    once, whatever the batch)."""
+    return [line for line in builds() if line.startswith("step ")]
+
+
+def symbolic_records(compiled) -> list:
+    """Every capture record of the step and of its resume functions (zero_grad breaks the
+    graph first)."""
+    found, pending = [], [compiled]
+    while pending:
+        function = pending.pop()
+        found.extend(function.records)
+        pending.extend(resume.compiled for resume in function.resumes.values()
+                       if getattr(resume, "compiled", None) is not None)
+    return found
+
+
+MLP_SHAPES = [((b, 16), (b, 4)) for b in BATCHES]
+
+
+@pytest.mark.parametrize("optimizer", [adamw, sgd])
+def test_a_training_step_over_ten_batch_sizes_compiles_twice(optimizer, kernel_backend, builds):
+    # automatic dynamic: static at the first batch, then one symbolic forward and backward
+    c_only(kernel_backend)
+    train_beside_eager(mlp, optimizer, MLP_SHAPES)
+    training = training_builds(builds)
+    assert len(training) == 4, training  # (2 compiles, a forward and a backward each)
+    assert sum("_backward" in line for line in training) == 2
+
+
+def test_dynamic_true_compiles_a_training_step_once(kernel_backend, builds):
+    c_only(kernel_backend)
+    train_beside_eager(mlp, adamw, MLP_SHAPES, dynamic=True)
+    training = training_builds(builds)
+    assert len(training) == 2, training
+
+
+def test_mark_dynamic_compiles_a_training_step_once(kernel_backend, builds):
+    c_only(kernel_backend)
+    train_beside_eager(mlp, sgd, MLP_SHAPES[:5], mark=0)
+    training = training_builds(builds)
+    assert len(training) == 2, training
+
+
+def test_torch_compile_dynamic_true_trains_with_one_build_each_way(kernel_backend, builds):
+    # Dynamo's graph is the model's forward; its backward is ember's, over the same symbol
+    c_only(kernel_backend)
+    torch.manual_seed(0)
+    model = mlp()
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend="ember", dynamic=True)
+    for batch in [3, 5, 9, 17]:
+        x, y = data((batch, 16), (batch, 4), batch)
+        F.mse_loss(compiled(x), y).backward()
+        F.mse_loss(reference(x), y).backward()
+        for ours, theirs in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(ours.grad, theirs.grad, **TOLERANCE)
+            ours.grad = theirs.grad = None
+    assert len(builds()) == 2, builds()  # (the forward and the backward)
+
+
+def test_a_transformer_block_trains_over_sequence_lengths(kernel_backend, builds):
+    # the length is the symbol: layer norm's, softmax's and the mean's reductions, attention's
+    # batched matmuls and the transposes between them all take it, forward and backward
+    c_only(kernel_backend)
+    # (SGD: the key bias's gradient is zero but for rounding, which Adam's first step
+    # scales up to the learning rate, in eager as in any compiled order of the sums)
+    shapes = [((2, n, 16), (2, 4)) for n in [3, 5, 8, 13, 21, 6]]
+    train_beside_eager(Block, sgd, shapes)
+    training = training_builds(builds)
+    assert len(training) == 4, training
+
+
+def test_size_one_specializes_in_training(kernel_backend, builds):
+    # a batch of 1 is never a symbol: its own static entry beside the symbolic one
+    c_only(kernel_backend)
+    shapes = [((b, 16), (b, 4)) for b in [3, 1, 5, 1, 9, 2]]
+    train_beside_eager(mlp, sgd, shapes)
+    training = training_builds(builds)
+    assert len(training) == 6, training  # (3 static/symbolic compiles: 3, 1, then symbolic)
+
+
+@pytest.mark.slow_in_interpreter
+def test_a_training_step_on_triton_compiles_once_for_every_batch(kernel_backend, builds,
+                                                                 monkeypatch):
+    # the tiny case under Triton's interpreter (and C's): dynamic=True, four batch sizes.
+    # A reduction over a symbolic batch (the loss, bias gradients) is split at any size
+    # into up to 256 programs, each interpreted in Python (~30 s a step): the split
+    # thresholds are scaled down, as tests/codegen/test_triton_dynamic.py's small_tiles
+    # does — the same paths as the GPU's tiles
+    from ember.codegen import triton_tiling
+
+    monkeypatch.setattr(triton_tiling, "HEURISTICS", dataclasses.replace(
+        triton_tiling.HEURISTICS, looped_rblock=64, split_min_row=256,
+        split_target_programs=16, split_max_parts=8, persistent_max=256))
+    shapes = [((b, 8), (b, 2)) for b in [3, 5, 2, 7]]
+    model = lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(),  # noqa: E731
+                                        torch.nn.Linear(8, 2))
+    compiled = train_beside_eager(model, sgd, shapes, dynamic=True)
+    training = training_builds(builds)
+    assert len(training) == 2, training
+    assert not any(isinstance(r.compiled, ShapeSpecialized) for r in symbolic_records(compiled))
