@@ -72,8 +72,8 @@ def matmuls_onto_sums(graph: Graph) -> int:
     gradients: a language model's embedding tied to its head (BERT, GPT-2, T5) added its
     head's product (vocabulary x hidden) to its lookup's in a kernel of its own, a pass over
     three such arrays, one of them a fresh output; BLAS adds c as its beta term instead,
-    as torch.compile's addmm does. (A kernel that reads the sum keeps the add: it fuses
-    there.)"""
+    as torch.compile's addmm does; an output's bias add (a last linear layer) likewise becomes
+    eager's linear. (A kernel that reads the sum keeps the add: it fuses there.)"""
     users = graph.users()
     outputs = set(graph.outputs)
 
@@ -87,7 +87,11 @@ def matmuls_onto_sums(graph: Graph) -> int:
                     and product not in outputs and other.shape == product.shape \
                     and other.dtype == product.dtype == node.dtype and other is not product:
                 x, y = product.inputs
-                call = graph.add(Op.LIBRARY, (other, x, y), target=aten.addmm.default,
+                # (a bias broadcast over rows goes in whole: transposed_weights then makes an
+                # output's biased linear eager's linear call)
+                row = _row_broadcast(other, product.shape)
+                call = graph.add(Op.LIBRARY, (row if row is not None else other, x, y),
+                                 target=aten.addmm.default,
                                  args=(Slot(0), Slot(1), Slot(2)), kwargs={},
                                  results=product.attrs["results"], tuple_result=False)
                 call.strides = product.strides
