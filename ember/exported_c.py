@@ -112,17 +112,20 @@ def _row_major(shape: tuple[int, ...]) -> list[int]:
 
 
 GEMM = """
-/* c[b, i, j] = bias[j] + sum_p a[b, i, p] * b[b, p, j], every operand strided */
+/* c[b, i, j] = bias[i, j] + sum_p a[b, i, p] * b[b, p, j], every operand strided (a bias
+   per column has row stride 0) */
 #define EMBER_GEMM(T, NAME) \\
 static void NAME(int64_t batch, int64_t m, int64_t n, int64_t k, \\
                  const T* a, int64_t sab, int64_t sam, int64_t sak, \\
                  const T* b, int64_t sbb, int64_t sbk, int64_t sbn, \\
-                 const T* bias, int64_t sbias, T* c, int64_t scb, int64_t scm, int64_t scn) { \\
+                 const T* bias, int64_t sbiasm, int64_t sbias, \\
+                 T* c, int64_t scb, int64_t scm, int64_t scn) { \\
     _Pragma("omp parallel for collapse(2)") \\
     for (int64_t q = 0; q < batch; q++) { \\
         for (int64_t i = 0; i < m; i++) { \\
             T* row = c + q * scb + i * scm; \\
-            for (int64_t j = 0; j < n; j++) row[j * scn] = bias ? bias[j * sbias] : (T)0; \\
+            for (int64_t j = 0; j < n; j++) \\
+                row[j * scn] = bias ? bias[i * sbiasm + j * sbias] : (T)0; \\
             for (int64_t p = 0; p < k; p++) { \\
                 T x = a[q * sab + i * sam + p * sak]; \\
                 const T* col = b + q * sbb + p * sbk; \\
@@ -287,15 +290,19 @@ class _Writer:
         scn = result.strides[-1]
         if rows != m:
             raise CExportError(f"save(format='c'): {name} whose result is laid out otherwise")
-        bias_pointer, sbias = "0", 0
+        bias_pointer, sbiasm, sbias = "0", 0, 0
         if bias is not None:
-            if not isinstance(bias, Buffer) or len(bias.shape) != 1:
+            # (a bias per column, or one per element of a 2-d product: an addmm onto a sum,
+            # passes/matmul_operands.matmuls_onto_sums)
+            if not isinstance(bias, Buffer) or len(bias.shape) not in (1, 2) or \
+                    (len(bias.shape) == 2 and (batch != 1 or bias.shape != (m, n))):
                 raise CExportError(f"save(format='c'): {name} with a bias of shape "
                                    f"{getattr(bias, 'shape', bias)}")
-            bias_pointer, sbias = self.pointer[bias], bias.strides[0]
+            bias_pointer, sbias = self.pointer[bias], bias.strides[-1]
+            sbiasm = bias.strides[0] if len(bias.shape) == 2 else 0
         return (f"    ember_gemm_{ctype}({batch}, {m}, {n}, {k}, {self.pointer[a]}, {sab}, "
-                f"{sam}, {sak}, {self.pointer[b]}, {sbb}, {sbk}, {sbn}, {bias_pointer}, {sbias}, "
-                f"{self.pointer[result]}, {scb}, {scm}, {scn});")
+                f"{sam}, {sak}, {self.pointer[b]}, {sbb}, {sbk}, {sbn}, {bias_pointer}, "
+                f"{sbiasm}, {sbias}, {self.pointer[result]}, {scb}, {scm}, {scn});")
 
 
 def _rows(buffer: Buffer) -> tuple[int, int]:

@@ -358,7 +358,15 @@ def _take(b, node, primal, g):
 @rule(Op.GATHER)
 def _gather(b, node, primal, g):
     x, index = node.inputs
-    grad = b.library(gather_backward, [g, primal(index), node.attrs["dim"], tuple(x.shape)],
+    dim = node.attrs["dim"]
+    if index.shape[dim] == 1 and all(index.shape[d] == x.shape[d]
+                                     for d in range(x.ndim) if d != dim):
+        # One position picked per row (a loss's target, nll_loss): no two land on the same
+        # element, so the scatter-add into zeros is a select that fuses with what reads it —
+        # no dense zeros written and scattered into (the size of the logits).
+        picked = b.compare(Op.EQ, b.iota(x.shape, dim), b.broadcast_to(primal(index), x.shape))
+        return [b.where(picked, b.broadcast_to(g, x.shape), b.full(0.0, g.dtype)), None]
+    grad = b.library(gather_backward, [g, primal(index), dim, tuple(x.shape)],
                      x.shape, g.dtype)
     return [grad, None]
 

@@ -2,6 +2,9 @@
 
 whole_biased_matmuls: a matmul whose bias add nothing else fuses with is addmm again.
 
+matmuls_onto_sums: a matmul added to a value of its own shape, the sum an output that nothing
+else reads (a tied weight's gradient), is addmm onto that value.
+
 transposed_weights: mm(x, w.T) becomes linear(x, w), so a Linear layer's call does not build a
 transposed view of its weight in Python on every call (the transpose happens inside the
 library call, as eager's own Linear does).
@@ -59,6 +62,41 @@ def whole_biased_matmuls(graph: Graph) -> int:
                          results=product.attrs["results"], tuple_result=False)
         call.strides = product.strides
         return call
+
+    return rewrite(graph, visit)
+
+
+def matmuls_onto_sums(graph: Graph) -> int:
+    """add(mm(x, y), c) -> addmm(c, x, y) where c has the product's shape and dtype and the
+    sum is a graph output that no kernel reads. A weight used twice gets the sum of two
+    gradients: a language model's embedding tied to its head (BERT, GPT-2, T5) added its
+    head's product (vocabulary x hidden) to its lookup's in a kernel of its own, a pass over
+    three such arrays, one of them a fresh output; BLAS adds c as its beta term instead,
+    as torch.compile's addmm does; an output's bias add (a last linear layer) likewise becomes
+    eager's linear. (A kernel that reads the sum keeps the add: it fuses there.)"""
+    users = graph.users()
+    outputs = set(graph.outputs)
+
+    def visit(node: Node) -> Node | None:
+        if node.op is not Op.ADD or len(node.inputs) != 2 or node not in outputs or \
+                any(r.op is not Op.LIBRARY for r in users.get(node, [])):
+            return None
+        for product, other in (node.inputs, reversed(node.inputs)):
+            if product.op is Op.LIBRARY and product.attrs["target"] is aten.mm.default \
+                    and not product.attrs["kwargs"] and len(users.get(product, [])) == 1 \
+                    and product not in outputs and other.shape == product.shape \
+                    and other.dtype == product.dtype == node.dtype and other is not product:
+                x, y = product.inputs
+                # (a bias broadcast over rows goes in whole: transposed_weights then makes an
+                # output's biased linear eager's linear call)
+                row = _row_broadcast(other, product.shape)
+                call = graph.add(Op.LIBRARY, (row if row is not None else other, x, y),
+                                 target=aten.addmm.default,
+                                 args=(Slot(0), Slot(1), Slot(2)), kwargs={},
+                                 results=product.attrs["results"], tuple_result=False)
+                call.strides = product.strides
+                return call
+        return None
 
     return rewrite(graph, visit)
 

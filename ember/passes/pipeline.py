@@ -12,7 +12,12 @@ from ember.passes.convolution_bias import convolution_biases
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
-from ember.passes.matmul_operands import aligned_matmuls, transposed_weights, whole_biased_matmuls
+from ember.passes.matmul_operands import (
+    aligned_matmuls,
+    matmuls_onto_sums,
+    transposed_weights,
+    whole_biased_matmuls,
+)
 from ember.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], int]
@@ -22,6 +27,7 @@ PASSES: tuple[Pass, ...] = (
     simplify_algebra,
     convolution_biases,
     whole_biased_matmuls,
+    matmuls_onto_sums,
     transposed_weights,
     aligned_matmuls,
     eliminate_common_subexpressions,

@@ -378,7 +378,7 @@ def floordiv(expr: Expr, divisor: Dim) -> Expr:
             and isinstance(rest.terms[0][0], Div):
         inner = rest.terms[0][0]
         return quotient + floordiv(inner.expr, inner.divisor * divisor)
-    for first, remaining in _factors(divisor):
+    for first, remaining in _factors(divisor, rest):
         # x // (a*b) is (x // a) // b: dividing by a factor first may fold ((16*i + j) //
         # (64*s0), j < 16, is i // (4*s0)); only taken where it does, so nothing loops
         step = floordiv(rest, first)
@@ -387,9 +387,15 @@ def floordiv(expr: Expr, divisor: Dim) -> Expr:
     return quotient + Expr.of(Div(rest, divisor))
 
 
-def _factors(divisor: Dim) -> list[tuple[Dim, Dim]]:
+def _factors(divisor: Dim, dividend: Expr) -> list[tuple[Dim, Dim]]:
     """(a, divisor / a) for the proper factors a of a one-term symbolic divisor c*s*t...: the
-    int factors of c, largest first, then each symbol; none for other divisors."""
+    int factors of c, largest first, then each symbol. For an int divisor, the dividend's
+    coefficients that divide it, largest first: (8192*i + j) // 1048576 with j < 8192 is
+    i // 128 (a reshape's index inside a row), which C cannot see and recomputes per element."""
+    if isinstance(divisor, int):
+        return [(c, divisor // c) for c in sorted({c for _, c in dividend.terms
+                                                   if isinstance(c, int)}, reverse=True)
+                if 1 < c < divisor and divisor % c == 0]
     if not isinstance(divisor, Size) or len(divisor.terms) != 1:
         return []
     (monomial, coefficient), = divisor.terms
@@ -421,7 +427,7 @@ def modulo(expr: Expr, divisor: Dim) -> Expr:
             and isinstance(rest.terms[0][0], Mod) \
             and _exact(rest.terms[0][0].divisor, divisor) is not None:
         return modulo(rest.terms[0][0].expr, divisor)
-    for first, remaining in _factors(divisor):
+    for first, remaining in _factors(divisor, rest):
         # x % (a*b) is a*((x // a) % b) + x % a, where both halves fold
         high, low = floordiv(rest, first), modulo(rest, first)
         if not any(isinstance(atom, (Div, Mod)) for atom in high.atoms() | low.atoms()):

@@ -432,3 +432,50 @@ def test_a_channels_last_network_saves_its_convolutions_inputs_as_they_are_used(
     assert isinstance(graph, TrainingGraph)
     for part in (graph.forward_graph, graph.backward_graph):
         assert "relaid(" not in part.wrapper_source, part.wrapper_source
+
+
+@pytest.mark.parametrize("ignored", [False, True], ids=["all_targets", "ignore_index"])
+def test_cross_entropy_backward_is_one_kernel_without_a_dense_scatter(ignored):
+    # (a language model's loss: the gradient of the picked log-probabilities was a dense
+    # zeros-and-scatter library call the size of the logits, and the max that shifts the
+    # softmax was differentiated — two more passes over each row for a gradient that is 0)
+    def fn(logits, target):
+        return F.cross_entropy(logits, target)
+
+    logits = make(6, 37)
+    target = torch.randint(0, 37, (6,), generator=torch.Generator().manual_seed(0))
+    if ignored:
+        target[2] = -100
+    check_grad(fn, logits, target, **TOLERANCE)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [logits.requires_grad_(), target])
+    assert isinstance(graph, TrainingGraph)
+    assert [n for n in graph.split.backward.nodes if n.op is Op.LIBRARY] == []
+    assert not any(n.op is Op.MAX for n in graph.split.backward.nodes)
+    # (the mean's scale, one scalar; then one pass over the rows)
+    assert graph.backward_graph.kernel_count == 2
+
+
+def test_a_gather_of_one_position_per_row_differentiates_to_a_select():
+    def fn(x, index):
+        return torch.gather(x, 1, index) * 3
+
+    x = make(4, 9, 5)
+    index = torch.randint(0, 9, (4, 1, 5), generator=torch.Generator().manual_seed(0))
+    check_grad(fn, x, index, **TOLERANCE)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.requires_grad_(), index])
+    assert [n for n in graph.split.backward.nodes if n.op is Op.LIBRARY] == []
+    # several positions per row can pick one element twice: those still add up
+    wide = torch.tensor([[0, 0, 3]]).expand(4, 3).contiguous()
+    check_grad(lambda x, index: torch.gather(x, 1, index) * 3, make(4, 9), wide, **TOLERANCE)
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+def test_softmax_gradients_do_not_pass_through_the_shifting_max(log):
+    def fn(x):
+        return F.log_softmax(x, dim=-1) if log else F.softmax(x, dim=-1)
+
+    x = make(3, 4, 50, low=-3, high=3)
+    x[0, 0, :] = 2.0  # a row of ties: every element is its max
+    check_grad(fn, x, **TOLERANCE)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.requires_grad_()])
+    assert not any(n.op is Op.MAX for n in graph.split.backward.nodes)

@@ -33,6 +33,18 @@ def test_nested_divisions_and_modulos_fold():
     assert (n % 12) % 5 == Expr.of(Mod(Expr.of(Mod(n, 12)), 5))  # 5 does not divide 12
 
 
+def test_a_reshape_inside_a_row_folds_by_a_coefficient_that_divides_the_divisor():
+    # (a (2, 128, 8192) view of a (256, 8192) row-major buffer: the batch index was
+    # (8192*i + j) // 1048576, recomputed per element in C, twice as slow as the fold)
+    row, column = Expr.of(Var("i", 256)), Expr.of(Var("j", 8192))
+    linear = row * 8192 + column
+    assert linear // 1048576 == row // 128
+    assert linear % 1048576 == (row % 128) * 8192 + column
+    assert (linear // 1048576) * 1048576 + (row % 128) * 8192 + column == linear
+    assert (vi * 6 + vj) // 12 == vi // 2                 # j < 3 <= 6
+    assert (vi * 2 + vj) // 4 == Expr.of(Div(vi * 2 + vj, 4))  # j may reach 2: no fold
+
+
 def test_split_indices_recombine():
     n = Expr.of(Var("n", 100))
     assert (n // 4) * 4 + n % 4 == n

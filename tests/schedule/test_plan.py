@@ -19,9 +19,9 @@ def test_a_plan_prints_its_steps_and_frees_temporaries_after_last_use():
                     [torch.randn(3, 4), torch.randn(4, 5)])
     plan = schedule(run_passes(lowered.graph))
     assert plan.describe() == """\
-kernel0: reduce over [1] [3, 4] members [%2, %6, %8] stores [%8->buf3]
+kernel0: reduce over [1] [3, 4] members [%2, %7, %9] stores [%9->buf3]
 library mm.default([buf3, in1]) -> [lib2]
-kernel1: reduce over [0] [3, 5] members [%10] stores [%10->buf0]"""
+kernel1: reduce over [0] [3, 5] members [%11] stores [%11->buf0]"""
     assert [type(s) for s in plan.steps] == [Kernel, LibraryCall, Kernel]
     assert [[b.name for b in frees] for frees in plan.frees] == [[], ["buf3"], []]
     (first, call, second) = plan.steps

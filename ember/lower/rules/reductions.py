@@ -293,7 +293,10 @@ def softmax(b: Builder, x: Node, dim: int, log: bool = False) -> Node:
     dim = normalize_dim(dim, x.ndim)
     if x.shape[dim] == 0:
         return x
-    peak = b.reduce(Op.MAX, x, dim, True)
+    # NOTE: the peak only keeps exp in range; softmax does not depend on it, so no gradient
+    # flows through it (its true gradient is 1 - sum(softmax) = 0: differentiated, a max's
+    # backward cost two more passes over the row — a count of the maxima and a sum)
+    peak = b.unary(Op.STOP_GRADIENT, b.reduce(Op.MAX, x, dim, True))
     shifted = b.sub(x, peak)
     exponent = b.unary(Op.EXP, shifted)
     total = b.reduce(Op.SUM, exponent, dim, True)

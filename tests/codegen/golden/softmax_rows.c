@@ -11,22 +11,23 @@ int kernel0(float* restrict a_in0, float* restrict a_out0) {
         }
         if (nan1) acc2 = NAN;
         float v4 = (float)acc2;
-        float acc7 = 0;
-        #pragma omp simd reduction(+:acc7)
+        float v5 = v4;
+        float acc8 = 0;
+        #pragma omp simd reduction(+:acc8)
         for (int64_t r1_1 = 0; r1_1 < 10; r1_1++) {
-            float v8 = a_in0[(10*i0 + r1_1)];
-            float v9 = (v8 - v4);
-            float v10 = expf(v9);
-            acc7 += v10;
+            float v9 = a_in0[(10*i0 + r1_1)];
+            float v10 = (v9 - v5);
+            float v11 = expf(v10);
+            acc8 += v11;
         }
-        float v11 = (float)acc7;
+        float v12 = (float)acc8;
         #pragma omp simd
         for (int64_t j1 = 0; j1 < 10; j1++) {
             float v0 = a_in0[(10*i0 + j1)];
-            float v5 = (v0 - v4);
-            float v6 = expf(v5);
-            float v12 = (v6 / v11);
-            a_out0[(10*i0 + j1)] = v12;
+            float v6 = (v0 - v5);
+            float v7 = expf(v6);
+            float v13 = (v7 / v12);
+            a_out0[(10*i0 + j1)] = v13;
         }
     }
     return (int)(status != 0);
