@@ -919,3 +919,12 @@ def _chain(module: types.ModuleType, name: str, first: Any) -> None:
     chained.__doc__, chained.__wrapped__ = original.__doc__, original
     chained._ember_chained = True
     setattr(module, name, chained)
+
+
+def convolution_uses_onednn(x: torch.Tensor, weight: torch.Tensor, stride: list[int],
+                            padding: list[int], dilation: list[int], groups: int) -> bool:
+    """Would eager's convolution of these tensors call oneDNN (which reorders the weight on
+    every call)? torch decides by the tensors' geometry and the thread count of this moment."""
+    backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
+                                            [0] * len(stride), groups, None)
+    return backend == torch._C._ConvBackend.Mkldnn
