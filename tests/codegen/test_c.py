@@ -82,3 +82,19 @@ def test_index_expressions_render_as_c():
     assert render(Expr.of(i) * -1) == "-i0"
     assert render((Expr.of(j) + 1) // 7) == "((j1 + 1) / 7)"
     assert render(Expr.of(j) * (1 << 33)) == "INT64_C(8589934592)*j1"
+
+
+def test_a_channels_last_kernel_walks_memory_in_order():
+    """A per-channel scale and shift of a channels-last image (batch norm in eval): the loops
+    run over positions, then channels, so the vectorized loop reads and writes consecutive
+    floats (in NCHW order it would stride by the channel count)."""
+    def fn(x, scale, shift):
+        return torch.relu(x * scale[:, None, None] + shift[:, None, None])
+
+    x = torch.randn(2, 8, 5, 6).to(memory_format=torch.channels_last)
+    args = (x, torch.randn(8), torch.randn(8))
+    text = kernel_text(fn, *args)
+    assert "for (int64_t i0 = 0; i0 < 60; i0++)" in text  # (n, h, w): one loop
+    assert "for (int64_t i1 = 0; i1 < 8; i1++)" in text   # c, innermost
+    assert "[(8*i0 + i1)]" in text
+    check(fn, *args, kernels=1)
