@@ -25,7 +25,10 @@ from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.passes.rewrite import rewrite
-from ember.runtime.matmul_convolution import convolution_as_matmul
+from ember.runtime.matmul_convolution import (
+    convolution_as_matmul,
+    pointwise_convolution_backward,
+)
 
 aten = torch.ops.aten
 DTYPES = (torch.float32,)
@@ -38,6 +41,8 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         return 0
 
     def visit(node: Node) -> Node | None:
+        if node.op is Op.LIBRARY and node.attrs["target"] is aten.convolution_backward.default:
+            return _backward(graph, node)
         if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
                 or node.attrs["tuple_result"] or node.attrs["kwargs"]:
             return None
@@ -78,6 +83,30 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         return call
 
     return rewrite(graph, visit)
+
+
+def _backward(graph: Graph, node: Node) -> Node | None:
+    """convolution_backward of a 1x1 convolution of a channels-last image: its GEMMs."""
+    args = node.attrs["args"]
+    if node.attrs["kwargs"] or len(args) != 11 or \
+            args[:3] != (Slot(0), Slot(1), Slot(2)):
+        return None
+    grad, x, weight = node.inputs
+    _, stride, padding, _, transposed, _, groups, _ = args[3:]
+    layouts = node.attrs.get("operand_strides") or ()
+    if transposed or groups != 1 or x.ndim != 4 or weight.shape[2:] != (1, 1) or \
+            any(padding) or len(layouts) != 3 or \
+            any(n.dtype not in DTYPES for n in node.inputs) or \
+            not _same_layout(grad.shape, layouts[0], _channels_last(grad.shape)) or \
+            not _same_layout(x.shape, layouts[1], _channels_last(x.shape)):
+        return None
+    results = node.attrs["results"]
+    if not _same_layout(x.shape, results[0][2], _channels_last(x.shape)):
+        return None  # (eager's gradient's layout, which the GEMMs give)
+    call = graph.add(Op.LIBRARY, node.inputs, **dict(node.attrs,
+                                                     target=pointwise_convolution_backward))
+    call.strides = node.strides
+    return call
 
 
 def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -48,3 +48,33 @@ def convolution_as_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     product = torch.mm(rows, columns) if bias is None else torch.addmm(bias, rows, columns)
     result = product.view(n, oh, ow, -1).permute(0, 3, 1, 2)
     return result if channels_last else result.contiguous()
+
+
+def pointwise_convolution_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                                   bias_sizes: list[int] | None, stride: list[int],
+                                   padding: list[int], dilation: list[int], transposed: bool,
+                                   output_padding: list[int], groups: int,
+                                   output_mask: list[bool]) -> tuple:
+    """convolution_backward for a 1x1 convolution of a channels-last image (groups 1, no
+    padding), as two GEMMs over the positions: grad_input = grad @ W, grad_weight = grad^T @
+    x; both views where the stride is 1. Eager's oneDNN backward reorders both and takes up
+    to 20x longer on a few positions (ResNet-50's last downsampling at 4x4: 24 ms vs 1.3)."""
+    n, c = x.shape[:2]
+    o = weight.shape[0]
+    sampled = x[:, :, ::stride[0], ::stride[1]] if any(s != 1 for s in stride) else x
+    grad_rows = grad.permute(0, 2, 3, 1).reshape(-1, o)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        rows = torch.mm(grad_rows, weight.reshape(o, c))
+        picked = rows.view(n, sampled.shape[2], sampled.shape[3], c).permute(0, 3, 1, 2)
+        if sampled is x:
+            grad_input = picked
+        else:
+            grad_input = torch.zeros_like(x, memory_format=torch.channels_last)
+            grad_input[:, :, ::stride[0], ::stride[1]] = picked
+    if output_mask[1]:
+        rows = sampled.permute(0, 2, 3, 1).reshape(-1, c)
+        grad_weight = torch.mm(grad_rows.t(), rows).view(weight.shape)
+    if output_mask[2]:
+        grad_bias = grad_rows.sum(0)
+    return grad_input, grad_weight, grad_bias

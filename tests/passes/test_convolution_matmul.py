@@ -12,7 +12,7 @@ from ember.ir import Op
 from ember.lower import trace
 from ember.passes import convolution_matmul
 from ember.passes.convolution_matmul import convolutions_as_matmuls
-from ember.runtime.matmul_convolution import convolution_as_matmul
+from ember.runtime.matmul_convolution import convolution_as_matmul, pointwise_convolution_backward
 
 
 def _products(fn, *args) -> tuple[int, int]:
@@ -105,3 +105,26 @@ def test_training_differentiates_the_convolution_and_runs_the_gemm(monkeypatch):
     w.requires_grad_(True)
     check_grad(lambda x, w: F.conv2d(x, w).relu(), x, w, atol=1e-5, rtol=1e-5)
     assert calls
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bias):
+    calls = []
+
+    def counted(*args):
+        calls.append(args[-1])
+        return pointwise_convolution_backward(*args)
+
+    monkeypatch.setattr(convolution_matmul, "pointwise_convolution_backward", counted)
+    x, w = _channels_last(make(2, 16, 5, 5), make(24, 16, 1, 1, seed=1))
+    b = make(24, seed=2) if bias else None
+    for t in (x, w, b):
+        if t is not None:
+            t.requires_grad_(True)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, stride=stride).relu()
+
+    check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
+    assert calls == [[True, True, bias]]
