@@ -177,6 +177,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("convolution_matmul", "EMBER_CONVOLUTION_MATMUL", "1", _flag,
          "CPU: call a convolution as one matrix product where oneDNN's per-call weight "
          "reorder would cost more (0: as eager calls it; see passes/convolution_matmul.py)"),
+    Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "1", _flag,
+         "CPU: convolve a row-major image channels-last where only ember's kernels read the "
+         "image and the result (0: as eager lays it out; see passes/convolution_layout.py)"),
     Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
@@ -204,6 +207,7 @@ class Settings:
     matmul_epilogue: bool
     shape_padding: str
     convolution_matmul: bool
+    convolution_layout: bool
     max_autotune: bool
 
 

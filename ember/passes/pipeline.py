@@ -9,6 +9,7 @@ from ember import logs
 from ember.ir.graph import Graph
 from ember.ir.verifier import verify
 from ember.passes.convolution_bias import convolution_biases
+from ember.passes.convolution_layout import channels_last_convolutions
 from ember.passes.convolution_matmul import convolutions_as_matmuls
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
@@ -25,6 +26,7 @@ PASSES: tuple[Pass, ...] = (
     whole_biased_matmuls,
     transposed_weights,
     aligned_matmuls,
+    channels_last_convolutions,
     convolutions_as_matmuls,
     eliminate_common_subexpressions,
     eliminate_dead_code,
