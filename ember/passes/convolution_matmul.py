@@ -27,7 +27,7 @@ from ember.ir.ops import Op
 from ember.passes.rewrite import rewrite
 from ember.runtime.matmul_convolution import (
     convolution_as_matmul,
-    pointwise_convolution_backward,
+    convolution_backward_as_matmul,
 )
 
 aten = torch.ops.aten
@@ -86,25 +86,35 @@ def convolutions_as_matmuls(graph: Graph) -> int:
 
 
 def _backward(graph: Graph, node: Node) -> Node | None:
-    """convolution_backward of a 1x1 convolution of a channels-last image: its GEMMs."""
+    """convolution_backward -> its GEMMs, where the forward would take them (the same two
+    conditions: oneDNN reorders all three tensors in the backward)."""
     args = node.attrs["args"]
     if node.attrs["kwargs"] or len(args) != 11 or \
             args[:3] != (Slot(0), Slot(1), Slot(2)):
         return None
     grad, x, weight = node.inputs
-    _, stride, padding, _, transposed, _, groups, _ = args[3:]
+    _, stride, padding, dilation, transposed, _, groups, _ = args[3:]
     layouts = node.attrs.get("operand_strides") or ()
-    if transposed or groups != 1 or x.ndim != 4 or weight.shape[2:] != (1, 1) or \
-            any(padding) or len(layouts) != 3 or \
+    if transposed or groups != 1 or x.ndim != 4 or len(layouts) != 3 or \
             any(n.dtype not in DTYPES for n in node.inputs) or \
-            not _same_layout(grad.shape, layouts[0], _channels_last(grad.shape)) or \
-            not _same_layout(x.shape, layouts[1], _channels_last(x.shape)):
+            any(isinstance(n, torch.SymInt) for n in (*grad.shape, *weight.shape)):
         return None
+    grad_strides, x_strides, w_strides = (s or row_major(n.shape)
+                                          for s, n in zip(layouts, node.inputs))
     results = node.attrs["results"]
-    if not _same_layout(x.shape, results[0][2], _channels_last(x.shape)):
-        return None  # (eager's gradient's layout, which the GEMMs give)
+    # (the gradients lie as x and the weight do: eager's layouts, checked)
+    if not _same_layout(x.shape, results[0][2], x_strides) or \
+            not _same_layout(weight.shape, results[1][2], w_strides):
+        return None
+    x_last = _same_layout(x.shape, x_strides, _channels_last(x.shape))
+    pointwise = weight.shape[2:] == (1, 1) and not any(padding) and x_last and \
+        _same_layout(grad.shape, grad_strides, _channels_last(grad.shape))
+    positions = grad.shape[0] * grad.shape[2] * grad.shape[3]
+    if not pointwise and not (positions <= grad.shape[1] and _uses_onednn(
+            x, x_strides, weight, w_strides, stride, padding, dilation)):
+        return None
     call = graph.add(Op.LIBRARY, node.inputs, **dict(node.attrs,
-                                                     target=pointwise_convolution_backward))
+                                                     target=convolution_backward_as_matmul))
     call.strides = node.strides
     return call
 

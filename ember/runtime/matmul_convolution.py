@@ -50,31 +50,60 @@ def convolution_as_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     return result if channels_last else result.contiguous()
 
 
-def pointwise_convolution_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+def convolution_backward_as_matmul(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                                    bias_sizes: list[int] | None, stride: list[int],
                                    padding: list[int], dilation: list[int], transposed: bool,
                                    output_padding: list[int], groups: int,
                                    output_mask: list[bool]) -> tuple:
-    """convolution_backward for a 1x1 convolution of a channels-last image (groups 1, no
-    padding), as two GEMMs over the positions: grad_input = grad @ W, grad_weight = grad^T @
-    x; both views where the stride is 1. Eager's oneDNN backward reorders both and takes up
-    to 20x longer on a few positions (ResNet-50's last downsampling at 4x4: 24 ms vs 1.3)."""
-    n, c = x.shape[:2]
-    o = weight.shape[0]
-    sampled = x[:, :, ::stride[0], ::stride[1]] if any(s != 1 for s in stride) else x
+    """convolution_backward (groups 1, not transposed, a 2-d image) as two GEMMs over the
+    output positions: grad_weight = grad^T @ rows, and grad_input the patches' gradients
+    grad @ W added back where each patch came from (one strided add per tap of the kernel;
+    none for a 1x1 convolution of stride 1). The gradients lie as x and the weight do.
+    Eager's oneDNN backward reorders all three tensors and takes up to 20x longer on a few
+    positions (ResNet-50's last 3x3 convolution at 4x4 positions, batch 4: 66 ms vs 3)."""
+    n, c, h, w = x.shape
+    o, _, kh, kw = weight.shape
     grad_rows = grad.permute(0, 2, 3, 1).reshape(-1, o)
+    oh, ow = grad.shape[2:]
     grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        rows = torch.mm(grad_rows, weight.reshape(o, c))
-        picked = rows.view(n, sampled.shape[2], sampled.shape[3], c).permute(0, 3, 1, 2)
-        if sampled is x:
-            grad_input = picked
-        else:
-            grad_input = torch.zeros_like(x, memory_format=torch.channels_last)
-            grad_input[:, :, ::stride[0], ::stride[1]] = picked
+    taps_last = not (weight.is_contiguous() or kh * kw == 1)  # (weight's order: kh, kw, c)
     if output_mask[1]:
-        rows = sampled.permute(0, 2, 3, 1).reshape(-1, c)
-        grad_weight = torch.mm(grad_rows.t(), rows).view(weight.shape)
+        rows, _, _ = _rows(x, weight, stride, padding, dilation)
+        flat = torch.mm(grad_rows.t(), rows)
+        grad_weight = flat.view(o, kh, kw, c).permute(0, 3, 1, 2) if taps_last \
+            else flat.view(weight.shape)
+    if output_mask[0]:
+        columns = weight.permute(0, 2, 3, 1) if taps_last else weight
+        patches = torch.mm(grad_rows, columns.reshape(o, -1))
+        patches = patches.view(n, oh, ow, kh, kw, c) if taps_last \
+            else patches.view(n, oh, ow, c, kh, kw).permute(0, 1, 2, 4, 5, 3)
+        if kh * kw == 1 and list(stride) == [1, 1] and not any(padding):
+            grad_input = patches.view(n, h, w, c).permute(0, 3, 1, 2)
+            if not _same_layout(grad_input, x):
+                grad_input = torch.empty_like(x).copy_(grad_input)
+        else:
+            padded = _zeros_like_layout(x, (n, c, h + 2 * padding[0], w + 2 * padding[1]))
+            for i in range(kh):
+                for j in range(kw):
+                    top, left = i * dilation[0], j * dilation[1]
+                    padded[:, :, top:top + stride[0] * (oh - 1) + 1:stride[0],
+                           left:left + stride[1] * (ow - 1) + 1:stride[1]] += \
+                        patches[:, :, :, i, j].permute(0, 3, 1, 2)
+            grad_input = padded[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + w]
+            if not _same_layout(grad_input, x) or any(padding):
+                grad_input = torch.empty_like(x).copy_(grad_input)
     if output_mask[2]:
         grad_bias = grad_rows.sum(0)
     return grad_input, grad_weight, grad_bias
+
+
+def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return all(n <= 1 or s == t for n, s, t in zip(a.shape, a.stride(), b.stride()))
+
+
+def _zeros_like_layout(x: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """Zeros of `shape` laid out as x is (channels-last or row-major)."""
+    channels_last = x.is_contiguous(memory_format=torch.channels_last) and \
+        not x.is_contiguous()
+    return torch.zeros(shape, dtype=x.dtype, device=x.device).contiguous(
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format)

@@ -5,14 +5,14 @@ others stay as eager calls them. Counts by the graph's library calls, values aga
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, check_grad, make
+from helpers import check, check_grad, make, significant_strides
 
 from ember import config
 from ember.ir import Op
 from ember.lower import trace
 from ember.passes import convolution_matmul
 from ember.passes.convolution_matmul import convolutions_as_matmuls
-from ember.runtime.matmul_convolution import convolution_as_matmul, pointwise_convolution_backward
+from ember.runtime.matmul_convolution import convolution_as_matmul, convolution_backward_as_matmul
 
 
 def _products(fn, *args) -> tuple[int, int]:
@@ -114,9 +114,9 @@ def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bia
 
     def counted(*args):
         calls.append(args[-1])
-        return pointwise_convolution_backward(*args)
+        return convolution_backward_as_matmul(*args)
 
-    monkeypatch.setattr(convolution_matmul, "pointwise_convolution_backward", counted)
+    monkeypatch.setattr(convolution_matmul, "convolution_backward_as_matmul", counted)
     x, w = _channels_last(make(2, 16, 5, 5), make(24, 16, 1, 1, seed=1))
     b = make(24, seed=2) if bias else None
     for t in (x, w, b):
@@ -128,3 +128,47 @@ def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bia
 
     check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
     assert calls == [[True, True, bias]]
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    (1, 1, 0, 1), (1, 2, 0, 1), (3, 1, 1, 1), (3, 2, 1, 1), (2, 2, 0, 1), (3, 1, 2, 2)])
+@pytest.mark.parametrize("layout", ["rows", "channels_last", "channels_last_weight"])
+def test_the_gemms_give_eagers_gradients_and_layouts(kernel, stride, padding, dilation,
+                                                      layout):
+    x, w = make(2, 5, 7, 6), make(4, 5, kernel, kernel, seed=1)
+    if layout != "rows":
+        x, w = _channels_last(x, w)
+    if layout == "channels_last_weight":
+        x = x.contiguous()
+    options = ([4], [stride] * 2, [padding] * 2, [dilation] * 2, False, [0, 0], 1)
+    g = make(*F.conv2d(x, w, None, stride, padding, dilation).shape, seed=2)
+    for mask in ([True, True, True], [False, True, False], [True, False, False]):
+        expected = torch.ops.aten.convolution_backward(g, x, w, *options, mask)
+        got = convolution_backward_as_matmul(g, x, w, *options, mask)
+        for want, have, like in zip(expected, got, (x, w, None)):
+            assert (want is None) == (have is None)
+            if want is None:
+                continue
+            torch.testing.assert_close(have, want, atol=1e-5, rtol=1e-5)
+            if like is not None and significant_strides(want) == significant_strides(like):
+                # (where eager's gradient lies as its tensor does: the cases the pass takes)
+                assert significant_strides(have) == significant_strides(want)
+
+
+def test_a_late_stage_3x3_convolution_trains_through_the_gemms(monkeypatch):
+    calls = []
+
+    def counted(*args):
+        calls.append(args[-1])
+        return convolution_backward_as_matmul(*args)
+
+    monkeypatch.setattr(convolution_matmul, "convolution_backward_as_matmul", counted)
+    x, w = _channels_last(make(2, 8, 4, 4), make(64, 8, 3, 3, seed=1))
+    x.requires_grad_(True)
+    w.requires_grad_(True)
+    with config.override(convolution_layout=False):
+        check_grad(lambda x, w: F.conv2d(x, w, stride=2, padding=1).relu(), x, w,
+                   atol=1e-5, rtol=1e-5)
+    onednn = torch._C._select_conv_backend(x, w, None, [2, 2], [1, 1], [1, 1], False,
+                                           [0, 0], 1) == torch._C._ConvBackend.Mkldnn
+    assert calls == ([[True, True, False]] if onednn else [])
