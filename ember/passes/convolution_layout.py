@@ -50,7 +50,8 @@ def channels_last_convolutions(graph: Graph) -> int:
         layouts = list(node.attrs.get("operand_strides") or ())
         if len(args) != 9 or not isinstance(args[0], Slot) or args[6] or \
                 len(layouts) != len(node.inputs) or node.ndim != 4 or \
-                not node.dtype.is_floating_point:
+                not node.dtype.is_floating_point or \
+                not all(type(d) is int for n in (node, *node.inputs) for d in n.shape):
             continue
         x = node.inputs[args[0].index]
         if x.shape[1] == 1 or layouts[args[0].index] != row_major(x.shape) or \

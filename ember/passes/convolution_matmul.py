@@ -53,7 +53,7 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         stride, padding, dilation, transposed, _, groups = args[3:]
         if transposed or groups != 1 or x.ndim != 4 or node.dtype not in DTYPES or \
                 x.dtype != node.dtype or weight.dtype != node.dtype or \
-                any(isinstance(n, torch.SymInt) for n in (*node.shape, *weight.shape)):
+                not _static(node, x, weight):
             return None
         layouts = node.attrs.get("operand_strides") or ()
         x_strides = layouts[args[0].index] if len(layouts) > args[0].index else None
@@ -97,7 +97,7 @@ def _backward(graph: Graph, node: Node) -> Node | None:
     layouts = node.attrs.get("operand_strides") or ()
     if transposed or groups != 1 or x.ndim != 4 or len(layouts) != 3 or \
             any(n.dtype not in DTYPES for n in node.inputs) or \
-            any(isinstance(n, torch.SymInt) for n in (*grad.shape, *weight.shape)):
+            not _static(*node.inputs):
         return None
     grad_strides, x_strides, w_strides = (s or row_major(n.shape)
                                           for s, n in zip(layouts, node.inputs))
@@ -117,6 +117,11 @@ def _backward(graph: Graph, node: Node) -> Node | None:
                                                      target=convolution_backward_as_matmul))
     call.strides = node.strides
     return call
+
+
+def _static(*nodes: Node) -> bool:
+    """(symbolic sizes: the choice would depend on the call; left to eager's convolution)"""
+    return all(type(d) is int for n in nodes for d in n.shape)
 
 
 def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
