@@ -15,6 +15,7 @@ from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
 from ember.passes.matmul_operands import aligned_matmuls, transposed_weights, whole_biased_matmuls
+from ember.passes.max_pool import pooled_maxima
 from ember.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], int]
@@ -28,6 +29,7 @@ PASSES: tuple[Pass, ...] = (
     aligned_matmuls,
     channels_last_convolutions,
     convolutions_as_matmuls,
+    pooled_maxima,
     eliminate_common_subexpressions,
     eliminate_dead_code,
 )
@@ -36,7 +38,7 @@ PASSES: tuple[Pass, ...] = (
 # a training graph's forward once split): merged subexpressions would scale a sum of
 # cotangents, and autodiff knows convolution, not the product that replaces it. A training
 # graph's forward takes them after the split (`after_differentiation`).
-AFTER_DIFFERENTIATION: tuple[Pass, ...] = (convolutions_as_matmuls,
+AFTER_DIFFERENTIATION: tuple[Pass, ...] = (convolutions_as_matmuls, pooled_maxima,
                                            eliminate_common_subexpressions)
 
 
