@@ -928,3 +928,11 @@ def convolution_uses_onednn(x: torch.Tensor, weight: torch.Tensor, stride: list[
     backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
                                             [0] * len(stride), groups, None)
     return backend == torch._C._ConvBackend.Mkldnn
+
+
+def suggest_memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    """The memory format torch's kernels read `tensor`'s strides as (C++'s
+    suggest_memory_format: channels-last or contiguous), for real or meta tensors."""
+    from torch._prims_common import suggest_memory_format as suggest
+
+    return suggest(tensor)

@@ -26,6 +26,7 @@ from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.passes.rewrite import rewrite
 from ember.runtime.matmul_convolution import (
+    channels_last_gradients,
     convolution_as_matmul,
     convolution_backward_as_matmul,
 )
@@ -101,11 +102,15 @@ def _backward(graph: Graph, node: Node) -> Node | None:
         return None
     grad_strides, x_strides, w_strides = (s or row_major(n.shape)
                                           for s, n in zip(layouts, node.inputs))
+    # (eager's gradients' layouts, which the GEMMs give: checked)
+    metas = [torch.empty_strided(n.shape, strides, dtype=n.dtype, device="meta")
+             for n, strides in ((x, x_strides), (weight, w_strides))]
+    last = channels_last_gradients(*metas)
     results = node.attrs["results"]
-    # (the gradients lie as x and the weight do: eager's layouts, checked)
-    if not _same_layout(x.shape, results[0][2], x_strides) or \
-            not _same_layout(weight.shape, results[1][2], w_strides):
-        return None
+    for (shape, _, strides), mask in zip(results[:2], args[10]):
+        expected = _channels_last(shape) if last else row_major(shape)
+        if mask and not _same_layout(shape, strides, expected):
+            return None
     x_last = _same_layout(x.shape, x_strides, _channels_last(x.shape))
     pointwise = weight.shape[2:] == (1, 1) and not any(padding) and x_last and \
         _same_layout(grad.shape, grad_strides, _channels_last(grad.shape))
