@@ -42,23 +42,14 @@ def channels_last_convolutions(graph: Graph) -> int:
             r.op is not Op.LIBRARY and r.op is not Op.ITEM and
             (r.op not in VIEWS or read_by_kernels_only(r)) for r in users.get(node, []))
 
-    for node in graph.nodes:
-        if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
-                or node.attrs["tuple_result"] or node.attrs["kwargs"]:
-            continue
+    candidates = [node for node in graph.nodes if _switchable(node, outputs,
+                                                               read_by_kernels_only)]
+    for node in candidates:
+        if node.inputs[node.attrs["args"][0].index].op is Op.INPUT and len(candidates) < 2:
+            continue  # (a lone convolution of an input: the copy would cost what it gains)
         args = node.attrs["args"]
-        layouts = list(node.attrs.get("operand_strides") or ())
-        if len(args) != 9 or not isinstance(args[0], Slot) or args[6] or \
-                len(layouts) != len(node.inputs) or node.ndim != 4 or \
-                not node.dtype.is_floating_point or \
-                not all(type(d) is int for n in (node, *node.inputs) for d in n.shape):
-            continue
+        layouts = list(node.attrs["operand_strides"])
         x = node.inputs[args[0].index]
-        if x.shape[1] == 1 or layouts[args[0].index] != row_major(x.shape) or \
-                tuple(node.attrs["results"][0][2]) != row_major(node.shape) or \
-                x.op in (Op.LIBRARY, Op.ITEM) or x in outputs or \
-                not read_by_kernels_only(node):
-            continue
         layouts[args[0].index] = _channels_last(x.shape)
         metas = [torch.empty_strided(n.shape, strides or row_major(n.shape), dtype=n.dtype,
                                      device="meta") for n, strides in zip(node.inputs, layouts)]
@@ -71,6 +62,27 @@ def channels_last_convolutions(graph: Graph) -> int:
         node.strides = strides
         changed += 1
     return changed
+
+
+def _switchable(node: Node, outputs: set[Node], read_by_kernels_only) -> bool:
+    """A 2-d convolution of a row-major image into a row-major result, where the image is
+    ember's to lay out (computed by a kernel, or an input) and kernels alone read the
+    result."""
+    if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
+            or node.attrs["tuple_result"] or node.attrs["kwargs"]:
+        return False
+    args = node.attrs["args"]
+    layouts = node.attrs.get("operand_strides") or ()
+    if len(args) != 9 or not isinstance(args[0], Slot) or args[6] or \
+            len(layouts) != len(node.inputs) or node.ndim != 4 or \
+            not node.dtype.is_floating_point or \
+            not all(type(d) is int for n in (node, *node.inputs) for d in n.shape):
+        return False
+    x = node.inputs[args[0].index]
+    return x.shape[1] > 1 and layouts[args[0].index] == row_major(x.shape) and \
+        tuple(node.attrs["results"][0][2]) == row_major(node.shape) and \
+        x.op not in (Op.LIBRARY, Op.ITEM) and x not in outputs and \
+        read_by_kernels_only(node)
 
 
 def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -60,3 +60,12 @@ def test_a_convolution_whose_result_is_an_output_stays_row_major():
 def test_switched_off():
     with config.override(convolution_layout=False):
         assert _switched(_block, *_args()) == [False, False, False]
+
+
+def test_a_lone_convolution_of_an_input_stays_row_major():
+    """(the input's copy to channels-last would cost what the convolution gains)"""
+    args = _args()[:3]
+    assert _switched(lambda x, w1, w2: F.conv2d(x, w1).relu(), *args[:2]) == [False]
+    # with a second convolution after it, both switch (the copy is paid once)
+    assert _switched(lambda x, w1, w2: F.conv2d(F.conv2d(x, w1).relu(), w2, padding=1,
+                                                groups=16).relu(), *args) == [True, True]
