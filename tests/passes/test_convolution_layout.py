@@ -65,7 +65,7 @@ def test_switched_off():
 def test_a_lone_convolution_of_an_input_stays_row_major():
     """(the input's copy to channels-last would cost what the convolution gains)"""
     args = _args()[:3]
-    assert _switched(lambda x, w1, w2: F.conv2d(x, w1).relu(), *args[:2]) == [False]
+    assert _switched(lambda x, w1: F.conv2d(x, w1).relu(), *args[:2]) == [False]
     # with a second convolution after it, both switch (the copy is paid once)
     assert _switched(lambda x, w1, w2: F.conv2d(F.conv2d(x, w1).relu(), w2, padding=1,
                                                 groups=16).relu(), *args) == [True, True]
