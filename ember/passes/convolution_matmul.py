@@ -70,7 +70,8 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         x_strides = x_strides or row_major(x.shape)
         positions = node.shape[0] * node.shape[2] * node.shape[3]
         pointwise = weight.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and \
-            not any(padding) and _same_layout(x.shape, x_strides, _channels_last(x.shape))
+            not any(padding) and _image(x) and \
+            _same_layout(x.shape, x_strides, _channels_last(x.shape))
         if not pointwise and not (positions <= node.shape[1] and _uses_onednn(
                 x, x_strides, weight, w_strides or row_major(weight.shape), stride, padding,
                 dilation)):
@@ -113,7 +114,7 @@ def _backward(graph: Graph, node: Node) -> Node | None:
             return None
     x_last = _same_layout(x.shape, x_strides, _channels_last(x.shape))
     pointwise = weight.shape[2:] == (1, 1) and not any(padding) and x_last and \
-        _same_layout(grad.shape, grad_strides, _channels_last(grad.shape))
+        _image(x) and _same_layout(grad.shape, grad_strides, _channels_last(grad.shape))
     positions = grad.shape[0] * grad.shape[2] * grad.shape[3]
     if not pointwise and not (positions <= grad.shape[1] and _uses_onednn(
             x, x_strides, weight, w_strides, stride, padding, dilation)):
@@ -122,6 +123,13 @@ def _backward(graph: Graph, node: Node) -> Node | None:
                                                      target=convolution_backward_as_matmul))
     call.strides = node.strides
     return call
+
+
+def _image(x: Node) -> bool:
+    """More than one position per image: a 1x1 image (a squeeze-excite block's pooled
+    channels) lies the same either way, eager's slow path copies nothing, and the GEMM's
+    Python calls cost more than the product."""
+    return x.shape[2] * x.shape[3] > 1
 
 
 def _static(*nodes: Node) -> bool:
