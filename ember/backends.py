@@ -32,9 +32,8 @@ from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.partition import MAX_ROUNDS, describe, find_islands
-from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.library_ops import calls_for
-from ember.passes.pipeline import run_passes
+from ember.passes.pipeline import after_differentiation, run_passes
 from ember.runtime import triton_launch, tune_c, tune_triton, warm_cache
 from ember.runtime.build import BuildError, build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
@@ -352,7 +351,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     eager = eager_autograd(gm, example_inputs)
     split = differentiate(graph, wrt, eager.reached if eager is not None else None,
                           _eager_differentiable(lowered.outputs, eager), tape.keeping())
-    eliminate_common_subexpressions(split.forward)  # (kept apart for the differentiation)
+    after_differentiation(split.forward)  # (kept apart for the differentiation)
     if any(kind == "input" and k in written for kind, k in split.backward_inputs):
         raise Unsupported("the backward would read an input the forward writes (not "
                           "differentiated yet)")

@@ -178,6 +178,12 @@ FLAGS: tuple[Flag, ...] = (
          "pad a large half-precision matmul's sizes that are not a multiple of 16 bytes "
          "(cuBLAS's fast kernels need them): auto (on CUDA), always, never "
          "(see passes/matmul_operands.aligned_matmuls)"),
+    Flag("convolution_matmul", "EMBER_CONVOLUTION_MATMUL", "1", _flag,
+         "CPU: call a convolution as one matrix product where oneDNN's per-call weight "
+         "reorder would cost more (0: as eager calls it; see passes/convolution_matmul.py)"),
+    Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "1", _flag,
+         "CPU: convolve a row-major image channels-last where only ember's kernels read the "
+         "image and the result (0: as eager lays it out; see passes/convolution_layout.py)"),
     Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
@@ -205,6 +211,8 @@ class Settings:
     triton_workers: int
     matmul_epilogue: bool
     shape_padding: str
+    convolution_matmul: bool
+    convolution_layout: bool
     max_autotune: bool
 
 

@@ -926,3 +926,20 @@ def _chain(module: types.ModuleType, name: str, first: Any) -> None:
     chained.__doc__, chained.__wrapped__ = original.__doc__, original
     chained._ember_chained = True
     setattr(module, name, chained)
+
+
+def convolution_uses_onednn(x: torch.Tensor, weight: torch.Tensor, stride: list[int],
+                            padding: list[int], dilation: list[int], groups: int) -> bool:
+    """Would eager's convolution of these tensors call oneDNN (which reorders the weight on
+    every call)? torch decides by the tensors' geometry and the thread count of this moment."""
+    backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
+                                            [0] * len(stride), groups, None)
+    return backend == torch._C._ConvBackend.Mkldnn
+
+
+def suggest_memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    """The memory format torch's kernels read `tensor`'s strides as (C++'s
+    suggest_memory_format: channels-last or contiguous), for real or meta tensors."""
+    from torch._prims_common import suggest_memory_format as suggest
+
+    return suggest(tensor)

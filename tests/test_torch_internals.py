@@ -430,3 +430,21 @@ def test_a_cuda_spin_holds_the_stream_for_the_runs_queued_behind_it():
     end.record()
     end.synchronize()
     assert begin.elapsed_time(end) > 0.5  # ms (ten million cycles last 2 ms at 5 GHz)
+
+
+def test_convolution_uses_onednn_answers_for_eagers_choice():
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    w = torch.randn(16, 8, 3, 3)
+    # a strided channels-last convolution: oneDNN whatever the thread count
+    assert torch_internals.convolution_uses_onednn(x, w, [2, 2], [1, 1], [1, 1], 1)
+    assert isinstance(torch_internals.convolution_uses_onednn(
+        x.contiguous(), w, [1, 1], [1, 1], [1, 1], 1), bool)
+
+
+def test_suggest_memory_format_reads_strides_as_torch_does():
+    image = torch.randn(2, 3, 4, 5)
+    assert torch_internals.suggest_memory_format(image) == torch.contiguous_format
+    assert torch_internals.suggest_memory_format(
+        image.to(memory_format=torch.channels_last)) == torch.channels_last
+    meta = torch.empty_strided((2, 3, 4, 5), (60, 1, 15, 3), device="meta")
+    assert torch_internals.suggest_memory_format(meta) == torch.channels_last

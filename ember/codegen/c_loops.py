@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 
 def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]]:
-    """Merge adjacent dims whose every access is affine across them; then, for parallel
+    """Order a pointwise kernel's loops as its stored buffer lays the dims out; merge dims
+    adjacent in that order whose every access is affine across them; then, for parallel
     kernels, merge leading outer loops until the outermost one has enough iterations."""
     shape = writer.kernel.shape
 
@@ -32,13 +33,13 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
     def merge(dims: list[int]) -> list[list[int]]:
         groups: list[list[int]] = []
         for d in dims:
-            if groups and groups[-1][-1] == d - 1 and mergeable(groups[-1][-1], d):
+            if groups and mergeable(groups[-1][-1], d):
                 groups[-1].append(d)
             else:
                 groups.append([d])
         return groups
 
-    outer = merge(writer.outer_dims)
+    outer = merge(writer.outer_dims if writer.kernel.axes else memory_order(writer))
     inner = merge(writer.inner_dims)
     column = None
     if writer.kernel.axes and outer and _kept_dim_is_contiguous(writer, outer[-1][-1]):
@@ -50,6 +51,19 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
             guess(math.prod(shape[d] for d in outer[0])) < 256:
         outer[0:2] = [outer[0] + outer[1]]
     return outer, inner, column
+
+
+def memory_order(writer: CKernelWriter) -> list[int]:
+    """A pointwise kernel's dims, outermost first, in the order its stored buffer of the
+    kernel's whole shape lays them out: a channels-last result walked in NCHW order reads
+    and writes with a stride of C floats in the vectorized loop (ResNet's batch-norm + relu
+    kernels), walked in its own order it streams (as Triton's kernels walk it)."""
+    shape = writer.kernel.shape
+    for stored in writer.kernel.stores:
+        buffer = stored.buffer
+        if tuple(buffer.shape) == tuple(shape) and buffer.role != "alias":
+            return sorted(writer.outer_dims, key=lambda d: -buffer.strides[d])
+    return writer.outer_dims
 
 
 # Lanes per block in column mode: accumulators stay in L1, each row chunk is a long stream.

@@ -9,6 +9,8 @@ from ember import logs
 from ember.ir.graph import Graph
 from ember.ir.verifier import verify
 from ember.passes.convolution_bias import convolution_biases
+from ember.passes.convolution_layout import channels_last_convolutions
+from ember.passes.convolution_matmul import convolutions_as_matmuls
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
@@ -18,6 +20,7 @@ from ember.passes.matmul_operands import (
     transposed_weights,
     whole_biased_matmuls,
 )
+from ember.passes.max_pool import pooled_maxima
 from ember.passes.simplify import simplify_algebra
 
 Pass = Callable[[Graph], int]
@@ -30,9 +33,19 @@ PASSES: tuple[Pass, ...] = (
     matmuls_onto_sums,
     transposed_weights,
     aligned_matmuls,
+    channels_last_convolutions,
+    convolutions_as_matmuls,
+    pooled_maxima,
     eliminate_common_subexpressions,
     eliminate_dead_code,
 )
+
+# Passes for a graph that is not differentiated after them (an inference graph, a backward,
+# a training graph's forward once split): merged subexpressions would scale a sum of
+# cotangents, and autodiff knows convolution, not the product that replaces it. A training
+# graph's forward takes them after the split (`after_differentiation`).
+AFTER_DIFFERENTIATION: tuple[Pass, ...] = (convolutions_as_matmuls, pooled_maxima,
+                                           eliminate_common_subexpressions)
 
 
 def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,
@@ -43,7 +56,7 @@ def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,
     sum of the cotangents instead: inf·g0 + inf·g1 is not (g0 + g1)·inf); its forward is
     merged after the split."""
     for number, graph_pass in enumerate(PASSES, start=1):
-        if graph_pass is eliminate_common_subexpressions and not merge:
+        if graph_pass in AFTER_DIFFERENTIATION and not merge:
             continue
         changes = graph_pass(graph)
         if check:
@@ -54,3 +67,8 @@ def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,
     if logs.enabled("ir"):
         logs.channel("ir").info("IR after passes:\n%s", graph)
     return graph
+
+
+def after_differentiation(forward: Graph) -> int:
+    """The passes a training graph's forward skipped before its split; changes made."""
+    return sum(graph_pass(forward) for graph_pass in AFTER_DIFFERENTIATION)

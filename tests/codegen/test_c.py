@@ -98,3 +98,19 @@ def test_a_long_row_sum_adds_float_blocks_into_a_double_total(length):
     check(fn, x, rtol=1e-6, atol=1e-6)
     short = kernel_text(fn, torch.randn(6, 1000))
     assert "_block" not in short and "double" not in short
+
+
+def test_a_channels_last_kernel_walks_memory_in_order():
+    """A per-channel scale and shift of a channels-last image (batch norm in eval): the loops
+    run over positions, then channels, so the vectorized loop reads and writes consecutive
+    floats (in NCHW order it would stride by the channel count)."""
+    def fn(x, scale, shift):
+        return torch.relu(x * scale[:, None, None] + shift[:, None, None])
+
+    x = torch.randn(2, 8, 5, 6).to(memory_format=torch.channels_last)
+    args = (x, torch.randn(8), torch.randn(8))
+    text = kernel_text(fn, *args)
+    assert "for (int64_t i0 = 0; i0 < 60; i0++)" in text  # (n, h, w): one loop
+    assert "for (int64_t i1 = 0; i1 < 8; i1++)" in text   # c, innermost
+    assert "[(8*i0 + i1)]" in text
+    check(fn, *args, kernels=1)

@@ -1,0 +1,71 @@
+"""channels_last_convolutions: on the CPU a row-major image is convolved channels-last where
+only ember's kernels produce the image and read the result; the values, the outputs' layouts
+and the copies (one of the graph's input image, none between convolutions) against eager."""
+
+import torch
+import torch.nn.functional as F
+from helpers import check, make
+
+from ember import config
+from ember.ir import Op
+from ember.lower import trace
+from ember.passes.convolution_layout import channels_last_convolutions
+
+
+def _block(x, w1, w2, w3, mean, var):
+    """conv -> batch norm (eval) -> relu6 -> depthwise conv -> relu -> 1x1 conv + residual:
+    an inverted-residual block as MobileNet and EfficientNet have them."""
+    h = F.conv2d(x, w1)
+    h = F.relu6(F.batch_norm(h, mean, var, training=False))
+    h = F.relu(F.conv2d(h, w2, padding=1, groups=h.shape[1]))
+    return F.conv2d(h, w3) + x
+
+
+def _args():
+    return (make(2, 8, 6, 6), make(16, 8, 1, 1, seed=1), make(16, 1, 3, 3, seed=2),
+            make(8, 16, 1, 1, seed=3), make(16, seed=4), make(16, low=0.5, high=2.0, seed=5))
+
+
+def _switched(fn, *args) -> list[bool]:
+    lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+    channels_last_convolutions(lowered.graph)
+    return [n.attrs["operand_strides"][0][1] == 1 for n in lowered.graph.nodes
+            if n.op is Op.LIBRARY]
+
+
+def test_an_inverted_residual_block_runs_channels_last():
+    args = _args()
+    # (the residual add's kernel writes the output in eager's layout)
+    assert _switched(_block, *args) == [True, True, True]
+    graph = check(_block, *args, atol=1e-5, rtol=1e-5)
+    source = graph.wrapper_source
+    assert source.count("relaid(") == 1  # the input image, once
+    assert source.count("relaid(in0") == 1
+
+
+def test_a_result_a_library_call_reads_stays_row_major():
+    def fn(x, w):
+        return F.max_pool2d(F.conv2d(x, w), 2)
+
+    args = make(2, 8, 6, 6), make(8, 8, 3, 3, seed=1)
+    assert _switched(fn, *args) == [False, False]
+    check(fn, *args, atol=1e-5, rtol=1e-5)
+
+
+def test_a_convolution_whose_result_is_an_output_stays_row_major():
+    args = _args()[:2]
+    assert _switched(lambda x, w: F.conv2d(x.relu(), w), *args) == [False]
+
+
+def test_switched_off():
+    with config.override(convolution_layout=False):
+        assert _switched(_block, *_args()) == [False, False, False]
+
+
+def test_a_lone_convolution_of_an_input_stays_row_major():
+    """(the input's copy to channels-last would cost what the convolution gains)"""
+    args = _args()[:3]
+    assert _switched(lambda x, w1: F.conv2d(x, w1).relu(), *args[:2]) == [False]
+    # with a second convolution after it, both switch (the copy is paid once)
+    assert _switched(lambda x, w1, w2: F.conv2d(F.conv2d(x, w1).relu(), w2, padding=1,
+                                                groups=16).relu(), *args) == [True, True]
