@@ -10,6 +10,10 @@ from ember.bench import dynamic_triton
 pytest.importorskip("triton")
 
 
+# slow: ~9 minutes since the row-length cases are symbolic too (symbolic strides): the
+# interpreter runs their looped and split reductions program by program (see
+# notes/closing-2026-12-02-night-strides-convnets-training.md)
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                     reason="runs the Triton kernels through the interpreter")
 def test_the_bench_checks_and_times_static_and_dynamic_kernels(capsys):
