@@ -1,0 +1,21 @@
+#!/bin/bash
+# One call of the lent H200 (the device tool runs it from the repository root, with carry:
+# [".whl"]): installs the carried wheels, then runs the steps named in $STEPS (tests dyn decode
+# autotune train prof), each under its own time limit, and leaves one tarball in $OUT:
+#     STEPS="tests decode" ember/bench/h200_call.sh
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD
+step() { local name=$1 limit=$2; shift 2; local t0=$(date +%s);
+  timeout $limit "$@" > $OUT/$name.txt 2>&1; local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a $OUT/steps.txt; tail -5 $OUT/$name.txt; }
+for s in $STEPS; do
+case $s in
+tests) step tests 200 env EMBER_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider tests/e2e/test_dynamic.py tests/runtime/test_tune_triton.py tests/test_tuning.py tests/test_torch_internals.py ;;
+dyn) step dyn 150 python -m ember.bench.dynamic_triton --device cuda --json $OUT/dyn.json ;;
+decode) step decode 330 python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
+autotune) step autotune 150 python -m ember.bench.autotune --device cuda --size full --only softmax S4 --json $OUT/autotune.json ;;
+train) step train 420 python -m ember bench --models --device cuda --modes train --only gpt2 bert vit --process variant --out $OUT/train ;;
+prof) step prof 300 python -m ember.bench.zoo_profile gpt2 --mode decode --variants ember,tc --host --rows 30 ;;
+esac
+done
+cd $OUT && tar czf /tmp/all.tgz . && rm -rf ./* && mv /tmp/all.tgz $OUT/all.tgz
