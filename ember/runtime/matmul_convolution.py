@@ -51,8 +51,8 @@ def convolution_as_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     if weight.shape[2] == weight.shape[3] == 1 and stride == [1, 1] and padding == [0, 0]:
         # (the common case in few Python calls: a 1x1 convolution is a linear layer over
         # the positions; per call this is what a squeeze-excite block's 1x1 pays for)
-        product = torch._C._nn.linear(x.permute(0, 2, 3, 1).reshape(n * h * w, c),
-                                      weight.reshape(o, c), bias)
+        product = torch.nn.functional.linear(x.permute(0, 2, 3, 1).reshape(n * h * w, c),
+                                             weight.reshape(o, c), bias)
         result = product.view(n, h, w, o).permute(0, 3, 1, 2)
         return result if channels_last else result.contiguous()
     rows, columns, (n, oh, ow) = _rows(x, weight, stride, padding, dilation)
