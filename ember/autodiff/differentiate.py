@@ -20,6 +20,7 @@ infinities meet (inf - inf: NaN in one order, a signed inf in the other).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,7 +33,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Kind, Op
-from ember.ir.sizes import Size
+from ember.ir.sizes import Size, any_symbolic
 from ember.lower.builder import Builder
 from ember.lower.layout import like_strides
 from ember.lower.registry import Unsupported
@@ -431,8 +432,25 @@ def _gradient_layout(node: Node) -> tuple[int, ...]:
     scale is broadcast over a batch)."""
     if node.strides is None:
         return row_major(node.shape)
+    if any_symbolic((*node.shape, *node.strides)):  # (no meta tensor takes symbols)
+        return tuple(node.strides) if _dense(node.shape, node.strides) \
+            else row_major(node.shape)
     return like_strides(torch.empty_strided(node.shape, node.strides, dtype=node.dtype,
                                             device="meta"))
+
+
+def _dense(shape: Sequence[Any], strides: Sequence[Any]) -> bool:
+    """Do these (maybe symbolic) strides lay the elements out densely, without overlap, in
+    some order of the dims? (each dim's stride the product of the sizes inside it)"""
+    left = [d for d in range(len(shape)) if isinstance(shape[d], Size) or shape[d] != 1]
+    step: Any = 1
+    while left:
+        inner = next((d for d in left if strides[d] == step), None)
+        if inner is None:
+            return False
+        left.remove(inner)
+        step = step * shape[inner]
+    return True
 
 
 def _writes(target: Any) -> bool:

@@ -319,7 +319,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                 results.append(f"{base}.as_strided({spec.size!r}, {spec.stride!r}, "
                                f"{start}{spec.offset})")
             else:  # the base's memory read as another dtype
-                results.append(f"{w.constant(spec, 'spec')}.view_of({base})")
+                symbols = ", ".join(f"{name!r}: {name}" for name in plan.graph.symbols)
+                results.append(f"{w.constant(spec, 'spec')}.view_of({base}, {{{symbols}}})")
         elif spec.kind == "same":
             results.append(f"r{spec.index}")
         else:

@@ -77,6 +77,10 @@ class Graph:
     symbols: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
     _ids: Any = dataclasses.field(default_factory=itertools.count, repr=False)
 
+    def symbol_values(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """Each symbol's value in a call with these graph inputs."""
+        return {name: inputs[index].shape[dim] for name, (index, dim) in self.symbols.items()}
+
     def add(self, op: Op, inputs: Sequence[Node] = (), **attrs: Any) -> Node:
         from ember.ir.shape_rules import infer
 

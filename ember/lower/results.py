@@ -4,11 +4,13 @@ FX graph from the IR's outputs and inputs (OutputSpec)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ember.ir.graph import Graph
+from ember.ir.sizes import any_symbolic, evaluate
 
 
 @dataclasses.dataclass
@@ -34,22 +36,28 @@ class OutputSpec:
     dtype: torch.dtype | None = None
     from_storage_start: bool = False  # offset counts from the storage's start (as_strided's)
 
-    def view_of(self, base: torch.Tensor) -> torch.Tensor:
-        """This view of `base`'s memory (the wrapper inlines the same-dtype case)."""
+    def view_of(self, base: torch.Tensor,
+                bindings: Mapping[str, int] | None = None) -> torch.Tensor:
+        """This view of `base`'s memory (the wrapper inlines the same-dtype case); a symbolic
+        graph's geometry at this call's symbol values `bindings`."""
+        size, stride, offset = self.size, self.stride, self.offset
+        if bindings is not None and any_symbolic((*size, *stride, offset)):
+            size = tuple(evaluate(d, bindings) for d in size)
+            stride = tuple(evaluate(d, bindings) for d in stride)
+            offset = evaluate(offset, bindings)
         if self.dtype is None or self.dtype == base.dtype:
-            return base.as_strided(self.size, self.stride, self.start(base) + self.offset)
+            return base.as_strided(size, stride, self.start(base) + offset)
         start = self.start(base) * base.element_size() // self.dtype.itemsize
         # complex <-> its real pairs through torch's own views, which autograd differentiates
         # (a storage set_ below is a view autograd does not see: no gradient reached the base)
         if base.is_complex() and not base.is_conj() and self.dtype == base.dtype.to_real():
-            return torch.view_as_real(base).as_strided(self.size, self.stride,
-                                                       start + self.offset)
+            return torch.view_as_real(base).as_strided(size, stride, start + offset)
         if self.dtype.is_complex and base.dtype == self.dtype.to_real():
-            pairs = base.as_strided((*self.size, 2), (*(2 * s for s in self.stride), 1),
-                                    2 * (start + self.offset))
+            pairs = base.as_strided((*size, 2), (*(2 * s for s in stride), 1),
+                                    2 * (start + offset))
             return torch.view_as_complex(pairs)
         view = torch.empty(0, dtype=self.dtype, device=base.device)
-        return view.set_(base.untyped_storage(), start + self.offset, self.size, self.stride)
+        return view.set_(base.untyped_storage(), start + offset, size, stride)
 
     def start(self, base: torch.Tensor) -> int:
         """Where the offset counts from in `base`'s storage."""

@@ -39,6 +39,7 @@ class InterpretedGraph:
                                          device=value.device)
             laid_out.append(buffer.copy_(value))
         results: list[Any] = []
+        bindings = self.graph.symbol_values(inputs)
         for spec in self.outputs:
             if spec.kind == "node":
                 results.append(laid_out[spec.index])
@@ -46,7 +47,7 @@ class InterpretedGraph:
                 results.append(inputs[spec.index])
             elif spec.kind == "view":
                 base = laid_out[spec.index] if spec.of_output else inputs[spec.index]
-                results.append(spec.view_of(base))
+                results.append(spec.view_of(base, bindings))
             elif spec.kind == "same":
                 results.append(results[spec.index])
             else:

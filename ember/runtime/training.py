@@ -57,6 +57,11 @@ class TrainingGraph:
             return args[self.tensor_positions[index]]
         return self.extras[index - len(self.tensor_positions)]
 
+    def symbol_values(self, args: tuple) -> dict[str, int]:
+        """A symbolic forward's symbols at this call's sizes."""
+        return {name: self.input(args, index).shape[dim] for name, (index, dim)
+                in self.split.forward.symbols.items()}
+
     def _gave_up(self) -> bool:
         """Did the forward's first call find a library call laid out otherwise than eager's
         meta kernel said (rfftn's result)? Its IR's layout is then not eager's: the graph as
@@ -89,6 +94,7 @@ class TrainingGraph:
         if self._gave_up():
             return self.eager(*args)
         leaves: list[Any] = []
+        bindings = self.symbol_values(args) if self.split.forward.symbols else None
         for spec in self.specs:  # (views are taken here, outside the Function: autograd
             if spec.kind == "node":  # sees them as the views they are)
                 leaves.append(results[spec.index])
@@ -96,7 +102,7 @@ class TrainingGraph:
                 leaves.append(self.input(args, spec.index))
             elif spec.kind == "view":
                 base = results[spec.index] if spec.of_output else self.input(args, spec.index)
-                leaves.append(spec.view_of(base))
+                leaves.append(spec.view_of(base, bindings))
             elif spec.kind == "same":
                 leaves.append(leaves[spec.index])
             else:
@@ -122,8 +128,7 @@ class _Step(torch.autograd.Function):
         ctx.owner = owner
         ctx.count = len(args)
         # (a graph whose sizes are symbols: this call's values, for a gradient made here)
-        ctx.sizes = {name: owner.input(args, index).shape[dim] for name, (index, dim)
-                     in owner.split.forward.symbols.items()}
+        ctx.sizes = owner.symbol_values(args)
         # (weakly: only to say where an error of the backward comes from, if they still live)
         ctx.arguments = [weakref.ref(a) if isinstance(a, torch.Tensor) else a for a in args]
         ctx.save_for_backward(*[owner.input(args, k) for k in owner.inputs_read], *saved)

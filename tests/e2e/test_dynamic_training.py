@@ -235,3 +235,43 @@ def test_a_training_step_on_triton_compiles_once_for_every_batch(kernel_backend,
     training = training_builds(builds)
     assert len(training) == 2, training
     assert not any(isinstance(r.compiled, ShapeSpecialized) for r in symbolic_records(compiled))
+
+
+def test_symbolic_inputs_that_need_gradients_and_outputs_that_are_views(kernel_backend):
+    # a weight whose sizes are symbols too (its gradient's layout is decided on symbols), and
+    # results that are views of the graph's outputs (their geometry is evaluated at each
+    # call's sizes; a reshape of a linear's result in a timm-style module is one)
+    def step(x, w):
+        y = x @ w
+        return y.reshape(-1), y.t()
+
+    compiled = ember.compile(step, dynamic=True)
+    for n, m in [(3, 4), (5, 6), (9, 2)]:
+        x = torch.randn(n, 4)
+        w = torch.randn(4, m, requires_grad=True)
+        w_eager = w.detach().clone().requires_grad_()
+        got, want = compiled(x, w), step(x, w_eager)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, **TOLERANCE)
+            assert a.stride() == b.stride()
+        (got[0].sum() + 2 * got[1].square().sum()).backward()
+        (want[0].sum() + 2 * want[1].square().sum()).backward()
+        torch.testing.assert_close(w.grad, w_eager.grad, **TOLERANCE)
+    assert len(compiled.records) == 1
+    assert not isinstance(compiled.records[0].compiled, ShapeSpecialized)
+
+
+def test_an_input_read_as_another_dtype_over_symbolic_sizes(kernel_backend):
+    # the wrapper makes such a view through OutputSpec.view_of, with this call's sizes
+    def views(x):
+        return x.view(torch.int32)[1:], x.t()
+
+    compiled = ember.compile(views, dynamic=True)
+    with watching_fallbacks() as fallbacks:
+        for n in [3, 5, 9]:
+            x = torch.randn(n, 4)
+            for a, b in zip(compiled(x), views(x)):
+                assert torch.equal(a, b) and a.stride() == b.stride()
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)
+    assert len(compiled.records) == 1
+    assert not isinstance(compiled.records[0].compiled, ShapeSpecialized)
