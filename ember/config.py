@@ -188,6 +188,10 @@ FLAGS: tuple[Flag, ...] = (
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
          "ember/tuning.py)"),
+    Flag("profile", "EMBER_PROFILE", "0", _flag,
+         "label each generated kernel and library call for torch.profiler (`ember k3: "
+         "mul, add, relu [4, 256]`), so a profile names them; compile-time, costs a label "
+         "per launch (python -m ember.bench.zoo_profile uses it)"),
 )
 
 
@@ -214,6 +218,7 @@ class Settings:
     convolution_matmul: bool
     convolution_layout: bool
     max_autotune: bool
+    profile: bool
 
 
 def load(environ: dict[str, str] | None = None) -> Settings:

@@ -1,9 +1,11 @@
-"""Where a zoo model's time goes on CUDA: the top kernels by device time under torch.profiler
+"""Where a zoo model's time goes: on CUDA the top kernels by device time under torch.profiler
 (ten calls after warm-up) for eager, ember and torch.compile, with the launches per call and
-the host's time per call beside the device's (a launch-bound graph shows host > device).
+the host's time per call beside the device's (a launch-bound graph shows host > device); on
+the CPU (--device cpu) the top operations by their own CPU time, ember's kernels and library
+calls labelled by name (EMBER_PROFILE=1: `ember kernel3: mul, add [4, 256]`).
 
     python3 -m ember.bench.zoo_profile resnet50 qwen2 [--variants eager,ember,tc] [--rows 14]
-        [--host] [--mode train]
+        [--host] [--mode train] [--device cpu --size tiny]
 
 --mode train profiles the zoo's training step (forward, backward and AdamW) instead; --mode
 decode its greedy decoding (the prompt, then a token a call with the KV cache).
@@ -14,11 +16,13 @@ decode its greedy decoding (the prompt, then a token a call with the KV cache).
 import argparse
 import cProfile
 import pstats
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import ember
+from ember import config
 from ember.bench import zoo
 
 CALLS = 10
@@ -33,34 +37,43 @@ def _compiled(variant: str, model):
 
 
 def profile_model(name: str, variants: list[str], rows: int, host: bool,
-                  mode: str = "infer", stacks: str = "") -> None:
+                  mode: str = "infer", stacks: str = "", device: str = "cuda",
+                  size: str = "full") -> None:
     spec = zoo.find(name)
+    cuda = device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CUDA, ProfilerActivity.CPU] if cuda else [ProfilerActivity.CPU]
     for variant in variants:
-        step, args = zoo.instantiate(spec, mode, "full", "cuda")
+        step, args = zoo.instantiate(spec, mode, size, device)
         step.model_slot[0] = _compiled(variant, step.model)
         with torch.set_grad_enabled(mode == "train"):
             for _ in range(3):
                 step(*args)
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+            sync()
+            started = time.perf_counter()
             for _ in range(CALLS):
                 step(*args)
-            end.record()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU],
-                         with_stack=bool(stacks)) as prof:
+            sync()
+            per_call_ms = (time.perf_counter() - started) * 1e3 / CALLS
+            with profile(activities=activities, with_stack=bool(stacks)) as prof:
                 for _ in range(CALLS):
                     step(*args)
-                torch.cuda.synchronize()
+                sync()
         events = prof.key_averages()
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-        device_us = sum(e.device_time_total for e in kernels) / CALLS
-        launches = sum(e.count for e in kernels) / CALLS
-        print(f"== {name} {variant}: {start.elapsed_time(end) / CALLS:.3f} ms per call, "
-              f"device busy {device_us / 1e3:.3f} ms, {launches:.0f} kernels per call")
-        print(events.table(sort_by="device_time_total", row_limit=rows,
-                           max_name_column_width=80))
+        if cuda:
+            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+            device_us = sum(e.device_time_total for e in kernels) / CALLS
+            launches = sum(e.count for e in kernels) / CALLS
+            print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "
+                  f"device busy {device_us / 1e3:.3f} ms, {launches:.0f} kernels per call")
+        else:
+            labelled = [e for e in events if e.key.startswith("ember ")]
+            print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "
+                  f"{sum(e.count for e in labelled) / CALLS:.0f} ember kernels and library "
+                  f"calls per call, {sum(e.cpu_time_total for e in labelled) / CALLS / 1e3:.3f}"
+                  f" ms in them")
+        print(events.table(sort_by="device_time_total" if cuda else "self_cpu_time_total",
+                           row_limit=rows, max_name_column_width=80))
         if stacks:
             callers = [e for e in prof.key_averages(group_by_stack_n=8) if e.key == stacks]
             for event in sorted(callers, key=lambda e: -e.count)[:6]:
@@ -73,7 +86,7 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
                 for _ in range(CALLS):
                     step(*args)
                 profiler.disable()
-                torch.cuda.synchronize()
+                sync()
             print(f"== {name} {variant}: host, {CALLS} calls")
             pstats.Stats(profiler).sort_stats("tottime").print_stats(rows)
 
@@ -86,10 +99,16 @@ def main() -> None:
     parser.add_argument("--host", action="store_true")
     parser.add_argument("--mode", default="infer", choices=["infer", "train", "decode"])
     parser.add_argument("--stacks", default="", help="an op's name, e.g. aten::copy_")
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--size", default="full", choices=["full", "quick", "tiny"])
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (CPU; 0: as set)")
     options = parser.parse_args()
-    for name in options.models:
-        profile_model(name, options.variants.split(","), options.rows, options.host,
-                      options.mode, options.stacks)
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    with config.override(profile=True):  # (ember's kernels by name in the profile)
+        for name in options.models:
+            profile_model(name, options.variants.split(","), options.rows, options.host,
+                          options.mode, options.stacks, options.device, options.size)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ember import torch_internals
+from ember import config, torch_internals
 from ember.codegen.c import KernelSource
 from ember.codegen.triton_sizes import INT32_SAFE, index_reach
 from ember.ir.library import Slot, returns_views
@@ -252,6 +252,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             if positions == 0:
                 continue  # (no position to compute: nothing to launch)
             launch = _launch(step.name, source, functions, w)
+            if config.settings.profile and launch:
+                launch = _labelled(f"ember {step.name}: {_kernel_summary(step)}", launch, w)
             if isinstance(positions, Size) and positions.bounds()[0] <= 0:
                 # (a symbolic extent that may be empty: decided per call)
                 launch = [f"if {positions!r} > 0:"] + ["    " + line for line in launch]
@@ -276,6 +278,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
+            first = len(lines)
             if node.attrs["tuple_result"]:
                 result = f"result{position}"
                 lines.append(f"{result} = {target}({', '.join(arguments)})")
@@ -284,6 +287,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                         lines.append(f"{buffer.name} = {result}[{index}]")
             else:
                 lines.append(f"{step.outputs[0].name} = {target}({', '.join(arguments)})")
+            if config.settings.profile:
+                lines[first:] = _labelled(f"ember {node.attrs['target']}", lines[first:], w)
             operands = ", ".join(b.name for b in step.inputs)
             for buffer in step.outputs:
                 if buffer is None:
@@ -341,6 +346,19 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         lines.append(f"return output_tree.unflatten([{joined}])")
     text = "def call(args):\n" + "\n".join("    " + line for line in lines) + "\n"
     return WrapperSource(text, w.namespace)
+
+
+def _labelled(label: str, lines: list[str], w: _Writer) -> list[str]:
+    """`lines` inside a torch.profiler label (EMBER_PROFILE=1)."""
+    record = w.constant(torch.profiler.record_function, "record_function")
+    return [f"with {record}({label!r}):"] + ["    " + line for line in lines]
+
+
+def _kernel_summary(step: Kernel, most: int = 6) -> str:
+    """What a kernel computes, for a profile: its members' ops and its iteration space."""
+    ops = [node.op.value for node in step.members]
+    shown = ", ".join(ops[:most]) + (f", +{len(ops) - most}" if len(ops) > most else "")
+    return f"{shown} {list(step.shape)}"
 
 
 def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> list[str]:
