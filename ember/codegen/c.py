@@ -29,6 +29,7 @@ from ember.codegen.c_rules import (
     c_rules,
     compute_type,
     literal,
+    select,
     load,
     store,
     vector_math_declarations,
@@ -239,10 +240,18 @@ class CKernelWriter(ColumnMode):
         low, high = symbolic_range(expr)
         if proved(lambda: low >= 0 and high <= size - 1):
             return expr
+        # (in the loop where its indices are defined, once: a clamp of outer indices inside
+        # the innermost loop keeps gcc from seeing the loads it places as affine there)
+        scope = self.scope_for((expr,), scope)
+        key = ("clamp", render(expr), _int(size))
+        for ancestor in scope.chain():
+            if key in ancestor.memo:
+                return ancestor.memo[key]
         name = self.fresh("t")
         self.emit(scope, f"int64_t {name} = ember_clamp_index({render(expr)}, {_int(size)});")
         self.defined_at[name] = scope
-        return Expr.of(Opaque(name, 0, size - 1))
+        scope.memo[key] = clamped = Expr.of(Opaque(name, 0, size - 1))
+        return clamped
 
     def pad(self, node: Node, index: Index, scope: Scope) -> str:
         source_index, checks = pad_source(node, index)
@@ -260,7 +269,8 @@ class CKernelWriter(ColumnMode):
             clamped[d] = self.clamp(source_index[d], size, scope) if size else source_index[d]
         inner = self.value(node.inputs[0], tuple(clamped), scope)
         padding = literal(node.attrs["value"], node.dtype)
-        return self.define(scope, node.dtype, f"({' && '.join(conditions)}) ? {inner} : {padding}")
+        return self.define(scope, node.dtype,
+                           select(f"({' && '.join(conditions)})", inner, padding, node.dtype))
 
     def cat(self, node: Node, index: Index, scope: Scope) -> str:
         dim = node.attrs["dim"]
@@ -272,7 +282,7 @@ class CKernelWriter(ColumnMode):
         expression = choices[-1][0]
         position = render(index[dim])
         for value, end in reversed(choices[:-1]):
-            expression = f"({position} < {_int(end)} ? {value} : {expression})"
+            expression = select(f"({position} < {_int(end)})", value, expression, node.dtype)
         return self.define(scope, node.dtype, expression)
 
     def take(self, node: Node, index: Index, scope: Scope) -> str:
