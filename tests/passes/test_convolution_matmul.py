@@ -170,3 +170,18 @@ def test_a_late_stage_3x3_convolution_trains_through_the_gemms(monkeypatch):
     onednn = torch._C._select_conv_backend(x, w, None, [2, 2], [1, 1], [1, 1], False,
                                            [0, 0], 1) == torch._C._ConvBackend.Mkldnn
     assert calls == ([[True, True, False]] if onednn else [])
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 8, 8, 24), (4, 96, 2, 2, 512), (1, 8, 3, 3, 16)],
+                         ids=["image_by_image", "rows", "one_image"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_row_major_pointwise_product_gives_eagers_values_and_layout(shape, bias):
+    # a row-major 1x1 convolution of stride 1: image by image (a batched product, no copy)
+    # where the images have enough positions, else as rows of positions (the weight read once)
+    n, c, h, o = shape[0], shape[1], shape[2], shape[4]
+    x, w = make(n, c, h, h), make(o, c, 1, 1, seed=1)
+    b = make(o, seed=2) if bias else None
+    got = convolution_as_matmul(x, w, b, [1, 1], [0, 0], [1, 1], False)
+    want = F.conv2d(x, w, b)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert got.stride() == want.stride()
