@@ -29,8 +29,8 @@ from ember.codegen.c_rules import (
     c_rules,
     compute_type,
     literal,
-    select,
     load,
+    select,
     store,
     vector_math_declarations,
 )
