@@ -90,8 +90,8 @@ def report(folder: Path, title: str, show_all: bool) -> int:
     total = sum(source.read_text().count("#pragma omp simd")
                 for source in folder.rglob("kernels.c"))
     print(f"== {title}: {len(loops)} of {total} simd loops scalar "
-          f"({len(loops) - len(shown)} of them 'not profitable', memcpy or twins of another kernel, "
-          f"hidden without --all)")
+          f"({len(loops) - len(shown)} of them 'not profitable', memcpy or twins of another "
+          f"kernel, hidden without --all)")
     for loop in shown:
         where = f"{loop.file.parent.name}/kernels.c:{loop.line}"
         print(f"  {where}  {loop.kernel}\n      {'; '.join(loop.reasons) or '(no reason given)'}")
