@@ -190,8 +190,8 @@ FLAGS: tuple[Flag, ...] = (
          "ember/tuning.py)"),
     Flag("profile", "EMBER_PROFILE", "0", _flag,
          "label each generated kernel and library call for torch.profiler (`ember k3: "
-         "mul, add, relu [4, 256]`), so a profile names them; compile-time, costs a label "
-         "per launch (python -m ember.bench.zoo_profile uses it)"),
+         "mul, add, relu [4, 256]`), so a profile names them; compile-time; a label costs ~5 us "
+         "a launch, profiler or not (python -m ember.bench.zoo_profile uses it)"),
 )
 
 

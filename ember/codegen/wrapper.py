@@ -288,7 +288,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             else:
                 lines.append(f"{step.outputs[0].name} = {target}({', '.join(arguments)})")
             if config.settings.profile:
-                lines[first:] = _labelled(f"ember {node.attrs['target']}", lines[first:], w)
+                lines[first:] = _labelled(f"ember {_call_name(node.attrs['target'])}",
+                                          lines[first:], w)
             operands = ", ".join(b.name for b in step.inputs)
             for buffer in step.outputs:
                 if buffer is None:
@@ -352,6 +353,13 @@ def _labelled(label: str, lines: list[str], w: _Writer) -> list[str]:
     """`lines` inside a torch.profiler label (EMBER_PROFILE=1)."""
     record = w.constant(torch.profiler.record_function, "record_function")
     return [f"with {record}({label!r}):"] + ["    " + line for line in lines]
+
+
+def _call_name(target: Any) -> str:
+    """A library call's target as a profile names it: aten.mm.default, convolution_as_matmul."""
+    if torch_internals.is_op_overload(target):
+        return str(target)
+    return getattr(target, "__qualname__", None) or str(target)
 
 
 def _kernel_summary(step: Kernel, most: int = 6) -> str:
