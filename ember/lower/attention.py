@@ -20,6 +20,7 @@ tensors of the graph's device under a dispatch mode that records the aten calls 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +42,9 @@ if TYPE_CHECKING:
 FUSED_ATTENTION_DEVICES = {"cuda", "cpu"}
 ATTENTIONS = {torch.nn.functional.scaled_dot_product_attention,
               torch.ops.aten.scaled_dot_product_attention.default}
-_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+ARGUMENT_NAMES = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
               "enable_gqa")
-_OPERANDS = _ARGUMENTS[:4]
+_OPERANDS = ARGUMENT_NAMES[:4]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,11 +83,14 @@ def kernel_result(kernel: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
     return kernel(*args, **kwargs)[0]
 
 
-def fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
+def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
+                    wants_grad: frozenset[str] = frozenset()) -> Any:
     """The meta result of eager's attention for this call, bound in `tracer`, or None where
-    the math composite is to be traced instead."""
-    bound = dict(zip(_ARGUMENTS, args), **kwargs)
-    if set(bound) - set(_ARGUMENTS) or bound.get("dropout_p", 0.0) != 0.0:
+    the math composite is to be traced instead. `wants_grad`: the operands that require grad
+    in eager (a training graph's): eager's choice of kernel depends on it (its CPU flash
+    kernel takes no mask that requires grad: T5's position bias runs the math composite)."""
+    bound = dict(zip(ARGUMENT_NAMES, args), **kwargs)
+    if set(bound) - set(ARGUMENT_NAMES) or bound.get("dropout_p", 0.0) != 0.0:
         return None  # (dropout draws: a training graph's backward could not run it again)
     tensors = {name: bound.get(name) for name in _OPERANDS}
     if tensors["attn_mask"] is None:
@@ -94,15 +98,16 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs) -> Any:
     if not all(isinstance(t, torch.Tensor) and t.device.type == "meta"
                for t in tensors.values()):
         return None
-    options = {name: bound[name] for name in _ARGUMENTS[3:] if name in bound}
+    options = {name: bound[name] for name in ARGUMENT_NAMES[3:] if name in bound}
+    wants_grad = frozenset(wants_grad) & set(tensors)
     if any(torch_internals.is_symbolic(t) for t in tensors.values()):
-        return _symbolic_attention(tracer, device, bound, tensors, options)
+        return _symbolic_attention(tracer, device, bound, tensors, options, wants_grad)
     key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
                                      if not isinstance(v, torch.Tensor))),
            tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in tensors.items()),
-           _switches())
+           _switches(), tuple(sorted(wants_grad)))
     if key not in _eager_by_geometry:  # (a model's layers ask the same: one run each)
-        _eager_by_geometry[key] = _ask_eager(device, tensors, options)
+        _eager_by_geometry[key] = _ask_eager(device, tensors, options, wants_grad)
     eager = _eager_by_geometry[key]
     if eager is None:
         # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
@@ -124,7 +129,8 @@ _eager_by_geometry: dict[tuple, _Eager | None] = {}
 
 
 def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,
-                        tensors: dict[str, torch.Tensor], options: dict) -> Any:
+                        tensors: dict[str, torch.Tensor], options: dict,
+                        wants_grad: frozenset[str]) -> Any:
     """Attention over symbolic sizes (a decoding step's growing cache): eager is asked at the
     sizes of the call being compiled; where it runs a kernel, the graph calls eager's
     attention whole (its sizes come from the tensors at run time), its result laid out as
@@ -137,9 +143,9 @@ def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,
     key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
                                      if not isinstance(v, torch.Tensor))),
            tuple((name, tuple(t.shape), t.stride(), t.dtype) for name, t in hinted.items()),
-           _switches())
+           _switches(), tuple(sorted(wants_grad)))
     if key not in _eager_by_geometry:
-        _eager_by_geometry[key] = _ask_eager(device, hinted, options)
+        _eager_by_geometry[key] = _ask_eager(device, hinted, options, wants_grad)
     eager = _eager_by_geometry[key]
     if eager is None:
         return None
@@ -191,19 +197,23 @@ class _Recorder(torch_internals.TorchDispatchMode):
 
 
 def _ask_eager(device: torch.device, tensors: dict[str, torch.Tensor],
-               options: dict[str, Any]) -> _Eager | None:
+               options: dict[str, Any], wants_grad: frozenset[str] = frozenset()
+               ) -> _Eager | None:
     """Eager's attention on stand-ins of these tensors on `device`, recorded; None where eager
-    would run the math composite."""
+    would run the math composite (asked with the operands in `wants_grad` requiring grad)."""
     attention = torch.ops.aten.scaled_dot_product_attention.default
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         stand_ins = {name: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                                device=device) for name, t in tensors.items()}
         if "attn_mask" in stand_ins and stand_ins["attn_mask"].dtype == torch.bool:
             stand_ins["attn_mask"].fill_(True)  # (a bool's memory holds 0 or 1 only)
-        if torch_internals.attention_uses_math(
-                stand_ins["query"], stand_ins["key"], stand_ins["value"],
-                stand_ins.get("attn_mask"), options):
-            return None
+        asked = {name: t.detach().requires_grad_(name in wants_grad and t.is_floating_point())
+                 for name, t in stand_ins.items()}
+        with torch.enable_grad() if wants_grad else contextlib.nullcontext():
+            if torch_internals.attention_uses_math(
+                    asked["query"], asked["key"], asked["value"], asked.get("attn_mask"),
+                    options):
+                return None
         recorder = _Recorder()
         with recorder:
             real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],

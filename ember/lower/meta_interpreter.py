@@ -105,6 +105,7 @@ class MetaInterpreter(torch.fx.Interpreter):
         self.stops = stops  # a training graph: values eager's autograd does not track stop
 
     def run_node(self, n: torch.fx.Node) -> Any:
+        self.node = n
         try:
             result = super().run_node(n)
         except Unsupported as error:
@@ -140,7 +141,8 @@ class MetaInterpreter(torch.fx.Interpreter):
                 return fused
         if target in attention.ATTENTIONS and \
                 self.device.type in attention.FUSED_ATTENTION_DEVICES:
-            fused = attention.fused_attention(self.tracer, self.device, args, kwargs)
+            fused = attention.fused_attention(self.tracer, self.device, args, kwargs,
+                                              self._operands_wanting_grad())
             if fused is not None:
                 return fused
         if target in (operator.getitem, operator.setitem) and \
@@ -149,6 +151,21 @@ class MetaInterpreter(torch.fx.Interpreter):
             # tensor, one without values; as a real tensor the tracer keeps it as a constant
             args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_function(target, args, kwargs)
+
+    def _operands_wanting_grad(self) -> frozenset[str]:
+        """In a training graph, the attention call's operands that require grad in eager (by
+        the captured example values: the meta values here carry no autograd state)."""
+        if not self.stops or not torch.is_grad_enabled():
+            return frozenset()
+        node = self.node
+        bound = dict(zip(attention.ARGUMENT_NAMES, node.args), **node.kwargs)
+        wanted = set()
+        for name, value in bound.items():
+            example = value.meta.get("example_value", value.meta.get("val")) \
+                if isinstance(value, torch.fx.Node) else None
+            if isinstance(example, torch.Tensor) and example.requires_grad:
+                wanted.add(name)
+        return frozenset(wanted)
 
     def call_method(self, target, args, kwargs):
         _refuse_new_leaves(target, args, kwargs)

@@ -849,3 +849,49 @@ def test_embedding_bag_trains_as_eager_does(mode):
     want.square().sum().backward()
     torch.testing.assert_close(got, want, **TOLERANCE)
     torch.testing.assert_close(bag.weight.grad, eager_bag.weight.grad, **TOLERANCE)
+
+
+class BiasedAttention(torch.nn.Module):
+    """T5-style attention: the mask is a learned bias per head and relative position, so it
+    requires grad, and eager's CPU attention runs its math composite for it."""
+
+    def __init__(self, width=32, heads=4, length=8):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(width, 3 * width, bias=False)
+        self.bias = torch.nn.Parameter(torch.randn(heads, length, length) * 0.1)
+
+    def forward(self, x):
+        batch, length, width = x.shape
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=2))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias[None], scale=1.0)
+        return y.transpose(1, 2).reshape(batch, length, width)
+
+
+def test_attention_with_a_learned_bias_trains_through_embers_own_kernels():
+    # eager runs the math composite here (its flash kernel takes no mask that requires
+    # grad): ember traces that composite too, so its own backward differentiates it, rather
+    # than calling eager's attention and its autograd from the compiled graph
+    torch.manual_seed(0)
+    eager_model = BiasedAttention().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            got, want = compiled(x), eager_model(x)
+            torch.testing.assert_close(got, want, **TOLERANCE)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+    assert not fallbacks.messages, fallbacks.messages
+    if DEVICE == "cpu":  # (CUDA's kernels take such a mask: there eager's call stays whole)
+        from ember.autodiff.tape import taped_call
+        from ember.ir.ops import Op
+
+        training = compiled._compiled_forward.records[0].compiled
+        targets = [n.attrs["target"] for n in training.split.forward.nodes
+                   if n.op is Op.LIBRARY]
+        assert taped_call not in targets, targets
