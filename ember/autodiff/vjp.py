@@ -452,7 +452,57 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
         return _batch_norm(b, node, primal, grads, item)
     if node.attrs["target"] is aten.native_dropout.default:
         return _dropout(b, node, primal, grads, item)
+    if node.attrs["target"] is aten._scaled_dot_product_flash_attention_for_cpu.default:
+        return _flash_attention_cpu(b, node, primal, grads, item)
     return NotImplemented
+
+
+def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+                         item: Callable[[int], Node]) -> list[Node | None]:
+    """_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, *,
+    attn_mask, scale) -> (out, logsumexp): its backward kernel, as eager's autograd calls it,
+    from the forward's output and log-sum-exp (nothing computed twice). The mask gets no
+    gradient (one that requires grad sends eager to the math composite, traced instead)."""
+    g = grads.get(0)
+    args, kwargs = node.attrs["args"], node.attrs["kwargs"]
+    if len(args) < 3 or not all(isinstance(a, Slot) for a in args[:3]) or \
+            set(kwargs) - {"attn_mask", "scale"} or (len(args) > 3 and args[3] != 0.0):
+        return NotImplemented
+    found: list[Node | None] = [None] * len(node.inputs)
+    if g is None:
+        return found
+    q, k, v = (node.inputs[a.index] for a in args[:3])
+    is_causal = args[4] if len(args) > 4 else kwargs.get("is_causal", False)
+    mask = kwargs.get("attn_mask")
+    operands = [g, primal(q), primal(k), primal(v), primal(item(0)), primal(item(1))]
+    backward_kwargs: dict[str, Any] = {"scale": kwargs.get("scale")}
+    if isinstance(mask, Slot):
+        backward_kwargs["attn_mask"] = Slot(len(operands))
+        operands.append(primal(node.inputs[mask.index]))
+    template = (*(Slot(i) for i in range(6)), 0.0, is_causal)
+    operand_strides = tuple(o.strides or row_major(o.shape) for o in operands)
+    target = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+    results = tuple((shape, dtype, strides) for shape, strides, dtype in
+                    _layouts_of_a_run(target, operands, operand_strides, template,
+                                      backward_kwargs))
+    call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template,
+                       kwargs=backward_kwargs, results=results, tuple_result=True,
+                       operand_strides=operand_strides)
+    for index, slot in enumerate(args[:3]):
+        found[slot.index] = b.graph.add(Op.ITEM, (call,), index=index)
+        found[slot.index].strides = results[index][2]
+    return found
+
+
+def _layouts_of_a_run(target: Any, operands: list[Node], strides: tuple, args: tuple,
+                      kwargs: dict) -> list[tuple]:
+    """(shape, strides, dtype) of each result of `target` run once on zeros of the operands'
+    geometry (its kernel's layout rules are its own, not its meta function's)."""
+    stand_ins = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="cpu").zero_()
+                 for o, s in zip(operands, strides)]
+    with torch.no_grad():
+        results = target(*fill(args, stand_ins), **fill(kwargs, stand_ins))
+    return [(tuple(r.shape), tuple(r.stride()), r.dtype) for r in results]
 
 
 def _dropout(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

@@ -65,6 +65,7 @@ class _Call:
     kwargs: dict
     kernel: bool         # the attention kernel itself: a library call of its first result
     layout: tuple        # (shape, strides, dtype) of the kernel's first result
+    layouts: tuple = ()  # the same of each of the kernel's tensor results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,11 +85,13 @@ def kernel_result(kernel: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
 
 
 def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
-                    wants_grad: frozenset[str] = frozenset()) -> Any:
+                    wants_grad: frozenset[str] | None = frozenset()) -> Any:
     """The meta result of eager's attention for this call, bound in `tracer`, or None where
     the math composite is to be traced instead. `wants_grad`: the operands that require grad
     in eager (a training graph's): eager's choice of kernel depends on it (its CPU flash
-    kernel takes no mask that requires grad: T5's position bias runs the math composite)."""
+    kernel takes no mask that requires grad: T5's position bias runs the math composite);
+    None where not known: a training graph then calls eager's attention whole, which
+    chooses at run time (and its backward is eager's autograd)."""
     bound = dict(zip(ARGUMENT_NAMES, args), **kwargs)
     if set(bound) - set(ARGUMENT_NAMES) or bound.get("dropout_p", 0.0) != 0.0:
         return None  # (dropout draws: a training graph's backward could not run it again)
@@ -99,7 +102,8 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
                for t in tensors.values()):
         return None
     options = {name: bound[name] for name in ARGUMENT_NAMES[3:] if name in bound}
-    wants_grad = frozenset(wants_grad) & set(tensors)
+    known = wants_grad is not None
+    wants_grad = frozenset(wants_grad or ()) & set(tensors)
     if any(torch_internals.is_symbolic(t) for t in tensors.values()):
         return _symbolic_attention(tracer, device, bound, tensors, options, wants_grad)
     key = (str(device), tuple(sorted((name, repr(v)) for name, v in options.items()
@@ -113,7 +117,8 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
         # eager runs the composite (a dozen ops, each a kernel and a host round): its ops
         # are traced instead, as a meta tensor runs them, and fuse with their neighbours
         return None
-    if eager.calls is not None and not tracer.stops:
+    if eager.calls is not None and (not tracer.stops or known and
+                                    _differentiated_by_ember(eager)):
         try:
             return _replay(tracer, eager, tensors)
         except Unsupported:
@@ -126,6 +131,18 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
 
 
 _eager_by_geometry: dict[tuple, _Eager | None] = {}
+
+# Attention kernels whose backward ember calls itself in a training graph, from the results
+# the forward kept (autodiff/vjp.py's rule), rather than through eager's autograd: the CPU's
+# flash kernel (its mask, when it has one, never requires grad: eager takes the math
+# composite then).
+DIFFERENTIATED_KERNELS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+                                    .default})
+
+
+def _differentiated_by_ember(eager: _Eager) -> bool:
+    return all(call.func in DIFFERENTIATED_KERNELS and len(call.layouts) == 2
+               for call in eager.calls if call.kernel)
 
 
 def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,
@@ -247,14 +264,16 @@ def _program(recorded: list, stand_ins: dict[str, torch.Tensor], real: torch.Ten
                 return None, None
             names[id(first)] = _Result(position, None)
             layout = (tuple(first.shape), first.stride(), first.dtype)
+            layouts = tuple((tuple(t.shape), t.stride(), t.dtype) for t in tree_flatten(out)[0]
+                            if isinstance(t, torch.Tensor))
         else:
             flat, _ = tree_flatten(out)
             single = isinstance(out, torch.Tensor)
             for item, value in enumerate(flat):
                 if isinstance(value, torch.Tensor):
                     names[id(value)] = _Result(position, None if single else item)
-            layout = ()
-        calls.append(_Call(func, args, kwargs, kernel, layout))
+            layout = layouts = ()
+        calls.append(_Call(func, args, kwargs, kernel, layout, layouts))
     result = names.get(id(real))
     if kernels != 1 or not isinstance(result, _Result):
         return None, None
@@ -269,7 +288,8 @@ def _reference(value: Any, names: dict[int, Any]) -> Any:
 
 def _replay(tracer: Tracer, eager: _Eager, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
     """Eager's calls, again, on the graph's meta tensors under the tracer: the kernel a library
-    call, the rest lowered as any op is."""
+    call, the rest lowered as any op is. In a training graph the kernel is called whole, all
+    its results kept (its backward reads them: autodiff/vjp's rule for it)."""
     values: dict[Any, torch.Tensor] = {_Operand(name): t for name, t in tensors.items()}
 
     def fill(value: Any) -> Any:
@@ -281,6 +301,12 @@ def _replay(tracer: Tracer, eager: _Eager, tensors: dict[str, torch.Tensor]) -> 
 
     for position, call in enumerate(eager.calls):
         args, kwargs = tree_map(fill, (call.args, call.kwargs))
+        if call.kernel and tracer.stops:
+            outs = tuple(torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+                         for shape, strides, dtype in call.layouts)
+            tracer.call_library(call.func, args, kwargs, outs)
+            values[_Result(position, None)] = outs[0]
+            continue
         if call.kernel:
             shape, strides, dtype = call.layout
             out = torch.empty_strided(shape, strides, dtype=dtype, device="meta")

@@ -152,18 +152,26 @@ class MetaInterpreter(torch.fx.Interpreter):
             args = (args[0], _listed_indices(args[1]), *args[2:])
         return super().call_function(target, args, kwargs)
 
-    def _operands_wanting_grad(self) -> frozenset[str]:
+    def _operands_wanting_grad(self) -> frozenset[str] | None:
         """In a training graph, the attention call's operands that require grad in eager (by
-        the captured example values: the meta values here carry no autograd state)."""
+        the captured example values, or the module's own tensor: the meta values here carry
+        no autograd state); None where that is not known (a graph made by
+        torch.fx.symbolic_trace keeps no example values)."""
         if not self.stops or not torch.is_grad_enabled():
             return frozenset()
         node = self.node
         bound = dict(zip(attention.ARGUMENT_NAMES, node.args), **node.kwargs)
         wanted = set()
         for name, value in bound.items():
-            example = value.meta.get("example_value", value.meta.get("val")) \
-                if isinstance(value, torch.fx.Node) else None
-            if isinstance(example, torch.Tensor) and example.requires_grad:
+            if not isinstance(value, torch.fx.Node):
+                continue
+            if value.op == "get_attr":
+                example = self.fetch_attr(value.target)
+            else:
+                example = value.meta.get("example_value", value.meta.get("val"))
+            if not isinstance(example, torch.Tensor):
+                return None
+            if example.requires_grad:
                 wanted.add(name)
         return frozenset(wanted)
 

@@ -895,3 +895,56 @@ def test_attention_with_a_learned_bias_trains_through_embers_own_kernels():
         targets = [n.attrs["target"] for n in training.split.forward.nodes
                    if n.op is Op.LIBRARY]
         assert taped_call not in targets, targets
+
+
+class MaskedAttention(torch.nn.Module):
+    def __init__(self, width=32, heads=4, mask="causal"):
+        super().__init__()
+        self.heads, self.mask = heads, mask
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x, padding):
+        batch, length, width = x.shape
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(x).split(width, dim=2))
+        if self.mask == "causal":
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.mask == "bool":
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=padding[:, None, None, :])
+        else:  # an additive mask, as Hugging Face makes from a padding mask
+            additive = (1.0 - padding[:, None, None, :].float()) * torch.finfo(x.dtype).min
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+        return y.transpose(1, 2).reshape(batch, length, width)
+
+
+@pytest.mark.parametrize("mask", ["causal", "bool", "additive"])
+def test_the_cpu_flash_attention_kernel_trains_with_its_own_backward_kernel(mask):
+    # ember keeps the kernel's output and log-sum-exp and calls its backward kernel itself,
+    # as eager's autograd does, instead of running eager's autograd from the graph
+    torch.manual_seed(0)
+    eager_model = MaskedAttention(mask=mask).to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x = torch.randn(2, 8, 32, device=DEVICE)
+    padding = torch.ones(2, 8, dtype=torch.bool, device=DEVICE)
+    padding[1, 5:] = False
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            got, want = compiled(x, padding), eager_model(x, padding)
+            torch.testing.assert_close(got, want, **TOLERANCE)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+    assert not fallbacks.messages, fallbacks.messages
+    if DEVICE == "cpu":  # (the CUDA kernels differ: their call stays whole, on the tape)
+        from ember.autodiff.tape import taped_call
+        from ember.ir.ops import Op
+
+        training = compiled._compiled_forward.records[0].compiled
+        calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
+                 for n in graph.nodes if n.op is Op.LIBRARY]
+        aten = torch.ops.aten
+        assert taped_call not in calls, calls
+        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu.default) == 1
+        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu_backward.default) == 1
