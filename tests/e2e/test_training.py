@@ -851,6 +851,25 @@ def test_embedding_bag_trains_as_eager_does(mode):
     torch.testing.assert_close(bag.weight.grad, eager_bag.weight.grad, **TOLERANCE)
 
 
+def train_twice_beside_eager(model: torch.nn.Module, *inputs: torch.Tensor):
+    """Two forward and backward passes of `model` under ember.compile and of an eager copy,
+    comparing outputs and every gradient, with no fallback; the compiled model's training
+    graph."""
+    eager_model = model.to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            got, want = compiled(*inputs), eager_model(*inputs)
+            torch.testing.assert_close(got, want, **TOLERANCE)
+            got.square().sum().backward()
+            want.square().sum().backward()
+            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+    assert not fallbacks.messages, fallbacks.messages
+    return compiled._compiled_forward.records[0].compiled
+
+
 class BiasedAttention(torch.nn.Module):
     """T5-style attention: the mask is a learned bias per head and relative position, so it
     requires grad, and eager's CPU attention runs its math composite for it."""
@@ -874,24 +893,11 @@ def test_attention_with_a_learned_bias_trains_through_embers_own_kernels():
     # grad): ember traces that composite too, so its own backward differentiates it, rather
     # than calling eager's attention and its autograd from the compiled graph
     torch.manual_seed(0)
-    eager_model = BiasedAttention().to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x = torch.randn(2, 8, 32, device=DEVICE)
-    with watching_fallbacks() as fallbacks:
-        for _ in range(2):
-            got, want = compiled(x), eager_model(x)
-            torch.testing.assert_close(got, want, **TOLERANCE)
-            got.square().sum().backward()
-            want.square().sum().backward()
-            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
-                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
-    assert not fallbacks.messages, fallbacks.messages
+    training = train_twice_beside_eager(BiasedAttention(), torch.randn(2, 8, 32, device=DEVICE))
     if DEVICE == "cpu":  # (CUDA's kernels take such a mask: there eager's call stays whole)
         from ember.autodiff.tape import taped_call
         from ember.ir.ops import Op
 
-        training = compiled._compiled_forward.records[0].compiled
         targets = [n.attrs["target"] for n in training.split.forward.nodes
                    if n.op is Op.LIBRARY]
         assert taped_call not in targets, targets
@@ -922,26 +928,14 @@ def test_the_cpu_flash_attention_kernel_trains_with_its_own_backward_kernel(mask
     # ember keeps the kernel's output and log-sum-exp and calls its backward kernel itself,
     # as eager's autograd does, instead of running eager's autograd from the graph
     torch.manual_seed(0)
-    eager_model = MaskedAttention(mask=mask).to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x = torch.randn(2, 8, 32, device=DEVICE)
+    model = MaskedAttention(mask=mask)
     padding = torch.ones(2, 8, dtype=torch.bool, device=DEVICE)
     padding[1, 5:] = False
-    with watching_fallbacks() as fallbacks:
-        for _ in range(2):
-            got, want = compiled(x, padding), eager_model(x, padding)
-            torch.testing.assert_close(got, want, **TOLERANCE)
-            got.square().sum().backward()
-            want.square().sum().backward()
-            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
-                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
-    assert not fallbacks.messages, fallbacks.messages
+    training = train_twice_beside_eager(model, torch.randn(2, 8, 32, device=DEVICE), padding)
     if DEVICE == "cpu":  # (the CUDA kernels differ: their call stays whole, on the tape)
         from ember.autodiff.tape import taped_call
         from ember.ir.ops import Op
 
-        training = compiled._compiled_forward.records[0].compiled
         calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
                  for n in graph.nodes if n.op is Op.LIBRARY]
         aten = torch.ops.aten
