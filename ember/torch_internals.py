@@ -59,6 +59,13 @@ def overload_name(func: OpOverload) -> str:
     return func._overloadname
 
 
+def decomposition_of(func: OpOverload) -> Any:
+    """torch's Python decomposition of `func` (torch._decomp's table), or None."""
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(func)
+
+
 def is_symbolic(value: Any) -> bool:
     """A SymInt/SymFloat/SymBool, or a tensor whose shape or strides are symbolic."""
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):

@@ -448,3 +448,11 @@ def test_suggest_memory_format_reads_strides_as_torch_does():
         image.to(memory_format=torch.channels_last)) == torch.channels_last
     meta = torch.empty_strided((2, 3, 4, 5), (60, 1, 15, 3), device="meta")
     assert torch_internals.suggest_memory_format(meta) == torch.channels_last
+
+
+def test_torch_s_decompositions_are_found_by_op():
+    aten = torch.ops.aten
+    ones = torch_internals.decomposition_of(aten.ones.default)
+    assert callable(ones)
+    assert torch.equal(ones([2, 3], dtype=torch.float32, device="cpu"), torch.ones(2, 3))
+    assert torch_internals.decomposition_of(aten.empty.memory_format) is None

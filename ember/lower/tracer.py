@@ -223,6 +223,10 @@ class Tracer(torch_internals.TorchDispatchMode):
         try:
             out = func(*args, **kwargs)
         except Exception as error:
+            decomposed = None if written else \
+                self._decomposed_instead(func, args, kwargs, error)
+            if decomposed is not None:
+                return decomposed
             raise Unsupported(f"{func} cannot run on meta tensors: {error}") from error
         if written:
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
@@ -238,6 +242,19 @@ class Tracer(torch_internals.TorchDispatchMode):
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
         return out
+
+    def _decomposed_instead(self, func, args: tuple, kwargs: dict, error: Exception) -> Any:
+        """torch's decomposition of `func`, traced op by op, where `func`'s own meta kernel
+        refuses symbolic sizes (torch 2.11's `ones` on the meta device: "SymIntArrayRef
+        expected to contain only concrete integers"; later versions take them); None where
+        that is not the refusal or torch has no decomposition."""
+        if "SymIntArrayRef" not in str(error) or self.symbols is None:
+            return None
+        decomposition = torch_internals.decomposition_of(func)
+        if decomposition is None:
+            return None
+        with self:  # (its ops come back through this tracer, each lowered as it is)
+            return decomposition(*args, **kwargs)
 
     def _declared_twin(self, func, args: tuple, kwargs: dict):
         """`func`, or its twin that declares the writes `func` makes without saying so, where

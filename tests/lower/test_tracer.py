@@ -234,3 +234,48 @@ def test_attention_with_dropout_is_left_to_the_composite(fused_attention_here):
     q = torch.empty(1, 2, 4, 8, device="meta")
     # (its draws would differ when a training graph's backward ran it again)
     assert fused_attention(None, torch.device("cpu"), (q, q, q), {"dropout_p": 0.5}) is None
+
+
+def test_an_op_whose_meta_kernel_refuses_symbolic_sizes_is_traced_through_its_decomposition(
+        monkeypatch):
+    # torch 2.11's `ones` on the meta device takes no symbolic sizes ("SymIntArrayRef expected
+    # to contain only concrete integers"; torch 2.13's does): the tracer traces torch's
+    # decomposition of such an op instead, op by op. Here a test op refuses as that kernel did.
+    import operator
+
+    from ember import torch_internals
+
+    library = torch.library.Library("ember_test_refusal", "FRAGMENT")
+    library.define("ones_like_rows(Tensor x, SymInt n) -> Tensor")
+
+    def refusing(x, n):
+        if isinstance(n, torch.SymInt):
+            raise RuntimeError("SymIntArrayRef expected to contain only concrete integers")
+        return x.new_empty((n, n))
+
+    library.impl("ones_like_rows", refusing, "Meta")
+    library.impl("ones_like_rows", lambda x, n: x.new_ones((n, n)).tril(), "CPU")
+    op = torch.ops.ember_test_refusal.ones_like_rows.default
+    decompositions = {op: lambda x, n: torch.ones((n, n), dtype=x.dtype).tril()}
+    monkeypatch.setattr(torch_internals, "decomposition_of", decompositions.get)
+
+    fake_mode, _ = torch_internals.make_symbolic_fake_mode()
+    x = make(5, 3)
+    graph = torch.fx.Graph()
+    placeholder = graph.placeholder("x")
+    placeholder.meta["example_value"] = torch_internals.symbolic_fake(
+        fake_mode, x, "x", [(2, None), None])
+    length = graph.call_function(operator.getitem, (graph.call_method("size", (placeholder,)), 0))
+    mask = graph.call_function(op, (placeholder, length))
+    total = graph.call_method("sum", (placeholder,))
+    graph.output(graph.call_function(operator.add, (mask, total)))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    lowered = trace(module, [x], symbolic=True)
+    assert lowered.graph.symbols and not any(
+        n.op is Op.LIBRARY for n in lowered.graph.nodes), lowered.graph
+    from ember.ir.interpreter import interpret
+
+    for n in (5, 7):  # (one lowering serves every length)
+        x = make(n, 3)
+        (got,), _ = interpret(lowered.graph, [x])
+        torch.testing.assert_close(got, op(x, n) + x.sum())
