@@ -23,6 +23,7 @@ from ember.autodiff.tape import owned_gradients
 from ember.ir.graph import Node, row_major, suggested_layout
 from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
+from ember.ir.sizes import Size
 from ember.lower.builder import Builder
 
 Primal = Callable[[Node], Node]
@@ -472,6 +473,8 @@ def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int
     if g is None:
         return found
     q, k, v = (node.inputs[a.index] for a in args[:3])
+    if any(isinstance(d, Size) for n in (q, k, v) for d in n.shape):
+        return NotImplemented  # (the result layouts come from a run at concrete sizes)
     is_causal = args[4] if len(args) > 4 else kwargs.get("is_causal", False)
     mask = kwargs.get("attn_mask")
     operands = [g, primal(q), primal(k), primal(v), primal(item(0)), primal(item(1))]
