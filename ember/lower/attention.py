@@ -14,8 +14,12 @@ tensors of the graph's device under a dispatch mode that records the aten calls 
   a graph) and the kernel is one library call. The per-call choice, checks and conversions of
   the composite (a dozen host-side ops a layer) are gone, and every value is eager's to the
   bit, since eager runs these very calls.
-- A training graph calls the composite whole, a library call (torch's backward runs it
-  again, with the log-sum-exp the kernels keep only when a gradient is wanted).
+- A training graph asks eager with the operands that require grad requiring grad (eager's
+  choice depends on it). Where that is the CPU's flash kernel, the recorded calls are
+  replayed with the kernel's every result kept, and the backward graph calls its backward
+  kernel on them (autodiff/vjp.py). Elsewhere (CUDA's kernels, a graph whose example values
+  do not say what requires grad) the composite is called whole, a library call whose
+  backward is eager's autograd, kept on the step's tape.
 """
 
 from __future__ import annotations
