@@ -25,6 +25,7 @@ from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
 from ember.ir.sizes import Size
 from ember.lower.builder import Builder
+from ember.lower.layout import run_on_stand_ins
 
 Primal = Callable[[Node], Node]
 Rule = Callable[[Builder, Node, Primal, Node], list[Node | None]]
@@ -485,9 +486,12 @@ def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int
     template = (*(Slot(i) for i in range(6)), 0.0, is_causal)
     operand_strides = tuple(o.strides or row_major(o.shape) for o in operands)
     target = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-    results = tuple((shape, dtype, strides) for shape, strides, dtype in
-                    _layouts_of_a_run(target, operands, operand_strides, template,
-                                      backward_kwargs))
+    # (its results' layouts are its kernel's own, not its meta function's: one run tells)
+    metas = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="meta")
+             for o, s in zip(operands, operand_strides)]
+    ran = run_on_stand_ins(target, fill(template, metas), fill(backward_kwargs, metas), None,
+                           "cpu", row_major_as_meta=False)
+    results = tuple((tuple(r.shape), r.dtype, tuple(r.stride())) for r in ran)
     call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template,
                        kwargs=backward_kwargs, results=results, tuple_result=True,
                        operand_strides=operand_strides)
@@ -495,17 +499,6 @@ def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int
         found[slot.index] = b.graph.add(Op.ITEM, (call,), index=index)
         found[slot.index].strides = results[index][2]
     return found
-
-
-def _layouts_of_a_run(target: Any, operands: list[Node], strides: tuple, args: tuple,
-                      kwargs: dict) -> list[tuple]:
-    """(shape, strides, dtype) of each result of `target` run once on zeros of the operands'
-    geometry (its kernel's layout rules are its own, not its meta function's)."""
-    stand_ins = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="cpu").zero_()
-                 for o, s in zip(operands, strides)]
-    with torch.no_grad():
-        results = target(*fill(args, stand_ins), **fill(kwargs, stand_ins))
-    return [(tuple(r.shape), tuple(r.stride()), r.dtype) for r in results]
 
 
 def _dropout(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

@@ -45,24 +45,18 @@ INCLUDES = """
 PRELUDE = r"""
 /* c ? a : b as bit masks: gcc (12) turns a plain select whose arm calls a vector function
    (expf) into a branch around the call, and a loop with a branch does not vectorize. */
-static inline float ember_pickf(int c, float a, float b) {
-    uint32_t ua, ub, mask = -(uint32_t)(c != 0), r;
-    float f;
-    memcpy(&ua, &a, 4);
-    memcpy(&ub, &b, 4);
-    r = (ua & mask) | (ub & ~mask);
-    memcpy(&f, &r, 4);
-    return f;
+#define EMBER_PICK(NAME, T, BITS) \
+static inline T NAME(int c, T a, T b) { \
+    BITS ua, ub, mask = -(BITS)(c != 0), r; \
+    T f; \
+    memcpy(&ua, &a, sizeof(T)); \
+    memcpy(&ub, &b, sizeof(T)); \
+    r = (ua & mask) | (ub & ~mask); \
+    memcpy(&f, &r, sizeof(T)); \
+    return f; \
 }
-static inline double ember_pick(int c, double a, double b) {
-    uint64_t ua, ub, mask = -(uint64_t)(c != 0), r;
-    double f;
-    memcpy(&ua, &a, 8);
-    memcpy(&ub, &b, 8);
-    r = (ua & mask) | (ub & ~mask);
-    memcpy(&f, &r, 8);
-    return f;
-}
+EMBER_PICK(ember_pickf, float, uint32_t)
+EMBER_PICK(ember_pick, double, uint64_t)
 /* NaN-propagating; a tie keeps `a`, as eager's clamp, relu and hardtanh keep x: max(-0.0, 0)
    is -0.0. (Eager's maximum of zeros of both signs keeps `a` in its scalar loop but `b` in its
    SIMD body, so there the sign depends on the element's position; ember keeps `a`.) Selected

@@ -52,7 +52,7 @@ def _render_atom(atom) -> str:
     # Triton's // and % on integers truncate, as C's do; index expressions are never negative
     # where they are used (a pad's checks guard the reads where they could be)
     # (a symbolic divisor such as 2*s1 is parenthesized: x % 2*s1 would be (x % 2) * s1)
-    divisor = atom.divisor if isinstance(atom.divisor, int) else f"({atom.divisor})"
+    divisor = _number(atom.divisor)
     if isinstance(atom, Div):
         return f"({render(atom.expr)} // {divisor})"
     if isinstance(atom, Mod):

@@ -351,8 +351,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
 
 def _labelled(label: str, lines: list[str], w: _Writer) -> list[str]:
     """`lines` inside a torch.profiler label (EMBER_PROFILE=1)."""
-    record = w.constant(torch.profiler.record_function, "record_function")
-    return [f"with {record}({label!r}):"] + ["    " + line for line in lines]
+    w.namespace["record_function"] = torch.profiler.record_function
+    return [f"with record_function({label!r}):"] + ["    " + line for line in lines]
 
 
 def _call_name(target: Any) -> str:

@@ -107,14 +107,15 @@ def _batch_norm_statistics(training_argument: int | None):
     return fix
 
 
-def _run_on_stand_ins(func, args, kwargs, out, device_type: str,
+def run_on_stand_ins(func, args, kwargs, out, device_type: str,
                       row_major_as_meta: bool = True) -> Any:
     """`out` with the layouts the real op gives, from one run on stand-in tensors (zeros) of
     the arguments' geometry on the device. For convolutions whose input or weight is not
     row-major (a token sequence viewed as an image, channels-last models): oneDNN's, the slow
     path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
-    LAPACK's column-major factors against the meta kernel's guess. (Row-major inputs keep
-    the meta kernel's answer: no run at compile time.)"""
+    LAPACK's column-major factors against the meta kernel's guess; for the CPU flash
+    attention's backward kernel (autodiff/vjp.py). (Row-major inputs keep the meta kernel's
+    answer where `row_major_as_meta`: no run at compile time.)"""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
     if row_major_as_meta and all(t.is_contiguous() for t in tensors):
         return out
@@ -173,7 +174,7 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
     if func in CPU_RESULTS and device_type == "cpu":
         return CPU_RESULTS[func](args, out)
     if func in LAYOUTS_FROM_A_RUN:
-        return _run_on_stand_ins(func, args, kwargs, out, device_type,
+        return run_on_stand_ins(func, args, kwargs, out, device_type,
                                  LAYOUTS_FROM_A_RUN[func])
     if func in ROW_MAJOR_RESULTS and (device_type == "cpu"
                                       or func not in ROW_MAJOR_ON_CPU_ONLY):

@@ -70,12 +70,17 @@ def replay_loses(launches: int, copied_bytes: int) -> str | None:
             f"(~{saved * 1e6:.0f} us)")
 
 
+def _per_shape(compiled: Any) -> bool:
+    """Is `compiled` a symbolic capture compiled per concrete shape (shapes.ShapeSpecialized)?"""
+    from ember.shapes import ShapeSpecialized
+
+    return isinstance(compiled, ShapeSpecialized)
+
+
 def serves_several_shapes(compiled: Any) -> bool:
     """Is `compiled` a graph whose sizes are symbols (compiled once for every shape, or per
     shape under one capture)?"""
-    from ember.shapes import ShapeSpecialized
-
-    if isinstance(compiled, ShapeSpecialized):
+    if _per_shape(compiled):
         return True
     split = getattr(compiled, "split", None)  # (a training graph: its forward's symbols)
     if split is not None:
@@ -114,7 +119,7 @@ class CudaGraphed:
                          f"work only)")
         elif len({t.device for t in tensors}) > 1:
             self.give_up("tensors on several CUDA devices")
-        elif several and type(compiled).__name__ == "ShapeSpecialized":
+        elif several and _per_shape(compiled):
             self.give_up("symbolic sizes compiled per shape (CUDA graphs per shape are kept "
                          "for graphs compiled once for every shape)")
         elif getattr(compiled, "runs_eagerly", False) or type(compiled).__name__ == "EagerGraph":

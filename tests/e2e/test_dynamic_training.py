@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import watching_fallbacks
+from training_models import TransformerModel  # (attention by matmuls, a GELU MLP, a head)
 
 import ember
 from ember.shapes import ShapeSpecialized
@@ -45,33 +46,6 @@ def c_only(kernel_backend):
 def mlp():
     return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 32),
                                torch.nn.Tanh(), torch.nn.Linear(32, 4))
-
-
-class Block(torch.nn.Module):
-    """Pre-norm attention (matmuls and softmax, no fused attention) and a GELU MLP, over
-    [batch, length, width]; a mean over the length feeds a linear head."""
-
-    def __init__(self, width: int = 16, heads: int = 2):
-        super().__init__()
-        self.heads = heads
-        self.norm1 = torch.nn.LayerNorm(width)
-        self.qkv = torch.nn.Linear(width, 3 * width)
-        self.proj = torch.nn.Linear(width, width)
-        self.norm2 = torch.nn.LayerNorm(width)
-        self.up = torch.nn.Linear(width, 4 * width)
-        self.down = torch.nn.Linear(4 * width, width)
-        self.head = torch.nn.Linear(width, 4)
-
-    def forward(self, x):
-        batch, length, width = x.shape
-        q, k, v = self.qkv(self.norm1(x)).chunk(3, dim=-1)
-        shape = (batch, length, self.heads, width // self.heads)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-1, -2)) / (width // self.heads) ** 0.5
-        attention = torch.softmax(scores, dim=-1) @ v
-        x = x + self.proj(attention.transpose(1, 2).reshape(batch, length, width))
-        x = x + self.down(F.gelu(self.up(self.norm2(x))))
-        return self.head(x.mean(dim=1))
 
 
 def training_step(model, optimizer):
@@ -200,7 +174,7 @@ def test_a_transformer_block_trains_over_sequence_lengths(kernel_backend, builds
     # (SGD: the key bias's gradient is zero but for rounding, which Adam's first step
     # scales up to the learning rate, in eager as in any compiled order of the sums)
     shapes = [((2, n, 16), (2, 4)) for n in [3, 5, 8, 13, 21, 6]]
-    train_beside_eager(Block, sgd, shapes)
+    train_beside_eager(TransformerModel, sgd, shapes)
     training = training_builds(builds)
     assert len(training) == 4, training
 
