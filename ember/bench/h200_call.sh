@@ -11,8 +11,9 @@ step() { local name=$1 limit=$2; shift 2; local t0=$(date +%s);
 for s in $STEPS; do
 case $s in
 tests) step tests 200 env EMBER_TEST_DEVICE=cuda python -m pytest -q -p no:cacheprovider tests/e2e/test_dynamic.py tests/runtime/test_tune_triton.py tests/test_tuning.py tests/test_torch_internals.py ;;
+views) step views 220 env EMBER_TEST_DEVICE=cuda python -m pytest -q --maxfail=6 -p no:cacheprovider tests/e2e/test_dynamic_views.py tests/e2e/test_dynamic_training.py tests/runtime/test_cudagraphs.py ;;
 dyn) step dyn 150 python -m ember.bench.dynamic_triton --device cuda --json $OUT/dyn.json ;;
-decode) step decode 330 python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
+decode) step decode ${DECODE_LIMIT:-330} python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
 autotune) step autotune 150 python -m ember.bench.autotune --device cuda --size full --only softmax S4 --json $OUT/autotune.json ;;
 train) step train 420 python -m ember bench --models --device cuda --modes train --only gpt2 bert vit --process variant --out $OUT/train ;;
 prof) step prof 300 python -m ember.bench.zoo_profile gpt2 --mode decode --variants ember,tc --host --rows 30 ;;
