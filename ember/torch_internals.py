@@ -7,6 +7,7 @@ torch upgrade that moves one of these breaks one obvious test instead of ember a
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import itertools
 import operator
@@ -618,7 +619,43 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
 
     shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
                          allow_dynamic_output_shape_ops=False)
-    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=True), shape_env
+    return _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True), \
+        shape_env
+
+
+@functools.cache
+def _symbolic_fake_mode_class() -> type:
+    """FakeTensorMode that runs with torch's Python dispatcher on while it is entered, as
+    Dynamo traces. Some ops' C++ kernels refuse symbolic sizes ("SymIntArrayRef expected to
+    contain only concrete integers": `constant_pad_nd`, i.e. F.pad by an amount computed
+    from a symbolic size, on torch 2.11 to 2.13), and a fake dispatch skips their Python meta
+    kernels (registered in torch's meta table, not with the dispatcher); with the Python
+    dispatcher on, those kernels run and take the symbols."""
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class SymbolicFakeTensorMode(FakeTensorMode):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.python_dispatchers: list[contextlib.ExitStack] = []
+
+        def __enter__(self):
+            stack = contextlib.ExitStack()
+            stack.enter_context(enable_python_dispatcher())
+            self.python_dispatchers.append(stack)
+            try:
+                return super().__enter__()
+            except BaseException:
+                self.python_dispatchers.pop().close()
+                raise
+
+        def __exit__(self, *exc_info: Any):
+            try:
+                return super().__exit__(*exc_info)
+            finally:
+                self.python_dispatchers.pop().close()
+
+    return SymbolicFakeTensorMode
 
 
 def _named(name: str) -> Any:

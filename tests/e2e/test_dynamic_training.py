@@ -60,8 +60,12 @@ def training_step(model, optimizer):
 
 
 def data(shape, targets, seed):
+    # drawn on the CPU (a seeded CPU generator), then placed where tests make tensors (the
+    # GPU under EMBER_TEST_DEVICE=cuda)
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator), torch.randn(*targets, generator=generator)
+    x = torch.randn(*shape, generator=generator, device="cpu")
+    y = torch.randn(*targets, generator=generator, device="cpu")
+    return x.to(torch.get_default_device()), y.to(torch.get_default_device())
 
 
 def train_beside_eager(build, optimizer, shapes, dynamic=None, mark=None):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import ember
@@ -51,6 +52,10 @@ CASES = {
                     lambda n: (t(n, seed=n),)),
     "expand": (lambda x, y: y.expand(x.shape[0], x.shape[1]) * x,
                lambda n: (t(n, n + 1, seed=n), t(1, n + 1))),
+    # padded by an amount computed from a symbolic size: constant_pad_nd's C++ kernel refuses
+    # symbols (transformers' attention masks on CUDA); torch's Python meta kernel takes them
+    "pad_by_size": (lambda x: F.pad(x, (1, x.shape[0]), value=1.5) * 2,
+                    lambda n: (t(n, 3, seed=n),)),
 }
 
 
