@@ -37,7 +37,7 @@ from ember import config, logs, torch_internals
 from ember.autodiff import tape
 from ember.codegen.glue import write_glue
 from ember.codegen.wrapper import WrapperSource
-from ember.partition import region_module, split
+from ember.partition import describe, region_module, split
 from ember.runtime import build, disk_cache, triton_launch
 from ember.runtime.compiled import CompiledGraph
 from ember.runtime.partitioned import PartitionedGraph
@@ -492,6 +492,9 @@ def _partitioned_graph(record: dict, entry: Entry) -> PartitionedGraph:
     glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
     if glue.text != record["glue"]:
         raise ValueError("the glue written again differs from the one kept")
+    for island in partition.islands:  # (said as a cold compile says them)
+        logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
+                                       describe(island.node), island.reason)
     return PartitionedGraph(glue, label, partition, runs, eager, list(record["notes"]), [],
                             list(record["written_inputs"]), examples)
 

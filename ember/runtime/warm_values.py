@@ -53,18 +53,19 @@ class Encoder:
         self.tensors: list[list] = []   # [tensor on the CPU, its device]
         self.modules: list[str] = []    # Triton modules' sources
         self.decoder = Decoder(gm, self.libraries, self.tensors, self.modules)
-        self.parts: dict[int, list] = {}  # id → ["triton_part", kernel, position]
+        # (a part of a compiled Triton kernel's launch, ["triton_part", kernel, position])
+        self.parts: list[tuple[Any, list]] = []
 
     def namespace(self, namespace: dict[str, Any], text: str) -> list[list]:
         """`namespace` of the wrapper `text`, encoded name by name."""
-        self.parts = {}
+        self.parts = []
         for name, value in namespace.items():
             if isinstance(value, triton_launch.DeviceLaunch):
                 # (its launcher and handle, and any other part of the launch that the text
                 # names, are found again in the kernel compiled in the new process)
                 for position, part in enumerate(value.prefix()):
                     if position < 2 or type(part) not in (type(None), bool, int):
-                        self.parts.setdefault(id(part), ["triton_part", name, position])
+                        self.parts.append((part, ["triton_part", name, position]))
         encoded = []
         for name, value in namespace.items():
             if name == "misaligned" and type(value).__name__ == "_Lazy":
@@ -94,8 +95,11 @@ class Encoder:
         return code
 
     def _encode(self, value: Any) -> list:
-        if id(value) in self.parts and type(value) not in (type(None), bool):
-            return self.parts[id(value)]
+        for part, code in self.parts:
+            # (the same object; or an equal one, as each reading of a bound method makes)
+            if value is part or (type(part) not in _PLAIN and type(value) is type(part)
+                                 and _equal(value, part)):
+                return code
         if type(value) in _PLAIN:
             return ["plain", value]
         if isinstance(value, (tuple, list)):
@@ -171,12 +175,16 @@ class Encoder:
         source = launch.source
         if source is None:
             raise NotKept("a compiled Triton kernel whose source ember did not keep")
-        options = [[key, self._encode(value)] for key, value in source.options]
-        return ["triton_device", self._module(source.module), source.name,
-                [list(pair) for pair in source.signature], list(source.aligned), options,
-                list(source.target), source.device_index, self._encode(launch.grid),
-                getattr(launch.compiled, "hash", None),
-                ["tuple", [self._encode(part) for part in launch.prefix()[2:]]]]
+        parts, self.parts = self.parts, []  # (its own parts by value: compared when rebuilt)
+        try:
+            options = [[key, self._encode(value)] for key, value in source.options]
+            return ["triton_device", self._module(source.module), source.name,
+                    [list(pair) for pair in source.signature], list(source.aligned), options,
+                    list(source.target), source.device_index, self._encode(launch.grid),
+                    getattr(launch.compiled, "hash", None),
+                    self._encode(tuple(launch.prefix()[2:]))]
+        finally:
+            self.parts = parts
 
 
 class Decoder:
