@@ -83,8 +83,18 @@ class Encoder:
 
     def value(self, value: Any) -> list:
         code = self._encode(value)
-        if code[0] in ("kernel", "tensor", "triton_device", "triton_part"):
-            # (found again by name, saved whole, or compiled again: checked when rebuilt)
+        if code[0] == "triton_device":
+            # (not compiled again here: what compiles it must come back as it was; the new
+            # process compares Triton's hash of what it compiles with the kept one)
+            text, source, grid = self.decoder.launch_source(code)
+            if (dataclasses.replace(source, module=value.source.module), text, grid) != \
+                    (value.source, triton_launch.module_texts[value.source.module],
+                     value.grid):
+                raise NotKept(f"a Triton kernel ({value.source.name}) whose source does not "
+                              f"survive being kept")
+            return code
+        if code[0] in ("kernel", "tensor", "triton_part"):
+            # (found again by name, saved whole, or a part of a kernel checked when rebuilt)
             return code
         back = self.decoder.value(code)
         same = back is value or (type(back) is type(value) and not isinstance(
@@ -264,18 +274,24 @@ class Decoder:
             return _unavailable
         raise ValueError(f"unknown kind {kind!r}")
 
-    def _device_launch(self, code: list) -> Any:
-        (_, module, name, signature, aligned, options, target, device_index, grid, digest,
-         rest) = code
+    def launch_source(self, code: list) -> tuple[str, Any, tuple]:
+        """A compiled Triton kernel's code → its module's source, what compiles it (its
+        module's name left empty: load_module names it) and its grid."""
+        _, module, name, signature, aligned, options, target, device_index, grid = code[:9]
         source = triton_launch.CompileSource(
             "", name, tuple(tuple(pair) for pair in signature), tuple(aligned),
             tuple((key, self.value(value)) for key, value in options), tuple(target),
             device_index)
-        launch = triton_launch.rebuild_launch(self.modules[module], source, self.value(grid))
+        return self.modules[module], source, self.value(grid)
+
+    def _device_launch(self, code: list) -> Any:
+        digest, rest = code[9:]
+        launch = triton_launch.rebuild_launch(*self.launch_source(code))
         if launch.compiled.hash != digest:
-            raise ValueError(f"Triton compiled {name} to {launch.compiled.hash}, not {digest}")
+            raise ValueError(f"Triton compiled {launch.source.name} to "
+                             f"{launch.compiled.hash}, not {digest}")
         if tuple(launch.prefix()[2:]) != self.value(rest):
-            raise ValueError(f"{name} rebuilt here launches with other metadata")
+            raise ValueError(f"{launch.source.name} rebuilt here launches with other metadata")
         return launch
 
     def _library(self, index: int) -> ctypes.CDLL:
