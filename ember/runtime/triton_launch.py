@@ -350,9 +350,9 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()
+    # (a kernel launched as another's binary keeps the other's source: what compiled it)
     return [built[i] if i == first else
-            DeviceLaunch(built[first].compiled, kernel.grid,
-                         dataclasses.replace(built[first].source, name=kernel.name))
+            DeviceLaunch(built[first].compiled, kernel.grid, built[first].source)
             for i, (kernel, first) in enumerate(zip(kernels, same_as))]
 
 

@@ -210,6 +210,7 @@ class Decoder:
         self.cold = cold
         self.loaded: dict[int, ctypes.CDLL] = {}
         self.placed: dict[int, torch.Tensor] = {}
+        self.rebuilt: dict[tuple, Any] = {}  # (module source, CompileSource) → DeviceLaunch
 
     def namespace(self, encoded: list) -> dict[str, Any]:
         namespace = {name: self.value(code) for name, code in encoded
@@ -286,7 +287,13 @@ class Decoder:
 
     def _device_launch(self, code: list) -> Any:
         digest, rest = code[9:]
-        launch = triton_launch.rebuild_launch(*self.launch_source(code))
+        text, source, grid = self.launch_source(code)
+        known = self.rebuilt.get((text, source))  # (kernels launched as one binary)
+        if known is None:
+            launch = self.rebuilt[(text, source)] = \
+                triton_launch.rebuild_launch(text, source, grid)
+        else:
+            launch = triton_launch.DeviceLaunch(known.compiled, grid, known.source)
         if launch.compiled.hash != digest:
             raise ValueError(f"Triton compiled {launch.source.name} to "
                              f"{launch.compiled.hash}, not {digest}")

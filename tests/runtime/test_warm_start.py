@@ -357,7 +357,9 @@ def test_a_compiled_triton_kernel_is_kept_by_what_compiles_it(cache, monkeypatch
                                          (True,), (("num_warps", 4),), ("cuda", 90, 32), 0)
     launch = triton_launch.DeviceLaunch(_Kernel(987654321987), (7, 1, 1), source)
     launcher, handle, *_ = launch.prefix()
-    namespace = {"kernel0": launch, "launch0": launcher, "function1": handle}
+    # (kernel1: a kernel that differs only in its name, launched as kernel0's binary)
+    namespace = {"kernel0": launch, "launch0": launcher, "function1": handle,
+                 "kernel1": triton_launch.DeviceLaunch(launch.compiled, (3, 1, 1), source)}
     encoder = Encoder(torch.fx.symbolic_trace(_add_one))
     codes = encoder.namespace(namespace, "def call(args):\n    launch0(7, 1, 1, function1)\n")
     assert dict(codes)["launch0"] == ["triton_part", "kernel0", 0]
@@ -375,6 +377,8 @@ def test_a_compiled_triton_kernel_is_kept_by_what_compiles_it(cache, monkeypatch
     decoded = Decoder(None, [], [], encoder.modules).namespace(codes)
     assert decoded["function1"] == 123 and decoded["kernel0"] is rebuilt[0]
     assert decoded["launch0"] == rebuilt[0].compiled.run.launch
+    assert len(rebuilt) == 1 and decoded["kernel1"].compiled is rebuilt[0].compiled
+    assert decoded["kernel1"].grid == (3, 1, 1)
     for _ in kernels[1:]:  # (Triton compiled it otherwise here: another hash, other metadata)
         with pytest.raises(ValueError):
             Decoder(None, [], [], encoder.modules).namespace(codes)
