@@ -214,18 +214,21 @@ class DeviceLaunch:
 _warm_ups: dict[str, threading.Thread] = {}
 
 
-def warm_up() -> None:
+def warm_up(workers: bool = True) -> None:
     """Start Triton's one-time costs in the background, while the graph is being lowered:
     importing it, keying its compile cache, and starting its CUDA driver (on a cold cache
-    that builds Triton's CUDA utilities with the C compiler). Compiling waits for the import
-    and the key only; loading a compiled kernel waits for the driver."""
+    that builds Triton's CUDA utilities with the C compiler), and (`workers`) the compile
+    workers. Compiling waits for the import and the key only; loading a compiled kernel
+    waits for the driver. (A warm start, whose kernels are in Triton's cache, starts no
+    workers: compile_kernels starts them when a graph is compiled.)"""
     if _warm_ups or interpreting():
         return
     target = None  # (the current GPU's, where CUDA is up: the graph's tensors are there)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
         target = ("cuda", major * 10 + minor, 32)
-    triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
+    if workers:
+        triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
 
     def import_triton() -> None:
         import triton  # noqa: F401
@@ -295,7 +298,7 @@ def compile_source(source: CompileSource, module: types.ModuleType) -> Any:
 def rebuild_launch(text: str, source: CompileSource, grid: tuple) -> DeviceLaunch:
     """A kernel compiled in another process, compiled again here from its module's source
     (`source.module` aside: the name load_module gives that source here)."""
-    warm_up()
+    warm_up(workers=False)
     _wait_for("import_triton")
     module = load_module(text)
     source = dataclasses.replace(source, module=module.__name__)
