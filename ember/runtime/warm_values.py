@@ -172,7 +172,6 @@ class Encoder:
         return ["kernel", self.libraries.index(entry), function.__name__,
                 len(function.argtypes)]
 
-
     def _module(self, name: str) -> int:
         text = triton_launch.module_texts.get(name)
         if text is None:
