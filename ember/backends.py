@@ -151,7 +151,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     except Unsupported as error:
         if error.node is not None and torch_internals.autocast_state() is None and \
                 not _autocast_regions(gm):
-            return compile_with_islands(gm, example_inputs, label, {error.node: error.reason})
+            compiled = compile_with_islands(gm, example_inputs, label,
+                                            {error.node: error.reason})
+            if isinstance(compiled, PartitionedGraph):
+                warm.keep(compiled)
+            return compiled
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, error)
         reason = str(error)
     except BuildError as error:
@@ -261,7 +265,7 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
         return EagerGraph(gm, reason)
     glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
     graph = PartitionedGraph(glue, label, partition, runs, eager, notes, eager_regions,
-                             written_inputs(partition, runs, example_inputs))
+                             written_inputs(partition, runs, example_inputs), examples)
     logs.dump(logs.dump_folder(label), "glue.py", glue.text)
     logs.show_code(label, "glue between compiled regions and eager islands", glue.text)
     logs.channel("fallbacks").info("%s: %d compiled regions, %d eager islands", label,
@@ -468,6 +472,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                              fallback_count)
     # (what ahead-of-time analysis reads: ember/aot.py)
     compiled.plan = plan
+    compiled.step_count = len(plan.steps)
     compiled.kernel_texts = {name: source.text if hasattr(source, "text") else
                              "\n\n".join(kernel.text for kernel in source.kernels)
                              for name, source in sources.items()}

@@ -77,6 +77,17 @@ def raise_index_error(kernel: str) -> None:
         f"embedding, x[index]) read a position outside the tensor, as eager would refuse to")
 
 
+@dataclasses.dataclass(frozen=True)
+class EmptyOn:
+    """Uninitialized memory on `device` (a CUDA wrapper's allocation when the current device
+    is another): a value, not a closure, so a warm-start entry can keep it."""
+
+    device: torch.device
+
+    def __call__(self, size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty_strided(size, stride, dtype=dtype, device=self.device)
+
+
 @dataclasses.dataclass
 class WrapperSource:
     text: str
@@ -125,6 +136,14 @@ class _Writer:
         self.namespace[name] = value
         return name
 
+    def named(self, value: Any, hint: str) -> str:
+        """`value` by a name of the namespace, whatever it is (never written into the text:
+        a value this process alone knows, such as a loaded kernel's handle)."""
+        name = f"{hint}{self.constants}"
+        self.constants += 1
+        self.namespace[name] = value
+        return name
+
     def dtype(self, dtype: torch.dtype) -> str:
         name = str(dtype).replace("torch.", "")
         self.namespace[name] = dtype
@@ -164,9 +183,7 @@ class _Writer:
         if self.device.type != "cuda":
             return ["empty = plain_empty"]
         self.namespace["current_device"] = torch_internals.current_cuda_device
-        device = self.device  # (not the writer: the wrapper outlives it)
-        self.namespace["empty_on_device"] = lambda size, stride, dtype: torch.empty_strided(
-            size, stride, dtype=dtype, device=device)
+        self.namespace["empty_on_device"] = EmptyOn(self.device)
         return [f"empty = plain_empty if current_device() == {self.device.index or 0} "
                 f"else empty_on_device"]
 
@@ -386,9 +403,12 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
         tensors = ", ".join([b.name for b in kernel.arguments] + kernel.sizes)
         function = functions[kernel.name]
         if isinstance(function, DeviceLaunch):
-            launcher, *fixed = function.prefix()
+            # (the kernel's handle by name: it is this process's, and a warm start's text
+            # must not hold it; the rest is the same in every process)
+            launcher, handle, *fixed = function.prefix()
             gx, gy, gz = function.grid
-            rest = ", ".join(w.constant(value, "meta") for value in fixed)
+            rest = ", ".join([w.named(handle, "function")] +
+                             [w.constant(value, "meta") for value in fixed])
             lines.append(f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, "
                          f"{tensors})")
         elif any(isinstance(extent, str) for extent in kernel.grid):  # (interpreted)

@@ -49,6 +49,9 @@ class CompiledGraph:
         self.plan: Any = None
         self.kernel_texts: dict[str, str] = {}
         self.workspace_bytes: dict[str, int] = {}  # (a split reduction's scratch, per kernel)
+        # the plan's steps (kernels, library calls, copies): what a CUDA graph's replay saves
+        # (set by the backend; kept by a warm start, which keeps no plan)
+        self.step_count: int | None = None
 
     @property
     def runs_eagerly(self) -> bool:

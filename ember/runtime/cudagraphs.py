@@ -281,10 +281,10 @@ class CudaGraphed:
         del static_result, leaves
         self.kept = [value for kind, value in outputs if kind == "kept"]
         self.kept_counts = [torch_internals.storage_use_count(t) for t in self.kept]
-        plan = getattr(self.compiled, "plan", None)
-        if plan is not None and not self.training:
+        steps = getattr(self.compiled, "step_count", None)  # (a warm start keeps no plan)
+        if steps is not None and not self.training:
             pooled = [value for kind, value in outputs if kind == "pool"]
-            loses = replay_loses(len(plan.steps),
+            loses = replay_loses(steps,
                                  sum(_bytes(t) for _, t, _ in self.copied)
                                  + sum(_bytes(t) for _, t in self.written)
                                  + sum(_bytes(t) for t in pooled))

@@ -23,9 +23,13 @@ from ember.runtime.cudagraphs import CudaGraphed
 class PartitionedGraph:
     def __init__(self, glue: WrapperSource, label: str, partition: Partition,
                  compiled: dict[int, Any], eager: dict[int, Callable], islands: list[str],
-                 eager_regions: list[str], written_inputs: list[int]):
+                 eager_regions: list[str], written_inputs: list[int],
+                 examples: dict[int, list[Any]] | None = None):
         self.label = label
         self.partition = partition
+        # region number → its inputs as they were compiled for (partition.Example; what a
+        # warm start writes the glue from again)
+        self.examples = examples or {}
         self.regions = compiled           # region number → its compiled form
         self.eager_forms = eager          # region number → the region's FX module's forward
         self.islands = islands + eager_regions  # what runs eagerly, and why (for explain)

@@ -78,12 +78,16 @@ def load_module(text: str) -> types.ModuleType:
     # (interpreted and compiled kernels are different objects: never share one module)
     name = f"ember_triton_{digest}" + ("_interpreted" if interpreting() else "")
     with _loading:  # (a module another thread is still running must not be handed out)
+        module_texts[name] = text
         if name in sys.modules:
             return sys.modules[name]
         return _load_new_module(name, text)
 
 
 _loading = threading.Lock()
+# the source of each module load_module made, by module name (what a warm-start entry keeps of
+# a Triton graph: runtime/warm_values.py)
+module_texts: dict[str, str] = {}
 
 
 def _load_new_module(name: str, text: str) -> types.ModuleType:
@@ -115,6 +119,7 @@ class InterpretedLaunch:
     grid: tuple[int, int, int]
     name: str
     checks: bool
+    module: str = ""  # (the name load_module gave the kernels' module: a warm start's)
 
     def __call__(self, *args: Any) -> None:
         self.run(self.grid, *args)
@@ -167,12 +172,29 @@ def _scalars_index(interpreter: Any) -> None:
     interpreter._patch_lang = patched
 
 
+@dataclasses.dataclass(frozen=True)
+class CompileSource:
+    """What one compiled kernel was made from: `triton.compile` of kernel `name` of the
+    module `module` (a name load_module gave) with these argument types, alignment promises
+    (per argument), options and target, loaded on device `device_index`. It rebuilds the
+    kernel in a new process (a warm start), where Triton's own cache skips the compile."""
+
+    module: str
+    name: str
+    signature: tuple[tuple[str, str], ...]
+    aligned: tuple[bool, ...]
+    options: tuple[tuple[str, Any], ...]
+    target: tuple[str, int, int]
+    device_index: int
+
+
 @dataclasses.dataclass
 class DeviceLaunch:
     """A compiled kernel and the fixed part of its launcher's arguments."""
 
     compiled: Any
     grid: tuple[int | str, int | str, int | str]  # (a str: computed by the wrapper per call)
+    source: CompileSource | None = None  # (what compiled it, where ember did)
 
     def prefix(self) -> tuple:
         """Arguments of the launcher before the stream, and after it up to the tensors."""
@@ -192,18 +214,21 @@ class DeviceLaunch:
 _warm_ups: dict[str, threading.Thread] = {}
 
 
-def warm_up() -> None:
+def warm_up(workers: bool = True) -> None:
     """Start Triton's one-time costs in the background, while the graph is being lowered:
     importing it, keying its compile cache, and starting its CUDA driver (on a cold cache
-    that builds Triton's CUDA utilities with the C compiler). Compiling waits for the import
-    and the key only; loading a compiled kernel waits for the driver."""
+    that builds Triton's CUDA utilities with the C compiler), and (`workers`) the compile
+    workers. Compiling waits for the import and the key only; loading a compiled kernel
+    waits for the driver. (A warm start, whose kernels are in Triton's cache, starts no
+    workers: compile_kernels starts them when a graph is compiled.)"""
     if _warm_ups or interpreting():
         return
     target = None  # (the current GPU's, where CUDA is up: the graph's tensors are there)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         major, minor = torch.cuda.get_device_capability()
         target = ("cuda", major * 10 + minor, 32)
-    triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
+    if workers:
+        triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
 
     def import_triton() -> None:
         import triton  # noqa: F401
@@ -249,18 +274,41 @@ def _options(kernel: TritonKernel) -> dict:
             "debug": kernel.checks, "launch_pdl": kernel.dependent_launch}
 
 
-def _attrs(kernel: TritonKernel, aligned: Sequence[bool]) -> dict:
+def _attrs(aligned: Sequence[bool]) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
+
+
+def compile_source(source: CompileSource, module: types.ModuleType) -> Any:
+    """`triton.compile` of what `source` names, loaded on its device (the binary from Triton's
+    disk cache where it is there)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(module, source.name)
+    ast = ASTSource(fn, dict(source.signature), {}, _attrs(source.aligned))
+    compiled = triton.compile(ast, target=GPUTarget(*source.target),
+                              options=dict(source.options))
+    _wait_for("start_driver")
+    with torch.cuda.device(source.device_index):
+        compiled._init_handles()  # load the binary; build (or find) the C launcher
+    return compiled
+
+
+def rebuild_launch(text: str, source: CompileSource, grid: tuple) -> DeviceLaunch:
+    """A kernel compiled in another process, compiled again here from its module's source
+    (`source.module` aside: the name load_module gives that source here)."""
+    warm_up(workers=False)
+    _wait_for("import_triton")
+    module = load_module(text)
+    source = dataclasses.replace(source, module=module.__name__)
+    return DeviceLaunch(compile_source(source, module), tuple(grid), source)
 
 
 def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                     aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
     """Compile each kernel for the current GPU, several at a time, and load them."""
     warm_up()
-    import triton  # (waits for the warm-up's import, if that is under way)
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     # kernels that differ only in their names (a model's repeated layers) compile once
     first_of: dict[tuple, int] = {}
     same_as = [first_of.setdefault(_shape_of(k, aligned[i]), i) for i, k in enumerate(kernels)]
@@ -274,21 +322,21 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         _wait_for("import_triton")
         # (the target from torch: the driver may still be starting; compiling needs no driver)
         major, minor = torch.cuda.get_device_capability(device_index)
-        target = GPUTarget("cuda", major * 10 + minor, 32)
+        target = ("cuda", major * 10 + minor, 32)
         # each distinct kernel compiled by a worker process into Triton's disk cache, where
         # its compile below finds it (runtime/triton_pool.py)
         compilers = triton_pool.start()
         ahead = {position: compilers.submit(module.__file__, kernels[position].name,
                                           kernels[position].signature,
-                                          _attrs(kernels[position], aligned[position]),
-                                          _options(kernels[position]),
-                                          ("cuda", major * 10 + minor, 32))
+                                          _attrs(aligned[position]),
+                                          _options(kernels[position]), target)
                  for position in distinct} if compilers is not None else {}
 
         def build(position: int) -> DeviceLaunch:
             kernel = kernels[position]
-            fn = getattr(module, kernel.name)
-            source = ASTSource(fn, kernel.signature, {}, _attrs(kernel, aligned[position]))
+            source = CompileSource(module.__name__, kernel.name, tuple(kernel.signature.items()),
+                                   tuple(aligned[position]),
+                                   tuple(_options(kernel).items()), target, device_index)
             start = time.perf_counter()
             if position in ahead:
                 done, said = ahead[position].result()
@@ -296,20 +344,18 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                                           f"compiled it in {said:.3f} s" if done
                                           else f"failed ({said}): compiled here")
             waited = time.perf_counter()
-            compiled = triton.compile(source, target=target, options=_options(kernel))
-            compiled_at = time.perf_counter()
-            _wait_for("start_driver")
-            with torch.cuda.device(device_index):
-                compiled._init_handles()  # load the binary; build (or find) the C launcher
-            logs.channel("perf").info("%s: waited %.3f s, triton.compile %.3f s, load %.3f s",
-                                       kernel.name, waited - start, compiled_at - waited,
-                                       time.perf_counter() - compiled_at)
-            return DeviceLaunch(compiled, kernel.grid)
+            compiled = compile_source(source, module)
+            logs.channel("perf").info("%s: waited %.3f s, triton.compile and load %.3f s",
+                                       kernel.name, waited - start,
+                                       time.perf_counter() - waited)
+            return DeviceLaunch(compiled, kernel.grid, source)
 
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()
-    return [built[i] if i == first else DeviceLaunch(built[first].compiled, kernel.grid)
+    # (a kernel launched as another's binary keeps the other's source: what compiled it)
+    return [built[i] if i == first else
+            DeviceLaunch(built[first].compiled, kernel.grid, built[first].source)
             for i, (kernel, first) in enumerate(zip(kernels, same_as))]
 
 
@@ -347,5 +393,5 @@ def _build_launcher(types: tuple[str, ...]) -> None:
 
 def interpreted_kernels(module: types.ModuleType, kernels: list[TritonKernel]
                         ) -> list[InterpretedLaunch]:
-    return [InterpretedLaunch(getattr(module, k.name), k.grid, k.name, k.checks)
-            for k in kernels]
+    return [InterpretedLaunch(getattr(module, k.name), k.grid, k.name, k.checks,
+                              module.__name__) for k in kernels]

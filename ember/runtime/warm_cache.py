@@ -4,14 +4,15 @@ scheduling, code generation and builds.
 
 Takes a captured FX graph with its example inputs, and the compiled graph the backend made
 of it; gives the entry's key (the graph's code and attributes, the inputs' metadata, the
-settings, grad and autocast modes, ember's, torch's and Python's versions, the CPU and C
-compiler), keeps what rebuilds the compiled graph — inference or training — (the wrapper
-sources, their namespaces encoded value by value, the kernel libraries' sources, constants
-saved by torch.save) and rebuilds it. A graph whose wrapper holds a value that cannot be
-encoded (a library call on an arbitrary Python object, Triton launchers), and partitioned
-graphs, are not kept: said on EMBER_LOGS=perf. An entry is trusted only after its digest and
-its recorded versions check; a corrupt or foreign one is removed and the graph compiled
-again.
+settings, grad and autocast modes, ember's, torch's and Python's versions, Triton's for
+Triton graphs, the CPU and C compiler, the GPU), keeps what rebuilds the compiled graph —
+inference or training, C or Triton kernels, whole or as compiled regions between eager
+islands — (the wrapper sources, their namespaces encoded value by value, the kernel
+libraries' and Triton modules' sources, constants saved by torch.save) and rebuilds it. A
+graph whose wrapper holds a value that cannot be encoded (a library call on an arbitrary
+Python object) is not kept: said on EMBER_LOGS=perf. An entry is trusted only after its
+digest and its recorded versions check; a corrupt or foreign one is removed and the graph
+compiled again.
 """
 
 from __future__ import annotations
@@ -33,13 +34,17 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember.autodiff import tape
+from ember.codegen.glue import write_glue
 from ember.codegen.wrapper import WrapperSource
-from ember.runtime import build, disk_cache
+from ember.partition import describe, region_module, split
+from ember.runtime import build, disk_cache, triton_launch
 from ember.runtime.compiled import CompiledGraph
+from ember.runtime.partitioned import PartitionedGraph
 from ember.runtime.training import TrainingGraph
 from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
 
-FORMAT = "ember-warm-1"
+FORMAT = "ember-warm-2"
 KIND = "warm"
 
 # what this process's warm cache did (tests count with it: a warm first call lowers and
@@ -48,12 +53,19 @@ counts = {"hits": 0, "misses": 0, "kept": 0, "not_kept": 0, "rejected": 0}
 
 
 # -- the key ------------------------------------------------------------------------------
-def versions() -> dict[str, str]:
-    """What an entry was made by; one made by another version is foreign."""
+def versions(triton: bool = False) -> dict[str, str]:
+    """What an entry was made by (`triton`: an entry of Triton kernels, which Triton's
+    version compiles); one made by another version is foreign."""
     import ember
 
-    return {"format": FORMAT, "ember": f"{ember.__version__} {_ember_source()}",
-            "torch": str(torch.__version__), "python": "{}.{}".format(*sys.version_info[:2])}
+    found = {"format": FORMAT, "ember": f"{ember.__version__} {_ember_source()}",
+             "torch": str(torch.__version__), "python": "{}.{}".format(*sys.version_info[:2])}
+    if triton:
+        import triton as triton_package
+
+        found["triton"] = triton_package.__version__ + \
+            (" interpreted" if triton_launch.interpreting() else "")
+    return found
 
 
 @functools.cache
@@ -67,22 +79,48 @@ def _ember_source() -> str:
     return digest.hexdigest()[:16]
 
 
-def machine() -> str:
-    """What the kernels' binaries depend on: the CPU (-march=native) and the C compiler."""
+def machine(gpu: int | None = None) -> str:
+    """What the kernels' binaries depend on: the CPU (-march=native) and the C compiler; for
+    Triton kernels compiled for GPU `gpu`, that GPU's model and compute capability."""
     try:
         compiler = build.compiler_identity(build.find_compiler())
     except build.BuildError:
         compiler = "no C compiler"
-    return f"{build.cpu_identity()} {compiler}"
+    found = f"{build.cpu_identity()} {compiler}"
+    if gpu is not None:
+        found += f" {torch.cuda.get_device_name(gpu)} sm{torch.cuda.get_device_capability(gpu)}"
+    return found
+
+
+def uses_triton(example_inputs: list[Any]) -> bool:
+    """Are the graph's kernels Triton's (its tensors' device and EMBER_BACKEND)?"""
+    from ember.backends import kernel_backend  # (backends imports this module)
+
+    devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
+    return kernel_backend("cuda" if "cuda" in devices else "cpu") == "triton"
+
+
+def _gpu(example_inputs: list[Any]) -> int | None:
+    """The GPU the graph's Triton kernels are compiled for, or None (CPU tensors, which only
+    Triton's interpreter runs)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.is_cuda:
+            return x.device.index if x.device.index is not None else \
+                torch.cuda.current_device()
+    return None
 
 
 def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
     settings = dataclasses.asdict(config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
-    parts = [repr(sorted(versions().items())), machine(), repr(sorted(settings.items())),
+    triton = uses_triton(example_inputs)
+    parts = [repr(sorted(versions(triton).items())),
+             machine(_gpu(example_inputs) if triton else None), repr(sorted(settings.items())),
+             # (tapes: reduce-overhead's training graphs differentiate library calls without
+             # them, autodiff/tape.py)
              repr((torch.is_grad_enabled(), torch_internals.autocast_state(),
-                   torch.are_deterministic_algorithms_enabled())),
+                   torch.are_deterministic_algorithms_enabled(), tape.keeping())),
              gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -123,6 +161,30 @@ def bypassed() -> Iterator[None]:
         _unwanted.depth -= 1
 
 
+class Cold:
+    """A graph compiled cold (once, on stand-ins of its example inputs, in the grad mode it
+    was compiled in): what a rebuilt graph hands the rare calls its compiled form gives
+    away (a library call's unforeseen layout, aliased inputs, CUDA's misaligned inputs)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, stand_ins: Callable[[], list[Any]],
+                 grad_enabled: bool, label: str,
+                 recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any]):
+        self.gm = gm
+        self.stand_ins = stand_ins
+        self.grad_enabled = grad_enabled
+        self.label = label
+        self.recompile = recompile
+        self.compiled: Any = None
+
+    def __call__(self) -> Any:
+        if self.compiled is None:
+            logs.channel("fallbacks").info("%s: a warm-started graph needs its eager form: "
+                                           "the graph is compiled again for it", self.label)
+            with torch.set_grad_enabled(self.grad_enabled):
+                self.compiled = self.recompile(self.gm, self.stand_ins(), f"{self.label}_cold")
+        return self.compiled
+
+
 class Entry:
     """One graph's place in the warm cache: `compiled` is the graph rebuilt from it, or None
     (then `keep` stores what the backend compiles)."""
@@ -133,18 +195,19 @@ class Entry:
         self.argument_count = len(example_inputs)
         self.label = label
         self.compiled: Any = None
-        # (a rebuilt training graph's forward and backward fall back to the graph compiled
-        # cold: the inputs' metadata is kept for that, not the inputs)
         self.recompile = recompile
-        self.examples = [(tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
-                         if isinstance(x, torch.Tensor) else x for x in example_inputs]
-        self.grad_enabled = torch.is_grad_enabled()
-        self.cold: Any = None
+        # (a rebuilt graph falls back to the graph compiled cold: the inputs' metadata is
+        # kept for that, not the inputs)
+        examples = [(tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
+                    if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        self.cold = Cold(gm, functools.partial(_stand_ins, examples), torch.is_grad_enabled(),
+                         label, recompile)
         if getattr(_unwanted, "depth", 0) or not config.settings.warm_start:
             # (off, or a compile that needs its schedule: ember/aot.py)
             self.key = None
             return
         try:
+            self.triton = uses_triton(example_inputs)
             self.key: str | None = key_of(gm, example_inputs)
         except Exception as error:  # noqa: BLE001 (an odd graph attribute: no warm start)
             logs.channel("perf").info("%s has no warm-start key: %s: %s", label,
@@ -154,7 +217,7 @@ class Entry:
         self.path = disk_cache.entry_path(KIND, self.key, ".pt")
         self.compiled = self._load()
 
-    def _load(self) -> CompiledGraph | None:
+    def _load(self) -> Any:
         start = time.perf_counter()
         try:
             data = self.path.read_bytes()
@@ -166,7 +229,7 @@ class Entry:
         if problem is None:
             try:
                 record = torch.load(io.BytesIO(data), weights_only=True)
-                problem = _foreign(record)
+                problem = _foreign(record, versions(self.triton))
             except Exception as error:  # noqa: BLE001 (a digest-valid entry torch cannot read)
                 problem = f"it cannot be read ({type(error).__name__}: {str(error)[:200]})"
         if problem is None:
@@ -203,18 +266,10 @@ class Entry:
 
     def compiled_cold(self) -> Any:
         """The graph compiled cold (once), on stand-ins of the example inputs."""
-        if self.cold is None:
-            logs.channel("fallbacks").info("%s: a warm-started graph needs its eager form: the "
-                                           "graph is compiled again for it", self.label)
-            examples = [torch.empty_strided(x[0], x[1], dtype=x[2], device=x[3])
-                        .requires_grad_(x[4]) if isinstance(x, tuple) and len(x) == 5 and
-                        isinstance(x[2], torch.dtype) else x for x in self.examples]
-            with torch.set_grad_enabled(self.grad_enabled):
-                self.cold = self.recompile(self.gm, examples, f"{self.label}_cold")
-        return self.cold
+        return self.cold()
 
     def _keep(self, compiled: Any) -> None:
-        record = {"versions": versions(), **_record(compiled, self.gm)}
+        record = {"versions": versions(self.triton), **_record(compiled, self.gm)}
         buffer = io.BytesIO()
         torch.save(record, buffer)
         data = buffer.getvalue()
@@ -232,6 +287,12 @@ class Entry:
         disk_cache.enforce_cap(keep=path)
 
 
+def _stand_ins(examples: list[Any]) -> list[Any]:
+    return [torch.empty_strided(x[0], x[1], dtype=x[2], device=x[3]).requires_grad_(x[4])
+            if isinstance(x, tuple) and len(x) == 5 and isinstance(x[2], torch.dtype) else x
+            for x in examples]
+
+
 def _problem(data: bytes, path: Path, key: str) -> str | None:
     try:
         recorded = path.with_suffix(".digest").read_text().strip()
@@ -243,10 +304,10 @@ def _problem(data: bytes, path: Path, key: str) -> str | None:
     return None
 
 
-def _foreign(record: Any) -> str | None:
-    if not isinstance(record, dict) or record.get("versions") != versions():
+def _foreign(record: Any, expected: dict[str, str]) -> str | None:
+    if not isinstance(record, dict) or record.get("versions") != expected:
         found = record.get("versions") if isinstance(record, dict) else type(record).__name__
-        return f"it was made by {found}, not {versions()}"
+        return f"it was made by {found}, not {expected}"
     return None
 
 
@@ -259,43 +320,60 @@ def _remove(path: Path) -> None:
 
 
 # -- a compiled graph as a record, and back ------------------------------------------------
-def _record(compiled: Any, gm: torch.fx.GraphModule) -> dict:
+def _record(compiled: Any, gm: torch.fx.GraphModule, whole: bool = True) -> dict:
+    """`compiled`, the graph `gm` compiled, as plain data (`whole`: the graph itself, not a
+    region of it)."""
     if type(compiled) is TrainingGraph:
         return _training_record(compiled, gm)
+    if type(compiled) is PartitionedGraph and whole:
+        return _partitioned_record(compiled, gm)
     if type(compiled) is not CompiledGraph:
-        raise NotKept(f"a {type(compiled).__name__} (graphs compiled whole into C kernels, "
-                      f"for inference or training, are kept)")
+        raise NotKept(f"a {type(compiled).__name__} (graphs compiled into C or Triton kernels, "
+                      f"for inference or training, whole or between eager islands, are kept)")
     if compiled.runs_eagerly:
         raise NotKept("it runs eagerly")
     encoder = Encoder(gm)
     checked, fast = compiled.wrappers
     return {
         "kind": "compiled",
-        "checked": [checked.text, encoder.namespace(checked.namespace)],
-        "fast": [fast.text, encoder.namespace(fast.namespace)],
+        "checked": [checked.text, encoder.namespace(checked.namespace, checked.text)],
+        "fast": [fast.text, encoder.namespace(fast.namespace, fast.text)],
         "libraries": encoder.libraries,
+        "modules": encoder.modules,
         "tensors": encoder.tensors,
         "tensor_positions": list(compiled.tensor_positions),
         "argument_count": compiled.argument_count,
         "counts": [compiled.kernel_count, compiled.library_count, compiled.fallback_count],
+        "step_count": compiled.step_count,
         "written_inputs": list(compiled.written_inputs),
     }
 
 
 def _rebuild(record: dict, entry: Entry) -> Any:
+    if record["kind"] == "partitioned":
+        return _partitioned_graph(record, entry)
+    return _rebuild_graph(record, entry.gm, entry.cold, entry.label)
+
+
+def _rebuild_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: str) -> Any:
     if record["kind"] == "training":
-        return _training_graph(record, entry)
-    return _compiled_graph(record, entry, entry.gm.forward, entry.label)
+        return _training_graph(record, gm, cold, label)
+    if record["kind"] != "compiled":
+        raise ValueError(f"a {record['kind']} record where a graph's was expected")
+    return _compiled_graph(record, gm, gm.forward, label, cold)
 
 
-def _compiled_graph(record: dict, entry: Entry, eager: Callable, label: str) -> CompiledGraph:
-    decoder = Decoder(entry.gm, record["libraries"], record["tensors"])
+def _compiled_graph(record: dict, gm: torch.fx.GraphModule, eager: Callable, label: str,
+                    cold: Callable[[], CompiledGraph]) -> CompiledGraph:
+    decoder = Decoder(gm, record["libraries"], record["tensors"], record["modules"], cold)
     wrappers = [WrapperSource(text, decoder.namespace(namespace))
                 for text, namespace in (record["checked"], record["fast"])]
     kernel_count, library_count, fallback_count = record["counts"]
-    return CompiledGraph(wrappers[0], wrappers[1], list(record["tensor_positions"]),
-                         record["argument_count"], eager, label, kernel_count,
-                         library_count, list(record["written_inputs"]), fallback_count)
+    compiled = CompiledGraph(wrappers[0], wrappers[1], list(record["tensor_positions"]),
+                             record["argument_count"], eager, label, kernel_count,
+                             library_count, list(record["written_inputs"]), fallback_count)
+    compiled.step_count = record["step_count"]
+    return compiled
 
 
 def _training_record(graph: TrainingGraph, gm: torch.fx.GraphModule) -> dict:
@@ -324,12 +402,13 @@ def _training_record(graph: TrainingGraph, gm: torch.fx.GraphModule) -> dict:
     }
 
 
-def _training_graph(record: dict, entry: Entry) -> TrainingGraph:
-    decoder = Decoder(entry.gm, [], record["tensors"])
-    forward = _compiled_graph(record["forward"], entry, _ColdPart(entry, "forward_graph"),
-                              entry.label)
-    backward = _compiled_graph(record["backward"], entry, _ColdPart(entry, "backward_graph"),
-                               f"{entry.label}_backward")
+def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: str
+                    ) -> TrainingGraph:
+    decoder = Decoder(gm, [], record["tensors"])
+    forward = _compiled_graph(record["forward"], gm, _ColdPart(cold, "forward_graph"), label,
+                              lambda: cold().forward_graph)
+    backward = _compiled_graph(record["backward"], gm, _ColdPart(cold, "backward_graph"),
+                               f"{label}_backward", lambda: cold().backward_graph)
     outputs = [types.SimpleNamespace(shape=tuple(shape), dtype=getattr(torch, dtype))
                for shape, dtype in record["forward_outputs"]]
     split = types.SimpleNamespace(  # (the fields of autodiff's Split that training.py reads)
@@ -342,8 +421,8 @@ def _training_graph(record: dict, entry: Entry) -> TrainingGraph:
     return TrainingGraph(forward, backward, split, [decoder.value(c) for c in record["specs"]],
                          decoder.value(record["output_tree"]), record["output_count"],
                          list(record["tensor_positions"]),
-                         [decoder.value(c) for c in record["extras"]], entry.label,
-                         entry.gm.forward, grad_inside=record["grad_inside"])
+                         [decoder.value(c) for c in record["extras"]], label,
+                         gm.forward, grad_inside=record["grad_inside"])
 
 
 class _ColdPart:
@@ -351,9 +430,74 @@ class _ColdPart:
     cold: the IR interpreter's run of it), for the calls a compiled graph gives to its eager
     form (a library call's unforeseen layout, aliased inputs): the graph compiled cold."""
 
-    def __init__(self, entry: Entry, part: str):
-        self.entry = entry
+    def __init__(self, cold: Cold, part: str):
+        self.cold = cold
         self.part = part
 
     def __call__(self, *args: Any) -> Any:
-        return getattr(self.entry.compiled_cold(), self.part).eager(*args)
+        return getattr(self.cold(), self.part).eager(*args)
+
+
+def _partitioned_record(graph: PartitionedGraph, gm: torch.fx.GraphModule) -> dict:
+    """Compiled regions with eager islands between them: each region's compiled graph, and
+    what finds the partition again from the FX graph alone (the islands' nodes by name, with
+    their reasons; each region's example inputs): the islands are the graph's own calls,
+    made again from the new process's graph, and so is the glue between the pieces."""
+    if graph.eager_region_count:
+        raise NotKept("a region of it runs eagerly (" + "; ".join(
+            graph.islands[graph.island_count:]) + "): compiled again in a new process")
+    partition = graph.partition
+    islands = {island.node.name: island.reason for island in partition.islands}
+    again = split(gm, islands)
+    if [r.key() for r in again.regions] != [r.key() for r in partition.regions]:
+        raise NotKept("its islands do not give the same regions again")
+    glue = write_glue(again, {**graph.eager_forms, **graph.regions}, graph.examples,
+                      set(graph.regions))
+    if glue.text != graph.glue_source:
+        raise NotKept("the glue written again differs")
+    encoder = Encoder(gm)
+    regions = [[region.number, _record(graph.regions[region.number],
+                                       region_module(gm, region), whole=False)]
+               for region in partition.regions]
+    return {
+        "kind": "partitioned",
+        "islands": [[name, reason] for name, reason in islands.items()],
+        "regions": regions,
+        "examples": [[number, [encoder.value(example) for example in examples]]
+                     for number, examples in graph.examples.items()],
+        "tensors": encoder.tensors,
+        "notes": graph.islands[:graph.island_count],
+        "written_inputs": list(graph.written_inputs),
+        "glue": graph.glue_source,
+    }
+
+
+def _partitioned_graph(record: dict, entry: Entry) -> PartitionedGraph:
+    gm, label = entry.gm, entry.label
+    partition = split(gm, dict(record["islands"]))
+    decoder = Decoder(gm, [], record["tensors"])
+    examples = {number: [decoder.value(code) for code in codes]
+                for number, codes in record["examples"]}
+    kept = dict(record["regions"])
+    if sorted(kept) != [region.number for region in partition.regions]:
+        raise ValueError("the islands give other regions")
+    runs, eager = {}, {}
+    for region in partition.regions:
+        module = region_module(gm, region)
+        name = f"{label}_region{region.number}"
+        stand_ins = functools.partial(_region_stand_ins, examples[region.number])
+        cold = Cold(module, stand_ins, region.grad_enabled, name, entry.recompile)
+        eager[region.number] = module.forward
+        runs[region.number] = _rebuild_graph(kept[region.number], module, cold, name)
+    glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
+    if glue.text != record["glue"]:
+        raise ValueError("the glue written again differs from the one kept")
+    for island in partition.islands:  # (said as a cold compile says them)
+        logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
+                                       describe(island.node), island.reason)
+    return PartitionedGraph(glue, label, partition, runs, eager, list(record["notes"]), [],
+                            list(record["written_inputs"]), examples)
+
+
+def _region_stand_ins(examples: list[Any]) -> list[Any]:
+    return [example.stand_in() for example in examples]

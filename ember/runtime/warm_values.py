@@ -5,6 +5,12 @@ torch's and ember's functions, constants, graph attributes, pytree specs, ember'
 dataclasses); gives each as a list [kind, ...] that torch.load(weights_only=True) reads back,
 and decodes it in a new process. Every encoding is decoded again at once and must give the
 same value back; a value it cannot carry raises NotKept: such a graph is not kept.
+
+A C kernel is kept as its library's source (found again in the kernel cache); a Triton kernel
+as what compiles it (its module's source, its name, argument types, alignment, options and
+target: runtime/triton_launch.CompileSource), compiled again in the new process, where
+Triton's own cache has the binary; the values a compiled kernel's launch takes that only its
+process knows (the launcher, the kernel's handle) as parts of that kernel, never by value.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.runtime import build
+from ember.runtime import build, triton_launch
 
 
 class NotKept(Exception):
@@ -44,14 +50,30 @@ class Encoder:
         self.attributes = {id(fetch(gm, n.target)): n.target for n in gm.graph.nodes
                            if n.op == "get_attr"}
         self.libraries: list[list] = []
-        self.tensors: list[torch.Tensor] = []
-        self.decoder = Decoder(gm, self.libraries, self.tensors)
+        self.tensors: list[list] = []   # [tensor on the CPU, its device]
+        self.modules: list[str] = []    # Triton modules' sources
+        self.decoder = Decoder(gm, self.libraries, self.tensors, self.modules)
+        # (a part of a compiled Triton kernel's launch, ["triton_part", kernel, position])
+        self.parts: list[tuple[Any, list]] = []
 
-    def namespace(self, namespace: dict[str, Any]) -> list[list]:
+    def namespace(self, namespace: dict[str, Any], text: str) -> list[list]:
+        """`namespace` of the wrapper `text`, encoded name by name."""
+        self.parts = []
+        for name, value in namespace.items():
+            if isinstance(value, triton_launch.DeviceLaunch):
+                # (its launcher and handle, and any other part of the launch that the text
+                # names, are found again in the kernel compiled in the new process)
+                for position, part in enumerate(value.prefix()):
+                    if position < 2 or type(part) not in (type(None), bool, int):
+                        self.parts.append((part, ["triton_part", name, position]))
         encoded = []
         for name, value in namespace.items():
             if name == "misaligned" and type(value).__name__ == "_Lazy":
-                encoded.append([name, ["unavailable"]])  # (called by CUDA wrappers only)
+                # (a CUDA wrapper sends inputs that are not 16-byte aligned to a build that
+                # does not assume it: in a new process, the graph's cold compile's; a C
+                # wrapper never calls it)
+                encoded.append([name, ["cold_misaligned" if "misaligned(args)" in text
+                                       else "unavailable"]])
                 continue
             try:
                 encoded.append([name, self.value(value)])
@@ -61,8 +83,19 @@ class Encoder:
 
     def value(self, value: Any) -> list:
         code = self._encode(value)
-        if code[0] in ("kernel", "tensor"):
-            return code  # (found again by name, and saved whole)
+        if code[0] == "triton_device":
+            # (not compiled again here: what compiles it must come back as it was; the new
+            # process compares Triton's hash of what it compiles with the kept one)
+            text, source, grid = self.decoder.launch_source(code)
+            if (dataclasses.replace(source, module=value.source.module), text, grid) != \
+                    (value.source, triton_launch.module_texts[value.source.module],
+                     value.grid):
+                raise NotKept(f"a Triton kernel ({value.source.name}) whose source does not "
+                              f"survive being kept")
+            return code
+        if code[0] in ("kernel", "tensor", "triton_part"):
+            # (found again by name, saved whole, or a part of a kernel checked when rebuilt)
+            return code
         back = self.decoder.value(code)
         same = back is value or (type(back) is type(value) and not isinstance(
             value, torch.Tensor) and _equal(back, value))
@@ -72,6 +105,11 @@ class Encoder:
         return code
 
     def _encode(self, value: Any) -> list:
+        for part, code in self.parts:
+            # (the same object; or an equal one, as each reading of a bound method makes)
+            if value is part or (type(part) not in _PLAIN and type(value) is type(part)
+                                 and _equal(value, part)):
+                return code
         if type(value) in _PLAIN:
             return ["plain", value]
         if isinstance(value, (tuple, list)):
@@ -89,12 +127,17 @@ class Encoder:
             if id(value) in self.attributes:  # (fetched from the new process's graph)
                 return ["attribute", self.attributes[id(value)]]
             if type(value) not in (torch.Tensor, torch.nn.Parameter) or \
-                    value.device.type != "cpu":
+                    value.device.type not in ("cpu", "cuda"):
                 raise NotKept(f"a {type(value).__name__} on {value.device}")
-            self.tensors.append(value.detach())
+            self.tensors.append([value.detach().cpu(), str(value.device)])
             return ["tensor", len(self.tensors) - 1]
         if isinstance(value, ctypes._CFuncPtr):
             return self._kernel(value)
+        if isinstance(value, triton_launch.InterpretedLaunch):
+            return ["triton_interpreted", self._module(value.module), value.name,
+                    self._encode(value.grid), value.checks]
+        if isinstance(value, triton_launch.DeviceLaunch):
+            return self._device_launch(value)
         if torch_internals.is_op_overload(value) or \
                 isinstance(value, torch_internals.OpOverloadPacket):
             return ["op", str(value)]
@@ -129,16 +172,55 @@ class Encoder:
         return ["kernel", self.libraries.index(entry), function.__name__,
                 len(function.argtypes)]
 
+    def _module(self, name: str) -> int:
+        text = triton_launch.module_texts.get(name)
+        if text is None:
+            raise NotKept(f"a Triton kernel of a module ember did not load ({name})")
+        if text not in self.modules:
+            self.modules.append(text)
+        return self.modules.index(text)
+
+    def _device_launch(self, launch: Any) -> list:
+        source = launch.source
+        if source is None:
+            raise NotKept("a compiled Triton kernel whose source ember did not keep")
+        parts, self.parts = self.parts, []  # (its own parts by value: compared when rebuilt)
+        try:
+            options = [[key, self._encode(value)] for key, value in source.options]
+            return ["triton_device", self._module(source.module), source.name,
+                    [list(pair) for pair in source.signature], list(source.aligned), options,
+                    list(source.target), source.device_index, self._encode(launch.grid),
+                    getattr(launch.compiled, "hash", None),
+                    self._encode(tuple(launch.prefix()[2:]))]
+        finally:
+            self.parts = parts
+
 
 class Decoder:
-    def __init__(self, gm: torch.fx.GraphModule, libraries: list, tensors: list):
+    """Encoded values back (`cold`: the graph compiled cold, for what a rebuilt wrapper
+    hands to it: CUDA's misaligned inputs)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, libraries: list, tensors: list,
+                 modules: list | None = None, cold: Any = None):
         self.gm = gm
         self.libraries = libraries
         self.tensors = tensors
+        self.modules = modules if modules is not None else []
+        self.cold = cold
         self.loaded: dict[int, ctypes.CDLL] = {}
+        self.placed: dict[int, torch.Tensor] = {}
+        self.rebuilt: dict[tuple, Any] = {}  # (module source, CompileSource) → DeviceLaunch
 
     def namespace(self, encoded: list) -> dict[str, Any]:
-        return {name: self.value(code) for name, code in encoded}
+        namespace = {name: self.value(code) for name, code in encoded
+                     if code[0] != "triton_part"}
+        for name, code in encoded:  # (parts of kernels rebuilt above)
+            if code[0] == "triton_part":
+                launch = namespace[code[1]]
+                if not isinstance(launch, triton_launch.DeviceLaunch):
+                    raise ValueError(f"{name} is a part of {code[1]}, not a Triton kernel")
+                namespace[name] = launch.prefix()[code[2]]
+        return namespace
 
     def value(self, code: list) -> Any:
         kind = code[0]
@@ -158,9 +240,23 @@ class Decoder:
         if kind == "attribute":
             return fetch(self.gm, code[1])
         if kind == "tensor":
-            return self.tensors[code[1]]
+            if code[1] not in self.placed:
+                tensor, device = self.tensors[code[1]]
+                self.placed[code[1]] = tensor if device == "cpu" else tensor.to(device)
+            return self.placed[code[1]]
         if kind == "kernel":
             return build.kernel_function(self._library(code[1]), code[2], code[3])
+        if kind == "triton_interpreted":
+            module = triton_launch.load_module(self.modules[code[1]])
+            return triton_launch.InterpretedLaunch(getattr(module, code[2]),
+                                                   self.value(code[3]), code[2], code[4],
+                                                   module.__name__)
+        if kind == "triton_device":
+            return self._device_launch(code)
+        if kind == "cold_misaligned":
+            if self.cold is None:
+                raise ValueError("a wrapper for misaligned inputs without a cold compile")
+            return _ColdMisaligned(self.cold)
         if kind == "op":
             return _op(code[1])
         if kind == "treespec":
@@ -178,6 +274,32 @@ class Decoder:
             return _unavailable
         raise ValueError(f"unknown kind {kind!r}")
 
+    def launch_source(self, code: list) -> tuple[str, Any, tuple]:
+        """A compiled Triton kernel's code → its module's source, what compiles it (its
+        module's name left empty: load_module names it) and its grid."""
+        _, module, name, signature, aligned, options, target, device_index, grid = code[:9]
+        source = triton_launch.CompileSource(
+            "", name, tuple(tuple(pair) for pair in signature), tuple(aligned),
+            tuple((key, self.value(value)) for key, value in options), tuple(target),
+            device_index)
+        return self.modules[module], source, self.value(grid)
+
+    def _device_launch(self, code: list) -> Any:
+        digest, rest = code[9:]
+        text, source, grid = self.launch_source(code)
+        known = self.rebuilt.get((text, source))  # (kernels launched as one binary)
+        if known is None:
+            launch = self.rebuilt[(text, source)] = \
+                triton_launch.rebuild_launch(text, source, grid)
+        else:
+            launch = triton_launch.DeviceLaunch(known.compiled, grid, known.source)
+        if launch.compiled.hash != digest:
+            raise ValueError(f"Triton compiled {launch.source.name} to "
+                             f"{launch.compiled.hash}, not {digest}")
+        if tuple(launch.prefix()[2:]) != self.value(rest):
+            raise ValueError(f"{launch.source.name} rebuilt here launches with other metadata")
+        return launch
+
     def _library(self, index: int) -> ctypes.CDLL:
         if index not in self.loaded:
             source, link = self.libraries[index]
@@ -188,6 +310,17 @@ class Decoder:
 
 def _unavailable(*args: Any) -> Any:
     raise RuntimeError("the build for misaligned inputs is not kept by a warm start")
+
+
+class _ColdMisaligned:
+    """A rebuilt CUDA wrapper's build for inputs that are not 16-byte aligned: the one of the
+    graph compiled cold (once, on the first such call: `cold()` gives that compiled graph)."""
+
+    def __init__(self, cold: Any):
+        self.cold = cold
+
+    def __call__(self, args: Any) -> Any:
+        return self.cold().wrappers[1].namespace["misaligned"](args)
 
 
 def _internal_callables() -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """ember.runtime.warm_cache: a new process's first call rebuilds the compiled graph from the
-disk cache (nothing lowered, nothing built: counted, never timed); a corrupt or foreign entry
-is rebuilt with eager's answer; the cache's size cap removes the least recently used."""
+disk cache (nothing lowered, nothing built: counted, never timed), for C and Triton kernels
+(Triton's interpreter here), whole graphs and graphs with eager islands; a corrupt or foreign
+entry is rebuilt with eager's answer; the cache's size cap removes the least recently used."""
 
 import ast
+import importlib.util
 import io
 import os
 import subprocess
@@ -60,11 +62,50 @@ print("counts", warm_cache.counts)
 """
 
 
-def _process(cache: Path) -> str:
+ISLANDS = """
+import copy
+import torch
+import ember
+from ember.runtime import warm_cache
+
+def f(x, w):  # (fake quantization has no meta kernel: an eager island between two regions)
+    a = torch.tanh(x @ w)
+    q = torch.fake_quantize_per_tensor_affine(a, 0.1, 0, -128, 127)
+    return (q * 2 + 1).relu(), a.sum()
+
+def step(model, x):  # (a training graph with the island: its regions train)
+    a = torch.tanh(model(x))
+    q = torch.fake_quantize_per_tensor_affine(a, 0.1, 0, -128, 127)
+    loss = (q * 2 + a).pow(2).sum()
+    loss.backward()
+    return loss
+
+torch.manual_seed(0)
+x, w = torch.randn(4, 5), torch.randn(5, 6)
+compiled = ember.compile(f)
+for _ in range(2):  # (a region's first call runs its checked wrapper)
+    for got, want in zip(compiled(x, w), f(x, w)):
+        assert torch.allclose(got, want, atol=1e-5)
+compiled_model = torch.nn.Linear(5, 6)
+eager_model = copy.deepcopy(compiled_model)
+loss = ember.compile(step)(compiled_model, x)
+assert torch.allclose(loss, step(eager_model, x), atol=1e-5)
+for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+    assert torch.allclose(p.grad, q.grad, atol=1e-5)
+print("counts", warm_cache.counts)
+"""
+
+BACKENDS = ["c", pytest.param("triton", marks=pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None, reason="triton is not installed"))]
+
+
+def _process(cache: Path, program: str = PROGRAM, backend: str = "c") -> str:
     environment = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_CACHE_DIR=str(cache),
-                       EMBER_WARM_START="1",
-                       EMBER_LOGS="perf,kernels")
-    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True,
+                       EMBER_WARM_START="1", EMBER_BACKEND=backend,
+                       EMBER_LOGS="perf,kernels,fallbacks")
+    if backend == "triton":  # (CPU tensors: Triton's interpreter runs the kernels)
+        environment["TRITON_INTERPRET"] = "1"
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           env=environment, timeout=300, cwd=cache.parent)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
@@ -74,17 +115,34 @@ def _counts(output: str) -> dict:
     return ast.literal_eval(output.split("counts ", 1)[1].splitlines()[0])
 
 
-def test_a_second_process_lowers_and_builds_nothing(tmp_path):
-    first = _process(tmp_path / "cache")
+# what a process says when it builds or looks up kernels (EMBER_LOGS=kernels)
+BUILT = {"c": (" built ", "cache hit"), "triton": ("Triton kernels",)}
+
+
+def _second_process_hits(cache: Path, program: str, backend: str, graphs: int) -> str:
+    first = _process(cache, program, backend)
     kept = _counts(first)["kept"]
-    assert kept >= 3 and " built " in first and "compiled in" in first
-    assert "not kept" not in first
-    second = _process(tmp_path / "cache")
+    assert kept == graphs and "compiled in" in first, first[-3000:]
+    assert BUILT[backend][0] in first and "not kept" not in first
+    second = _process(cache, program, backend)
     assert _counts(second) == {"hits": kept, "misses": 0, "kept": 0, "not_kept": 0,
-                               "rejected": 0}
+                               "rejected": 0}, second[-3000:]
     assert "compiled in" not in second  # (the stages' clock: nothing lowered or scheduled)
-    assert " built " not in second and "cache hit" not in second  # (not even a lookup)
+    assert not any(said in second for said in BUILT[backend])  # (not even a lookup)
     assert second.count("warm start from the disk cache") == kept
+    return second
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_second_process_lowers_and_builds_nothing(tmp_path, backend):
+    _second_process_hits(tmp_path / "cache", PROGRAM, backend, graphs=3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graph_with_eager_islands_is_kept_whole(tmp_path, backend):
+    second = _second_process_hits(tmp_path / "cache", ISLANDS, backend, graphs=2)
+    # (still said: the islands run eagerly in the new process too)
+    assert second.count("fake_quantize_per_tensor_affine runs as an eager island") == 2
 
 
 @pytest.fixture
@@ -228,3 +286,127 @@ def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(ca
         fallback = rebuilt.forward_graph.eager(x, w)
     assert len(compiled) == len(fallback)
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, fallback))
+
+
+def _rewrite(entry: Path, change) -> None:
+    """Change a kept record and write a digest that vouches for it (what only a foreign or
+    damaged writer leaves: the digest alone cannot catch it)."""
+    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+    change(record)
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    entry.write_bytes(buffer.getvalue())
+    entry.with_suffix(".digest").write_text(
+        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+
+
+def _rename_kernels(record: dict) -> None:
+    for _, namespace in (record["checked"], record["fast"]):
+        for _, code in namespace:
+            if code[0] == "triton_interpreted":
+                code[2] = "no_such_kernel"
+
+
+def test_a_corrupt_or_foreign_triton_entry_is_rebuilt_with_eager_s_answer(cache):
+    pytest.importorskip("triton")
+    x = torch.randn(100)
+    with config.override(backend="triton"):
+        _, counts = _compile_once(x)
+        assert counts["kept"] == 1
+        [entry] = _entries(cache)
+        record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+        assert record["versions"]["triton"].endswith(" interpreted") and record["modules"]
+        damages = [
+            lambda: entry.write_bytes(entry.read_bytes()[:-100]),  # (cut short)
+            lambda: _rewrite(entry, lambda r: r["versions"].update(triton="0.0.1")),
+            lambda: _rewrite(entry, _rename_kernels),  # (its kernel is not in its module)
+        ]
+        for damage in damages:
+            damage()
+            result, counts = _compile_once(x)
+            assert counts == {"hits": 0, "misses": 0, "kept": 1, "not_kept": 0,
+                              "rejected": 1}
+            assert torch.allclose(result, _add_one(x), atol=1e-6)
+        result, counts = _compile_once(x)
+        assert counts["hits"] == 1 and torch.allclose(result, _add_one(x), atol=1e-6)
+
+
+class _Launcher:  # (what DeviceLaunch.prefix reads of a compiled kernel's launcher)
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid = launch_pdl = False
+
+    def launch(self, *args):
+        pass
+
+
+class _Kernel:
+    def __init__(self, handle: int, packed: tuple = (4, 1, 0), digest: str = "abc"):
+        self.run, self.function, self.packed_metadata, self.hash = \
+            _Launcher(), handle, packed, digest
+
+
+def test_a_compiled_triton_kernel_is_kept_by_what_compiles_it(cache, monkeypatch):
+    # (no GPU here: the compiled kernel is a stand-in; what is checked is that the launch's
+    # values only its process knows — launcher, handle — are kept as parts of the kernel,
+    # never by value, and that a kernel compiled otherwise in the new process is refused)
+    from ember.runtime import triton_launch
+    from ember.runtime.warm_values import Decoder, Encoder
+
+    module = triton_launch.load_module("# a module of Triton kernels\n")
+    source = triton_launch.CompileSource(module.__name__, "kernel0", (("x", "*fp32"),),
+                                         (True,), (("num_warps", 4),), ("cuda", 90, 32), 0)
+    launch = triton_launch.DeviceLaunch(_Kernel(987654321987), (7, 1, 1), source)
+    launcher, handle, *_ = launch.prefix()
+    # (kernel1: a kernel that differs only in its name, launched as kernel0's binary)
+    namespace = {"kernel0": launch, "launch0": launcher, "function1": handle,
+                 "kernel1": triton_launch.DeviceLaunch(launch.compiled, (3, 1, 1), source)}
+    encoder = Encoder(torch.fx.symbolic_trace(_add_one))
+    codes = encoder.namespace(namespace, "def call(args):\n    launch0(7, 1, 1, function1)\n")
+    assert dict(codes)["launch0"] == ["triton_part", "kernel0", 0]
+    assert dict(codes)["function1"] == ["triton_part", "kernel0", 1]
+    assert "987654321987" not in repr(codes)
+    rebuilt = []
+    kernels = [_Kernel(123), _Kernel(5, digest="other"), _Kernel(5, packed=(8, 1, 0))]
+
+    def rebuild(text, source, grid):  # (compiled in the new process: another handle)
+        assert text == "# a module of Triton kernels\n" and source.name == "kernel0"
+        rebuilt.append(triton_launch.DeviceLaunch(kernels[len(rebuilt)], grid, source))
+        return rebuilt[-1]
+
+    monkeypatch.setattr(triton_launch, "rebuild_launch", rebuild)
+    decoded = Decoder(None, [], [], encoder.modules).namespace(codes)
+    assert decoded["function1"] == 123 and decoded["kernel0"] is rebuilt[0]
+    assert decoded["launch0"] == rebuilt[0].compiled.run.launch
+    assert len(rebuilt) == 1 and decoded["kernel1"].compiled is rebuilt[0].compiled
+    assert decoded["kernel1"].grid == (3, 1, 1)
+    for _ in kernels[1:]:  # (Triton compiled it otherwise here: another hash, other metadata)
+        with pytest.raises(ValueError):
+            Decoder(None, [], [], encoder.modules).namespace(codes)
+
+
+def test_reduce_overhead_s_training_graphs_are_other_entries():
+    # (compiled for CUDA graphs, a training graph's library calls keep no tape: one compiled
+    # in the default mode must not be found for it, autodiff/tape.py)
+    from ember.autodiff import tape
+
+    gm = torch.fx.symbolic_trace(_loss)
+    inputs = [torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)]
+    with tape.kept(False):
+        graphed = warm_cache.key_of(gm, inputs)
+    assert graphed != warm_cache.key_of(gm, inputs)
+
+
+def _quantized(x):
+    q = torch.fake_quantize_per_tensor_affine(torch.tanh(x), 0.1, 0, -128, 127)
+    return (q * 2).relu()
+
+
+def test_a_graph_with_islands_whose_region_cannot_be_kept_says_so(cache):
+    from helpers import captured_log
+
+    x = torch.randn(10)
+    with config.override(backend="interp"), captured_log("perf") as records:
+        result = ember.compile(_quantized)(x)
+    said = [r.getMessage() for r in records if "not kept" in r.getMessage()]
+    assert len(said) == 1 and "InterpretedGraph" in said[0] and not _entries(cache)
+    assert torch.allclose(result, _quantized(x))
