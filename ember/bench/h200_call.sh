@@ -15,7 +15,8 @@ views) step views 220 env EMBER_TEST_DEVICE=cuda python -m pytest -q --maxfail=6
 dyn) step dyn 150 python -m ember.bench.dynamic_triton --device cuda --json $OUT/dyn.json ;;
 decode) step decode ${DECODE_LIMIT:-330} python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
 autotune) step autotune 150 python -m ember.bench.autotune --device cuda --size full --only softmax S4 --json $OUT/autotune.json ;;
-train) step train 420 python -m ember bench --models --device cuda --modes train --only gpt2 bert vit --process variant --out $OUT/train ;;
+train) step train ${TRAIN_LIMIT:-420} python -m ember bench --models --device cuda --modes train --only ${TRAIN_ONLY:-gpt2 bert vit} --process variant --out $OUT/train ;;
+warm) step warm 170 python -m ember.bench.warm_start --device cuda --only ${WARM_ONLY:-softmax S2} --json $OUT/warm.json ;;
 prof) step prof 300 python -m ember.bench.zoo_profile gpt2 --mode decode --variants ember,tc --host --rows 30 ;;
 esac
 done

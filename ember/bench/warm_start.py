@@ -2,6 +2,7 @@
 warm, each in a fresh Python process, on the CPU seed workloads.
 
     python -m ember.bench.warm_start [--size quick] [--only S1 S5 ...] [--repeats 1]
+        [--device cuda]
 
 Each variant runs in its own process: the time counts from just before the process is
 started to the moment the first call's result is there (interpreter start, `import torch`,
@@ -29,9 +30,11 @@ VARIANTS = ("eager", "ember-cold", "ember-warm", "torch.compile-cold", "torch.co
 CHILD = r"""
 import importlib.util, json, sys, time
 begun = time.perf_counter()
-variant, name, size, workloads_path = sys.argv[1:5]
+variant, name, size, workloads_path, device = sys.argv[1:6]
 import torch
 imported_torch = time.perf_counter()
+if device != "cpu":  # (the seeds build on the default device)
+    torch.set_default_device(device)
 if variant.startswith("ember"):
     import ember
 imported = time.perf_counter()
@@ -48,6 +51,8 @@ elif variant.startswith("torch.compile"):
 called = time.perf_counter()
 with torch.set_grad_enabled(workload.grad):
     result = fn(*args)
+if device != "cpu":
+    torch.cuda.synchronize()
 done = time.time()
 parts = {"import torch": imported_torch - begun, "import ember": imported - imported_torch,
          "first call": time.perf_counter() - called}
@@ -59,7 +64,8 @@ print(json.dumps({"done": done, "warm": counts, "parts": parts}))
 """
 
 
-def run_variant(variant: str, name: str, size: str, caches: Path) -> tuple[float, dict]:
+def run_variant(variant: str, name: str, size: str, caches: Path, device: str = "cpu"
+                ) -> tuple[float, dict]:
     """Seconds from process start to the first result, and ember's warm-cache counts."""
     environment = dict(os.environ, EMBER_CACHE_DIR=str(caches / "ember"),
                        TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
@@ -70,7 +76,8 @@ def run_variant(variant: str, name: str, size: str, caches: Path) -> tuple[float
         [str(root), *filter(None, [environment.get("PYTHONPATH")])])
     workloads = Path(__file__).with_name("workloads.py")
     start = time.time()
-    done = subprocess.run([sys.executable, "-c", CHILD, variant, name, size, str(workloads)],
+    command = [sys.executable, "-c", CHILD, variant, name, size, str(workloads), device]
+    done = subprocess.run(command,
                           capture_output=True, text=True, env=environment, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"{variant} on {name} failed:\n{done.stderr[-2000:]}")
@@ -78,7 +85,8 @@ def run_variant(variant: str, name: str, size: str, caches: Path) -> tuple[float
     return report["done"] - start, {**report["warm"], **report["parts"]}
 
 
-def measure(names: list[str], size: str, repeats: int) -> dict[str, dict[str, float]]:
+def measure(names: list[str], size: str, repeats: int, device: str = "cpu"
+            ) -> dict[str, dict[str, float]]:
     """name -> variant -> median seconds to the first result (cold variants on new caches
     each repeat, warm ones right after their cold one)."""
     results: dict[str, dict[str, list[float]]] = {}
@@ -86,7 +94,7 @@ def measure(names: list[str], size: str, repeats: int) -> dict[str, dict[str, fl
         for _ in range(repeats):
             with tempfile.TemporaryDirectory(prefix="ember-warm-start-") as folder:
                 for variant in VARIANTS:
-                    seconds, counts = run_variant(variant, name, size, Path(folder))
+                    seconds, counts = run_variant(variant, name, size, Path(folder), device)
                     results.setdefault(name, {}).setdefault(variant, []).append(seconds)
                     if variant == "ember-warm":
                         results[name].setdefault("warm hits", []).append(counts.get("hits", 0))
@@ -153,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", default="quick", choices=["full", "quick", "tiny"])
     parser.add_argument("--only", nargs="*", help="workload names (default: the CPU seeds)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cuda: the seeds built on the GPU")
     parser.add_argument("--json", help="write the medians to this file")
     parser.add_argument("--table", help="print the table of medians a --json run wrote")
     options = parser.parse_args(argv)
@@ -162,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     from ember.bench.workloads import WORKLOADS
 
     names = options.only or [w.name for w in WORKLOADS]
-    results = measure(names, options.size, options.repeats)
+    results = measure(names, options.size, options.repeats, options.device)
     print(table(results))
     if options.json:
         Path(options.json).write_text(json.dumps(results, indent=1))
