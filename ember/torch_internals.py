@@ -614,7 +614,6 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
     asks (a tensor the fake mode meets on its own stays static), and a data-dependent size
     (nonzero, a boolean mask) raises as without a ShapeEnv: a graph break, not an unbacked
     symbol."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,

@@ -456,7 +456,45 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
         return _dropout(b, node, primal, grads, item)
     if node.attrs["target"] is aten._scaled_dot_product_flash_attention_for_cpu.default:
         return _flash_attention_cpu(b, node, primal, grads, item)
+    if node.attrs["target"] is aten.max_pool2d_with_indices.default:
+        return _max_pool2d(b, node, primal, grads, item)
     return NotImplemented
+
+
+def _max_pool2d(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+                item: Callable[[int], Node]) -> list[Node | None]:
+    """max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode) ->
+    (out, indices): eager's max_pool2d_with_indices_backward, from the forward's indices.
+    The incoming gradient is handed over laid out as the forward's result (as eager's
+    autograd has it from a channels-last model's next layer: a row-major gradient sent
+    eager's kernel down its slow path and came back row-major, for the relu before it to
+    read across the grain); the result's layout is the kernel's own, from one run."""
+    g = grads.get(0)
+    args = node.attrs["args"]
+    if g is None or node.attrs["kwargs"] or not args or not isinstance(args[0], Slot) or \
+            any(isinstance(a, Slot) for a in args[1:]):
+        return NotImplemented
+    x = node.inputs[args[0].index]
+    results = node.attrs["results"]
+    if any(isinstance(d, Size) for d in x.shape) or \
+            any(strides is None for _, _, strides in results):
+        return NotImplemented  # (the result's layout comes from a run at concrete sizes)
+    options = list(args[1:]) + [[], 0, 1, False][len(args) - 2:]
+    operands = [g, primal(x), primal(item(1))]
+    template = (Slot(0), Slot(1), *options, Slot(2))
+    operand_strides = (results[0][2], *(o.strides or row_major(o.shape) for o in operands[1:]))
+    metas = [torch.empty_strided(o.shape, strides, dtype=o.dtype, device="meta")
+             for o, strides in zip(operands, operand_strides)]
+    target = aten.max_pool2d_with_indices_backward.default
+    ran = run_on_stand_ins(target, fill(template, metas), {}, None, b.graph.device.type,
+                           row_major_as_meta=False)
+    call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template, kwargs={},
+                       results=((tuple(ran.shape), ran.dtype, tuple(ran.stride())),),
+                       tuple_result=False, operand_strides=operand_strides)
+    call.strides = tuple(ran.stride())
+    found: list[Node | None] = [None] * len(node.inputs)
+    found[args[0].index] = call
+    return found
 
 
 def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

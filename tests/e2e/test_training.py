@@ -907,3 +907,38 @@ def test_the_cpu_flash_attention_kernel_trains_with_its_own_backward_kernel(mask
         assert taped_call not in calls, calls
         assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu.default) == 1
         assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu_backward.default) == 1
+
+
+class PooledConvolutions(torch.nn.Module):
+    def __init__(self, pool: torch.nn.MaxPool2d):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = pool
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.pool(torch.relu(self.stem(x))))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("pool", ["3x3/2 padded", "2x2", "ceil", "dilated"])
+def test_a_max_pool_trains_with_eagers_backward_kernel_on_its_indices(pool, channels_last):
+    # its backward is eager's max_pool2d_with_indices_backward on the forward's indices, the
+    # incoming gradient laid out as the forward's result (channels-last models: a row-major
+    # gradient sent eager's kernel down a slow path, and its result across the relu's grain)
+    pools = {"3x3/2 padded": torch.nn.MaxPool2d(3, 2, 1), "2x2": torch.nn.MaxPool2d(2),
+             "ceil": torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+             "dilated": torch.nn.MaxPool2d(2, 1, 0, dilation=2)}
+    torch.manual_seed(0)
+    model, x = PooledConvolutions(pools[pool]), torch.randn(2, 3, 15, 15)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    training = train_twice_beside_eager(model, x.to(DEVICE))
+    from ember.autodiff.tape import taped_call, taped_vjp
+    from ember.ir.ops import Op
+
+    calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
+             for n in graph.nodes if n.op is Op.LIBRARY]
+    assert taped_call not in calls and taped_vjp not in calls, calls
+    assert calls.count(torch.ops.aten.max_pool2d_with_indices_backward.default) == 1, calls
