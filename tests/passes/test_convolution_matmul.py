@@ -109,7 +109,11 @@ def test_training_differentiates_the_convolution_and_runs_the_gemm(monkeypatch):
 
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bias):
+@pytest.mark.parametrize("weight", ["small", "large"])
+def test_a_pointwise_convolutions_backward_is_two_gemms_where_the_weight_is_large(
+        monkeypatch, stride, bias, weight):
+    # oneDNN's backward reorders the weight: the GEMMs pay on few positions and a weight of
+    # BACKWARD_WEIGHT elements or more; below, eager's backward is faster
     calls = []
 
     def counted(*args):
@@ -117,8 +121,9 @@ def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bia
         return convolution_backward_as_matmul(*args)
 
     monkeypatch.setattr(convolution_matmul, "convolution_backward_as_matmul", counted)
-    x, w = _channels_last(make(2, 16, 5, 5), make(24, 16, 1, 1, seed=1))
-    b = make(24, seed=2) if bias else None
+    c, o = (16, 24) if weight == "small" else (128, 256)
+    x, w = _channels_last(make(2, c, 3, 3), make(o, c, 1, 1, seed=1))
+    b = make(o, seed=2) if bias else None
     for t in (x, w, b):
         if t is not None:
             t.requires_grad_(True)
@@ -126,8 +131,10 @@ def test_a_pointwise_convolutions_backward_is_two_gemms(monkeypatch, stride, bia
     def fn(x, w, b):
         return F.conv2d(x, w, b, stride=stride).relu()
 
-    check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
-    assert calls == [[True, True, bias]]
+    check_grad(fn, x, w, b, atol=1e-4, rtol=1e-4)
+    onednn = torch._C._select_conv_backend(x, w, b, [stride] * 2, [0, 0], [1, 1], False,
+                                           [0, 0], 1) == torch._C._ConvBackend.Mkldnn
+    assert calls == ([[True, True, bias]] if weight == "large" and onednn else [])
 
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation", [
@@ -161,12 +168,12 @@ def test_a_late_stage_3x3_convolution_trains_through_the_gemms(monkeypatch):
         return convolution_backward_as_matmul(*args)
 
     monkeypatch.setattr(convolution_matmul, "convolution_backward_as_matmul", counted)
-    x, w = _channels_last(make(2, 8, 4, 4), make(64, 8, 3, 3, seed=1))
+    x, w = _channels_last(make(2, 64, 4, 4), make(64, 64, 3, 3, seed=1))
     x.requires_grad_(True)
     w.requires_grad_(True)
     with config.override(convolution_layout=False):
         check_grad(lambda x, w: F.conv2d(x, w, stride=2, padding=1).relu(), x, w,
-                   atol=1e-5, rtol=1e-5)
+                   atol=1e-4, rtol=1e-4)
     onednn = torch._C._select_conv_backend(x, w, None, [2, 2], [1, 1], [1, 1], False,
                                            [0, 0], 1) == torch._C._ConvBackend.Mkldnn
     assert calls == ([[True, True, False]] if onednn else [])
