@@ -10,6 +10,7 @@ import contextlib
 import functools
 import importlib.util
 import itertools
+import logging
 import operator
 import sys
 import threading
@@ -622,37 +623,50 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
         shape_env
 
 
+# the refusal of a C++ kernel that takes no symbolic sizes
+_REFUSES_SYMBOLS = "SymIntArrayRef expected to contain only concrete integers"
+# ops whose fake dispatch met that refusal: they run with torch's Python kernels from then on
+_PYTHON_KERNELS: set[Any] = set()
+_quiet = threading.local()
+
+
+class _QuietRefusals(logging.Filter):
+    """Drops fake_tensor's logged traceback of a meta kernel's failure while ember tries an
+    op it may retry (the retry answers; the log would be a false alarm on the user's
+    stderr)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_quiet, "depth", 0)
+
+
 @functools.cache
 def _symbolic_fake_mode_class() -> type:
-    """FakeTensorMode that runs with torch's Python dispatcher on while it is entered, as
-    Dynamo traces. Some ops' C++ kernels refuse symbolic sizes ("SymIntArrayRef expected to
-    contain only concrete integers": `constant_pad_nd`, i.e. F.pad by an amount computed
-    from a symbolic size, on torch 2.11 to 2.13), and a fake dispatch skips their Python meta
-    kernels (registered in torch's meta table, not with the dispatcher); with the Python
-    dispatcher on, those kernels run and take the symbols."""
+    """FakeTensorMode that retries an op with torch's Python dispatcher on, as Dynamo traces,
+    where the op's C++ kernel refuses symbolic sizes ("SymIntArrayRef expected to contain
+    only concrete integers": `constant_pad_nd`, i.e. F.pad by an amount computed from a
+    symbolic size, on torch 2.11 to 2.13). A fake dispatch skips such an op's Python meta
+    kernel (in torch's meta table, not registered with the dispatcher); the Python
+    dispatcher runs it. Only there: with the Python dispatcher on throughout, other ops'
+    fake results change (a training step's views), so it stays off elsewhere."""
     from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    logging.getLogger(FakeTensorMode.__module__).addFilter(_QuietRefusals())
+
     class SymbolicFakeTensorMode(FakeTensorMode):
-        def __init__(self, *args: Any, **kwargs: Any):
-            super().__init__(*args, **kwargs)
-            self.python_dispatchers: list[contextlib.ExitStack] = []
-
-        def __enter__(self):
-            stack = contextlib.ExitStack()
-            stack.enter_context(enable_python_dispatcher())
-            self.python_dispatchers.append(stack)
-            try:
-                return super().__enter__()
-            except BaseException:
-                self.python_dispatchers.pop().close()
-                raise
-
-        def __exit__(self, *exc_info: Any):
-            try:
-                return super().__exit__(*exc_info)
-            finally:
-                self.python_dispatchers.pop().close()
+        def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func not in _PYTHON_KERNELS:
+                _quiet.depth = getattr(_quiet, "depth", 0) + 1
+                try:
+                    return super().dispatch(func, types, args, kwargs)
+                except RuntimeError as error:
+                    if _REFUSES_SYMBOLS not in str(error):
+                        raise
+                    _PYTHON_KERNELS.add(func)
+                finally:
+                    _quiet.depth -= 1
+            with enable_python_dispatcher():
+                return super().dispatch(func, types, args, kwargs)
 
     return SymbolicFakeTensorMode
 
