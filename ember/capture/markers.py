@@ -53,6 +53,9 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
             return session.builder.call("call_function", _applier(function_class),
                                         tuple(args), kwargs, refuse=_returns_an_input_view)
         return None
+    constant = _constant_result(session, callee, args, kwargs)
+    if constant is not None:
+        return constant
     if not isinstance(callee, (FunctionValue, TorchValue, ModuleValue)):
         return None
     real = callee.value
@@ -75,6 +78,27 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
 
 
 _FUNCTION_APPLY = torch.autograd.Function.apply.__func__
+# what a function marked torch._dynamo.assume_constant_result may answer as a constant
+_CONSTANT_RESULTS = (bool, int, float, str, type(None))
+
+
+def _constant_result(session: Session, callee: Value, args: list[Value],
+                     kwargs: dict[str, Value]) -> Value | None:
+    """A function marked torch._dynamo.assume_constant_result (transformers' install probes,
+    `is_torch_distributed_available`, under an lru_cache whose wrapper Dynamo steps past)
+    called with constants: called now, its answer a constant of the graph, as Dynamo does.
+    The callee's identity is guarded where it was read. None where this does not apply."""
+    if not isinstance(callee, (FunctionValue, ObjectValue)):
+        return None
+    real = callee.value
+    if not (getattr(real, "_dynamo_marked_constant", False) or getattr(
+            getattr(real, "__wrapped__", None), "_dynamo_marked_constant", False)):
+        return None
+    operands = [*args, *kwargs.values()]
+    if not all(type(a) is Const and isinstance(a.value, _CONSTANT_RESULTS) for a in operands):
+        return None
+    result = real(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+    return Const(result) if isinstance(result, _CONSTANT_RESULTS) else None
 
 
 class AutogradFunctionApply:

@@ -55,15 +55,21 @@ SCALAR_METHODS = {"add", "sub", "mul", "div", "lerp", "add_", "sub_", "mul_", "d
                   "subtract_"}
 
 
-def passed(session: Session, value: Any, source: Source) -> PassedNumber:
-    """A number (or string) read through `source`, guarded equal to `value` once read (an int
-    read so is remembered: if it changes, automatic dynamic makes it a symbol, symbols.py)."""
+def passed(session: Session, value: Any, source: Source,
+           leaves: dict[str, Any] | None = None) -> PassedNumber:
+    """A number (or string) read through `source`, guarded equal to `value` once read. The
+    ints it is made of (itself, or the numbers from outside `leaves` of arithmetic) are
+    remembered as read: if one changes, automatic dynamic makes it a symbol where the next
+    capture meets it (symbols.py) — `self.length += n` then `max(self.length - w, 0)` reads
+    the sum, and the symbol is the attribute the sum is made of."""
     def read() -> None:
         session.guards.add("equals", source, value)
-        if type(value) is int:
-            session.builder.shapes.policy.frame.read_int(source.expr(), value)
+        for name, leaf in number.leaves.items():
+            if type(leaf) is int:
+                session.builder.shapes.policy.frame.read_int(name, leaf)
 
-    return PassedNumber(value, source, read)
+    number = PassedNumber(value, source, read, leaves)
+    return number
 
 
 def number_input(session: Session, value: Value, operands: tuple) -> Value:
@@ -135,7 +141,9 @@ def arithmetic(session: Session, symbol: str, left: Value, right: Value) -> Valu
     operands = tuple(v.source if isinstance(v, PassedNumber) else v.value for v in sides)
     source = ArithmeticSource(operator_, *operands)
     session.guards.add("type", source, type(result))
-    return passed(session, result, source)
+    leaves = {name: leaf for v in sides if isinstance(v, PassedNumber)
+              for name, leaf in v.leaves.items()}
+    return passed(session, result, source, leaves)
 
 
 # tests of a number whose outcome alone is guarded (`if not math.isfinite(loss):`)
@@ -189,6 +197,19 @@ def from_the_call(source: Any) -> bool:
     while source is not None and not isinstance(source, LocalSource):
         if isinstance(source, AttrSource):
             return False
+        source = getattr(source, "base", None)
+    return source is not None
+
+
+def reached_from_the_call(source: Any) -> bool:
+    """Is the number read from what the call was given, through attributes too (a cache
+    object's `cumulative_length`, a counter on an object passed in)? Such an int becomes a
+    symbol once it has changed between captures (automatic dynamic); one that never changes
+    stays a constant, as `from_the_call`'s attributes do."""
+    if isinstance(source, ArithmeticSource):
+        return all(reached_from_the_call(side) for side in (source.left, source.right)
+                   if not isinstance(side, (int, float)))
+    while source is not None and not isinstance(source, LocalSource):
         source = getattr(source, "base", None)
     return source is not None
 

@@ -240,10 +240,10 @@ class Session:
                 source = self.constant_source(value)
             return self.builder.input_tensor(value, source)
         if type(value) in (int, float, str) and guard:
-            from ember.capture.numbers import from_the_call, passed
+            from ember.capture.numbers import passed, reached_from_the_call
 
             self.guards.add("type", source, type(value))
-            if type(value) is int and from_the_call(source):
+            if type(value) is int and reached_from_the_call(source):
                 symbol = self.builder.shapes.int_symbol(value, source)
                 if symbol is not None:  # (a size that changed between calls: a symbol)
                     return Const(symbol, source)

@@ -75,10 +75,13 @@ class PassedNumber(Const):
     the call a break makes) is read again on each call, so a value that changes every call
     (a loss) does not make every call compile again."""
 
-    def __init__(self, value: Any, source: Any, on_read: Any):
+    def __init__(self, value: Any, source: Any, on_read: Any,
+                 leaves: dict[str, Any] | None = None):
         self._value = value
         self.source = source
         self._on_read = on_read  # registers the guard; None once it has
+        # the numbers from outside it is arithmetic of, by source (itself, if none)
+        self.leaves = leaves if leaves is not None else {source.expr(): value}
 
     @property
     def value(self) -> Any:

@@ -45,9 +45,17 @@ def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
 
 
 def relaid(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `tensor` laid out by `strides` (a library call's operand as eager passes it)."""
-    copy = torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype, device=tensor.device)
-    return copy.copy_(tensor)
+    """A copy of `tensor` laid out by `strides` (a library call's operand as eager passes it).
+    NOTE: a stride 0 where the size passes 1 is eager's expand (multi-query attention's one
+    key head repeated over the query heads): its elements along that dim are one element, so
+    the copy holds one slice and is expanded — a copy into overlapping memory raises."""
+    repeated = [d for d, (n, s) in enumerate(zip(tensor.shape, strides)) if s == 0 and n > 1]
+    source = tensor
+    for dim in repeated:
+        source = source.narrow(dim, 0, 1)
+    copy = torch.empty_strided(source.shape, strides, dtype=tensor.dtype, device=tensor.device)
+    copy.copy_(source)
+    return copy.expand(tensor.shape) if repeated else copy
 
 
 def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[int, tuple]]:

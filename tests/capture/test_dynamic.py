@@ -336,3 +336,54 @@ def test_text_of_a_symbolic_shape_is_its_value():
     compiled = ember.compile(texts, backend="eager", dynamic=True)
     for rows in [3, 5, 12]:
         same(compiled(t(rows, 2)), texts(t(rows, 2)))
+
+
+class Window:
+    """A cache as transformers' DynamicSlidingWindowLayer keeps one: a Python int on the
+    object, read, branched on and written back by each call."""
+
+    def __init__(self, window):
+        self.window = window
+        self.length = 0
+
+    def update(self, x):
+        self.length += x.shape[1]
+        full = self.length >= self.window
+        offset = max(self.length - self.window + 1, 0)
+        return full, offset
+
+
+def windowed(x, cache):
+    full, offset = cache.update(x)
+    positions = torch.arange(offset, cache.length)
+    return x.sum(1, keepdim=True) * positions + (1.0 if full else 0.0)
+
+
+def test_an_int_attribute_of_an_object_from_the_call_becomes_a_symbol_after_it_changes():
+    # a decoding cache's length: one capture for the first call, one with the length a
+    # symbol for every later one (it used to be a constant guarded on its value: a capture
+    # per step, up to the recompile limit)
+    backend, graphs = counting_backend()
+    compiled = ember.compile(windowed, backend=backend)
+    mine, theirs = Window(64), Window(64)
+    for step in range(8):
+        x = t(2, 3 if step == 0 else 1, seed=step)
+        same(compiled(x, mine), windowed(x, theirs), f"step {step}")
+        assert mine.length == theirs.length
+    assert len(compiled.records) == 2 and len(graphs) == 2
+    assert compiled.entries[0].captured.symbolic
+    # past the window the branch goes the other way: a guard on it, a capture more
+    mine.window = theirs.window = 11
+    x = t(2, 1, seed=9)
+    same(compiled(x, mine), windowed(x, theirs), "past the window")
+    assert mine.length == theirs.length == 11
+
+
+def test_an_int_attribute_that_never_changes_stays_a_constant():
+    backend, graphs = counting_backend()
+    compiled = ember.compile(windowed, backend=backend)
+    for step in range(3):
+        cache, theirs = Window(64), Window(64)
+        x = t(2, 3, seed=step)
+        same(compiled(x, cache), windowed(x, theirs), f"call {step}")
+    assert len(graphs) == 1 and not compiled.entries[0].captured.symbolic

@@ -7,6 +7,8 @@ with eager PyTorch and counts graphs, breaks and ops exactly."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from checks import same
@@ -332,6 +334,29 @@ def test_is_compiling_answers_true_while_ember_captures():
     assert (report.graph_count, report.graph_break_count, report.ops_per_graph) == (1, 0, [1])
     same(ember.compile(fn, fullgraph=True)(t(3)), t(3) + 1)
     same(fn(t(3)), t(3) - 1)  # (eagerly, the other branch)
+
+
+probe_calls: list[str] = []
+
+
+@functools.lru_cache
+@torch._dynamo.assume_constant_result
+def backend_probe(name: str) -> bool:
+    # (as transformers' is_torch_distributed_available: a C method it calls would break)
+    probe_calls.append(name)
+    return bool(torch.distributed.is_available()) and name == "gloo"
+
+
+def test_a_function_marked_constant_result_under_lru_cache_answers_a_constant():
+    def fn(x):
+        return x + 1 if backend_probe("gloo") else x - 1
+
+    probe_calls.clear()
+    report = ember.explain(fn)(t(3))
+    assert (report.graph_count, report.graph_break_count, report.ops_per_graph) == (1, 0, [1])
+    compiled = ember.compile(fn, fullgraph=True)
+    same(compiled(t(3)), fn(t(3)))
+    assert probe_calls == ["gloo"]  # (the cache's: called once, at the first capture)
 
 
 def test_dynamo_s_graph_break_breaks_once():

@@ -159,3 +159,26 @@ def test_ember_profile_names_each_kernel_and_library_call_in_torch_profiler():
     assert len(kernels) == 1 and labels[kernels[0]] == 3, labels
     assert "sum" in kernels[0] and "[8, 4]" in kernels[0], kernels
     assert len(library) == 1 and labels[library[0]] == 3, labels
+
+
+def _multi_query_attention(x, w):
+    # GPT-BigCode's multi-query attention: one key and value head, put after an empty cache
+    # (a cat: eager's copy is contiguous, ember's a view of the projection) and repeated over
+    # the query heads by an expand that a reshape keeps a view (stride 0), as sdpa's operand
+    b, s = x.shape[:2]
+    query, key, value = (x @ w).unsqueeze(1).split((64, 16, 16), dim=3)
+    query = query.view(b, s, 4, 16).transpose(1, 2)
+    empty = x.new_zeros(b, 1, 0, 16)
+    key, value = (torch.cat([empty, t], dim=-2)[:, :, None].expand(b, 1, 4, s, 16)
+                  .reshape(b, 4, s, 16) for t in (key, value))
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True)
+
+
+def test_a_library_operand_that_eager_passes_expanded_is_relaid_as_an_expand():
+    # eager's key and value have stride 0 over the heads; ember's buffer lies otherwise, so
+    # the wrapper relays them out as eager passes them (a copy into stride-0 memory raised,
+    # and the graph ran eagerly from then on)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 12, 64, generator=generator)
+    w = torch.randn(64, 96, generator=generator) / 8
+    check(_multi_query_attention, x, w)
