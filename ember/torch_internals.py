@@ -623,8 +623,12 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
         shape_env
 
 
-# the refusal of a C++ kernel that takes no symbolic sizes
-_REFUSES_SYMBOLS = "SymIntArrayRef expected to contain only concrete integers"
+def refuses_symbolic_sizes(error: BaseException) -> bool:
+    """Is `error` a C++ kernel's refusal of symbolic sizes ("SymIntArrayRef expected to
+    contain only concrete integers": a kernel that takes plain ints only)?"""
+    return "SymIntArrayRef expected to contain only concrete integers" in str(error)
+
+
 # ops whose fake dispatch met that refusal: they run with torch's Python kernels from then on
 _PYTHON_KERNELS: set[Any] = set()
 _quiet = threading.local()
@@ -660,7 +664,7 @@ def _symbolic_fake_mode_class() -> type:
                 try:
                     return super().dispatch(func, types, args, kwargs)
                 except RuntimeError as error:
-                    if _REFUSES_SYMBOLS not in str(error):
+                    if not refuses_symbolic_sizes(error):
                         raise
                     _PYTHON_KERNELS.add(func)
                 finally:

@@ -245,10 +245,10 @@ class Tracer(torch_internals.TorchDispatchMode):
 
     def _decomposed_instead(self, func, args: tuple, kwargs: dict, error: Exception) -> Any:
         """torch's decomposition of `func`, traced op by op, where `func`'s own meta kernel
-        refuses symbolic sizes (torch 2.11's `ones` on the meta device: "SymIntArrayRef
-        expected to contain only concrete integers"; later versions take them); None where
-        that is not the refusal or torch has no decomposition."""
-        if "SymIntArrayRef" not in str(error) or self.symbols is None:
+        refuses symbolic sizes (the refusal capture's fake mode retries with torch's Python
+        kernels, torch_internals; `constant_pad_nd` on the meta device); None where that is
+        not the refusal or torch has no decomposition."""
+        if not torch_internals.refuses_symbolic_sizes(error) or self.symbols is None:
             return None
         decomposition = torch_internals.decomposition_of(func)
         if decomposition is None:

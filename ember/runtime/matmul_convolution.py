@@ -49,8 +49,7 @@ def convolution_as_matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Ten
     n, c, h, w = x.shape
     o = weight.shape[0]
     if weight.shape[2] == weight.shape[3] == 1 and stride == [1, 1] and padding == [0, 0]:
-        if not channels_last and x.is_contiguous() and \
-                (n - 1) * o * c <= 4 * n * h * w * (c + o):
+        if not channels_last and x.is_contiguous() and _by_image_pays(n, c, h * w, o):
             # a row-major image times the weight, image by image, gives the row-major result
             # with no copy of either (the rows below would cost two); the weight is read
             # once per image, which pays unless the images have only a few positions each
@@ -89,8 +88,7 @@ def convolution_backward_as_matmul(grad: torch.Tensor, x: torch.Tensor, weight: 
         else torch.contiguous_format
     if kh * kw == 1 and list(stride) == [1, 1] and not any(padding) and \
             layout == torch.contiguous_format and x.is_contiguous() and \
-            grad.is_contiguous() and (n - 1) * o * c <= 4 * n * h * w * (c + o):
-        # (the forward's condition: the weight read once per image pays for the copies)
+            grad.is_contiguous() and _by_image_pays(n, c, h * w, o):
         return _pointwise_backward_by_image(grad, x, weight, output_mask)
     grad_rows = grad.permute(0, 2, 3, 1).reshape(-1, o)
     oh, ow = grad.shape[2:]
@@ -126,6 +124,13 @@ def convolution_backward_as_matmul(grad: torch.Tensor, x: torch.Tensor, weight: 
     if output_mask[2]:
         grad_bias = grad_rows.sum(0)
     return grad_input, grad_weight, grad_bias
+
+
+def _by_image_pays(n: int, c: int, positions: int, o: int) -> bool:
+    """Does a row-major 1x1 convolution (n images of c channels at `positions` positions, o
+    outputs) pay image by image? The weight is read once per image instead of the image and
+    the result copied into and out of rows: it pays unless the images have few positions."""
+    return (n - 1) * o * c <= 4 * n * positions * (c + o)
 
 
 def _pointwise_backward_by_image(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
