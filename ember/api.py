@@ -31,7 +31,6 @@ from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
 from ember.capture.breaks import resume_function
-from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import (
@@ -41,6 +40,7 @@ from ember.capture.guards import (
     first_failure,
     same_tensor,
 )
+from ember.capture.module_calls import eager_fast_path
 from ember.capture.symbols import DynamicPolicy, FrameSizes
 from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed

@@ -152,7 +152,7 @@ class Session:
         # (a DDP's model, a module with hooks such as an FSDP-sharded block): the API layer
         # routes their calls to a compiled version
         self.compile_apart: list[torch.nn.Module] = []
-        self.inlined_modules: list[torch.nn.Module] = []  # (see calls.call_module)
+        self.inlined_modules: list[torch.nn.Module] = []  # (see module_calls.call_module)
         self.inlined_dicts: list[dict] = []  # (their __dict__s)
         self.plain_guarded = False
         # modules inlined with their hooks, and their hook tables' lengths and keys as the
