@@ -31,7 +31,6 @@ from ember.autodiff import tape
 from ember.capture import markers
 from ember.capture.attributes import class_lookup
 from ember.capture.breaks import resume_function
-from ember.capture.calls import eager_fast_path
 from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import (
@@ -41,6 +40,7 @@ from ember.capture.guards import (
     first_failure,
     same_tensor,
 )
+from ember.capture.module_calls import eager_fast_path
 from ember.capture.symbols import DynamicPolicy, FrameSizes
 from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed
@@ -625,11 +625,12 @@ def _ending_the_streak(compiled: CompiledFunction, call: Callable[[dict], Any]
 def _compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True
                    ) -> None:
     """Calls of `module` (made outside a graph, after a break) reach its compiled version; so
-    do those of its submodules with hooks (FSDP's sharded parts: the module's own forward may
-    break at the first and run the rest as Python, a loop over its layers)."""
+    do those of its submodules whose hooks a capture does not inline (FSDP's sharded parts:
+    the module's own forward may break at the first and run the rest as Python, a loop over
+    its layers)."""
     for part in module.modules():
         if part is module and not itself or \
-                part is not module and not torch_internals.module_has_hooks(part):
+                part is not module and torch_internals.hooks_run_apart(part) is None:
             continue
         if isinstance(part, CompiledModule) or torch_internals.calls_routed(part):
             continue
@@ -679,8 +680,9 @@ class CompiledModule(torch.nn.Module):
             self._compiled_forward = self._wrapped._compiled_forward
         else:
             self._compiled_forward = CompiledFunction(type(module).forward, **options)
-            # submodules with hooks (FSDP-sharded blocks) break the forward's graph where
-            # they are called: each is compiled on its own, its hooks run around it
+            # submodules with hooks a capture does not inline (FSDP-sharded blocks, backward
+            # hooks) break the forward's graph where they are called: each is compiled on its
+            # own, its hooks run around it
             _compile_apart(module, options, itself=False)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -377,6 +377,77 @@ def module_has_hooks(module: torch.nn.Module) -> bool:
                 _module_module._global_backward_pre_hooks)
 
 
+# The hook tables of a module, and the global ones, that decide what calling it runs: a
+# capture that inlines a hooked module's call guards their keys (hook_tables_unchanged).
+_MODULE_HOOK_TABLES = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+                       "_forward_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOK_TABLES = ("_global_forward_pre_hooks", "_global_forward_hooks",
+                       "_global_forward_hooks_with_kwargs", "_global_backward_hooks",
+                       "_global_backward_pre_hooks")
+
+
+def hooks_run_apart(module: torch.nn.Module) -> str | None:
+    """Why a capture cannot inline this module's call as nn.Module's call runs it, with its
+    hooks (None: it can, or there are none). Backward hooks wrap the forward's inputs and
+    outputs in autograd functions of torch's; torch's own forward hooks (FSDP's all-gather
+    and reshard, DDP's) talk to other processes. Both run as eager runs them, around the
+    forward compiled on its own."""
+    if module._backward_hooks or module._backward_pre_hooks or \
+            _module_module._global_backward_hooks or _module_module._global_backward_pre_hooks:
+        return "backward hooks"
+    for hook in (*_module_module._global_forward_pre_hooks.values(),
+                 *module._forward_pre_hooks.values(),
+                 *_module_module._global_forward_hooks.values(),
+                 *module._forward_hooks.values()):
+        owner = getattr(hook, "__module__", None) or \
+            getattr(getattr(hook, "__func__", None), "__module__", None) or ""
+        if owner.split(".")[0] == "torch":
+            return f"torch's own forward hooks ({getattr(hook, '__qualname__', hook)})"
+    return None
+
+
+def forward_hooks(module: torch.nn.Module) -> tuple[list, list]:
+    """What nn.Module's call runs around the forward, in its order: the pre-hooks and the
+    hooks, each as (table, hook id, hook, takes kwargs), globals first. (As _call_impl asks:
+    a pre-hook takes kwargs by the module's table, even a global one.)"""
+    pre = [(table, key, hook, key in module._forward_pre_hooks_with_kwargs)
+           for table in (_module_module._global_forward_pre_hooks, module._forward_pre_hooks)
+           for key, hook in table.items()]
+    post = [(table, key, hook, key in module._forward_hooks_with_kwargs or
+             key in _module_module._global_forward_hooks_with_kwargs)
+            for table in (_module_module._global_forward_hooks, module._forward_hooks)
+            for key, hook in table.items()]
+    return pre, post
+
+
+def hook_tables(module: torch.nn.Module | None) -> list[dict]:
+    """The module's hook tables (None: the global ones)."""
+    if module is None:
+        return [getattr(_module_module, name) for name in _GLOBAL_HOOK_TABLES]
+    return [getattr(module, name) for name in _MODULE_HOOK_TABLES]
+
+
+def hook_tables_unchanged(handles_made: int, tables: list[dict], lengths: list[int],
+                          keys: list[tuple]) -> bool:
+    """Do the hook tables of the modules a capture inlined with their hooks still hold the
+    hooks they held then? A guard: it runs on every call. Removing a hook shortens a table;
+    registering one numbers a new handle, and only then are the keys compared.
+    NOTE: a hook put into a table by hand, over an existing key, is not seen (as torch's
+    own hooks API never does that)."""
+    if list(map(len, tables)) != lengths:
+        return False
+    return RemovableHandle.next_id == handles_made or list(map(tuple, tables)) == keys
+
+
+def is_thread_lock(value: Any) -> bool:
+    """A threading.Lock or threading.RLock (C's or Python's)."""
+    return isinstance(value, (_LOCK_TYPE, _RLOCK_TYPE, threading._PyRLock))
+
+
+_LOCK_TYPE = type(threading.Lock())
+_RLOCK_TYPE = type(threading.RLock())
+
+
 def instance_forward(module: torch.nn.Module) -> Any:
     """A `forward` set on the module instance (it shadows the class's: accelerate's and
     PEFT's wrappers, a user's monkeypatch), or None."""

@@ -156,7 +156,7 @@ def test_graphs_that_compute_nothing_reach_no_backend():
     assert len(compiled_graphs) == 1  # (x * 2; the identity after the print is not)
 
 
-def test_a_hooked_module_trains_with_its_hooks_around_the_compiled_forward():
+def test_a_hooked_submodule_trains_with_its_hook_inlined():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     reference = copy.deepcopy(model)
@@ -167,6 +167,25 @@ def test_a_hooked_module_trains_with_its_hooks_around_the_compiled_forward():
         net(t(4, 6)).pow(2).sum().backward()
     for ours, theirs in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    # (the hook is traced into the model's one graph: nothing compiled apart)
+    assert "_compiled_call_impl" not in model[0].__dict__
+    assert compiled._compiled_forward.records[-1].graphs == 1
+
+
+def test_a_submodule_whose_hook_cannot_be_traced_is_compiled_on_its_own():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    reference = copy.deepcopy(model)
+    shapes = []
+    for net in (model, reference):
+        net[0].register_forward_hook(
+            lambda module, inputs, output: shapes.append(output.sum().item()) or output * 0.5)
+    compiled = ember.compile(model)
+    for net in (compiled, reference):
+        net(t(4, 6)).pow(2).sum().backward()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert len(shapes) == 2 and shapes[0] == pytest.approx(shapes[1])
     # (the hooked Linear is compiled on its own, its hook run around it)
     routed = model[0].__dict__.get("_compiled_call_impl")
     assert routed is not None and routed.__self__._compiled_forward.records[-1].graphs == 1

@@ -247,6 +247,43 @@ def test_hook_handles_are_counted_and_modules_looked_at_when_the_count_moved():
     assert not torch_internals.modules_still_plain(before, [module], [module.__dict__])
 
 
+def test_hook_tables_are_read_in_call_order_and_their_changes_seen():
+    module = torch.nn.Linear(2, 2)
+    before = torch_internals.hooks_made()
+    tables = [*torch_internals.hook_tables(None), *torch_internals.hook_tables(module)]
+
+    def unchanged(handles_made):
+        return torch_internals.hook_tables_unchanged(
+            handles_made, tables, [len(t) for t in tables], [tuple(t) for t in tables])
+
+    first = module.register_forward_hook(lambda m, args, out: out)
+    module.register_forward_hook(lambda m, args, kwargs, out: out, prepend=True,
+                                 with_kwargs=True)
+    module.register_forward_pre_hook(lambda m, args, kwargs: None, with_kwargs=True)
+    pre, post = torch_internals.forward_hooks(module)
+    assert [with_kwargs for *_, with_kwargs in pre] == [True]
+    assert [with_kwargs for *_, with_kwargs in post] == [True, False]
+    assert post[1][1] == first.id and post[1][0] is module._forward_hooks
+    assert torch_internals.hooks_run_apart(module) is None
+    made = torch_internals.hooks_made()
+    assert made == before + 3
+    lengths, keys = [len(t) for t in tables], [tuple(t) for t in tables]
+    first.remove()
+    assert not torch_internals.hook_tables_unchanged(made, tables, lengths, keys)
+    assert unchanged(made)
+    handle = module.register_full_backward_hook(lambda m, grad_in, grad_out: None)
+    assert torch_internals.hooks_run_apart(module) == "backward hooks"
+    handle.remove()
+
+
+def test_threading_locks_are_recognised():
+    import threading
+
+    assert all(torch_internals.is_thread_lock(lock) for lock in
+               (threading.Lock(), threading.RLock(), threading._PyRLock()))
+    assert not torch_internals.is_thread_lock(threading.Semaphore())
+
+
 def test_an_lr_scheduler_s_wrapper_of_step_leads_to_its_optimizer():
     parameter = torch.nn.Parameter(torch.zeros(2))
     optimizer = torch.optim.SGD([parameter], lr=0.1)

@@ -1,6 +1,7 @@
-"""Calls during capture: torch callables become graph nodes, Python functions and module
-forwards are inlined (interpreted in a new frame), builtins and container methods follow
-per-callable rules, and anything else is `Unsupported` with a reason.
+"""Calls during capture: torch callables become graph nodes, Python functions are inlined
+(interpreted in a new frame), modules are called as module_calls says (their forwards and
+hooks inlined), builtins and container methods follow per-callable rules, and anything else
+is `Unsupported` with a reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import math
 import types
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -130,9 +131,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
                                                    args, kwargs)
     if isinstance(callee, BoundMethodValue):
         receiver = getattr(callee.receiver, "value", None)
-        walk = _MODULE_WALKS.get(getattr(callee.function, "value", None))
+        walk = module_calls.MODULE_WALKS.get(getattr(callee.function, "value", None))
         if walk is not None and isinstance(callee.receiver, ModuleValue):
-            return _walk_module(session, callee.receiver, walk, args, kwargs)
+            return module_calls.walk_module(session, callee.receiver, walk, args, kwargs)
         if isinstance(callee.receiver, ObjectValue) and \
                 isinstance(receiver, torch.optim.Optimizer):
             name = getattr(callee.function, "value", None)
@@ -142,6 +143,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
                               "expected: a training step breaks at zero_grad(), backward() and "
                               "step()")
         return call_value(session, callee.function, [callee.receiver, *args], kwargs, frame)
+    if isinstance(callee, FunctionValue) and callee.value in module_calls.HOOK_REGISTRATIONS \
+            and args and isinstance(args[0], ModuleValue):
+        return module_calls.register_hook(session, callee.value, args, kwargs)
     if isinstance(callee, FunctionValue):
         if torch_internals.scheduler_wrapped_optimizer(callee.value) is not None:
             raise Unsupported("optimizer.step() runs outside the graph (as ember's fused "
@@ -154,7 +158,7 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
         return call_value(session, callee.function, [*callee.args, *args],
                           {**callee.keywords, **kwargs}, frame)
     if isinstance(callee, ModuleValue):
-        return call_module(session, callee, args, kwargs, frame)
+        return module_calls.call_module(session, callee, args, kwargs, frame)
     if isinstance(callee, BuiltinValue):
         return call_builtin(session, callee.value, args, kwargs)
     if isinstance(callee, ObjectValue):
@@ -362,116 +366,6 @@ def inline_nested(session: Session, callee: NestedFunctionValue, args: list[Valu
     bound = bind_arguments(code, callee.name, callee.defaults, callee.kwdefaults, args, kwargs)
     cells = dict(zip(code.co_freevars, callee.closure))
     return _run_frame(session, code, callee.globals, bound, cells, callee.name, parent)
-
-
-def call_module(session: Session, module_value: ModuleValue, args: list[Value],
-                kwargs: dict[str, Value], parent: Frame | None) -> Value:
-    module = module_value.value
-    if torch_internals.is_distributed_data_parallel(module):
-        session.compile_apart.append(module.module)
-        raise Unsupported("DistributedDataParallel's forward runs outside the graph (it readies "
-                          "the gradient buckets that autograd's hooks all-reduce); the model "
-                          "inside is compiled on its own", "expected with DDP")
-    if torch_internals.module_has_hooks(module):
-        session.compile_apart.append(module)
-        raise Unsupported(f"{type(module).__name__} has forward hooks: they run outside the "
-                          f"graph, around its forward, which is compiled on its own",
-                          "expected for FSDP-sharded modules; else remove the hooks")
-    fast_path = eager_fast_path(module, args, kwargs)
-    if fast_path is not None:
-        raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
-    if not session.inlined_modules:
-        # one guard for every module the capture inlines: a hook registered on one of them
-        # later must reach the next call (the lists fill as the capture goes on)
-        session.guard_answer(
-            torch_internals.modules_still_plain,
-            (torch_internals.hooks_made(), session.constant_source(session.inlined_modules),
-             session.constant_source(session.inlined_dicts)), True,
-            "a hook, or a forward, was set on a module the compiled code calls")
-    session.inlined_modules.append(module)
-    own = torch_internals.instance_forward(module)
-    if own is not None:  # (a forward set on the instance — what nn.Module's call runs —
-        # guarded through the source it is read by)
-        source = AttrSource(module_value.source, "forward") if module_value.source else None
-        return call_value(session, session.wrap(own, source), list(args), kwargs, parent)
-    session.inlined_dicts.append(module.__dict__)
-    forward = type(module).forward
-    function = session.wrap(forward, None, guard=False)
-    return call_value(session, function, [module_value, *args], kwargs, parent)
-
-
-def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
-                    ) -> str | None:
-    """Why `module(*args, **kwargs)` must run as eager runs it, or None. (Arguments: values
-    or tracked values.) nn.TransformerEncoder in eval with a padding mask runs its layers on
-    a nested tensor, whose padded positions come out 0 — a path chosen from the mask's data,
-    and skipped where torch.compiler.is_compiling(), which capture answers True."""
-    if type(module) is not torch.nn.TransformerEncoder or \
-            not getattr(module, "use_nested_tensor", False) or module.layers[0].training:
-        return None
-    mask = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
-    if mask is None or (isinstance(mask, Const) and mask.value is None):
-        return None
-    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
-        return None  # (eager's slow path too)
-    return ("nn.TransformerEncoder with a padding mask in eval runs eager's nested-tensor "
-            "path (its padded positions come out 0)")
-
-
-# nn.Module's own generator methods: (which registry they walk, whole tree or direct
-# children, with names). They read the module tree and nothing else, so running them at
-# capture time is safe; the tree they saw is guarded (each registry's keys and contents).
-_MODULE_WALKS = {
-    torch.nn.Module.modules: ("_modules", True, False),
-    torch.nn.Module.named_modules: ("_modules", True, True),
-    torch.nn.Module.children: ("_modules", False, False),
-    torch.nn.Module.named_children: ("_modules", False, True),
-    torch.nn.Module.parameters: ("_parameters", True, False),
-    torch.nn.Module.named_parameters: ("_parameters", True, True),
-    torch.nn.Module.buffers: ("_buffers", True, False),
-    torch.nn.Module.named_buffers: ("_buffers", True, True),
-}
-
-
-def _walk_module(session: Session, receiver: ModuleValue, walk: tuple[str, bool, bool],
-                 args: list[Value], kwargs: dict[str, Value]) -> Value:
-    registry, whole_tree, named = walk
-    if args or kwargs or receiver.source is None:
-        raise Unsupported("nn.Module's module/parameter walks with arguments, or of a module "
-                          "made inside the compiled function")
-    found: list[tuple[str, Value]] = []
-    seen: set[int] = set()
-
-    def visit(module: torch.nn.Module, source: Any, prefix: str) -> None:
-        children = session.wrap(module._modules, AttrSource(source, "_modules"))
-        if registry == "_modules":
-            if whole_tree and id(module) not in seen:
-                seen.add(id(module))
-                found.append((prefix, session.wrap(module, source)))
-        else:
-            entries = session.wrap(getattr(module, registry),
-                                   AttrSource(source, registry)).items
-            for name, value in entries.items():
-                tensor = getattr(module, registry)[name]
-                if tensor is not None and id(tensor) not in seen:
-                    seen.add(id(tensor))
-                    found.append((prefix + ("." if prefix else "") + name, value))
-        for name, child in module._modules.items():
-            if child is None:
-                continue
-            child_source = ItemSource(AttrSource(source, "_modules"), name)
-            child_prefix = prefix + ("." if prefix else "") + name
-            if not whole_tree:  # children(): the direct ones, once each
-                if id(child) not in seen:
-                    seen.add(id(child))
-                    found.append((child_prefix, children.items[name]))
-                continue
-            visit(child, child_source, child_prefix)
-
-    visit(receiver.value, receiver.source, "")
-    items = [SequenceValue([Const(name), value], tuple) if named else value
-             for name, value in found]
-    return IteratorValue(items)
 
 
 def _not_plain(cls: type) -> str | None:
@@ -720,4 +614,4 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
-from ember.capture import builtin_rules, copy_rules, markers  # noqa: E402,F401
+from ember.capture import builtin_rules, copy_rules, markers, module_calls  # noqa: E402,F401

@@ -205,7 +205,7 @@ def _size_guards(session: Session) -> None:
 def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     """The graph up to the break, and a runner that finishes the instruction natively and
     calls the resume function(s)."""
-    writer = Rebuilder(session.builder.shapes)
+    writer = Rebuilder(session.builder.shapes, {id(cell) for cell in frame.cells.values()})
     lines = effect_lines(session, writer)
     below = [writer.expr(v) for v in stop.below if v is not NULL]
     after = frame.instructions
@@ -340,7 +340,8 @@ def _effect_line(effect: Effect, writer: Rebuilder) -> str:
         return f"{effect.target.expr()} = {writer.expr(effect.value)}"
     if effect.kind == "call":
         args = ", ".join(writer.expr(v) for v in effect.value.items)
-        return f"{writer.constant(effect.function)}({args})"
+        call = f"{writer.constant(effect.function)}({args})"
+        return call if effect.result is None else f"{writer.result(effect.result)} = {call}"
     if effect.kind == "advance":
         return f"{writer.constant(advance)}({effect.target.expr()}, {effect.value.position})"
     container = effect.value

@@ -20,6 +20,7 @@ from ember.capture.values import (
     Const,
     DictValue,
     GradModeValue,
+    LockContextValue,
     NullContextValue,
     OutsideListValue,
     SequenceValue,
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 def call_value_method(session: Session, receiver: Value, name: str, args: list[Value],
                       kwargs: dict[str, Value]) -> Value:
     if isinstance(receiver, NullContextValue) and name in ("__enter__", "__exit__"):
+        return Const(None)
+    if isinstance(receiver, LockContextValue) and name == "__exit__":
+        semantics.exit_lock(session, receiver)
         return Const(None)
     if isinstance(receiver, AutocastValue) and name in ("__enter__", "__exit__"):
         if name == "__enter__":

@@ -7,6 +7,7 @@ and take apart containers (and `match` patterns) are in ember/capture/container_
 
 from __future__ import annotations
 
+import builtins
 import dis
 import importlib
 
@@ -441,11 +442,12 @@ def _raise_varargs(frame: Frame, instruction: Instruction) -> None:
 def _import_name(frame: Frame, instruction: Instruction) -> None:
     fromlist = semantics.python_value(frame.pop())
     level = semantics.python_value(frame.pop())
-    if level:
-        raise Unsupported("relative import inside the compiled function")
-    module = importlib.import_module(instruction.argval)
-    if not fromlist:
-        module = importlib.import_module(instruction.argval.split(".")[0])
+    if level:  # (resolved against the package of the code's globals, as CPython does)
+        module = builtins.__import__(instruction.argval, frame.globals, None, fromlist, level)
+    else:
+        module = importlib.import_module(instruction.argval)
+        if not fromlist:
+            module = importlib.import_module(instruction.argval.split(".")[0])
     # (the module is kept by the cache entry: what the code reads from it is guarded as
     # any global is, a class's attributes among them)
     frame.push(semantics.wrap_object(frame.session, module,

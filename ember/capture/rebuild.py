@@ -18,6 +18,7 @@ import torch
 
 from ember.capture.attributes import class_lookup
 from ember.capture.errors import Unsupported
+from ember.capture.semantics import RealCell
 from ember.capture.sources import AHEAD_MARK
 from ember.capture.symbols import SYMBOLIC
 from ember.capture.values import (
@@ -49,8 +50,9 @@ _NULL_CONTEXT = contextlib.nullcontext()
 
 
 class Rebuilder:
-    def __init__(self, shapes: Any = None):
+    def __init__(self, shapes: Any = None, live_cells: set[int] | frozenset = frozenset()):
         self.shapes = shapes  # (symbols.Shapes: how a symbolic size is read from the call)
+        self.live_cells = live_cells  # (ids of the cells of the frame resumed after a break)
         self._symbols: set[str] = set()
         self.outputs: list[TensorValue] = []
         self.namespace: dict[str, Any] = {"torch": torch, "types": types}
@@ -78,6 +80,12 @@ class Rebuilder:
         plain = type(key) in (str, int, bool, type(None)) or (
             type(key) is tuple and all(type(k) in (str, int, bool, type(None)) for k in key))
         return repr(key) if plain else self.constant(key)
+
+    def result(self, value: Value) -> str:
+        """The name a statement of the caller's assigns `value` to (a replayed call's)."""
+        name = f"t{len(self._memo)}"
+        self._memo[id(value)] = name
+        return name
 
     def temporary(self, value: Value, expression: str) -> str:
         name = f"t{len(self._memo)}"
@@ -176,13 +184,21 @@ class Rebuilder:
                 return self.constant(getattr(_NULL_CONTEXT, value.name))
             return f"{self.expr(value.receiver)}.{value.name}"
         if isinstance(value, NestedFunctionValue):
-            if value.closure:
-                raise Unsupported("a function defined inside, with a closure, is alive at the "
-                                  "break", "move the nested function out of the compiled code")
             defaults = ", ".join(self.expr(d) for d in value.defaults)
-            return (f"types.FunctionType({self.constant(value.code)}, "
-                    f"{self.constant(value.globals)}, {value.name!r}, ({defaults}"
-                    f"{',' if len(value.defaults) == 1 else ''}))")
+            filled: list[tuple[str, Value]] = []  # (new cells: filled once the function is
+            # made, which what they hold may refer to)
+            closure = ", ".join(self._cell(cell, filled) for cell in value.closure)
+            made = self.temporary(value, (
+                f"types.FunctionType({self.constant(value.code)}, "
+                f"{self.constant(value.globals)}, {value.name!r}, ({defaults}"
+                f"{',' if len(value.defaults) == 1 else ''}), ({closure}"
+                f"{',' if len(value.closure) == 1 else ''}))"))
+            if value.kwdefaults:
+                items = ", ".join(f"{k!r}: {self.expr(v)}" for k, v in value.kwdefaults.items())
+                self.lines.append(f"{made}.__kwdefaults__ = {{{items}}}")
+            for name, contents in filled:
+                self.lines.append(f"{name}.cell_contents = {self.expr(contents)}")
+            return made
         if isinstance(value, NewObjectValue):  # made first: its attributes may refer to it
             base = value.mapping.kind if value.mapping is not None else object
             name = self.temporary(value, f"{self.constant(base)}.__new__("
@@ -209,6 +225,23 @@ class Rebuilder:
         if isinstance(value, CellValue):
             raise Unsupported("a closure cell is alive at the break")
         raise Unsupported(f"{value.describe()} cannot be rebuilt in Python")
+
+    def _cell(self, cell: Any, filled: list[tuple[str, Value]]) -> str:
+        """A closure cell of a function made during the capture: a real one as it is; one
+        of a frame the capture ran, new, holding what the frame left in it (one per cell,
+        so functions that shared it still do). Not one of the frame that goes on after a
+        break: its code would write its own."""
+        if isinstance(cell, RealCell):
+            return self.constant(cell.cell)
+        if id(cell) in self.live_cells:
+            raise Unsupported("a function defined inside, with a closure, is alive at the "
+                              "break", "move the nested function out of the compiled code")
+        if id(cell) in self._memo:
+            return self._memo[id(cell)]
+        name = self.temporary(cell, "types.CellType()")
+        if cell.contents is not None:
+            filled.append((name, cell.contents))
+        return name
 
     def _size(self, value: Any) -> str:
         """A symbolic size handed out (returned, stored, at a break): computed from the call's

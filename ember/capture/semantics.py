@@ -35,6 +35,7 @@ from ember.capture.values import (
     FunctionValue,
     GradModeValue,
     IteratorValue,
+    LockContextValue,
     ModuleValue,
     NestedFunctionValue,
     NewObjectValue,
@@ -621,6 +622,8 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         return ValueMethodValue(manager, "__exit__"), manager
     cls = manager.cls if isinstance(manager, NewObjectValue) else \
         type(manager.value) if type(manager) is ObjectValue else None
+    if type(manager) is ObjectValue and torch_internals.is_thread_lock(manager.value):
+        return enter_lock(session, manager)
     if type(manager) is ObjectValue and torch_internals.is_compiler_config_patch(manager.value):
         # (a patch of torch's compiler configuration — an exported program's input checks
         # run under one — changes nothing eager computes)
@@ -638,6 +641,25 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
     raise Unsupported(f"with-block on {manager.describe()}",
                       "only torch.no_grad(), torch.enable_grad() and "
                       "torch.set_grad_enabled() blocks are captured")
+
+
+def enter_lock(session: Session, lock: ObjectValue) -> tuple[Value, Value]:
+    """`with lock:` over a threading.Lock or RLock. The capture runs in one thread, and the
+    graph computes nothing another thread can see: what must be done under the lock is what
+    outlives the call, the side effects, replayed after the graph. So the replay takes the
+    lock around the effects the block made (where it made none, it is not taken at all, as
+    Dynamo treats such locks). No break inside the block: the native part would run outside
+    the lock, and the resumed code would release a lock it never took."""
+    context = LockContextValue(lock)
+    context.acquire = session.side_effects.call(type(lock.value).acquire, [lock])
+    exit_ = ValueMethodValue(context, "__exit__")
+    session.open_contexts.append(exit_)
+    return exit_, Const(True)
+
+
+def exit_lock(session: Session, context: LockContextValue) -> None:
+    if not session.side_effects.drop_last(context.acquire):
+        session.side_effects.call(type(context.lock.value).release, [context.lock])
 
 
 def exit_grad_mode(session: Session, mode: GradModeValue) -> None:

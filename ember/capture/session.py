@@ -152,8 +152,15 @@ class Session:
         # (a DDP's model, a module with hooks such as an FSDP-sharded block): the API layer
         # routes their calls to a compiled version
         self.compile_apart: list[torch.nn.Module] = []
-        self.inlined_modules: list[torch.nn.Module] = []  # (see calls.call_module)
+        self.inlined_modules: list[torch.nn.Module] = []  # (see module_calls.call_module)
         self.inlined_dicts: list[dict] = []  # (their __dict__s)
+        self.plain_guarded = False
+        # modules inlined with their hooks, and their hook tables' lengths and keys as the
+        # capture found them (see calls._call_with_hooks)
+        self.hooked_modules: list[torch.nn.Module] = []
+        self.hook_tables: list[dict] = []
+        self.hook_lengths: list[int] = []
+        self.hook_keys: list[tuple] = []
         self.guards.add("global", None, ("grad_mode", self.grad_enabled))
         # called under torch.inference_mode(): what the graph makes are inference tensors
         inference = torch.is_inference_mode_enabled()

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.capture.sources import Source
-from ember.capture.values import DictValue, SequenceValue, Value
+from ember.capture.values import Const, DictValue, SequenceValue, Value
 
 
 @dataclasses.dataclass
@@ -24,6 +24,7 @@ class Effect:
     value: Value | None = None
     globals_index: int = 0
     function: Any = None  # "call": what is called, on `value`'s items
+    result: Value | None = None  # "call": the value that stands for what it returns
 
 
 class SideEffects:
@@ -33,6 +34,9 @@ class SideEffects:
         self.globals: dict[tuple[int, str], Value] = {}
         self.cells: dict[int, Value] = {}
         self.containers: dict[int, Value] = {}               # id(SequenceValue) -> it
+        # forward hooks the captured code registered, registered for real by the replay:
+        # (id(module), "pre" | "post") -> ((hook, takes kwargs, prepend), ...) in order
+        self.hooks: dict[tuple[int, str], tuple] = {}
         # How to undo what the current instruction of the root frame changed, newest last
         # (tracked values' contents, the maps above, the effects), so that a graph break
         # there can put everything back as it was before the instruction, however deep in
@@ -94,12 +98,36 @@ class SideEffects:
         self.cells[id(cell)] = value
         self.effects.append(Effect("setcell", source, "", value))
 
-    def call(self, function: Any, args: list[Value]) -> None:
-        """A call whose result the code does not use (a warning): made after the graph, in
-        order with the other effects."""
+    def call(self, function: Any, args: list[Value], result: Value | None = None) -> Effect:
+        """A call made after the graph, in order with the other effects: one whose result
+        the code does not use (a warning), or whose result `result` stands for."""
         self.activity += 1
-        self.effects.append(Effect("call", None, value=SequenceValue(args, tuple),
-                                   function=function))
+        effect = Effect("call", None, value=SequenceValue(args, tuple), function=function,
+                        result=result)
+        self.effects.append(effect)
+        return effect
+
+    def drop_last(self, effect: Effect) -> bool:
+        """Take back `effect` if it is the last one; did it? (Where it came before the
+        current instruction, that instruction cannot be undone by a break: a with-block's
+        end, whose block cannot break.)"""
+        if not self.effects or self.effects[-1] is not effect:
+            return False
+        self.effects.pop()
+        self._mark = min(self._mark, len(self.effects))
+        return True
+
+    def register_hook(self, module: Value, kind: str, hook: Value, flags: dict[str, bool],
+                      register: Callable[..., Any], handle: Value) -> None:
+        """A forward hook ("post") or pre-hook ("pre") registered on `module`: the rest of
+        the capture calls the module with it; the replay registers it, by `register`, whose
+        result (the real handle) `handle` stands for."""
+        key = (id(module.value), kind)
+        self._keep(self.hooks, key)
+        self.hooks[key] = (*self.hooks.get(key, ()),
+                           (hook, flags["with_kwargs"], flags["prepend"]))
+        self.call(register, [module, hook, *(Const(flags[name]) for name in sorted(flags))],
+                  handle)
 
     def advance(self, iterator: Value) -> None:
         """An iterator from outside: the real one gives up, after the graph, the items the
@@ -121,7 +149,6 @@ class SideEffects:
 
 
 _MISSING = object()
-
 
 def _restore(value: Value, state: dict[str, tuple[Any, Any]]) -> None:
     """Put a tracked value's fields back: the same objects, and a list's, dict's or set's

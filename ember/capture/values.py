@@ -407,6 +407,33 @@ class NullContextValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class HookHandleValue(Value):
+    """The handle of a module hook the captured code registered: registered for real only
+    when the effects are replayed, after the graph, so the capture cannot use it (remove()
+    breaks the graph); handed on, it is the replayed registration's result."""
+
+    def python_type(self) -> type:
+        from torch.utils.hooks import RemovableHandle
+
+        return RemovableHandle
+
+    def describe(self) -> str:
+        return "the handle of a hook registered inside the compiled function"
+
+
+@dataclasses.dataclass(eq=False)
+class LockContextValue(Value):
+    """A with-block over a threading.Lock or RLock (see semantics.enter_lock). `acquire`: the
+    effect that takes the lock when the effects are replayed."""
+
+    lock: Value
+    acquire: Any = None
+
+    def python_type(self) -> type:
+        return type(self.lock.value)
+
+
+@dataclasses.dataclass(eq=False)
 class GradModeValue(Value):
     """torch.no_grad() / torch.enable_grad() / torch.set_grad_enabled(b) as a context or a
     decorator."""

@@ -1514,8 +1514,6 @@ PARTLY: dict = {
         "RECOMP", "BatchNorm's momentum=None (cumulative average) guards on the step's factor"),
     "property_computed_from_counter_attr": (
         "RECOMP", "a warm-up factor computed from a step counter is a new constant each step"),
-    "global_module_forward_hook_registered_between_calls": (
-        "RECOMP", "a global hook registered between calls recompiles the module's callers"),
     "batch_size_varies_every_call_past_limit": ("FALLBACK", STATIC_SHAPES),
     "one_compiled_function_many_fresh_instances": (
         "FALLBACK", "guards on the module object: a fresh instance per call recompiles"),
