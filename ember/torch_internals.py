@@ -80,15 +80,67 @@ def is_symbolic(value: Any) -> bool:
 def register_dynamo_backend(name: str, fn: Any) -> None:
     """Make `torch.compile(backend=name)` find `fn` even when the package is not installed
     with its entry point (a source checkout on sys.path). When the entry point exists, torch
-    registers it itself on first lookup (registering here too would be a duplicate)."""
+    registers it itself on first lookup (registering here too would be a duplicate). Without
+    it, the registration waits for torch._dynamo's backend registry to be imported (by
+    torch.compile's first call): importing it here would cost `import ember` seconds."""
     from importlib.metadata import entry_points
 
     if name in entry_points(group="torch_dynamo_backends").names:
-        return  # (checked first: importing torch._dynamo costs seconds, see dynamo_imported)
-    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+        return
+    if _BACKEND_REGISTRY in sys.modules:
+        _register_backend(sys.modules[_BACKEND_REGISTRY], name, fn)
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _RegisterOnImport):
+            finder.backends[name] = fn
+            return
+    sys.meta_path.insert(0, _RegisterOnImport({name: fn}))
 
-    if name not in _COMPILER_FNS:
-        register_backend(fn, name=name)
+
+_BACKEND_REGISTRY = "torch._dynamo.backends.registry"
+
+
+def _register_backend(registry: types.ModuleType, name: str, fn: Any) -> None:
+    if name not in registry._COMPILER_FNS:
+        registry.register_backend(fn, name=name)
+
+
+class _RegisterOnImport:
+    """An import hook (first on sys.meta_path) that registers `backends` with torch._dynamo's
+    backend registry as soon as that module has run, then leaves sys.meta_path."""
+
+    def __init__(self, backends: dict[str, Any]):
+        self.backends = backends
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _BACKEND_REGISTRY:
+            return None
+        sys.meta_path.remove(self)  # (finds the module's spec as if this hook were not here)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _ThenRegister(spec.loader, self.backends)
+        return spec
+
+
+class _ThenRegister:
+    """A module's loader that registers `backends` once the module has run; everything else
+    is the loader's own."""
+
+    def __init__(self, loader: Any, backends: dict[str, Any]):
+        self.loader = loader
+        self.backends = backends
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        for name, fn in self.backends.items():
+            _register_backend(module, name, fn)
+
+    def __getattr__(self, name: str) -> Any:  # (get_source, get_filename, ...)
+        return getattr(self.loader, name)
 
 
 def dynamo_imported() -> bool:

@@ -116,6 +116,35 @@ def test_dynamo_finds_registered_backends():
                        torch.zeros(2))
 
 
+REGISTRY_CHILD = """
+import importlib.metadata, sys
+found = importlib.metadata.entry_points
+def without_ember(**options):  # (a source checkout: ember's entry point is not installed)
+    points = found(**options)
+    return points.select(name="no such backend") if "group" in options else points
+importlib.metadata.entry_points = without_ember
+import torch, ember
+print("torch._dynamo" in sys.modules)
+compiled = torch.compile(lambda x: x.sin() * 2, backend="ember")
+x = torch.randn(5)
+print(torch.allclose(compiled(x), x.sin() * 2))
+"""
+
+
+def test_ember_registers_with_dynamo_when_its_registry_is_imported():
+    # without the entry point, `import ember` must not import torch._dynamo (seconds on a
+    # cold file cache) to register its backend: the registration waits for torch.compile
+    import os
+    import subprocess
+    import sys
+
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", REGISTRY_CHILD], capture_output=True,
+                          text=True, env=environment, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["False", "True"], done.stdout + done.stderr[-3000:]
+
+
 def test_tensor_checker_accepts_matching_metadata_and_rejects_each_difference():
     def cpu(*shape, **options):
         return torch.randn(*shape, device="cpu", **options)
