@@ -1,5 +1,5 @@
 """Each private torch API ember uses exists and behaves as ember expects on the installed
-torch (ember/torch_internals.py is the only module that imports them)."""
+torch (the package ember/torch_internals/ is the only code that imports them)."""
 
 import pytest
 import torch

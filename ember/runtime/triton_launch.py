@@ -1,6 +1,6 @@
 """Triton kernels: load the generated module, compile each kernel once, launch it directly.
 
-The only module that touches Triton's internals (as ember/torch_internals.py is for torch's).
+The only module that touches Triton's internals (as ember/torch_internals/ is for torch's).
 On a GPU each kernel is compiled with `triton.compile` for the current device (several at once
 on a cold cache; Triton's own disk cache keeps the binaries) and launched through the compiled
 kernel's launcher with its grid and metadata bound in advance, so a launch costs one call into
