@@ -486,6 +486,26 @@ def test_size_hints_guardless_equality_and_min_max_of_symbolic_sizes():
     assert torch_internals.min_max_arguments(torch_internals.symbolic_expression(rows)) is None
 
 
+def test_a_kernel_asking_symbolic_sizes_as_ints_is_refused_then_retried_in_python():
+    # (a CUDA build's composite op reads sizes() in C++, and torch's fake handler would fix
+    # every symbol to its example value: an attention block compiled for one length)
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    x = torch_internals.symbolic_fake(fake_mode, torch.randn(4, 3), "L['x']", [(2, None), None])
+    with fake_mode:
+        with pytest.raises(torch_internals.ConcreteSizesAsked):
+            torch.ops.aten.size.default(x)
+        assert torch_internals.is_symbolic(x) and not shape_env.guards
+        assert torch_internals.refuses_symbolic_sizes(torch_internals.ConcreteSizesAsked("x"))
+        # an op that never asks keeps its symbols and runs once
+        calls = []
+        doubled = torch_internals.calling_composites(lambda: calls.append(1) or x * 2)
+        assert torch_internals.is_symbolic(doubled) and calls == [1]
+        # the retry runs with torch's Python dispatcher, where a question still asked is
+        # answered as torch answers it (the symbol fixed)
+        sizes = torch_internals.calling_composites(lambda: torch.ops.aten.size.default(x))
+        assert list(sizes) == [4, 3]
+
+
 def test_a_cuda_spin_holds_the_stream_for_the_runs_queued_behind_it():
     assert callable(torch.cuda._sleep)  # what cuda_spin calls, on this torch
     if not torch.cuda.is_available():

@@ -141,10 +141,10 @@ class GraphBuilder:
         fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
         try:
             with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
-                if kind == "call_method":
-                    example = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
-                else:
-                    example = target(*fake_args, **fake_kwargs)
+                function = getattr(fake_args[0], target) if kind == "call_method" else target
+                positional = fake_args[1:] if kind == "call_method" else fake_args
+                example = torch_internals.calling_composites(
+                    lambda: function(*positional, **fake_kwargs))
         except torch_internals.data_dependent_errors() as error:
             raise Unsupported(f"{_name_of(target)} needs tensor values to know its result "
                               f"({type(error).__name__})",

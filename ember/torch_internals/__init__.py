@@ -73,6 +73,8 @@ from ember.torch_internals.modules import (  # noqa: F401  (re-exported)
     scheduler_wrapped_optimizer,
 )
 from ember.torch_internals.symbolic import (  # noqa: F401  (re-exported)
+    ConcreteSizesAsked,
+    calling_composites,
     dynamo_dim_marks,
     expression_of,
     fake_mode_of,

@@ -76,6 +76,9 @@ def _symbolic_fake_mode_class() -> type:
 
     class SymbolicFakeTensorMode(FakeTensorMode):
         def dispatch(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in _CONCRETE_GEOMETRY and not getattr(_quiet, "python", 0) and \
+                    is_symbolic(args[0]):
+                raise ConcreteSizesAsked(f"{func} of a tensor with symbolic sizes")
             if func not in _PYTHON_KERNELS:
                 _quiet.depth = getattr(_quiet, "depth", 0) + 1
                 try:
@@ -86,10 +89,50 @@ def _symbolic_fake_mode_class() -> type:
                     _PYTHON_KERNELS.add(func)
                 finally:
                     _quiet.depth -= 1
-            with enable_python_dispatcher():
-                return super().dispatch(func, types, args, kwargs)
+            _quiet.python = getattr(_quiet, "python", 0) + 1
+            try:
+                with enable_python_dispatcher():
+                    return super().dispatch(func, types, args, kwargs)
+            finally:
+                _quiet.python -= 1
 
     return SymbolicFakeTensorMode
+
+
+# what a C++ kernel calls to read a tensor's sizes or strides as plain ints (a symbolic one's
+# are not: torch's fake handler would make them ints, each symbol fixed to its example value)
+_CONCRETE_GEOMETRY = (torch.ops.aten.size.default, torch.ops.aten.stride.default)
+
+
+class ConcreteSizesAsked(RuntimeError):
+    """A C++ kernel asked a tensor with symbolic sizes for plain ints (`aten.size.default`):
+    on CUDA builds a composite op does so (a matmul in an attention block, torch 2.11), and
+    torch's fake handler answers by fixing every symbol to its example value — a graph
+    compiled for one length. SymbolicFakeTensorMode refuses instead; calling_composites
+    runs the call again with torch's Python dispatcher, whose Python decompositions keep
+    the symbols."""
+
+    def __init__(self, what: str):
+        super().__init__(f"SymIntArrayRef expected to contain only concrete integers ({what})")
+
+
+def calling_composites(call: Any) -> Any:
+    """call() (an op on fake tensors, under a SymbolicFakeTensorMode); where a C++ kernel
+    inside it asked for concrete sizes, call() again with torch's Python dispatcher on, as
+    Dynamo traces (there the question is answered, fixing the symbols, only if a Python
+    decomposition asks it too)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    try:
+        return call()
+    except ConcreteSizesAsked:
+        pass
+    _quiet.python = getattr(_quiet, "python", 0) + 1
+    try:
+        with enable_python_dispatcher():
+            return call()
+    finally:
+        _quiet.python -= 1
 
 
 def _named(name: str) -> Any:
