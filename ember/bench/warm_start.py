@@ -85,10 +85,36 @@ def run_variant(variant: str, name: str, size: str, caches: Path, device: str = 
     return report["done"] - start, {**report["warm"], **report["parts"]}
 
 
+# What any variant's process imports, read once before the timed runs: on a machine whose
+# files are not yet in the OS's page cache (a fresh GPU host), the first process to import
+# triton, sympy or torch._dynamo reads them from disk (seconds), and the variant that runs
+# first would be charged for the disk, not for its own work.
+PRIME = """
+import importlib.util, sys
+import torch, sympy, torch._dynamo, torch._inductor.compile_fx, ember
+if sys.argv[1] != "cpu" and importlib.util.find_spec("triton") is not None:
+    import triton, triton.compiler
+"""
+
+
+def prime(device: str) -> float:
+    """Seconds an untimed process took to import what the variants import (see PRIME)."""
+    root = Path(__file__).resolve().parents[2]
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", PRIME, device], capture_output=True, env=environment,
+                   timeout=1800, check=False)
+    return time.perf_counter() - start
+
+
 def measure(names: list[str], size: str, repeats: int, device: str = "cpu"
             ) -> dict[str, dict[str, float]]:
     """name -> variant -> median seconds to the first result (cold variants on new caches
-    each repeat, warm ones right after their cold one)."""
+    each repeat, warm ones right after their cold one), after one untimed process has read
+    the imported files into the OS's page cache (prime)."""
+    print(f"  (the imports' files read once, untimed: {prime(device):.2f} s)", file=sys.stderr,
+          flush=True)
     results: dict[str, dict[str, list[float]]] = {}
     for name in names:
         for _ in range(repeats):
