@@ -150,7 +150,10 @@ class MetaInterpreter(torch.fx.Interpreter):
             # x[[0, 2]]: torch makes the list an index tensor on x's device — for a meta
             # tensor, one without values; as a real tensor the tracer keeps it as a constant
             args = (args[0], _listed_indices(args[1]), *args[2:])
-        return super().call_function(target, args, kwargs)
+        # (a C++ composite that asks symbolic sizes as ints: run again as torch's Python
+        # decomposition, see torch_internals.calling_composites)
+        call = super().call_function
+        return torch_internals.calling_composites(lambda: call(target, args, kwargs))
 
     def _operands_wanting_grad(self) -> frozenset[str] | None:
         """In a training graph, the attention call's operands that require grad in eager (by
@@ -179,7 +182,8 @@ class MetaInterpreter(torch.fx.Interpreter):
         _refuse_new_leaves(target, args, kwargs)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
-        return super().call_method(target, args, kwargs)
+        call = super().call_method
+        return torch_internals.calling_composites(lambda: call(target, args, kwargs))
 
 
 def _refuse_new_leaves(target, args, kwargs) -> None:

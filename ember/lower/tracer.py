@@ -227,6 +227,8 @@ class Tracer(torch_internals.TorchDispatchMode):
                 self._decomposed_instead(func, args, kwargs, error)
             if decomposed is not None:
                 return decomposed
+            if isinstance(error, torch_internals.ConcreteSizesAsked):
+                raise  # (the graph's call that asked is run again by the MetaInterpreter)
             raise Unsupported(f"{func} cannot run on meta tensors: {error}") from error
         if written:
             after = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]

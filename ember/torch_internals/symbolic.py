@@ -106,7 +106,7 @@ _CONCRETE_GEOMETRY = (torch.ops.aten.size.default, torch.ops.aten.stride.default
 
 class ConcreteSizesAsked(RuntimeError):
     """A C++ kernel asked a tensor with symbolic sizes for plain ints (`aten.size.default`):
-    on CUDA builds a composite op does so (a matmul in an attention block, torch 2.11), and
+    on CUDA builds a composite op does so (one of an attention block's, torch 2.11), and
     torch's fake handler answers by fixing every symbol to its example value — a graph
     compiled for one length. SymbolicFakeTensorMode refuses instead; calling_composites
     runs the call again with torch's Python dispatcher, whose Python decompositions keep
