@@ -5,6 +5,7 @@ eager and counts captures (compiled.records) and backend compiles exactly."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
@@ -187,7 +188,7 @@ def test_mark_static_holds_under_dynamic_true():
         ember.mark_static(x, 1)
         same(compiled(x), mlp_like(x))
     assert len(compiled.records) == 2  # (c changed: a capture of its own)
-    assert "v1.shape[1] == 8" in compiled.entries[1].guard_source
+    assert re.search(r"\bv\d+\.shape\[1\] == 8", compiled.entries[1].guard_source)
 
 
 def test_mark_dynamic_with_min_and_max():

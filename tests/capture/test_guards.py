@@ -854,3 +854,34 @@ def test_a_c_method_of_an_object_made_each_call_does_not_recompile(recompiles):
     for seed in (1, 1, 1, 2):
         same(compiled(p, seed), fn(p, seed))
     assert not recompiles.text
+
+
+def test_guard_variables_are_reused_once_dead_and_the_runner_runs_on_a_small_frame():
+    """A deep model's guards read hundreds of sources; each name is taken again once its
+    value is dead, and the guards return before the compiled call runs (a large frame under
+    it made CPython map and unmap a frame-stack chunk on the call's own Python calls)."""
+    from ember.capture.guards import reuse_variables
+
+    lines = ["v0 = L['self']", "v1 = v0._modules['v0']", "if not (v1 is k1): return False",
+             "v2 = v0.training", "if not (v2 is True): return False", "v3 = v1.weight",
+             "return [v3, v0]"]
+    assert reuse_variables(lines) == [
+        "v0 = L['self']", "v1 = v0._modules['v0']", "if not (v1 is k1): return False",
+        "v2 = v0.training", "if not (v2 is True): return False", "v1 = v1.weight",
+        "return [v1, v0]"]
+    blocks = [torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4))
+              for _ in range(40)]
+    model = torch.nn.Sequential(*blocks)
+    compiled = ember.compile(model)
+    x = t(2, 4)
+    with torch.no_grad():
+        same(compiled(x), model(x))
+        entry = compiled._compiled_forward.entries[0]
+        call = entry.call
+        assert call.__code__.co_nlocals < 8  # (the runner's frame: the guards are a callee)
+        guarded = call.__globals__["guarded_inputs"].__code__
+        # 40 x (4 parameters, 3 modules, 3 dictionaries; 600 names with one a source): the
+        # parameters and the modules whose parameters are read later stay live
+        assert guarded.co_nlocals < 300
+        model[5][0].weight = torch.nn.Parameter(model[5][0].weight.detach() * 2)
+        same(compiled(x), model(x))

@@ -384,3 +384,38 @@ def test_an_svd_compiles_with_lapack_s_layouts_and_trains():
     check(lambda b: torch.linalg.svd(b).S, make(2, 5, 3))
     check_grad(lambda a: torch.linalg.svd(a, full_matrices=False).S, make(4, 3),
                rtol=1e-4, atol=1e-5)
+
+
+def _squeeze_excite(x, w1, b1, w2, b2):
+    """A squeeze-excite gate: pooled channels through two 1x1 convolutions of 1x1 images."""
+    pooled = x.mean((2, 3), keepdim=True)
+    gate = F.conv2d(F.silu(F.conv2d(pooled, w1, b1)), w2, b2)
+    return x * gate.sigmoid()
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])
+def test_a_squeeze_excite_blocks_convolutions_are_matmuls(channels_last):
+    """1x1 convolutions of single-position images lower to matmuls on views (their biases
+    added in the kernels after them): no convolution is called, values and gradients are
+    eager's, in either layout."""
+    from helpers import check_grad
+
+    from ember.ir import Op
+    from ember.lower import trace
+
+    x = make(2, 16, 5, 5)
+    weights = (make(4, 16, 1, 1, seed=1), make(4, seed=2), make(16, 4, 1, 1, seed=3),
+               make(16, seed=4))
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    lowered = trace(torch.fx.symbolic_trace(_squeeze_excite), [x, *weights])
+    targets = [n.attrs["target"] for n in lowered.graph.nodes if n.op is Op.LIBRARY]
+    assert targets == [torch.ops.aten.mm.default] * 2
+    check(_squeeze_excite, x, *weights, library=0, **MATMUL_TOLERANCE)
+    check_grad(_squeeze_excite, x, *weights, **MATMUL_TOLERANCE)
+    # without a bias, and a 1x1 convolution of a larger image stays a convolution
+    check(lambda p, w: F.conv2d(p, w), x.mean((2, 3), keepdim=True), weights[0],
+          library=0, **MATMUL_TOLERANCE)
+    lowered = trace(torch.fx.symbolic_trace(lambda x, w: F.conv2d(x, w)), [x, weights[0]])
+    assert [n.attrs["target"] for n in lowered.graph.nodes if n.op is Op.LIBRARY] == \
+        [torch.ops.aten.convolution.default]

@@ -8,7 +8,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
-from ember.lower.registry import Decline, aten, lowering
+from ember.lower.registry import ByDesign, Decline, aten, lowering
 from ember.lower.rules.reductions import mean
 
 
@@ -80,6 +80,28 @@ def _addbmm(b: Builder, bias: Node, x: Node, y: Node, *, beta=1, alpha=1) -> Nod
     if whole is not None:
         return whole
     return _epilogue(b, bias, b.reduce(Op.SUM, _bmm(b, x, y), [0]), beta, alpha)
+
+
+@lowering(aten.convolution.default)
+def _convolution(b: Builder, x: Node, weight: Node, bias: Node | None, stride, padding,
+                 dilation, transposed: bool, output_padding, groups: int) -> Node:
+    """A 1x1 convolution of single-position images (a squeeze-excite block's, on the pooled
+    channels) is a linear layer over the channels: a matmul on views, its bias added in the
+    kernel after it. Eager's convolution takes 8-20 us a call there for a few hundred
+    multiply-adds (its dispatch and im2col), a matmul 3. Any other convolution is a library
+    call (ember/passes choose its layout and whether it runs as a GEMM)."""
+    spatial = (*x.shape[2:], *weight.shape[2:])
+    if transposed or groups != 1 or x.ndim != 4 or any(padding) or \
+            any(type(d) is not int or d != 1 for d in spatial) or \
+            not all(type(d) is int for d in (x.shape[1], weight.shape[0])) or \
+            not dtypes.is_float(x.dtype) or weight.dtype != x.dtype or \
+            (bias is not None and bias.dtype != x.dtype):
+        raise ByDesign("a convolution other than 1x1 over single-position images")
+    n, c, o = x.shape[0], x.shape[1], weight.shape[0]
+    rows = b.reshape(x, (n, c))
+    columns = b.permute(b.reshape(weight, (o, c)), (1, 0))
+    product = _mm(b, rows, columns) if bias is None else _addmm(b, bias, rows, columns)
+    return b.reshape(product, (n, o, 1, 1))
 
 
 @lowering(aten.addr.default)
