@@ -184,6 +184,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "1", _flag,
          "CPU: convolve a row-major image channels-last where only ember's kernels read the "
          "image and the result (0: as eager lays it out; see passes/convolution_layout.py)"),
+    Flag("convolution_depthwise", "EMBER_CONVOLUTION_DEPTHWISE", "1", _flag,
+         "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps "
+         "(0: eager's call; see passes/convolution_depthwise.py)"),
     Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
@@ -217,6 +220,7 @@ class Settings:
     shape_padding: str
     convolution_matmul: bool
     convolution_layout: bool
+    convolution_depthwise: bool
     max_autotune: bool
     profile: bool
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ember.codegen.c_rules import compute_type, store
+from ember.codegen.c_rules import compute_type
 from ember.codegen.text import Scope, c_int, render_c
 from ember.ir.graph import Node
 from ember.ir.ops import Kind
@@ -79,13 +79,7 @@ class ColumnMode:
         for line in self.combine(node, f"{acc}[{at}]", f"{nan}[{at}]" if nan else None,
                                  f"{position}[{at}]" if position else None, value, full):
             self.emit(lanes, line)
-        if not self.checks:  # (a failed index check would have stored some of them)
-            for item in [i for i in self.early_stores if i not in self.stored_early]:
-                at_store = self.placed(item.node, dict(enumerate(full)))
-                stored = self.value(item.node, at_store, lanes)
-                self.emit(lanes, f"{self.offset(item.buffer, at_store)} = "
-                                 f"{store(item.node.dtype, stored)};")
-                self.stored_early.add(item)
+        self.store_early(full, lanes)
         status = " reduction(|:status)" if self.checks else ""
         self.close_loops([*loops, lane_loop], [""] * len(loops) + ["#pragma omp simd" + status])
         if nan:

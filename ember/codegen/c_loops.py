@@ -48,7 +48,8 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
         column = min(width, guess(math.prod(shape[d] for d in outer[-1])))
     keep_last = not writer.kernel.axes or column is not None
     while writer.parallel and len(outer) > (2 if keep_last else 1) and \
-            guess(math.prod(shape[d] for d in outer[0])) < 256:
+            guess(math.prod(shape[d] for d in outer[0])) < 256 and \
+            not writer.padded_dims & set(outer[1]):
         outer[0:2] = [outer[0] + outer[1]]
     return outer, inner, column
 
@@ -76,13 +77,17 @@ def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
     shape = writer.kernel.shape
     along_kept = along_reduced = 0
     for offset in writer.accesses:
+        # (only accesses that stream along the reduced dims vote: a per-channel value read
+        # once per kept position is loaded outside the reduction loop either way; a stride
+        # of 2 along a reduced dim, a strided window's taps, is nearly contiguous there)
+        strides = [offset.coefficient(Var(f"{prefix}{d}", shape[d]))
+                   for prefix in _prefixes(offset) for d in writer.inner_dims]
+        if not any(strides):
+            continue
         if offset.coefficient(Var(f"i{dim}", shape[dim])) == 1:
             along_kept += 1
-        for prefix in _prefixes(offset):
-            if any(offset.coefficient(Var(f"{prefix}{d}", shape[d])) == 1
-                   for d in writer.inner_dims):
-                along_reduced += 1
-                break
+        if any(stride in (1, 2) for stride in strides):
+            along_reduced += 1
     return along_kept > along_reduced and guess(shape[dim]) >= 8
 
 

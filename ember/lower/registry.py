@@ -4,6 +4,7 @@ A rule is called as rule(builder, *args, **kwargs) with every tensor argument re
 IR node and every other argument as eager received it. It returns a node, or a tuple/list of
 nodes for ops with several results. It raises `Decline` when it cannot handle a case (an
 unsupported dtype, say); the op then becomes a library node that calls the aten op at run time.
+`ByDesign` says the same of a case the library is meant to run (not a fallback).
 """
 
 from __future__ import annotations
@@ -19,6 +20,12 @@ lowerings: dict[Any, Rule] = {}
 
 class Decline(Exception):
     """A rule's way of saying "call the aten op at run time instead" (with the reason)."""
+
+
+class ByDesign(Decline):
+    """A rule's way of saying "this case is the library's, by design" (a convolution other
+    than those ember computes): called at run time as a declined op is, but neither logged
+    nor counted as a fallback."""
 
 
 class Unsupported(Exception):

@@ -38,7 +38,7 @@ from ember.lower.mutation import (
     view_variant,
     with_defaults,
 )
-from ember.lower.registry import Decline, Unsupported, find_rule
+from ember.lower.registry import ByDesign, Decline, Unsupported, find_rule
 from ember.lower.results import Lowered, OutputSpec
 from ember.lower.schemas import (
     DIFFERENTIABLE_TWINS,
@@ -329,6 +329,8 @@ class Tracer(torch_internals.TorchDispatchMode):
                 if self._matches(result, out):
                     return result
                 raise Decline(f"rule result disagrees with eager's {self._describe(out)}")
+            except ByDesign:
+                return self._library(func, args, kwargs, template_kwargs, out, counted=False)
             except Decline as reason:
                 from ember import logs
 

@@ -9,6 +9,7 @@ from ember import logs
 from ember.ir.graph import Graph
 from ember.ir.verifier import verify
 from ember.passes.convolution_bias import convolution_biases
+from ember.passes.convolution_depthwise import depthwise_convolutions
 from ember.passes.convolution_layout import channels_last_convolutions
 from ember.passes.convolution_matmul import convolutions_as_matmuls
 from ember.passes.cse import eliminate_common_subexpressions
@@ -33,6 +34,7 @@ PASSES: tuple[Pass, ...] = (
     matmuls_onto_sums,
     transposed_weights,
     aligned_matmuls,
+    depthwise_convolutions,
     channels_last_convolutions,
     convolutions_as_matmuls,
     pooled_maxima,
@@ -44,8 +46,8 @@ PASSES: tuple[Pass, ...] = (
 # a training graph's forward once split): merged subexpressions would scale a sum of
 # cotangents, and autodiff knows convolution, not the product that replaces it. A training
 # graph's forward takes them after the split (`after_differentiation`).
-AFTER_DIFFERENTIATION: tuple[Pass, ...] = (convolutions_as_matmuls, pooled_maxima,
-                                           eliminate_common_subexpressions)
+AFTER_DIFFERENTIATION: tuple[Pass, ...] = (depthwise_convolutions, convolutions_as_matmuls,
+                                           pooled_maxima, eliminate_common_subexpressions)
 
 
 def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,

@@ -2,7 +2,10 @@
 
 Every node is inlined into its consumers (computed where it is used, through index maps)
 unless it is *realized*: graph inputs, outputs and write-backs, reductions, library calls and
-their operands, and pointwise values that several realized nodes would recompute at a high cost.
+their operands, pointwise values that several realized nodes (or one, at several positions)
+would recompute at a high cost, and values a pass marked `realize` (a weight relaid once).
+A computed buffer is laid out as the largest buffer of its rank it reads (channels-last
+after a channels-last convolution), else row-major.
 Realized nodes are then grouped greedily into kernels: a node joins an earlier kernel when their
 iteration spaces agree (the same shape; a reduction's (shape, axes); a pointwise node over the
 reduced shape or the kept shape) and every value it reads from that kernel is read at the very
@@ -12,6 +15,7 @@ index the kernel computes it (so the read never waits on another iteration).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterable, Iterator
 
 from ember.ir.graph import Graph, Node
@@ -19,8 +23,8 @@ from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
 from ember.ir.sizes import guess
 from ember.schedule.expr import ZERO, Expr, Var
-from ember.schedule.indexing import Index, index_rules, reads
-from ember.schedule.layout import row_major, view_geometry
+from ember.schedule.indexing import Index, index_rules, input_indices, reads
+from ember.schedule.layout import dense_order, row_major, strides_in_order, view_geometry
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
 
 Space = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, reduced axes)
@@ -31,6 +35,12 @@ Space = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, reduced axes)
 # the last layer's kernel read every layer's output again (ViT-B: 60 µs kernels, not 10).
 SHARED_COST_LIMIT = 12
 SHARED_READS_LIMIT = 2
+# A pointwise value that one realized node reads at several positions (a window's taps) is
+# computed once into a buffer when its inlined cost (pointwise ops, not its pad's) times
+# the positions beyond the first reaches this many: batch norm and SiLU before a 3x3
+# depthwise convolution (about 12 ops, 8 more taps) is; x * 2 + 1 before a 3x3 max pool (3)
+# is not.
+REREAD_COST_LIMIT = 32
 # How many earlier steps a node may be fused back into.
 LOOKBACK = 8
 
@@ -77,13 +87,16 @@ class Scheduler:
         self.buffer_of: dict[Node, Buffer] = {}
         self.buffers: list[Buffer] = []
         self._names = itertools.count()
+        self._decided = False  # (every realized node known: temps may inherit a layout)
+        self._inherited: dict[Node, tuple[int, ...] | None] = {}
 
     # -- realization ----------------------------------------------------------------------
     def decide_realized(self) -> None:
         graph = self.graph
         realized = self.realized
         for node in graph.nodes:
-            if node.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or node.kind is Kind.REDUCTION:
+            if node.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or node.kind is Kind.REDUCTION or \
+                    node.attrs.get("realize"):
                 realized.add(node)
         realized.update(graph.outputs)
         realized.update(node for _, node in graph.writebacks)
@@ -98,6 +111,8 @@ class Scheduler:
             if node.kind is Kind.VIEW:
                 self._try_output_alias(node, graph.output_strides[index])
         self._realize_shared()
+        self._realize_reread()
+        self._decided = True
 
     def _chain_base(self, node: Node) -> Node:
         while node.kind is Kind.VIEW and node not in self.aliases:
@@ -143,7 +158,33 @@ class Scheduler:
         strides = self.operands.get(node)
         if strides is not None and len(strides) == node.ndim:
             return tuple(strides)
-        return row_major(node.shape)
+        if node not in self._inherited:
+            self._inherited[node] = self._inherited_strides(node)
+        return self._inherited[node] or row_major(node.shape)
+
+    def _inherited_strides(self, node: Node) -> tuple[int, ...] | None:
+        """The layout of the largest buffer of `node`'s rank that computing it reads, where
+        that is not row-major: a value computed from a channels-last convolution's result
+        is stored channels-last, and its kernel streams both (row-major, it read across the
+        grain: a batch norm after a channels-last convolution 5x slower). Decided once the
+        realized nodes are (a base that a library call views keeps row-major: its views'
+        strides were planned from it)."""
+        if not self._decided or node.ndim < 2 or node.kind is not Kind.POINTWISE and \
+                node.op is not Op.PAD or node in self.aliases.values() or \
+                any(type(n) is not int for n in node.shape):
+            return None
+        best, size = None, 0
+        for source, _ in self.reads_of(node, natural_space(node)):
+            geometry = self.planned_geometry(source) if source is not node else None
+            if geometry is None or len(geometry[0]) != node.ndim:
+                continue
+            order = dense_order(geometry[0], geometry[1])
+            numel = math.prod(geometry[0]) if order is not None else 0
+            if numel > size:
+                best, size = order, numel
+        if best is None or best == sorted(best):
+            return None
+        return strides_in_order(node.shape, best)
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         """An output that views a value in eager's layout is that value's buffer, not a copy
@@ -186,6 +227,66 @@ class Scheduler:
                 cost, reads = self._inline_cost(node)
                 if cost >= SHARED_COST_LIMIT or reads >= SHARED_READS_LIMIT:
                     self.realized.add(node)
+
+    def _realize_reread(self) -> None:
+        """Realize pointwise values that a realized node reads at several positions (a
+        convolution's or a pooling's taps) where computing them again at each position
+        costs more than a buffer: a depthwise convolution's image, batch norm and SiLU of
+        another convolution, computed once instead of once per tap (9-49 times). The
+        topmost such value of a chain is realized first (the zero-padded image, where the
+        taps read one); what it reads is then read once."""
+        for _ in range(4):
+            positions: dict[Node, set[Index]] = {}
+            parents: dict[Node, set[Node]] = {}
+            for root in self.graph.nodes:
+                if root not in self.realized or root.op in (Op.INPUT, Op.LIBRARY, Op.ITEM):
+                    continue
+                if root.kind is Kind.REDUCTION:
+                    stack = [(root.inputs[0], space_index(root.inputs[0].shape), root)]
+                else:
+                    stack = [(source, at, root) for source, at in
+                             input_indices(root, space_index(root.shape))]
+                seen: set[tuple[int, Index]] = set()
+                while stack:
+                    node, at, parent = stack.pop()
+                    if node in self.realized:
+                        continue
+                    parents.setdefault(node, set()).add(parent)
+                    if (id(node), at) in seen:
+                        continue
+                    seen.add((id(node), at))
+                    positions.setdefault(node, set()).add(at)
+                    stack.extend((source, index, node) for source, index
+                                 in input_indices(node, at))
+            candidates = {node for node, found in positions.items()
+                          if len(found) > 1 and (node.kind is Kind.POINTWISE or
+                                                 node.op is Op.PAD) and
+                          (len(found) - 1) * self._reread_cost(node) >= REREAD_COST_LIMIT}
+            topmost = [node for node in candidates
+                       if not self._below(node, candidates, parents)]
+            if not topmost:
+                return
+            self.realized.update(topmost)
+
+    def _reread_cost(self, node: Node) -> int:
+        """What computing `node` again costs: a pad's own test is a masked load either way
+        (a padded input alone is read where it lies, not copied)."""
+        return self._inline_cost(node)[0] - (node.op is Op.PAD)
+
+    @staticmethod
+    def _below(node: Node, candidates: set[Node], parents: dict[Node, set[Node]]) -> bool:
+        """Is `node` computed inside another candidate (one of its inlined readers, or
+        theirs)?"""
+        stack, seen = list(parents.get(node, ())), set()
+        while stack:
+            current = stack.pop()
+            if current in candidates:
+                return True
+            if current in seen:
+                continue
+            seen.add(current)
+            stack.extend(parents.get(current, ()))
+        return False
 
     def _inline_cost(self, node: Node) -> tuple[int, int]:
         """(pointwise ops, buffers of at least half its size read) of computing `node` where

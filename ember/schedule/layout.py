@@ -83,3 +83,28 @@ def view_geometry(node: Node, base: Node, geometry: Geometry) -> Geometry | None
         else:
             return None
     return shape, strides, offset
+
+
+def dense_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:
+    """The dims of a dense layout (a permutation of row-major: channels-last, say) from the
+    outermost to the innermost, or None when the layout has gaps, overlaps or broadcasts."""
+    if any(type(n) is not int or type(s) is not int for n, s in zip(shape, strides)):
+        return None
+    order = sorted(range(len(shape)), key=lambda d: (-strides[d] if shape[d] != 1 else 0, d))
+    order = [d for d in order if shape[d] != 1] + [d for d in order if shape[d] == 1]
+    expected = 1
+    for d in reversed(order):
+        if shape[d] != 1 and strides[d] != expected:
+            return None
+        expected *= shape[d]
+    return order
+
+
+def strides_in_order(shape: tuple[int, ...], order: list[int]) -> tuple[int, ...]:
+    """Dense strides for `shape` with its dims laid out in `order` (outermost first)."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)

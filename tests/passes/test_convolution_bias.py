@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from helpers import check, check_grad, make
 
+from ember import config
 from ember.ir import Op
 from ember.lower import trace
 from ember.passes import convolution_bias
@@ -27,8 +28,11 @@ def _convolution_calls(fn, *args):
 
 @pytest.fixture
 def on_this_device(monkeypatch):
+    """(the CPU's depthwise convolutions are ember's own kernels: here they stay calls)"""
     monkeypatch.setattr(convolution_bias, "SEPARATE_BIAS_DEVICES",
                         frozenset({"cpu", "cuda"}))
+    with config.override(convolution_depthwise=False):
+        yield
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])

@@ -20,7 +20,8 @@ def test_passes_run_in_order_and_dump_their_ir(tmp_path):
     assert [p.__name__ for p in PASSES] == ["fold_constants", "simplify_algebra",
                                             "convolution_biases", "whole_biased_matmuls",
                                             "matmuls_onto_sums", "transposed_weights",
-                                            "aligned_matmuls", "channels_last_convolutions",
+                                            "aligned_matmuls", "depthwise_convolutions",
+                                            "channels_last_convolutions",
                                             "convolutions_as_matmuls", "pooled_maxima",
                                             "eliminate_common_subexpressions",
                                             "eliminate_dead_code"]
@@ -29,7 +30,7 @@ graph(%0: f32[2]) {
   %8 = add(%0, %0) : f32[2]
   return (%8)
 }"""
-    assert (tmp_path / "ir_12_eliminate_dead_code.txt").read_text().startswith(
+    assert (tmp_path / "ir_13_eliminate_dead_code.txt").read_text().startswith(
         "# eliminate_dead_code: ")
 
 

@@ -187,3 +187,32 @@ def test_library_operands_have_eagers_layout():
         with captured_log("fallbacks") as records:
             check(fn, torch.randn(4, 3))
         assert not records  # no layout mismatch, no eager fallback
+
+
+def test_a_value_computed_from_a_channels_last_input_is_stored_channels_last():
+    """Its kernel streams the input and its own buffer alike (row-major, the store walked
+    across the grain); from row-major inputs, row-major."""
+    def fn(x):
+        y = x
+        for _ in range(8):  # (costly: two reductions read it, so it is stored once)
+            y = torch.tanh(y * 1.1 + 0.1)
+        return y.sum(1), y.sum((2, 3))
+
+    for layout, strides in ((torch.channels_last, (144, 1, 24, 4)),
+                            (torch.contiguous_format, (144, 36, 6, 1))):
+        x = torch.randn(2, 4, 6, 6).contiguous(memory_format=layout)
+        plan = _plan(fn, x)
+        (temp,) = [s.buffer for step in plan.steps if isinstance(step, Kernel)
+                   for s in step.stores if s.buffer.shape == (2, 4, 6, 6)]
+        assert temp.strides == strides
+        check(fn, x, atol=1e-5, rtol=1e-5)
+
+
+def test_a_costly_value_read_at_each_tap_of_a_window_is_computed_once():
+    """A max pool over exp(x) * 3: the pool's nine taps would compute exp at each; the
+    padded image is a buffer of its own, read by the pool's kernel."""
+    def fn(x):
+        return F.max_pool2d(torch.exp(x).sin() * 3 + x.cos(), 3, 2, 1)
+
+    check(fn, torch.randn(2, 3, 8, 8), kernels=2)
+    check(lambda x: F.max_pool2d(x * 2 + 1, 3, 2, 1), torch.randn(2, 3, 8, 8), kernels=1)

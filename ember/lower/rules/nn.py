@@ -8,7 +8,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
-from ember.lower.registry import Decline, aten, lowering
+from ember.lower.registry import ByDesign, Decline, aten, lowering
 from ember.lower.rules.reductions import mean
 
 
@@ -96,7 +96,7 @@ def _convolution(b: Builder, x: Node, weight: Node, bias: Node | None, stride, p
             not all(type(d) is int for d in (x.shape[1], weight.shape[0])) or \
             not dtypes.is_float(x.dtype) or weight.dtype != x.dtype or \
             (bias is not None and bias.dtype != x.dtype):
-        raise Decline("a convolution other than 1x1 over single-position images")
+        raise ByDesign("a convolution other than 1x1 over single-position images")
     n, c, o = x.shape[0], x.shape[1], weight.shape[0]
     rows = b.reshape(x, (n, c))
     columns = b.permute(b.reshape(weight, (o, c)), (1, 0))

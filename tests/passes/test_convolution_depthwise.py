@@ -1,0 +1,87 @@
+"""depthwise_convolutions: a CPU depthwise convolution is ember's sum over the window's taps,
+computed in ember's kernels with the work around it; values, layouts and gradients against
+eager, kernel counts, and the convolutions left to the library."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import DEVICE, check, check_grad, make
+
+from ember import config
+from ember.codegen.c import write_source
+from ember.ir import Op
+from ember.lower import trace
+from ember.passes.convolution_depthwise import depthwise_convolutions
+from ember.passes.pipeline import run_passes
+from ember.schedule.fuse import schedule
+
+pytestmark = pytest.mark.skipif(DEVICE != "cpu", reason="a CPU pass")
+
+
+def _calls_left(fn, *args) -> int:
+    lowered = trace(torch.fx.symbolic_trace(fn), list(args))
+    depthwise_convolutions(lowered.graph)
+    return sum(n.op is Op.LIBRARY for n in lowered.graph.live_nodes())
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    (3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (7, 1, 3, 1), (3, 1, 2, 2), (3, 2, 0, 1),
+    (2, 1, 0, 1)])
+@pytest.mark.parametrize("layout", ["rows", "channels_last"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_depthwise_convolution_is_the_sum_of_its_taps(kernel, stride, padding, dilation,
+                                                        layout, bias):
+    x, w = make(2, 6, 9, 8), make(6, 1, kernel, kernel, seed=1)
+    b = make(6, seed=2) if bias else None
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, stride, padding, dilation, groups=6)
+
+    assert _calls_left(fn, x, w, b) == 0
+    check(fn, x, w, b, atol=1e-5, rtol=1e-5)
+
+
+def test_the_image_is_computed_once_padded_and_the_weight_relaid_once():
+    """Batch norm and SiLU of an image, a 3x3 depthwise convolution, batch norm and SiLU
+    again: the padded image (one kernel), the weight's taps (one), the convolution with the
+    work after it (one); not the image's SiLU once per tap."""
+    x = make(2, 8, 10, 10).contiguous(memory_format=torch.channels_last)
+    w, mean, var = make(8, 1, 3, 3, seed=1), make(8, seed=2), make(8, low=0.5, high=2, seed=3)
+
+    def fn(x, w, mean, var):
+        image = F.silu(F.batch_norm(x, mean, var, training=False))
+        y = F.conv2d(image, w, padding=1, groups=8)
+        return F.silu(F.batch_norm(y, mean, var, training=False))
+
+    check(fn, x, w, mean, var, kernels=3, atol=1e-5, rtol=1e-5)
+    lowered = trace(torch.fx.symbolic_trace(fn), [x, w, mean, var])
+    _, kernels = write_source(schedule(run_passes(lowered.graph)))
+    text = "\n".join(kernel.text for kernel in kernels)
+    assert text.count("expf(") == 2  # (each SiLU once, not the image's once per tap)
+    # the padded image's reads are masked loads at the position's own index: no clamps
+    assert "ember_clamp_index" not in text
+
+
+def test_grouped_convolutions_and_half_precision_stay_with_the_library():
+    x = make(2, 8, 6, 6)
+    assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=4), x,
+                       make(8, 2, 3, 3, seed=1)) == 1
+    assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=8), x,
+                       make(16, 1, 3, 3, seed=1)) == 1  # (two filters per channel)
+    with config.override(convolution_depthwise=False):
+        assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=8), x,
+                           make(8, 1, 3, 3, seed=1)) == 1
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_training_takes_the_taps_forward_and_eagers_backward(stride):
+    x = make(2, 6, 7, 7).contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    w = make(6, 1, 3, 3, seed=1).requires_grad_(True)
+    b = make(6, seed=2).requires_grad_(True)
+
+    def fn(x, w, b):
+        return F.conv2d(F.silu(x), w, b, stride, 1, groups=6).sigmoid()
+
+    check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
