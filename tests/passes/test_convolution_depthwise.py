@@ -25,7 +25,7 @@ def _calls_left(fn, *args) -> int:
 
 
 @pytest.mark.parametrize("kernel, stride, padding, dilation", [
-    (3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (7, 1, 3, 1), (3, 1, 2, 2), (3, 2, 0, 1),
+    (3, 1, 1, 1), (3, 2, 1, 1), (5, 2, 2, 1), (5, 1, 2, 1), (3, 1, 2, 2), (3, 2, 0, 1),
     (2, 1, 0, 1)])
 @pytest.mark.parametrize("layout", ["rows", "channels_last"])
 @pytest.mark.parametrize("bias", [False, True])
@@ -70,6 +70,8 @@ def test_grouped_convolutions_and_half_precision_stay_with_the_library():
                        make(8, 2, 3, 3, seed=1)) == 1
     assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=8), x,
                        make(16, 1, 3, 3, seed=1)) == 1  # (two filters per channel)
+    assert _calls_left(lambda x, w: F.conv2d(x, w, padding=3, groups=8), x,
+                       make(8, 1, 7, 7, seed=1)) == 1  # (more taps than MAX_TAPS)
     with config.override(convolution_depthwise=False):
         assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=8), x,
                            make(8, 1, 3, 3, seed=1)) == 1
