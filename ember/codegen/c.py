@@ -299,7 +299,13 @@ class CKernelWriter(ColumnMode):
         condition = f"({' && '.join(conditions)})"
         guard = (condition, frozenset(variables), tuple(r for r, _, _ in checks))
         outer = self.guard
-        if outer is not None:  # (a pad inside a pad: its loads are under both conditions)
+        # A pad inside a pad whose position moves with the outer pad's tested positions: its
+        # loads are under both conditions. One whose position does not (a fixed slice of the
+        # outer's input, pad_sequence's rows) reads in bounds as far as the outer pad goes,
+        # and its values are memoized as the outer's unguarded ones are, for every context:
+        # they take its own condition only (both would mask its loads with the outer's
+        # condition, which fails where another context reads them: wrong zeros).
+        if outer is not None and self.under_guard(index):
             guard = (f"({outer[0]} && {condition})", guard[1] | outer[1], guard[2] + outer[2])
         self.guard = guard
         try:

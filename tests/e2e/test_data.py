@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import DEVICE, LAYOUTS, check, make, make_layout, watching_fallbacks
+from helpers import DEVICE, LAYOUTS, check, check_grad, make, make_layout, watching_fallbacks
 
 from ember.backends import compile_graph
 from ember.runtime.compiled import CompiledGraph
@@ -120,6 +120,43 @@ def test_constant_pad(pad):
     x = make(2, 4, 5)
     check(lambda x: (F.pad(x, pad), F.pad(x, pad, value=-1.5), F.pad(x.int(), pad, value=3),
                      F.pad(x.transpose(1, 2), pad)), x, library=0)
+
+
+def masked_mean_of_padded_sequences(a, b, c):
+    padded = torch.nn.utils.rnn.pad_sequence([a, b, c], batch_first=True)
+    lengths = torch.tensor([len(s) for s in (a, b, c)])
+    mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
+    return (padded.sum(-1) * mask).sum(1) / lengths
+
+
+def nested_pads_stacked(a, b, c):
+    return torch.stack([F.pad(a, (0, 0, 0, 2)), F.pad(F.pad(b[1:, 1:], (0, 0, 1, 0)), (1, 0)),
+                        F.pad(F.pad(c, (0, 0, 3, 0)), (0, 1))[:, 1:]]).sum(-1)
+
+
+# Sequences of different lengths padded into rows and reduced: pad_sequence is a pad of each
+# row's pad (its rows taken back by fixed slices), so one kernel reads the same input values
+# under several pads' conditions
+PADDED_SEQUENCES = {
+    "masked_mean": masked_mean_of_padded_sequences,
+    "row_sums": lambda a, b, c: torch.nn.utils.rnn.pad_sequence([a, b, c], True).sum((1, 2)),
+    "time_major_maxima": lambda a, b, c: torch.nn.utils.rnn.pad_sequence([a, b, c]).amax(0),
+    "nested_pads": lambda a, b, c: nested_pads_stacked(a, b, c).sum(-1),
+    "nested_pads_columns": lambda a, b, c: nested_pads_stacked(a, b, c).sum(0),
+    "cat_of_pads": lambda a, b, c: torch.cat([F.pad(a, (1, 0)), F.pad(b, (0, 1)),
+                                              F.pad(c, (1, 0))]).sum(1),
+}
+
+
+@pytest.mark.parametrize("name", PADDED_SEQUENCES)
+def test_padded_sequences_then_reductions(name):
+    # (a pad inside a pad at a fixed position of the outer's input masked its loads with the
+    # outer's condition too, and that value was reused where the outer's condition fails:
+    # a sequence's sum came out 0)
+    fn = PADDED_SEQUENCES[name]
+    args = make(2, 3), make(4, 3, seed=1), make(1, 3, seed=2)
+    check(fn, *args, library=0, dynamo=True)
+    check_grad(fn, *args, dynamo=True)
 
 
 def test_flip_roll_repeat():
