@@ -30,18 +30,6 @@ def on_the_cpu():
         yield
 
 
-@pytest.fixture
-def recompiles(caplog):
-    """Recompile log lines (EMBER_LOGS=recompiles)."""
-    root = logging.getLogger("ember")
-    root.addHandler(caplog.handler)
-    try:
-        with config.override(logs=frozenset({"recompiles"})):
-            yield caplog
-    finally:
-        root.removeHandler(caplog.handler)
-
-
 def entries(compiled) -> int:
     return len(compiled.entries)
 

@@ -5,7 +5,6 @@ hooks registered by the captured code, and `with lock:` over a threading lock.""
 from __future__ import annotations
 
 import copy
-import logging
 import threading
 
 import pytest
@@ -13,25 +12,12 @@ import torch
 from checks import same
 
 import ember
-from ember import config
 
 
 @pytest.fixture(autouse=True)
 def on_the_cpu():
     with torch.device("cpu"):
         yield
-
-
-@pytest.fixture
-def recompiles(caplog):
-    """Recompile log lines (EMBER_LOGS=recompiles)."""
-    root = logging.getLogger("ember")
-    root.addHandler(caplog.handler)
-    try:
-        with config.override(logs=frozenset({"recompiles"})):
-            yield caplog
-    finally:
-        root.removeHandler(caplog.handler)
 
 
 def t(*shape, seed=0):
