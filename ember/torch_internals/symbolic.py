@@ -6,6 +6,7 @@ that asked for a symbol makes a ShapeEnv.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -69,7 +70,6 @@ def _symbolic_fake_mode_class() -> type:
     kernel (in torch's meta table, not registered with the dispatcher); the Python
     dispatcher runs it. Only there: with the Python dispatcher on throughout, other ops'
     fake results change (a training step's views), so it stays off elsewhere."""
-    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     logging.getLogger(FakeTensorMode.__module__).addFilter(_QuietRefusals())
@@ -89,14 +89,24 @@ def _symbolic_fake_mode_class() -> type:
                     _PYTHON_KERNELS.add(func)
                 finally:
                     _quiet.depth -= 1
-            _quiet.python = getattr(_quiet, "python", 0) + 1
-            try:
-                with enable_python_dispatcher():
-                    return super().dispatch(func, types, args, kwargs)
-            finally:
-                _quiet.python -= 1
+            with _python_kernels():
+                return super().dispatch(func, types, args, kwargs)
 
     return SymbolicFakeTensorMode
+
+
+@contextlib.contextmanager
+def _python_kernels() -> Any:
+    """torch's Python dispatcher on (ops run their Python kernels and decompositions), and a
+    question for concrete sizes answered in it as torch answers it (not refused again)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    _quiet.python = getattr(_quiet, "python", 0) + 1
+    try:
+        with enable_python_dispatcher():
+            yield
+    finally:
+        _quiet.python -= 1
 
 
 # what a C++ kernel calls to read a tensor's sizes or strides as plain ints (a symbolic one's
@@ -121,18 +131,12 @@ def calling_composites(call: Any) -> Any:
     inside it asked for concrete sizes, call() again with torch's Python dispatcher on, as
     Dynamo traces (there the question is answered, fixing the symbols, only if a Python
     decomposition asks it too)."""
-    from torch._dispatch.python import enable_python_dispatcher
-
     try:
         return call()
     except ConcreteSizesAsked:
         pass
-    _quiet.python = getattr(_quiet, "python", 0) + 1
-    try:
-        with enable_python_dispatcher():
-            return call()
-    finally:
-        _quiet.python -= 1
+    with _python_kernels():
+        return call()
 
 
 def _named(name: str) -> Any:
