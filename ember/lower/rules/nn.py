@@ -175,8 +175,15 @@ def _batch_norm_eval(b: Builder, x: Node, weight, bias, running_mean, running_va
 def _batch_norm_inference(b: Builder, x: Node, weight, bias, running_mean, running_var,
                           momentum: float, eps: float):
     out = _batch_norm_eval(b, x, weight, bias, running_mean, running_var, eps)
-    empty = b.full(0, _statistics_dtype(x), (0,))
-    return out, empty, empty
+    return (out, *_eval_statistics(b, x))
+
+
+def _eval_statistics(b: Builder, x: Node) -> tuple[Node, Node]:
+    """The statistics batch norm returns in eval: empty from the CPU kernel; per channel from
+    CUDA's, which leaves them unwritten (zeros here: no one reads them)."""
+    shape = (0,) if b.graph.device.type == "cpu" else (x.shape[1],)
+    empty = b.full(0, _statistics_dtype(x), shape)
+    return empty, empty
 
 
 @lowering(aten.native_batch_norm.default)
@@ -184,8 +191,7 @@ def _native_batch_norm(b: Builder, x: Node, weight, bias, running_mean, running_
                        training: bool, momentum: float, eps: float):
     if not training and running_mean is not None:
         out = _batch_norm_eval(b, x, weight, bias, running_mean, running_var, eps)
-        empty = b.full(0, _statistics_dtype(x), (0,))  # what the CPU kernel returns in eval
-        return out, empty, empty
+        return (out, *_eval_statistics(b, x))
     if running_mean is not None:
         # NOTE: the schema does not say it, but the kernel updates the running statistics
         raise Decline("batch norm in training mode updates running statistics")
