@@ -176,7 +176,11 @@ class Scheduler:
         best, size = None, 0
         for source, _ in self.reads_of(node, natural_space(node)):
             geometry = self.planned_geometry(source) if source is not node else None
-            if geometry is None or len(geometry[0]) != node.ndim:
+            # (a broadcast operand's order says nothing of the dims it is broadcast along:
+            # ViT's position embedding, 1 x tokens x width, made the residual stream
+            # batch-innermost, and every layer norm read it across the grain, 2.5x slower)
+            if geometry is None or tuple(geometry[0]) != tuple(node.shape) or \
+                    self._permuted(source):
                 continue
             order = dense_order(geometry[0], geometry[1])
             numel = math.prod(geometry[0]) if order is not None else 0
@@ -185,6 +189,17 @@ class Scheduler:
         if best is None or best == sorted(best):
             return None
         return strides_in_order(node.shape, best)
+
+    def _permuted(self, node: Node) -> bool:
+        """Is `node` a view that reads its base in another order (a transpose, a permute)?
+        Its strides are then the base's layout read another way, not a grain of its own."""
+        if node.kind is not Kind.VIEW:
+            return False
+        base = self._chain_base(node)
+        geometries = self.planned_geometry(node), self.planned_geometry(base)
+        if None in geometries or len(geometries[0][0]) != len(geometries[1][0]):
+            return True
+        return dense_order(*geometries[0][:2]) != dense_order(*geometries[1][:2])
 
     def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
         """An output that views a value in eager's layout is that value's buffer, not a copy
