@@ -23,7 +23,15 @@ from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
 from ember.codegen.c import write_source
 from ember.codegen.glue import write_glue
-from ember.codegen.triton import Workspace, readers, reads_product_elsewhere, write_module
+from ember.codegen.triton import (
+    Workspace,
+    readers,
+    reads_product_elsewhere,
+    row_length,
+    write_module,
+)
+from ember.codegen.triton_sizes import RowClasses
+from ember.codegen.triton_tiling import row_class
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.wrapper import write_wrapper
 from ember.dumps import graph_label
@@ -225,7 +233,16 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
                                 gm, label, dump, clock)
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
                       len(example_inputs), gm.forward, label, dump, clock,
-                      lowered.library_calls)
+                      lowered.library_calls,
+                      _example_sizes(graph, example_inputs, tensor_positions, extras))
+
+
+def _example_sizes(graph: Graph, example_inputs: list[Any], tensor_positions: list[int],
+                   extras: list[torch.Tensor]) -> dict[str, int]:
+    """A symbolic graph's symbols at the example inputs' sizes (its forward's and backward's
+    symbols share their names)."""
+    return graph.symbol_values([example_inputs[i] for i in tensor_positions] + extras) \
+        if graph.symbols else {}
 
 
 def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
@@ -376,17 +393,18 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     # The backward compiles beside the forward: their kernels' builds (a C compiler run, or
     # Triton's compiles and ptxas) overlap instead of queueing.
     with concurrent.futures.ThreadPoolExecutor(1, "ember-backward") as side:
+        sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         backward_job = side.submit(
             compile_ir, backward, backward_specs, backward_tree, [], positions, count,
             InterpretedGraph(backward, backward_specs, backward_tree, [], positions,
                              f"{label}_backward"),
-            f"{label}_backward", backward_dump, _Stages(f"{label}_backward"))
+            f"{label}_backward", backward_dump, _Stages(f"{label}_backward"), 0, sizes)
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
                              len(example_inputs),
                              InterpretedGraph(split.forward, specs, tree, extras,
                                               tensor_positions, label),
-                             label, dump, clock, lowered.library_calls)
+                             label, dump, clock, lowered.library_calls, sizes)
         backward_compiled = backward_job.result()
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
@@ -405,10 +423,12 @@ def _eager_differentiable(specs: list[OutputSpec], eager: Any) -> set[int] | Non
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                extras: list[torch.Tensor], tensor_positions: list[int], argument_count: int,
                eager: Callable, label: str, dump: Any, clock: _Stages,
-               fallback_count: int = 0) -> CompiledGraph | InterpretedGraph:
+               fallback_count: int = 0, sizes: dict[str, int] | None = None
+               ) -> CompiledGraph | InterpretedGraph:
     """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
     tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
-    when its compiled form gives up."""
+    when its compiled form gives up; `sizes`: a symbolic graph's symbols in the call it is
+    compiled for (its first build serves that call's row classes)."""
     device = graph.device
     chosen = kernel_backend(device.type)
     if chosen == "interp":
@@ -424,24 +444,41 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     plan = schedule(graph)
     clock("schedule")
     logs.dump(dump, "schedule.txt", plan.describe)
-    make = _triton_kernels if chosen == "triton" else _c_kernels
-    sources, functions, misaligned = make(plan, label, dump)
+    # (a symbolic plan's reductions over rows of symbolic length: one build per class of
+    # their lengths, chosen per call; see ember/codegen/triton_sizes.py)
+    classes = RowClasses.of((row_length(k), math.prod(k.shape)) for k in plan.kernels) \
+        if chosen == "triton" and plan.graph.symbols else None
+    key = None
+    if classes is not None:
+        key = classes.key(sizes) if sizes and all(s.name in sizes for s in classes.symbols) \
+            else classes.guessed()
+    known: dict = {}  # (kernels compiled by one build, reused by the others)
+    if chosen == "triton":
+        sources, functions, misaligned = _triton_kernels(
+            plan, label, dump, build=classes.build(key) if classes else None, known=known)
+    else:
+        sources, functions, misaligned = _c_kernels(plan, label, dump)
     clock("kernels")
 
     def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None,
-             wide: Callable | None = None, kernels: dict[str, Any] = sources):
+             wide: Callable | None = None, kernels: dict[str, Any] = sources,
+             key: tuple | None = key):
         wrapper = write_wrapper(plan, outputs, output_tree, kernels, functions,
                                 device, checked, check_alignment=fallback is not None,
-                                check_reach=wide is not None)
+                                check_reach=wide is not None,
+                                rows=(classes.key_text(), key) if key is not None else None)
         wrapper.namespace["misaligned"] = fallback
         wrapper.namespace["wide"] = wide
+        if key is not None:
+            wrapper.namespace.update(rows=by_rows, row_class=row_class)
         for position, tensor in enumerate(extras, start=len(tensor_positions)):
             wrapper.namespace[f"extra{position}"] = tensor
-        if extras and (fallback is not None or wide is not None):
-            # (the fallbacks are given args with the extras)
+        if extras and (fallback is not None or wide is not None or key is not None):
+            # (the other builds are given args with the extras; a build called by another
+            # gets them so)
             wrapper.text = wrapper.text.replace(
                 "def call(args):\n",
-                "def call(args):\n    args = (*args, "
+                f"def call(args):\n    if len(args) == {len(tensor_positions)}: args = (*args, "
                 + ", ".join(f"extra{p}" for p in range(len(tensor_positions),
                                                        len(tensor_positions) + len(extras)))
                 + ",)\n", 1)
@@ -453,10 +490,27 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         def wide_build() -> Callable:
             """Calls whose sizes take an offset past int32 run kernels with int64 indices."""
             wide_sources, wide_functions, _ = _triton_kernels(plan, label, dump, wide=True)
-            return make_function(wrap(wide_functions, False, None, None, wide_sources),
+            return make_function(wrap(wide_functions, False, None, None, wide_sources, None),
                                  f"<ember wrapper {label} (int64 indices)>")
 
         wide = _Lazy(wide_build)
+    by_rows = None
+    if classes is not None:
+        def rows_build(key: tuple) -> Callable:
+            """The build for calls whose rows are of other classes (made on the first)."""
+            logs.channel("perf").info("%s: kernels for row classes %s (%s)", label, key,
+                                      classes.key_text())
+            built_sources, built, unaligned = _triton_kernels(
+                plan, label, dump, build=classes.build(key), known=known, first=False)
+            # (called by the first build's wrapper once it has checked the reach and found
+            # the key: these check neither)
+            fallback = _Lazy(lambda: make_function(
+                wrap(unaligned(), False, None, None, built_sources, None),
+                f"<ember wrapper {label} (rows {key}, misaligned inputs)>"))
+            return make_function(wrap(built, False, fallback, None, built_sources, None),
+                                 f"<ember wrapper {label} (rows {key})>")
+
+        by_rows = _Builds(rows_build)
     # (the misaligned build checks the reach too: its kernels index in int32 as well)
     fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
                                            f"<ember wrapper {label} (misaligned inputs)>"))
@@ -500,11 +554,18 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     return {k.name: k for k in kernels}, functions, None
 
 
-def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
+def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
+                    build: tuple[dict, dict[str, int]] | None = None,
+                    known: dict | None = None, first: bool = True):
     """One Triton module for the plan; its kernels compiled for the GPU (or interpreted).
     `wide`: a symbolic plan's build with int64 indices (made on the first call that needs
-    it: its inputs' alignment is not assumed either)."""
-    fused = not wide and config.settings.matmul_epilogue and \
+    it: its inputs' alignment is not assumed either). `build`: the row classes it serves and
+    the divisibility promised of the symbols (RowClasses.build); `known`: kernels compiled by the
+    plan's other builds, by what they compile to; `first`: the plan's first build (the one
+    that fuses matmul epilogues into the plan)."""
+    rows, divisible = build or (None, {})
+    first = first and not wide
+    fused = first and config.settings.matmul_epilogue and \
         fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
     if fused:
         logs.dump(dump, "schedule_fused.txt", plan.describe)
@@ -517,8 +578,9 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
         triton_launch.dependent_launch_supported(device_index)
     tilings = tuning.guarded(label, tune_triton.choose, plan, label, device_index,
                              dependent) if config.settings.max_autotune else None
-    text, launches = write_module(plan, dependent, wide, tilings)
-    logs.dump(dump, "kernels_int64.py" if wide else "kernels.py", text)
+    text, launches = write_module(plan, dependent, wide, tilings, rows)
+    if first or wide:
+        logs.dump(dump, "kernels_int64.py" if wide else "kernels.py", text)
     logs.show_code(label, "Triton kernels" + (" (int64 indices)" if wide else ""), text)
     module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
@@ -530,11 +592,17 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False):
         return sources, {k.name: f for k, f in zip(kernels, launches)}, None
     inputs = set(plan.inputs)
 
+    # (a symbol's divisibility promised to the kernels of rows of symbolic length)
+    sized = [[divisible.get(name, 1) if launch.row is not None and
+              not isinstance(launch.row, int) else 1 for name in k.sizes]
+             for launch in launches for k in launch.kernels]
+
     def compiled(assume_inputs_aligned: bool) -> dict[str, Any]:
         aligned = [[_known_aligned(b, inputs, assume_inputs_aligned) for b in k.arguments]
-                   for k in kernels]
+                   + promised for k, promised in zip(kernels, sized)]
         start = time.perf_counter()
-        launches = triton_launch.compile_kernels(module, kernels, aligned, device_index)
+        launches = triton_launch.compile_kernels(module, kernels, aligned, device_index,
+                                                 known)
         logs.channel("kernels").info("%s: %d Triton kernels in %.3f s", label, len(kernels),
                                      time.perf_counter() - start)
         return {k.name: f for k, f in zip(kernels, launches)}
@@ -575,6 +643,20 @@ class _Stages:
             stages = ", ".join(f"{stage} {seconds * 1e3:.1f}" for stage, seconds in self.times)
             logs.channel("perf").info("%s compiled in %.1f ms: %s", self.label,
                                       (self.last - self.start) * 1e3, stages)
+
+
+class _Builds:
+    """Builds made on demand, one per key: `rows(key, args)` runs the build for `key`."""
+
+    def __init__(self, make: Callable[[tuple], Callable]):
+        self.make = make
+        self.built: dict[tuple, Callable] = {}
+
+    def __call__(self, key: tuple, args: Any) -> Any:
+        function = self.built.get(key)
+        if function is None:
+            function = self.built[key] = self.make(key)
+        return function(args)
 
 
 class _Lazy:

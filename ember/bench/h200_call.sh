@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call of the lent H200 (the device tool runs it from the repository root, with carry:
-# [".whl"]): installs the carried wheels, then runs the steps named in $STEPS (tests dyn decode
-# autotune train prof), each under its own time limit, and leaves one tarball in $OUT:
+# [".whl"]): installs the carried wheels, then runs the steps named in $STEPS (tests views dyn
+# decode autotune infer train warm prof), each under its own time limit, and leaves one tarball in $OUT:
 #     STEPS="tests decode" ember/bench/h200_call.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
@@ -15,6 +15,7 @@ views) step views 220 env EMBER_TEST_DEVICE=cuda python -m pytest -q --maxfail=6
 dyn) step dyn 150 python -m ember.bench.dynamic_triton --device cuda --json $OUT/dyn.json ;;
 decode) step decode ${DECODE_LIMIT:-330} python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
 autotune) step autotune 150 python -m ember.bench.autotune --device cuda --size full --only softmax S4 --json $OUT/autotune.json ;;
+infer) step infer ${INFER_LIMIT:-420} python -m ember bench --models --device cuda --modes infer --only ${INFER_ONLY:-gpt2 bert vit resnet50} --process variant --out $OUT/infer ;;
 train) step train ${TRAIN_LIMIT:-420} python -m ember bench --models --device cuda --modes train --only ${TRAIN_ONLY:-gpt2 bert vit} --process variant --out $OUT/train ;;
 warm) step warm 170 python -m ember.bench.warm_start --device cuda --only ${WARM_ONLY:-softmax S2} --json $OUT/warm.json ;;
 prof) step prof 300 python -m ember.bench.zoo_profile gpt2 --mode decode --variants ember,tc --host --rows 30 ;;

@@ -19,6 +19,7 @@ import dataclasses
 import itertools
 import keyword
 import math
+from collections.abc import Mapping
 
 import torch
 
@@ -39,6 +40,7 @@ from ember.codegen.triton_sizes import SYMBOL, ceil_div, grid_product, size_type
 from ember.codegen.triton_tiling import Tiling, choose_tiling, divides
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
+from ember.ir.sizes import Dim
 from ember.schedule.expr import ZERO, Expr, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, index_rules
@@ -76,6 +78,9 @@ class KernelLaunches:
     name: str
     kernels: list[TritonKernel]
     workspaces: list[Workspace]
+    # the length of the rows it reduces (a symbolic one: its class chooses the tile, see
+    # triton_tiling.row_class), None for a kernel that does not reduce
+    row: Dim | None = None
 
     @property
     def arguments(self) -> list[Buffer]:
@@ -496,16 +501,28 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
         return self.tiling.parts if full else 1
 
 
+def row_length(kernel: Kernel) -> Dim | None:
+    """The length of the rows a kernel reduces (None for one that does not reduce, or that
+    computes a matmul first), as TritonKernelWriter flattens them."""
+    if not kernel.axes or kernel.matmul is not None:
+        return None
+    return math.prod(kernel.shape[d] for d in kernel.axes if kernel.shape[d] != 1)
+
+
 def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
-                 dependent_launch: bool = False, wide: bool = False) -> KernelLaunches:
+                 dependent_launch: bool = False, wide: bool = False,
+                 rows: Mapping[Dim, int] | None = None) -> KernelLaunches:
     """Write once to see every memory access, choose the tile, write again (once per stage
-    for a split reduction). `wide`: every index int64 (a symbolic graph's int64 build)."""
+    for a split reduction). `wide`: every index int64 (a symbolic graph's int64 build).
+    `rows`: the class of each symbolic row length this build serves (see choose_tiling)."""
     first = TritonKernelWriter(kernel, plan, None, wide=wide)
     first.write()
-    tiling = tiling or choose_tiling(first)
+    tiling = tiling or choose_tiling(first, rows=rows)
+    row = row_length(kernel)
     if tiling.parts <= 1:
         return KernelLaunches(kernel.name, [TritonKernelWriter(
-            kernel, plan, tiling, dependent_launch=dependent_launch, wide=wide).write()], [])
+            kernel, plan, tiling, dependent_launch=dependent_launch, wide=wide).write()], [],
+            row)
     workspaces: dict = {}
     final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces, wide=wide)
     final.levels = final.reduction_levels()
@@ -515,7 +532,7 @@ def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
     stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces,
                                      dependent_launch, wide).write())
     spaces = [space for group in workspaces.values() for space in group]
-    return KernelLaunches(kernel.name, stages, spaces)
+    return KernelLaunches(kernel.name, stages, spaces, row)
 
 
 def readers(plan: Plan) -> dict[Buffer, list[int]]:
@@ -542,7 +559,8 @@ def reads_product_elsewhere(kernel: Kernel, plan: Plan) -> bool:
 
 
 def write_module(plan: Plan, dependent_launch: bool = False, wide: bool = False,
-                 tilings: dict[str, Tiling] | None = None) -> tuple[str, list[KernelLaunches]]:
+                 tilings: dict[str, Tiling] | None = None, rows: Mapping[Dim, int] | None = None
+                 ) -> tuple[str, list[KernelLaunches]]:
     """One Python module holding every kernel of the plan (and the helpers they call).
 
     `dependent_launch` (Hopper and later, compiled kernels only): each kernel is launched as a
@@ -552,10 +570,11 @@ def write_module(plan: Plan, dependent_launch: bool = False, wide: bool = False,
     launches of a chain of small kernels overlap the kernels' execution instead of following
     it. `wide`: a symbolic graph's int64 build (ember/codegen/triton_sizes.py). `tilings`:
     max-autotune's choices by kernel name (ember/runtime/tune_triton.py); the other kernels'
-    tiles as the heuristics choose them."""
+    tiles as the heuristics choose them. `rows`: a build for one class of each symbolic row
+    length (ember/backends.py chooses the build per call)."""
     tilings = tilings or {}
     launches = [write_kernel(kernel, plan, tilings.get(kernel.name),
-                             dependent_launch=dependent_launch, wide=wide)
+                             dependent_launch=dependent_launch, wide=wide, rows=rows)
                 for kernel in plan.kernels]
     texts = [k.text for launch in launches for k in launch.kernels]
     return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches

@@ -7,14 +7,25 @@ grid per call. Offsets are bounded only by the call's sizes, so the kernels are 
 from one plan: int32 indices (the usual build) and int64 ones (`wide`, built on the first call
 that needs it); the wrapper runs the wide build when `index_reach(plan)` reaches
 `INT32_SAFE`. Nothing here decides a tile (triton_tiling.py does, from the sizes' guesses).
+
+A reduction over a row of symbolic length is tiled like a static row of the same class
+(`RowClasses`): each build serves one power-of-two class of each such length (rows of up to
+that many values held whole in registers, as softmax wants them; longer ones walked in steps)
+and one answer per symbol in those lengths to "a multiple of 16?" (promised to Triton, whose
+loads along a row whose stride is that symbol are then vectorized). The wrapper computes the
+call's classes and sends it to the build for them, made on the first call that needs it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Iterable, Mapping
 
-from ember.ir.sizes import Dim, Size
+from ember.codegen import triton_tiling
+from ember.codegen.triton_tiling import Heuristics, row_class
+from ember.ir.sizes import GUESS, Dim, Size, Symbol, evaluate
 
 # A symbol's name in kernel text (ember names them s0, s1, ...; no generated name is one:
 # values are v/t/acc/pos/part..., pointers p_...).
@@ -77,3 +88,61 @@ def index_reach(plan, launches) -> Dim:
         for space in launch.workspaces:
             total = total + math.prod(space.shape)
     return total
+
+
+
+@dataclasses.dataclass(frozen=True)
+class RowClasses:
+    """The symbolic row lengths of a plan's reductions, the symbols in them and the elements
+    those kernels cover: what a call's build key is made of (see the module's docstring).
+    A key: each row's class (triton_tiling.row_class), then the divisibility of each symbol
+    (the largest power of two up to 16 that divides it; all 1 where the kernels hold fewer
+    than `aligned_elements`)."""
+
+    rows: tuple[Size, ...]
+    symbols: tuple[Symbol, ...]
+    elements: Dim
+
+    @staticmethod
+    def of(kernels: Iterable[tuple[Dim | None, Dim]]) -> RowClasses | None:
+        """From each kernel's row length (None: it does not reduce) and iteration space;
+        None when no row is symbolic."""
+        found = [(row, space) for row, space in kernels if isinstance(row, Size)]
+        if not found:
+            return None
+        rows = tuple(dict.fromkeys(row for row, _ in found))
+        symbols = sorted({s for row in rows for s in row.symbols()},
+                         key=lambda s: (len(s.name), s.name))
+        return RowClasses(rows, tuple(symbols), sum(space for _, space in found))
+
+    def key_text(self, heuristics: Heuristics | None = None) -> str:
+        """The call's key as a Python expression over the symbols (the wrapper's text; its
+        namespace holds `row_class`)."""
+        heuristics = heuristics or triton_tiling.HEURISTICS
+        aligned = ", ".join(f"min({s.name} & -{s.name}, 16)" for s in self.symbols)
+        ones = ", ".join("1" for _ in self.symbols)
+        elements = self.elements.render_python() if isinstance(self.elements, Size) \
+            else str(self.elements)
+        parts = [f"row_class({row.render_python()})" for row in self.rows]
+        parts.append(f"(({aligned},) if {elements} >= {heuristics.aligned_elements} "
+                     f"else ({ones},))")
+        return "(" + ", ".join(parts) + ")"
+
+    def key(self, values: Mapping[str, int], heuristics: Heuristics | None = None) -> tuple:
+        heuristics = heuristics or triton_tiling.HEURISTICS
+        large = evaluate(self.elements, values) >= heuristics.aligned_elements
+        aligned = tuple(min(values[s.name] & -values[s.name], 16) if large else 1
+                        for s in self.symbols)
+        return (*(row_class(row.evaluate(values)) for row in self.rows), aligned)
+
+    def guessed(self) -> tuple:
+        """The key at the symbols' guesses (where no call's sizes are known)."""
+        return self.key({s.name: min(max(s.low, GUESS), s.high or GUESS)
+                         for s in self.symbols})
+
+    def build(self, key: tuple) -> tuple[dict[Dim, int], dict[str, int]]:
+        """The build for `key`: each row's class, and the divisibility promised of each
+        symbol (where more than 1)."""
+        classes = dict(zip(self.rows, key))
+        divisible = {s.name: d for s, d in zip(self.symbols, key[-1]) if d > 1}
+        return classes, divisible

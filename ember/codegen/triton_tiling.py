@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ember.ir.sizes import Dim, Size, guess
@@ -68,6 +69,13 @@ class Heuristics:
     persistent_max: int = 8192        # longest row held whole in registers
     persistent_elements: int = 4096   # elements per program of a persistent tile
     looped_rblock: int = 2048
+    # symbolic rows (triton_sizes.RowClasses): shorter ones share one build (a tile of 64
+    # with its tail masked costs little more than a tighter one: such kernels are short), and
+    # a symbol is promised its divisibility only where the kernels of its rows hold this
+    # many elements (below, a kernel is done in a few microseconds: vector loads gain nothing
+    # there, and each divisibility met would be another build)
+    shortest_class: int = 64
+    aligned_elements: int = 2 ** 20
     split_min_row: int = 16384        # programs of at least this many elements may be split ...
     split_target_programs: int = 512  # ... when fewer programs than this would run
     split_max_parts: int = 256
@@ -115,12 +123,34 @@ def wide_enough(extent: Dim) -> bool:
     return extent >= INT32_LIMIT
 
 
-def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = None) -> Tiling:
+def row_class(length: int, heuristics: Heuristics | None = None) -> int:
+    """The class of a symbolic row's length that a build of its kernel serves: the least power
+    of two that holds it (at least `shortest_class`), up to the longest row held in
+    registers; 0 for longer rows (walked in steps, whatever their length). The wrapper
+    computes it per call (ember/backends.py)."""
+    heuristics = heuristics or HEURISTICS
+    if length > heuristics.persistent_max:
+        return 0
+    return max(pow2(length), heuristics.shortest_class)
+
+
+def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = None,
+                  rows: Mapping[Dim, int] | None = None) -> Tiling:
     """Tile sizes from the kernel's extents and the first writing's memory accesses, by
-    `heuristics` or else the module's HEURISTICS as they are now (the GPU bench swaps them)."""
+    `heuristics` or else the module's HEURISTICS as they are now (the GPU bench swaps them).
+    `rows`: a build for one class of each symbolic row length (`row_class`); a row whose
+    class is a power of two is held whole as a static row of that length would be."""
     heuristics = heuristics or HEURISTICS
     # (heuristics read a symbolic extent at its guess; masks and loop bounds use its value)
     xnumel, rnumel = guess(writer.xnumel), guess(writer.rnumel)
+    longest = None  # (the bound of a symbolic row's length in this build)
+    if isinstance(writer.rnumel, Size):
+        longest = writer.rnumel.bounds()[1]
+        served = rows.get(writer.rnumel) if rows is not None else None
+        if served:
+            longest = min(longest, served)
+        elif served == 0:  # (a build for rows too long to hold)
+            rnumel = max(rnumel, heuristics.persistent_max + 1)
     int64 = writer.wide or wide_enough(writer.xnumel * max(writer.rnumel, 1)) or any(
         needs_int64(offset) for offset in writer.accesses)
     if writer.matmul is not None:
@@ -141,18 +171,20 @@ def choose_tiling(writer: TritonKernelWriter, heuristics: Heuristics | None = No
                            block // (32 * per_thread)))
         return Tiling(block, num_warps=warps, int64=int64)
     if kept_dim_is_contiguous(writer):
+        if longest is not None:
+            rnumel = int(min(rnumel, longest))
         rblock = min(pow2(rnumel), heuristics.column_rblock)
         xblock = min(pow2(xnumel), heuristics.column_xblock)
-        # (a symbolic row: held whole only where its range keeps it within the tile)
-        persistent = (writer.rnumel.bounds()[1] if isinstance(writer.rnumel, Size)
-                      else rnumel) <= rblock
+        # (a symbolic row: held whole only where its range or its class keeps it within the
+        # tile)
+        persistent = (longest if longest is not None else rnumel) <= rblock
         warps = max(1, min(8, xblock * rblock // 256))
         return maybe_split(Tiling(xblock, rblock, persistent, warps, int64), writer,
                             heuristics)
-    if isinstance(writer.rnumel, Size):
-        # a row of symbolic length is held whole only where its range bounds it (a
-        # mark_dynamic max): else the row is walked in RBLOCK steps, its tail masked
-        longest = writer.rnumel.bounds()[1]
+    if longest is not None:
+        # a row of symbolic length is held whole only where its range (a mark_dynamic max)
+        # or this build's class bounds it: else the row is walked in RBLOCK steps, its tail
+        # masked
         if longest <= heuristics.persistent_max:
             rnumel = int(longest)
         else:

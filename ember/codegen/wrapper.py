@@ -225,12 +225,15 @@ class _Writer:
 def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                   sources: dict[str, KernelSource], functions: dict[str, Any],
                   device: torch.device, checked: bool, check_alignment: bool = True,
-                  check_reach: bool = False) -> WrapperSource:
+                  check_reach: bool = False, rows: tuple[str, tuple] | None = None
+                  ) -> WrapperSource:
     """Python source of `call(args)`: `functions` are the loaded kernels by name; `checked`
     adds the first call's check that library calls return eager's layouts; `check_alignment`
     (CUDA) sends inputs that are not 16-byte aligned to the `misaligned` build;
     `check_reach` (symbolic Triton kernels) sends calls whose offsets may pass int32 to the
-    `wide` build."""
+    `wide` build; `rows` (symbolic Triton reductions): the call's key as a Python expression
+    and the key of this build: calls of another key go to `rows(key, args)`
+    (ember/codegen/triton_sizes.py)."""
     w = _Writer(plan, device)
     w.namespace.update(functions)
     lines = w.lines
@@ -243,6 +246,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         reach = index_reach(plan, [s for s in sources.values() if not isinstance(s, KernelSource)])
         if isinstance(reach, Size) and reach.bounds()[1] >= INT32_SAFE:
             lines.append(f"if {reach!r} >= {INT32_SAFE}: return wide(args)")
+    if rows is not None:
+        text, key = rows
+        lines.append(f"if {text} != {key!r}: return rows({text}, args)")
     if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     if any(b.role in ("temp", "output") for b in plan.buffers) or \

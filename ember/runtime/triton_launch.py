@@ -182,7 +182,7 @@ class CompileSource:
     module: str
     name: str
     signature: tuple[tuple[str, str], ...]
-    aligned: tuple[bool, ...]
+    aligned: tuple[bool | int, ...]  # (a pointer's 16-byte alignment, an int's divisibility)
     options: tuple[tuple[str, Any], ...]
     target: tuple[str, int, int]
     device_index: int
@@ -274,8 +274,12 @@ def _options(kernel: TritonKernel) -> dict:
             "debug": kernel.checks, "launch_pdl": kernel.dependent_launch}
 
 
-def _attrs(aligned: Sequence[bool]) -> dict:
-    return {(i,): [["tt.divisibility", 16]] for i, ok in enumerate(aligned) if ok}
+def _attrs(aligned: Sequence[bool | int]) -> dict:
+    """Triton's promises per argument: a pointer 16-byte aligned (True), an int divisible by
+    this power of two (an int > 1)."""
+    promised = {(i,): 16 if value is True else value for i, value in enumerate(aligned)}
+    return {at: [["tt.divisibility", value]] for at, value in promised.items()
+            if value is not False and value > 1}
 
 
 def compile_source(source: CompileSource, module: types.ModuleType) -> Any:
@@ -306,13 +310,18 @@ def rebuild_launch(text: str, source: CompileSource, grid: tuple) -> DeviceLaunc
 
 
 def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
-                    aligned: list[list[bool]], device_index: int) -> list[DeviceLaunch]:
-    """Compile each kernel for the current GPU, several at a time, and load them."""
+                    aligned: list[list[bool | int]], device_index: int,
+                    known: dict[tuple, DeviceLaunch] | None = None) -> list[DeviceLaunch]:
+    """Compile each kernel for the current GPU, several at a time, and load them. `known`:
+    kernels compiled before for the same graph (another build of it), by what they compile
+    to; those compiled here are added."""
     warm_up()
+    known = {} if known is None else known
     # kernels that differ only in their names (a model's repeated layers) compile once
     first_of: dict[tuple, int] = {}
-    same_as = [first_of.setdefault(_shape_of(k, aligned[i]), i) for i, k in enumerate(kernels)]
-    distinct = sorted(set(same_as))
+    shapes = [_shape_of(k, aligned[i]) for i, k in enumerate(kernels)]
+    same_as = [first_of.setdefault(shape, i) for i, shape in enumerate(shapes)]
+    distinct = sorted(i for i in set(same_as) if shapes[i] not in known)
     # On a cold cache each new argument count also needs its C launcher built (a compiler
     # run): start those at once, beside the warm-up and the kernels' compilation.
     launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
@@ -353,9 +362,12 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()
+    for position, launch in built.items():
+        known[shapes[position]] = launch
     # (a kernel launched as another's binary keeps the other's source: what compiled it)
-    return [built[i] if i == first else
-            DeviceLaunch(built[first].compiled, kernel.grid, built[first].source)
+    return [built[i] if i in built else
+            DeviceLaunch(known[shapes[first]].compiled, kernel.grid,
+                         known[shapes[first]].source)
             for i, (kernel, first) in enumerate(zip(kernels, same_as))]
 
 

@@ -68,12 +68,12 @@ class Encoder:
                         self.parts.append((part, ["triton_part", name, position]))
         encoded = []
         for name, value in namespace.items():
-            if name == "misaligned" and type(value).__name__ == "_Lazy":
-                # (a CUDA wrapper sends inputs that are not 16-byte aligned to a build that
-                # does not assume it: in a new process, the graph's cold compile's; a C
-                # wrapper never calls it)
-                encoded.append([name, ["cold_misaligned" if "misaligned(args)" in text
-                                       else "unavailable"]])
+            if name in _OTHER_BUILDS and type(value).__name__ in ("_Lazy", "_Builds"):
+                # (a CUDA wrapper sends inputs that are not 16-byte aligned, a symbolic one
+                # sizes past int32 or rows of another class, to another build: in a new
+                # process, the graph's cold compile's; a C wrapper never calls them)
+                encoded.append([name, ["cold_build", name] if f"{name}(" in text
+                                else ["unavailable"]])
                 continue
             try:
                 encoded.append([name, self.value(value)])
@@ -253,10 +253,10 @@ class Decoder:
                                                    module.__name__)
         if kind == "triton_device":
             return self._device_launch(code)
-        if kind == "cold_misaligned":
+        if kind in ("cold_build", "cold_misaligned"):
             if self.cold is None:
-                raise ValueError("a wrapper for misaligned inputs without a cold compile")
-            return _ColdMisaligned(self.cold)
+                raise ValueError("a wrapper's other build without a cold compile")
+            return _ColdBuild(self.cold, code[1] if kind == "cold_build" else "misaligned")
         if kind == "op":
             return _op(code[1])
         if kind == "treespec":
@@ -308,19 +308,26 @@ class Decoder:
         return self.loaded[index]
 
 
+# The builds a wrapper may send a call to (ember/backends.py: inputs not 16-byte aligned,
+# offsets past int32, rows of another class)
+_OTHER_BUILDS = ("misaligned", "wide", "rows")
+
+
 def _unavailable(*args: Any) -> Any:
-    raise RuntimeError("the build for misaligned inputs is not kept by a warm start")
+    raise RuntimeError("a wrapper's other build is not kept by a warm start")
 
 
-class _ColdMisaligned:
-    """A rebuilt CUDA wrapper's build for inputs that are not 16-byte aligned: the one of the
-    graph compiled cold (once, on the first such call: `cold()` gives that compiled graph)."""
+class _ColdBuild:
+    """A rebuilt wrapper's other build (`name` in its namespace): the one of the graph
+    compiled cold (once, on the first call that needs it: `cold()` gives that compiled
+    graph)."""
 
-    def __init__(self, cold: Any):
+    def __init__(self, cold: Any, name: str):
         self.cold = cold
+        self.name = name
 
-    def __call__(self, args: Any) -> Any:
-        return self.cold().wrappers[1].namespace["misaligned"](args)
+    def __call__(self, *args: Any) -> Any:
+        return self.cold().wrappers[1].namespace[self.name](*args)
 
 
 def _internal_callables() -> dict[str, Any]:

@@ -108,23 +108,30 @@ def test_a_long_symbolic_row_splits_into_chunks_sized_per_call():
 
 # -- what they compute, and how often they are built ------------------------------------------
 CASES = {
-    # name: (function, example of width w (batch b first), sizes of the symbolic dim 0)
-    "pointwise": (s1, lambda b: t(b, 24, seed=b), [2, 3, 1000]),
-    "softmax_rows": (lambda x: F.softmax(x, -1), lambda b: t(b, 48, seed=b), [2, 5, 130]),
-    "layer_norm": (nn.LayerNorm(32), lambda b: t(b, 32, seed=b), [2, 9, 70]),
+    # name: (function, example of width w (batch b first), sizes of the symbolic dim 0,
+    #        builds: one per key met, with the small tiles below: the class of the symbolic
+    #        rows' lengths (64, 128, 256, or longer ones walked in steps) and, where the
+    #        kernels of those rows hold 4096 elements or more, the symbol's divisibility)
+    "pointwise": (s1, lambda b: t(b, 24, seed=b), [2, 3, 1000], 1),
+    "softmax_rows": (lambda x: F.softmax(x, -1), lambda b: t(b, 48, seed=b), [2, 5, 130], 1),
+    "layer_norm": (nn.LayerNorm(32), lambda b: t(b, 32, seed=b), [2, 9, 70], 1),
     "softmax_symbolic_row": (lambda x: F.softmax(x, 0), lambda b: t(b, seed=b),
-                             [3, 1000, 5000]),
-    "sum_dim0_split": (lambda x: x.sum(0), lambda b: t(b, 40, seed=b), [2, 33, 3000]),
+                             [3, 1000, 5000], 3),  # 64; walked; walked, 8 | 5000
+    "sum_dim0_split": (lambda x: x.sum(0), lambda b: t(b, 40, seed=b), [2, 33, 3000],
+                       2),  # 64, 64; walked, 8 | 3000
     "argmax_dim0_split": (lambda x: (x.argmax(0), x.amax(0), x.argmin(0)),
-                          lambda b: t(b, 6, seed=b), [2, 7, 3000]),
+                          lambda b: t(b, 6, seed=b), [2, 7, 3000], 2),
     "mean_var_dim0": (lambda x: (x.mean(0), x.var(0)), lambda b: t(b, 40, seed=b),
-                      [2, 33, 3000]),
+                      [2, 33, 3000], 2),
     "sum_all_split": (lambda x: (x.sum(), x.amax()), lambda b: t(b, 64, seed=b),
-                      [2, 37, 1500]),
+                      [2, 37, 1500], 3),  # 128; walked; walked, 4 | 1500
+    "walked_rows_multiple_of_16": (lambda x: F.softmax(x, 0), lambda b: t(b, seed=b),
+                                   [1000, 5000, 4096, 2000], 3),  # (1000 and 2000: too few
+    # elements for their divisibility to count; 8 | 5000, 16 | 4096)
     "linear_tanh": (nn.Sequential(nn.Linear(16, 32), nn.Tanh()), lambda b: t(b, 16, seed=b),
-                    [2, 17, 40]),
+                    [2, 17, 40], 1),
     "mlp": (nn.Sequential(nn.Linear(24, 32), nn.GELU(), nn.Linear(32, 8)),
-            lambda b: t(b, 24, seed=b), [2, 5, 33]),
+            lambda b: t(b, 24, seed=b), [2, 5, 33], 1),
 }
 
 
@@ -134,13 +141,14 @@ def small_tiles(monkeypatch):
     pair in tl.reduce) runs split rows in seconds: the same paths as the GPU's tiles."""
     small = dataclasses.replace(triton_tiling.HEURISTICS, looped_rblock=64,
                                 split_min_row=256, split_target_programs=16,
-                                split_max_parts=8, persistent_max=256)
+                                split_max_parts=8, persistent_max=256,
+                                aligned_elements=4096)
     monkeypatch.setattr(triton_tiling, "HEURISTICS", small)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_one_build_serves_every_size(name, builds, small_tiles):
-    fn, make, sizes = CASES[name]
+def test_one_build_serves_every_size_of_a_class(name, builds, small_tiles):
+    fn, make, sizes, count = CASES[name]
     compiled = ember.compile(fn)
     with torch.no_grad():
         for b in sizes:
@@ -149,7 +157,29 @@ def test_one_build_serves_every_size(name, builds, small_tiles):
             torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
     forward = getattr(compiled, "_compiled_forward", compiled)
     assert len(forward.records) == 1 and forward.entries[0].captured.symbolic
-    assert len(builds()) == 1, builds()
+    assert len(builds()) == count, builds()
+
+
+def test_rows_of_symbolic_length_are_held_whole_per_class(builds):
+    # softmax over a symbolic row: each build holds rows of one power-of-two class whole
+    # (as the static kernel would), made on the first call of that class; the first build is
+    # the first call's
+    fn = lambda x: F.softmax(x, -1) * 2  # noqa: E731
+    compiled = ember.compile(fn, dynamic=True)
+    for n in [20, 30, 17, 25, 300, 260, 32, 20]:
+        x = t(3, n, seed=n)
+        torch.testing.assert_close(compiled(x), fn(x))
+    made = builds()
+    # (64: the shortest class; 512; too few elements for the divisibility to count)
+    assert len(compiled.records) == 1 and len(made) == 2, made
+    graph = compiled.records[0].compiled
+    assert "if (row_class(s1), ((min(s1 & -s1, 16),) if s0*s1 >= 1048576 else (1,))) " \
+        "!= (64, (1,)): return rows(" in graph.wrapper_source, graph.wrapper_source
+    texts = [Path(sys.modules[line.rsplit("(", 1)[1].rstrip(")")].__file__).read_text()
+             .split("\ndef kernel0(")[1] for line in made]
+    for text, rblock in zip(texts, (64, 512)):
+        assert "for " not in text and f"RBLOCK: tl.constexpr = {rblock}\n" in text
+        assert "rmask = r < s1" in text
 
 
 def test_size_one_is_an_entry_of_its_own(builds):
