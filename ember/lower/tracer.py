@@ -328,7 +328,13 @@ class Tracer(torch_internals.TorchDispatchMode):
                 result = rule(self.builder, *self.to_nodes(args), **self.to_nodes(rule_kwargs))
                 if self._matches(result, out):
                     return result
-                raise Decline(f"rule result disagrees with eager's {self._describe(out)}")
+                # (a fault of the rule's, not a case it declines: said where the fallbacks
+                # channel is on, so that a benchmark's report shows it)
+                from ember import logs
+
+                logs.channel("fallbacks").info(
+                    "%s runs as a library call: its rule's result disagrees with eager's %s",
+                    func, self._describe(out))
             except ByDesign:
                 return self._library(func, args, kwargs, template_kwargs, out, counted=False)
             except Decline as reason:

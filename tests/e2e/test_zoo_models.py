@@ -93,6 +93,10 @@ def ran_eagerly(messages: list[str]) -> list[str]:
 def assert_compiled_once(compiles, messages):
     assert compiles.graphs == 1, f"{compiles.graphs} graphs compiled, expected one"
     assert compiles.eager_graphs == 0 and ran_eagerly(messages) == [], ran_eagerly(messages)
+    # (an op whose rule gives another result than eager's runs as a library call: a fault of
+    # the rule's, which cost ResNet-50's batch norms on CUDA their fusion)
+    disagreeing = [m for m in messages if "disagrees with eager" in m]
+    assert disagreeing == [], disagreeing
 
 
 @pytest.mark.parametrize("mode, spec", cases("infer"))
