@@ -105,8 +105,9 @@ def test_a_rule_whose_result_disagrees_with_eager_becomes_a_library_call(monkeyp
     with captured_log("fallbacks") as records:
         lowered = _lower(lambda x: torch.sin(x) * 2, torch.randn(4))
     assert lowered.library_calls == 1
-    assert any("rule result disagrees with eager's torch.float32[4]" in r.getMessage()
-               for r in records)
+    # (said at info level: a fault of the rule's, which a benchmark's report lists)
+    assert any("its rule's result disagrees with eager's torch.float32[4]" in r.getMessage()
+               and r.levelname == "INFO" for r in records)
     check(lambda x: torch.sin(x) * 2, torch.randn(4))
 
 
