@@ -182,7 +182,7 @@ FLAGS: tuple[Flag, ...] = (
          "CPU: call a convolution as one matrix product where oneDNN's per-call weight "
          "reorder would cost more (0: as eager calls it; see passes/convolution_matmul.py)"),
     Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "1", _flag,
-         "CPU: convolve a row-major image channels-last where only ember's kernels read the "
+         "convolve a row-major image channels-last where only ember's kernels read the "
          "image and the result (0: as eager lays it out; see passes/convolution_layout.py)"),
     Flag("convolution_depthwise", "EMBER_CONVOLUTION_DEPTHWISE", "1", _flag,
          "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps "

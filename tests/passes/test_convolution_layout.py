@@ -69,3 +69,23 @@ def test_a_lone_convolution_of_an_input_stays_row_major():
     # with a second convolution after it, both switch (the copy is paid once)
     assert _switched(lambda x, w1, w2: F.conv2d(F.conv2d(x, w1).relu(), w2, padding=1,
                                                 groups=16).relu(), *args) == [True, True]
+
+
+def test_on_cuda_only_convolutions_cudnn_runs_faster_channels_last_switch():
+    # (decided per convolution from its weight: the graph here is the CPU's, the rule the
+    # one the pass applies to CUDA graphs)
+    from ember.passes.convolution_layout import _faster_channels_last_on_cuda
+
+    x = make(2, 32, 6, 6)
+    cases = {  # weight, groups -> switched
+        "depthwise": (make(32, 1, 3, 3), 32, True),
+        "groups of two channels": (make(32, 2, 3, 3), 16, False),
+        "fewer filters over a window": (make(16, 32, 3, 3), 1, False),
+        "fewer filters, 1x1": (make(16, 32, 1, 1), 1, True),
+        "as many filters": (make(32, 32, 3, 3), 1, True),
+    }
+    for name, (weight, groups, expected) in cases.items():
+        lowered = trace(torch.fx.symbolic_trace(
+            lambda x, w, groups=groups: F.conv2d(x, w, groups=groups)), [x, weight])
+        (node,) = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
+        assert _faster_channels_last_on_cuda(node) is expected, name
