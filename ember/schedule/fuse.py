@@ -178,8 +178,10 @@ class Scheduler:
             geometry = self.planned_geometry(source) if source is not node else None
             # (a broadcast operand's order says nothing of the dims it is broadcast along:
             # ViT's position embedding, 1 x tokens x width, made the residual stream
-            # batch-innermost, and every layer norm read it across the grain, 2.5x slower)
-            if geometry is None or tuple(geometry[0]) != tuple(node.shape) or \
+            # batch-innermost, and every layer norm read it across the grain, 2.5x slower;
+            # a pad's image, smaller than the pad, lends its order)
+            if geometry is None or len(geometry[0]) != node.ndim or any(
+                    m == 1 and n != 1 for m, n in zip(geometry[0], node.shape)) or \
                     self._permuted(source):
                 continue
             order = dense_order(geometry[0], geometry[1])

@@ -208,6 +208,40 @@ def test_a_value_computed_from_a_channels_last_input_is_stored_channels_last():
         check(fn, x, atol=1e-5, rtol=1e-5)
 
 
+def _temps(plan, shape):
+    return [s.buffer.strides for step in plan.steps if isinstance(step, Kernel)
+            for s in step.stores if s.buffer.shape == shape and s.buffer.role == "temp"]
+
+
+def test_a_pad_of_a_channels_last_image_is_stored_channels_last():
+    # (ResNet's max pool after its stem: the pool's window reads the padded image, which
+    # takes the image's order though its sizes differ)
+    def fn(x):
+        for _ in range(8):  # (costly: the pool's taps read it from a buffer of its own)
+            x = torch.tanh(x * 1.1 + 0.1)
+        return F.max_pool2d(x, 3, 2, 1) * 2
+
+    x = torch.randn(2, 4, 6, 6).contiguous(memory_format=torch.channels_last)
+    assert _temps(_plan(fn, x), (2, 4, 7, 7)) == [(196, 1, 28, 4)]  # (as the pool reads it)
+    check(fn, x, atol=1e-5, rtol=1e-5)
+
+
+def test_a_broadcast_operand_lends_no_order():
+    # ViT's token stream: a class token before the patches, plus a position embedding of one
+    # image broadcast over the batch: the stream is row-major (as its layer norms read it),
+    # whatever order the embedding's size-1 batch dim could be said to have
+    def fn(image, cls, pos):
+        patches = image.flatten(2).transpose(1, 2)  # (the patch embedding's result)
+        x = torch.cat([cls.expand(image.shape[0], -1, -1), patches], 1) + pos
+        for _ in range(8):  # (costly: stored once, read by two reductions)
+            x = torch.tanh(x * 1.1 + 0.1)
+        return F.layer_norm(x, (8,)), x.sum(1)
+
+    args = torch.randn(3, 8, 2, 2), torch.randn(1, 1, 8), torch.randn(1, 5, 8)
+    assert _temps(_plan(fn, *args), (3, 5, 8)) == [(40, 8, 1)]
+    check(fn, *args, atol=1e-5, rtol=1e-5)
+
+
 def test_a_costly_value_read_at_each_tap_of_a_window_is_computed_once():
     """A max pool over exp(x) * 3: the pool's nine taps would compute exp at each; the
     padded image is a buffer of its own, read by the pool's kernel."""
