@@ -248,7 +248,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             lines.append(f"if {reach!r} >= {INT32_SAFE}: return wide(args)")
     if rows is not None:
         text, key = rows
-        lines.append(f"if {text} != {key!r}: return rows({text}, args)")
+        lines.append(f"row_key = {text}")
+        lines.append(f"if row_key != {key!r}: return rows(row_key, args)")
     if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     if any(b.role in ("temp", "output") for b in plan.buffers) or \

@@ -173,8 +173,9 @@ def test_rows_of_symbolic_length_are_held_whole_per_class(builds):
     # (64: the shortest class; 512; too few elements for the divisibility to count)
     assert len(compiled.records) == 1 and len(made) == 2, made
     graph = compiled.records[0].compiled
-    assert "if (row_class(s1), ((min(s1 & -s1, 16),) if s0*s1 >= 1048576 else (1,))) " \
-        "!= (64, (1,)): return rows(" in graph.wrapper_source, graph.wrapper_source
+    assert "row_key = (row_class(s1), ((min(s1 & -s1, 16),) if s0*s1 >= 1048576 else " \
+        "(1,)))\n    if row_key != (64, (1,)): return rows(row_key, args)" in \
+        graph.wrapper_source, graph.wrapper_source
     texts = [Path(sys.modules[line.rsplit("(", 1)[1].rstrip(")")].__file__).read_text()
              .split("\ndef kernel0(")[1] for line in made]
     for text, rblock in zip(texts, (64, 512)):
