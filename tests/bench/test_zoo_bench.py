@@ -147,3 +147,38 @@ def test_the_benchs_counting_backend_keeps_automatic_dynamic():
         assert torch.equal(step(*args), eager_tokens)
     assert len(compiled._compiled_forward.records) == 2  # (the prompt; every cache length)
     assert compiles.eager_graphs == 0
+
+
+def test_a_failed_check_is_judged_by_float64():
+    # an answer off eager's past the tolerance passes where it is as close to float64's
+    # answer as eager's is (rounding, in an ill-conditioned model); farther, it fails
+    from types import SimpleNamespace
+
+    from ember.bench.trial import compare, float64_judge
+
+    def instantiate(size, device):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(64, 8).to(torch.bfloat16)
+
+        def step(x):
+            return model(x)
+
+        step.model = model
+        return step, (torch.randn(4, 64, generator=torch.Generator().manual_seed(1))
+                      .to(torch.bfloat16),)
+
+    workload = SimpleNamespace(instantiate=instantiate, grad=False,
+                               tolerance_at=lambda size, device: {"atol": 1e-6, "rtol": 0.0})
+    options = SimpleNamespace(size="tiny", device=None)
+    step, args = instantiate("tiny", None)
+    expected = [step(*args).detach()]
+    exact = step.model.double()(args[0].double())
+    eager_error = float((expected[0].double() - exact).abs().max())
+    assert eager_error > 1e-4  # (bf16's rounding)
+    for shift, passes in ((eager_error / 2, True), (4 * eager_error, False)):
+        outputs = [expected[0] + shift]  # (rounding of another order; an error)
+        check = compare(outputs, expected, {"atol": 1e-6, "rtol": 0.0})
+        assert not check["ok"]
+        float64_judge(check, workload, options, outputs, expected)
+        assert check["ok"] is passes, check
+        assert check["eager_error_vs_float64"] == pytest.approx(eager_error)
