@@ -10,7 +10,6 @@ never stops the user's program.
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,39 +17,24 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import config, dumps, logs, torch_internals, tuning
+from ember import config, dumps, logs, torch_internals
 from ember.autodiff import tape
 from ember.autodiff.differentiate import differentiate
-from ember.codegen.c import write_source
 from ember.codegen.glue import write_glue
-from ember.codegen.triton import (
-    Workspace,
-    readers,
-    reads_product_elsewhere,
-    row_length,
-    write_module,
-)
-from ember.codegen.triton_sizes import RowClasses
-from ember.codegen.triton_tiling import row_class
-from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
-from ember.codegen.wrapper import write_wrapper
+from ember.compile_plan import compile_ir, kernel_backend
 from ember.dumps import graph_label
 from ember.ir.graph import Graph
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.partition import MAX_ROUNDS, describe, find_islands
-from ember.passes.library_ops import calls_for
 from ember.passes.pipeline import after_differentiation, run_passes
-from ember.runtime import triton_launch, tune_c, tune_triton, warm_cache
-from ember.runtime.build import BuildError, build, kernel_function, load
-from ember.runtime.compiled import CompiledGraph, make_function
+from ember.runtime import triton_launch, warm_cache
+from ember.runtime.build import BuildError
+from ember.runtime.compiled import CompiledGraph
 from ember.runtime.interpreted import InterpretedGraph
 from ember.runtime.partitioned import PartitionedGraph, written_inputs
 from ember.runtime.training import TrainingGraph
-from ember.schedule.epilogue import fuse_matmul_epilogues
-from ember.schedule.fuse import schedule
-from ember.schedule.plan import Buffer, LibraryCall, Plan
 from ember.shapes import ShapeSpecialized, for_every_shape  # noqa: F401  (ShapeSpecialized:
 
 # the per-shape fallback, named here for callers that knew it in this module)
@@ -103,15 +87,6 @@ def _autocast_regions(gm: torch.fx.GraphModule) -> bool:
     return any(node.op == "call_function" and getattr(node.target, "__name__", "") in
                ("_enter_autocast", "_exit_autocast", "_set_autocast_enabled")
                for node in gm.graph.nodes)
-
-
-def kernel_backend(device_type: str) -> str:
-    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
-    Triton on CUDA."""
-    chosen = config.settings.backend
-    if chosen:
-        return chosen
-    return "triton" if device_type == "cuda" else "c"
 
 
 def _codegen_reason(chosen: str) -> str | None:
@@ -420,211 +395,6 @@ def _eager_differentiable(specs: list[OutputSpec], eager: Any) -> set[int] | Non
             if tracked and (spec.kind == "node" or (spec.kind == "view" and spec.of_output))}
 
 
-def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
-               extras: list[torch.Tensor], tensor_positions: list[int], argument_count: int,
-               eager: Callable, label: str, dump: Any, clock: _Stages,
-               fallback_count: int = 0, sizes: dict[str, int] | None = None
-               ) -> CompiledGraph | InterpretedGraph:
-    """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
-    tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
-    when its compiled form gives up; `sizes`: a symbolic graph's symbols in the call it is
-    compiled for (its first build serves that call's row classes)."""
-    device = graph.device
-    chosen = kernel_backend(device.type)
-    if chosen == "interp":
-        return InterpretedGraph(graph, outputs, output_tree, extras, tensor_positions, label)
-    if chosen == "c" and device.type != "cpu":
-        raise Unsupported(f"EMBER_BACKEND=c compiles for the CPU; these tensors are on {device}")
-    if chosen == "triton" and device.type == "cpu" and not triton_launch.interpreting():
-        raise Unsupported("EMBER_BACKEND=triton on CPU tensors needs TRITON_INTERPRET=1")
-    if chosen == "triton":
-        calls = calls_for(TRITON_LIBRARY_OPS)(graph)
-        if calls:
-            logs.dump(dump, "ir_triton_library_calls.txt", lambda: str(graph))
-    plan = schedule(graph)
-    clock("schedule")
-    logs.dump(dump, "schedule.txt", plan.describe)
-    # (a symbolic plan's reductions over rows of symbolic length: one build per class of
-    # their lengths, chosen per call; see ember/codegen/triton_sizes.py)
-    classes = RowClasses.of((row_length(k), math.prod(k.shape)) for k in plan.kernels) \
-        if chosen == "triton" and plan.graph.symbols else None
-    key = None
-    if classes is not None:
-        key = classes.key(sizes) if sizes and all(s.name in sizes for s in classes.symbols) \
-            else classes.guessed()
-    known: dict = {}  # (kernels compiled by one build, reused by the others)
-    if chosen == "triton":
-        sources, functions, misaligned = _triton_kernels(
-            plan, label, dump, build=classes.build(key) if classes else None, known=known)
-    else:
-        sources, functions, misaligned = _c_kernels(plan, label, dump)
-    clock("kernels")
-
-    def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None,
-             wide: Callable | None = None, kernels: dict[str, Any] = sources,
-             key: tuple | None = key):
-        wrapper = write_wrapper(plan, outputs, output_tree, kernels, functions,
-                                device, checked, check_alignment=fallback is not None,
-                                check_reach=wide is not None,
-                                rows=(classes.key_text(), key) if key is not None else None)
-        wrapper.namespace["misaligned"] = fallback
-        wrapper.namespace["wide"] = wide
-        if key is not None:
-            wrapper.namespace.update(rows=by_rows, row_class=row_class)
-        for position, tensor in enumerate(extras, start=len(tensor_positions)):
-            wrapper.namespace[f"extra{position}"] = tensor
-        if extras and (fallback is not None or wide is not None or key is not None):
-            # (the other builds are given args with the extras; a build called by another
-            # gets them so)
-            wrapper.text = wrapper.text.replace(
-                "def call(args):\n",
-                f"def call(args):\n    if len(args) == {len(tensor_positions)}: args = (*args, "
-                + ", ".join(f"extra{p}" for p in range(len(tensor_positions),
-                                                       len(tensor_positions) + len(extras)))
-                + ",)\n", 1)
-        return wrapper
-
-    # misaligned inputs take a build that does not assume 16-byte alignment (made on demand)
-    wide = None
-    if chosen == "triton" and plan.graph.symbols:
-        def wide_build() -> Callable:
-            """Calls whose sizes take an offset past int32 run kernels with int64 indices."""
-            wide_sources, wide_functions, _ = _triton_kernels(plan, label, dump, wide=True)
-            return make_function(wrap(wide_functions, False, None, None, wide_sources, None),
-                                 f"<ember wrapper {label} (int64 indices)>")
-
-        wide = _Lazy(wide_build)
-    by_rows = None
-    if classes is not None:
-        def rows_build(key: tuple) -> Callable:
-            """The build for calls whose rows are of other classes (made on the first)."""
-            logs.channel("perf").info("%s: kernels for row classes %s (%s)", label, key,
-                                      classes.key_text())
-            built_sources, built, unaligned = _triton_kernels(
-                plan, label, dump, build=classes.build(key), known=known, first=False)
-            # (called by the first build's wrapper once it has checked the reach and found
-            # the key: these check neither)
-            fallback = _Lazy(lambda: make_function(
-                wrap(unaligned(), False, None, None, built_sources, None),
-                f"<ember wrapper {label} (rows {key}, misaligned inputs)>"))
-            return make_function(wrap(built, False, fallback, None, built_sources, None),
-                                 f"<ember wrapper {label} (rows {key})>")
-
-        by_rows = _Builds(rows_build)
-    # (the misaligned build checks the reach too: its kernels index in int32 as well)
-    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
-                                           f"<ember wrapper {label} (misaligned inputs)>"))
-    wrappers = [wrap(functions, checked, fallback, wide) for checked in (True, False)]
-    logs.dump(dump, "wrapper.py", wrappers[1].text)
-    logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
-    clock("wrapper")
-    clock.report()
-    library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
-    written = [index for index, _ in graph.writebacks]
-    compiled = CompiledGraph(wrappers[0], wrappers[1], tensor_positions, argument_count,
-                             eager, label, len(sources), library_calls, written,
-                             fallback_count)
-    # (what ahead-of-time analysis reads: ember/aot.py)
-    compiled.plan = plan
-    compiled.step_count = len(plan.steps)
-    compiled.kernel_texts = {name: source.text if hasattr(source, "text") else
-                             "\n\n".join(kernel.text for kernel in source.kernels)
-                             for name, source in sources.items()}
-    compiled.workspace_bytes = {
-        name: sum(math.prod(space.shape) * space.dtype.itemsize for space in source.workspaces)
-        for name, source in sources.items() if getattr(source, "workspaces", None)}
-    return compiled
-
-
-def _c_kernels(plan: Plan, label: str, dump: Any):
-    """One C file for the plan, built with the C compiler and loaded."""
-    tunings = tuning.guarded(label, tune_c.choose, plan, label) \
-        if config.settings.max_autotune else None
-    source, kernels = write_source(plan, tunings)
-    logs.dump(dump, "kernels.c", source)
-    logs.show_code(label, "C kernels", source)
-    functions = {}
-    if kernels:
-        path, cached = build(source, ["-lmvec", "-lm"])
-        library = load(path)
-        functions = {k.name: kernel_function(library, k.name, len(k.arguments), len(k.sizes))
-                     for k in kernels}
-        logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
-                                     "cache hit" if cached else "built", path)
-    return {k.name: k for k in kernels}, functions, None
-
-
-def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
-                    build: tuple[dict, dict[str, int]] | None = None,
-                    known: dict | None = None, first: bool = True):
-    """One Triton module for the plan; its kernels compiled for the GPU (or interpreted).
-    `wide`: a symbolic plan's build with int64 indices (made on the first call that needs
-    it: its inputs' alignment is not assumed either). `build`: the row classes it serves and
-    the divisibility promised of the symbols (RowClasses.build); `known`: kernels compiled by the
-    plan's other builds, by what they compile to; `first`: the plan's first build (the one
-    that fuses matmul epilogues into the plan)."""
-    rows, divisible = build or (None, {})
-    first = first and not wide
-    fused = first and config.settings.matmul_epilogue and \
-        fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
-    if fused:
-        logs.dump(dump, "schedule_fused.txt", plan.describe)
-    device_index = None
-    if not triton_launch.interpreting():
-        device_index = plan.graph.device.index
-        if device_index is None:
-            device_index = torch.cuda.current_device()
-    dependent = device_index is not None and config.settings.dependent_launch and \
-        triton_launch.dependent_launch_supported(device_index)
-    tilings = tuning.guarded(label, tune_triton.choose, plan, label, device_index,
-                             dependent) if config.settings.max_autotune else None
-    text, launches = write_module(plan, dependent, wide, tilings, rows)
-    if first or wide:
-        logs.dump(dump, "kernels_int64.py" if wide else "kernels.py", text)
-    logs.show_code(label, "Triton kernels" + (" (int64 indices)" if wide else ""), text)
-    module = triton_launch.load_module(text)
-    sources = {launch.name: launch for launch in launches}
-    kernels = [kernel for launch in launches for kernel in launch.kernels]
-    if device_index is None:
-        logs.channel("kernels").info("%s: %d Triton kernels, interpreted (%s)", label,
-                                     len(kernels), module.__name__)
-        launches = triton_launch.interpreted_kernels(module, kernels)
-        return sources, {k.name: f for k, f in zip(kernels, launches)}, None
-    inputs = set(plan.inputs)
-
-    # (a symbol's divisibility promised to the kernels of rows of symbolic length)
-    sized = [[divisible.get(name, 1) if launch.row is not None and
-              not isinstance(launch.row, int) else 1 for name in k.sizes]
-             for launch in launches for k in launch.kernels]
-
-    def compiled(assume_inputs_aligned: bool) -> dict[str, Any]:
-        aligned = [[_known_aligned(b, inputs, assume_inputs_aligned) for b in k.arguments]
-                   + promised for k, promised in zip(kernels, sized)]
-        start = time.perf_counter()
-        launches = triton_launch.compile_kernels(module, kernels, aligned, device_index,
-                                                 known)
-        logs.channel("kernels").info("%s: %d Triton kernels in %.3f s", label, len(kernels),
-                                     time.perf_counter() - start)
-        return {k.name: f for k, f in zip(kernels, launches)}
-
-    if wide:
-        return sources, compiled(False), None
-    return sources, compiled(True), lambda: compiled(False)
-
-
-def _known_aligned(buffer: Buffer | Workspace, inputs: set[Buffer], assume_inputs: bool) -> bool:
-    """May the kernel assume this argument's data is 16-byte aligned? Ember allocates temps and
-    outputs (the caching allocator aligns them); inputs are checked by the wrapper on each
-    call; a library result that views its operands may start anywhere."""
-    if buffer in inputs:
-        return assume_inputs
-    if isinstance(buffer, Workspace):
-        return True  # allocated by the wrapper
-    if buffer.role == "library":
-        return False
-    return True
-
-
 class _Stages:
     """How long each compile stage took (EMBER_LOGS=perf)."""
 
@@ -643,33 +413,6 @@ class _Stages:
             stages = ", ".join(f"{stage} {seconds * 1e3:.1f}" for stage, seconds in self.times)
             logs.channel("perf").info("%s compiled in %.1f ms: %s", self.label,
                                       (self.last - self.start) * 1e3, stages)
-
-
-class _Builds:
-    """Builds made on demand, one per key: `rows(key, args)` runs the build for `key`."""
-
-    def __init__(self, make: Callable[[tuple], Callable]):
-        self.make = make
-        self.built: dict[tuple, Callable] = {}
-
-    def __call__(self, key: tuple, args: Any) -> Any:
-        function = self.built.get(key)
-        if function is None:
-            function = self.built[key] = self.make(key)
-        return function(args)
-
-
-class _Lazy:
-    """A function built on its first call."""
-
-    def __init__(self, make: Callable[[], Callable]):
-        self.make = make
-        self.function: Callable | None = None
-
-    def __call__(self, *args: Any) -> Any:
-        if self.function is None:
-            self.function = self.make()
-        return self.function(*args)
 
 
 def _fetch(module: torch.nn.Module, target: str) -> Any:

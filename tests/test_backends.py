@@ -82,12 +82,12 @@ def test_a_training_graph_without_a_rule_runs_eagerly_and_says_why():
 
 
 def test_an_internal_error_falls_back_with_a_warning_or_raises_when_asked(monkeypatch):
-    import ember.backends
+    import ember.compile_plan
 
     def broken(graph):
         raise ZeroDivisionError("a bug in a pass")
 
-    monkeypatch.setattr(ember.backends, "schedule", broken)
+    monkeypatch.setattr(ember.compile_plan, "schedule", broken)
     x = torch.randn(3)
     with captured_log("fallbacks") as records:
         compiled = compile_graph(_traced(), [x])
@@ -139,8 +139,8 @@ def test_shape_symbolic_graphs_compile_once_or_once_per_shape():
 
 
 def test_alignment_assumptions_cover_every_kind_of_kernel_argument():
-    from ember.backends import _known_aligned
     from ember.codegen.triton import Workspace
+    from ember.compile_plan import _known_aligned
     from ember.schedule.plan import Buffer
 
     workspace = Workspace("kernel0_ws0", (98, 1), torch.float32)

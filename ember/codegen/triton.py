@@ -571,7 +571,7 @@ def write_module(plan: Plan, dependent_launch: bool = False, wide: bool = False,
     it. `wide`: a symbolic graph's int64 build (ember/codegen/triton_sizes.py). `tilings`:
     max-autotune's choices by kernel name (ember/runtime/tune_triton.py); the other kernels'
     tiles as the heuristics choose them. `rows`: a build for one class of each symbolic row
-    length (ember/backends.py chooses the build per call)."""
+    length (ember/compile_plan.py chooses the build per call)."""
     tilings = tilings or {}
     launches = [write_kernel(kernel, plan, tilings.get(kernel.name),
                              dependent_launch=dependent_launch, wide=wide, rows=rows)

@@ -127,7 +127,7 @@ def row_class(length: int, heuristics: Heuristics | None = None) -> int:
     """The class of a symbolic row's length that a build of its kernel serves: the least power
     of two that holds it (at least `shortest_class`), up to the longest row held in
     registers; 0 for longer rows (walked in steps, whatever their length). The wrapper
-    computes it per call (ember/backends.py)."""
+    computes it per call (ember/compile_plan.py)."""
     heuristics = heuristics or HEURISTICS
     if length > heuristics.persistent_max:
         return 0

@@ -308,7 +308,7 @@ class Decoder:
         return self.loaded[index]
 
 
-# The builds a wrapper may send a call to (ember/backends.py: inputs not 16-byte aligned,
+# The builds a wrapper may send a call to (ember/compile_plan.py: inputs not 16-byte aligned,
 # offsets past int32, rows of another class)
 _OTHER_BUILDS = ("misaligned", "wide", "rows")
 

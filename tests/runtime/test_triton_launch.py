@@ -28,7 +28,7 @@ def test_kernels_that_differ_only_in_names_compile_once():
 
 
 def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
-    from ember import backends, config
+    from ember import compile_plan, config
 
     written = []
 
@@ -37,8 +37,8 @@ def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
         written.extend(k for launch in launches for k in launch.kernels)
         return text, launches
 
-    original = backends.write_module
-    monkeypatch.setattr(backends, "write_module", write_module)
+    original = compile_plan.write_module
+    monkeypatch.setattr(compile_plan, "write_module", write_module)
     model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh())
                                   for _ in range(3)]).eval()
     x = torch.randn(128, 64)
@@ -51,7 +51,7 @@ def test_a_models_repeated_layers_give_kernels_of_one_shape(monkeypatch):
 def test_dependent_launches_wait_for_the_kernel_before_them(monkeypatch):
     # every kernel of a module written for dependent launch waits (gdc_wait) before its
     # first read, split reductions' stages included; on a Hopper GPU the chain runs as eager
-    from ember import backends, config
+    from ember import compile_plan, config
 
     written = []
 
@@ -60,15 +60,15 @@ def test_dependent_launches_wait_for_the_kernel_before_them(monkeypatch):
         written.extend(k for launch in launches for k in launch.kernels)
         return text, launches
 
-    original = backends.write_module
+    original = compile_plan.write_module
     if not torch.cuda.is_available():
         # the interpreter has no gdc_wait: here only the text is checked (the graph then
         # runs eagerly, as after any internal error)
         def load_module(text):
             raise RuntimeError("not run on a CPU")
 
-        monkeypatch.setattr(backends.triton_launch, "load_module", load_module)
-    monkeypatch.setattr(backends, "write_module", write_module)
+        monkeypatch.setattr(compile_plan.triton_launch, "load_module", load_module)
+    monkeypatch.setattr(compile_plan, "write_module", write_module)
 
     def chain(x, w):
         for _ in range(3):
