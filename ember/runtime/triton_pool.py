@@ -38,14 +38,18 @@ class CompilePool:
         it, paying Triton's one-time costs before the graph's kernels arrive."""
         self.tasks: queue.Queue = queue.Queue()
         self.processes: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
         command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else []) + \
             ([f"warm={','.join(str(part) for part in target)}"] if target else [])
         for index in range(count):
             process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL)
             self.processes.append(process)
-            threading.Thread(target=self._serve, args=(process, index, target is not None),
-                             daemon=True, name=f"ember-triton-worker-{index}").start()
+            thread = threading.Thread(target=self._serve,
+                                      args=(process, index, target is not None),
+                                      daemon=True, name=f"ember-triton-worker-{index}")
+            thread.start()
+            self.threads.append(thread)
 
     def submit(self, path: str, name: str, signature: dict, attrs: dict, options: dict,
                target: tuple) -> concurrent.futures.Future:
@@ -74,13 +78,17 @@ class CompilePool:
                 return
             future.set_result(reply if reply is not None else (False, "worker gone"))
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.0) -> None:
+        """Stop the workers once the queue is done; `wait`: seconds to wait for each worker's
+        thread to finish (its warm-up said, its last reply read); at exit, none."""
         for process in self.processes:
             self.tasks.put((None, None))
             try:
                 process.stdin.close()
             except OSError:
                 pass
+        for thread in self.threads if wait else ():
+            thread.join(wait)
 
 
 _pool: CompilePool | None = None

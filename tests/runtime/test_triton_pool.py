@@ -77,7 +77,7 @@ WARM_SCRIPT = textwrap.dedent('''
     pool = triton_pool.CompilePool(2, True, ("cuda", 90, 32))
     reply = pool.submit(module.__file__, "good", {"p": "*fp32", "q": "*fp32"}, {},
                         {"num_warps": 4}, ("cuda", 90, 32)).result()
-    pool.close()
+    pool.close(wait=120)  # (a loaded machine: the second worker may still be warming up)
     cache = os.environ["TRITON_CACHE_DIR"]
     names = [name for _, _, files in os.walk(cache) for name in files]
     print(json.dumps({"reply": reply, "names": names}))
