@@ -197,8 +197,9 @@ class Encoder:
 
 
 class Decoder:
-    """Encoded values back (`cold`: the graph compiled cold, for what a rebuilt wrapper
-    hands to it: CUDA's misaligned inputs)."""
+    """Encoded values back (`cold`: the graph compiled cold, for the calls a rebuilt wrapper
+    sends to its other builds: CUDA's misaligned inputs, a symbolic graph's int64 indices and
+    row classes; None for a loaded export, whose other builds then say they are missing)."""
 
     def __init__(self, gm: torch.fx.GraphModule, libraries: list, tensors: list,
                  modules: list | None = None, cold: Any = None):
@@ -254,9 +255,10 @@ class Decoder:
         if kind == "triton_device":
             return self._device_launch(code)
         if kind in ("cold_build", "cold_misaligned"):
-            if self.cold is None:
-                raise ValueError("a wrapper's other build without a cold compile")
-            return _ColdBuild(self.cold, code[1] if kind == "cold_build" else "misaligned")
+            name = code[1] if kind == "cold_build" else "misaligned"
+            if self.cold is None:  # (a loaded export: no graph to compile again)
+                return _Unavailable(name)
+            return _ColdBuild(self.cold, name)
         if kind == "op":
             return _op(code[1])
         if kind == "treespec":
@@ -315,6 +317,24 @@ _OTHER_BUILDS = ("misaligned", "wide", "rows")
 
 def _unavailable(*args: Any) -> Any:
     raise RuntimeError("a wrapper's other build is not kept by a warm start")
+
+
+class _Unavailable:
+    """A loaded export's other build (its file keeps the first build only): a call that
+    needs it says so."""
+
+    WHAT = {"misaligned": "inputs that are not 16-byte aligned",
+            "wide": "sizes whose offsets pass int32",
+            "rows": "rows of another length class than the example's"}
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args: Any) -> Any:
+        raise RuntimeError(
+            f"this exported program keeps the build for its example's sizes only; the call "
+            f"needs the one for {self.WHAT.get(self.name, self.name)}: export it again with "
+            f"an example like this call, or compile the function with ember.compile")
 
 
 class _ColdBuild:
