@@ -80,7 +80,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         if chosen == "triton" and plan.graph.symbols else None
     key = None
     if classes is not None:
-        key = classes.key(sizes) if sizes and all(s.name in sizes for s in classes.symbols) \
+        key = classes.key(sizes) if sizes and classes.names() <= set(sizes) \
             else classes.guessed()
     known: dict = {}  # (kernels compiled by one build, reused by the others)
     if chosen == "triton":

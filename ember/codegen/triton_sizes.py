@@ -135,10 +135,19 @@ class RowClasses:
                         for s in self.symbols)
         return (*(row_class(row.evaluate(values)) for row in self.rows), aligned)
 
+    def names(self) -> set[str]:
+        """Every symbol the key reads (the rows', and those of the kernels' sizes)."""
+        found = {s.name for s in self.symbols}
+        if isinstance(self.elements, Size):
+            found |= {s.name for s in self.elements.symbols()}
+        return found
+
     def guessed(self) -> tuple:
         """The key at the symbols' guesses (where no call's sizes are known)."""
-        return self.key({s.name: min(max(s.low, GUESS), s.high or GUESS)
-                         for s in self.symbols})
+        symbols = set(self.symbols)
+        if isinstance(self.elements, Size):
+            symbols |= self.elements.symbols()
+        return self.key({s.name: min(max(s.low, GUESS), s.high or GUESS) for s in symbols})
 
     def build(self, key: tuple) -> tuple[dict[Dim, int], dict[str, int]]:
         """The build for `key`: each row's class, and the divisibility promised of each

@@ -347,3 +347,15 @@ def test_symbolic_kernels_compile_for_the_gpu():
     assert all(size > 0 for _, _, size in compiled)
     signatures = [dict(signature) for _, signature, _ in compiled]
     assert [s["s0"] for s in signatures] == ["i32"] * 7 + ["i64"] * 7
+
+
+def test_the_first_build_without_a_calls_sizes_is_the_guess():
+    # (each symbol at its guess, GUESS or within its range: the rows' and the kernels' sizes)
+    from ember.codegen.triton_sizes import RowClasses
+    from ember.ir.sizes import GUESS, symbol
+
+    rows, n = symbol("s0"), symbol("s1", 2, 100)
+    classes = RowClasses.of([(n, rows * n), (None, rows)])
+    assert classes.names() == {"s0", "s1"}
+    assert classes.guessed() == classes.key({"s0": GUESS, "s1": 100}) == (128, (1,))
+    assert classes.key({"s0": 2 ** 14, "s1": 96}) == (128, (16,))  # (2^20 elements: aligned)
