@@ -171,7 +171,8 @@ def _loaded(record: dict, path: Path) -> ExportedProgram:
     holder = _holder(record["attributes"])
     eager = _eager(record["eager"], holder, path)
     graph = record["graph"]
-    decoder = _ExportDecoder(holder, graph["libraries"], graph["tensors"], record)
+    decoder = _ExportDecoder(holder, graph["libraries"], graph["tensors"], record,
+                             graph.get("modules", []))
     checked, fast = (WrapperSource(text, decoder.namespace(namespace))
                      for text, namespace in (graph["checked"], graph["fast"]))
     kernels, libraries, fallbacks = graph["counts"]
@@ -218,8 +219,9 @@ class _ExportDecoder(Decoder):
     """The warm cache's decoder, with the kernels' libraries from the export's binaries (or
     rebuilt from their source on another CPU or compiler)."""
 
-    def __init__(self, holder: Any, libraries: list, tensors: list, record: dict):
-        super().__init__(holder, libraries, tensors)
+    def __init__(self, holder: Any, libraries: list, tensors: list, record: dict,
+                 modules: list | None = None):
+        super().__init__(holder, libraries, tensors, modules)
         self.record = record
 
     def _library(self, index: int) -> Any:

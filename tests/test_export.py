@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import captured_log
 from torch.export import Dim
 
 import ember
@@ -296,6 +297,27 @@ def test_a_dynamic_batch_serves_two_batch_sizes(tmp_path):
     at_four = ember.export(model, torch.randn(4, 8), dynamic_shapes={"x": {0: batch}})
     x = torch.randn(9, 8)
     torch.testing.assert_close(at_four(x), _eager(model, x))
+
+
+def _scaled_softmax(x):
+    return torch.softmax(x, -1) * 2
+
+
+def test_a_triton_program_keeps_its_examples_row_class_and_calls_eager_for_others(tmp_path):
+    # (Triton's interpreter on the CPU: a symbolic row's kernels are built per class of its
+    # length; the file keeps the example's build, a row of another class runs eagerly, said
+    # once)
+    pytest.importorskip("triton")
+    with config.override(backend="triton"):
+        program = ember.export(_scaled_softmax, torch.randn(3, 20),
+                               dynamic_shapes={"x": {1: Dim("n", min=2, max=4096)}})
+        loaded = ember.load(program.save(tmp_path / "rows.ember"))
+        with captured_log("fallbacks") as records:
+            for n in (30, 300, 40, 500):
+                x = torch.randn(3, n)
+                torch.testing.assert_close(loaded(x), _scaled_softmax(x))
+    said = [r.getMessage() for r in records if "keeps the build" in r.getMessage()]
+    assert len(said) == 1 and "rows of another length class" in said[0], said
 
 
 def test_arguments_that_share_a_dynamic_size():

@@ -33,6 +33,11 @@ class LayoutMismatch(RuntimeError):
     """A library call returned strides other than eager's (checked on the first call)."""
 
 
+class BuildNotKept(RuntimeError):
+    """A call needs another build of the graph than the one kept (a loaded export keeps the
+    first only): raised before the wrapper runs anything; eager answers that call."""
+
+
 class KernelIndexError(IndexError, RuntimeError):
     """An index out of range in a generated kernel. Eager raises IndexError for some ops
     (embedding, x[index]) and RuntimeError for others (gather, take, index_select): this is

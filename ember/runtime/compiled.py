@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ember import config, logs
-from ember.codegen.wrapper import LayoutMismatch, WrapperSource
+from ember.codegen.wrapper import BuildNotKept, LayoutMismatch, WrapperSource
 from ember.runtime.errors import raise_located
 
 
@@ -90,6 +90,12 @@ class CompiledGraph:
         try:
             return self._run(tensors)
         except LayoutMismatch:
+            return self.eager(*args)
+        except BuildNotKept as missing:  # (before anything ran: eager answers this call)
+            if ("build", self.label) not in self._told:
+                self._told.add(("build", self.label))
+                logs.channel("fallbacks").info("%s: %s; such calls run eagerly", self.label,
+                                               missing)
             return self.eager(*args)
         except Exception as error:  # (an index out of range, a library call's refusal)
             # (a first call that raised is still the first: it restored the written inputs)

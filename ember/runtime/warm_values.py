@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
+from ember.codegen.wrapper import BuildNotKept
 from ember.runtime import build, triton_launch
 
 
@@ -331,10 +332,9 @@ class _Unavailable:
         self.name = name
 
     def __call__(self, *args: Any) -> Any:
-        raise RuntimeError(
-            f"this exported program keeps the build for its example's sizes only; the call "
-            f"needs the one for {self.WHAT.get(self.name, self.name)}: export it again with "
-            f"an example like this call, or compile the function with ember.compile")
+        raise BuildNotKept(
+            f"the exported program keeps the build for its example's sizes only, and a call "
+            f"needs the one for {self.WHAT.get(self.name, self.name)}")
 
 
 class _ColdBuild:
