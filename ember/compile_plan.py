@@ -114,7 +114,6 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                 + ",)\n", 1)
         return wrapper
 
-    # misaligned inputs take a build that does not assume 16-byte alignment (made on demand)
     wide = None
     if chosen == "triton" and plan.graph.symbols:
         def wide_build() -> Callable:
@@ -141,7 +140,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                                  f"<ember wrapper {label} (rows {key})>")
 
         by_rows = _Builds(rows_build)
-    # (the misaligned build checks the reach too: its kernels index in int32 as well)
+    # misaligned inputs take a build that does not assume 16-byte alignment (made on demand;
+    # it checks the reach and the row classes too: its kernels are the first build's)
     fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
                                            f"<ember wrapper {label} (misaligned inputs)>"))
     wrappers = [wrap(functions, checked, fallback, wide) for checked in (True, False)]
