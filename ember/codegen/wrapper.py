@@ -227,6 +227,27 @@ class _Writer:
                               f"{buffer.strides!r}, 0)")
 
 
+def symbol_reads(plan: Plan) -> list[str]:
+    """A symbolic graph's sizes read from its inputs: one shape a tensor, unpacked where it
+    gives several (`s0, _, s1 = in0.shape`: one torch.Size made, not one a symbol)."""
+    by_input: dict[int, dict[int, list[str]]] = {}
+    for symbol, (index, dim) in plan.graph.symbols.items():
+        by_input.setdefault(index, {}).setdefault(dim, []).append(symbol)
+    lines, again = [], []
+    for index, dims in by_input.items():
+        name = plan.inputs[index].name
+        if len(dims) == 1:
+            (dim, (symbol, *_)), = dims.items()
+            lines.append(f"{symbol} = {name}.shape[{dim}]")
+        else:
+            targets = [dims[d][0] if d in dims else "_"
+                       for d in range(len(plan.inputs[index].shape))]
+            lines.append(f"{', '.join(targets)} = {name}.shape")
+        again += [f"{other} = {symbols[0]}" for symbols in dims.values()
+                  for other in symbols[1:]]
+    return lines + again
+
+
 def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                   sources: dict[str, KernelSource], functions: dict[str, Any],
                   device: torch.device, checked: bool, check_alignment: bool = True,
@@ -245,8 +266,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
     names = ", ".join(b.name for b in plan.inputs)
     if plan.inputs:
         lines.append(f"{names}{',' if len(plan.inputs) == 1 else ''} = args")
-    for symbol, (index, dim) in plan.graph.symbols.items():  # (a symbolic graph's sizes)
-        lines.append(f"{symbol} = {plan.inputs[index].name}.shape[{dim}]")
+    lines.extend(symbol_reads(plan))
     if check_reach:
         reach = index_reach(plan, [s for s in sources.values() if not isinstance(s, KernelSource)])
         if isinstance(reach, Size) and reach.bounds()[1] >= INT32_SAFE:

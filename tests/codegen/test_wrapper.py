@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from helpers import DEVICE, captured_log, check
 
+import ember
 from ember.codegen.c import write_source
 from ember.codegen.wrapper import LayoutMismatch, write_wrapper
 from ember.lower import trace
@@ -182,3 +183,17 @@ def test_a_library_operand_that_eager_passes_expanded_is_relaid_as_an_expand():
     x = torch.randn(2, 12, 64, generator=generator)
     w = torch.randn(64, 96, generator=generator) / 8
     check(_multi_query_attention, x, w)
+
+
+def test_a_symbolic_graph_reads_each_inputs_shape_once():
+    # (one torch.Size a tensor, unpacked where it gives several: the sizes are read on every
+    # call; y's rows are x's, s0)
+    def fn(x, y):
+        return (x * 2).sum(-1) + y[:, 0]
+
+    compiled = ember.compile(fn, dynamic=True)
+    for n, m in ((3, 5), (6, 2)):
+        x, y = torch.randn(n, m), torch.randn(n, 4)
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+    source = compiled.records[0].compiled.wrapper_source
+    assert "s0, s1 = in0.shape\n    s2 = in1.shape[1]\n" in source, source
