@@ -11,7 +11,9 @@ eager gives on the graph's device:
 - in a training graph, results eager's autograd would not track (detached values, values
   made under torch.no_grad()) stop the gradient;
 - a function the user marked torch.compiler.allow_in_graph is one library call of it, not
-  traced into.
+  traced into;
+- x.new_tensor(numbers), which a meta tensor makes out of the tracer's sight, is the real
+  constant torch.tensor makes.
 """
 
 from __future__ import annotations
@@ -182,8 +184,23 @@ class MetaInterpreter(torch.fx.Interpreter):
         _refuse_new_leaves(target, args, kwargs)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
+        if target == "new_tensor":
+            made = self._new_tensor(*args, **kwargs)
+            if made is not None:
+                return made
         call = super().call_method
         return torch_internals.calling_composites(lambda: call(target, args, kwargs))
+
+    def _new_tensor(self, base: torch.Tensor, data: Any, dtype: torch.dtype | None = None,
+                    device: Any = None, **options: Any) -> torch.Tensor | None:
+        """x.new_tensor(data) of Python numbers: the real tensor torch.tensor makes of them,
+        with x's dtype and device (the graph's) where the call names none, which the tracer
+        keeps as a constant, as it keeps torch.tensor(...)'s. (On a meta tensor torch makes
+        it without an op the tracer sees.) None where data holds tensors."""
+        if any(isinstance(v, torch.Tensor) for v in tree_flatten(data)[0]):
+            return None
+        return torch.tensor(data, dtype=dtype if dtype is not None else base.dtype,
+                            device=device if device is not None else self.device, **options)
 
 
 def _refuse_new_leaves(target, args, kwargs) -> None:
