@@ -238,6 +238,9 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
             return known
         raise Unsupported(f"tensor.{name}() needs the tensor's data",
                           "keep it outside the compiled function, or use tensor operations")
+    if name == "requires_grad_" and len(args) + len(kwargs) <= 1:
+        wanted = args[0] if args else kwargs.get("requires_grad", Const(True))
+        return attributes.set_requires_grad(session, tensor, wanted, method=True)
     if name == "is_inference" and not args:
         if tensor.node.op == "placeholder":
             raise Unsupported("is_inference() of an input (not guarded)")

@@ -2004,6 +2004,30 @@ def funnel_arange_of_constant_tensors():
     return Spec(FunnelRelativePositions(), [call(torch.randn(2, 12, 16))], grad=True)
 
 
+# 71. Wav2Vec2's feature encoder in training: the first hidden state (a view of the input) is
+# set to require grad, for gradient checkpointing, before the convolutions
+class Wav2Vec2LikeFeatureEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_layers = nn.ModuleList([nn.Conv1d(1, 8, 10, stride=5),
+                                          nn.Conv1d(8, 8, 3, stride=2)])
+        self._requires_grad = True
+
+    def forward(self, input_values):
+        hidden_states = input_values[:, None]
+        if self._requires_grad and self.training:
+            hidden_states.requires_grad = True
+        for conv_layer in self.conv_layers:
+            hidden_states = F.gelu(conv_layer(hidden_states))
+        return hidden_states
+
+
+@case
+def wav2vec2_requires_grad_on_input_view_train():
+    m = Wav2Vec2LikeFeatureEncoder().train()
+    return Spec(m, [call(torch.randn(2, 100)), call(torch.randn(2, 100))], grad=True)
+
+
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {
