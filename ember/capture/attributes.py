@@ -381,7 +381,34 @@ def delete_attribute(session: Session, receiver: Value, name: str) -> None:
     del receiver.attributes[name]
 
 
+def set_requires_grad(session: Session, tensor: TensorValue, wanted: Value,
+                      method: bool) -> Value:
+    """`x.requires_grad = b` (`method`: `x.requires_grad_(b)`), as eager answers it. True on
+    a tensor that requires no grad makes it a new autograd leaf: a node of the graph, which
+    lowering keeps inside the compiled graph where eager's gradient of the leaf is
+    unobservable, and runs as an eager island (on the real tensor) where it is not
+    (ember/lower/meta_interpreter.py). False would stop the gradient of a tensor the graph
+    already differentiates: a break."""
+    requires = python_value(wanted)
+    fake = tensor.fake
+    if type(requires) is not bool:
+        raise Unsupported(f"requires_grad set to a {type(requires).__name__}",
+                          "eager wants a bool here")
+    if not fake.is_leaf and not (method and requires):
+        raise Unsupported("requires_grad set on a tensor that is not a leaf (eager raises "
+                          "here)", "set it on a leaf, or detach() the tensor first")
+    if fake.requires_grad == requires:
+        return tensor  # (nothing changes)
+    if not requires:
+        raise Unsupported("requires_grad turned off inside the compiled function",
+                          "set it before calling the compiled function")
+    return session.builder.call("call_method", "requires_grad_", (tensor,), {})
+
+
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
+    if isinstance(receiver, TensorValue) and name == "requires_grad":
+        set_requires_grad(session, receiver, value, method=False)
+        return
     if isinstance(receiver, NewObjectValue):
         setter = class_lookup(receiver.cls, "__setattr__")
         if isinstance(setter, types.FunctionType):  # its own __setattr__, in Python: run it

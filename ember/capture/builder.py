@@ -8,6 +8,7 @@ becomes FX nodes that compute it from the inputs (`x.size(0) // 2`), never a con
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,7 @@ import torch.fx
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
+from ember.capture.known_values import KnownValues, NumberReads
 from ember.capture.sources import Source
 from ember.capture.symbols import (
     SYMBOLIC,
@@ -47,6 +49,7 @@ class GraphBuilder:
         self.inference_depth = 0  # inside torch.inference_mode() blocks
         self.grad_enabled = torch.is_grad_enabled()  # the captured code's mode (Session's)
         self.made_in_inference: set[torch.fx.Node] = set()
+        self.known = KnownValues()  # the values of tensors made from constants alone
         # the frame whose instruction is running (interpreter.Frame.run sets it): each op's
         # node records the user's position, for errors the compiled graph raises at run time
         self.frame: Any = None
@@ -139,15 +142,27 @@ class GraphBuilder:
         except Unsupported as error:  # say which call took the argument
             raise Unsupported(f"{_name_of(target)}(): {error.reason}", error.hint) from None
         fake_args, fake_kwargs = to_fake(args), to_fake(kwargs)
+        versions = self.known.versions(args, kwargs)
+        # A 0-d tensor made from constants alone, where the op reads it as a number
+        # (`torch.arange(start, end)`, `torch.zeros(rows, n)` of such tensors), is that
+        # number in the graph, as eager reads it: the fakes either fail for want of its value
+        # or, where they know it, read it.
+        reads = NumberReads() if self.known.has_numbers(args, kwargs) else \
+            contextlib.nullcontext()
         try:
-            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled), reads:
                 function = getattr(fake_args[0], target) if kind == "call_method" else target
                 positional = fake_args[1:] if kind == "call_method" else fake_args
                 example = torch_internals.calling_composites(
                     lambda: function(*positional, **fake_kwargs))
         except torch_internals.data_dependent_errors() as error:
+            folded = self.known.folded(args, kwargs)
+            if folded is not None:
+                return self.call(kind, target, *folded, refuse)
+            known = self.known.operands(kind, target, args, kwargs) is not None
             raise Unsupported(f"{_name_of(target)} needs tensor values to know its result "
-                              f"({type(error).__name__})",
+                              f"({type(error).__name__})"
+                              + ("" if known else ", and they depend on the inputs"),
                               "this is a data-dependent operation; keep it outside the "
                               "compiled function or rewrite it without reading tensor values"
                               ) from None
@@ -157,6 +172,10 @@ class GraphBuilder:
             raise Unsupported(f"{_name_of(target)} failed while capturing: "
                               f"{type(error).__name__}: {error}",
                               "eager raises the same error; fix the call") from None
+        if isinstance(reads, NumberReads) and reads.seen:
+            folded = self.known.folded(args, kwargs)
+            if folded is not None:
+                return self.call(kind, target, *folded, refuse)
         if refuse is not None:
             reason = refuse(example, list(torch_internals.tree_flatten((fake_args,
                                                                        fake_kwargs))[0]))
@@ -169,7 +188,10 @@ class GraphBuilder:
         self.op_count += 1
         if self.inference_depth:
             self.made_in_inference.add(node)
-        return self.wrap_result(node, example)
+        result = self.wrap_result(node, example)
+        self.known.follow(kind, target, self.known.operands(kind, target, args, kwargs),
+                          result, example, versions)
+        return result
 
     def wrap_result(self, node: torch.fx.Node, example: Any) -> Value:
         node.meta["example_value"] = example

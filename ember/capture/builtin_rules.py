@@ -293,6 +293,10 @@ def _abs(session: Session, value: Value, **_: Any) -> Value:
 def _numeric(kind: type):
     def run(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
         if any(isinstance(a, TensorValue) for a in args):
+            known = session.builder.known.number(args[0], kind) \
+                if len(args) == 1 and not kwargs and kind is not str else None
+            if known is not None:  # (a tensor made from constants alone: its number)
+                return known
             raise Unsupported(f"{kind.__name__}() of a tensor reads its value",
                               "keep it outside the compiled function")
         values = [python_value(a) for a in args]
@@ -311,6 +315,9 @@ for _kind in (int, float, str, complex):
 def _bool(session: Session, value: Value | None = None, **_: Any) -> Value:
     """bool(v): v's truth as `if v:` takes it (an object's own __bool__/__len__ run)."""
     if isinstance(value, TensorValue):
+        known = session.builder.known.number(value, bool)
+        if known is not None:  # (a tensor made from constants alone: its truth)
+            return known
         raise Unsupported("bool() of a tensor reads its value",
                           "keep it outside the compiled function")
     return Const(False) if value is None else Const(semantics.truth(session, value))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture import attributes, container_methods, numbers, semantics
+from ember.capture import attributes, container_methods, known_values, numbers, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
@@ -231,8 +231,16 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
         raise Unsupported("tensor.backward() runs outside the graph (autograd runs the "
                           "compiled backward)", "expected in a training step")
     if name in _DATA_METHODS:
+        read = known_values.DATA_READS.get(name)
+        known = session.builder.known.number(tensor, read) \
+            if read is not None and not args and not kwargs else None
+        if known is not None:  # (a tensor made from constants alone: its number)
+            return known
         raise Unsupported(f"tensor.{name}() needs the tensor's data",
                           "keep it outside the compiled function, or use tensor operations")
+    if name == "requires_grad_" and len(args) + len(kwargs) <= 1:
+        wanted = args[0] if args else kwargs.get("requires_grad", Const(True))
+        return attributes.set_requires_grad(session, tensor, wanted, method=True)
     if name == "is_inference" and not args:
         if tensor.node.op == "placeholder":
             raise Unsupported("is_inference() of an input (not guarded)")

@@ -518,6 +518,9 @@ def truth(session: Session, value: Value) -> bool:
         known = _known_comparison(value)
         if known is not None:
             return known
+        made = session.builder.known.number(value, bool)
+        if made is not None:  # (a tensor made from constants alone: its truth)
+            return made.value
         raise Unsupported("a branch depends on a tensor's value (data-dependent control flow)",
                           "use torch.where(cond, a, b) to keep both sides in the graph")
     if isinstance(value, (SequenceValue, SetValue)):

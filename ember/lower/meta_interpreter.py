@@ -11,7 +11,12 @@ eager gives on the graph's device:
 - in a training graph, results eager's autograd would not track (detached values, values
   made under torch.no_grad()) stop the gradient;
 - a function the user marked torch.compiler.allow_in_graph is one library call of it, not
-  traced into.
+  traced into;
+- a new autograd leaf (x.requires_grad_(), a factory's requires_grad=True) that stays inside
+  the graph is the value it was, its gradient stopped there; one the caller sees runs as an
+  eager island;
+- x.new_tensor(numbers), which a meta tensor makes out of the tracer's sight, is the real
+  constant torch.tensor makes.
 """
 
 from __future__ import annotations
@@ -59,46 +64,107 @@ def eager_autograd(module: torch.fx.GraphModule, example_inputs: list[Any]
     no elements: eager gives such an input a gradient of zeros, not None; fill's result still
     requires grad) or where eager's derivative formulas mark a result non-differentiable
     (layer norm's mean and rstd, lu's pivots). None when the graph cannot run on fakes."""
+    run = _run_on_fakes(module, example_inputs, torch.fx.Interpreter)
+    if run is None:
+        return None
+    flat, leaves = run
+    reached = {leaves[leaf] for value in flat for leaf in _leaves_reached(value)
+               if leaf in leaves}
+    return EagerAutograd([isinstance(v, torch.Tensor) and v.requires_grad for v in flat],
+                         reached)
+
+
+def contained_leaves(module: torch.fx.GraphModule, example_inputs: list[Any]) -> set[str]:
+    """The graph's nodes that make a new autograd leaf (`x.requires_grad_()` of a tensor the
+    graph made, a factory's requires_grad=True) whose leaf stays inside the graph, as
+    eager's autograd sees it: no result is the leaf or a view of it, and every result that
+    requires grad through it also requires grad through an input. Eager's gradient of such a
+    leaf reaches only the leaf's .grad, which nobody can read, so the compiled graph may
+    stop the gradient there (a feature extractor that sets requires_grad on its first
+    hidden state, for gradient checkpointing). Empty when the graph cannot run on fakes."""
+    if not any(_makes_leaf(n.target, n.args, n.kwargs) for n in module.graph.nodes
+               if n.op in ("call_function", "call_method")):
+        return set()
+
+    made: dict[int, str] = {}  # id of a leaf the graph made -> the node that made it
+    outside: set[int] = set()  # ids of the inputs and attributes (the caller's tensors)
+    kept: list[torch.Tensor] = []  # (the leaves, alive while their ids are compared)
+
+    class Recording(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            result = super().run_node(n)
+            if n.op in ("placeholder", "get_attr"):
+                outside.add(id(result))
+            elif n.op in ("call_function", "call_method") and \
+                    _makes_leaf(n.target, n.args, n.kwargs) and \
+                    isinstance(result, torch.Tensor) and id(result) not in outside:
+                made[id(result)] = n.name
+                kept.append(result)
+            return result
+
+    run = _run_on_fakes(module, example_inputs, Recording)
+    if run is None:
+        return set()
+    flat, leaves = run
+    exposed = set()
+    for value in flat:
+        reached = _leaves_reached(value)
+        mine = {made[leaf] for leaf in reached if leaf in made}
+        if mine and not any(leaf in leaves for leaf in reached):
+            exposed |= mine
+    return set(made.values()) - exposed
+
+
+def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
+                  interpreter: type[torch.fx.Interpreter]
+                  ) -> tuple[list[Any], dict[int, int]] | None:
+    """The graph's flat results on fakes of the inputs, those that require grad as eager's
+    do, and the ids of those fake inputs (numbered among the tensors). None when an op
+    cannot run on fakes."""
     mode = torch_internals.make_fake_mode()
     leaves: dict[int, int] = {}  # id of a fake input that requires grad -> its number
-    args = [torch_internals.fake_of(mode, x.detach()) if isinstance(x, torch.Tensor) else x
-            for x in example_inputs]
-    tensors = [(fake, x) for fake, x in zip(args, example_inputs) if isinstance(x, torch.Tensor)]
-    for number, (fake, x) in enumerate(tensors):
-        if x.requires_grad:
-            leaves[id(fake.requires_grad_())] = number
     try:
+        args = [torch_internals.fake_of(mode, x.detach()) if isinstance(x, torch.Tensor)
+                else x for x in example_inputs]
+        tensors = [(fake, x) for fake, x in zip(args, example_inputs)
+                   if isinstance(x, torch.Tensor)]
+        for number, (fake, x) in enumerate(tensors):
+            if x.requires_grad:
+                leaves[id(fake.requires_grad_())] = number
         with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
-            result = torch.fx.Interpreter(module).run(*args)
+            result = interpreter(module).run(*args)
     except Exception:  # noqa: BLE001 (an op fake tensors cannot run: the IR's answer stands)
         return None
-    flat = tree_flatten(result)[0]
+    return tree_flatten(result)[0], leaves
+
+
+def _leaves_reached(value: Any) -> set[int]:
+    """The ids of the autograd leaves a result's gradient reaches (itself, if it is one)."""
+    if not isinstance(value, torch.Tensor) or not value.requires_grad:
+        return set()
+    if value.grad_fn is None:
+        return {id(value)}
     reached: set[int] = set()
     seen: set[Any] = set()
-    stack = []
-    for value in flat:
-        if isinstance(value, torch.Tensor) and value.requires_grad:
-            if value.grad_fn is None and id(value) in leaves:
-                reached.add(leaves[id(value)])
-            elif value.grad_fn is not None:
-                stack.append(value.grad_fn)
+    stack = [value.grad_fn]
     while stack:
         function = stack.pop()
         if function in seen:
             continue
         seen.add(function)
         variable = getattr(function, "variable", None)  # (AccumulateGrad: a leaf)
-        if variable is not None and id(variable) in leaves:
-            reached.add(leaves[id(variable)])
+        if variable is not None:
+            reached.add(id(variable))
         stack.extend(f for f, _ in function.next_functions if f is not None and f not in seen)
-    return EagerAutograd([isinstance(v, torch.Tensor) and v.requires_grad for v in flat],
-                         reached)
+    return reached
 
 
 class MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
-                 device: torch.device, tracer: Tracer, stops: bool = False):
+                 device: torch.device, tracer: Tracer, stops: bool = False,
+                 leaves_inside: set[str] | frozenset[str] = frozenset()):
         super().__init__(module)
+        self.leaves_inside = leaves_inside  # (see contained_leaves)
         self.attribute_metas = attributes
         self.device = device
         self.tracer = tracer
@@ -132,7 +198,8 @@ class MetaInterpreter(torch.fx.Interpreter):
         return super().get_attr(target, args, kwargs)
 
     def call_function(self, target, args, kwargs):
-        _refuse_new_leaves(target, args, kwargs)
+        if _makes_leaf(target, args, kwargs):
+            return self._new_leaf(target, args, kwargs, super().call_function)
         if torch_internals.allowed_in_graph(target) or getattr(target, "one_call", False):
             return _opaque_call(self.tracer, self.device, target, args, kwargs)
         if self.device.type == "cuda" and target in _DROPOUTS:
@@ -179,24 +246,58 @@ class MetaInterpreter(torch.fx.Interpreter):
         return frozenset(wanted)
 
     def call_method(self, target, args, kwargs):
-        _refuse_new_leaves(target, args, kwargs)
+        if _makes_leaf(target, args, kwargs):
+            return self._new_leaf(target, args, kwargs, super().call_method)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
+        if target == "new_tensor":
+            made = self._new_tensor(*args, **kwargs)
+            if made is not None:
+                return made
         call = super().call_method
         return torch_internals.calling_composites(lambda: call(target, args, kwargs))
 
+    def _new_tensor(self, base: torch.Tensor, data: Any, dtype: torch.dtype | None = None,
+                    device: Any = None, **options: Any) -> torch.Tensor | None:
+        """x.new_tensor(data) of Python numbers: the real tensor torch.tensor makes of them,
+        with x's dtype and device (the graph's) where the call names none, which the tracer
+        keeps as a constant, as it keeps torch.tensor(...)'s. (On a meta tensor torch makes
+        it without an op the tracer sees.) None where data holds tensors."""
+        if any(isinstance(v, torch.Tensor) for v in tree_flatten(data)[0]):
+            return None
+        return torch.tensor(data, dtype=dtype if dtype is not None else base.dtype,
+                            device=device if device is not None else self.device, **options)
 
-def _refuse_new_leaves(target, args, kwargs) -> None:
-    """x.requires_grad_() and torch.zeros(..., requires_grad=True) make a leaf that autograd
-    tracks from then on, which a compiled graph's results cannot be: the call runs eagerly
-    (an eager island), and what follows it sees the real leaf."""
-    if target in ("requires_grad_", torch.Tensor.requires_grad_):
-        enabled = args[1] if len(args) > 1 else kwargs.get("requires_grad", True)
-    else:
-        enabled = kwargs.get("requires_grad", False)
-    if enabled:
-        raise Unsupported(f"{getattr(target, '__name__', target)} makes a tensor that requires "
-                          f"grad (a new autograd leaf)")
+    def _new_leaf(self, target, args, kwargs, call) -> torch.Tensor:
+        """x.requires_grad_() and torch.zeros(..., requires_grad=True) make a leaf that
+        autograd tracks from then on. Where the leaf stays inside the graph
+        (contained_leaves), it is the value it was, and in a training graph its gradient
+        stops there: what eager computes past it is the leaf's own .grad, which nobody reads.
+        Elsewhere the call runs eagerly (an eager island), and what follows it sees the real
+        leaf."""
+        name = getattr(target, "__name__", target)
+        if self.node.name not in self.leaves_inside:
+            raise Unsupported(f"{name} makes a tensor that requires grad (a new autograd "
+                              f"leaf) that the caller sees: a tensor from outside, a result, "
+                              f"or a result's only way to require grad")
+        if target in _REQUIRES_GRAD:
+            made = args[0]
+        else:
+            made = call(target, args, {k: v for k, v in kwargs.items() if k != "requires_grad"})
+        if self.stops:
+            self.tracer.stop_gradient(made)
+        return made
+
+
+_REQUIRES_GRAD = ("requires_grad_", torch.Tensor.requires_grad_)
+
+
+def _makes_leaf(target, args, kwargs) -> bool:
+    """Does the call make a new autograd leaf (x.requires_grad_(), a factory's
+    requires_grad=True)?"""
+    if target in _REQUIRES_GRAD:
+        return bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))
+    return bool(kwargs.get("requires_grad", False))
 
 
 def _listed_indices(index: Any) -> Any:

@@ -26,7 +26,7 @@ from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
 from ember.lower.devices import resolve, same_device
 from ember.lower.layout import ROW_MAJOR_RESULTS, eager_layout
-from ember.lower.meta_interpreter import MetaInterpreter, turns_grad_on
+from ember.lower.meta_interpreter import MetaInterpreter, contained_leaves, turns_grad_on
 from ember.lower.mutation import (
     CloneAndCall,
     dense_storage,
@@ -658,8 +658,10 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
                                                          turns_grad_on(module))
     # (the graph's grad-mode switches run as it is traced: the caller's mode is restored)
     tracer.stops = stops
+    leaves_inside = contained_leaves(module, example_inputs)
     with mode, tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
-        out = MetaInterpreter(module, attributes, device, tracer, stops).run(*arguments)
+        out = MetaInterpreter(module, attributes, device, tracer, stops,
+                              leaves_inside).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 

@@ -56,6 +56,12 @@ def requires_grad_set_inside(x):
     return y.requires_grad, y.is_leaf, y * 3
 
 
+def requires_grad_attribute_set_inside(x):
+    y = x.detach()[0]
+    y.requires_grad = True
+    return y.requires_grad, y.is_leaf, (y * x).sum(-1)
+
+
 def grad_fn_is_none(x):
     y = x * 2
     return y.grad_fn is None, x.grad_fn is None, y
@@ -96,8 +102,9 @@ def versions(x):
 
 PROBES = [made_under_no_grad, made_normally, enable_grad_inside_no_grad,
           set_grad_enabled_statements, set_grad_enabled_block, detached,
-          requires_grad_set_inside, grad_fn_is_none, factory_tensor, dtype_and_device,
-          contiguity_and_strides, data_pointers, views_and_offsets, versions]
+          requires_grad_set_inside, requires_grad_attribute_set_inside, grad_fn_is_none,
+          factory_tensor, dtype_and_device, contiguity_and_strides, data_pointers,
+          views_and_offsets, versions]
 
 
 def _answers(result):

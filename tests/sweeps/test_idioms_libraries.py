@@ -1962,6 +1962,72 @@ def type_three_args_class_in_function():
     return Spec(type3_fn, [call(torch.randn(3))])
 
 
+# 70. Funnel Transformer's relative positions: a position table made of constants, pooled with
+# new_tensor and cat, and torch.arange over 0-d tensors read from it, gathered from sinusoids
+class FunnelRelativePositions(nn.Module):
+    def __init__(self, d_model=16):
+        super().__init__()
+        self.d_model = d_model
+        self.proj = nn.Linear(d_model, d_model)
+
+    def stride_pool_pos(self, pos_id, block_index):
+        cls_pos = pos_id.new_tensor([-(2**block_index) + 1])
+        return torch.cat([cls_pos, pos_id[1:-1][::2]], 0)
+
+    def relative_pos(self, pos, stride, pooled_pos=None, shift=1):
+        if pooled_pos is None:
+            pooled_pos = pos
+        ref_point = pooled_pos[0] - pos[0]
+        num_remove = shift * pooled_pos.shape[0]
+        max_dist = ref_point + num_remove * stride
+        min_dist = pooled_pos[0] - pos[-1]
+        return torch.arange(max_dist, min_dist - 1, -stride, dtype=torch.long, device=pos.device)
+
+    def forward(self, x):
+        seq_len, dtype, device = x.shape[1], x.dtype, x.device
+        freq_seq = torch.arange(0, self.d_model // 2, 1.0, dtype=torch.int64,
+                                device=device).to(dtype)
+        inv_freq = 1 / (10000 ** (freq_seq / (self.d_model // 2)))
+        rel_pos_id = torch.arange(-seq_len * 2, seq_len * 2, 1.0, dtype=torch.int64,
+                                  device=device).to(dtype)
+        sinusoid = rel_pos_id[:, None] * inv_freq[None]
+        pos_embed = torch.cat([torch.sin(sinusoid), torch.cos(sinusoid)], dim=-1)
+        pos = torch.arange(0, seq_len, dtype=torch.int64, device=device).to(dtype)
+        pooled_pos = self.stride_pool_pos(pos, 1)
+        rel_pos = self.relative_pos(pos, 1, pooled_pos, shift=2)[:, None] + seq_len * 2
+        embeds = torch.gather(pos_embed, 0, rel_pos.expand(rel_pos.size(0), self.d_model))
+        return self.proj(x).sum(1, keepdim=True) + embeds.sum(0)
+
+
+@case
+def funnel_arange_of_constant_tensors():
+    return Spec(FunnelRelativePositions(), [call(torch.randn(2, 12, 16))], grad=True)
+
+
+# 71. Wav2Vec2's feature encoder in training: the first hidden state (a view of the input) is
+# set to require grad, for gradient checkpointing, before the convolutions
+class Wav2Vec2LikeFeatureEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv_layers = nn.ModuleList([nn.Conv1d(1, 8, 10, stride=5),
+                                          nn.Conv1d(8, 8, 3, stride=2)])
+        self._requires_grad = True
+
+    def forward(self, input_values):
+        hidden_states = input_values[:, None]
+        if self._requires_grad and self.training:
+            hidden_states.requires_grad = True
+        for conv_layer in self.conv_layers:
+            hidden_states = F.gelu(conv_layer(hidden_states))
+        return hidden_states
+
+
+@case
+def wav2vec2_requires_grad_on_input_view_train():
+    m = Wav2Vec2LikeFeatureEncoder().train()
+    return Spec(m, [call(torch.randn(2, 100)), call(torch.randn(2, 100))], grad=True)
+
+
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {
