@@ -282,6 +282,9 @@ def child_environment(threads: int | None = None) -> dict[str, str]:
     import ember
 
     environ = dict(os.environ)
+    # (a user's Python keeps modules' bytecode: the import times a child reports are not
+    # compiles from source, where this machine's environment says to write none)
+    environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if threads is not None:
         environ["OMP_NUM_THREADS"] = environ["MKL_NUM_THREADS"] = str(threads)
     channels = [c for c in environ.get("EMBER_LOGS", "").split(",") if c.strip()]

@@ -71,6 +71,7 @@ def run_variant(variant: str, name: str, size: str, caches: Path, device: str = 
                        TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
                        TRITON_CACHE_DIR=str(caches / "triton"))
     environment.pop("EMBER_LOGS", None)
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)  # (see prime)
     root = Path(__file__).resolve().parents[2]
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(root), *filter(None, [environment.get("PYTHONPATH")])])
@@ -98,10 +99,15 @@ if sys.argv[1] != "cpu" and importlib.util.find_spec("triton") is not None:
 
 
 def prime(device: str) -> float:
-    """Seconds an untimed process took to import what the variants import (see PRIME)."""
+    """Seconds an untimed process took to import what the variants import (see PRIME). It
+    also writes their bytecode caches (__pycache__) where the environment said not to
+    (PYTHONDONTWRITEBYTECODE, set on some CI and sandbox machines): a user's Python keeps
+    them, and without them every process compiles ember's ~130 modules from source again
+    (0.3 s of a 0.35 s `import ember` on such a machine, 2026-12-03)."""
     root = Path(__file__).resolve().parents[2]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-c", PRIME, device], capture_output=True, env=environment,
                    timeout=1800, check=False)
