@@ -1,11 +1,7 @@
 """Fusion decisions: which nodes get buffers, which share a kernel, in what order.
 
 Every node is inlined into its consumers (computed where it is used, through index maps)
-unless it is *realized*: graph inputs, outputs and write-backs, reductions, library calls and
-their operands, pointwise values that several realized nodes (or one, at several positions)
-would recompute at a high cost, and values a pass marked `realize` (a weight relaid once).
-A computed buffer is laid out as the largest buffer of its rank it reads (channels-last
-after a channels-last convolution), else row-major.
+unless it is *realized* (ember/schedule/realize.py decides which, and their buffers' layouts).
 Realized nodes are then grouped greedily into kernels: a node joins an earlier kernel when their
 iteration spaces agree (the same shape; a reduction's (shape, axes); a pointwise node over the
 reduced shape or the kept shape) and every value it reads from that kernel is read at the very
@@ -15,38 +11,24 @@ index the kernel computes it (so the read never waits on another iteration).
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterable, Iterator
 
 from ember.ir.graph import Graph, Node
 from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
-from ember.ir.sizes import guess
-from ember.schedule.expr import ZERO, Expr, Var
-from ember.schedule.indexing import Index, index_rules, input_indices, reads
-from ember.schedule.layout import dense_order, row_major, strides_in_order, view_geometry
+from ember.schedule.expr import ZERO
+from ember.schedule.indexing import Index, index_rules, reads
+from ember.schedule.layout import row_major, view_geometry
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
+from ember.schedule.realize import (  # noqa: F401  (natural_space: re-exported)
+    Realizing,
+    Space,
+    natural_space,
+    space_index,
+)
 
-Space = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, reduced axes)
-
-# A pointwise value inlined into several realized nodes is computed once into a buffer when its
-# inlined cost (pointwise ops) reaches this many, or when it reads this many buffers of its own
-# size: a residual stream (x + attention + mlp + ...) inlined into each layer's norm would have
-# the last layer's kernel read every layer's output again (ViT-B: 60 µs kernels, not 10).
-SHARED_COST_LIMIT = 12
-SHARED_READS_LIMIT = 2
-# A pointwise value that one realized node reads at several positions (a window's taps) is
-# computed once into a buffer when its inlined cost (pointwise ops, not its pad's) times
-# the positions beyond the first reaches this many: batch norm and SiLU before a 3x3
-# depthwise convolution (about 12 ops, 8 more taps) is; x * 2 + 1 before a 3x3 max pool (3)
-# is not.
-REREAD_COST_LIMIT = 32
 # How many earlier steps a node may be fused back into.
 LOOKBACK = 8
-
-
-def space_index(shape: tuple[int, ...]) -> Index:
-    return tuple(Expr.of(Var(f"i{d}", n)) if n != 1 else ZERO for d, n in enumerate(shape))
 
 
 def store_index(shape: tuple[int, ...], space: Space) -> Index | None:
@@ -68,13 +50,7 @@ def store_index(shape: tuple[int, ...], space: Space) -> Index | None:
     return None
 
 
-def natural_space(node: Node) -> Space:
-    if node.kind is Kind.REDUCTION:
-        return node.inputs[0].shape, tuple(node.attrs["axes"])
-    return node.shape, ()
-
-
-class Scheduler:
+class Scheduler(Realizing):
     def __init__(self, graph: Graph):
         self.graph = graph
         self.users = graph.users()
@@ -90,237 +66,6 @@ class Scheduler:
         self._decided = False  # (every realized node known: temps may inherit a layout)
         self._inherited: dict[Node, tuple[int, ...] | None] = {}
 
-    # -- realization ----------------------------------------------------------------------
-    def decide_realized(self) -> None:
-        graph = self.graph
-        realized = self.realized
-        for node in graph.nodes:
-            if node.op in (Op.INPUT, Op.LIBRARY, Op.ITEM) or node.kind is Kind.REDUCTION or \
-                    node.attrs.get("realize"):
-                realized.add(node)
-        realized.update(graph.outputs)
-        realized.update(node for _, node in graph.writebacks)
-        for node in graph.nodes:
-            if node.op is Op.LIBRARY:
-                layouts = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
-                for operand, strides in zip(node.inputs, layouts):
-                    if self.operands.get(operand) is None:
-                        self.operands[operand] = strides
-                    self._realize_operand(operand)
-        for index, node in enumerate(graph.outputs):
-            if node.kind is Kind.VIEW:
-                self._try_output_alias(node, graph.output_strides[index])
-        self._realize_shared()
-        self._realize_reread()
-        self._decided = True
-
-    def _chain_base(self, node: Node) -> Node:
-        while node.kind is Kind.VIEW and node not in self.aliases:
-            node = node.inputs[0]
-        return node
-
-    def _realize_operand(self, node: Node) -> None:
-        """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
-        self.realized.add(node)
-        if node.kind is not Kind.VIEW or node in self.aliases:
-            return  # not a view, or already an alias (an operand of an earlier call too)
-        base = self._chain_base(node)
-        if base.kind is Kind.LEAF and base.op is not Op.INPUT:
-            return
-        base_geometry = self.planned_geometry(base)
-        if base_geometry is None or view_geometry(node, base, base_geometry) is None:
-            return  # not a strided view (a flip, a reshape that copies): computed into a buffer
-        self.realized.add(base)
-        self.aliases[node] = base
-
-    def planned_geometry(self, node: Node) -> tuple | None:
-        """(shape, strides, offset) `node`'s buffer will have, or None when not strided:
-        inputs and library results keep eager's layout, outputs and library operands take
-        eager's strides, every other buffer is row-major."""
-        if node in self.aliases:
-            base = self.aliases[node]
-            base_geometry = self.planned_geometry(base)
-            return None if base_geometry is None else view_geometry(node, base, base_geometry)
-        if node.op is Op.INPUT:
-            return node.shape, node.strides or row_major(node.shape), 0
-        if node in self.graph.outputs:
-            position = self.graph.outputs.index(node)
-            return node.shape, tuple(self.graph.output_strides[position]), 0
-        if node.op in (Op.LIBRARY, Op.ITEM):
-            result = self.library_result(node)
-            return tuple(result[0]), tuple(result[2]), 0
-        return node.shape, self.temp_strides(node), 0
-
-    def temp_strides(self, node: Node) -> tuple[int, ...]:
-        """Row-major, except for a library call's operand: eager's layout of that operand,
-        since an op such as as_strided reads memory by its strides, not by its values'
-        positions (eager's operand may be a copy laid out unlike the value it copies)."""
-        strides = self.operands.get(node)
-        if strides is not None and len(strides) == node.ndim:
-            return tuple(strides)
-        if node not in self._inherited:
-            self._inherited[node] = self._inherited_strides(node)
-        return self._inherited[node] or row_major(node.shape)
-
-    def _inherited_strides(self, node: Node) -> tuple[int, ...] | None:
-        """The layout of the largest buffer of `node`'s rank that computing it reads, where
-        that is not row-major: a value computed from a channels-last convolution's result
-        is stored channels-last, and its kernel streams both (row-major, it read across the
-        grain: a batch norm after a channels-last convolution 5x slower). Decided once the
-        realized nodes are (a base that a library call views keeps row-major: its views'
-        strides were planned from it)."""
-        if not self._decided or node.ndim < 2 or node.kind is not Kind.POINTWISE and \
-                node.op is not Op.PAD or node in self.aliases.values() or \
-                any(type(n) is not int for n in node.shape):
-            return None
-        best, size = None, 0
-        for source, _ in self.reads_of(node, natural_space(node)):
-            geometry = self.planned_geometry(source) if source is not node else None
-            # (a broadcast operand's order says nothing of the dims it is broadcast along:
-            # ViT's position embedding, 1 x tokens x width, made the residual stream
-            # batch-innermost, and every layer norm read it across the grain, 2.5x slower;
-            # a pad's image, smaller than the pad, lends its order)
-            if geometry is None or len(geometry[0]) != node.ndim or any(
-                    m == 1 and n != 1 for m, n in zip(geometry[0], node.shape)) or \
-                    self._permuted(source):
-                continue
-            order = dense_order(geometry[0], geometry[1])
-            numel = math.prod(geometry[0]) if order is not None else 0
-            if numel > size:
-                best, size = order, numel
-        if best is None or best == sorted(best):
-            return None
-        return strides_in_order(node.shape, best)
-
-    def _permuted(self, node: Node) -> bool:
-        """Is `node` a view that reads its base in another order (a transpose, a permute)?
-        Its strides are then the base's layout read another way, not a grain of its own."""
-        if node.kind is not Kind.VIEW:
-            return False
-        base = self._chain_base(node)
-        geometries = self.planned_geometry(node), self.planned_geometry(base)
-        if None in geometries or len(geometries[0][0]) != len(geometries[1][0]):
-            return True
-        return dense_order(*geometries[0][:2]) != dense_order(*geometries[1][:2])
-
-    def _try_output_alias(self, node: Node, strides: tuple[int, ...]) -> None:
-        """An output that views a value in eager's layout is that value's buffer, not a copy
-        of it: a computed value's (row-major), or a library result's (a linear's output
-        reshaped: a model's logits) unless that result views the call's operands."""
-        base = self._chain_base(node)
-        if base.op is Op.INPUT or base.kind is Kind.LEAF or base in self.graph.outputs \
-                or base.kind is Kind.VIEW:
-            return
-        if any(self.aliases.get(output) is base for output in self.graph.outputs):
-            return  # another output already views this memory: eager's outputs are separate
-        if base.op in (Op.LIBRARY, Op.ITEM):
-            library = base.inputs[0] if base.op is Op.ITEM else base
-            if returns_views(library.attrs):
-                return
-            shape, _, base_strides = self.library_result(base)
-            geometry = view_geometry(node, base, (tuple(shape), tuple(base_strides), 0))
-        else:
-            geometry = view_geometry(node, base, (base.shape, row_major(base.shape), 0))
-        if geometry is not None and geometry[1] == tuple(strides) and geometry[2] == 0:
-            self.realized.add(base)
-            self.aliases[node] = base
-
-    def _realize_shared(self) -> None:
-        """Realize costly pointwise values that several realized nodes would recompute."""
-        inliners: dict[Node, set[Node]] = {}
-        for root in self.graph.nodes:
-            if root not in self.realized or root.op in (Op.INPUT, Op.LIBRARY, Op.ITEM):
-                continue
-            stack, seen = list(root.inputs), set()
-            while stack:
-                node = stack.pop()
-                if node in seen or node in self.realized:
-                    continue
-                seen.add(node)
-                inliners.setdefault(node, set()).add(root)
-                stack.extend(node.inputs)
-        for node in self.graph.nodes:
-            if len(inliners.get(node, ())) >= 2:
-                cost, reads = self._inline_cost(node)
-                if cost >= SHARED_COST_LIMIT or reads >= SHARED_READS_LIMIT:
-                    self.realized.add(node)
-
-    def _realize_reread(self) -> None:
-        """Realize pointwise values that a realized node reads at several positions (a
-        convolution's or a pooling's taps) where computing them again at each position
-        costs more than a buffer: a depthwise convolution's image, batch norm and SiLU of
-        another convolution, computed once instead of once per tap (9-49 times). The
-        topmost such value of a chain is realized first (the zero-padded image, where the
-        taps read one); what it reads is then read once."""
-        for _ in range(4):
-            positions: dict[Node, set[Index]] = {}
-            parents: dict[Node, set[Node]] = {}
-            for root in self.graph.nodes:
-                if root not in self.realized or root.op in (Op.INPUT, Op.LIBRARY, Op.ITEM):
-                    continue
-                if root.kind is Kind.REDUCTION:
-                    stack = [(root.inputs[0], space_index(root.inputs[0].shape), root)]
-                else:
-                    stack = [(source, at, root) for source, at in
-                             input_indices(root, space_index(root.shape))]
-                seen: set[tuple[int, Index]] = set()
-                while stack:
-                    node, at, parent = stack.pop()
-                    if node in self.realized:
-                        continue
-                    parents.setdefault(node, set()).add(parent)
-                    if (id(node), at) in seen:
-                        continue
-                    seen.add((id(node), at))
-                    positions.setdefault(node, set()).add(at)
-                    stack.extend((source, index, node) for source, index
-                                 in input_indices(node, at))
-            candidates = {node for node, found in positions.items()
-                          if len(found) > 1 and (node.kind is Kind.POINTWISE or
-                                                 node.op is Op.PAD) and
-                          (len(found) - 1) * self._reread_cost(node) >= REREAD_COST_LIMIT}
-            topmost = [node for node in candidates
-                       if not self._below(node, candidates, parents)]
-            if not topmost:
-                return
-            self.realized.update(topmost)
-
-    def _reread_cost(self, node: Node) -> int:
-        """What computing `node` again costs: a pad's own test is a masked load either way
-        (a padded input alone is read where it lies, not copied)."""
-        return self._inline_cost(node)[0] - (node.op is Op.PAD)
-
-    @staticmethod
-    def _below(node: Node, candidates: set[Node], parents: dict[Node, set[Node]]) -> bool:
-        """Is `node` computed inside another candidate (one of its inlined readers, or
-        theirs)?"""
-        stack, seen = list(parents.get(node, ())), set()
-        while stack:
-            current = stack.pop()
-            if current in candidates:
-                return True
-            if current in seen:
-                continue
-            seen.add(current)
-            stack.extend(parents.get(current, ()))
-        return False
-
-    def _inline_cost(self, node: Node) -> tuple[int, int]:
-        """(pointwise ops, buffers of at least half its size read) of computing `node` where
-        it is read."""
-        cost, reads, stack, seen = 0, 0, [node], set()
-        while stack:
-            current = stack.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            if current in self.realized and current is not node:
-                reads += 2 * guess(current.numel) >= guess(node.numel)
-                continue
-            if current.kind in (Kind.POINTWISE, Kind.DATA):
-                cost += 1
-            stack.extend(current.inputs)
-        return cost, reads
 
     # -- reads ----------------------------------------------------------------------------
     def is_boundary(self, node: Node) -> bool:
