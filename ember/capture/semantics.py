@@ -354,6 +354,8 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, TensorValue):
         return _tensor_call(session, operator.getitem, container, key)
     if isinstance(container, SequenceValue):
+        if isinstance(key, TensorValue):  # (a list indexed by a tensor: its __index__)
+            key = session.builder.known.number(key, operator.index) or key
         index = python_value(key)
         if isinstance(index, slice):
             return SequenceValue(container.items[index], container.kind)

@@ -64,8 +64,15 @@ def size_of_a_constant(x):
     return torch.zeros(rows, x.shape[0], device=x.device) + x
 
 
+def list_indexed_by_a_constant(x):
+    # (a Python list indexed by a 0-d tensor: the tensor's __index__)
+    scales = [0.5, 2.0, 3.0]
+    return x * scales[torch.tensor(0) + 1]
+
+
 @pytest.mark.parametrize("fn, args", [
     (relative_positions, (t(2, 12),)),
+    (list_indexed_by_a_constant, (t(3),)),
     (numbers_of_constants, (t(3),)),
     (branch_on_a_constant, (t(3),)),
     (slice_by_a_constant, (t(10),)),
