@@ -92,7 +92,10 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
 
     def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None,
              wide: Callable | None = None, kernels: dict[str, Any] = sources,
-             key: tuple | None = key):
+             key: tuple | None = key, called_by_wrapper: bool = True):
+        """A wrapper's source; `called_by_wrapper`: one of the other builds, which the
+        compiled graph's own wrapper calls with the extras already appended to the
+        arguments (else the wrapper appends them)."""
         wrapper = write_wrapper(plan, outputs, output_tree, kernels, functions,
                                 device, checked, check_alignment=fallback is not None,
                                 check_reach=wide is not None,
@@ -103,12 +106,10 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
             wrapper.namespace.update(rows=by_rows, row_class=row_class)
         for position, tensor in enumerate(extras, start=len(tensor_positions)):
             wrapper.namespace[f"extra{position}"] = tensor
-        if extras and (fallback is not None or wide is not None or key is not None):
-            # (the other builds are given args with the extras; a build called by another
-            # gets them so)
+        if extras and not called_by_wrapper:
             wrapper.text = wrapper.text.replace(
                 "def call(args):\n",
-                f"def call(args):\n    if len(args) == {len(tensor_positions)}: args = (*args, "
+                "def call(args):\n    args = (*args, "
                 + ", ".join(f"extra{p}" for p in range(len(tensor_positions),
                                                        len(tensor_positions) + len(extras)))
                 + ",)\n", 1)
@@ -144,7 +145,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     # it checks the reach and the row classes too: its kernels are the first build's)
     fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
                                            f"<ember wrapper {label} (misaligned inputs)>"))
-    wrappers = [wrap(functions, checked, fallback, wide) for checked in (True, False)]
+    wrappers = [wrap(functions, checked, fallback, wide, called_by_wrapper=False)
+                for checked in (True, False)]
     logs.dump(dump, "wrapper.py", wrappers[1].text)
     logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
     clock("wrapper")

@@ -293,9 +293,10 @@ class CKernelWriter(ColumnMode):
                 conditions.append(f"({text} % {step} == 0)")
             variables |= relative.variables()
             self.accesses.append(relative)  # (for the loop plan, as a clamp is)
-            self.padded_dims.update(int(re.search(r"(\d+)$", name).group(1))
-                                    for name in relative.variables()
-                                    if re.search(r"\d$", name))
+            for name in relative.variables():  # (i2, r0: the dim a loop variable walks)
+                dim = re.search(r"\d+$", name)
+                if dim:
+                    self.padded_dims.add(int(dim.group()))
         condition = f"({' && '.join(conditions)})"
         guard = (condition, frozenset(variables), tuple(r for r, _, _ in checks))
         outer = self.guard

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from ember import torch_internals
+from ember import logs, torch_internals
 from ember.ir import dtypes
 from ember.ir.graph import Graph, Node
 from ember.ir.library import Slot
@@ -293,16 +293,12 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                     return result
                 # (a fault of the rule's, not a case it declines: said where the fallbacks
                 # channel is on, so that a benchmark's report shows it)
-                from ember import logs
-
                 logs.channel("fallbacks").info(
                     "%s runs as a library call: its rule's result disagrees with eager's %s",
                     func, self._describe(out))
             except ByDesign:
                 return self._library(func, args, kwargs, template_kwargs, out, counted=False)
             except Decline as reason:
-                from ember import logs
-
                 logs.channel("fallbacks").debug("%s runs as a library call: %s", func, reason)
         return self._library(func, args, kwargs, template_kwargs, out)
 

@@ -15,6 +15,7 @@ from ember.ir.graph import Graph, Node
 from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower.builder import Builder
+from ember.passes.convolution_calls import convolution_call
 from ember.passes.rewrite import rewrite
 
 aten = torch.ops.aten
@@ -36,14 +37,10 @@ def convolution_biases(graph: Graph) -> int:
                    for r in users.get(node, []))
 
     def visit(node: Node) -> Node | None:
-        if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
-                or node.attrs["tuple_result"] or node.attrs["kwargs"]:
+        call = convolution_call(node)
+        if call is None or call.bias is None or not read_by_a_kernel(node):
             return None
-        args = node.attrs["args"]
-        if len(args) != 9 or not all(isinstance(a, Slot) for a in args[:3]) or \
-                not read_by_a_kernel(node):
-            return None
-        bias = node.inputs[args[2].index]
+        args, bias = node.attrs["args"], call.bias
         if bias.ndim != 1 or bias.dtype != node.dtype or not node.dtype.is_floating_point:
             return None
         kept = [k for k in range(len(node.inputs)) if k != args[2].index]

@@ -6,7 +6,7 @@ for a few thousand multiply-adds (its primitive's set-up and the weight's reorde
 EfficientNet's and MobileNetV3's at 64x64 spent 0.45-0.7 ms of a 2-3 ms forward there. Each
 output is the sum over kh*kw strided views of the zero-padded image, each times its channel's
 weight: pointwise work that the kernel computing the image (batch norm, activation), or the
-one reading the result, takes in (schedule/fuse.py realizes an image that the taps would
+one reading the result, takes in (schedule/realize.py realizes an image that the taps would
 compute again at each of their positions). Values: eager's up to the order of the sums.
 """
 
@@ -16,9 +16,9 @@ import torch
 
 from ember import config
 from ember.ir.graph import Graph, Node
-from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
+from ember.passes.convolution_calls import convolution_call
 from ember.passes.rewrite import rewrite
 
 aten = torch.ops.aten
@@ -37,24 +37,19 @@ def depthwise_convolutions(graph: Graph) -> int:
     builder = Builder(graph)
 
     def visit(node: Node) -> Node | None:
-        if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
-                or node.attrs["tuple_result"] or node.attrs["kwargs"]:
+        call = convolution_call(node)
+        if call is None:
             return None
-        args = node.attrs["args"]
-        if len(args) != 9 or not isinstance(args[0], Slot) or not isinstance(args[1], Slot) \
-                or not (args[2] is None or isinstance(args[2], Slot)):
-            return None
-        x, weight = node.inputs[args[0].index], node.inputs[args[1].index]
-        bias = node.inputs[args[2].index] if args[2] is not None else None
-        stride, padding, dilation, transposed, _, groups = args[3:]
-        if transposed or x.ndim != 4 or weight.ndim != 4 or \
+        x, weight, bias, groups = call.x, call.weight, call.bias, call.groups
+        if call.transposed or x.ndim != 4 or weight.ndim != 4 or \
                 any(type(d) is not int for n in (x, weight, node) for d in n.shape) or \
                 groups != x.shape[1] or weight.shape[:2] != (groups, 1) or \
                 weight.shape[2] * weight.shape[3] > MAX_TAPS or \
                 any(n.dtype not in DTYPES or n.dtype != node.dtype
                     for n in (x, weight) + ((bias,) if bias is not None else ())):
             return None
-        return _taps(builder, x, weight, bias, stride, padding, dilation, node.shape)
+        return _taps(builder, x, weight, bias, call.stride, call.padding, call.dilation,
+                     node.shape)
 
     return rewrite(graph, visit)
 

@@ -28,6 +28,7 @@ from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower.layout import eager_layout
+from ember.passes.convolution_calls import channels_last, convolution_call
 
 aten = torch.ops.aten
 
@@ -54,7 +55,7 @@ def channels_last_convolutions(graph: Graph) -> int:
         args = node.attrs["args"]
         layouts = list(node.attrs["operand_strides"])
         x = node.inputs[args[0].index]
-        layouts[args[0].index] = _channels_last(x.shape)
+        layouts[args[0].index] = channels_last(x.shape)
         metas = [torch.empty_strided(n.shape, strides or row_major(n.shape), dtype=n.dtype,
                                      device="meta") for n, strides in zip(node.inputs, layouts)]
         tensors = [metas[a.index] if isinstance(a, Slot) else a for a in args]
@@ -72,17 +73,17 @@ def _switchable(node: Node, outputs: set[Node], read_by_kernels_only) -> bool:
     """A 2-d convolution of a row-major image into a row-major result, where the image is
     ember's to lay out (computed by a kernel, or an input) and kernels alone read the
     result."""
-    if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
-            or node.attrs["tuple_result"] or node.attrs["kwargs"]:
+    call = convolution_call(node)
+    if call is None:
         return False
     args = node.attrs["args"]
     layouts = node.attrs.get("operand_strides") or ()
-    if len(args) != 9 or not isinstance(args[0], Slot) or args[6] or \
+    if call.transposed or \
             len(layouts) != len(node.inputs) or node.ndim != 4 or \
             not node.dtype.is_floating_point or \
             not all(type(d) is int for n in (node, *node.inputs) for d in n.shape):
         return False
-    x = node.inputs[args[0].index]
+    x = call.x
     return x.shape[1] > 1 and layouts[args[0].index] == row_major(x.shape) and \
         tuple(node.attrs["results"][0][2]) == row_major(node.shape) and \
         x.op not in (Op.LIBRARY, Op.ITEM) and x not in outputs and \
@@ -95,14 +96,8 @@ def _faster_channels_last_on_cuda(node: Node) -> bool:
     in two groups at 112x112, by the measurements behind Inductor's layout choice), and one
     with half as many filters as input channels or fewer, over a window, slower too. A
     depthwise one (one channel a group) runs about 1.9x faster there."""
-    weight = node.inputs[node.attrs["args"][1].index]
-    filters, per_group, kh, kw = weight.shape
-    groups = node.attrs["args"][8]
-    if groups > 1 and per_group > 1:
+    call = convolution_call(node)
+    filters, per_group, kh, kw = call.weight.shape
+    if call.groups > 1 and per_group > 1:
         return False
     return not (filters * 2 <= per_group and kh * kw > 1)
-
-
-def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)

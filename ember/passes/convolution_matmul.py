@@ -24,6 +24,7 @@ from ember import config, torch_internals
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Op
+from ember.passes.convolution_calls import channels_last, convolution_call
 from ember.passes.rewrite import rewrite
 from ember.runtime.matmul_convolution import (
     channels_last_gradients,
@@ -46,15 +47,12 @@ def convolutions_as_matmuls(graph: Graph) -> int:
     def visit(node: Node) -> Node | None:
         if node.op is Op.LIBRARY and node.attrs["target"] is aten.convolution_backward.default:
             return _backward(graph, node)
-        if node.op is not Op.LIBRARY or node.attrs["target"] is not aten.convolution.default \
-                or node.attrs["tuple_result"] or node.attrs["kwargs"]:
+        call = convolution_call(node)
+        if call is None:
             return None
-        args = node.attrs["args"]
-        if len(args) != 9 or not isinstance(args[0], Slot) or not isinstance(args[1], Slot):
-            return None
-        x, weight = node.inputs[args[0].index], node.inputs[args[1].index]
-        stride, padding, dilation, transposed, _, groups = args[3:]
-        if transposed or groups != 1 or x.ndim != 4 or node.dtype not in DTYPES or \
+        args, x, weight = node.attrs["args"], call.x, call.weight
+        stride, padding, dilation = call.stride, call.padding, call.dilation
+        if call.transposed or call.groups != 1 or x.ndim != 4 or node.dtype not in DTYPES or \
                 x.dtype != node.dtype or weight.dtype != node.dtype or \
                 not _static(node, x, weight):
             return None
@@ -62,8 +60,7 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         x_strides = layouts[args[0].index] if len(layouts) > args[0].index else None
         w_strides = layouts[args[1].index] if len(layouts) > args[1].index else None
         result_strides = node.attrs["results"][0][2]
-        channels_last = _channels_last(node.shape)
-        if _same_layout(node.shape, result_strides, channels_last):
+        if _same_layout(node.shape, result_strides, channels_last(node.shape)):
             last = True
         elif _same_layout(node.shape, result_strides, row_major(node.shape)):
             last = False
@@ -73,7 +70,7 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         positions = node.shape[0] * node.shape[2] * node.shape[3]
         pointwise = weight.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and \
             not any(padding) and _image(x) and \
-            _same_layout(x.shape, x_strides, _channels_last(x.shape))
+            _same_layout(x.shape, x_strides, channels_last(x.shape))
         if not pointwise and not (positions <= node.shape[1] and _uses_onednn(
                 x, x_strides, weight, w_strides or row_major(weight.shape), stride, padding,
                 dilation)):
@@ -111,7 +108,7 @@ def _backward(graph: Graph, node: Node) -> Node | None:
     last = channels_last_gradients(*metas)
     results = node.attrs["results"]
     for (shape, _, strides), mask in zip(results[:2], args[10]):
-        expected = _channels_last(shape) if last else row_major(shape)
+        expected = channels_last(shape) if last else row_major(shape)
         if mask and not _same_layout(shape, strides, expected):
             return None
     positions = grad.shape[0] * grad.shape[2] * grad.shape[3]
@@ -139,11 +136,6 @@ def _image(x: Node) -> bool:
 def _static(*nodes: Node) -> bool:
     """(symbolic sizes: the choice would depend on the call; left to eager's convolution)"""
     return all(type(d) is int for n in nodes for d in n.shape)
-
-
-def _channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
-    n, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
 
 
 def _same_layout(shape: tuple[int, ...], strides: tuple[int, ...] | None,

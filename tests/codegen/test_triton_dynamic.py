@@ -349,6 +349,19 @@ def test_symbolic_kernels_compile_for_the_gpu():
     assert [s["s0"] for s in signatures] == ["i32"] * 7 + ["i64"] * 7
 
 
+def test_another_class_s_build_takes_the_graph_s_constants_once(builds):
+    # (a constant tensor is an extra argument the compiled graph's wrapper appends; the
+    # build for another row class is handed the arguments with it)
+    fn = lambda x: F.softmax(x, -1) * torch.tensor(2.0)  # noqa: E731
+    compiled = ember.compile(fn, dynamic=True)
+    for n in (20, 300, 20):
+        x = t(3, n, seed=n)
+        torch.testing.assert_close(compiled(x), fn(x))
+    graph = compiled.records[0].compiled
+    assert len(builds()) == 2 and not graph.runs_eagerly, builds()
+    assert "args = (*args, extra" in graph.wrapper_source
+
+
 def test_the_first_build_without_a_calls_sizes_is_the_guess():
     # (each symbol at its guess, GUESS or within its range: the rows' and the kernels' sizes)
     from ember.codegen.triton_sizes import RowClasses
