@@ -16,7 +16,7 @@ import torch
 import torch.utils.checkpoint
 
 from ember import torch_internals
-from ember.capture import attributes, semantics
+from ember.capture import attributes, contexts, semantics
 from ember.capture.calls import call_rules, call_value, rule, when_dynamo_imported
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
@@ -378,7 +378,7 @@ def _enable_grad(session: Session, *args: Value, frame: Any = None, **_: Any) ->
 def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any) -> Value:
     enabled = bool(python_value(mode))
     previous = session.grad_enabled
-    semantics.set_grad_mode(session, enabled)
+    contexts.set_grad_mode(session, enabled)
     value = GradModeValue(enabled, previous)
     return value
 
@@ -387,7 +387,7 @@ def _set_grad_enabled(session: Session, mode: Value, frame: Any = None, **_: Any
 def _set_grad_enabled_now(session: Session, mode: Value, frame: Any = None, **_: Any) -> Value:
     """torch._C._set_grad_enabled(b) (what torch's own context managers call): the mode
     switches here, in the graph and, after it, for the caller."""
-    semantics.set_grad_mode(session, bool(python_value(mode)))
+    contexts.set_grad_mode(session, bool(python_value(mode)))
     return Const(None)
 
 

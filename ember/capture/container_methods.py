@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ember.capture import semantics
+from ember.capture import contexts, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.values import (
@@ -37,20 +37,20 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     if isinstance(receiver, NullContextValue) and name in ("__enter__", "__exit__"):
         return Const(None)
     if isinstance(receiver, LockContextValue) and name == "__exit__":
-        semantics.exit_lock(session, receiver)
+        contexts.exit_lock(session, receiver)
         return Const(None)
     if isinstance(receiver, AutocastValue) and name in ("__enter__", "__exit__"):
         if name == "__enter__":
-            semantics.enter_autocast(session, receiver)
+            contexts.enter_autocast(session, receiver)
             return receiver
-        semantics.exit_autocast(session, receiver)
+        contexts.exit_autocast(session, receiver)
         return Const(None)
     if isinstance(receiver, GradModeValue):
         if name == "__exit__":
-            semantics.exit_grad_mode(session, receiver)
+            contexts.exit_grad_mode(session, receiver)
             return Const(None)
         if name == "__enter__":
-            return semantics.enter_context(session, receiver)[1]
+            return contexts.enter_context(session, receiver)[1]
     if isinstance(receiver, SequenceValue):
         return _sequence_method(session, receiver, name, args, kwargs)
     if isinstance(receiver, DictValue):

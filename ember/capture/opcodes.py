@@ -11,7 +11,7 @@ import builtins
 import dis
 import importlib
 
-from ember.capture import attributes, semantics
+from ember.capture import attributes, contexts, semantics
 from ember.capture.errors import Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
@@ -407,7 +407,7 @@ def _make_function(frame: Frame, instruction: Instruction) -> None:
 @handler("BEFORE_WITH")
 def _before_with(frame: Frame, instruction: Instruction) -> None:
     manager = frame.pop()
-    exit_, entered = semantics.enter_context(frame.session, manager)
+    exit_, entered = contexts.enter_context(frame.session, manager)
     frame.push(exit_)
     frame.push(entered)
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import torch_internals
 from ember.capture import numbers
 from ember.capture.errors import Unsupported
 from ember.capture.sources import (
@@ -26,20 +25,16 @@ from ember.capture.sources import (
 from ember.capture.symbols import has_symbols, specialized
 from ember.capture.values import (
     NULL,
-    AutocastValue,
     BoundMethodValue,
     BuiltinValue,
     CellValue,
     Const,
     DictValue,
     FunctionValue,
-    GradModeValue,
     IteratorValue,
-    LockContextValue,
     ModuleValue,
     NestedFunctionValue,
     NewObjectValue,
-    NullContextValue,
     ObjectValue,
     OutsideIteratorValue,
     PassedNumber,
@@ -412,7 +407,7 @@ def _outside_item(session: Session, container: ObjectValue, key: Value) -> Value
     from ember.capture.calls import call_value
 
     obj = container.value
-    if _python_method(type(obj), "__getitem__"):
+    if python_method(type(obj), "__getitem__"):
         return call_value(session, get_attribute(session, container, "__getitem__"), [key], {})
     index = python_value(key)
     if isinstance(obj, (dict, list, tuple)) and not isinstance(index, slice):
@@ -531,7 +526,7 @@ def truth(session: Session, value: Value) -> bool:
         return bool(value.items)
     if isinstance(value, NewObjectValue):  # its own __bool__ or __len__, else dict's, else True
         for name in ("__bool__", "__len__"):
-            if _python_method(value.cls, name) or (value.mapping is not None and
+            if python_method(value.cls, name) or (value.mapping is not None and
                                                    name == "__len__"):
                 return bool(python_value(protocol(session, value, name)))
         return True
@@ -558,7 +553,7 @@ def unpack(session: Session, value: Value) -> list[Value]:
     if isinstance(value, DictValue):
         return [constant(k) for k in value.items]
     if isinstance(value, NewObjectValue) and value.mapping is not None and \
-            not _python_method(value.cls, "__iter__"):
+            not python_method(value.cls, "__iter__"):
         return [constant(k) for k in value.mapping.items]
     if isinstance(value, IteratorValue):
         if isinstance(value, OutsideIteratorValue):
@@ -590,16 +585,7 @@ def unpack(session: Session, value: Value) -> list[Value]:
     raise Unsupported(f"iteration over {value.describe()}")
 
 
-def _user_context_manager(cls: type) -> bool:
-    """A context manager class whose __enter__ and __exit__ are Python code of the user's
-    (contextlib's generator-based ones would run their generator to its end at once; torch's
-    own switch global state)."""
-    module = getattr(cls, "__module__", "") or ""
-    return _python_method(cls, "__enter__") and _python_method(cls, "__exit__") and \
-        module != "contextlib" and not module.startswith("torch")
-
-
-def _python_method(cls: type, name: str) -> bool:
+def python_method(cls: type, name: str) -> bool:
     """Is `name`, looked up on `cls` as Python does, a function written in Python (not a
     builtin base's slot)?"""
     owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
@@ -610,92 +596,6 @@ def iterate(session: Session, value: Value) -> IteratorValue:
     if isinstance(value, IteratorValue):
         return value
     return IteratorValue(unpack(session, value))
-
-
-# -- context managers ----------------------------------------------------------------------
-def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
-    if isinstance(manager, GradModeValue):
-        if manager.previous is None:  # torch.set_grad_enabled(b) already switched and saved
-            manager.previous = session.grad_enabled
-        set_grad_mode(session, manager.enabled)
-        session.builder.inference_depth += manager.inference
-        return ValueMethodValue(manager, "__exit__"), Const(None)
-    if isinstance(manager, NullContextValue):
-        return ValueMethodValue(manager, "__exit__"), Const(None)
-    if isinstance(manager, AutocastValue):
-        enter_autocast(session, manager)
-        return ValueMethodValue(manager, "__exit__"), manager
-    cls = manager.cls if isinstance(manager, NewObjectValue) else \
-        type(manager.value) if type(manager) is ObjectValue else None
-    if type(manager) is ObjectValue and torch_internals.is_thread_lock(manager.value):
-        return enter_lock(session, manager)
-    if type(manager) is ObjectValue and torch_internals.is_compiler_config_patch(manager.value):
-        # (a patch of torch's compiler configuration — an exported program's input checks
-        # run under one — changes nothing eager computes)
-        return enter_context(session, NullContextValue(cls))
-    if cls is not None and _user_context_manager(cls):
-        # a context manager written in Python (a timer, a flag it sets and clears): its
-        # __enter__ runs as code now, its __exit__ where the block ends
-        from ember.capture.attributes import get_attribute
-        from ember.capture.calls import call_value
-
-        exit_ = get_attribute(session, manager, "__exit__")
-        entered = call_value(session, get_attribute(session, manager, "__enter__"), [], {})
-        session.open_contexts.append(exit_)
-        return exit_, entered
-    raise Unsupported(f"with-block on {manager.describe()}",
-                      "only torch.no_grad(), torch.enable_grad() and "
-                      "torch.set_grad_enabled() blocks are captured")
-
-
-def enter_lock(session: Session, lock: ObjectValue) -> tuple[Value, Value]:
-    """`with lock:` over a threading.Lock or RLock. The capture runs in one thread, and the
-    graph computes nothing another thread can see: what must be done under the lock is what
-    outlives the call, the side effects, replayed after the graph. So the replay takes the
-    lock around the effects the block made (where it made none, it is not taken at all, as
-    Dynamo treats such locks). No break inside the block: the native part would run outside
-    the lock, and the resumed code would release a lock it never took."""
-    context = LockContextValue(lock)
-    context.acquire = session.side_effects.call(type(lock.value).acquire, [lock])
-    exit_ = ValueMethodValue(context, "__exit__")
-    session.open_contexts.append(exit_)
-    return exit_, Const(True)
-
-
-def exit_lock(session: Session, context: LockContextValue) -> None:
-    if not session.side_effects.drop_last(context.acquire):
-        session.side_effects.call(type(context.lock.value).release, [context.lock])
-
-
-def exit_grad_mode(session: Session, mode: GradModeValue) -> None:
-    """Leaving a grad-mode block (or an inference_mode one) entered by enter_context."""
-    set_grad_mode(session, mode.previous)
-    session.builder.inference_depth -= mode.inference
-
-
-def enter_autocast(session: Session, region: AutocastValue) -> None:
-    """A node that enters the region, and the real region while capture runs inside it."""
-    enter, _ = torch_internals.autocast_region_functions()
-    if region.node is not None:
-        raise Unsupported("an autocast region entered twice")
-    region.node = session.builder.graph.call_function(enter, region.arguments)
-    region.real = enter(*region.arguments)
-    session.autocast_regions.append(region)
-
-
-def exit_autocast(session: Session, region: AutocastValue) -> None:
-    _, leave = torch_internals.autocast_region_functions()
-    if not session.autocast_regions or session.autocast_regions[-1] is not region:
-        raise Unsupported("autocast regions left out of order")
-    session.builder.graph.call_function(leave, (region.node,))
-    session.autocast_regions.pop()
-    leave(region.real)
-
-
-def set_grad_mode(session: Session, enabled: bool) -> None:
-    if session.grad_enabled != enabled:
-        session.builder.graph.call_function(torch_internals.set_grad_enabled, (enabled,))
-        session.grad_enabled = enabled
 
 
 def call(frame: Frame, callee: Value, args: list[Value], kwargs: dict[str, Value]) -> Value:

@@ -423,7 +423,7 @@ class HookHandleValue(Value):
 
 @dataclasses.dataclass(eq=False)
 class LockContextValue(Value):
-    """A with-block over a threading.Lock or RLock (see semantics.enter_lock). `acquire`: the
+    """A with-block over a threading.Lock or RLock (see contexts.enter_lock). `acquire`: the
     effect that takes the lock when the effects are replayed."""
 
     lock: Value
