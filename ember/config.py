@@ -181,9 +181,11 @@ FLAGS: tuple[Flag, ...] = (
     Flag("convolution_matmul", "EMBER_CONVOLUTION_MATMUL", "1", _flag,
          "CPU: call a convolution as one matrix product where oneDNN's per-call weight "
          "reorder would cost more (0: as eager calls it; see passes/convolution_matmul.py)"),
-    Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "1", _flag,
+    Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "auto",
+         _choice("auto", "always", "never"),
          "convolve a row-major image channels-last where only ember's kernels read the "
-         "image and the result (0: as eager lays it out; see passes/convolution_layout.py)"),
+         "image and the result: auto (on the CPU), always (on CUDA too, where cuDNN runs "
+         "that convolution faster so), never (see passes/convolution_layout.py)"),
     Flag("convolution_depthwise", "EMBER_CONVOLUTION_DEPTHWISE", "1", _flag,
          "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps "
          "(0: eager's call; see passes/convolution_depthwise.py)"),
@@ -219,7 +221,7 @@ class Settings:
     matmul_epilogue: bool
     shape_padding: str
     convolution_matmul: bool
-    convolution_layout: bool
+    convolution_layout: str
     convolution_depthwise: bool
     max_autotune: bool
     profile: bool

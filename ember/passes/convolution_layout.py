@@ -5,11 +5,15 @@ Eager convolves a row-major (NCHW) image as it lies. On the CPU: its slow path's
 GEMMs, oneDNN with a reorder of the image and of the result; channels-last, oneDNN's depthwise
 kernels run about twice as fast and a 1x1 convolution is a GEMM on a view of the image
 (`convolutions_as_matmuls`): EfficientNet-B0's convolutions at 64x64, batch 4, take 4.0 ms
-channels-last against 6.4 as eager lays them out. On CUDA, a row-major depthwise
-convolution runs ATen's own kernel: EfficientNet-B0's (bf16, batch 32, 224x224, H200) took
-1.0 ms of a 5.7 ms call, where torch.compile's whole call keeps the device busy 1.5 ms;
-cuDNN's channels-last kernels are its fast path (tensor cores). torch.compile's Inductor
-makes the same choice for graphs with convolutions.
+channels-last against 6.4 as eager lays them out.
+
+On CUDA the pass runs only under EMBER_CONVOLUTION_LAYOUT=always. A row-major depthwise
+convolution runs ATen's own kernel there (EfficientNet-B0's, bf16, batch 32, 224x224, H200:
+1.0 ms of a 5.7 ms call) and cuDNN's channels-last kernels are faster, but the whole calls
+were slower with the switch (one run each, ms, ember / eager: MobileNetV3 5.81 / 5.32 against
+4.07 / 6.86 without it, EfficientNet-B0 6.72 / 6.51 against 5.03 / 9.24; notes/device-runs.md
+call 48): what ember's kernels lose reading channels-last images (the squeeze-excite means
+over the pixels read across the grain) outweighs what the convolutions gain.
 
 A convolution is switched when its image is computed by ember's kernels (or is an input of
 the graph: then the wrapper copies it, once) and only ember's kernels read its result: they
@@ -35,7 +39,8 @@ aten = torch.ops.aten
 
 def channels_last_convolutions(graph: Graph) -> int:
     """Give each switchable convolution a channels-last image and result; changes made."""
-    if graph.device.type not in ("cpu", "cuda") or not config.settings.convolution_layout:
+    allowed = {"auto": ("cpu",), "always": ("cpu", "cuda"), "never": ()}
+    if graph.device.type not in allowed[config.settings.convolution_layout]:
         return 0
     users = graph.users()
     outputs = set(graph.outputs) | {node for _, node in graph.writebacks}

@@ -58,7 +58,7 @@ def test_a_convolution_whose_result_is_an_output_stays_row_major():
 
 
 def test_switched_off():
-    with config.override(convolution_layout=False):
+    with config.override(convolution_layout="never"):
         assert _switched(_block, *_args()) == [False, False, False]
 
 

@@ -171,7 +171,7 @@ def test_a_late_stage_3x3_convolution_trains_through_the_gemms(monkeypatch):
     x, w = _channels_last(make(2, 64, 4, 4), make(64, 64, 3, 3, seed=1))
     x.requires_grad_(True)
     w.requires_grad_(True)
-    with config.override(convolution_layout=False):
+    with config.override(convolution_layout="never"):
         check_grad(lambda x, w: F.conv2d(x, w, stride=2, padding=1).relu(), x, w,
                    atol=1e-4, rtol=1e-4)
     onednn = torch._C._select_conv_backend(x, w, None, [2, 2], [1, 1], [1, 1], False,
