@@ -191,7 +191,9 @@ class CKernelWriter(IndexedReads, ColumnMode):
     # -- values ---------------------------------------------------------------------------
     def value(self, node: Node, index: Index, scope: Scope) -> str:
         if node.op is Op.FULL:
-            return literal(node.attrs["value"], node.dtype)
+            # (a wide scalar is held in float32: ember/lower/builder.Builder.full)
+            return literal(node.attrs["value"],
+                           torch.float32 if node.attrs.get("wide") else node.dtype)
         # (a value that moves with a pad's tested positions is computed under its condition:
         # kept apart from the same value elsewhere, and where the condition can be tested)
         guarded = self.under_guard(index)

@@ -232,7 +232,9 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
     # -- values ---------------------------------------------------------------------------
     def value(self, node: Node, index: Index, scope: Scope) -> str:
         if node.op is Op.FULL:
-            return literal(node.attrs["value"], node.dtype)
+            # (a wide scalar is held in float32: ember/lower/builder.Builder.full)
+            return literal(node.attrs["value"],
+                           torch.float32 if node.attrs.get("wide") else node.dtype)
         target = self.scope_for(index, scope)
         key = (id(node), index)
         for ancestor in target.chain():

@@ -76,7 +76,10 @@ def _input(node, args):
 
 @_rule(Op.FULL)
 def _full(node, args):
-    return torch.full(node.shape, node.attrs["value"], dtype=node.dtype)
+    # (a wide scalar is float32: the op reading it computes in float32, then rounds to its
+    # own dtype, as eager's kernel does with a scalar; see `interpret`)
+    dtype = torch.float32 if node.attrs.get("wide") else node.dtype
+    return torch.full(node.shape, node.attrs["value"], dtype=dtype)
 
 
 @_rule(Op.IOTA)
@@ -241,7 +244,10 @@ def interpret(graph: Graph, inputs: Sequence[torch.Tensor]) -> tuple[list[torch.
     for node in graph.nodes:
         if node.op is not Op.INPUT:
             rule_node = _bound(node, bindings) if bindings else node
-            values[node] = interpret_rules[node.op](rule_node, [values[s] for s in node.inputs])
+            value = interpret_rules[node.op](rule_node, [values[s] for s in node.inputs])
+            if any(s.op is Op.FULL and s.attrs.get("wide") for s in node.inputs):
+                value = value.to(node.dtype)
+            values[node] = value
     return [values[n] for n in graph.outputs], [values[n] for _, n in graph.writebacks]
 
 

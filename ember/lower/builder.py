@@ -21,6 +21,14 @@ from ember.ir.sizes import Dim, Size, Undecided
 Scalar = bool | int | float
 Operand = Node | Scalar
 
+_WIDE_SCALAR_OPS = frozenset({Op.MUL, Op.DIV})
+_WIDE_SCALAR_OPS_CUDA = _WIDE_SCALAR_OPS | {Op.ADD, Op.SUB}
+
+
+def _number(value: Operand) -> bool:
+    """A Python int or float (not a bool, a node or a symbolic size)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
 
 def broadcast_shapes(*shapes: Shape) -> Shape:
     rank = max((len(s) for s in shapes), default=0)
@@ -78,7 +86,14 @@ class Builder:
         self.graph = graph
 
     # -- leaves ---------------------------------------------------------------------------
-    def full(self, value: Scalar, dtype: torch.dtype, shape: Sequence[int] = ()) -> Node:
+    def full(self, value: Scalar, dtype: torch.dtype, shape: Sequence[int] = (),
+             wide: bool = False) -> Node:
+        """`value` as a tensor of `dtype`; `wide` (a half-precision dtype only): the value is
+        held in float32, not rounded to `dtype` — a Python scalar as eager's kernels read it
+        beside their float32 compute (`elementwise`)."""
+        if wide and dtype in dtypes.REDUCED_FLOAT and isinstance(value, (int, float)):
+            return self.graph.add(Op.FULL, (), value=float(value), shape=tuple(shape),
+                                  dtype=dtype, wide=True)
         if isinstance(value, Size) and dtype is not torch.bool:
             pass  # a symbolic size as a value (mean's count): computed where it is used
         elif dtype is torch.bool:
@@ -114,7 +129,7 @@ class Builder:
         if x.shape == shape:
             return x
         if x.op is Op.FULL:
-            return self.full(x.attrs["value"], x.dtype, shape)
+            return self.full(x.attrs["value"], x.dtype, shape, x.attrs.get("wide", False))
         lead = len(shape) - x.ndim
         if lead < 0:
             raise ValueError(f"cannot broadcast {x.shape} to {shape}")
@@ -152,10 +167,22 @@ class Builder:
         if op in FLOAT_ONLY or op is Op.DIV:
             if not dtypes.is_float(dtype):
                 dtype = torch.get_default_dtype()
-        nodes = [self.operand(value, dtype) for value in operands]
+        if dtype in dtypes.REDUCED_FLOAT and op in self._wide_scalar_ops():
+            nodes = [self.full(value, dtype, wide=True) if _number(value)
+                     else self.operand(value, dtype) for value in operands]
+        else:
+            nodes = [self.operand(value, dtype) for value in operands]
         if len(nodes) == 1:
             return self.unary(op, nodes[0])
         return self.binary(op, *nodes)
+
+    def _wide_scalar_ops(self) -> frozenset[Op]:
+        """The ops whose half-precision kernels in eager read a Python scalar operand as a
+        float32 value, unrounded: products and quotients on every device, sums and
+        differences on CUDA only (the CPU's round the scalar to the tensor's type first);
+        every other op rounds it. Measured per op by `python -m
+        ember.bench.scalar_semantics` (torch 2.11 on the H200, 2.13 on the CPU)."""
+        return _WIDE_SCALAR_OPS_CUDA if self.graph.device.type == "cuda" else _WIDE_SCALAR_OPS
 
     def compare(self, op: Op, a: Operand, b: Operand) -> Node:
         assert op in COMPARISONS

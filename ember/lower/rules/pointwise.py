@@ -410,7 +410,9 @@ def _nan_to_num(b: Builder, x: Node, nan=None, posinf=None, neginf=None) -> Node
 def _lerp(b: Builder, start: Node, end: Node, weight) -> Node:
     dtype = b.compute_dtype(start, end, weight)
     start, end = b.cast(start, dtype), b.cast(end, dtype)
-    weight = b.operand(weight, dtype)
+    # (a scalar weight is read in float32, as eager's kernels read it)
+    weight = b.operand(weight, dtype) if isinstance(weight, Node) else \
+        b.full(weight, dtype, wide=True)
     difference = b.sub(end, start)
     low = b.add(start, b.mul(weight, difference))
     high = b.sub(end, b.mul(difference, b.sub(1, weight)))
@@ -420,8 +422,14 @@ def _lerp(b: Builder, start: Node, end: Node, weight) -> Node:
 @lowering(aten.addcmul)
 def _addcmul(b: Builder, x: Node, tensor1: Node, tensor2: Node, *, value=1) -> Node:
     dtype = b.compute_dtype(x, tensor1, tensor2)
-    product = b.mul(b.cast(tensor1, dtype), b.cast(tensor2, dtype))
-    return b.add(b.cast(x, dtype), b.mul(product, value) if value != 1 else product)
+    t1, t2 = b.cast(tensor1, dtype), b.cast(tensor2, dtype)
+    if value == 1:
+        product = b.mul(t1, t2)
+    elif b.graph.device.type == "cuda":  # eager's order there: x + value * (t1 * t2)
+        product = b.mul(value, b.mul(t1, t2))
+    else:  # and on the CPU: x + value * t1 * t2
+        product = b.mul(b.mul(value, t1), t2)
+    return b.add(b.cast(x, dtype), product)
 
 
 @lowering(aten.addcdiv)
