@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ember import config, dumps, logs, stances, torch_internals
+from ember import binding, config, dumps, logs, stances, torch_internals
 from ember import options as compile_options
 from ember.autodiff import tape
 from ember.capture import markers
@@ -40,7 +40,6 @@ from ember.capture.guards import (
     first_failure,
     same_tensor,
 )
-from ember.capture.module_calls import eager_fast_path
 from ember.capture.symbols import DynamicPolicy, FrameSizes
 from ember.capture.values import NULL
 from ember.runtime.cudagraphs import CudaGraphed
@@ -119,54 +118,6 @@ def _passthrough(graph_module: torch.fx.GraphModule) -> Callable | None:
 
     hand_on.passthrough = True
     return hand_on
-
-
-def _positional_names(function: types.FunctionType) -> list[str] | None:
-    """A resume function's parameter names when some are not identifiers (pytest's rewritten
-    asserts leave locals like `@py_assert1`): it is only ever called positionally."""
-    code = function.__code__
-    names = list(code.co_varnames[:code.co_argcount])
-    if all(name.isidentifier() for name in names) or code.co_flags & (
-            inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_kwonlyargcount:
-        return None
-    return names
-
-
-def _binder(function: types.FunctionType) -> Callable[..., dict[str, Any]]:
-    """A function with `function`'s signature that returns its arguments by name: binding
-    happens in C, as fast as a call."""
-    names = _positional_names(function)
-    if names is not None:
-        return lambda *args: dict(zip(names, args))
-    signature = inspect.signature(function, follow_wrapped=False)
-    namespace: dict[str, Any] = {}
-    parameters = []
-    for index, parameter in enumerate(signature.parameters.values()):
-        text = parameter.name
-        if parameter.default is not inspect.Parameter.empty:
-            namespace[f"_default{index}"] = parameter.default
-            text += f"=_default{index}"
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            text = "*" + parameter.name
-        elif parameter.kind is parameter.VAR_KEYWORD:
-            text = "**" + parameter.name
-        parameters.append((parameter.kind, text))
-    rendered, star_done = [], False
-    for kind, text in parameters:
-        if kind is inspect.Parameter.KEYWORD_ONLY and not star_done:
-            rendered.append("*")
-            star_done = True
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            star_done = True
-        rendered.append(text)
-        if kind is inspect.Parameter.POSITIONAL_ONLY and (
-                len(rendered) == len([p for p in parameters
-                                      if p[0] is inspect.Parameter.POSITIONAL_ONLY])):
-            rendered.append("/")
-    names = ", ".join(f"{p.name!r}: {p.name}" for p in signature.parameters.values())
-    text = f"def bind({', '.join(rendered)}):\n    return {{{names}}}\n"
-    exec(builtins.compile(text, "<ember binder>", "exec"), namespace)  # noqa: S102 (our own code)
-    return namespace["bind"]
 
 
 # Resume functions nest (a break in a resume function makes another); past this depth they
@@ -274,8 +225,8 @@ class CompiledFunction:
         self.backend_option = backend  # (as given: what modules compiled apart get)
         self.backend_name = backend if isinstance(backend, str) else getattr(
             backend, "__name__", "custom")
-        self.binder = _binder(function)
-        self.caller = _caller(function)
+        self.binder = binding.binder(function)
+        self.caller = binding.caller(function)
         self.entries: list[CacheEntry] = []
         # held while a missed call captures: re-entrant, for a capture that reaches this
         # function again (through a resume function, say) on its own thread
@@ -504,10 +455,10 @@ class CompiledFunction:
                                                          automatic=self._automatic(arguments)),
                                            self.where)
         for module in session.compile_apart:
-            _compile_apart(module, dict(fullgraph=self.fullgraph, dynamic=self.dynamic,
-                                        mode=self.mode, backend=self.backend_option,
-                                        settings=self.settings,
-                                        recompile_limit=self.recompile_limit))
+            compiled_module.compile_apart(module, dict(
+                fullgraph=self.fullgraph, dynamic=self.dynamic, mode=self.mode,
+                backend=self.backend_option, settings=self.settings,
+                recompile_limit=self.recompile_limit))
         if error is not None:
             if self.fullgraph:
                 raise CaptureError(error) from None
@@ -622,113 +573,6 @@ def _ending_the_streak(compiled: CompiledFunction, call: Callable[[dict], Any]
     return serve
 
 
-def _compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True
-                   ) -> None:
-    """Calls of `module` (made outside a graph, after a break) reach its compiled version; so
-    do those of its submodules whose hooks a capture does not inline (FSDP's sharded parts:
-    the module's own forward may break at the first and run the rest as Python, a loop over
-    its layers)."""
-    for part in module.modules():
-        if part is module and not itself or \
-                part is not module and torch_internals.hooks_run_apart(part) is None:
-            continue
-        if isinstance(part, CompiledModule) or torch_internals.calls_routed(part):
-            continue
-        torch_internals.route_calls(part, CompiledModule(part, **options).__call__)
-
-
-def _caller(function: types.FunctionType) -> Callable[[dict[str, Any]], Any]:
-    """The inverse of the binder: call `function` with arguments bound by name."""
-    names = _positional_names(function)
-    if names is not None:
-        return lambda arguments: function(*[arguments[name] for name in names])
-    parts = []
-    for parameter in inspect.signature(function, follow_wrapped=False).parameters.values():
-        name = f"L[{parameter.name!r}]"
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            parts.append(f"*{name}")
-        elif parameter.kind is parameter.VAR_KEYWORD:
-            parts.append(f"**{name}")
-        elif parameter.kind is parameter.KEYWORD_ONLY:
-            parts.append(f"{parameter.name}={name}")
-        else:
-            parts.append(name)
-    namespace = {"function": function}
-    exec(builtins.compile(f"def call(L):\n    return function({', '.join(parts)})\n",  # noqa: S102
-                 "<ember caller>", "exec"), namespace)
-    return namespace["call"]
-
-
-class CompiledModule(torch.nn.Module):
-    """ember.compile(module): the module's forward, compiled; the module's state stays its own
-    (parameters, buffers and train/eval live in `_orig_mod`)."""
-
-    def __init__(self, module: torch.nn.Module, **options: Any):
-        super().__init__()
-        self._orig_mod = module
-        # (a submodule, so its state is the wrapper's; also in the instance's __dict__: read
-        # on every call, where nn.Module's __getattr__, twice over, cost microseconds)
-        object.__setattr__(self, "_orig_mod", module)
-        self._wrapped: CompiledModule | None = None
-        if torch_internals.is_distributed_data_parallel(module):
-            # DDP's forward runs as it is (it prepares the gradient buckets, and autograd
-            # runs its all-reduce hooks as gradients are made); the model inside is compiled,
-            # and DDP's calls of it (module(*args)) reach the compiled version
-            # (not registered as a submodule: state_dict and parameters stay the DDP's)
-            object.__setattr__(self, "_wrapped", CompiledModule(module.module, **options))
-            torch_internals.route_calls(module.module, self._wrapped.__call__)
-            self._compiled_forward = self._wrapped._compiled_forward
-        else:
-            self._compiled_forward = CompiledFunction(type(module).forward, **options)
-            # submodules with hooks a capture does not inline (FSDP-sharded blocks, backward
-            # hooks) break the forward's graph where they are called: each is compiled on its
-            # own, its hooks run around it
-            _compile_apart(module, options, itself=False)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        module = self._orig_mod
-        if self._wrapped is not None:
-            return module(*args, **kwargs)
-        if torch_internals.instance_forward(module) is not None:
-            # (a forward set on the instance shadows the class's: called as eager calls it,
-            # hooks and all — before the hooks' path, which sets the instance's forward)
-            return torch_internals.call_as_eager(module, args, kwargs)
-        if torch_internals.module_has_hooks(module):
-            # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
-            # the compiled forward
-            return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
-        fast_path = eager_fast_path(module, args, kwargs)
-        if fast_path is not None:
-            logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,
-                                           fast_path)
-            return torch_internals.call_as_eager(module, args, kwargs)
-        return self._compiled_forward(module, *args, **kwargs)
-
-    def _call_forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self._compiled_forward(self._orig_mod, *args, **kwargs)
-
-    def lower(self, *args: Any, **kwargs: Any) -> Any:
-        """Ahead of time: the module's forward captured for these arguments (ember/aot.py)."""
-        from ember import aot
-
-        return aot.lower(self._compiled_forward, args, kwargs, prefix=(self._orig_mod,))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._forward_hooks or self._forward_pre_hooks:
-            return super().__call__(*args, **kwargs)
-        forward = self._compiled_forward
-        if forward.direct is not None and _grad_enabled() in forward.direct_modes:
-            # (its forward runs eagerly for good: the module is called as eager calls it)
-            return torch_internals.call_as_eager(self._orig_mod, args, kwargs)
-        return self.forward(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._orig_mod, name)
-
-
 def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool = False,
             dynamic: bool | None = None, mode: str | None = None,
             backend: str | Callable = "ember", options: dict[str, Any] | None = None,
@@ -765,7 +609,7 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
         model = model.module()
     if isinstance(model, torch.nn.Module):
         _warm_up_for(model)
-        return CompiledModule(model, **chosen)
+        return compiled_module.CompiledModule(model, **chosen)
     if not callable(model):
         raise TypeError(f"ember.compile needs a function or an nn.Module, got "
                         f"{type(model).__name__}")
@@ -824,6 +668,7 @@ def _graph_break_rule(session: Any, *args: Any, **kwargs: Any) -> Any:
     raise Unsupported("ember.graph_break() was called", "this break was asked for")
 
 
+from ember import compiled_module  # noqa: E402  (it builds on CompiledFunction)
 from ember.capture.calls import call_rules  # noqa: E402  (rules refer to functions above)
 
 call_rules[graph_break] = _graph_break_rule

@@ -10,8 +10,9 @@ from typing import Any
 
 import torch
 
-from ember.api import CaptureRecord, CompiledModule, compile
+from ember.api import CaptureRecord, compile
 from ember.capture.errors import Unsupported
+from ember.compiled_module import CompiledModule
 
 
 @dataclasses.dataclass

@@ -95,13 +95,13 @@ def _ember_compiled(value: Any, source: Source | None) -> tuple[Any, Source | No
     """What an ember-compiled module or function called inside compiled code stands for —
     the module, the function — and its source; None for anything else. (Traced as it is, the
     capture went through ember's own runtime: its guards, its timers.)"""
-    from ember import api
+    from ember import api, compiled_module
     from ember.capture.sources import AttrSource
 
     def under(name: str) -> Source | None:
         return AttrSource(source, name) if source is not None else None
 
-    if isinstance(value, api.CompiledModule) and value._wrapped is None:
+    if isinstance(value, compiled_module.CompiledModule) and value._wrapped is None:
         return value._orig_mod, under("_orig_mod")
     if isinstance(value, api.CompiledFunction):
         if value.bound_self is not None:

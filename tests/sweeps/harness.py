@@ -306,7 +306,7 @@ def run_all(spec, fn, layout=False):
 def records_of(compiled):
     if isinstance(compiled, functools.partial):  # (ember.compile(partial): its function's)
         compiled = compiled.func
-    if isinstance(compiled, ember.api.CompiledModule):
+    if isinstance(compiled, ember.compiled_module.CompiledModule):
         return compiled._compiled_forward
     return compiled
 
