@@ -353,6 +353,10 @@ def dynamo_recompile_limit() -> int | None:
     dynamo_config = sys.modules["torch._dynamo.config"]
     if dynamo_config._is_default("recompile_limit"):
         return None
+    # (a config patch that ended leaves the entry marked as set, at its default value)
+    entry = getattr(dynamo_config, "_config", {}).get("recompile_limit")
+    if entry is not None and dynamo_config.recompile_limit == entry.default:
+        return None
     return int(dynamo_config.recompile_limit)
 
 
