@@ -27,7 +27,7 @@ import torch
 
 from ember import torch_internals
 from ember.autodiff.convolution import convolution_vjp
-from ember.autodiff.tape import TapedCall, taped_call, taped_vjp
+from ember.autodiff.tape import TapedCall, planned_layout, taped_call, taped_vjp
 from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
 from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
@@ -398,7 +398,8 @@ class _Differentiator:
         attrs = node.attrs
         call = TapedCall(attrs["target"], attrs["args"], attrs["kwargs"], attrs["tuple_result"],
                          differentiable, self.tapes,
-                         tuple(strides for _, _, strides in attrs["results"]))
+                         tuple(planned_layout(shape, strides)
+                               for shape, _, strides in attrs["results"]))
         self.tapes += 1
         # (autograd keeps the call's operands and results for its backward: their memory is
         # never given to a later value of the forward, schedule/fuse.py)

@@ -22,12 +22,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ember.ir.library import fill
+from ember.ir.sizes import any_symbolic, guess
+from ember.lower.registry import Unsupported
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -42,6 +44,36 @@ class TapedCall:
     differentiable: tuple[bool, ...]  # per operand: is a gradient wanted
     index: int                        # its entry on the tape
     layouts: tuple = ()               # per result: the strides the graph planned for it
+
+
+@dataclasses.dataclass(frozen=True)
+class DenseOrder:
+    """A planned layout over symbolic sizes, as the order of its dims from outermost to
+    innermost: its strides are made per call from the result's shape (a symbolic graph's
+    planned strides are expressions of its sizes, unknown to the tape)."""
+
+    order: tuple[int, ...]
+
+    def strides(self, shape: Sequence[int]) -> tuple[int, ...]:
+        strides, step = [0] * len(shape), 1
+        for dim in reversed(self.order):
+            strides[dim] = step
+            step *= max(shape[dim], 1)
+        return tuple(strides)
+
+
+def planned_layout(shape: Sequence[Any], strides: Sequence[Any] | None) -> Any:
+    """What a taped call keeps of the strides the graph planned for a result: the strides,
+    or where they are symbolic a DenseOrder; raises Unsupported for a symbolic layout that is
+    not dense (its strides could not be made per call)."""
+    if strides is None or not any_symbolic(strides):
+        return strides
+    ranked = sorted(range(len(shape)), key=lambda d: (-guess(strides[d]), d))
+    order = DenseOrder(tuple(ranked))
+    if any(a != b for a, b in zip(order.strides(shape), strides)):
+        raise Unsupported("a library call of a training graph whose planned result layout "
+                          "over symbolic sizes is not dense")
+    return order
 
 
 class Tape:
@@ -105,7 +137,11 @@ def _planned(result: torch.Tensor, strides: tuple | None) -> torch.Tensor:
     """`result` in the layout the graph planned: an op may lay its result out otherwise when
     its operands require grad (attention with a mask that requires grad, T5's position bias,
     takes another kernel than the no-grad run the plan asked) — copied then, values kept."""
-    if strides is None or result.numel() == 0 or tuple(result.stride()) == tuple(strides):
+    if strides is None or result.numel() == 0:
+        return result
+    if isinstance(strides, DenseOrder):
+        strides = strides.strides(result.shape)
+    if tuple(result.stride()) == tuple(strides):
         return result
     relaid = torch.empty_strided(result.shape, strides, dtype=result.dtype,
                                  device=result.device)

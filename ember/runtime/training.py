@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import torch
 
+from ember import config, logs
 from ember.autodiff import tape
 from ember.autodiff.differentiate import Split
 from ember.ir.sizes import evaluate
@@ -36,6 +37,7 @@ class TrainingGraph:
         # after that are differentiable): the autograd.Function runs under enable_grad
         self.grad_inside = grad_inside
         self._told: set[str] = set()  # (what the fallbacks channel was told, once)
+        self._broken = False  # (its compiled forward raised where eager did not)
         self.kernel_count = forward.kernel_count + backward.kernel_count
         self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
@@ -62,12 +64,31 @@ class TrainingGraph:
         return {name: self.input(args, index).shape[dim] for name, (index, dim)
                 in self.split.forward.symbols.items()}
 
+    def _eager_after(self, error: Exception, args: tuple) -> Any:
+        """The compiled forward raised and wrote nothing the caller passed: the graph as eager
+        runs it answers, under autograd. Where eager raises too, the error is eager's, from
+        the user's line; where it does not, the fault is ember's (the forward's IR
+        interpreted shares it): said as a warning, and eager answers from then on."""
+        try:
+            result = self.eager(*args)
+        except Exception:  # noqa: BLE001 (eager raises as well: the error is the user's)
+            raise_located(error, self.eager, args, self.label)
+        if "raise" in config.settings.logs:
+            raise error
+        logs.channel("fallbacks").warning(
+            "%s: its compiled training step raised %s: %s, where eager does not; this graph "
+            "runs eagerly from now on (a fault of ember's: please report it)", self.label,
+            type(error).__name__, str(error).split("\n")[0])
+        self._broken = True
+        return result
+
     def _gave_up(self) -> bool:
         """Did the forward's first call find a library call laid out otherwise than eager's
         meta kernel said (rfftn's result)? Its IR's layout is then not eager's: the graph as
         eager runs it answers from then on (unless the forward writes inputs: it has)."""
         forward = self.forward_graph
-        return getattr(forward, "runs_eagerly", False) and not forward.written_inputs
+        return self._broken or \
+            getattr(forward, "runs_eagerly", False) and not forward.written_inputs
 
     def _aliased(self, args: tuple) -> bool:
         """Does an input the forward writes share memory with another input? (see
@@ -90,7 +111,9 @@ class TrainingGraph:
                 results = self.forward_graph(*args)[:self.output_count]
         except Exception as error:  # (an index out of range, a library call's refusal)
             # (the forward's own eager form is its IR: the FX graph says where eager raises)
-            raise_located(error, self.eager, args, self.label)
+            if getattr(self.forward_graph, "written_inputs", ()):
+                raise_located(error, self.eager, args, self.label)
+            return self._eager_after(error, args)
         if self._gave_up():
             return self.eager(*args)
         leaves: list[Any] = []

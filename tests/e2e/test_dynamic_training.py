@@ -252,3 +252,36 @@ def test_an_input_read_as_another_dtype_over_symbolic_sizes(kernel_backend):
     assert not fallbacks.messages, "; ".join(fallbacks.messages)
     assert len(compiled.records) == 1
     assert not isinstance(compiled.records[0].compiled, ShapeSpecialized)
+
+
+class _CausalAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(16, 48)
+
+    def forward(self, x):
+        b, n = x.shape[0], x.shape[1]
+        q, k, v = self.qkv(x).view(b, n, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(b, n, 16)
+
+
+def test_attention_taped_for_its_backward_over_symbolic_lengths():
+    """SDPA's backward is eager's autograd (a taped call): the layout the graph planned for its
+    result has symbolic strides, made per call from the result's shape (it raised TypeError
+    from empty_strided, in the compiled step and in its IR's eager form alike)."""
+    model = _CausalAttention()
+    reference = copy.deepcopy(model)
+    compiled = ember.compile(model, dynamic=True)
+    with watching_fallbacks() as fallbacks:
+        for length in (8, 6, 9):
+            x = torch.randn(2, length, 16, generator=torch.Generator().manual_seed(length))
+            out = compiled(x)
+            expected = reference(x)
+            torch.testing.assert_close(out, expected, **TOLERANCE)
+            out.square().sum().backward()
+            expected.square().sum().backward()
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, **TOLERANCE)
+    assert len(compiled._compiled_forward.records) == 1
+    assert not fallbacks.messages, "; ".join(fallbacks.messages)

@@ -423,3 +423,32 @@ def test_a_compiled_graph_that_fails_where_eager_does_not_runs_eagerly_with_a_wa
         and "runs eagerly from now on" in said[0], said
     assert inner.runs_eagerly
     torch.testing.assert_close(compiled(x, y), _scaled_sum(x, y))
+
+
+def test_a_training_graph_whose_forward_ir_fails_too_runs_the_fx_graph_with_a_warning(
+        monkeypatch):
+    # (the forward's own eager form is its IR interpreted: a fault in what the two share —
+    # once a taped library call's symbolic planned strides — raised from both, and the
+    # training step took it for the user's error)
+    x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8)
+    compiled = ember.compile(_scaled_sum)
+    torch.testing.assert_close(compiled(x, y), _scaled_sum(x, y))
+    graph = compiled.records[-1].compiled
+    assert isinstance(graph, TrainingGraph)
+
+    def fails(*_):
+        raise TypeError("empty_strided(): argument 'stride' must be tuple of ints")
+    monkeypatch.setattr(graph.forward_graph, "_run", fails)
+    monkeypatch.setattr(graph.forward_graph, "eager", fails)
+    quiet = tuple(word for word in config.settings.logs if word != "raise")
+    with captured_log("fallbacks") as records, config.override(logs=quiet):
+        result = compiled(x, y)
+    torch.testing.assert_close(result, _scaled_sum(x, y))
+    result.sum().backward()
+    expected = x.detach().clone().requires_grad_()
+    _scaled_sum(expected, y).sum().backward()
+    torch.testing.assert_close(x.grad, expected.grad)
+    said = [r.getMessage() for r in records]
+    assert len(said) == 1 and "TypeError: empty_strided()" in said[0] \
+        and "runs eagerly from now on" in said[0], said
+    torch.testing.assert_close(compiled(x, y), _scaled_sum(x, y))  # (eager from now on)
