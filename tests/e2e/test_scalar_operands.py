@@ -20,6 +20,7 @@ SCALAR_OPS = {
     "mul_method": lambda x: x.mul(1 / 3),
     "lerp": lambda x: torch.lerp(x, x * 2, 0.3),
     "addcmul": lambda x: torch.addcmul(x, x, x, value=0.1),
+    "addcdiv": lambda x: torch.addcdiv(x, x, x.flip(0), value=0.1),
     "fmod": lambda x: torch.fmod(x, 0.3),
     "remainder": lambda x: torch.remainder(x, 0.3),
     "rpow": lambda x: 1.1 ** x,

@@ -437,8 +437,14 @@ def _addcdiv(b: Builder, x: Node, tensor1: Node, tensor2: Node, *, value=1) -> N
     dtype = b.compute_dtype(x, tensor1, tensor2)
     if not dtypes.is_float(dtype):
         raise Decline("integer addcdiv")
-    quotient = b.div(b.cast(tensor1, dtype), b.cast(tensor2, dtype))
-    return b.add(b.cast(x, dtype), b.mul(quotient, value) if value != 1 else quotient)
+    t1, t2 = b.cast(tensor1, dtype), b.cast(tensor2, dtype)
+    if value == 1:
+        quotient = b.div(t1, t2)
+    elif b.graph.device.type == "cuda":  # eager's order there: x + value * (t1 / t2)
+        quotient = b.mul(value, b.div(t1, t2))
+    else:  # and on the CPU: x + value * t1 / t2
+        quotient = b.div(b.mul(value, t1), t2)
+    return b.add(b.cast(x, dtype), quotient)
 
 
 # -- other functions ----------------------------------------------------------------------
