@@ -104,19 +104,7 @@ class CompiledGraph:
             raise_located(error, self.eager, args, self.label)
 
     def _eager_after(self, error: Exception, args: tuple) -> Any:
-        """The compiled run raised: eager answers. Where eager raises too, the error is
-        eager's, from the user's line; where it does not, the fault is ember's: said as a
-        warning, and the graph runs eagerly from then on (the user's program goes on)."""
-        try:
-            result = self.eager(*args)
-        except Exception:  # noqa: BLE001 (eager raises as well: the error is the user's)
-            raise_located(error, self.eager, args, self.label)
-        if "raise" in config.settings.logs:
-            raise error
-        logs.channel("fallbacks").warning(
-            "%s: its compiled code raised %s: %s, where eager does not; this graph runs "
-            "eagerly from now on (a fault of ember's: please report it)", self.label,
-            type(error).__name__, str(error).split("\n")[0])
+        result = eager_after(error, self.eager, args, self.label, "compiled code")
         self._run = None
         return result
 
@@ -147,3 +135,21 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
             "%s: called with inputs that share memory, one of which it writes; such calls "
             "run eagerly", label)
     return aliased
+
+
+def eager_after(error: Exception, eager: Callable, args: tuple, label: str, what: str) -> Any:
+    """A compiled run raised (and wrote nothing the caller passed): eager answers. Where eager
+    raises too, the error is eager's, from the user's line; where it does not, the fault is
+    ember's: said as a warning (the caller then runs eagerly from now on) and the user's
+    program goes on."""
+    try:
+        result = eager(*args)
+    except Exception:  # noqa: BLE001 (eager raises as well: the error is the user's)
+        raise_located(error, eager, args, label)
+    if "raise" in config.settings.logs:
+        raise error
+    logs.channel("fallbacks").warning(
+        "%s: its %s raised %s: %s, where eager does not; this graph runs eagerly from now on "
+        "(a fault of ember's: please report it)", label, what, type(error).__name__,
+        str(error).split("\n")[0])
+    return result

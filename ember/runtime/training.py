@@ -9,12 +9,11 @@ from typing import Any, NoReturn
 
 import torch
 
-from ember import config, logs
 from ember.autodiff import tape
 from ember.autodiff.differentiate import Split
 from ember.ir.sizes import evaluate
 from ember.lower.tracer import OutputSpec
-from ember.runtime.compiled import shares_written_memory
+from ember.runtime.compiled import eager_after, shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
 from ember.torch_internals import tree_unflatten
 
@@ -66,19 +65,8 @@ class TrainingGraph:
 
     def _eager_after(self, error: Exception, args: tuple) -> Any:
         """The compiled forward raised and wrote nothing the caller passed: the graph as eager
-        runs it answers, under autograd. Where eager raises too, the error is eager's, from
-        the user's line; where it does not, the fault is ember's (the forward's IR
-        interpreted shares it): said as a warning, and eager answers from then on."""
-        try:
-            result = self.eager(*args)
-        except Exception:  # noqa: BLE001 (eager raises as well: the error is the user's)
-            raise_located(error, self.eager, args, self.label)
-        if "raise" in config.settings.logs:
-            raise error
-        logs.channel("fallbacks").warning(
-            "%s: its compiled training step raised %s: %s, where eager does not; this graph "
-            "runs eagerly from now on (a fault of ember's: please report it)", self.label,
-            type(error).__name__, str(error).split("\n")[0])
+        runs it answers, under autograd (the forward's IR interpreted may share the fault)."""
+        result = eager_after(error, self.eager, args, self.label, "compiled training step")
         self._broken = True
         return result
 
