@@ -18,7 +18,7 @@ import torch.utils.checkpoint
 from ember import torch_internals
 from ember.capture import attributes, contexts, semantics
 from ember.capture.calls import call_rules, call_value, rule, when_dynamo_imported
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
 from ember.capture.symbols import has_symbols, specialized, tracked_size
@@ -162,7 +162,7 @@ def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value
     if item is None:
         if default:
             return default[0]
-        raise Unsupported("StopIteration", "eager raises StopIteration here")
+        raise Raised(StopIteration())
     return item
 
 

@@ -21,7 +21,7 @@ import torch
 
 from ember import torch_internals
 from ember.capture import attributes, container_methods, known_values, numbers, semantics
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
 from ember.capture.symbols import has_symbols, specialized, tracked_size
@@ -579,6 +579,13 @@ _PURE = {abs, min, max, round, divmod, pow, sum, all, any, sorted, len, repr, st
          bool, complex, hash, chr, ord, format, bin, hex, oct, callable}
 
 
+def _builtin_exception(function: Any) -> bool:
+    """A builtin exception class (KeyError, ValueError): made at capture time, to be raised
+    there (ember/capture/exception_opcodes.py)."""
+    return isinstance(function, type) and issubclass(function, BaseException) and \
+        function.__module__ == "builtins"
+
+
 # Builtins that make text or a hash of a number: a symbolic size is specialized first.
 _TEXT = {repr, str, hash, chr, format, bin, hex, oct, ascii}
 
@@ -593,7 +600,7 @@ def call_builtin(session: Session, function: Any, args: list[Value],
         return Const(outcome)
     module = getattr(function, "__module__", None)
     if function in _PURE or module in ("math", "_operator", "operator") or \
-            getattr(function, "__self__", None) is math:
+            getattr(function, "__self__", None) is math or _builtin_exception(function):
         if any(isinstance(a, TensorValue) for a in args):
             if module in ("_operator", "operator"):
                 return session.builder.call("call_function", function, tuple(args), kwargs)
@@ -612,8 +619,7 @@ def call_builtin(session: Session, function: Any, args: list[Value],
                 return semantics.constant(function(*specialized(values, why),
                                                    **specialized(keywords, why)))
         except Exception as error:
-            raise Unsupported(f"{type(error).__name__}: {error}",
-                              "eager raises this error here") from None
+            raise Raised(error, "eager raises this error here") from None
     if function is builtins.print:
         raise Unsupported("print() inside the compiled function",
                           "print outside, or accept that this function runs eagerly")

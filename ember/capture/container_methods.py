@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ember.capture import contexts, semantics
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.values import (
     AutocastValue,
@@ -172,7 +172,7 @@ def dict_method(session: Session, mapping: DictValue, name: str, args: list[Valu
         elif name == "pop":
             key = semantics.key_of(args[0])
             if key not in items and len(args) < 2:
-                raise Unsupported(f"KeyError: {key!r}")
+                raise Raised(KeyError(key))
             result = items.pop(key, args[1] if len(args) > 1 else None)
         elif name == "setdefault":
             key = semantics.key_of(args[0])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.capture import numbers
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.sources import (
     AttrSource,
     CallSource,
@@ -356,12 +356,14 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
             return SequenceValue(container.items[index], container.kind)
         try:
             return container.items[index]
-        except (IndexError, TypeError) as error:
+        except IndexError as error:
+            raise Raised(error) from None
+        except TypeError as error:
             raise Unsupported(f"{type(error).__name__}: {error}") from None
     if isinstance(container, DictValue):
         index = key_of(key)
         if index not in container.items:
-            raise Unsupported(f"KeyError: {index!r}", "eager raises KeyError here")
+            raise Raised(KeyError(index))
         return container.items[index]
     if isinstance(container, ModuleValue):
         index = python_value(key)
@@ -412,8 +414,13 @@ def _outside_item(session: Session, container: ObjectValue, key: Value) -> Value
     index = python_value(key)
     if isinstance(obj, (dict, list, tuple)) and not isinstance(index, slice):
         if isinstance(obj, dict) and index not in obj:
-            raise Unsupported(f"a missing key {index!r} of a {type(obj).__name__} from outside "
-                              f"(its __missing__ or KeyError)")
+            if hasattr(type(obj), "__missing__"):
+                raise Unsupported(f"a missing key {index!r} of a {type(obj).__name__} from "
+                                  f"outside (its __missing__)")
+            # (eager raises KeyError: on the guard that the key stays missing)
+            session.guards.add("equals", CallSource(container.source, "__contains__",
+                                                    (index,)), False)
+            raise Raised(KeyError(index))
         try:
             result = obj[index]
         except Exception as error:
