@@ -68,6 +68,10 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
         stable = is_stable_module(value.value)
         source = AttrSource(value.source, name) if value.source is not None else None
         return session.wrap(real, source, guard=not stable)
+    if name == "__get__" and (isinstance(value, NestedFunctionValue) or (
+            isinstance(value, ObjectValue) and isinstance(value.value, types.FunctionType))):
+        # function.__get__(obj): the method bound to obj (a rule for types.MethodType)
+        return BoundMethodValue(session.wrap(types.MethodType, None, guard=False), value)
     if isinstance(value, ObjectValue):
         return object_attribute(session, value, name)
     if isinstance(value, NewObjectValue):

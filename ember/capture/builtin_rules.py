@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import logging
 import operator
+import types
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -185,6 +186,11 @@ def _dict(session: Session, *args: Value, frame: Any = None, **kwargs: Value) ->
                 items[semantics.key_of(key)] = value
     items.update(kwargs)
     return DictValue(items)
+
+
+@rule(types.MethodType)
+def _method(session: Session, function: Value, receiver: Value, **_: Any) -> Value:
+    return BoundMethodValue(function, receiver)  # (types.MethodType(f, obj), f.__get__(obj))
 
 
 @rule(set, frozenset)

@@ -628,4 +628,10 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
-from ember.capture import builtin_rules, copy_rules, markers, module_calls  # noqa: E402,F401
+from ember.capture import (  # noqa: E402,F401
+    builtin_rules,
+    copy_rules,
+    mapping_rules,
+    markers,
+    module_calls,
+)

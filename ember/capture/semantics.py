@@ -273,6 +273,7 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
     if isinstance(left, SequenceValue) and isinstance(right, SequenceValue) and \
             symbol in ("+", "+="):
         if symbol == "+=" and left.kind is list:
+            session.side_effects.changed(left)  # (before: a break undoes the change)
             left.items.extend(right.items)
             session.side_effects.mutated(left)
             return left
@@ -388,6 +389,9 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, RangeValue):
         result = container.range[python_value(key)]
         return RangeValue(result) if isinstance(result, range) else Const(result)
+    if isinstance(container, ObjectValue) and type(container.value).__module__ == "typing" \
+            and is_known(key):  # (List[torch.Tensor] in torch.jit.annotate: a pure lookup)
+        return session.wrap(container.value[python_value(key)], None, guard=False)
     if isinstance(container, ObjectValue) and container.source is not None:
         return _outside_item(session, container, key)
     if isinstance(container, (Const, ObjectValue)) and is_known(key):
@@ -438,6 +442,7 @@ def set_item(session: Session, container: Value, key: Value, value: Value) -> No
         return
     if isinstance(container, SequenceValue) and container.kind is list:
         index = python_value(key)
+        session.side_effects.changed(container)  # (before: a break undoes the change)
         if isinstance(index, slice):
             container.items[index] = unpack(session, value)
         else:
@@ -445,6 +450,7 @@ def set_item(session: Session, container: Value, key: Value, value: Value) -> No
         session.side_effects.mutated(container)
         return
     if isinstance(container, DictValue):
+        session.side_effects.changed(container)
         container.items[key_of(key)] = value
         session.side_effects.mutated(container)
         return
@@ -459,8 +465,10 @@ def delete_item(session: Session, container: Value, key: Value) -> None:
         protocol(session, container, "__delitem__", key)
         return
     if isinstance(container, SequenceValue) and container.kind is list:
+        session.side_effects.changed(container)
         del container.items[python_value(key)]
     elif isinstance(container, DictValue):
+        session.side_effects.changed(container)
         del container.items[key_of(key)]
     else:
         raise Unsupported(f"del on {container.describe()}")
