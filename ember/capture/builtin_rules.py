@@ -5,6 +5,7 @@ on numbers, torch.no_grad and friends, torch.is_grad_enabled, ..."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import operator
@@ -186,6 +187,19 @@ def _dict(session: Session, *args: Value, frame: Any = None, **kwargs: Value) ->
                 items[semantics.key_of(key)] = value
     items.update(kwargs)
     return DictValue(items)
+
+
+@rule(functools.reduce)
+def _reduce(session: Session, function: Value, iterable: Value, *initial: Value,
+            frame: Any = None, **_: Any) -> Value:
+    """functools.reduce(f, items[, start]): f called item by item, as its C loop does."""
+    items = unpack(session, iterable)
+    if not initial and not items:
+        raise Raised(TypeError("reduce() of empty iterable with no initial value"))
+    total, rest = (initial[0], items) if initial else (items[0], items[1:])
+    for item in rest:
+        total = call_value(session, function, [total, item], {}, frame)
+    return total
 
 
 @rule(types.MethodType)

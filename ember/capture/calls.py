@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import math
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -105,6 +106,10 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             special = None
         if special is not None:
             return special(session, *args, frame=frame, **kwargs)
+        if _numpy_ufunc(real) and all(semantics.is_known(v) for v in (*args, *kwargs.values())):
+            # (np.lcm(a, b) of Python numbers: Reformer's chunk lengths) pure: run now
+            return semantics.constant(real(*map(python_value, args),
+                                           **{k: python_value(v) for k, v in kwargs.items()}))
     marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
     if marked is not None:
         return marked
@@ -577,6 +582,12 @@ def new_object_protocol(session: Session, value: NewObjectValue, name: str,
 # Builtins and math functions that are pure: run at capture time on known arguments.
 _PURE = {abs, min, max, round, divmod, pow, sum, all, any, sorted, len, repr, str, int, float,
          bool, complex, hash, chr, ord, format, bin, hex, oct, callable}
+
+
+def _numpy_ufunc(function: Any) -> bool:
+    """A numpy ufunc (np.lcm, np.sqrt): pure, run at capture time on known numbers."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(function, numpy.ufunc)
 
 
 def _builtin_exception(function: Any) -> bool:

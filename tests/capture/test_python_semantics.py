@@ -1086,3 +1086,21 @@ def test_dict_functions_called_through_the_class_typing_subscripts_and_function_
     cache, x = _Cache(), torch.randn(4)
     torch.testing.assert_close(ember.compile(bind, fullgraph=True)(x, cache), x * 6)
     assert cache.get_length() == 6 and cache.get_length.__self__ is cache
+
+
+def test_functools_reduce_and_numpy_ufuncs_of_numbers_are_run_in_the_capture():
+    # (Reformer's reduce(mul, axial_pos_shape) and np.lcm of its chunk lengths were breaks;
+    # the np.bool_ of a comparison with np.lcm's answer a third)
+    np = pytest.importorskip("numpy")
+    shape = (3, 4)
+
+    def fn(x):
+        count = functools.reduce(operator.mul, shape)
+        total = functools.reduce(lambda a, b: a + b, [x, x * 2], x)
+        if x.shape[-1] % np.lcm(4, 6) != 0:
+            total = total + 1
+        return total * count
+
+    check_calls(fn, [((torch.randn(12),), {}), ((torch.randn(24),), {})], fullgraph=True)
+    report = ember.explain(fn)(torch.randn(12))
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
