@@ -433,6 +433,9 @@ def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
         return run_decoding(found, model, batch)
     model.train(mode == "train")
     run = forward if mode == "infer" else loss
+    # (before any call: a float64 judge, below; RecurrentGemma keeps its recurrent states,
+    # non-leaf tensors in training, on its modules, which deepcopy refuses)
+    reference = copy.deepcopy(model)
     warnings = _Warnings()
     logging.getLogger("ember").addHandler(warnings)
     try:
@@ -444,7 +447,6 @@ def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
                                   for r in explained.break_reasons[:3]],
                          islands=[str(i)[:160] for i in
                                   getattr(explained, "eager_islands", [])[:3]])
-            reference = copy.deepcopy(model)  # (before a call: a float64 judge, below)
             expected = _answer(model, batch, run, mode)
             got = _answer(ember.compile(model), batch, run, mode)
             difference = _difference(got, expected)
