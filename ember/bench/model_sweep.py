@@ -147,11 +147,71 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
         vocab_size=32, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, pad_token_id=0)),
+    # added 2026-12 (more Python and op patterns): XLNet's relative attention (einsum, the
+    # relative shift), Reformer's LSH and chunked local attention with reversible layers (a
+    # custom autograd.Function, torch.manual_seed inside forward), state-space scans in
+    # Python loops (Mamba, Falcon-Mamba), RWKV's time mixing, RecurrentGemma's linear
+    # recurrence beside local attention, BERT as a causal decoder, LayoutLM's box embeddings,
+    # detection heads (YOLOS), DINOv2's interpolated positions, HuBERT, SigLIP's sigmoid
+    # loss, GPT-2's Conv1D, decoders with their own norms and scalings (Persimmon, Cohere,
+    # Granite, Nemotron) and MoE routing (OLMoE, Qwen2-MoE with a shared expert)
+    ("xlnet", "XLNetLMHeadModel", dict(d_model=64, n_layer=2, n_head=4, d_inner=128,
+                                       vocab_size=256)),
+    ("reformer", "ReformerModelWithLMHead", dict(
+        hidden_size=64, num_attention_heads=2, attention_head_size=16, feed_forward_size=128,
+        vocab_size=256, attn_layers=["local", "lsh"], axial_pos_shape=[3, 4],
+        axial_pos_embds_dim=[32, 32], max_position_embeddings=LENGTH,
+        local_attn_chunk_length=4, lsh_attn_chunk_length=4, num_buckets=2, hash_seed=SEED,
+        is_decoder=True)),
+    ("mamba", "MambaForCausalLM", dict(hidden_size=64, num_hidden_layers=2, vocab_size=256,
+                                       state_size=8, expand=2, conv_kernel=4)),
+    ("falcon_mamba", "FalconMambaForCausalLM", dict(hidden_size=64, num_hidden_layers=2,
+                                                    vocab_size=256, state_size=8, expand=2,
+                                                    conv_kernel=4)),
+    ("rwkv", "RwkvForCausalLM", dict(hidden_size=64, num_hidden_layers=2, vocab_size=256,
+                                     attention_hidden_size=64, intermediate_size=128,
+                                     context_length=64)),
+    ("recurrent_gemma", "RecurrentGemmaForCausalLM", dict(
+        hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
+        intermediate_size=128, vocab_size=256, lru_width=64, attention_window_size=16,
+        head_dim=16)),
+    ("bert-generation", "BertGenerationDecoder", dict(_ENCODER, is_decoder=True)),
+    ("layoutlm", "LayoutLMForMaskedLM", dict(_ENCODER, max_2d_position_embeddings=128)),
+    ("yolos", "YolosForObjectDetection", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        image_size=[32, 32], patch_size=8, num_detection_tokens=5, num_labels=4)),
+    ("dinov2", "Dinov2ForImageClassification", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32,
+        patch_size=8, num_labels=10)),
+    ("hubert", "HubertForCTC", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        vocab_size=32, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, pad_token_id=0)),
+    ("siglip", "SiglipModel", dict(
+        text_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=128, vocab_size=256, max_position_embeddings=64,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=0),
+        vision_config=dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=128, image_size=32, patch_size=8))),
+    ("gpt2", "GPT2LMHeadModel", dict(n_embd=64, n_layer=2, n_head=4, vocab_size=256,
+                                     n_positions=64, bos_token_id=1, eos_token_id=2)),
+    ("persimmon", "PersimmonForCausalLM", _ENCODER),
+    ("cohere", "CohereForCausalLM", dict(_DECODER, eos_token_id=2)),
+    ("granite", "GraniteForCausalLM", dict(_DECODER, embedding_multiplier=2.0,
+                                           residual_multiplier=0.5, logits_scaling=4.0,
+                                           attention_multiplier=0.25)),
+    ("nemotron", "NemotronForCausalLM", _DECODER),
+    ("olmoe", "OlmoeForCausalLM", dict(_DECODER, num_experts=4, num_experts_per_tok=2,
+                                       eos_token_id=2)),
+    ("qwen2_moe", "Qwen2MoeForCausalLM", dict(_DECODER, num_experts=4, num_experts_per_tok=2,
+                                              moe_intermediate_size=32,
+                                              shared_expert_intermediate_size=64)),
 )
 # what the transformers models other than text models take (the rest: input_ids)
 INPUTS = {"whisper": "audio features", "clip": "text and image", "vit": "image",
           "swin": "image", "convnext": "image", "segformer": "segmentation",
-          "wav2vec2": "waveform"}
+          "wav2vec2": "waveform", "layoutlm": "text and boxes", "yolos": "detection",
+          "dinov2": "image", "hubert": "waveform", "siglip": "text and image"}
 # timm architectures, small variants, random weights
 TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
     ("resnet18", {}), ("resnext26ts", {}), ("regnetx_002", {}), ("densenet121", {}),
@@ -175,6 +235,17 @@ TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
     ("xception41", {}), ("nf_regnet_b0", {}), ("cs3darknet_s", {}), ("tresnet_m", {}),
     ("ese_vovnet19b_dw", {}), ("efficientvit_b0", {}), ("fastvit_t8", {}),
     ("sequencer2d_s", dict(layers=[1, 1, 1, 1])), ("pvt_v2_b0", {}),
+    # added 2026-12 (more patterns): windowed attention with padding (TinyViT), global
+    # context attention (GCViT), split depthwise and transposed attention (EdgeNeXt), hard
+    # swish nets (LCNet), two-branch cross attention (CrossViT), outlook attention through
+    # unfold and fold (VOLO), cross-covariance attention (XCiT), pooling-based ViT (PiT),
+    # gated MLPs (gMLP), attention biases indexed by offsets (EfficientFormerV2)
+    ("tiny_vit_5m_224", dict(input_size=IMAGE)), ("gcvit_xxtiny", dict(img_size=IMAGE)),
+    ("edgenext_xx_small", {}), ("lcnet_050", {}), ("crossvit_tiny_240", dict(img_size=120)),
+    ("volo_d1_224", dict(img_size=IMAGE)), ("xcit_nano_12_p16_224", dict(img_size=IMAGE,
+                                                                         depth=2)),
+    ("pit_ti_224", dict(img_size=IMAGE)), ("gmlp_ti16_224", dict(img_size=IMAGE)),
+    ("efficientformerv2_s0", dict(img_size=IMAGE)),
 )
 
 
@@ -183,9 +254,15 @@ def _seq2seq(model_class: str) -> bool:
 
 
 def decoders() -> set[str]:
-    """The cases that decode (causal LMs): they have the decode and generate modes."""
+    """The cases that decode (causal LMs whose forward takes a KV cache as
+    `past_key_values`): they have the decode and generate modes."""
+    import inspect
+
+    import transformers
+
     return {model_type for model_type, model_class, _ in TRANSFORMERS
-            if model_class.endswith("ForCausalLM")}
+            if model_class.endswith(("ForCausalLM", "LMHeadModel")) and "past_key_values" in
+            inspect.signature(getattr(transformers, model_class).forward).parameters}
 
 
 # config entries that draw random numbers in training (dropout, stochastic depth, LayerDrop,
@@ -214,12 +291,17 @@ def transformers_case(model_type: str, model_class: str, overrides: dict[str, An
     generator = torch.Generator().manual_seed(SEED + 1)
     batch, labels = _inputs(INPUTS.get(model_type, "text"), config, _seq2seq(model_class),
                             generator)
-    output = "logits_per_image" if model_type == "clip" else "logits"
+    kind = INPUTS.get(model_type, "text")
+    output = "logits_per_image" if kind == "text and image" else "logits"
 
     def forward(m, b):
         return getattr(m(**b), output)
 
     def loss(m, b):
+        if kind == "detection":  # (transformers' matching loss needs scipy: the heads' own)
+            answer = m(**b)
+            return (F.cross_entropy(answer.logits.flatten(0, 1), labels["classes"]) +
+                    F.l1_loss(answer.pred_boxes, labels["boxes"]))
         return m(**b, **labels).loss
 
     return model, batch, forward, loss
@@ -231,6 +313,14 @@ def _inputs(kind: str, config: Any, seq2seq: bool, generator: torch.Generator
     def tokens(length: int, high: int = 256) -> torch.Tensor:
         return torch.randint(3, high, (BATCH, length), generator=generator)
 
+    if kind == "detection":
+        height, width = config.image_size
+        batch = {"pixel_values": torch.randn(BATCH, 3, height, width, generator=generator)}
+        queries = BATCH * config.num_detection_tokens
+        return batch, {"classes": torch.randint(0, config.num_labels + 1, (queries,),
+                                                generator=generator),
+                       "boxes": torch.rand(BATCH, config.num_detection_tokens, 4,
+                                           generator=generator)}
     if kind in ("image", "segmentation"):
         size = getattr(config, "image_size", 32)
         batch = {"pixel_values": torch.randn(BATCH, 3, size, size, generator=generator)}
@@ -251,6 +341,10 @@ def _inputs(kind: str, config: Any, seq2seq: bool, generator: torch.Generator
         size = config.vision_config.image_size
         batch["pixel_values"] = torch.randn(BATCH, 3, size, size, generator=generator)
         return batch, {"return_loss": True}
+    if kind == "text and boxes":  # (corners in order: x0 <= x1, y0 <= y1)
+        corners = torch.randint(0, config.max_2d_position_embeddings, (BATCH, LENGTH, 2, 2),
+                                generator=generator).sort(dim=2).values
+        batch["bbox"] = corners.flatten(2)  # (x0, y0, x1, y1)
     if seq2seq:
         batch["decoder_input_ids"] = tokens(LENGTH // 2)
     return batch, {"labels": batch.get("decoder_input_ids", ids)}
@@ -339,6 +433,9 @@ def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
         return run_decoding(found, model, batch)
     model.train(mode == "train")
     run = forward if mode == "infer" else loss
+    # (before any call: a float64 judge, below; RecurrentGemma keeps its recurrent states,
+    # non-leaf tensors in training, on its modules, which deepcopy refuses)
+    reference = copy.deepcopy(model)
     warnings = _Warnings()
     logging.getLogger("ember").addHandler(warnings)
     try:
@@ -350,7 +447,6 @@ def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
                                   for r in explained.break_reasons[:3]],
                          islands=[str(i)[:160] for i in
                                   getattr(explained, "eager_islands", [])[:3]])
-            reference = copy.deepcopy(model)  # (before a call: a float64 judge, below)
             expected = _answer(model, batch, run, mode)
             got = _answer(ember.compile(model), batch, run, mode)
             difference = _difference(got, expected)
@@ -479,6 +575,11 @@ def run_decoding(found: dict[str, Any], model: torch.nn.Module,
     except Exception as error:  # noqa: BLE001 (a crash is a finding: say it, go on)
         found["status"] = f"CRASH: {type(error).__name__}: {str(error)[:200]}"
         found["trace"] = traceback.format_exc()[-1500:]
+        try:  # (RecurrentGemma answers no cache: the loop fails in eager too)
+            with torch.no_grad():
+                greedy(model, batch)
+        except Exception as eager_error:  # noqa: BLE001 (the sweep's loop, not ember)
+            found["status"] = f"eager raises too: {str(eager_error)[:100]}"
     finally:
         logging.getLogger("ember").removeHandler(warnings)
     found["warnings"] = [m[:200] for m in warnings.messages[:3]]

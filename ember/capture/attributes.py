@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import field_names, python_value
 from ember.capture.sources import AttrSource, EntrySource
 from ember.capture.symbols import tracked_size
@@ -68,6 +68,10 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
         stable = is_stable_module(value.value)
         source = AttrSource(value.source, name) if value.source is not None else None
         return session.wrap(real, source, guard=not stable)
+    if name == "__get__" and (isinstance(value, NestedFunctionValue) or (
+            isinstance(value, ObjectValue) and isinstance(value.value, types.FunctionType))):
+        # function.__get__(obj): the method bound to obj (a rule for types.MethodType)
+        return BoundMethodValue(session.wrap(types.MethodType, None, guard=False), value)
     if isinstance(value, ObjectValue):
         return object_attribute(session, value, name)
     if isinstance(value, NewObjectValue):
@@ -253,8 +257,8 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
         return ValueMethodValue(value.mapping, name)
     descriptor = class_lookup(value.cls, name)
     if descriptor is _MISSING:
-        raise Unsupported(f"{value.cls.__qualname__} object has no attribute {name!r}",
-                          "eager raises AttributeError here")
+        raise Raised(AttributeError(f"{value.cls.__qualname__!r} object has no attribute "
+                                    f"{name!r}"))
     member = _class_member(session, descriptor, value.cls, value)
     if member is not None:
         return member
@@ -375,8 +379,7 @@ def delete_attribute(session: Session, receiver: Value, name: str) -> None:
     if deleter is not object.__delattr__:
         raise Unsupported(f"{receiver.cls.__qualname__} has its own __delattr__")
     if name not in receiver.attributes:
-        raise Unsupported(f"{receiver.cls.__qualname__} object has no attribute {name!r}",
-                          "eager raises AttributeError here")
+        raise Raised(AttributeError(name))
     session.side_effects.changed(receiver)
     del receiver.attributes[name]
 

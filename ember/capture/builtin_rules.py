@@ -5,9 +5,11 @@ on numbers, torch.no_grad and friends, torch.is_grad_enabled, ..."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import logging
 import operator
+import types
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,7 +20,7 @@ import torch.utils.checkpoint
 from ember import torch_internals
 from ember.capture import attributes, contexts, semantics
 from ember.capture.calls import call_rules, call_value, rule, when_dynamo_imported
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
 from ember.capture.symbols import has_symbols, specialized, tracked_size
@@ -162,7 +164,7 @@ def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value
     if item is None:
         if default:
             return default[0]
-        raise Unsupported("StopIteration", "eager raises StopIteration here")
+        raise Raised(StopIteration())
     return item
 
 
@@ -185,6 +187,24 @@ def _dict(session: Session, *args: Value, frame: Any = None, **kwargs: Value) ->
                 items[semantics.key_of(key)] = value
     items.update(kwargs)
     return DictValue(items)
+
+
+@rule(functools.reduce)
+def _reduce(session: Session, function: Value, iterable: Value, *initial: Value,
+            frame: Any = None, **_: Any) -> Value:
+    """functools.reduce(f, items[, start]): f called item by item, as its C loop does."""
+    items = unpack(session, iterable)
+    if not initial and not items:
+        raise Raised(TypeError("reduce() of empty iterable with no initial value"))
+    total, rest = (initial[0], items) if initial else (items[0], items[1:])
+    for item in rest:
+        total = call_value(session, function, [total, item], {}, frame)
+    return total
+
+
+@rule(types.MethodType)
+def _method(session: Session, function: Value, receiver: Value, **_: Any) -> Value:
+    return BoundMethodValue(function, receiver)  # (types.MethodType(f, obj), f.__get__(obj))
 
 
 @rule(set, frozenset)

@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import math
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -21,7 +22,7 @@ import torch
 
 from ember import torch_internals
 from ember.capture import attributes, container_methods, known_values, numbers, semantics
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import RealCell, python_value, unpack
 from ember.capture.sources import AttrSource, CallSource, ItemSource
 from ember.capture.symbols import has_symbols, specialized, tracked_size
@@ -105,6 +106,10 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             special = None
         if special is not None:
             return special(session, *args, frame=frame, **kwargs)
+        if _numpy_ufunc(real) and all(semantics.is_known(v) for v in (*args, *kwargs.values())):
+            # (np.lcm(a, b) of Python numbers: Reformer's chunk lengths) pure: run now
+            return semantics.constant(real(*map(python_value, args),
+                                           **{k: python_value(v) for k, v in kwargs.items()}))
     marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
     if marked is not None:
         return marked
@@ -579,6 +584,19 @@ _PURE = {abs, min, max, round, divmod, pow, sum, all, any, sorted, len, repr, st
          bool, complex, hash, chr, ord, format, bin, hex, oct, callable}
 
 
+def _numpy_ufunc(function: Any) -> bool:
+    """A numpy ufunc (np.lcm, np.sqrt): pure, run at capture time on known numbers."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(function, numpy.ufunc)
+
+
+def _builtin_exception(function: Any) -> bool:
+    """A builtin exception class (KeyError, ValueError): made at capture time, to be raised
+    there (ember/capture/exception_opcodes.py)."""
+    return isinstance(function, type) and issubclass(function, BaseException) and \
+        function.__module__ == "builtins"
+
+
 # Builtins that make text or a hash of a number: a symbolic size is specialized first.
 _TEXT = {repr, str, hash, chr, format, bin, hex, oct, ascii}
 
@@ -593,7 +611,7 @@ def call_builtin(session: Session, function: Any, args: list[Value],
         return Const(outcome)
     module = getattr(function, "__module__", None)
     if function in _PURE or module in ("math", "_operator", "operator") or \
-            getattr(function, "__self__", None) is math:
+            getattr(function, "__self__", None) is math or _builtin_exception(function):
         if any(isinstance(a, TensorValue) for a in args):
             if module in ("_operator", "operator"):
                 return session.builder.call("call_function", function, tuple(args), kwargs)
@@ -612,8 +630,7 @@ def call_builtin(session: Session, function: Any, args: list[Value],
                 return semantics.constant(function(*specialized(values, why),
                                                    **specialized(keywords, why)))
         except Exception as error:
-            raise Unsupported(f"{type(error).__name__}: {error}",
-                              "eager raises this error here") from None
+            raise Raised(error, "eager raises this error here") from None
     if function is builtins.print:
         raise Unsupported("print() inside the compiled function",
                           "print outside, or accept that this function runs eagerly")
@@ -622,4 +639,10 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
-from ember.capture import builtin_rules, copy_rules, markers, module_calls  # noqa: E402,F401
+from ember.capture import (  # noqa: E402,F401
+    builtin_rules,
+    copy_rules,
+    mapping_rules,
+    markers,
+    module_calls,
+)

@@ -14,7 +14,11 @@ import torch
 import torch.fx
 
 from ember import config, logs, torch_internals
-from ember.capture import container_opcodes, opcodes  # noqa: F401  (register the opcode handlers)
+from ember.capture import (  # noqa: F401  (register the opcode handlers)
+    container_opcodes,
+    exception_opcodes,
+    opcodes,
+)
 from ember.capture.breaks import (
     STACK_PREFIX,
     GraphBreak,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ember.capture import contexts, semantics
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.values import (
     AutocastValue,
@@ -76,6 +76,9 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     raise Unsupported(f"method {name} of {receiver.describe()}")
 
 
+_LIST_MUTATIONS = {"append", "extend", "insert", "pop", "clear", "reverse"}
+
+
 def _sequence_method(session: Session, sequence: SequenceValue, name: str, args: list[Value],
                      kwargs: dict[str, Value]) -> Value:
     if name == "append" and isinstance(sequence, OutsideListValue) and sequence.unread and \
@@ -95,6 +98,8 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
             raise Unsupported(f"{sequence.kind.__name__}._replace() of unknown fields",
                               "eager raises here")
         return SequenceValue(list({**fields, **kwargs}.values()), sequence.kind)
+    if mutable and name in _LIST_MUTATIONS:
+        session.side_effects.changed(sequence)  # (before: a break undoes the change)
     if name == "append" and mutable:
         items.append(args[0])
     elif name == "extend" and mutable:
@@ -162,6 +167,7 @@ def dict_method(session: Session, mapping: DictValue, name: str, args: list[Valu
         semantics.delete_item(session, mapping, args[0])
         return Const(None)
     if name in ("update", "pop", "setdefault", "clear", "__setitem__"):
+        session.side_effects.changed(mapping)  # (before: a break undoes the change)
         if name == "update":
             other = args[0] if args else DictValue({})
             if not isinstance(other, DictValue):
@@ -172,7 +178,7 @@ def dict_method(session: Session, mapping: DictValue, name: str, args: list[Valu
         elif name == "pop":
             key = semantics.key_of(args[0])
             if key not in items and len(args) < 2:
-                raise Unsupported(f"KeyError: {key!r}")
+                raise Raised(KeyError(key))
             result = items.pop(key, args[1] if len(args) > 1 else None)
         elif name == "setdefault":
             key = semantics.key_of(args[0])

@@ -63,6 +63,18 @@ class Unsupported(Exception):
         return f"{where}{self.reason}{hint}"
 
 
+class Raised(Unsupported):
+    """The captured code raises a Python exception that eager raises there too (a missing key,
+    a `raise` of a known exception): a frame whose try block covers the place catches it in
+    the capture, as eager's handler does (interpreter.Frame.catch); one that no frame catches
+    is refused as any other Unsupported, and the code runs natively and raises it."""
+
+    def __init__(self, exception: BaseException, hint: str = ""):
+        super().__init__(f"{type(exception).__name__}: {exception}",
+                         hint or f"eager raises {type(exception).__name__} here")
+        self.exception = exception
+
+
 class CaptureError(RuntimeError):
     """Raised to the user under fullgraph=True: names the file, line, construct and fix."""
 

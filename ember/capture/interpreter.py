@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from ember import config, logs, torch_internals
 from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
-from ember.capture.errors import Location, Unsupported
+from ember.capture.errors import Location, Raised, Unsupported
 from ember.capture.values import (
     BuiltinValue,
     CellValue,
+    Const,
     TensorValue,
     Value,
 )
@@ -91,6 +92,7 @@ class Frame:
         self.pc = 0
         self.current: dis.Instruction | None = None
         self.yielded: list[Value] = []  # a generator expression's values, all of them
+        self.handling = 0  # except blocks this frame is inside (PUSH_EXC_INFO, POP_EXCEPT)
 
     # -- stack ----------------------------------------------------------------------------
     def push(self, value: Value) -> None:
@@ -151,6 +153,11 @@ class Frame:
         if breakable and self.session.open_contexts:
             return "inside a with-block of a Python context manager", \
                 "keep the with-block outside the compiled function, or what breaks out of it"
+        if breakable and self.handling:
+            # (the resumed code would start inside the handler, the exception it handles
+            # gone)
+            return "inside an except block", "keep the try statement outside the compiled " \
+                "function, or what breaks in its handler"
         return None
 
     def run(self) -> Value:
@@ -174,31 +181,57 @@ class Frame:
                                       f" yet", "rewrite it, or keep it outside the compiled "
                                       "function")
                 unbreakable = self.unbreakable(instruction, breakable)
-                if unbreakable is not None:
-                    # code that runs as any other while it is captured, but where the graph
-                    # cannot break: what cannot be captured sends the frame to eager
-                    try:
-                        self.execute(fn, instruction)
-                    except Unsupported as error:
-                        where, hint = unbreakable
-                        raise Unsupported(f"{error.reason}, {where}",
-                                          error.hint or hint) from None
-                    continue
-                if not breakable:
-                    self.execute(fn, instruction)
-                    continue
-                snapshot = self.snapshot()
+                snapshot = self.snapshot() if breakable and unbreakable is None else None
                 try:
                     self.execute(fn, instruction)
+                except Raised as error:
+                    if self.catch(error, instruction):
+                        continue
+                    if unbreakable is not None or snapshot is not None:
+                        raise self.refused(instruction, error, unbreakable, snapshot) from None
+                    raise
                 except Unsupported as error:
-                    raise self.graph_break(instruction, snapshot,
-                                           error.at(self.location(), 0)) from None
+                    if unbreakable is not None or snapshot is not None:
+                        raise self.refused(instruction, error, unbreakable, snapshot) from None
+                    raise
         except Return as result:
             return result.value
         except Unsupported as error:
             raise error.at(self.location(), session.inline_depth) from None
         finally:
             session.builder.frame = outer
+
+    def refused(self, instruction: dis.Instruction, error: Unsupported,
+                unbreakable: tuple[str, str] | None, snapshot: Snapshot | None) -> Exception:
+        """What an instruction ember cannot capture raises: in code where the graph cannot
+        break, the refusal that sends the frame to eager; else the GraphBreak before it."""
+        if unbreakable is not None:
+            # code that runs as any other while it is captured, but where the graph cannot
+            # break: what cannot be captured sends the frame to eager
+            where, hint = unbreakable
+            return Unsupported(f"{error.reason}, {where}", error.hint or hint)
+        return self.graph_break(instruction, snapshot, error.at(self.location(), 0))
+
+    def catch(self, error: Raised, instruction: dis.Instruction) -> bool:
+        """Send a Python exception the captured code raised at `instruction` to this frame's
+        handler for it, as CPython does (the stack cut to the entry's depth, the raising
+        instruction's offset where the entry asks for it, the exception): False where no
+        try block covers the instruction, or where the handler is a with-block's exit (which
+        ember does not run with an exception: the exception goes on out, and the code runs
+        natively)."""
+        entry = self.handler_of(instruction.offset)
+        if entry is None:
+            return False
+        target = self.index_of[entry.target]
+        following = self.instructions[target + 1:target + 2]
+        if following and following[0].opname == "WITH_EXCEPT_START":
+            return False
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(Const(instruction.offset))
+        self.push(Const(error.exception))
+        self.pc = target
+        return True
 
     def execute(self, fn: Callable, instruction: dis.Instruction) -> None:
         """Run one instruction's handler; an error of ember's own there (not a capture

@@ -12,7 +12,7 @@ import dis
 import importlib
 
 from ember.capture import attributes, contexts, semantics
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
     NULL,
@@ -430,12 +430,27 @@ def _load_assertion_error(frame: Frame, instruction: Instruction) -> None:
 
 @handler("RAISE_VARARGS")
 def _raise_varargs(frame: Frame, instruction: Instruction) -> None:
+    # an exception known in the capture is raised there: a handler of the captured code may
+    # catch it (interpreter.Frame.catch); uncaught, it is refused, and eager raises it
     values = frame.popn(instruction.arg)
-    detail = ""
-    if values and isinstance(values[0], Const) and isinstance(values[0].value, BaseException):
-        detail = f": {values[0].value!r}"
-    raise Unsupported(f"the function raises an exception here{detail}",
-                      "eager raises it; the compiled function runs eagerly so that it does")
+    if not values:  # (a bare `raise` in an except block)
+        if frame.session.handled_exception is None:
+            raise Unsupported("a bare raise outside an except block of the captured code")
+        raise Raised(frame.session.handled_exception)
+    exception = semantics.python_value(values[0]) if semantics.is_known(values[0]) else None
+    if isinstance(exception, type) and issubclass(exception, BaseException):
+        exception = exception()
+    if not isinstance(exception, BaseException):
+        raise Unsupported("the function raises an exception here",
+                          "eager raises it; the compiled function runs eagerly so that it does")
+    if len(values) == 2:
+        cause = semantics.python_value(values[1]) if semantics.is_known(values[1]) else None
+        if isinstance(cause, type) and issubclass(cause, BaseException):
+            cause = cause()
+        exception.__cause__ = cause
+        exception.__suppress_context__ = True
+    raise Raised(exception, "eager raises it; the compiled function runs eagerly so that it "
+                            "does")
 
 
 @handler("IMPORT_NAME")

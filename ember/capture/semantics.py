@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember.capture import numbers
-from ember.capture.errors import Unsupported
+from ember.capture.errors import Raised, Unsupported
 from ember.capture.sources import (
     AttrSource,
     CallSource,
@@ -273,6 +273,7 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
     if isinstance(left, SequenceValue) and isinstance(right, SequenceValue) and \
             symbol in ("+", "+="):
         if symbol == "+=" and left.kind is list:
+            session.side_effects.changed(left)  # (before: a break undoes the change)
             left.items.extend(right.items)
             session.side_effects.mutated(left)
             return left
@@ -356,12 +357,14 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
             return SequenceValue(container.items[index], container.kind)
         try:
             return container.items[index]
-        except (IndexError, TypeError) as error:
+        except IndexError as error:
+            raise Raised(error) from None
+        except TypeError as error:
             raise Unsupported(f"{type(error).__name__}: {error}") from None
     if isinstance(container, DictValue):
         index = key_of(key)
         if index not in container.items:
-            raise Unsupported(f"KeyError: {index!r}", "eager raises KeyError here")
+            raise Raised(KeyError(index))
         return container.items[index]
     if isinstance(container, ModuleValue):
         index = python_value(key)
@@ -386,6 +389,9 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, RangeValue):
         result = container.range[python_value(key)]
         return RangeValue(result) if isinstance(result, range) else Const(result)
+    if isinstance(container, ObjectValue) and type(container.value).__module__ == "typing" \
+            and is_known(key):  # (List[torch.Tensor] in torch.jit.annotate: a pure lookup)
+        return session.wrap(container.value[python_value(key)], None, guard=False)
     if isinstance(container, ObjectValue) and container.source is not None:
         return _outside_item(session, container, key)
     if isinstance(container, (Const, ObjectValue)) and is_known(key):
@@ -412,8 +418,13 @@ def _outside_item(session: Session, container: ObjectValue, key: Value) -> Value
     index = python_value(key)
     if isinstance(obj, (dict, list, tuple)) and not isinstance(index, slice):
         if isinstance(obj, dict) and index not in obj:
-            raise Unsupported(f"a missing key {index!r} of a {type(obj).__name__} from outside "
-                              f"(its __missing__ or KeyError)")
+            if hasattr(type(obj), "__missing__"):
+                raise Unsupported(f"a missing key {index!r} of a {type(obj).__name__} from "
+                                  f"outside (its __missing__)")
+            # (eager raises KeyError: on the guard that the key stays missing)
+            session.guards.add("equals", CallSource(container.source, "__contains__",
+                                                    (index,)), False)
+            raise Raised(KeyError(index))
         try:
             result = obj[index]
         except Exception as error:
@@ -431,6 +442,7 @@ def set_item(session: Session, container: Value, key: Value, value: Value) -> No
         return
     if isinstance(container, SequenceValue) and container.kind is list:
         index = python_value(key)
+        session.side_effects.changed(container)  # (before: a break undoes the change)
         if isinstance(index, slice):
             container.items[index] = unpack(session, value)
         else:
@@ -438,6 +450,7 @@ def set_item(session: Session, container: Value, key: Value, value: Value) -> No
         session.side_effects.mutated(container)
         return
     if isinstance(container, DictValue):
+        session.side_effects.changed(container)
         container.items[key_of(key)] = value
         session.side_effects.mutated(container)
         return
@@ -452,8 +465,10 @@ def delete_item(session: Session, container: Value, key: Value) -> None:
         protocol(session, container, "__delitem__", key)
         return
     if isinstance(container, SequenceValue) and container.kind is list:
+        session.side_effects.changed(container)
         del container.items[python_value(key)]
     elif isinstance(container, DictValue):
+        session.side_effects.changed(container)
         del container.items[key_of(key)]
     else:
         raise Unsupported(f"del on {container.describe()}")

@@ -172,6 +172,8 @@ class Session:
         # the __exit__ of each Python context manager whose block the code is inside (no
         # break there: its __exit__ would not see an exception a native rerun raises)
         self.open_contexts: list[Any] = []
+        # the exception an except block of the captured code handles (sys.exc_info()'s)
+        self.handled_exception: BaseException | None = None
 
     @property
     def grad_enabled(self) -> bool:

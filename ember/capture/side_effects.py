@@ -136,7 +136,8 @@ class SideEffects:
         self.effects.append(Effect("advance", iterator.source, value=iterator))
 
     def mutated(self, container: SequenceValue | DictValue) -> None:
-        """A list or dict changed; one from outside gets its final contents written back."""
+        """A list or dict changed; one from outside gets its final contents written back.
+        NOTE: its state to undo is kept by changed(), which must come before the change."""
         self.changed(container)
         if container.source is None or id(container) in self.containers:
             return

@@ -427,6 +427,24 @@ def submodule_with_data_dependent_forward(x):
     return module_with_branch(x) + 1
 
 
+def _fill_then_print(x, table, rows):
+    table[0] = torch.zeros(6) + x  # (undone at the break: the native rerun fills them)
+    rows.append(x * 2)
+    rows[0] = x - 1
+    del table[1]
+    print("filled")
+    return x
+
+
+@case(both(POS), both(NEG), breaks=2)
+def containers_made_here_filled_by_a_call_that_breaks(x):
+    # (the state kept to undo was taken after the change: the graph's result read a node the
+    # rollback had taken out, an internal error, and the whole function ran eagerly)
+    table, rows = dict.fromkeys(range(2)), [None]
+    y = _fill_then_print(x, table, rows)
+    return y + table[0] + rows[0] + rows[1], list(table)
+
+
 @pytest.mark.parametrize("fn, calls, breaks", CASES)
 def test_breaks_match_eager(fn, calls, breaks):
     compiled = ember.compile(fn, backend="eager")

@@ -8,6 +8,7 @@ import dataclasses
 import functools
 import math
 import operator
+import types
 import typing
 
 import pytest
@@ -1032,3 +1033,74 @@ def test_match_statements_are_captured():
         report = ember.explain(act)(x, config)
         assert (report.graph_count, report.graph_break_count) == (1, 0), config
         torch.testing.assert_close(ember.compile(act)(x, config), act(x, config))
+
+
+class _Instantiating(collections.OrderedDict):
+    """transformers' ACT2FN: super().__getitem__ reads the class (and its arguments) that
+    the subclass's own __getitem__ makes an object of."""
+
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+ACTIVATIONS = _Instantiating({"gelu": torch.nn.GELU, "tanh": (torch.nn.GELU,
+                                                               {"approximate": "tanh"})})
+
+
+def _doubled_length(self):
+    return self.length * 2
+
+
+class _Cache:
+    def __init__(self, length=3):
+        self.length = length
+
+    def get_length(self):
+        return 0
+
+
+def test_dict_functions_called_through_the_class_typing_subscripts_and_function_get():
+    # (each was a break in Mamba's cache, transformers' activations, CrossViT and
+    # RecurrentGemma's cache)
+    def fn(x, cache):
+        states = dict.fromkeys(range(3))
+        states[1] = x
+        found = torch.jit.annotate(typing.List[torch.Tensor], [])  # noqa: UP006 (timm's)
+        found.append(ACTIVATIONS["tanh"](states[1]))
+        found.append(ACTIVATIONS["gelu"](x) * dict.get(ACTIVATIONS, "relu", 2.0))
+        length = _doubled_length.__get__(cache)
+        made = _Cache(4)
+        made.get_length = types.MethodType(_doubled_length, made)
+        return found[0] + found[1] * length() + made.get_length(), states[0]
+
+    def bind(x, cache):
+        cache.get_length = _doubled_length.__get__(cache)  # (RecurrentGemma's cache)
+        return x * cache.get_length()
+
+    check_calls(fn, [((torch.randn(4), _Cache()), {})], fullgraph=True)
+    for function in (fn, bind):
+        report = ember.explain(function)(torch.randn(4), _Cache())
+        assert (report.graph_count, report.graph_break_count) == (1, 0)
+    cache, x = _Cache(), torch.randn(4)
+    torch.testing.assert_close(ember.compile(bind, fullgraph=True)(x, cache), x * 6)
+    assert cache.get_length() == 6 and cache.get_length.__self__ is cache
+
+
+def test_functools_reduce_and_numpy_ufuncs_of_numbers_are_run_in_the_capture():
+    # (Reformer's reduce(mul, axial_pos_shape) and np.lcm of its chunk lengths were breaks;
+    # the np.bool_ of a comparison with np.lcm's answer a third)
+    np = pytest.importorskip("numpy")
+    shape = (3, 4)
+
+    def fn(x):
+        count = functools.reduce(operator.mul, shape)
+        total = functools.reduce(lambda a, b: a + b, [x, x * 2], x)
+        if x.shape[-1] % np.lcm(4, 6) != 0:
+            total = total + 1
+        return total * count
+
+    check_calls(fn, [((torch.randn(12),), {}), ((torch.randn(24),), {})], fullgraph=True)
+    report = ember.explain(fn)(torch.randn(12))
+    assert (report.graph_count, report.graph_break_count) == (1, 0)

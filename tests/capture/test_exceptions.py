@@ -1,0 +1,167 @@
+"""A Python exception that the captured code raises and catches (a missing key behind
+Mapping.get, os.getenv, `try: d[k] except KeyError`, a `raise ... from None` in a helper) runs
+its handler in the capture, as eager does: one graph, no break, eager's answers and side
+effects. One that nothing in the captured code catches still raises as eager raises."""
+
+from __future__ import annotations
+
+import collections.abc
+import os
+
+import pytest
+import torch
+from checks import check_calls
+
+import ember
+
+LOG: list = []
+
+
+def t(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
+
+
+class Registry(collections.abc.Mapping):
+    """Hugging Face's AttentionInterface in small: a Mapping whose __getitem__ raises
+    KeyError for a name it lacks, read with the inherited get() and a default."""
+
+    _shared = {"sin": torch.sin}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        if key in self._local:
+            return self._local[key]
+        return self._shared[key]
+
+    def __iter__(self):
+        return iter(self._shared)
+
+    def __len__(self):
+        return len(self._shared)
+
+
+REGISTRY = Registry()
+
+
+def counts(fn, *args):
+    explained = ember.explain(fn)(*args)
+    return explained.graph_count, explained.graph_break_count, explained.eager_islands
+
+
+def mapping_get_with_a_default(x):
+    return REGISTRY.get("eager", torch.cos)(x) + REGISTRY.get("sin", torch.cos)(x)
+
+
+class Settings:
+    def __init__(self):
+        self.values = {"scale": 2.0}
+
+    def __getitem__(self, key):  # (os._Environ's: the KeyError again, its context dropped)
+        try:
+            return self.values[key]
+        except KeyError:
+            raise KeyError(key) from None
+
+    def lookup(self, key, default):
+        try:
+            return self[key]
+        except KeyError as error:
+            LOG.append(str(error))
+            return default
+
+
+SETTINGS = Settings()
+
+
+def reraised_and_caught_a_frame_above(x):
+    return x * SETTINGS.lookup("scale", 1.0) + SETTINGS.lookup("shift", 0.5)
+
+
+def caught_in_the_compiled_function(x, table):
+    try:
+        y = x * table["missing"]
+    except KeyError:
+        y = x - 1
+    try:
+        z = [x][3]
+    except (IndexError, TypeError) as error:
+        LOG.append(type(error).__name__)
+        z = x + 1
+    return y * z
+
+
+def _finish(x, done):
+    try:
+        return x * {"a": 2}["b"]
+    finally:
+        done.append("finally")  # (runs on the way out, the exception still going)
+
+
+def finally_on_the_way_out(x):
+    done = []
+    try:
+        y = _finish(x, done)
+    except KeyError:
+        y = -x
+    return y, done
+
+
+def a_bare_raise_goes_to_the_handler_above(x):
+    def inner(key):
+        try:
+            return {"a": 1}[key]
+        except KeyError:
+            LOG.append("inner")
+            raise
+    try:
+        scale = inner("b")
+    except LookupError as error:
+        scale = len(error.args)
+    return x * scale
+
+
+@pytest.mark.parametrize("fn, args", [
+    (mapping_get_with_a_default, (t(4),)),
+    (reraised_and_caught_a_frame_above, (t(4),)),
+    (caught_in_the_compiled_function, (t(4), {"present": 1})),
+    (finally_on_the_way_out, (t(4),)),
+    (a_bare_raise_goes_to_the_handler_above, (t(4),)),
+])
+def test_a_caught_exception_runs_its_handler_in_one_graph(fn, args):
+    LOG.clear()  # (the handlers' side effects: eager's, in eager's order)
+    check_calls(fn, [(args, {})], fullgraph=True, state=lambda: LOG)
+    assert counts(fn, *args) == (1, 0, [])
+
+
+def test_getenv_of_an_unset_variable_is_guarded():
+    name = "EMBER_TEST_UNSET_VARIABLE"
+    os.environ.pop(name, None)
+
+    def fn(x):
+        if os.getenv(name, "0") == "1":
+            return x + 1
+        return x - 1
+
+    compiled = ember.compile(fn, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(t(3)), t(3) - 1)
+    assert counts(fn, t(3)) == (1, 0, [])
+    os.environ[name] = "1"
+    try:  # (the guard that the variable stays unset fails: captured again, eager's answer)
+        assert torch.equal(compiled(t(3)), t(3) + 1)
+    finally:
+        del os.environ[name]
+
+
+def test_an_exception_nothing_catches_raises_as_eager():
+    def fn(x, table):
+        return x * table["missing"]
+
+    with pytest.raises(KeyError, match="missing"):
+        fn(t(3), {})
+    with pytest.raises(KeyError, match="missing"):
+        ember.compile(fn, backend="eager")(t(3), {})
+    with pytest.raises(ember.capture.errors.CaptureError, match="KeyError"):
+        ember.compile(fn, fullgraph=True, backend="eager")(t(3), {})
