@@ -21,6 +21,8 @@ OPS = {
     "lerp": lambda a, s: torch.lerp(a, a * 2, s),
     "addcmul": lambda a, s: torch.addcmul(a, a, a, value=s),
     "mul_0d": lambda a, s: a * torch.tensor(s),
+    "rmul_0d": lambda a, s: torch.tensor(s) * a,
+    "div_0d": lambda a, s: a / torch.tensor(s),
 }
 
 

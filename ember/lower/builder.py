@@ -168,6 +168,12 @@ class Builder:
             if not dtypes.is_float(dtype):
                 dtype = torch.get_default_dtype()
         if dtype in dtypes.REDUCED_FLOAT and op in self._wide_scalar_ops():
+            if self._wide_tensor_scalar(op, operands):
+                # (computed in float32, rounded once: as eager's CPU kernel reads a 0-d
+                # float32 tensor in the second place, as a scalar)
+                a, b = operands
+                return self.cast(self.binary(op, self.cast(a, torch.float32),
+                                             self.cast(b, torch.float32)), dtype)
             nodes = [self.full(value, dtype, wide=True) if _number(value)
                      else self.operand(value, dtype) for value in operands]
         else:
@@ -183,6 +189,18 @@ class Builder:
         every other op rounds it. Measured per op by `python -m
         ember.bench.scalar_semantics` (torch 2.11 on the H200, 2.13 on the CPU)."""
         return _WIDE_SCALAR_OPS_CUDA if self.graph.device.type == "cuda" else _WIDE_SCALAR_OPS
+
+    def _wide_tensor_scalar(self, op: Op, operands: Sequence[Operand]) -> bool:
+        """A CPU product or quotient of a half-precision tensor by a 0-d tensor of a wider
+        float type: eager's kernel reads the second operand, a CPU scalar, in float32 (the
+        first it casts to the half type: `ember.bench.scalar_semantics`). On CUDA a 0-d
+        tensor of the device is no scalar there; unmeasured, as eager's rounding it."""
+        if self.graph.device.type != "cpu" or op not in (Op.MUL, Op.DIV) or \
+                len(operands) != 2:
+            return False
+        a, b = operands
+        return isinstance(a, Node) and a.ndim > 0 and isinstance(b, Node) and b.ndim == 0 \
+            and b.dtype in (torch.float32, torch.float64)
 
     def compare(self, op: Op, a: Operand, b: Operand) -> Node:
         assert op in COMPARISONS

@@ -52,3 +52,16 @@ def test_a_product_with_a_scalar_in_a_longer_expression_is_no_less_exact():
     exact = (x.double() * 0.1).exp()
     eager = (x * 0.1).exp().double()
     assert (got - exact).abs().max() <= (eager - exact).abs().max()
+
+
+@pytest.mark.skipif(torch.get_default_device().type != "cpu",
+                    reason="a CPU scalar tensor beside CPU tensors (on CUDA: unmeasured)")
+@pytest.mark.parametrize("name", ["mul", "rmul", "div"])
+def test_a_zero_dim_float32_tensor_is_read_as_eager_reads_it(name):
+    """x * s with s a 0-d float32 tensor: eager's CPU kernel reads s in float32 (as a Python
+    scalar); s * x casts s to x's type first."""
+    fn = {"mul": lambda x, s: x * s, "rmul": lambda x, s: s * x, "div": lambda x, s: x / s}[name]
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(2)) * 4).to(torch.bfloat16)
+    s = torch.tensor(0.1)
+    torch.testing.assert_close(ember.compile(fn)(x, s), fn(x, s), rtol=0, atol=0)
+
