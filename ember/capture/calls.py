@@ -45,6 +45,7 @@ from ember.capture.values import (
     TorchValue,
     Value,
     ValueMethodValue,
+    VmappedValue,
     births,
 )
 
@@ -162,6 +163,8 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     if isinstance(callee, PartialValue):
         return call_value(session, callee.function, [*callee.args, *args],
                           {**callee.keywords, **kwargs}, frame)
+    if isinstance(callee, VmappedValue):
+        return vmap_rules.call_vmapped(session, callee, args, kwargs, frame)
     if isinstance(callee, ModuleValue):
         return module_calls.call_module(session, callee, args, kwargs, frame)
     if isinstance(callee, BuiltinValue):
@@ -645,4 +648,5 @@ from ember.capture import (  # noqa: E402,F401
     mapping_rules,
     markers,
     module_calls,
+    vmap_rules,
 )

@@ -73,11 +73,13 @@ def is_torch_callable(value: Any) -> bool:
     if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — parametrizations' getters and
-        # pytree's flattening and unflattening of containers are Python to inline)
+        # pytree's flattening and unflattening of containers, the associative scan's generic
+        # form are Python to inline)
         return not module.startswith(("torch.nn.modules", "torch.utils._contextlib",
                                        "torch.autograd.grad_mode", "torch.optim",
                                        "torch.nn.utils.parametriz", "torch.utils._pytree",
-                                       "torch.fx._pytree"))
+                                       "torch.fx._pytree",
+                                       "torch._higher_order_ops.associative_scan"))
     objclass = getattr(value, "__objclass__", None)
     return objclass is not None and issubclass(objclass, torch._C.TensorBase)
 

@@ -490,3 +490,17 @@ class NullValue(Value):
 
 
 NULL = NullValue()
+
+
+@dataclasses.dataclass(eq=False)
+class VmappedValue(Value):
+    """torch.vmap(function, in_dims, out_dims) made while capturing (calling it: capture/
+    vmap_rules.py)."""
+
+    function: Value
+    in_dims: Any
+    out_dims: Any
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return types.FunctionType

@@ -393,3 +393,22 @@ def suggest_memory_format(tensor: torch.Tensor) -> torch.memory_format:
     from torch._prims_common import suggest_memory_format as suggest
 
     return suggest(tensor)
+
+
+def associative_scan_function() -> Any:
+    """torch._higher_order_ops.associative_scan.associative_scan, or None where this torch has
+    none (capture runs it in its generic mode: capture/vmap_rules.py)."""
+    try:
+        from torch._higher_order_ops.associative_scan import associative_scan
+    except ImportError:
+        return None
+    return associative_scan
+
+
+def pytree_leaves_function() -> Any:
+    """torch.utils._pytree.tree_leaves (a generator's `yield from` inside: capture answers it
+    by a rule, capture/vmap_rules.py)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_leaves
+

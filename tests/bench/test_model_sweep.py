@@ -21,7 +21,7 @@ from ember.bench import model_sweep  # noqa: E402
                                         ("gpt_bigcode", "infer"), ("wav2vec2", "infer"),
                                         ("funnel", "infer"), ("funnel", "train"),
                                         ("wav2vec2", "train"), ("layoutlm", "infer"),
-                                        ("recurrent_gemma", "infer")])
+                                        ("recurrent_gemma", "infer"), ("mamba", "infer")])
 def test_a_real_model_compiles_whole_and_answers_as_eager(name, mode):
     result = model_sweep.run_case(name, model_sweep.cases()[name], mode)
     assert result["status"] == "ok", result
