@@ -38,8 +38,12 @@ MAX_BATCH = 256
 
 @rule(torch.vmap, torch.func.vmap)
 def _vmap(session: Session, function: Value, in_dims: Value | None = None,
-          out_dims: Value | None = None, **_: Any) -> Value:
-    # (randomness and chunk_size change nothing here: each example is its own call)
+          out_dims: Value | None = None, randomness: Value | None = None,
+          **_: Any) -> Value:
+    # (each example is its own call: random ops draw apart, as randomness="different" asks;
+    # chunk_size changes nothing)
+    if randomness is not None and python_value(randomness) == "same":
+        raise Unsupported('vmap with randomness="same" (unrolled, each example draws apart)')
     return VmappedValue(function, 0 if in_dims is None else python_value(in_dims),
                         0 if out_dims is None else python_value(out_dims))
 

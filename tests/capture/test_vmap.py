@@ -50,6 +50,17 @@ def test_a_batch_past_the_unrolling_limit_breaks_and_answers_as_eager():
     assert graphs_and_breaks(fn, x)[1] == 1
 
 
+def test_vmap_with_the_same_randomness_breaks_and_answers_as_eager():
+    def fn(x):
+        return torch.vmap(lambda u: u * 2, randomness="same")(x) + 1
+
+    x = t(3, 2)
+    torch.testing.assert_close(ember.compile(fn)(x), fn(x))
+    # (then torch's vmap runs as Python: its own implementation breaks again, per torch)
+    reasons = [str(reason) for reason in ember.explain(fn)(x).break_reasons]
+    assert 'randomness="same"' in reasons[0], reasons
+
+
 def test_tree_leaves_of_containers_made_in_the_capture():
     def fn(x):
         leaves = pytree.tree_leaves([None, (x, [x * 2]), {"b": x + 1, "a": x - 1}])
