@@ -1508,13 +1508,11 @@ def set_attr_membership_changed_between_calls():
 # known wrong answers and errors today (case name -> reason); FALLBACK/RECOMP rows that must stay
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 XFAIL: dict = {}
-STATIC_SHAPES = "no dynamic shapes: a new size is a new compile"
 PARTLY: dict = {
     "bn_momentum_and_eps_attrs_edited": (
         "RECOMP", "BatchNorm's momentum=None (cumulative average) guards on the step's factor"),
     "property_computed_from_counter_attr": (
         "RECOMP", "a warm-up factor computed from a step counter is a new constant each step"),
-    "batch_size_varies_every_call_past_limit": ("FALLBACK", STATIC_SHAPES),
     "one_compiled_function_many_fresh_instances": (
         "FALLBACK", "guards on the module object: a fresh instance per call recompiles"),
     "set_attr_membership_changed_between_calls": (
