@@ -2563,9 +2563,6 @@ TRITON_XFAIL: dict = {
     "float16_overflow_inf": HALF_IN_FLOAT32,
     "var_std_corrections_single_element": NO_CPP_WARNING,
     "reductions_over_empty_dims": NO_CPP_WARNING,
-    "prod_of_many_elements": (
-        "Triton's float32 product of 40000 elements is 2e-4 off (relative) from eager's, past "
-        "float32's tolerance (its reduction order; the C kernels' is within it)"),
 }
 TRITON_SLOW: set = {
     "advanced_indexing_mixtures", "all_any_on_non_bool", "argmax_argmin_ties_and_nan",
