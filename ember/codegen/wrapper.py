@@ -74,6 +74,31 @@ def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[
     return found
 
 
+def _calls_cudnn(node: Any, inputs: list[Buffer], device: torch.device) -> bool:
+    """Is this library call a 2-d convolution (no bias, not transposed, sizes known) that
+    eager would hand to cuDNN? Then the wrapper calls cuDNN's entry point as eager's dispatch
+    does (torch_internals.cudnn_convolution), without that dispatch's host time."""
+    if device.type != "cuda" or node.attrs["target"] is not torch.ops.aten.convolution.default \
+            or node.attrs["kwargs"]:
+        return False
+    args = node.attrs["args"]
+    if len(args) != 9 or not all(isinstance(a, Slot) for a in args[:2]) or \
+            args[2] is not None or args[6] or len(inputs[args[0].index].shape) != 4:
+        return False
+    layouts = node.attrs.get("operand_strides") or ()
+    stand_ins = []
+    for position in (args[0].index, args[1].index):
+        buffer = inputs[position]
+        strides = layouts[position] if position < len(layouts) and layouts[position] \
+            else buffer.strides
+        if not all(type(n) is int for n in (*buffer.shape, *strides)):
+            return False
+        stand_ins.append(torch.empty_strided(buffer.shape, strides, dtype=buffer.dtype,
+                                             device=device))
+    return torch_internals.convolution_backend(
+        *stand_ins, list(args[3]), list(args[4]), list(args[5]), args[8]) == "Cudnn"
+
+
 def shares_memory(result: torch.Tensor, *operands: torch.Tensor) -> bool:
     """Does a library call's result lie in an operand's memory (an op that returns views
     without saying so in its schema: ember would free or reuse that memory under it)?"""
@@ -335,6 +360,10 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
+            if _calls_cudnn(node, step.inputs, w.device):
+                x, weight, _, stride, padding, dilation, _, _, groups = arguments
+                target = w.constant(torch_internals.cudnn_convolution, "op")
+                arguments = [x, weight, stride, padding, dilation, groups]
             first = len(lines)
             if node.attrs["tuple_result"]:
                 result = f"result{position}"

@@ -34,6 +34,7 @@ import torch
 
 from ember import config, logs
 from ember.codegen.triton import TritonKernel
+from ember.codegen.triton_rules import interpreting
 from ember.runtime import disk_cache, triton_pool
 from ember.runtime.triton_key import file_key, install_file_key  # noqa: F401
 
@@ -42,8 +43,6 @@ class TritonUnavailable(RuntimeError):
     pass
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def dependent_launch_supported(device_index: int) -> bool:
