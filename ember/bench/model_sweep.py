@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from ember.bench.model_sweep_models import cases, decoders
+from ember.bench.model_sweep_models import SEED, cases, decoders
 
 # decoding: tokens chosen per run, and the captures two runs may make in all (the prompt's,
 # and the cached step's once the cache's length is a symbol; one more where a first cached
@@ -56,7 +56,10 @@ TOLERANCE = 1e-3
 
 def _answer(model: Any, batch: dict[str, Any], run: Callable, mode: str
             ) -> dict[str, torch.Tensor]:
-    """What a call answers: the output and, in training, every parameter's gradient."""
+    """What a call answers: the output and, in training, every parameter's gradient. Each
+    call starts from the same random state, so a model that draws random numbers in its
+    forward (ViTMAE's masking noise) draws the same ones under eager and under ember."""
+    torch.manual_seed(SEED)
     output = run(model, batch)
     answer = {"output": output.detach()}
     if mode == "train":

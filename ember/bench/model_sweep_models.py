@@ -180,12 +180,74 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("qwen2_moe", "Qwen2MoeForCausalLM", dict(_DECODER, num_experts=4, num_experts_per_tok=2,
                                               moe_intermediate_size=32,
                                               shared_expert_intermediate_size=64)),
+    # added 2026-12 (newer patterns): Gemma 3's sliding and global layers with QK norms,
+    # MoE routing with top-k over expert groups (DeepSeek-V3, with its low-rank attention),
+    # Qwen3-MoE, GraniteMoE's parallel experts, Llama 4's chunked attention and sigmoid
+    # router, GLM-4's partial interleaved rotary, Jamba's Mamba layers beside attention,
+    # ViTMAE's random masking (argsort of noise drawn in forward), DETR's sine positions,
+    # frozen batch norms and object queries, PatchTST's patching and scaling of a time
+    # series, Speech2Text's convolutional subsampling, Data2Vec-Vision's relative position
+    # bias, Perceiver's cross attention onto latents
+    ("gemma3_text", "Gemma3ForCausalLM", dict(
+        _DECODER, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention"])),
+    ("deepseek_v3", "DeepseekV3ForCausalLM", dict(
+        _DECODER, num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8,
+        n_group=4, topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1,
+        n_shared_experts=1, kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, head_dim=8)),
+    ("qwen3_moe", "Qwen3MoeForCausalLM", dict(_DECODER, head_dim=16, num_experts=4,
+                                              num_experts_per_tok=2, moe_intermediate_size=32)),
+    ("granitemoe", "GraniteMoeForCausalLM", dict(_DECODER, num_local_experts=4,
+                                                 num_experts_per_tok=2,
+                                                 embedding_multiplier=2.0,
+                                                 residual_multiplier=0.5)),
+    ("llama4_text", "Llama4ForCausalLM", dict(
+        _DECODER, head_dim=16, intermediate_size_mlp=128, num_local_experts=4,
+        num_experts_per_tok=1, attention_chunk_size=4, no_rope_layers=[1, 0],
+        layer_types=["chunked_attention", "full_attention"], moe_layers=[0, 1])),
+    ("glm4", "Glm4ForCausalLM", dict(_DECODER, head_dim=16, pad_token_id=0)),
+    ("jamba", "JambaForCausalLM", dict(
+        _DECODER, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
+        expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=8,
+        mamba_dt_rank=8, use_mamba_kernels=False)),
+    ("vit_mae", "ViTMAEForPreTraining", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        image_size=32, patch_size=8, decoder_hidden_size=32, decoder_num_hidden_layers=1,
+        decoder_num_attention_heads=4, decoder_intermediate_size=64)),
+    ("detr", "DetrForObjectDetection", dict(
+        use_timm_backbone=False, use_pretrained_backbone=False, backbone=None,
+        backbone_config=dict(model_type="resnet", embedding_size=16, hidden_sizes=[16, 32],
+                             depths=[1, 1], layer_type="basic", out_features=["stage2"]),
+        d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=5,
+        num_labels=4)),
+    ("patchtst", "PatchTSTForPrediction", dict(
+        num_input_channels=3, context_length=32, patch_length=8, patch_stride=8,
+        prediction_length=8, d_model=32, num_attention_heads=4, ffn_dim=64,
+        num_hidden_layers=2)),
+    ("speech_to_text", "Speech2TextForConditionalGeneration", dict(
+        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256,
+        conv_channels=32, input_feat_per_channel=16, max_source_positions=64,
+        max_target_positions=64, decoder_start_token_id=1, pad_token_id=0)),
+    ("data2vec-vision", "Data2VecVisionForImageClassification", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        image_size=32, patch_size=8, num_labels=10, use_relative_position_bias=True)),
+    ("perceiver", "PerceiverForMaskedLM", dict(
+        num_latents=16, d_latents=64, d_model=32, num_blocks=1, num_self_attends_per_block=2,
+        num_self_attention_heads=4, num_cross_attention_heads=4, max_position_embeddings=LENGTH,
+        vocab_size=262)),
 )
 # what the transformers models other than text models take (the rest: input_ids)
 INPUTS = {"whisper": "audio features", "clip": "text and image", "vit": "image",
           "swin": "image", "convnext": "image", "segformer": "segmentation",
           "wav2vec2": "waveform", "layoutlm": "text and boxes", "yolos": "detection",
-          "dinov2": "image", "hubert": "waveform", "siglip": "text and image"}
+          "dinov2": "image", "hubert": "waveform", "siglip": "text and image",
+          "vit_mae": "masked image", "detr": "detection", "patchtst": "time series",
+          "speech_to_text": "filter banks", "data2vec-vision": "image"}
+# what a model answers, by kind of input, where it is not `logits`
+OUTPUTS = {"text and image": "logits_per_image", "time series": "prediction_outputs"}
 # timm architectures, small variants, random weights
 TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
     ("resnet18", {}), ("resnext26ts", {}), ("regnetx_002", {}), ("densenet121", {}),
@@ -220,6 +282,16 @@ TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
                                                                          depth=2)),
     ("pit_ti_224", dict(img_size=IMAGE)), ("gmlp_ti16_224", dict(img_size=IMAGE)),
     ("efficientformerv2_s0", dict(img_size=IMAGE)),
+    # added 2026-12 (newer patterns): universal inverted bottlenecks (MobileNetV4), light
+    # aggregation with learnable affine (HGNetV2), reparameterized ViT-style convnets
+    # (RepViT), partial convolutions over a channel slice (FasterNet), dual spatial and
+    # channel attention (DaViT), locally-grouped and global sub-sampled attention (Twins),
+    # pooling attention with relative positions (MViTv2), mask-unit attention with unrolled
+    # tokens (Hiera), gated positional self-attention (ConViT)
+    ("mobilenetv4_conv_small", {}), ("hgnetv2_b0", {}), ("repvit_m0_9", {}),
+    ("fasternet_t0", {}), ("davit_tiny", dict(depths=(1, 1, 1, 1))),
+    ("twins_svt_small", dict(depths=(1, 1, 1, 1))), ("mvitv2_tiny", dict(img_size=IMAGE)),
+    ("hiera_tiny_224", dict(img_size=IMAGE)), ("convit_tiny", dict(img_size=IMAGE)),
 )
 
 
@@ -266,7 +338,7 @@ def transformers_case(model_type: str, model_class: str, overrides: dict[str, An
     batch, labels = _inputs(INPUTS.get(model_type, "text"), config, _seq2seq(model_class),
                             generator)
     kind = INPUTS.get(model_type, "text")
-    output = "logits_per_image" if kind == "text and image" else "logits"
+    output = OUTPUTS.get(kind, "logits")
 
     def forward(m, b):
         return getattr(m(**b), output)
@@ -287,14 +359,26 @@ def _inputs(kind: str, config: Any, seq2seq: bool, generator: torch.Generator
     def tokens(length: int, high: int = 256) -> torch.Tensor:
         return torch.randint(3, high, (BATCH, length), generator=generator)
 
-    if kind == "detection":
-        height, width = config.image_size
+    if kind == "detection":  # (YOLOS's detection tokens, DETR's object queries)
+        height, width = getattr(config, "image_size", (IMAGE, IMAGE))
         batch = {"pixel_values": torch.randn(BATCH, 3, height, width, generator=generator)}
-        queries = BATCH * config.num_detection_tokens
-        return batch, {"classes": torch.randint(0, config.num_labels + 1, (queries,),
+        queries = getattr(config, "num_detection_tokens", None) or config.num_queries
+        return batch, {"classes": torch.randint(0, config.num_labels + 1, (BATCH * queries,),
                                                 generator=generator),
-                       "boxes": torch.rand(BATCH, config.num_detection_tokens, 4,
-                                           generator=generator)}
+                       "boxes": torch.rand(BATCH, queries, 4, generator=generator)}
+    if kind == "masked image":  # (the model masks patches itself and answers its loss)
+        size = config.image_size
+        return {"pixel_values": torch.randn(BATCH, 3, size, size, generator=generator)}, {}
+    if kind == "time series":
+        shape = (BATCH, config.context_length, config.num_input_channels)
+        future = (BATCH, config.prediction_length, config.num_input_channels)
+        return ({"past_values": torch.randn(*shape, generator=generator)},
+                {"future_values": torch.randn(*future, generator=generator)})
+    if kind == "filter banks":  # (stacked frames, as Speech2Text's feature extractor gives)
+        features = torch.randn(BATCH, 4 * LENGTH, config.input_feat_per_channel *
+                               config.input_channels, generator=generator)
+        target = tokens(LENGTH // 2)
+        return {"input_features": features, "decoder_input_ids": target}, {"labels": target}
     if kind in ("image", "segmentation"):
         size = getattr(config, "image_size", 32)
         batch = {"pixel_values": torch.randn(BATCH, 3, size, size, generator=generator)}
