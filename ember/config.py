@@ -276,6 +276,15 @@ def override(**changes: Any) -> Iterator[Settings]:
         settings = saved
 
 
+def kernel_backend(device_type: str) -> str:
+    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
+    Triton on CUDA."""
+    chosen = settings.backend
+    if chosen:
+        return chosen
+    return "triton" if device_type == "cuda" else "c"
+
+
 def describe() -> str:
     """The help text of every switch, as the README and `python -m ember --help` show it."""
     lines = []
