@@ -49,8 +49,9 @@ stances._chain_reset()  # (torch.compiler.reset() forgets ember's compiled versi
 
 def cache_info() -> dict:
     """What the disk cache (EMBER_CACHE_DIR) holds: its folder, size and cap, and per kind of
-    entry (c: kernel libraries, warm: compiled graphs for a warm start) the entries, bytes
-    and last use. `python -m ember cache [--clear]` prints it (and empties the cache)."""
+    entry (c: kernel libraries, warm: compiled graphs for a warm start, function: functions'
+    entries for a warm start before capture) the entries, bytes and last use.
+    `python -m ember cache [--clear]` prints it (and empties the cache)."""
     from ember.runtime.disk_cache import cache_info as info
 
     return info()

@@ -645,19 +645,18 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if isinstance(model, functools.partial):  # (its function compiled, its arguments kept)
         return functools.partial(CompiledFunction(model.func, **chosen), *model.args,
                                  **model.keywords)
+    if isinstance(model, (types.FunctionType, types.MethodType)):
+        return CompiledFunction(model, **chosen)
+    if isinstance(model, (torch_internals.OpOverload, torch_internals.OpOverloadPacket)):
+        return CompiledFunction(_calling(model), **chosen)  # (an op: one call of it)
     from ember.capture.attributes import class_lookup
 
     call = class_lookup(type(model), "__call__")
-    if isinstance(model, (torch_internals.OpOverload, torch_internals.OpOverloadPacket)):
-        return CompiledFunction(_calling(model), **chosen)  # (an op: one call of it)
-    if not isinstance(model, (types.FunctionType, types.MethodType)) and \
-            isinstance(call, types.FunctionType):  # (an object with a Python __call__)
+    if isinstance(call, types.FunctionType):  # (an object with a Python __call__)
         return CompiledFunction(types.MethodType(call, model), **chosen)
-    if not isinstance(model, (types.FunctionType, types.MethodType)):
-        # a callable without Python code of its own (torch.relu, an aten op, a C type's
-        # instance): compiled as the Python function that calls it
-        return CompiledFunction(_calling(model), **chosen)
-    return CompiledFunction(model, **chosen)
+    # a callable without Python code of its own (torch.relu, an aten op, a C type's
+    # instance): compiled as the Python function that calls it
+    return CompiledFunction(_calling(model), **chosen)
 
 
 def _calling(function: Callable) -> types.FunctionType:

@@ -231,12 +231,12 @@ def load(function: Any, arguments: dict[str, Any], key: str) -> Any:
         return None
     except warm_cache.Rejected as rejected:
         return _reject(path, "rejected", f"fails its check ({rejected})")
-    changed = _changed_file(record)
-    if changed is not None:
-        return _reject(path, "stale", f"was made from another version of {changed}")
     from ember.capture.records import Unresolved
 
     try:
+        changed = _changed_file(record)
+        if changed is not None:
+            return _reject(path, "stale", f"was made from another version of {changed}")
         entry = _rebuild(function, record, arguments)
     except Unresolved as error:
         counts["unresolved"] += 1

@@ -68,6 +68,10 @@ def model_call(x):  # (an nn.Module's identity guard: not kept)
     return MODEL(x)
 
 
+def loss(x, w):  # (a training graph)
+    return (torch.sin(x) @ w).relu().pow(2).sum()
+
+
 MODEL = torch.nn.Linear(4, 4)
 """
 
@@ -104,6 +108,28 @@ print("report", json.dumps({"counts": warm_entries.counts, "log": user_code.LOG,
                             "imported": imported}))
 """
 
+# A training step: the gradients of the compiled loss against eager's
+TRAINING = """
+import json, sys
+import torch
+import ember
+from ember import warm_entries
+sys.path.insert(0, sys.argv[1])
+import user_code
+
+torch.manual_seed(0)
+x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+ember.compile(user_code.loss)(x, w).backward()
+grads = [x.grad.clone(), w.grad.clone()]
+x.grad = w.grad = None
+user_code.loss(x, w).backward()
+assert torch.allclose(grads[0], x.grad, atol=1e-5)
+assert torch.allclose(grads[1], w.grad, atol=1e-5)
+imported = [m for m in ("ember.capture.captured", "ember.backends", "sympy")
+            if m in sys.modules]
+print("report", json.dumps({"counts": warm_entries.counts, "imported": imported}))
+"""
+
 
 def _write(folder: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
@@ -115,16 +141,18 @@ def project(tmp_path):
     folder = tmp_path / "project"
     folder.mkdir()
     _write(folder, {"helpers.py": HELPERS, "constants.py": CONSTANTS,
-                    "user_code.py": USER_CODE, "driver.py": DRIVER})
+                    "user_code.py": USER_CODE, "driver.py": DRIVER,
+                    "training.py": TRAINING})
     return folder
 
 
-def _run(project: Path, names: str, sizes: str = "4", warm: str = "1") -> dict:
+def _run(project: Path, names: str, sizes: str = "4", warm: str = "1",
+         program: str = "driver.py") -> dict:
     environment = dict(os.environ, PYTHONPATH=str(ROOT),
                        EMBER_CACHE_DIR=str(project.parent / "cache"), EMBER_WARM_START=warm,
                        EMBER_LOGS="perf,fallbacks,recompiles")
     environment.pop("EMBER_BACKEND", None)
-    done = subprocess.run([sys.executable, str(project / "driver.py"), str(project), names,
+    done = subprocess.run([sys.executable, str(project / program), str(project), names,
                            sizes], capture_output=True, text=True, env=environment,
                           timeout=300, cwd=project.parent)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -151,6 +179,13 @@ def test_a_second_process_neither_captures_nor_compiles(project):
     assert second["imported"] == []
     assert second["log"] == [0, 1]  # (the compiled call appended, then eager's)
     assert second["said"].count("warm start before capture") == 4
+
+
+def test_a_training_graph_starts_warm_with_eager_s_gradients(project):
+    first = _run(project, "", program="training.py")
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = _run(project, "", program="training.py")
+    assert second["counts"] == _counts(hits=1) and second["imported"] == []
 
 
 def test_guards_are_still_checked_on_every_call(project):
