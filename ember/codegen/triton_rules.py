@@ -16,13 +16,13 @@ aten op instead.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from typing import Protocol
 
 import numpy
 import torch
 
+from ember.config import triton_interpreted as interpreting
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.ir.sizes import Size
@@ -261,11 +261,6 @@ def ember_round_bf16(x):
     rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
     return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
 '''
-
-
-def interpreting() -> bool:
-    """Do the kernels run under Triton's interpreter (on the CPU)?"""
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def prelude() -> str:
