@@ -528,8 +528,8 @@ def test_convolution_uses_onednn_answers_for_eagers_choice():
 
 
 def test_convolution_backend_names_eagers_kernel_family():
-    x = torch.randn(2, 8, 6, 6)
-    w = torch.randn(16, 8, 3, 3)
+    x = torch.randn(2, 8, 6, 6, device="cpu")
+    w = torch.randn(16, 8, 3, 3, device="cpu")
     backend = torch_internals.convolution_backend(x, w, [1, 1], [1, 1], [1, 1], 1)
     assert backend in torch._C._ConvBackend.__members__
 
@@ -539,8 +539,8 @@ def test_convolution_backend_names_eagers_kernel_family():
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_cudnn_convolution_gives_eagers_bits_and_layout(dtype, channels_last):
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(4, 32, 20, 20, generator=generator).to("cuda", dtype)
-    w = torch.randn(64, 32, 3, 3, generator=generator).to("cuda", dtype)
+    x = torch.randn(4, 32, 20, 20, generator=generator, device="cpu").to("cuda", dtype)
+    w = torch.randn(64, 32, 3, 3, generator=generator, device="cpu").to("cuda", dtype)
     if channels_last:
         x, w = (t.to(memory_format=torch.channels_last) for t in (x, w))
     assert torch_internals.convolution_backend(x, w, [2, 2], [1, 1], [1, 1], 1) == "Cudnn"
@@ -564,5 +564,6 @@ def test_torch_s_decompositions_are_found_by_op():
     aten = torch.ops.aten
     ones = torch_internals.decomposition_of(aten.ones.default)
     assert callable(ones)
-    assert torch.equal(ones([2, 3], dtype=torch.float32, device="cpu"), torch.ones(2, 3))
+    assert torch.equal(ones([2, 3], dtype=torch.float32, device="cpu"),
+                       torch.ones(2, 3, device="cpu"))
     assert torch_internals.decomposition_of(aten.empty.memory_format) is None

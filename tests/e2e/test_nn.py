@@ -450,4 +450,4 @@ def test_convolutions_eager_hands_to_cudnn_are_called_there_directly(channels_la
         checked, fast = graph.wrappers
         names = [name for name, value in fast.namespace.items()
                  if value is torch_internals.cudnn_convolution]
-        assert len(names) == 1 and fast.text.count(f"{names[0]}(") == 2, fast.text
+        assert sum(fast.text.count(f"{name}(") for name in names) == 2, fast.text
