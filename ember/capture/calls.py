@@ -111,7 +111,7 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             # (np.lcm(a, b) of Python numbers: Reformer's chunk lengths) pure: run now
             return semantics.constant(real(*map(python_value, args),
                                            **{k: python_value(v) for k, v in kwargs.items()}))
-    marked = markers.call_marked(session, callee, args, kwargs)  # (torch's compiler markers)
+    marked = markers.call_marked(session, callee, args, kwargs, frame)  # (torch's markers)
     if marked is not None:
         return marked
     scripted = torch_internals.scripted_python(real) if real is not None else None
