@@ -21,17 +21,12 @@ import types
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import binding, config, dumps, logs, stances, torch_internals
+from ember import binding, config, dumps, logs, stances, torch_internals, warm_entries
 from ember import options as compile_options
-from ember.autodiff import tape
-from ember.capture import markers
-from ember.capture.attributes import class_lookup
-from ember.capture.breaks import resume_function
-from ember.capture.captured import Captured, Resumption, capture
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import (
     MISS,
@@ -40,9 +35,15 @@ from ember.capture.guards import (
     first_failure,
     same_tensor,
 )
-from ember.capture.symbols import DynamicPolicy, FrameSizes
-from ember.capture.values import NULL
-from ember.runtime.cudagraphs import CudaGraphed
+from ember.capture.symbols import FrameSizes
+
+if TYPE_CHECKING:
+    from ember.capture.captured import Captured, Resumption
+    from ember.runtime.cudagraphs import CudaGraphed
+
+# NOTE: the capture's interpreter, the compiler (ember.backends) and CUDA graphs are imported
+# where a call first captures or compiles: a new process whose first call starts warm
+# (ember/warm_entries.py) imports the runtime only.
 
 _registry: weakref.WeakSet = weakref.WeakSet()
 
@@ -152,6 +153,8 @@ class Resume:
 
     def _make(self) -> None:
         parent, spec = self.parent, self.spec
+        from ember.capture.breaks import resume_function
+
         code = parent.origin[0]
         function, offset = resume_function(parent.function, code, self.start, spec.stack,
                                            spec.locals, spec.cells, self.lasti)
@@ -221,7 +224,8 @@ class CompiledFunction:
         self.mode = mode
         self.settings = settings or {}        # ember settings while it compiles (options=)
         self.recompile_limit = recompile_limit  # (None: EMBER_RECOMPILE_LIMIT)
-        self.backend = resolve_backend(backend)
+        # (ember's own is imported at the first compile: see `backend`)
+        self._backend = None if backend == "ember" else resolve_backend(backend)
         self.backend_option = backend  # (as given: what modules compiled apart get)
         self.backend_name = backend if isinstance(backend, str) else getattr(
             backend, "__name__", "custom")
@@ -264,6 +268,13 @@ class CompiledFunction:
         self.__wrapped__ = function
         self.__name__ = getattr(function, "__name__", "compiled")
         self.__doc__ = function.__doc__
+
+    @property
+    def backend(self) -> Callable:
+        """What compiles the captured graphs (resolve_backend)."""
+        if self._backend is None:
+            self._backend = resolve_backend(self.backend_option)
+        return self._backend
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         if instance is None:
@@ -346,6 +357,8 @@ class CompiledFunction:
                     return entry
             if self.given_up or not stances.on_miss(self, arguments):
                 return None
+            warm = warm_entries.wanted(self)
+            key = warm_entries.key_of(self, arguments) if warm else None
             if self.entries:
                 if len(self.entries) >= self.limit():
                     logs.channel("recompiles").warning(
@@ -366,7 +379,11 @@ class CompiledFunction:
                     logs.channel("recompiles").info(
                         "%s is compiled again: the call%s needed a new version because %s.",
                         self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
-            entry = self._capture(arguments)
+            entry = warm_entries.load(self, arguments, key) if key is not None else None
+            if entry is None:
+                entry = self._capture(arguments)
+                if key is not None and entry.captured is not None:
+                    warm_entries.keep(self, entry, key)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
             self.eager_streak = 0
@@ -408,6 +425,8 @@ class CompiledFunction:
         layout of what it takes)."""
         start = spec.start - self.origin[1]
         lasti = None if spec.lasti is None else spec.lasti - self.origin[1]
+        from ember.capture.values import NULL
+
         key = (start, tuple(value is NULL for value in spec.stack), tuple(spec.locals),
                tuple(spec.cells), lasti)
         found = self.resumes.get(key)
@@ -441,6 +460,11 @@ class CompiledFunction:
         return compiled
 
     def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
+        from ember import compiled_module
+        from ember.capture import markers
+        from ember.capture.captured import capture
+        from ember.capture.symbols import DynamicPolicy
+
         started = time.perf_counter()
         refusal = markers.frame_refusal(self.function)
         if refusal is not None:  # (torch.compiler.disable'd: eager whatever comes in)
@@ -479,6 +503,9 @@ class CompiledFunction:
     def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
                ) -> CacheEntry:
         """The backend's compile of a capture, its guards and its runner, as an entry."""
+        from ember.autodiff import tape
+        from ember.runtime.cudagraphs import CudaGraphed
+
         if self.site is not None:  # (EMBER_DUMP's folder: the user's line, see dumps.py)
             captured.graph_module.meta["ember_label"] = \
                 f"{self.function.__qualname__} ({Path(self.site[0]).name}:{self.site[1]})"
@@ -608,6 +635,8 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
         # the exported function is — one graph, captured from its generated code)
         model = model.module()
     if isinstance(model, torch.nn.Module):
+        from ember import compiled_module
+
         _warm_up_for(model)
         return compiled_module.CompiledModule(model, **chosen)
     if not callable(model):
@@ -616,17 +645,18 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if isinstance(model, functools.partial):  # (its function compiled, its arguments kept)
         return functools.partial(CompiledFunction(model.func, **chosen), *model.args,
                                  **model.keywords)
-    call = class_lookup(type(model), "__call__")
+    if isinstance(model, (types.FunctionType, types.MethodType)):
+        return CompiledFunction(model, **chosen)
     if isinstance(model, (torch_internals.OpOverload, torch_internals.OpOverloadPacket)):
         return CompiledFunction(_calling(model), **chosen)  # (an op: one call of it)
-    if not isinstance(model, (types.FunctionType, types.MethodType)) and \
-            isinstance(call, types.FunctionType):  # (an object with a Python __call__)
+    from ember.capture.attributes import class_lookup
+
+    call = class_lookup(type(model), "__call__")
+    if isinstance(call, types.FunctionType):  # (an object with a Python __call__)
         return CompiledFunction(types.MethodType(call, model), **chosen)
-    if not isinstance(model, (types.FunctionType, types.MethodType)):
-        # a callable without Python code of its own (torch.relu, an aten op, a C type's
-        # instance): compiled as the Python function that calls it
-        return CompiledFunction(_calling(model), **chosen)
-    return CompiledFunction(model, **chosen)
+    # a callable without Python code of its own (torch.relu, an aten op, a C type's
+    # instance): compiled as the Python function that calls it
+    return CompiledFunction(_calling(model), **chosen)
 
 
 def _calling(function: Callable) -> types.FunctionType:
@@ -646,10 +676,9 @@ def _warm_up_for(module: torch.nn.Module) -> None:
 
 
 def _warm_up_triton() -> None:
-    from ember.backends import kernel_backend
     from ember.runtime import triton_launch
 
-    if kernel_backend("cuda") == "triton":
+    if config.kernel_backend("cuda") == "triton":
         triton_launch.warm_up()
 
 
@@ -664,12 +693,7 @@ def graph_break() -> None:
     no-op."""
 
 
-def _graph_break_rule(session: Any, *args: Any, **kwargs: Any) -> Any:
+def graph_break_rule(session: Any, *args: Any, **kwargs: Any) -> Any:
+    """What a capture does at ember.graph_break() (registered by ember/capture/calls.py)."""
     raise Unsupported("ember.graph_break() was called", "this break was asked for")
-
-
-from ember import compiled_module  # noqa: E402  (it builds on CompiledFunction)
-from ember.capture.calls import call_rules  # noqa: E402  (rules refer to functions above)
-
-call_rules[graph_break] = _graph_break_rule
 

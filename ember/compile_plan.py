@@ -28,6 +28,7 @@ from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.triton_sizes import RowClasses
 from ember.codegen.triton_tiling import row_class
 from ember.codegen.wrapper import write_wrapper
+from ember.config import kernel_backend  # noqa: F401  (re-exported: backends, api)
 from ember.ir.graph import Graph
 from ember.lower import Unsupported
 from ember.lower.tracer import OutputSpec
@@ -39,15 +40,6 @@ from ember.runtime.interpreted import InterpretedGraph
 from ember.schedule.epilogue import fuse_matmul_epilogues
 from ember.schedule.fuse import schedule
 from ember.schedule.plan import Buffer, LibraryCall, Plan
-
-
-def kernel_backend(device_type: str) -> str:
-    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
-    Triton on CUDA."""
-    chosen = config.settings.backend
-    if chosen:
-        return chosen
-    return "triton" if device_type == "cuda" else "c"
 
 
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,

@@ -138,7 +138,9 @@ FLAGS: tuple[Flag, ...] = (
          "the least recently used entries are removed; 0: no cap"),
     Flag("warm_start", "EMBER_WARM_START", "1", _flag,
          "keep compiled graphs in the disk cache and rebuild them in a new process instead of "
-         "compiling again (0: compile every process's graphs afresh)"),
+         "compiling again; a plain function's first call in a new process starts from its "
+         "kept entry (guards, runner) without a capture (0: capture and compile every "
+         "process's graphs afresh)"),
     Flag("disable", "EMBER_DISABLE", "0", _flag,
          "run every compiled function eagerly (compile nothing)"),
     Flag("backend", "EMBER_BACKEND", "", _choice("", "c", "triton", "interp"),
@@ -274,6 +276,20 @@ def override(**changes: Any) -> Iterator[Settings]:
         yield settings
     finally:
         settings = saved
+
+
+def kernel_backend(device_type: str) -> str:
+    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
+    Triton on CUDA."""
+    chosen = settings.backend
+    if chosen:
+        return chosen
+    return "triton" if device_type == "cuda" else "c"
+
+
+def triton_interpreted() -> bool:
+    """Do Triton kernels run under Triton's interpreter, on the CPU (TRITON_INTERPRET=1)?"""
+    return os.environ.get("TRITON_INTERPRET", "") == "1"
 
 
 def describe() -> str:

@@ -93,25 +93,112 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     if reason is not None:
         return None, reason
     stages = backends.graph_label(gm)
+    positions = value_scalars(gm, example_inputs)
+    if positions:  # (the original graph stays as it is: the per-shape path compiles it)
+        gm, example_inputs = scalars_as_tensors(gm, example_inputs, positions)
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
             started = time.perf_counter()
-            lowered = trace(gm, example_inputs, symbolic=True)
+            # (where only such ints were symbols, the graph is lowered at its one shape)
+            lowered = trace(gm, example_inputs, symbolic=not positions or
+                            _symbolic_tensors(gm, example_inputs))
             if logs.enabled("perf"):
                 logs.channel("perf").info("%s lowered on symbolic fakes in %.1f ms", stages,
                                           (time.perf_counter() - started) * 1e3)
-            if not lowered.graph.symbols:
+            if not lowered.graph.symbols and not positions:
                 return None, "no symbol is a tensor input's size"
             compiled = backends.compile_stages(gm, example_inputs, stages, lowered)
+            if positions:
+                compiled = ScalarsAsTensors(compiled, positions, _device(example_inputs))
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
         if "raise" in config.settings.logs and not _expected(error):
             raise
         first_line = (str(error).splitlines() or [""])[0]  # (not the FX node's traceback)
         return None, f"{type(error).__name__}: {first_line}"
     logs.channel("recompiles").info("%s: compiled once (%s) for every shape of %s", label, stages,
-                                    ", ".join(f"{name} = input {i} size {d}" for name, (i, d)
-                                              in lowered.graph.symbols.items()))
+                                    ", ".join([f"{name} = input {i} size {d}" for name, (i, d)
+                                               in lowered.graph.symbols.items()] +
+                                              [f"the int input {i} (as a 0-d tensor)"
+                                               for i in positions]))
     return compiled, ""
+
+
+def value_scalars(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[int]:
+    """The positions of symbolic int inputs that no tensor input's geometry and no output
+    holds: a count a cache keeps as a Python int and the graph only computes with (a
+    sliding-window cache layer's length, added to an arange for the mask). The kernels
+    cannot read such a symbol from a tensor's shape, but the graph can take its value as a
+    0-d tensor."""
+    from ember import torch_internals
+    from ember.lower.symbolic import placeholder_examples
+
+    examples = placeholder_examples(gm, example_inputs)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    results = [n.meta.get("example_value", n.meta.get("val"))
+               for n in output.all_input_nodes]
+    held: set = set()
+    tensors = [value for value in examples if isinstance(value, torch.Tensor)]
+    for value in [*tensors, *torch_internals.tree_flatten(results)[0]]:
+        dims = ((*value.shape, *value.stride(), value.storage_offset())
+                if isinstance(value, torch.Tensor) else (value,))
+        for dim in dims:
+            held |= getattr(torch_internals.symbolic_expression(dim), "free_symbols", set())
+    positions = []
+    for index, value in enumerate(examples):
+        if isinstance(value, torch.SymInt):
+            expression = torch_internals.symbolic_expression(value)
+            if torch_internals.is_symbol(expression) and expression not in held:
+                positions.append(index)
+    return positions
+
+
+def scalars_as_tensors(gm: torch.fx.GraphModule, example_inputs: list[Any],
+                       positions: list[int]) -> tuple[torch.fx.GraphModule, list[Any]]:
+    """A copy of the graph whose inputs at `positions` are 0-d int64 tensors (their
+    placeholders' symbolic ints dropped: the lowering takes the examples), and the
+    examples so."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    device = _device(example_inputs)
+    examples = list(example_inputs)
+    for index in positions:
+        for key in ("example_value", "val"):
+            placeholders[index].meta.pop(key, None)
+        examples[index] = torch.tensor(int(examples[index]), device=device)
+    return torch.fx.GraphModule(gm, graph), examples
+
+
+def _symbolic_tensors(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bool:
+    from ember import torch_internals
+    from ember.lower.symbolic import placeholder_examples
+
+    return any(isinstance(value, torch.Tensor) and torch_internals.is_symbolic(value)
+               for value in placeholder_examples(gm, example_inputs))
+
+
+def _device(example_inputs: list[Any]) -> torch.device:
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    return tensors[0].device if tensors else torch.device("cpu")
+
+
+class ScalarsAsTensors:
+    """A graph compiled with some int inputs taken as 0-d tensors (`value_scalars`): each
+    call passes those ints so. Everything else is the compiled graph's."""
+
+    def __init__(self, compiled: Callable, positions: list[int], device: torch.device):
+        self.compiled = compiled
+        self.positions = positions
+        self.device = device
+
+    def __call__(self, *args: Any) -> Any:
+        args = list(args)
+        for index in self.positions:
+            args[index] = torch.tensor(args[index], device=self.device)
+        return self.compiled(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
 
 
 def _expected(error: Exception) -> bool:

@@ -179,15 +179,11 @@ def _stance_in_capture(session: Any, *args: Any, **kwargs: Any) -> Any:
                       "with ember.set_stance(...): f(x)")
 
 
-def _register_capture_rules() -> None:
+def register_capture_rules(call_rules: dict) -> None:
     """Capture meets set_stance as a graph break that says what to do (not as the lock
-    inside it, nor as an object it cannot keep)."""
+    inside it, nor as an object it cannot keep): called by ember/capture/calls.py, which
+    holds the rules (a warm start imports no capture)."""
     import torch.compiler
-
-    from ember.capture.calls import call_rules
 
     call_rules[set_stance] = _stance_in_capture
     call_rules[torch.compiler.set_stance] = _stance_in_capture
-
-
-_register_capture_rules()

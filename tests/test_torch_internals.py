@@ -519,12 +519,36 @@ def test_a_cuda_spin_holds_the_stream_for_the_runs_queued_behind_it():
 
 
 def test_convolution_uses_onednn_answers_for_eagers_choice():
-    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
-    w = torch.randn(16, 8, 3, 3)
+    x = torch.randn(2, 8, 4, 4, device="cpu").to(memory_format=torch.channels_last)
+    w = torch.randn(16, 8, 3, 3, device="cpu")
     # a strided channels-last convolution: oneDNN whatever the thread count
     assert torch_internals.convolution_uses_onednn(x, w, [2, 2], [1, 1], [1, 1], 1)
     assert isinstance(torch_internals.convolution_uses_onednn(
         x.contiguous(), w, [1, 1], [1, 1], [1, 1], 1), bool)
+
+
+def test_convolution_backend_names_eagers_kernel_family():
+    x = torch.randn(2, 8, 6, 6)
+    w = torch.randn(16, 8, 3, 3)
+    backend = torch_internals.convolution_backend(x, w, [1, 1], [1, 1], [1, 1], 1)
+    assert backend in torch._C._ConvBackend.__members__
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_cudnn_convolution_gives_eagers_bits_and_layout(dtype, channels_last):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 32, 20, 20, generator=generator).to("cuda", dtype)
+    w = torch.randn(64, 32, 3, 3, generator=generator).to("cuda", dtype)
+    if channels_last:
+        x, w = (t.to(memory_format=torch.channels_last) for t in (x, w))
+    assert torch_internals.convolution_backend(x, w, [2, 2], [1, 1], [1, 1], 1) == "Cudnn"
+    expected = torch.ops.aten.convolution.default(x, w, None, [2, 2], [1, 1], [1, 1], False,
+                                                  [0, 0], 1)
+    got = torch_internals.cudnn_convolution(x, w, [2, 2], [1, 1], [1, 1], 1)
+    assert got.stride() == expected.stride()
+    assert torch.equal(got, expected)
 
 
 def test_suggest_memory_format_reads_strides_as_torch_does():

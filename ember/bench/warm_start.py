@@ -8,9 +8,11 @@ Each variant runs in its own process: the time counts from just before the proce
 started to the moment the first call's result is there (interpreter start, `import torch`,
 `import ember`, capture, compile, run). "cold" starts on empty caches (EMBER_CACHE_DIR, and
 torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR pointed at new folders); "warm"
-is a second process on the caches the cold one left. The eager process (`import torch` and
-an eager call) is the baseline: "extra" is a variant's time over it. The workloads' module is
-loaded on its own in the child, so that eager and torch.compile never import ember.
+is a second process on the caches the cold one left ("warm hits": graphs from ember's warm
+cache; "before capture": functions whose first call started from their cache entry without
+a capture, ember/warm_entries.py). The eager process (`import torch` and an eager call) is
+the baseline: "extra" is a variant's time over it. The workloads' module is loaded on its
+own in the child, so that eager and torch.compile never import ember.
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ parts = {"import torch": imported_torch - begun, "import ember": imported - impo
          "first call": time.perf_counter() - called}
 counts = {}
 if variant.startswith("ember"):
+    from ember import warm_entries
     from ember.runtime import warm_cache
-    counts = dict(warm_cache.counts)
+    counts = dict(warm_cache.counts, entry_hits=warm_entries.counts["hits"])
 print(json.dumps({"done": done, "warm": counts, "parts": parts}))
 """
 
@@ -130,6 +133,8 @@ def measure(names: list[str], size: str, repeats: int, device: str = "cpu"
                     results.setdefault(name, {}).setdefault(variant, []).append(seconds)
                     if variant == "ember-warm":
                         results[name].setdefault("warm hits", []).append(counts.get("hits", 0))
+                        results[name].setdefault("entry hits", []).append(
+                            counts.get("entry_hits", 0))
                     for part in ("import torch", "import ember", "first call"):
                         results[name].setdefault(f"{variant} {part}", []).append(counts[part])
                     print(f"  {name:<10} {variant:<19} {seconds:7.2f} s  (import torch "
@@ -156,7 +161,8 @@ def table(results: dict[str, dict[str, float]]) -> str:
         lines.append(f"{name:<10} {eager:6.2f} {r['ember-cold']:6.2f} {r['ember-warm']:6.2f} "
                      f"{r['torch.compile-cold']:6.2f} {r['torch.compile-warm']:8.2f} | "
                      f"{row[0]:9.3f} {row[1]:9.3f} {row[2]:10.3f}"
-                     f"   (warm hits {r.get('warm hits', 0):.0f})")
+                     f"   (warm hits {r.get('warm hits', 0):.0f}, before capture "
+                     f"{r.get('entry hits', 0):.0f})")
     if ratios:
         geomeans = [statistics.geometric_mean(column) for column in zip(*ratios)]
         lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "

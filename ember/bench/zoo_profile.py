@@ -69,7 +69,9 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
                 sync()
         events = prof.key_averages()
         if cuda:
-            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+            # (ember's labels are annotations on the device's timeline too: not kernels)
+            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                       and not e.key.startswith("ember ")]
             device_us = sum(e.device_time_total for e in kernels) / CALLS
             launches = sum(e.count for e in kernels) / CALLS
             print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "

@@ -524,6 +524,8 @@ def call_builtin(session: Session, function: Any, args: list[Value],
 
 # The per-callable rules (builtins, torch functions that are not graph operations) fill
 # `call_rules`; they call back into this module.
+from ember import stances  # noqa: E402
+from ember.api import graph_break, graph_break_rule  # noqa: E402  (ember/api.py: the API)
 from ember.capture import (  # noqa: E402,F401
     builtin_rules,
     copy_rules,
@@ -532,3 +534,6 @@ from ember.capture import (  # noqa: E402,F401
     module_calls,
     vmap_rules,
 )
+
+call_rules[graph_break] = graph_break_rule
+stances.register_capture_rules(call_rules)

@@ -80,6 +80,8 @@ class Captured:
     runner_lines: list[str] = dataclasses.field(default_factory=list)  # the runner after its fetch
     # sizes are symbols: one capture serves a family of shapes (guards: the "size" relations)
     symbolic: bool = False
+    # the code objects of the functions it inlined (a warm start checks their files)
+    inlined_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
 
 
 def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
@@ -196,7 +198,8 @@ def package(session: Session, result: Value) -> Captured:
     _size_guards(session)
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
-                    runner_lines=after, symbolic=builder.shapes.symbolic)
+                    runner_lines=after, symbolic=builder.shapes.symbolic,
+                    inlined_codes=list(session.inlined_codes))
 
 
 def _size_guards(session: Session) -> None:
@@ -303,7 +306,7 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     stop.reason, resumptions, callees, runner_lines=after,
-                    symbolic=builder.shapes.symbolic)
+                    symbolic=builder.shapes.symbolic, inlined_codes=list(session.inlined_codes))
 
 
 def _optimizer_step(callee: Value) -> bool:

@@ -103,6 +103,7 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
     effects = session.side_effects
     activity, changes, born = effects.activity, len(effects.births_changed), next(births)
     session.inline_depth += 1
+    session.inlined_codes.append(code)
     try:
         frame = Frame(session, code, globals_, bound, cells, name, parent, generator=generator)
         result = frame.run()

@@ -11,7 +11,7 @@ import builtins
 import dis
 import importlib
 
-from ember.capture import attributes, contexts, semantics
+from ember.capture import attributes, branches, contexts, semantics
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.interpreter import Frame, Return, handler
 from ember.capture.values import (
@@ -301,7 +301,14 @@ def _conditional(when: bool | None, none_test: bool = False):
         if none_test:
             outcome = semantics.is_none(value)
         else:
-            outcome = semantics.truth(frame.session, value)
+            try:
+                outcome = semantics.truth(frame.session, value)
+            except Unsupported:
+                # (a body that only computes runs on both sides, merged at the target)
+                if isinstance(value, TensorValue) and \
+                        branches.merge_both_sides(frame, instruction, value, when):
+                    return
+                raise
         if outcome == when:
             frame.jump(instruction.argval)
 

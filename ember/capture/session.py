@@ -162,6 +162,7 @@ class Session:
         self._containers: dict[int, Value] = {}
         self._keep_alive: list[Any] = []
         self.inline_depth = 0
+        self.inlined_codes: list[types.CodeType] = []  # (a warm start checks their files)
         # modules whose calls break the graph but whose forward ember compiles on its own
         # (a DDP's model, a module with hooks such as an FSDP-sharded block): the API layer
         # routes their calls to a compiled version

@@ -131,6 +131,9 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
         self.uses_checks = False
         self.defined_at: dict[str, Scope] = {}
         self.deps: dict[str, frozenset[str]] = {}   # a value's name -> "x"/"r" it varies on
+        # half-precision values loaded from memory: exact in float32 already, where a value
+        # computed in float32 for a half node must be rounded before it leaves that type
+        self.exact_halves: set[str] = set()
         self.masks: dict[str, str] = {}              # block variable -> its mask, if needed
         self.accesses: list[Expr] = []
         shape, axes = kernel.shape, kernel.axes
@@ -274,7 +277,10 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
             pointer += f" + tl.zeros({self.unit}, tl.int32)"
         mask = self.mask_for([offset])
         text = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
-        return self.define(scope, load(dtype, text), self.index_deps([offset]))
+        name = self.define(scope, load(dtype, text), self.index_deps([offset]))
+        if dtype in (torch.float16, torch.bfloat16):
+            self.exact_halves.add(name)
+        return name
 
     def generate(self, node: Node, index: Index, scope: Scope) -> str:
         buffer = self.buffer_of.get(node)

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy
 import torch
 
+from ember.config import triton_interpreted as interpreting
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.ir.sizes import Size
@@ -141,13 +142,7 @@ def ember_round_half_even(x, big):
     return tl.where(tl.abs(x) >= big, x, r)
 
 
-@triton.jit
-def ember_round_bf16(x):
-    """float32 -> the nearest bfloat16 value (ties to even; NaN stays NaN), still in float32:
-    written out because the interpreter's conversion truncates"""
-    bits = x.to(tl.int32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
+ROUND_BF16
 
 
 @triton.jit
@@ -250,9 +245,30 @@ def ember_pow(a, b):
 '''
 
 
+# float32 -> the nearest bfloat16 value, still in float32. On a GPU the conversion rounds to
+# nearest, ties to even (one cvt.rn); the interpreter's conversion truncates, so there the
+# rounding is written out on the bits (six integer operations and a select).
+ROUND_BF16_GPU = '''@triton.jit
+def ember_round_bf16(x):
+    """float32 -> the nearest bfloat16 value (ties to even), still in float32"""
+    return x.to(tl.bfloat16).to(tl.float32)
+'''
+ROUND_BF16_INTERPRETED = '''@triton.jit
+def ember_round_bf16(x):
+    """float32 -> the nearest bfloat16 value (ties to even; NaN stays NaN), still in float32:
+    written out because the interpreter's conversion truncates"""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return tl.where(x != x, x, rounded.to(tl.float32, bitcast=True))
+'''
+
+
 def prelude() -> str:
-    """The prelude with the tanh and erf polynomials' coefficients written in."""
+    """The prelude with the tanh and erf polynomials' coefficients written in, and the
+    bfloat16 rounding for where the kernels run."""
     text = PRELUDE.replace("TANH_SPLIT", repr(TANH_SPLIT)).replace("ERF_SPLIT", repr(ERF_SPLIT))
+    text = text.replace("ROUND_BF16\n", ROUND_BF16_INTERPRETED if interpreting() else
+                        ROUND_BF16_GPU)
     for name, values in (("TANH_P", TANH_COEFFICIENTS), ("ERF_NEAR", ERF_NEAR),
                          ("ERF_FAR", ERF_FAR)):
         for index, value in enumerate(values):
@@ -519,8 +535,8 @@ def _cast(node, args, w):
     (a,) = args
     source, target = node.inputs[0].dtype, node.dtype
     # A half value is carried in float32 between fused ops; leaving the half type, it must
-    # first become the half value eager would hold.
-    if source in (torch.float16, torch.bfloat16):
+    # first become the half value eager would hold (one loaded from memory already is).
+    if source in (torch.float16, torch.bfloat16) and a not in w.exact_halves:
         a = _round_half(a, source)
     if target is torch.bool:
         return f"({a} != 0)"
@@ -551,7 +567,8 @@ def load(dtype: torch.dtype, expression: str) -> str:
 
 def store(dtype: torch.dtype, value: str) -> str:
     if dtype is torch.bfloat16:
-        return f"ember_round_bf16({value}).to(tl.bfloat16)"
+        return f"ember_round_bf16({value}).to(tl.bfloat16)" if interpreting() else \
+            f"{value}.to(tl.bfloat16)"
     if dtype is torch.float16:
         return f"{value}.to(tl.float16)"
     return value

@@ -9,7 +9,6 @@ its namespace; nothing is looked up per call.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -25,42 +24,19 @@ from ember.lower.tracer import OutputSpec
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
 from ember.runtime.triton_launch import DeviceLaunch
+from ember.runtime.wrappers import (  # noqa: F401  (re-exported: the wrapper's helpers)
+    BuildNotKept,
+    EmptyOn,
+    KernelIndexError,
+    LayoutMismatch,
+    WrapperSource,
+    raise_index_error,
+    relaid,
+    same_layout,
+    shares_memory,
+)
 from ember.schedule.layout import row_major
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
-
-
-class LayoutMismatch(RuntimeError):
-    """A library call returned strides other than eager's (checked on the first call)."""
-
-
-class BuildNotKept(RuntimeError):
-    """A call needs another build of the graph than the one kept (a loaded export keeps the
-    first only): raised before the wrapper runs anything; eager answers that call."""
-
-
-class KernelIndexError(IndexError, RuntimeError):
-    """An index out of range in a generated kernel. Eager raises IndexError for some ops
-    (embedding, x[index]) and RuntimeError for others (gather, take, index_select): this is
-    both, so either `except` catches it."""
-
-
-def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
-    """Do `tensor`'s elements lie where eager's strides put them (size-1 dims aside)?"""
-    return all(n <= 1 or s == t for n, s, t in zip(tensor.shape, tensor.stride(), strides))
-
-
-def relaid(tensor: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
-    """A copy of `tensor` laid out by `strides` (a library call's operand as eager passes it).
-    NOTE: a stride 0 where the size passes 1 is eager's expand (multi-query attention's one
-    key head repeated over the query heads): its elements along that dim are one element, so
-    the copy holds one slice and is expanded — a copy into overlapping memory raises."""
-    repeated = [d for d, (n, s) in enumerate(zip(tensor.shape, strides)) if s == 0 and n > 1]
-    source = tensor
-    for dim in repeated:
-        source = source.narrow(dim, 0, 1)
-    copy = torch.empty_strided(source.shape, strides, dtype=tensor.dtype, device=tensor.device)
-    copy.copy_(source)
-    return copy.expand(tensor.shape) if repeated else copy
 
 
 def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[int, tuple]]:
@@ -74,37 +50,29 @@ def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[
     return found
 
 
-def shares_memory(result: torch.Tensor, *operands: torch.Tensor) -> bool:
-    """Does a library call's result lie in an operand's memory (an op that returns views
-    without saying so in its schema: ember would free or reuse that memory under it)?"""
-    if not isinstance(result, torch.Tensor) or not result.numel():
+def _calls_cudnn(node: Any, inputs: list[Buffer], device: torch.device) -> bool:
+    """Is this library call a 2-d convolution (no bias, not transposed, sizes known) that
+    eager would hand to cuDNN? Then the wrapper calls cuDNN's entry point as eager's dispatch
+    does (torch_internals.cudnn_convolution), without that dispatch's host time."""
+    if device.type != "cuda" or node.attrs["target"] is not torch.ops.aten.convolution.default \
+            or node.attrs["kwargs"]:
         return False
-    storage = result.untyped_storage().data_ptr()
-    return any(isinstance(t, torch.Tensor) and t.numel() and
-               t.untyped_storage().data_ptr() == storage for t in operands)
-
-
-def raise_index_error(kernel: str) -> None:
-    raise KernelIndexError(
-        f"index out of range in ember kernel {kernel}: an indexing op (take, gather, "
-        f"embedding, x[index]) read a position outside the tensor, as eager would refuse to")
-
-
-@dataclasses.dataclass(frozen=True)
-class EmptyOn:
-    """Uninitialized memory on `device` (a CUDA wrapper's allocation when the current device
-    is another): a value, not a closure, so a warm-start entry can keep it."""
-
-    device: torch.device
-
-    def __call__(self, size: Any, stride: Any, dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty_strided(size, stride, dtype=dtype, device=self.device)
-
-
-@dataclasses.dataclass
-class WrapperSource:
-    text: str
-    namespace: dict[str, Any]
+    args = node.attrs["args"]
+    if len(args) != 9 or not all(isinstance(a, Slot) for a in args[:2]) or \
+            args[2] is not None or args[6] or len(inputs[args[0].index].shape) != 4:
+        return False
+    layouts = node.attrs.get("operand_strides") or ()
+    stand_ins = []
+    for position in (args[0].index, args[1].index):
+        buffer = inputs[position]
+        strides = layouts[position] if position < len(layouts) and layouts[position] \
+            else buffer.strides
+        if not all(type(n) is int for n in (*buffer.shape, *strides)):
+            return False
+        stand_ins.append(torch.empty_strided(buffer.shape, strides, dtype=buffer.dtype,
+                                             device=device))
+    return torch_internals.convolution_backend(
+        *stand_ins, list(args[3]), list(args[4]), list(args[5]), args[8]) == "Cudnn"
 
 
 class _Writer:
@@ -335,6 +303,10 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
+            if _calls_cudnn(node, step.inputs, w.device):
+                x, weight, _, stride, padding, dilation, _, _, groups = arguments
+                target = w.constant(torch_internals.cudnn_convolution, "op")
+                arguments = [x, weight, stride, padding, dilation, groups]
             first = len(lines)
             if node.attrs["tuple_result"]:
                 result = f"result{position}"

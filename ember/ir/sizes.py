@@ -250,8 +250,11 @@ def _terms(value: Dim) -> tuple[tuple[Monomial, int], ...]:
 
 
 def exact_quotient(size: Size, divisor: Any) -> Dim | None:
-    """size / divisor when every term divides exactly (an int divisor > 0, or a one-term
-    Size), else None."""
+    """size / divisor when it divides exactly (an int divisor > 0 dividing every term, a
+    one-term Size, or a polynomial that is a factor: (256*s + 256) // (64*s + 64) is 4,
+    DeepSeek-V3's heads from a cache's numel), else None."""
+    if isinstance(divisor, Size) and len(divisor.terms) > 1:
+        return _polynomial_quotient(size, divisor)
     if isinstance(divisor, int) and not isinstance(divisor, bool):
         if divisor > 0 and all(c % divisor == 0 for _, c in size.terms):
             return Size.make({m: c // divisor for m, c in size.terms})
@@ -269,6 +272,23 @@ def exact_quotient(size: Size, divisor: Any) -> Dim | None:
                 return None
             table[tuple(rest)] = c // coefficient
         return Size.make(table)
+    return None
+
+
+def _polynomial_quotient(size: Size, divisor: Size) -> Dim | None:
+    """Long division by the divisor's leading term (terms are ordered by degree, then by
+    name: a monomial order, so an exact factor leaves no remainder)."""
+    leading = Size((divisor.terms[0],))
+    quotient: Dim = 0
+    remainder: Dim = size
+    for _ in range(64):  # (a quotient may have more terms than the dividend: s**3 - 1)
+        if isinstance(remainder, int):
+            return quotient if remainder == 0 else None
+        step = exact_quotient(Size((remainder.terms[0],)), leading)
+        if step is None:
+            return None
+        quotient = quotient + step
+        remainder = remainder - step * divisor
     return None
 
 

@@ -95,12 +95,19 @@ def elementwise_strides(tensors: Sequence[torch.Tensor], shape: Sequence[int],
 
 
 def _batch_norm_statistics(training_argument: int | None):
-    """CPU's batch norm in eval returns empty statistics; the meta kernel, per-channel ones."""
+    """CPU's batch norm allocates its result as `empty_like(input,
+    input.suggest_memory_format())`: row-major unless the input is channels-last, where the
+    meta kernel keeps any dense input's strides (PatchTST normalizes a transposed (batch,
+    channels, length) view). In eval it returns empty statistics; the meta kernel,
+    per-channel ones."""
 
     def fix(args, out):
-        if training_argument is not None and args[training_argument]:
-            return out
         result, mean, invstd = out
+        if result.ndim >= 2:
+            result = torch.empty_strided(result.shape, suggested_layout(result.shape, args[0]),
+                                         dtype=result.dtype, device="meta")
+        if training_argument is not None and args[training_argument]:
+            return result, mean, invstd
         return (result, torch.empty((0,), dtype=mean.dtype, device="meta"),
                 torch.empty((0,), dtype=invstd.dtype, device="meta"))
 

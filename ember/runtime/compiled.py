@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from ember import config, logs
-from ember.codegen.wrapper import BuildNotKept, LayoutMismatch, WrapperSource
 from ember.runtime.errors import raise_located
+from ember.runtime.wrappers import BuildNotKept, LayoutMismatch, WrapperSource
 
 
 def make_function(source: WrapperSource, filename: str) -> Callable:

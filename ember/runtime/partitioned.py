@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from ember import logs
-from ember.codegen.wrapper import WrapperSource
 from ember.partition import Partition
 from ember.runtime.compiled import make_function
 from ember.runtime.cudagraphs import CudaGraphed
+from ember.runtime.wrappers import WrapperSource
 
 
 class PartitionedGraph:

@@ -5,17 +5,19 @@ backward and any optimizer sees ordinary .grad tensors."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from ember.autodiff import tape
-from ember.autodiff.differentiate import Split
 from ember.ir.sizes import evaluate
-from ember.lower.tracer import OutputSpec
 from ember.runtime.compiled import eager_after, shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
 from ember.torch_internals import tree_unflatten
+
+if TYPE_CHECKING:
+    from ember.autodiff.differentiate import Split
+    from ember.lower.results import OutputSpec
 
 
 class TrainingGraph:

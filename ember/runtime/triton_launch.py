@@ -27,23 +27,24 @@ import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 import torch
 
 from ember import config, logs
-from ember.codegen.triton import TritonKernel
 from ember.runtime import disk_cache, triton_pool
 from ember.runtime.triton_key import file_key, install_file_key  # noqa: F401
+
+if TYPE_CHECKING:
+    from ember.codegen.triton import TritonKernel
 
 
 class TritonUnavailable(RuntimeError):
     pass
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "") == "1"
+interpreting = config.triton_interpreted
 
 
 def dependent_launch_supported(device_index: int) -> bool:
@@ -131,7 +132,7 @@ class InterpretedLaunch:
 
         _scalars_index(interpreter)
 
-        from ember.codegen.wrapper import KernelIndexError
+        from ember.runtime.wrappers import KernelIndexError
 
         builder = interpreter.interpreter_builder
         saved = builder.options

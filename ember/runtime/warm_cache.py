@@ -34,15 +34,13 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
-from ember.autodiff import tape
-from ember.codegen.glue import write_glue
-from ember.codegen.wrapper import WrapperSource
-from ember.partition import describe, region_module, split
 from ember.runtime import build, disk_cache, triton_launch
 from ember.runtime.compiled import CompiledGraph
-from ember.runtime.partitioned import PartitionedGraph
-from ember.runtime.training import TrainingGraph
 from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
+from ember.runtime.wrappers import WrapperSource
+
+# NOTE: a warm start imports the runtime only: what builds (partitions, autodiff's tapes) and
+# what trains or runs islands is imported where a graph of that kind is kept or rebuilt.
 
 FORMAT = "ember-warm-2"
 KIND = "warm"
@@ -71,11 +69,16 @@ def versions(triton: bool = False) -> dict[str, str]:
 @functools.cache
 def _ember_source() -> str:
     """A digest of ember's own source files: a change to ember (a checkout, an edit) makes
-    its older entries foreign, even under the same version number (~5 ms, once)."""
+    its older entries foreign, even under the same version number (~3 ms, once)."""
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, folders, names in os.walk(root):
+        folders[:] = sorted(name for name in folders if name != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, "rb") as file:
+                    digest.update(os.path.relpath(path, root).encode() + b"\0" + file.read())
     return digest.hexdigest()[:16]
 
 
@@ -94,10 +97,8 @@ def machine(gpu: int | None = None) -> str:
 
 def uses_triton(example_inputs: list[Any]) -> bool:
     """Are the graph's kernels Triton's (its tensors' device and EMBER_BACKEND)?"""
-    from ember.backends import kernel_backend  # (backends imports this module)
-
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-    return kernel_backend("cuda" if "cuda" in devices else "cpu") == "triton"
+    return config.kernel_backend("cuda" if "cuda" in devices else "cpu") == "triton"
 
 
 def _gpu(example_inputs: list[Any]) -> int | None:
@@ -110,6 +111,13 @@ def _gpu(example_inputs: list[Any]) -> int | None:
     return None
 
 
+def tapes_kept() -> bool:
+    """autodiff/tape.py's keeping(): where nothing imported it yet, nothing set it either,
+    and it is its default (a warm start does not import autodiff for it)."""
+    tape = sys.modules.get("ember.autodiff.tape")
+    return True if tape is None else tape.keeping()
+
+
 def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
     settings = dataclasses.asdict(config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
@@ -120,7 +128,7 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
              # (tapes: reduce-overhead's training graphs differentiate library calls without
              # them, autodiff/tape.py)
              repr((torch.is_grad_enabled(), torch_internals.autocast_state(),
-                   torch.are_deterministic_algorithms_enabled(), tape.keeping())),
+                   torch.are_deterministic_algorithms_enabled(), tapes_kept())),
              gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -159,6 +167,11 @@ def bypassed() -> Iterator[None]:
         yield
     finally:
         _unwanted.depth -= 1
+
+
+def is_bypassed() -> bool:
+    """Is this thread inside `bypassed()`?"""
+    return bool(getattr(_unwanted, "depth", 0))
 
 
 class Cold:
@@ -202,7 +215,7 @@ class Entry:
                     if isinstance(x, torch.Tensor) else x for x in example_inputs]
         self.cold = Cold(gm, functools.partial(_stand_ins, examples), torch.is_grad_enabled(),
                          label, recompile)
-        if getattr(_unwanted, "depth", 0) or not config.settings.warm_start:
+        if is_bypassed() or not config.settings.warm_start:
             # (off, or a compile that needs its schedule: ember/aot.py)
             self.key = None
             return
@@ -220,28 +233,23 @@ class Entry:
     def _load(self) -> Any:
         start = time.perf_counter()
         try:
-            data = self.path.read_bytes()
-        except OSError:  # (none kept: the common miss)
+            record = read_record(self.path, self.key, versions(self.triton))
+        except FileNotFoundError:  # (none kept: the common miss)
             counts["misses"] += 1
             return None
-        problem = _problem(data, self.path, self.key)
-        record = None
-        if problem is None:
-            try:
-                record = torch.load(io.BytesIO(data), weights_only=True)
-                problem = _foreign(record, versions(self.triton))
-            except Exception as error:  # noqa: BLE001 (a digest-valid entry torch cannot read)
-                problem = f"it cannot be read ({type(error).__name__}: {str(error)[:200]})"
-        if problem is None:
+        except Rejected as rejected:
+            problem = str(rejected)
+        else:
             try:
                 compiled = _rebuild(record, self)
+                problem = None
             except Exception as error:  # noqa: BLE001 (never trusted: compiled again)
                 problem = f"it cannot be rebuilt ({type(error).__name__}: {str(error)[:200]})"
         if problem is not None:
             counts["rejected"] += 1
             logs.channel("fallbacks").info("the warm-start entry %s fails its check (%s): the "
                                            "graph is compiled again", self.path, problem)
-            _remove(self.path)
+            remove(self.path)
             return None
         counts["hits"] += 1
         disk_cache.touch(self.path)
@@ -269,22 +277,9 @@ class Entry:
         return self.cold()
 
     def _keep(self, compiled: Any) -> None:
-        record = {"versions": versions(self.triton), **_record(compiled, self.gm)}
-        buffer = io.BytesIO()
-        torch.save(record, buffer)
-        data = buffer.getvalue()
-        try:
-            with disk_cache.building(KIND, self.key, ".pt") as path:
-                with disk_cache.temporary(path.parent, ".digest") as partial:
-                    partial.write_text(disk_cache.digest(self.key, data) + "\n")
-                    os.replace(partial, path.with_suffix(".digest"))
-                with disk_cache.temporary(path.parent, ".pt") as partial:
-                    partial.write_bytes(data)
-                    os.replace(partial, path)
-        except disk_cache.CacheUnusable as error:
-            raise NotKept(str(error)) from None
+        write_record(KIND, self.key, {"versions": versions(self.triton),
+                                      **_record(compiled, self.gm)})
         counts["kept"] += 1
-        disk_cache.enforce_cap(keep=path)
 
 
 def _stand_ins(examples: list[Any]) -> list[Any]:
@@ -293,25 +288,55 @@ def _stand_ins(examples: list[Any]) -> list[Any]:
             for x in examples]
 
 
-def _problem(data: bytes, path: Path, key: str) -> str | None:
+class Rejected(Exception):
+    """An entry that fails its check: cut short, overwritten, made by other versions."""
+
+
+def read_record(path: Path, key: str, expected: dict[str, str]) -> Any:
+    """The record kept at `path` under `key`, once its digest and its versions (`expected`)
+    check; FileNotFoundError when none is kept, Rejected when it fails a check."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise FileNotFoundError(path) from None
     try:
         recorded = path.with_suffix(".digest").read_text().strip()
     except OSError as error:
-        return f"its digest cannot be read ({error})"
+        raise Rejected(f"its digest cannot be read ({error})") from None
     if recorded != disk_cache.digest(key, data):
-        return "its contents do not match the digest written when it was kept (cut short, " \
-               "overwritten, or kept under another key)"
-    return None
-
-
-def _foreign(record: Any, expected: dict[str, str]) -> str | None:
+        raise Rejected("its contents do not match the digest written when it was kept (cut "
+                       "short, overwritten, or kept under another key)")
+    try:
+        record = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as error:  # noqa: BLE001 (a digest-valid entry torch cannot read)
+        raise Rejected(f"it cannot be read ({type(error).__name__}: {str(error)[:200]})") \
+            from None
     if not isinstance(record, dict) or record.get("versions") != expected:
         found = record.get("versions") if isinstance(record, dict) else type(record).__name__
-        return f"it was made by {found}, not {expected}"
-    return None
+        raise Rejected(f"it was made by {found}, not {expected}")
+    return record
 
 
-def _remove(path: Path) -> None:
+def write_record(kind: str, key: str, record: dict) -> None:
+    """Keep `record` (plain data, versions included) under `key`: its digest first, then the
+    record, each written whole and renamed into place."""
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    data = buffer.getvalue()
+    try:
+        with disk_cache.building(kind, key, ".pt") as path:
+            with disk_cache.temporary(path.parent, ".digest") as partial:
+                partial.write_text(disk_cache.digest(key, data) + "\n")
+                os.replace(partial, path.with_suffix(".digest"))
+            with disk_cache.temporary(path.parent, ".pt") as partial:
+                partial.write_bytes(data)
+                os.replace(partial, path)
+    except disk_cache.CacheUnusable as error:
+        raise NotKept(str(error)) from None
+    disk_cache.enforce_cap(keep=path)
+
+
+def remove(path: Path) -> None:
     for stale in (path, path.with_suffix(".digest")):
         try:
             stale.unlink()
@@ -323,6 +348,9 @@ def _remove(path: Path) -> None:
 def _record(compiled: Any, gm: torch.fx.GraphModule, whole: bool = True) -> dict:
     """`compiled`, the graph `gm` compiled, as plain data (`whole`: the graph itself, not a
     region of it)."""
+    from ember.runtime.partitioned import PartitionedGraph
+    from ember.runtime.training import TrainingGraph
+
     if type(compiled) is TrainingGraph:
         return _training_record(compiled, gm)
     if type(compiled) is PartitionedGraph and whole:
@@ -376,7 +404,7 @@ def _compiled_graph(record: dict, gm: torch.fx.GraphModule, eager: Callable, lab
     return compiled
 
 
-def _training_record(graph: TrainingGraph, gm: torch.fx.GraphModule) -> dict:
+def _training_record(graph: Any, gm: torch.fx.GraphModule) -> dict:
     """A training graph: its compiled forward and backward, and what of autodiff's split the
     autograd.Function reads (runtime/training.py)."""
     encoder = Encoder(gm)
@@ -402,8 +430,9 @@ def _training_record(graph: TrainingGraph, gm: torch.fx.GraphModule) -> dict:
     }
 
 
-def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: str
-                    ) -> TrainingGraph:
+def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: str) -> Any:
+    from ember.runtime.training import TrainingGraph
+
     decoder = Decoder(gm, [], record["tensors"])
     forward = _compiled_graph(record["forward"], gm, _ColdPart(cold, "forward_graph"), label,
                               lambda: cold().forward_graph)
@@ -438,11 +467,14 @@ class _ColdPart:
         return getattr(self.cold(), self.part).eager(*args)
 
 
-def _partitioned_record(graph: PartitionedGraph, gm: torch.fx.GraphModule) -> dict:
+def _partitioned_record(graph: Any, gm: torch.fx.GraphModule) -> dict:
     """Compiled regions with eager islands between them: each region's compiled graph, and
     what finds the partition again from the FX graph alone (the islands' nodes by name, with
     their reasons; each region's example inputs): the islands are the graph's own calls,
     made again from the new process's graph, and so is the glue between the pieces."""
+    from ember.codegen.glue import write_glue
+    from ember.partition import region_module, split
+
     if graph.eager_region_count:
         raise NotKept("a region of it runs eagerly (" + "; ".join(
             graph.islands[graph.island_count:]) + "): compiled again in a new process")
@@ -472,7 +504,11 @@ def _partitioned_record(graph: PartitionedGraph, gm: torch.fx.GraphModule) -> di
     }
 
 
-def _partitioned_graph(record: dict, entry: Entry) -> PartitionedGraph:
+def _partitioned_graph(record: dict, entry: Entry) -> Any:
+    from ember.codegen.glue import write_glue
+    from ember.partition import describe, region_module, split
+    from ember.runtime.partitioned import PartitionedGraph
+
     gm, label = entry.gm, entry.label
     partition = split(gm, dict(record["islands"]))
     decoder = Decoder(gm, [], record["tensors"])

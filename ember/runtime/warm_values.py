@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.codegen.wrapper import BuildNotKept
 from ember.runtime import build, triton_launch
+from ember.runtime.wrappers import BuildNotKept
 
 
 class NotKept(Exception):

@@ -387,6 +387,47 @@ def convolution_uses_onednn(x: torch.Tensor, weight: torch.Tensor, stride: list[
     return backend == torch._C._ConvBackend.Mkldnn
 
 
+def convolution_backend(x: torch.Tensor, weight: torch.Tensor, stride: list[int],
+                        padding: list[int], dilation: list[int], groups: int) -> str:
+    """The kernel family eager's convolution of these tensors (no bias, not transposed) would
+    call: `Cudnn`, `CudaDepthwise2d`, `Mkldnn`, `Slow2d`, ... (torch decides by the tensors'
+    geometry, dtype and device, and by switches such as torch.backends.cudnn.enabled)."""
+    backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
+                                            [0] * len(stride), groups, None)
+    return backend.name
+
+
+_cudnn_enabled = torch._C._get_cudnn_enabled
+_cudnn_benchmark = torch._C._get_cudnn_benchmark
+_cudnn_deterministic = torch._C._get_cudnn_deterministic
+_deterministic_algorithms = torch._C._get_deterministic_algorithms
+if hasattr(torch._C, "_get_fp32_precision_getter"):
+    _fp32_precision = torch._C._get_fp32_precision_getter
+
+    def _cudnn_allow_tf32() -> bool:
+        """Eager's convolution asks for the convolutions' own float32 precision."""
+        return _fp32_precision("cuda", "conv") == "tf32"
+else:  # (torch before the per-op precision switches)
+    _cudnn_allow_tf32 = torch._C._get_cudnn_allow_tf32
+_cudnn_call = torch.cudnn_convolution
+_aten_convolution = torch.ops.aten.convolution.default
+
+
+def cudnn_convolution(x: torch.Tensor, weight: torch.Tensor, stride: list[int],
+                      padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
+    """aten.convolution (no bias, not transposed) of operands that eager hands to cuDNN
+    (convolution_backend says `Cudnn`), called as eager's dispatch calls it — cuDNN's entry
+    point with the switches of this moment, which lays out the operands and the result as
+    aten.convolution does — without that dispatch's own host time (argument checks, the
+    backend's choice: 5-10 us a call). With cuDNN switched off since, aten.convolution."""
+    if not _cudnn_enabled():
+        return _aten_convolution(x, weight, None, stride, padding, dilation, False,
+                                 [0] * len(stride), groups)
+    return _cudnn_call(x, weight, padding, stride, dilation, groups, _cudnn_benchmark(),
+                       _cudnn_deterministic() or _deterministic_algorithms(),
+                       _cudnn_allow_tf32())
+
+
 def suggest_memory_format(tensor: torch.Tensor) -> torch.memory_format:
     """The memory format torch's kernels read `tensor`'s strides as (C++'s
     suggest_memory_format: channels-last or contiguous), for real or meta tensors."""

@@ -4,8 +4,9 @@ scripted helpers, Bloom's custom autograd.Function in training, OPT's LayerDrop,
 multi-query key expanded over the heads, Wav2Vec2's constant-result probe, Funnel's arange
 over position tensors made of constants, Wav2Vec2's first hidden state set to require grad in
 training, LayoutLM's attention function read with Mapping.get over a KeyError,
-RecurrentGemma's cache methods bound with function.__get__): tiny random models, one graph
-each, eager's answers and gradients. And greedy
+RecurrentGemma's cache methods bound with function.__get__, PatchTST's batch norm over a
+transposed view in training): tiny random models, one graph each, eager's answers and
+gradients. And greedy
 decoding with a KV cache (Mistral's and Gemma-2's sliding-window cache layers keep their length
 as a Python int): eager's tokens, the prompt's capture and one for every later step."""
 
@@ -21,7 +22,8 @@ from ember.bench import model_sweep  # noqa: E402
                                         ("gpt_bigcode", "infer"), ("wav2vec2", "infer"),
                                         ("funnel", "infer"), ("funnel", "train"),
                                         ("wav2vec2", "train"), ("layoutlm", "infer"),
-                                        ("recurrent_gemma", "infer"), ("mamba", "infer")])
+                                        ("recurrent_gemma", "infer"), ("mamba", "infer"),
+                                        ("patchtst", "train")])
 def test_a_real_model_compiles_whole_and_answers_as_eager(name, mode):
     result = model_sweep.run_case(name, model_sweep.cases()[name], mode)
     assert result["status"] == "ok", result

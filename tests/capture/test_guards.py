@@ -536,6 +536,8 @@ def test_what_cannot_be_captured_in_an_autocast_region_runs_eagerly():
             y = x @ x.T
             if y.sum() > 0:  # (no break inside a region: the frame runs eagerly)
                 y = y + 1
+            else:  # (a body alone, only computing, would be merged with where)
+                y = y - 1
         return y
 
     x = t(3, 3)

@@ -122,3 +122,35 @@ def test_sizes_one_and_odd_sizes_on_either_backend(kernel_backend, builds):
     compiled = ember.compile(s1)
     over_batches(s1, compiled, 24, [1, 2, 1, 3, 1000, 7])
     assert len(compiled.records) == 2 and len(builds()) == 2, builds()
+
+
+class Offsets:
+    """A cache as transformers' sliding-window layers keep one: a Python int on the object,
+    grown by each call and only computed with (the mask's positions), never a size."""
+
+    def __init__(self):
+        self.length = 0
+
+    def update(self, x):
+        self.length += x.shape[1]
+        return self.length - x.shape[1]
+
+
+def offset_positions(x, cache):
+    offset = cache.update(x)
+    positions = torch.arange(x.shape[1]) + (offset - 3)
+    return x * (positions >= 0) + positions
+
+
+def test_an_int_only_computed_with_is_a_0d_tensor_input_of_one_build(kernel_backend, builds):
+    # the length became a symbol after it changed, but no tensor input's size holds it, so
+    # the kernels could not read it: compiled per shape, so once per step. Now the graph takes
+    # it as a 0-d tensor: one build serves every later length
+    compiled = ember.compile(offset_positions)
+    mine, theirs = Offsets(), Offsets()
+    for step in range(6):
+        x = t(2, 5 if step == 0 else 1, seed=step)
+        torch.testing.assert_close(compiled(x, mine), offset_positions(x, theirs))
+        assert mine.length == theirs.length
+    assert len(compiled.records) == 2 and len(builds()) == 2, builds()
+    assert not isinstance(compiled.records[1].compiled, ShapeSpecialized)

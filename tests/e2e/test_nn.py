@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from helpers import DEVICE, check, make, make_layout, watching_fallbacks
 
 import ember
+from ember import torch_internals
 
 MATMUL_TOLERANCE = dict(rtol=1e-4, atol=1e-4)
 
@@ -393,8 +394,16 @@ def _squeeze_excite(x, w1, b1, w2, b2):
     return x * gate.sigmoid()
 
 
+@pytest.fixture
+def float32_convolutions():
+    """eager's cuDNN convolutions in float32, not TF32 (their default), where ember computes
+    one as a matmul (which cuBLAS does not round to TF32 by default)."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        yield
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])
-def test_a_squeeze_excite_blocks_convolutions_are_matmuls(channels_last):
+def test_a_squeeze_excite_blocks_convolutions_are_matmuls(channels_last, float32_convolutions):
     """1x1 convolutions of single-position images lower to matmuls on views (their biases
     added in the kernels after them): no convolution is called, values and gradients are
     eager's, in either layout."""
@@ -419,3 +428,26 @@ def test_a_squeeze_excite_blocks_convolutions_are_matmuls(channels_last):
     lowered = trace(torch.fx.symbolic_trace(lambda x, w: F.conv2d(x, w)), [x, weights[0]])
     assert [n.attrs["target"] for n in lowered.graph.nodes if n.op is Op.LIBRARY] == \
         [torch.ops.aten.convolution.default]
+
+
+def _two_convolutions(x, w1, w2, scale):
+    return F.conv2d(torch.relu(F.conv2d(x, w1, padding=1) * scale), w2, stride=2)
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="cuDNN's entry point: CUDA only")
+@pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])
+def test_convolutions_eager_hands_to_cudnn_are_called_there_directly(channels_last):
+    """On CUDA the wrapper calls cuDNN's entry point for a convolution eager would hand to
+    cuDNN (torch_internals.cudnn_convolution, skipping aten.convolution's host time): every
+    bit and stride as eager's, in bf16 and float32."""
+    for dtype in (torch.bfloat16, torch.float32):
+        x = make(4, 16, 12, 12).to(dtype)
+        w1, w2 = make(32, 16, 3, 3, seed=1).to(dtype), make(8, 32, 3, 3, seed=2).to(dtype)
+        scale = make(1, 32, 1, 1, seed=3).to(dtype)
+        if channels_last:
+            x, w1, w2 = (t.contiguous(memory_format=torch.channels_last) for t in (x, w1, w2))
+        graph = check(_two_convolutions, x, w1, w2, scale, rtol=0, atol=0)
+        checked, fast = graph.wrappers
+        names = [name for name, value in fast.namespace.items()
+                 if value is torch_internals.cudnn_convolution]
+        assert len(names) == 1 and fast.text.count(f"{names[0]}(") == 2, fast.text

@@ -9,7 +9,7 @@ import torch
 from ember.ir.graph import Graph
 from ember.ir.interpreter import interpret
 from ember.ir.ops import Op
-from ember.ir.sizes import Undecided, guess, symbol
+from ember.ir.sizes import Undecided, exact_quotient, guess, symbol
 
 s0, s1 = symbol("s0"), symbol("s1")
 
@@ -62,3 +62,15 @@ def test_bounds_keep_the_correlation_of_terms():
     assert 96 * s1 < 96 * s0 * s1 and s0 * s1 - 1 < s0 * s1
     with pytest.raises(Undecided):
         _ = s0 * s1 < 4 * s0  # (true for s1 < 4 only)
+
+
+def test_a_polynomial_divides_exactly_by_a_factor():
+    # (256*s + 256) // (64*s + 64): DeepSeek-V3's heads from a cached tensor's numel once
+    # its batch is a symbol; not a factor: undecided, as before
+    s, u = symbol("s1"), symbol("s2")
+    assert (256 * s + 256) // (64 * s + 64) == 4
+    assert exact_quotient(s * s * s - 1, s - 1) == s * s + s + 1
+    assert exact_quotient(s * u + s + u + 1, s + 1) == u + 1
+    assert exact_quotient(s * s + 1, s + 1) is None
+    with pytest.raises(Undecided):
+        (3 * s + 2) // (s + 1)

@@ -1,6 +1,8 @@
 """The layout ember gives pointwise results must be eager's (TensorIterator's), even where the
 meta kernels disagree with eager: size-1 dims, Python numbers as operands, decompositions."""
 
+import copy
+
 import pytest
 import torch
 
@@ -71,3 +73,55 @@ def test_flip_keeps_the_layout_of_its_input():
             corrected = eager_layout(torch.ops.aten.flip.default, [meta, [0]], {},
                                              torch.ops.aten.flip.default(meta, [0]))
             assert corrected.stride() == x.flip(0).stride(), (tuple(x.shape), x.stride())
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_cpu_batch_norm_allocates_in_the_inputs_suggested_memory_format(training):
+    # CPU's kernel: empty_like(input, input.suggest_memory_format()), row-major for a
+    # transposed (batch, channels, length) view (PatchTST); the meta kernel keeps its strides
+    aten = torch.ops.aten
+    inputs = [torch.rand(6, 4, 8).transpose(1, 2), torch.rand(2, 5, 6, 8).permute(0, 3, 1, 2),
+              torch.rand(2, 8, 5, 6).contiguous(memory_format=torch.channels_last),
+              torch.rand(2, 8, 3, 4, 5).contiguous(memory_format=torch.channels_last_3d),
+              torch.rand(2, 8, 5)]
+    for x in inputs:
+        channels = [torch.rand(8), torch.rand(8), torch.zeros(8), torch.ones(8)]
+        for op, args in [(aten.native_batch_norm.default, (x, *channels, training, 0.1, 1e-5)),
+                         (aten._native_batch_norm_legit_no_training.default,
+                          (x, *channels, 0.1, 1e-5))]:
+            meta_args = [_meta(a) for a in args]
+            corrected = eager_layout(op, meta_args, {}, op(*meta_args))
+            expected = op(*args)
+            assert [t.stride() for t in corrected] == [t.stride() for t in expected], \
+                (op, tuple(x.shape), x.stride())
+
+
+def test_batch_norm_in_training_over_a_transposed_view_runs_compiled():
+    # the library call's result was checked against the meta kernel's strides, failed, and
+    # sent the whole graph to eager
+    from helpers import watching_fallbacks
+
+    import ember
+
+    torch.manual_seed(0)
+    norm = torch.nn.BatchNorm1d(8).train()
+    reference = copy.deepcopy(norm)
+
+    def fn(module, x):
+        return (module(x.transpose(1, 2)).transpose(1, 2) * 2).sum(-1)
+
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    x_eager = x.detach().clone().requires_grad_()
+    compiled = ember.compile(fn)
+    with watching_fallbacks() as fallbacks:
+        got = compiled(norm, x)
+        got.sum().backward()
+    assert not [m for m in fallbacks.messages if "eager" in m], fallbacks.messages
+    want = fn(reference, x_eager)
+    want.sum().backward()
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x.grad, x_eager.grad)
+    torch.testing.assert_close(norm.weight.grad, reference.weight.grad)
+    torch.testing.assert_close(norm.running_mean, reference.running_mean)
+    explained = ember.explain(fn)(copy.deepcopy(reference), x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)

@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -158,6 +159,9 @@ def _add_one(x):
 
 
 def _compile_once(x):
+    # (the graph's entry alone: the function's entry before capture, ember/warm_entries.py,
+    # would find it without a capture; tests/test_warm_capture.py tests that one)
+    shutil.rmtree(Path(config.settings.cache_dir) / "function", ignore_errors=True)
     before = dict(warm_cache.counts)
     result = ember.compile(_add_one)(x)
     ember.reset()

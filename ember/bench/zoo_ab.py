@@ -1,0 +1,112 @@
+"""Zoo models under several variants in one process, timed in interleaved rounds: an A/B of
+ember's settings that a noisy host cannot fake (between processes and between device calls
+this H200's host moved torch.compile's GPT-2 from 2.35 to 3.73 ms; inside one process, round
+after round, the variants share whatever the host does).
+
+    python3 -m ember.bench.zoo_ab efficientnet mobilenetv3 \\
+        --variants eager,tc,ember,ember:convolution_layout=always [--rounds 5 --calls 20]
+        [--mode infer|train] [--device cpu --size quick]
+
+A variant `ember:name=value,...` compiles with those `ember.config` settings overridden
+(the compile and the first calls run under them; what the settings change is decided then).
+Per model and variant: the median of the rounds' ms per call (each round `--calls` calls and a
+device sync), the spread (min-max), the ratio to the first variant, and the largest difference
+of the first call's answer from eager's.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from typing import Any
+
+import torch
+
+import ember
+from ember import config
+from ember.bench import zoo
+
+
+def _settings(variant: str) -> dict[str, Any]:
+    """`ember:a=1,b=always` -> {"a": 1, "b": "always"}, typed as the setting's default."""
+    if ":" not in variant:
+        return {}
+    fields = {field.name: field for field in dataclasses.fields(config.settings)}
+    found: dict[str, Any] = {}
+    for pair in variant.split(":", 1)[1].split(","):
+        name, _, text = pair.partition("=")
+        if name not in fields:
+            raise SystemExit(f"{variant}: ember.config has no setting {name!r}")
+        current = getattr(config.settings, name)
+        found[name] = text.lower() in ("1", "true", "on") if isinstance(current, bool) else \
+            type(current)(text) if current is not None else text
+    return found
+
+
+def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: str):
+    """(step, args, settings) with the model compiled as the variant says, first calls made."""
+    step, args = zoo.instantiate(spec, mode, size, device)
+    settings = _settings(variant)
+    with config.override(**settings):
+        if variant.startswith("ember"):
+            step.model_slot[0] = ember.compile(step.model)
+        elif variant == "tc":
+            step.model_slot[0] = torch.compile(step.model)
+        with torch.set_grad_enabled(mode == "train"):
+            first = step(*args)
+            for _ in range(2):
+                step(*args)
+    return step, args, settings, first
+
+
+def _difference(a: Any, b: Any) -> float:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (a.float() - b.float()).abs().max().item()
+    return float("nan")
+
+
+def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
+            size: str, device: str) -> None:
+    spec = zoo.find(name)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    prepared = {variant: _prepared(spec, variant, mode, size, device) for variant in variants}
+    reference = prepared[variants[0]][3]
+    times: dict[str, list[float]] = {variant: [] for variant in variants}
+    with torch.set_grad_enabled(mode == "train"):
+        for _ in range(rounds):
+            for variant, (step, args, settings, _) in prepared.items():
+                with config.override(**settings):
+                    sync()
+                    started = time.perf_counter()
+                    for _ in range(calls):
+                        step(*args)
+                    sync()
+                times[variant].append((time.perf_counter() - started) * 1e3 / calls)
+    base = statistics.median(times[variants[0]])
+    print(f"== {name} ({mode}, {device}, {size}): {rounds} rounds of {calls} calls")
+    for variant in variants:
+        median = statistics.median(times[variant])
+        print(f"  {variant:<40} {median:8.3f} ms  ({min(times[variant]):.3f}-"
+              f"{max(times[variant]):.3f})  x{median / base:5.2f}  "
+              f"diff {_difference(prepared[variant][3], reference):.3g}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+")
+    parser.add_argument("--variants", default="eager,tc,ember")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--size", default="full", choices=["full", "quick", "tiny"])
+    options = parser.parse_args()
+    for name in options.models:
+        compare(name, options.variants.split(","), options.rounds, options.calls,
+                options.mode, options.size, options.device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,379 @@
+"""A capture as plain data, for a warm start before capture (ember/warm_entries.py): its
+guards, input sources, scope constants, runner constants and FX graph.
+
+Takes what a capture left (GuardSet, Sources, the K and GG of its scope, the runner's
+namespace, the FX graph); gives lists [kind, ...] that torch.load(weights_only=True) reads
+back, and decodes them in a new process. Objects are kept by name only: a module, class or
+function resolves through sys.modules (never imported here: a module the new process has not
+imported is a miss), a function also by its code's digest, and the file of a user's module
+by its digest (`files`). An object without such a name (an nn.Module, a lambda, a tensor made
+at import time) raises NotKept: its entry is not kept.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import functools
+import hashlib
+import os
+import sys
+import sysconfig
+import types
+from typing import Any
+
+import torch
+
+from ember.capture import sources
+from ember.capture.guards import GuardSet
+from ember.capture.sources import Source
+
+
+class NotKept(Exception):
+    """A capture (or a value of it) that an entry cannot carry."""
+
+
+class Unresolved(Exception):
+    """A kept name that this process does not resolve to what it named (a module not
+    imported, a function whose code changed): the entry is not used."""
+
+
+def code_digest(code: types.CodeType) -> str:
+    """What a code object does, as a digest: its bytecode, constants (nested code too), names,
+    signature, place and line table."""
+    digest = hashlib.sha256()
+    _digest_code(code, digest)
+    return digest.hexdigest()
+
+
+def _digest_code(code: types.CodeType, digest: Any) -> None:
+    for part in (code.co_code, code.co_exceptiontable, code.co_linetable):
+        digest.update(part)
+        digest.update(b"\0")
+    for part in (code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+                 code.co_filename, code.co_qualname, code.co_firstlineno, code.co_flags,
+                 code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount):
+        digest.update(repr(part).encode() + b"\0")
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            _digest_code(constant, digest)
+        else:
+            digest.update(_constant_text(constant).encode() + b"\0")
+
+
+def _constant_text(value: Any) -> str:
+    """A code constant as text that is the same in every process (a frozenset's repr follows
+    its strings' hashes, which differ per process)."""
+    if isinstance(value, frozenset):
+        return "frozenset(" + ", ".join(sorted(_constant_text(v) for v in value)) + ")"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_constant_text(v) for v in value) + ")"
+    return f"{type(value).__name__}:{value!r}"
+
+
+def file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha256(file.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def inlined_file(code: types.CodeType) -> tuple[str, str]:
+    """(path, digest) of the file whose source gives `code`, checked: the file compiled now
+    must hold that very code (a file edited after its module was imported would otherwise
+    vouch for code this process never ran)."""
+    if not os.path.isabs(code.co_filename):  # (a path relative to a folder since left)
+        raise NotKept(f"it inlined {code.co_qualname}, from {code.co_filename}")
+    path = os.path.realpath(code.co_filename)
+    digest = file_digest(path)
+    if digest is None or code_digest(code) not in _codes_of(code.co_filename, digest):
+        raise NotKept(f"it inlined {code.co_qualname}, whose file ({code.co_filename}) does "
+                      f"not hold its code now")
+    return path, digest
+
+
+@functools.lru_cache(maxsize=64)
+def _codes_of(path: str, digest: str) -> frozenset[str]:
+    """The digests of every code object of the file at `path` (read as `digest` says)."""
+    with open(path, "rb") as file:
+        source = file.read()
+    found: set[str] = set()
+    try:
+        pending = [builtins.compile(source, path, "exec", dont_inherit=True)]
+    except (SyntaxError, ValueError):
+        return frozenset()
+    while pending:
+        code = pending.pop()
+        found.add(code_digest(code))
+        pending.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return frozenset(found)
+
+
+def _package_folder(module: types.ModuleType) -> str:
+    return os.path.dirname(os.path.realpath(module.__file__)) + os.sep
+
+
+# Code whose version the entry's key already names: torch's and ember's (their versions and
+# ember's source digest), Python's own library (its version)
+_VERSIONED = tuple({_package_folder(torch), _package_folder(sys.modules["ember"]),
+                    *(os.path.realpath(sysconfig.get_paths()[name]) + os.sep
+                      for name in ("stdlib", "platstdlib"))})
+
+
+def versioned(path: str) -> bool:
+    return os.path.realpath(path).startswith(_VERSIONED)
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes)
+
+
+class Encoder:
+    """Values as plain data, by name (see the module's docstring); `files`: the user's files
+    the named values come from, with their digests."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, str] = {}
+
+    def value(self, value: Any) -> list:
+        code = self._encode(value)
+        back = Decoder().value(code)
+        if not (back is value or (type(back) is type(value) and _equal(back, value))):
+            raise NotKept(f"a {type(value).__name__} ({value!r:.80}) that does not survive "
+                          f"being kept")
+        return code
+
+    def _encode(self, value: Any) -> list:
+        kind = type(value)
+        if kind in _PLAIN:
+            return ["plain", value]
+        if kind in (tuple, list, set, frozenset):
+            return [kind.__name__, [self._encode(v) for v in value]]
+        if kind is dict:
+            return ["dict", [[self._encode(k), self._encode(v)] for k, v in value.items()]]
+        if kind is slice:
+            return ["slice", [self._encode(v) for v in (value.start, value.stop, value.step)]]
+        if kind is range:
+            return ["range", [value.start, value.stop, value.step]]
+        if value is Ellipsis:
+            return ["ellipsis"]
+        if kind is torch.Size:
+            return ["torch.Size", list(value)]
+        if kind is torch.device:
+            return ["device", str(value)]
+        if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+            name = str(value).removeprefix("torch.")
+            if getattr(torch, name, None) is value:
+                return ["torch", name]
+        if isinstance(value, Source):
+            return self._source(value)
+        if type(value).__name__ == "_KeyRef":  # (a dict key kept as K[i]: its expression)
+            return ["expression", repr(value)]
+        if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            return ["op", str(value)]
+        if isinstance(value, types.ModuleType):
+            if sys.modules.get(value.__name__) is not value:
+                raise NotKept(f"the module {value.__name__}, which sys.modules does not hold")
+            return ["module", value.__name__]
+        named = _name(value)
+        if named is None:
+            raise NotKept(f"a {type(value).__name__} without a name to find it again by "
+                          f"({str(value):.80})")
+        module, attribute = named
+        self._file(module, value)
+        if isinstance(value, types.FunctionType):
+            return ["function", module, attribute, code_digest(value.__code__)]
+        return ["global", module, attribute]
+
+    def _source(self, source: Source) -> list:
+        if getattr(sources, type(source).__name__, None) is not type(source) or \
+                not dataclasses.is_dataclass(source):
+            raise NotKept(f"a source of another kind ({type(source).__name__})")
+        return ["source", type(source).__name__,
+                [self._encode(getattr(source, field.name))
+                 for field in dataclasses.fields(source)]]
+
+    def _file(self, module_name: str, value: Any) -> None:
+        """The user's file that `value` comes from, digested (torch's, ember's and Python's
+        own are named by their versions)."""
+        module = sys.modules.get(module_name)
+        path = getattr(module, "__file__", None)
+        if path is None:
+            if module_name in sys.builtin_module_names or module_name.startswith("torch."):
+                return  # (a C module: torch._C and its parts, builtins, _operator)
+            raise NotKept(f"{getattr(value, '__qualname__', value)} comes from {module_name}, "
+                          f"which has no file to check it against")
+        if versioned(path):
+            return
+        digest = file_digest(path) if os.path.isabs(path) else None
+        if digest is None:
+            raise NotKept(f"the file {path} cannot be read")
+        self.files[os.path.realpath(path)] = digest
+
+    def guards(self, guards: GuardSet) -> list:
+        if guards.shapes is not None and guards.shapes.symbolic:
+            raise NotKept("its sizes are symbols")
+        encoded = []
+        for guard in guards.guards.values():
+            if guard.kind == "size":
+                raise NotKept("a guard over symbolic sizes")
+            encoded.append([guard.kind, None if guard.source is None
+                            else self._source(guard.source), self._encode(guard.expected)])
+        # (decoded at once: what comes back must be the same guards)
+        if [g.key() for g in Decoder().guards(encoded).guards.values()] != \
+                list(guards.guards):
+            raise NotKept("its guards do not survive being kept")
+        return encoded
+
+    def graph(self, gm: torch.fx.GraphModule) -> list:
+        """The FX graph's nodes: [op, name, target, args, kwargs, stack trace] each."""
+        nodes = []
+        for node in gm.graph.nodes:
+            if node.op not in ("placeholder", "call_function", "call_method", "output"):
+                raise NotKept(f"its graph has a {node.op} node ({node.name})")
+            target = node.target if isinstance(node.target, str) else \
+                self._encode(node.target)
+            nodes.append([node.op, node.name, target, self._argument(node.args),
+                          self._argument(node.kwargs), node.meta.get("stack_trace")])
+        return nodes
+
+    def _argument(self, value: Any) -> list:
+        if isinstance(value, torch.fx.Node):
+            return ["node", value.name]
+        if isinstance(value, (tuple, list)):  # (FX's immutable lists too)
+            return ["tuple" if isinstance(value, tuple) else "list",
+                    [self._argument(v) for v in value]]
+        if isinstance(value, dict):
+            return ["dict", [[self._encode(k), self._argument(v)] for k, v in value.items()]]
+        return self._encode(value)
+
+
+def _name(value: Any) -> tuple[str, str] | None:
+    """(module, attribute path) that finds `value` again, through sys.modules."""
+    module = getattr(value, "__module__", None)
+    objclass = getattr(value, "__objclass__", None)
+    candidates = []
+    for name in (getattr(value, "__qualname__", None), getattr(value, "__name__", None)):
+        if isinstance(name, str) and "<" not in name:
+            if isinstance(module, str):
+                candidates.append((module, name))
+            if objclass is not None and "." not in name:  # (a method of a C class)
+                candidates.append((objclass.__module__, f"{objclass.__qualname__}.{name}"))
+    for module_name, attribute in candidates:
+        try:
+            if _resolve(module_name, attribute) is value:
+                return module_name, attribute
+        except Unresolved:
+            continue
+    return None
+
+
+def _resolve(module_name: str, attribute: str) -> Any:
+    found: Any = sys.modules.get(module_name)
+    if found is None:
+        raise Unresolved(f"the module {module_name} is not imported")
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise Unresolved(f"{module_name}.{attribute} does not exist") from None
+    return found
+
+
+class _Expression:
+    """A dict key that a source writes as an expression (K[i]): what repr gives."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class Decoder:
+    """Encoded values back; a name this process does not resolve to what was kept raises
+    Unresolved."""
+
+    def value(self, code: list) -> Any:
+        kind = code[0]
+        if kind == "plain":
+            return code[1]
+        if kind in ("tuple", "list", "set", "frozenset"):
+            return {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[kind](
+                self.value(c) for c in code[1])
+        if kind == "dict":
+            return {self.value(k): self.value(v) for k, v in code[1]}
+        if kind == "slice":
+            return slice(*(self.value(c) for c in code[1]))
+        if kind == "range":
+            return range(*code[1])
+        if kind == "ellipsis":
+            return Ellipsis
+        if kind == "torch.Size":
+            return torch.Size(code[1])
+        if kind == "device":
+            return torch.device(code[1])
+        if kind == "torch":
+            return getattr(torch, code[1])
+        if kind == "source":
+            return getattr(sources, code[1])(*(self.value(c) for c in code[2]))
+        if kind == "expression":
+            return _Expression(code[1])
+        if kind == "op":
+            found: Any = torch.ops
+            for part in code[1].split("."):
+                found = getattr(found, part)
+            return found
+        if kind == "module":
+            module = sys.modules.get(code[1])
+            if module is None:
+                raise Unresolved(f"the module {code[1]} is not imported")
+            return module
+        if kind == "function":
+            function = _resolve(code[1], code[2])
+            if not isinstance(function, types.FunctionType) or \
+                    code_digest(function.__code__) != code[3]:
+                raise Unresolved(f"{code[1]}.{code[2]} is not the function it was")
+            return function
+        if kind == "global":
+            return _resolve(code[1], code[2])
+        raise ValueError(f"unknown kind {kind!r}")
+
+    def guards(self, encoded: list) -> GuardSet:
+        guards = GuardSet()
+        for kind, source, expected in encoded:
+            guards.add(kind, None if source is None else self.value(source),
+                       self.value(expected))
+        return guards
+
+    def graph(self, nodes: list) -> torch.fx.GraphModule:
+        graph = torch.fx.Graph()
+        made: dict[str, torch.fx.Node] = {}
+        for op, name, target, args, kwargs, stack_trace in nodes:
+            node = graph.create_node(
+                op, target if isinstance(target, str) else self.value(target),
+                self._argument(args, made), self._argument(kwargs, made), name=name)
+            if node.name != name:
+                raise ValueError(f"the graph's node {name} came back as {node.name}")
+            if stack_trace is not None:
+                node.meta["stack_trace"] = stack_trace
+            made[name] = node
+        return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+    def _argument(self, code: list, made: dict[str, torch.fx.Node]) -> Any:
+        kind = code[0]
+        if kind == "node":
+            return made[code[1]]
+        if kind in ("tuple", "list"):
+            items = [self._argument(c, made) for c in code[1]]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "dict":
+            return {self.value(k): self._argument(v, made) for k, v in code[1]}
+        return self.value(code)
+
+
+def _equal(first: Any, second: Any) -> bool:
+    try:
+        return bool(first == second)
+    except Exception:  # noqa: BLE001 (a value whose == is not a truth: not the same)
+        return False

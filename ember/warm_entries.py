@@ -1,0 +1,353 @@
+"""Warm start before capture: a compiled function's cache entry — its guards, its runner and
+its compiled graph — kept in the disk cache under the function's code, so that a new
+process's first call of a known function neither captures nor compiles, nor imports the
+capture or the compiler (issue 20, item 3; notes/2026-12-warm-start-before-capture.md).
+
+Takes a CompiledFunction and a call's bound arguments; gives the cache entry rebuilt from the
+disk cache, or None (then the call captures, and `keep` stores what it made). The key: the
+function's code, its compile options and ember's settings, ember's, torch's and Python's
+versions, the CPU and C compiler, the global modes guards read, and the arguments' types and
+tensor layouts. What is kept: the guards as data (ember/capture/records.py), compiled again
+in the new process and still checked on every call; the runner's source and constants; the
+FX graph, whose compiled form comes from the graph's own warm-cache entry
+(ember/runtime/warm_cache.py); the digests of the user's files whose code the capture inlined
+or whose objects it names. Not kept (said on EMBER_LOGS=perf): graph breaks, symbolic sizes,
+CUDA graphs, backends other than ember's, and guards on objects without a name — every
+nn.Module (the design's point 3). An entry whose digest, versions or files do not check is
+removed and the call captured; one whose names do not resolve here is not used.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import hashlib
+import sys
+import time
+from typing import Any
+
+import torch
+
+from ember import config, dumps, logs, torch_internals
+from ember.runtime import disk_cache, warm_cache
+
+KIND = "function"
+
+# what this process's warm starts before capture did (tests count with them: a warm first
+# call captures nothing); `stale`: an entry whose files changed, `unresolved`: one whose
+# names this process does not resolve (a module not imported yet), `refused`: one whose
+# guards refuse the call
+counts = {"hits": 0, "misses": 0, "kept": 0, "not_kept": 0, "rejected": 0, "stale": 0,
+          "unresolved": 0, "refused": 0}
+
+
+@dataclasses.dataclass
+class WarmCapture:
+    """What a cache entry rebuilt without a capture knows of it (the fields of
+    capture/captured.py's Captured that recompile messages, explain and dumps read)."""
+
+    graph_module: torch.fx.GraphModule
+    input_sources: list[Any]
+    example_inputs: list[Any]
+    guards: Any
+    runner_source: str
+    runner_namespace: dict[str, Any]
+    scope: dict[str, Any]
+    op_count: int
+    runner_lines: list[str]
+    break_reason: Any = None
+    resumptions: list = dataclasses.field(default_factory=list)
+    callees: dict = dataclasses.field(default_factory=dict)
+    symbolic: bool = False
+
+
+def wanted(function: Any) -> bool:
+    """Does this compiled function keep and look for entries (cheap: before each capture)?"""
+    from ember.api import CUDA_GRAPH_MODES
+
+    return function.settings.get("warm_start", config.settings.warm_start) and \
+        not warm_cache.is_bypassed() and function.backend_option == "ember" and \
+        function.depth == 0 and function.mode not in CUDA_GRAPH_MODES
+
+
+# -- the key ------------------------------------------------------------------------------
+def key_of(function: Any, arguments: dict[str, Any]) -> str | None:
+    """The key of this call's entry, None where an argument cannot be described."""
+    settings = dataclasses.asdict(config.settings)
+    settings.update(function.settings)
+    for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
+        settings.pop(name)
+    try:
+        described = [f"{name}: {_describe(value)}" for name, value in arguments.items()]
+    except Exception:  # noqa: BLE001 (a sparse tensor's strides, an odd object)
+        return None
+    from ember.capture.records import code_digest
+
+    parts = [KIND, repr(sorted(warm_cache.versions().items())), sys.version,
+             warm_cache.machine(), code_digest(function.function.__code__),
+             repr((function.fullgraph, function.dynamic, function.mode)),
+             repr(sorted(settings.items())),
+             repr((torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                   torch.get_default_dtype(), torch_internals.autocast_state(),
+                   torch.are_deterministic_algorithms_enabled())),
+             *described]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """An argument as the key sees it: a tensor's layout, a plain value, a container's items,
+    else its type (the guards say the rest)."""
+    if isinstance(value, torch.Tensor):
+        return (f"{type(value).__module__}.{type(value).__qualname__}{tuple(value.shape)}"
+                f"{value.stride()}+{value.storage_offset()} {value.dtype} {value.device} "
+                f"{value.requires_grad}")
+    kind = type(value)
+    if kind in (type(None), bool, int, float, str):
+        return f"{kind.__name__} {value!r}"
+    if kind in (tuple, list) and depth < 3 and len(value) <= 64:
+        return f"{kind.__name__}[{', '.join(_describe(v, depth + 1) for v in value)}]"
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+# -- keep ---------------------------------------------------------------------------------
+def keep(function: Any, entry: Any, key: str) -> None:
+    """Store a captured entry under `key` (never raises: it runs either way; why it is not
+    kept is said on EMBER_LOGS=perf)."""
+    try:
+        _keep(function, entry, key)
+    except Exception as error:  # noqa: BLE001
+        from ember.capture.records import NotKept
+
+        counts["not_kept"] += 1
+        logs.channel("perf").info("%s: a new process captures it again (no warm start "
+                                  "before capture: %s%s)", function.where,
+                                  "" if isinstance(error, NotKept) else
+                                  f"{type(error).__name__}: ", error)
+
+
+def _keep(function: Any, entry: Any, key: str) -> None:
+    from ember.capture.records import Encoder, NotKept, inlined_file, versioned
+
+    captured = entry.captured
+    if captured.break_reason is not None or captured.resumptions or captured.callees:
+        raise NotKept("it breaks the graph (entries without breaks are kept)")
+    if captured.symbolic:
+        raise NotKept("its sizes are symbols")
+    scope = captured.scope
+    if not scope["GG"] or scope["GG"][0] is not function.function.__globals__:
+        raise NotKept("its globals are not its function's")
+    encoder = Encoder()
+    guards = encoder.guards(captured.guards)
+    modules = []
+    for globals_dict in scope["GG"][1:]:  # (the globals of the functions it inlined)
+        name = globals_dict.get("__name__")
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is None or module.__dict__ is not globals_dict:
+            raise NotKept("it reads the globals of a module sys.modules does not hold")
+        modules.append(name)
+    constants = [encoder.value(value) for value in scope["K"]]
+    inputs = [encoder.value(source) for source in captured.input_sources]
+    namespace = [[name, encoder.value(value)] for name, value in
+                 captured.runner_namespace.items()]
+    graph = encoder.graph(captured.graph_module)
+    examples = [_example(value) for value in captured.example_inputs]
+    for code in captured.inlined_codes:  # (the code it inlined, by its file)
+        if not versioned(code.co_filename):
+            path, digest = inlined_file(code)
+            encoder.files[path] = digest
+    compiled = entry.compiled
+    passthrough = bool(getattr(compiled, "passthrough", False))
+    if not passthrough:
+        _check_graph_kept(function, graph, examples, captured)
+    record = {"versions": warm_cache.versions(), "where": function.where,
+              "files": sorted([path, digest] for path, digest in encoder.files.items()),
+              "guards": guards, "modules": modules, "constants": constants,
+              "input_sources": inputs, "runner": captured.runner_source,
+              "runner_lines": list(captured.runner_lines), "namespace": namespace,
+              "graph": graph, "examples": examples, "op_count": captured.op_count,
+              "passthrough": passthrough}
+    warm_cache.write_record(KIND, key, record)
+    counts["kept"] += 1
+
+
+def _example(value: Any) -> list:
+    """An example input as what makes a stand-in of it (the graph's warm-cache key reads the
+    metadata alone)."""
+    from ember.capture.records import NotKept
+
+    if type(value) in (torch.Tensor, torch.nn.Parameter):
+        return ["tensor", type(value) is torch.nn.Parameter, list(value.shape),
+                list(value.stride()), value.storage_offset(), str(value.dtype).split(".")[1],
+                str(value.device), value.requires_grad]
+    if type(value) in (bool, int, float):
+        return ["plain", value]
+    raise NotKept(f"an example input of type {type(value).__name__}")
+
+
+def _stand_in(example: list) -> Any:
+    if example[0] == "plain":
+        return example[1]
+    _, parameter, shape, stride, offset, dtype, device, requires_grad = example
+    reach = offset + sum((n - 1) * s for n, s in zip(shape, stride)) + 1 \
+        if all(shape) else offset
+    tensor = torch.empty(reach, dtype=getattr(torch, dtype), device=device).as_strided(
+        shape, stride, offset)
+    if parameter:
+        return torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    return tensor.requires_grad_(requires_grad)
+
+
+def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any) -> None:
+    """The compiled graph must come back in a new process: the FX graph rebuilt from what is
+    kept gives the same code and the same warm-cache key, and the warm cache holds it."""
+    from ember.capture.records import Decoder, NotKept
+
+    rebuilt = Decoder().graph(graph)
+    if rebuilt.code != captured.graph_module.code:
+        raise NotKept("its FX graph does not come back the same")
+    with _compiling(function):
+        key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples])
+        if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs)):
+            raise NotKept("its graph's warm-cache key differs for the graph kept")
+    if not disk_cache.entry_path(warm_cache.KIND, key, ".pt").exists():
+        raise NotKept("its compiled graph is not in the warm cache")
+
+
+# -- find ---------------------------------------------------------------------------------
+def load(function: Any, arguments: dict[str, Any], key: str) -> Any:
+    """The cache entry kept under `key`, rebuilt for this process, or None (a miss, or an
+    entry that fails a check: removed, or not for this process)."""
+    started = time.perf_counter()
+    path = disk_cache.entry_path(KIND, key, ".pt")
+    try:
+        record = warm_cache.read_record(path, key, warm_cache.versions())
+    except FileNotFoundError:
+        counts["misses"] += 1
+        return None
+    except warm_cache.Rejected as rejected:
+        return _reject(path, "rejected", f"fails its check ({rejected})")
+    from ember.capture.records import Unresolved
+
+    try:
+        changed = _changed_file(record)
+        if changed is not None:
+            return _reject(path, "stale", f"was made from another version of {changed}")
+        entry = _rebuild(function, record, arguments)
+    except Unresolved as error:
+        counts["unresolved"] += 1
+        logs.channel("recompiles").info("%s: the warm-start entry %s is not for this process "
+                                        "(%s): captured", function.where, path, error)
+        return None
+    except Exception as error:  # noqa: BLE001 (never trusted: captured again)
+        return _reject(path, "rejected", f"cannot be rebuilt ({type(error).__name__}: "
+                                         f"{str(error)[:200]})")
+    if entry is None:
+        return None
+    counts["hits"] += 1
+    disk_cache.touch(path)
+    if logs.enabled("perf"):
+        logs.channel("perf").info("%s: warm start before capture in %.1f ms (%s)",
+                                  function.where, (time.perf_counter() - started) * 1e3, path)
+    return entry
+
+
+def _reject(path: Any, kind: str, problem: str) -> None:
+    counts[kind] += 1
+    logs.channel("fallbacks").info("the warm-start entry %s %s: the call is captured again",
+                                   path, problem)
+    warm_cache.remove(path)
+    return None
+
+
+def _changed_file(record: dict) -> str | None:
+    from ember.capture.records import file_digest
+
+    for path, digest in record["files"]:
+        if file_digest(path) != digest:
+            return path
+    return None
+
+
+def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
+    """The entry's guards compiled for this call (None when they refuse it), its compiled
+    graph from the warm cache (None when that is gone), its runner."""
+    from ember.api import CacheEntry, CaptureRecord, _passthrough
+    from ember.capture.guards import compile_guarded_runner, compile_guards
+    from ember.capture.records import Decoder, Unresolved
+
+    decoder = Decoder()
+    scope_globals = [function.function.__globals__]
+    for name in record["modules"]:
+        module = sys.modules.get(name)
+        if module is None:
+            raise Unresolved(f"the module {name} is not imported")
+        scope_globals.append(module.__dict__)
+    scope = {"GG": scope_globals, "G": scope_globals[0],
+             "K": [decoder.value(code) for code in record["constants"]],
+             "C": function.function.__closure__ or ()}
+    guards = decoder.guards(record["guards"])
+    guard, text = compile_guards(guards, scope, arguments)
+    if not guard(arguments):
+        counts["refused"] += 1
+        return None
+    gm = decoder.graph(record["graph"])
+    examples = [_stand_in(example) for example in record["examples"]]
+    if record["passthrough"]:
+        compiled = _passthrough(gm)
+    else:
+        from ember.dumps import graph_label
+
+        with _compiling(function):
+            compiled = warm_cache.Entry(gm, examples, graph_label(gm), _recompile).compiled
+        if compiled is None:
+            return None
+    inputs = [decoder.value(code) for code in record["input_sources"]]
+    namespace = dict({name: decoder.value(code) for name, code in record["namespace"]},
+                     **scope, compiled=compiled)
+    exec(builtins.compile(record["runner"], f"<ember runner {function.where}>", "exec"),
+         namespace)  # noqa: S102 (our own code, from an entry whose digest checked)
+    call = compile_guarded_runner(guards, scope, arguments, inputs, record["runner_lines"],
+                                  namespace, function.where)
+    captured = WarmCapture(gm, inputs, examples, guards, record["runner"], namespace, scope,
+                           record["op_count"], list(record["runner_lines"]))
+    _seen(function.frame_sizes, guards)
+    dumps.dump_entry(captured, text, call, function.where)
+    function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
+    return CacheEntry(guard, namespace["run"], captured, text, call=call, compiled=compiled)
+
+
+def _seen(frame_sizes: Any, guards: Any) -> None:
+    """The sizes and ints the entry was captured for, as its capture would have told the
+    function's FrameSizes (automatic dynamic: a later capture for other sizes makes the
+    changed ones symbols, as after a capture in this process)."""
+    for guard in guards.guards.values():
+        if guard.kind == "tensor":
+            frame_sizes.see_tensor(guard.source.expr(), tuple(guard.expected[3]))
+        elif guard.kind == "equals" and type(guard.expected) is int and \
+                type(guard.source).__name__ != "CallSource":
+            frame_sizes.read_int(guard.source.expr(), guard.expected)
+
+
+def _compiling(function: Any) -> contextlib.ExitStack:
+    """The modes `function`'s graphs are compiled in (CompiledFunction._entry): its settings,
+    training graphs' library calls taped (autodiff/tape.py; where nothing imported it, that
+    is its default already)."""
+    modes = contextlib.ExitStack()
+    tape = sys.modules.get("ember.autodiff.tape")
+    if tape is not None:
+        modes.enter_context(tape.kept(True))
+    modes.enter_context(config.override(**function.settings))
+    return modes
+
+
+def _recompile(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str) -> Any:
+    """A rebuilt graph's cold compile (the rare call its compiled form gives away)."""
+    from ember.backends import compile_stages
+
+    return compile_stages(gm, example_inputs, label)
+

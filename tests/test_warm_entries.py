@@ -1,0 +1,361 @@
+"""ember/warm_entries.py: a new process's first call of a known function starts from its
+cache entry — no capture, no compile, and neither imported (counted, never timed) — with
+eager's answers; a changed function, helper file or global is captured again (never a
+stale answer); guards still refuse other calls; a corrupt or foreign entry is rebuilt;
+EMBER_WARM_START=0 keeps none. Each process runs on a temporary EMBER_CACHE_DIR."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import ember
+from ember import api, config, warm_entries
+from ember.capture import records
+from ember.capture.guards import GuardSet
+from ember.capture.sources import AttrSource, GlobalSource, ItemSource, LocalSource
+from ember.runtime import disk_cache
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HELPERS = """
+def shifted(x):
+    return x - 0.5
+"""
+
+CONSTANTS = """
+SHIFT = 0.01
+"""
+
+USER_CODE = """
+import torch
+import torch.nn.functional as F
+
+import constants
+import helpers
+
+SCALE = 2.0
+LOG = []
+
+
+def f(x, y):  # (a helper inlined from another file, a global of its own)
+    return helpers.shifted(torch.relu(x @ y + 1)).softmax(-1) * SCALE, x.t()
+
+
+def g(x):  # (a constant of another module, read through it)
+    for _ in range(3):
+        x = F.gelu(x * 1.01 + constants.SHIFT)
+    return x
+
+
+def h(x, y):  # (an input written in place, a global list appended to)
+    x.add_(1)
+    LOG.append(len(LOG))
+    return x * y
+
+
+def swap(x, y):  # (a graph that computes nothing)
+    return y, x
+
+
+def model_call(x):  # (an nn.Module's identity guard: not kept)
+    return MODEL(x)
+
+
+def loss(x, w):  # (a training graph)
+    return (torch.sin(x) @ w).relu().pow(2).sum()
+
+
+MODEL = torch.nn.Linear(4, 4)
+"""
+
+# Calls each named function of user_code on n x n inputs for each size, compares with
+# eager (results and inputs written in place), and reports what the process did.
+DRIVER = """
+import json, sys
+import torch
+import ember
+from ember import warm_entries
+sys.path.insert(0, sys.argv[1])
+import user_code
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return torch.allclose(a, b, atol=1e-6)
+    return type(a) is type(b) and len(a) == len(b) and all(same(p, q) for p, q in zip(a, b))
+
+torch.manual_seed(0)
+sizes = [int(s) for s in sys.argv[3].split(",")]
+for name in sys.argv[2].split(","):
+    function = getattr(user_code, name)
+    compiled = ember.compile(function)
+    for n in sizes:
+        args = [torch.randn(n, n) for _ in range(function.__code__.co_argcount)]
+        copies = [a.clone() for a in args]
+        got = compiled(*args)
+        want = function(*copies)
+        assert same(got, want), name
+        assert all(torch.equal(a, c) for a, c in zip(args, copies)), name
+imported = [m for m in ("ember.capture.captured", "ember.backends", "ember.lower",
+                        "ember.autodiff.tape", "sympy") if m in sys.modules]
+print("report", json.dumps({"counts": warm_entries.counts, "log": user_code.LOG,
+                            "imported": imported}))
+"""
+
+# A training step: the gradients of the compiled loss against eager's
+TRAINING = """
+import json, sys
+import torch
+import ember
+from ember import warm_entries
+sys.path.insert(0, sys.argv[1])
+import user_code
+
+torch.manual_seed(0)
+x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+ember.compile(user_code.loss)(x, w).backward()
+grads = [x.grad.clone(), w.grad.clone()]
+x.grad = w.grad = None
+user_code.loss(x, w).backward()
+assert torch.allclose(grads[0], x.grad, atol=1e-5)
+assert torch.allclose(grads[1], w.grad, atol=1e-5)
+imported = [m for m in ("ember.capture.captured", "ember.backends", "sympy")
+            if m in sys.modules]
+print("report", json.dumps({"counts": warm_entries.counts, "imported": imported}))
+"""
+
+
+def _write(folder: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (folder / name).write_text(textwrap.dedent(text))
+
+
+@pytest.fixture
+def project(tmp_path):
+    folder = tmp_path / "project"
+    folder.mkdir()
+    _write(folder, {"helpers.py": HELPERS, "constants.py": CONSTANTS,
+                    "user_code.py": USER_CODE, "driver.py": DRIVER,
+                    "training.py": TRAINING})
+    return folder
+
+
+def _run(project: Path, names: str, sizes: str = "4", warm: str = "1",
+         program: str = "driver.py") -> dict:
+    environment = dict(os.environ, PYTHONPATH=str(ROOT),
+                       EMBER_CACHE_DIR=str(project.parent / "cache"), EMBER_WARM_START=warm,
+                       EMBER_LOGS="perf,fallbacks,recompiles")
+    environment.pop("EMBER_BACKEND", None)
+    done = subprocess.run([sys.executable, str(project / program), str(project), names,
+                           sizes], capture_output=True, text=True, env=environment,
+                          timeout=300, cwd=project.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.split("report ", 1)[1])
+    report["said"] = done.stderr
+    return report
+
+
+def _counts(**found: int) -> dict:
+    return {**{name: 0 for name in warm_entries.counts}, **found}
+
+
+def _entries(project: Path) -> list[Path]:
+    return sorted((project.parent / "cache" / warm_entries.KIND).rglob("*.pt"))
+
+
+def test_a_second_process_neither_captures_nor_compiles(project):
+    first = _run(project, "f,g,h,swap")
+    assert first["counts"] == _counts(misses=4, kept=4), first["said"][-3000:]
+    second = _run(project, "f,g,h,swap")
+    assert second["counts"] == _counts(hits=4), second["said"][-3000:]
+    # (nothing of the capture or the compiler is even imported, nor sympy, which the
+    # capture's first fake tensor imports)
+    assert second["imported"] == []
+    assert second["log"] == [0, 1]  # (the compiled call appended, then eager's)
+    assert second["said"].count("warm start before capture") == 4
+
+
+def test_a_training_graph_starts_warm_with_eager_s_gradients(project):
+    first = _run(project, "", program="training.py")
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = _run(project, "", program="training.py")
+    assert second["counts"] == _counts(hits=1) and second["imported"] == []
+
+
+def test_guards_are_still_checked_on_every_call(project):
+    _run(project, "f")
+    # (4 x 4: the entry; 5 x 5: its guards refuse, captured — with symbolic sizes, as after
+    # a capture for 4 x 4 in this process: automatic dynamic — and not kept; 4 x 4 again:
+    # the entry)
+    report = _run(project, "f", "4,5,4")
+    assert report["counts"] == _counts(hits=1, misses=1, not_kept=1)
+    assert "captured with symbolic sizes" in report["said"]
+    assert "its sizes are symbols" in report["said"]
+
+
+def test_a_changed_function_is_captured_again(project):
+    _run(project, "f,g")
+    _write(project, {"user_code.py": USER_CODE.replace("x * 1.01", "x * 1.02")})
+    report = _run(project, "f,g")
+    # (f's code is the same, and so are the files it reads: its entry serves; g's is not)
+    assert report["counts"] == _counts(hits=1, misses=1, kept=1)
+
+
+def test_a_changed_file_of_inlined_code_is_captured_again(project):
+    _run(project, "f,g")
+    _write(project, {"helpers.py": HELPERS.replace("0.5", "0.25")})
+    report = _run(project, "f,g")
+    assert report["counts"] == _counts(hits=1, stale=1, kept=1), report["said"][-3000:]
+    assert "was made from another version of" in report["said"]
+    assert _run(project, "f,g")["counts"] == _counts(hits=2)  # (kept again, whole)
+
+
+@pytest.mark.parametrize("change", [
+    ("user_code.py", USER_CODE, "SCALE = 2.0", "SCALE = 3.0", "f"),  # (a global of its own)
+    ("constants.py", CONSTANTS, "0.01", "0.02", "g"),  # (another module's, read through it)
+])
+def test_a_changed_global_is_captured_again(project, change):
+    file, text, old, new, name = change
+    _run(project, name)
+    _write(project, {file: text.replace(old, new)})
+    report = _run(project, name)  # (compared with eager's answer: the new value's)
+    assert report["counts"] == _counts(refused=1, kept=1)
+
+
+def test_a_corrupt_or_foreign_entry_is_rebuilt(project):
+    _run(project, "f")
+    [entry] = _entries(project)
+    data = bytearray(entry.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    report = _run(project, "f")
+    assert report["counts"] == _counts(rejected=1, misses=0, kept=1)
+    assert "fails its check" in report["said"]
+
+    def foreign(record):
+        record["versions"]["torch"] = "1.0.0"
+
+    _rewrite(entry, foreign)
+    assert _run(project, "f")["counts"] == _counts(rejected=1, kept=1)
+
+    def damaged(record):  # (a digest that vouches for a record no process could rebuild)
+        record["runner"] = "def run(L):\n    return ("
+
+    _rewrite(entry, damaged)
+    assert _run(project, "f")["counts"] == _counts(rejected=1, kept=1)
+    assert _run(project, "f")["counts"] == _counts(hits=1)
+
+
+def _rewrite(entry: Path, change) -> None:
+    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+    change(record)
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    entry.write_bytes(buffer.getvalue())
+    entry.with_suffix(".digest").write_text(
+        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+
+
+def test_warm_start_off_keeps_nothing(project):
+    assert _run(project, "f", warm="0")["counts"] == _counts()
+    assert not _entries(project)
+
+
+def test_a_module_s_identity_guard_is_not_kept(project):
+    first = _run(project, "model_call")
+    assert first["counts"] == _counts(misses=1, not_kept=1)
+    assert "a Linear without a name to find it again by" in first["said"]
+    assert _run(project, "model_call")["counts"] == _counts(misses=1, not_kept=1)
+
+
+def test_import_ember_imports_neither_the_capture_nor_the_compiler():
+    code = ("import sys, torch, ember; print(sorted(m for m in ('ember.capture.captured', "
+            "'ember.capture.calls', 'ember.backends', 'ember.lower', 'ember.autodiff.tape', "
+            "'ember.codegen.c', 'sympy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+    assert callable(ember.backend) and ember.backend.__module__ == "ember.backends"
+
+
+# -- in this process ----------------------------------------------------------------------
+def _scaled(x, scale=2.0):
+    return x * scale
+
+
+def test_the_key_names_the_code_the_options_the_modes_and_the_arguments():
+    x = torch.randn(3)
+    plain = api.CompiledFunction(_scaled)
+    key = warm_entries.key_of(plain, {"x": x, "scale": 2.0})
+    assert key == warm_entries.key_of(api.CompiledFunction(_scaled), {"x": x, "scale": 2.0})
+    others = [
+        warm_entries.key_of(api.CompiledFunction(_scaled, dynamic=False),
+                            {"x": x, "scale": 2.0}),
+        warm_entries.key_of(api.CompiledFunction(_scaled, settings={"parallel_threshold": 7}),
+                            {"x": x, "scale": 2.0}),
+        warm_entries.key_of(plain, {"x": x, "scale": 3.0}),
+        warm_entries.key_of(plain, {"x": torch.randn(4), "scale": 2.0}),
+        warm_entries.key_of(plain, {"x": x.double(), "scale": 2.0}),
+        warm_entries.key_of(api.CompiledFunction(_add_one), {"x": x, "scale": 2.0}),
+    ]
+    with torch.no_grad():
+        others.append(warm_entries.key_of(plain, {"x": x, "scale": 2.0}))
+    with config.override(backend="interp"):
+        others.append(warm_entries.key_of(plain, {"x": x, "scale": 2.0}))
+    assert len({key, *others}) == len(others) + 1
+
+
+def _add_one(x, scale=2.0):
+    return x + 1
+
+
+def test_guards_and_graphs_come_back_from_plain_data():
+    guards = GuardSet()
+    guards.add("global", None, ("default_dtype", torch.float32))
+    guards.add("id", GlobalSource("torch"), torch)
+    guards.add("id", GlobalSource("_scaled"), _scaled)
+    guards.add("type", ItemSource(LocalSource("xs"), 0), torch.Tensor)
+    guards.add("equals", AttrSource(GlobalSource("config"), "x"), 2.5)
+    guards.add("tensor", LocalSource("x"), (torch.Tensor, torch.float16,
+                                            torch.device("cpu"), (3, 4), (4, 1), False))
+    encoder = records.Encoder()
+    back = records.Decoder().guards(encoder.guards(guards))
+    assert list(back.guards) == list(guards.guards)
+    assert [g.expected for g in back.guards.values()] == \
+        [g.expected for g in guards.guards.values()]
+    assert Path(__file__).resolve().as_posix() in encoder.files  # (_scaled's file, digested)
+    gm = torch.fx.symbolic_trace(lambda x: torch.softmax(x * 2, dim=-1).t() + x.sum())
+    assert records.Decoder().graph(records.Encoder().graph(gm)).code == gm.code
+
+
+def test_objects_without_a_name_are_not_kept():
+    encoder = records.Encoder()
+    for value in (torch.nn.Linear(2, 2), lambda x: x, torch.zeros(2), object()):
+        with pytest.raises(records.NotKept):
+            encoder.value(value)
+    with pytest.raises(records.Unresolved):  # (a module this process has not imported)
+        records.Decoder().value(["module", "no_such_module_here"])
+    changed = ["function", __name__, "_scaled", "0" * 64]
+    with pytest.raises(records.Unresolved):  # (a function whose code is another now)
+        records.Decoder().value(changed)
+
+
+def test_inlined_code_is_vouched_for_only_by_the_file_that_holds_it(tmp_path, monkeypatch):
+    (tmp_path / "edited_after_import.py").write_text("def double(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_after_import
+
+    code = edited_after_import.double.__code__
+    path, digest = records.inlined_file(code)
+    assert path == os.path.realpath(tmp_path / "edited_after_import.py")
+    # (edited after this process imported it: the file no longer holds the code it ran)
+    (tmp_path / "edited_after_import.py").write_text("def double(x):\n    return x * 3\n")
+    with pytest.raises(records.NotKept):
+        records.inlined_file(code)
