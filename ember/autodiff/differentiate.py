@@ -257,6 +257,11 @@ class _Differentiator:
         if len(wrt) < len(self.wrt):
             eager = self.reached_in_eager or set()
             wrt = [index for index in self.wrt if index in eager or index in wrt]
+        if self.reached_in_eager is not None:
+            # and inputs the data flow reaches where eager's autograd does not get None too:
+            # a tensor inside a list handed to a custom Function's apply (a library call
+            # here, every operand an edge) is no input of eager's autograd node
+            wrt = [index for index in wrt if index in self.reached_in_eager]
         results = []
         for index in wrt:
             node = graph.inputs[index]

@@ -92,6 +92,9 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
             return getattr(value, name)
         if isinstance(value, RangeValue) and name in ("start", "stop", "step"):
             return Const(getattr(value.range, name))
+        if not hasattr(value.python_type(), name):
+            # (hasattr and getattr's default read this as missing, as eager does)
+            raise Unsupported(f"{value.describe()} has no attribute {name!r}")
         return ValueMethodValue(value, name)
     if isinstance(value, NestedFunctionValue):
         if name == "__name__":

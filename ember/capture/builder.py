@@ -133,10 +133,13 @@ class GraphBuilder:
 
     # -- operations -----------------------------------------------------------------------
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any],
-             refuse: Callable[[Any, list], str | None] | None = None) -> Value:
+             refuse: Callable[[Any, list], str | None] | None = None,
+             run: Callable[..., Any] | None = None) -> Value:
         """Add call_function/call_method `target` on tracked arguments; return the result.
         `refuse(example, fake_args)`: why the call, as run on fakes, cannot be a node (no
-        node is made then: Unsupported)."""
+        node is made then: Unsupported). `run`: what runs on the fakes in the target's stead
+        (it watches the run, and may settle what the target returns: a custom Function's
+        apply, capture/autograd_functions.py)."""
         try:
             fx_args, fx_kwargs = to_fx(args, self.size_node), to_fx(kwargs, self.size_node)
         except Unsupported as error:  # say which call took the argument
@@ -151,14 +154,15 @@ class GraphBuilder:
             contextlib.nullcontext()
         try:
             with self.fake_mode, torch.set_grad_enabled(self.grad_enabled), reads:
-                function = getattr(fake_args[0], target) if kind == "call_method" else target
+                function = run if run is not None else \
+                    getattr(fake_args[0], target) if kind == "call_method" else target
                 positional = fake_args[1:] if kind == "call_method" else fake_args
                 example = torch_internals.calling_composites(
                     lambda: function(*positional, **fake_kwargs))
         except torch_internals.data_dependent_errors() as error:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
-                return self.call(kind, target, *folded, refuse)
+                return self.call(kind, target, *folded, refuse, run)
             known = self.known.operands(kind, target, args, kwargs) is not None
             raise Unsupported(f"{_name_of(target)} needs tensor values to know its result "
                               f"({type(error).__name__})"
@@ -175,7 +179,7 @@ class GraphBuilder:
         if isinstance(reads, NumberReads) and reads.seen:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
-                return self.call(kind, target, *folded, refuse)
+                return self.call(kind, target, *folded, refuse, run)
         if refuse is not None:
             reason = refuse(example, list(torch_internals.tree_flatten((fake_args,
                                                                        fake_kwargs))[0]))

@@ -84,8 +84,8 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
     if name == "append" and isinstance(sequence, OutsideListValue) and sequence.unread and \
             len(args) == 1 and not kwargs:
         # (replayed on the real list after the graph; its items stay unread)
+        session.side_effects.changed(sequence)  # (before: a break undoes the change)
         sequence.pending.append(args[0])
-        session.side_effects.changed(sequence)
         session.side_effects.call(list.append, [sequence, args[0]])
         return Const(None)
     items = sequence.items

@@ -4,22 +4,20 @@ Takes a callee the captured code calls; gives what its marker asks for, or None 
 carries none: a torch.library custom op is one node calling its op (torch.ops.ns.name); a
 torch.compiler.disable'd function breaks the graph at its call and runs natively, never
 inlined; a torch.compiler.allow_in_graph'd function is one node calling it (the backend runs
-it as an opaque call); so is a custom torch.autograd.Function's apply, whose backward is then
-the user's own (the backend keeps eager's autograd record of the call). torch._dynamo's own
-marker functions get rules here too. This module must not inline anything: what a marker
-keeps whole stays whole.
+it as an opaque call). A custom torch.autograd.Function's apply is found here and handed to
+capture/autograd_functions.py. torch._dynamo's own marker functions get rules here too. This
+module must not inline anything: what a marker keeps whole stays whole.
 """
 
 from __future__ import annotations
 
-import inspect
 import types
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ember import torch_internals
+from ember.capture import autograd_functions
 from ember.capture.calls import call_rules, call_torch, when_dynamo_imported
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value
@@ -35,11 +33,12 @@ from ember.capture.values import (
 )
 
 if TYPE_CHECKING:
+    from ember.capture.interpreter import Frame
     from ember.capture.session import Session
 
 
-def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict[str, Value]
-                ) -> Value | None:
+def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict[str, Value],
+                frame: Frame | None = None) -> Value | None:
     """The call of a marked callee as its marker asks, or None (not marked: called as any
     other). The callee's identity is guarded where it was read, so the answer holds."""
     if isinstance(callee, BoundMethodValue):
@@ -47,11 +46,7 @@ def call_marked(session: Session, callee: Value, args: list[Value], kwargs: dict
         if isinstance(function_class, type) and \
                 issubclass(function_class, torch.autograd.Function) and \
                 getattr(callee.function, "value", None) is _FUNCTION_APPLY:
-            if _marks_dirty(function_class):
-                raise Unsupported(f"{function_class.__qualname__}.apply writes its input in "
-                                  f"place (ctx.mark_dirty): it runs outside the graph")
-            return session.builder.call("call_function", _applier(function_class),
-                                        tuple(args), kwargs, refuse=_returns_an_input_view)
+            return autograd_functions.call_apply(session, callee.receiver, args, kwargs, frame)
         return None
     constant = _constant_result(session, callee, args, kwargs)
     if constant is not None:
@@ -99,56 +94,6 @@ def _constant_result(session: Session, callee: Value, args: list[Value],
         return None
     result = real(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
     return Const(result) if isinstance(result, _CONSTANT_RESULTS) else None
-
-
-class AutogradFunctionApply:
-    """`SomeFunction.apply` as a graph node's target: a callable of ember's, which FX keeps
-    as an object (the bound method's own name would be written as torch's `apply`)."""
-
-    one_call = True  # (lowering keeps it one library call: never traced into its forward)
-
-    def __init__(self, function_class: type):
-        self.function_class = function_class
-        self.__name__ = f"{function_class.__name__}_apply"
-        self.__qualname__ = f"{function_class.__qualname__}.apply"
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.function_class.apply(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"{self.__qualname__}"
-
-
-_appliers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _returns_an_input_view(example: Any, operands: list) -> str | None:
-    """A Function whose result views its input (gradient reversal's `x.view_as(x)`) cannot be
-    one call: a graph's library result may not share an operand's memory."""
-    inputs = {torch_internals.storage_identity(t) for t in operands
-              if isinstance(t, torch.Tensor)}
-    results = torch_internals.tree_flatten(example)[0]
-    if any(isinstance(t, torch.Tensor) and torch_internals.storage_identity(t) in inputs
-           for t in results):
-        return "a custom autograd.Function returns a view of its input: it runs outside " \
-            "the graph"
-    return None
-
-
-def _marks_dirty(function_class: type) -> bool:
-    """Does the Function's forward write an input in place, as autograd asks it to say
-    (ctx.mark_dirty)? One call in the graph would not show the write to what follows."""
-    forward = inspect.getattr_static(function_class, "forward", None)
-    forward = getattr(forward, "__func__", forward)
-    code = getattr(forward, "__code__", None)
-    return code is None or "mark_dirty" in code.co_names
-
-
-def _applier(function_class: type) -> AutogradFunctionApply:
-    found = _appliers.get(function_class)
-    if found is None:
-        found = _appliers[function_class] = AutogradFunctionApply(function_class)
-    return found
 
 
 def _call_custom_op(session: Session, op: Any, args: list[Value], kwargs: dict[str, Value]

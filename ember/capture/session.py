@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import dataclasses
 import inspect
 import sys
 import types
@@ -135,6 +136,17 @@ class _KeyRef:
         return self.expression
 
 
+@dataclasses.dataclass(frozen=True)
+class Savepoint:
+    effects: tuple[int, int]
+    last_node: Any
+    op_count: int
+    grad_enabled: bool
+    inference_depth: int
+    contexts: int
+    regions: int
+
+
 class Session:
     def __init__(self, fullgraph: bool = False, shapes: Shapes | None = None):
         self.allow_breaks = not fullgraph
@@ -204,6 +216,26 @@ class Session:
                 return ConstantSource(position)
         self.constants.append(value)
         return ConstantSource(len(self.constants) - 1)
+
+    def savepoint(self) -> Savepoint:
+        """The capture's state now, inside an instruction, for roll_back: a call tried one
+        way (a custom Function's forward traced) that, where it fails, is made another way."""
+        return Savepoint(self.side_effects.savepoint(), self.builder.last_node(),
+                         self.builder.op_count, self.grad_enabled, self.builder.inference_depth,
+                         len(self.open_contexts), len(self.autocast_regions))
+
+    def roll_back(self, point: Savepoint) -> None:
+        """Put the graph, the side effects and the modes back as they were at `point` (what
+        a break does for a whole instruction, interpreter.graph_break). Guards added since
+        stay: they only make the entry more specific."""
+        self.side_effects.roll_back(point.effects)
+        del self.open_contexts[point.contexts:]
+        while len(self.autocast_regions) > point.regions:  # (entered for real)
+            _, leave = torch_internals.autocast_region_functions()
+            leave(self.autocast_regions.pop().real)
+        self.builder.rollback(point.last_node, point.op_count)
+        self.grad_enabled = point.grad_enabled
+        self.builder.inference_depth = point.inference_depth
 
     # -- real objects -> tracked values ---------------------------------------------------
     def wrap(self, value: Any, source: Source | None, guard: bool = True) -> Value:

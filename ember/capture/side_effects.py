@@ -77,6 +77,22 @@ class SideEffects:
         self._saved.clear()
         del self.effects[self._mark:]
 
+    def savepoint(self) -> tuple[int, int]:
+        """A point inside the current instruction that roll_back() returns to (a call tried
+        one way and, where that fails, made another). From here each value's first change is
+        kept again, so that its state at this point can be put back."""
+        self._saved.clear()
+        return len(self._undo), len(self.effects)
+
+    def roll_back(self, point: tuple[int, int]) -> None:
+        """Put back what changed since `point` (from savepoint()); what changed before it
+        stays, and undo() still puts back the whole instruction."""
+        undo_length, effects_length = point
+        while len(self._undo) > undo_length:
+            self._undo.pop()()
+        self._saved.clear()
+        del self.effects[effects_length:]
+
     def _keep(self, mapping: dict, key: Any) -> None:
         self.activity += 1
         old = mapping.get(key, _MISSING)

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture.calls import call_torch, call_value, inline_function, rule
+from ember.capture.calls import call_torch, call_value, rule
 from ember.capture.errors import Unsupported
+from ember.capture.inlining import inline_function
 from ember.capture.semantics import python_value
 from ember.capture.values import (
     Const,

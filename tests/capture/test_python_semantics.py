@@ -1104,3 +1104,20 @@ def test_functools_reduce_and_numpy_ufuncs_of_numbers_are_run_in_the_capture():
     check_calls(fn, [((torch.randn(12),), {}), ((torch.randn(24),), {})], fullgraph=True)
     report = ember.explain(fn)(torch.randn(12))
     assert (report.graph_count, report.graph_break_count) == (1, 0)
+
+
+_Attended = collections.namedtuple("_Attended", ["first", "second"])
+
+
+def test_hasattr_and_getattr_see_what_a_container_lacks():
+    # (every name of a tuple, list or dict read as a method: Reformer's
+    # `hasattr(outputs, "buckets")` on a named tuple without that field answered True)
+    def fn(x):
+        pair = _Attended(x, x + 1)
+        found = [hasattr(pair, "buckets"), hasattr(pair, "second"), hasattr([x], "append"),
+                 hasattr({"a": x}, "shape"), hasattr((x,), "count")]
+        extra = getattr(pair, "buckets", None)
+        return pair.first * sum(found) + (0 if extra is None else 100)
+
+    check_calls(fn, [((torch.randn(3),), {})])
+    assert ember.explain(fn)(torch.randn(3)).graph_break_count == 0
