@@ -28,6 +28,7 @@ from ember.codegen.c_rules import (
     PRELUDE,
     STORAGE_TYPES,
     c_rules,
+    cast_exact,
     compute_type,
     literal,
     load,
@@ -96,6 +97,9 @@ class CKernelWriter(IndexedReads, ColumnMode):
         self.uses_checks = False
         self.defined_at: dict[str, Scope] = {}
         self.accesses: list[Expr] = []
+        # half-precision values loaded from memory: exact in float already, where a value
+        # computed in float for a half node must be rounded before it leaves that type
+        self.exact_halves: set[str] = set()
         shape, axes = kernel.shape, kernel.axes
         self.outer_dims = [d for d, n in enumerate(shape) if d not in axes and n != 1]
         self.inner_dims = [d for d in axes if shape[d] != 1]
@@ -228,10 +232,16 @@ class CKernelWriter(IndexedReads, ColumnMode):
             loaded = load(node.dtype, self.offset(buffer, index))
             if self.under_guard(index):  # (a masked load where a pad reads its input)
                 loaded = f"({self.guard[0]}) ? {loaded} : {literal(0, node.dtype)}"
-            return self.define(scope, node.dtype, loaded)
+            name = self.define(scope, node.dtype, loaded)
+            if node.dtype in (torch.float16, torch.bfloat16):
+                self.exact_halves.add(name)
+            return name
         kind = node.kind
         if kind is Kind.POINTWISE:
             args = [self.value(source, index, scope) for source in node.inputs]
+            if node.op is Op.CAST and args[0] in self.exact_halves:
+                # (a half value loaded from memory is exact in float: nothing to round)
+                return self.define(scope, node.dtype, cast_exact(node, args))
             return self.define(scope, node.dtype, c_rules[node.op](node, args))
         if kind is Kind.VIEW:
             return self.value(node.inputs[0], index_rules[node.op](node, index), scope)

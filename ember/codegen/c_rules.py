@@ -312,13 +312,20 @@ def _shift(left: bool):
 
 def _cast(node: Node, args: list[str]) -> str:
     (a,) = args
-    source, target = node.inputs[0].dtype, node.dtype
     # A half value is carried in float between fused ops; leaving the half type, it must
     # first become the half value eager would hold.
-    if source is torch.float16:
+    if node.inputs[0].dtype is torch.float16:
         a = f"ember_round_f16({a})"
-    elif source is torch.bfloat16:
+    elif node.inputs[0].dtype is torch.bfloat16:
         a = f"ember_round_bf16({a})"
+    return cast_exact(node, [a])
+
+
+def cast_exact(node: Node, args: list[str]) -> str:
+    """A cast of a value that is exactly of its source type already (a half value loaded
+    from memory, or one _cast has rounded)."""
+    (a,) = args
+    source, target = node.inputs[0].dtype, node.dtype
     if target is torch.bool:
         return f"({a} != 0)"
     if target is torch.float16:
