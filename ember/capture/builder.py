@@ -17,6 +17,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
+from ember.capture import numbers
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.known_values import KnownValues, NumberReads
@@ -180,6 +181,9 @@ class GraphBuilder:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
                 return self.call(kind, target, *folded, refuse, run)
+        if run is None and numbers.holds_numpy_scalars((fx_args, fx_kwargs)):
+            fx_args, fx_kwargs = numbers.plain_numbers(fx_args), numbers.plain_numbers(fx_kwargs)
+            self._check_plain_numbers(kind, target, fake_args, fake_kwargs, example)
         if refuse is not None:
             reason = refuse(example, list(torch_internals.tree_flatten((fake_args,
                                                                        fake_kwargs))[0]))
@@ -196,6 +200,30 @@ class GraphBuilder:
         self.known.follow(kind, target, self.known.operands(kind, target, args, kwargs),
                           result, example, versions)
         return result
+
+    def _check_plain_numbers(self, kind: str, target: Any, fake_args: tuple, fake_kwargs: dict,
+                             example: Any) -> None:
+        """The graph's node takes numpy scalars as Python numbers (numbers.plain_numbers):
+        refuse the call where torch reads the two differently — an np.bool_ it takes as a
+        float, torch.tensor(np.float64(x)) a float64 — as a run on copies of the fakes
+        shows."""
+        def plain(value: Any) -> Any:
+            return value.clone() if isinstance(value, torch.Tensor) else value
+
+        try:
+            with self.fake_mode, torch.set_grad_enabled(self.grad_enabled):
+                args, kwargs = torch_internals.tree_map(
+                    plain, numbers.plain_numbers((fake_args, fake_kwargs)))
+                function = getattr(args[0], target) if kind == "call_method" else target
+                positional = args[1:] if kind == "call_method" else args
+                answer = torch_internals.calling_composites(
+                    lambda: function(*positional, **kwargs))
+        except Exception:  # noqa: BLE001 (any failure: not alike)
+            answer = _UNLIKE
+        if not _alike(answer, example):
+            raise Unsupported(f"{_name_of(target)}() takes a numpy scalar otherwise than the "
+                              "Python number it holds",
+                              "pass a Python number (`.item()`) or a tensor")
 
     def wrap_result(self, node: torch.fx.Node, example: Any) -> Value:
         node.meta["example_value"] = example
@@ -242,6 +270,19 @@ class GraphBuilder:
     def module(self) -> torch.fx.GraphModule:
         self.graph.lint()
         return torch.fx.GraphModule(torch.nn.Module(), self.graph)
+
+
+_UNLIKE = object()
+
+
+def _alike(a: Any, b: Any) -> bool:
+    """Two results of one op with the same structure, tensors of the same dtype and rank."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and \
+            a.dtype == b.dtype and a.dim() == b.dim()
+    if isinstance(a, (tuple, list)) and type(a) is type(b):
+        return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b))
+    return type(a) is type(b)
 
 
 def _name_of(target: Any) -> str:

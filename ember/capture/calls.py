@@ -104,10 +104,12 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             special = None
         if special is not None:
             return special(session, *args, frame=frame, **kwargs)
-        if _numpy_ufunc(real) and all(semantics.is_known(v) for v in (*args, *kwargs.values())):
+        if _numpy_pure(real) and all(semantics.is_known(v) for v in (*args, *kwargs.values())):
             # (np.lcm(a, b) of Python numbers: Reformer's chunk lengths) pure: run now
-            return semantics.constant(real(*map(python_value, args),
-                                           **{k: python_value(v) for k, v in kwargs.items()}))
+            # (a symbolic size: its value, numpy computes on numbers)
+            return semantics.constant(real(
+                *specialized([python_value(a) for a in args], f"{real.__name__}()"),
+                **specialized({k: python_value(v) for k, v in kwargs.items()})))
     marked = markers.call_marked(session, callee, args, kwargs, frame)  # (torch's markers)
     if marked is not None:
         return marked
@@ -469,10 +471,12 @@ _PURE = {abs, min, max, round, divmod, pow, sum, all, any, sorted, len, repr, st
          bool, complex, hash, chr, ord, format, bin, hex, oct, callable}
 
 
-def _numpy_ufunc(function: Any) -> bool:
-    """A numpy ufunc (np.lcm, np.sqrt): pure, run at capture time on known numbers."""
+def _numpy_pure(function: Any) -> bool:
+    """A numpy ufunc (np.lcm, np.sqrt) or scalar type (np.float32, np.int64): pure, run at
+    capture time on known numbers."""
     numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(function, numpy.ufunc)
+    return numpy is not None and (isinstance(function, numpy.ufunc) or (
+        isinstance(function, type) and issubclass(function, (numpy.bool_, numpy.number))))
 
 
 def _builtin_exception(function: Any) -> bool:

@@ -15,6 +15,7 @@ import torch
 from ember.capture import contexts, semantics
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
+from ember.capture.sources import CallSource
 from ember.capture.values import (
     AutocastValue,
     Const,
@@ -67,6 +68,11 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
                             **{k: python_value(v) for k, v in kwargs.items()})
         except Exception as error:
             raise Unsupported(f"{type(error).__name__}: {error}") from None
+        if type(result) in semantics.DICT_VIEWS and receiver.source is not None:
+            # (`out.keys()` of a dict subclass's object from outside, known by type: the view
+            # is read again on each call, by the class's method; iterated, semantics.unpack)
+            method = session.constant_source(getattr(type(python_value(receiver)), name))
+            return session.wrap(result, CallSource(method, args=(receiver.source,)))
         return session.wrap(result, None, guard=False) if not isinstance(
             result, (tuple, list)) else semantics.constant(tuple(result)) \
             if isinstance(result, tuple) else SequenceValue([semantics.constant(r)

@@ -14,12 +14,17 @@ reads it. Before that:
 
 A loss value, a learning rate or a loop index then runs the same compiled code on every call
 instead of compiling again until the recompile limit.
+
+A numpy scalar (np.bool_, np.int64, np.float32, ...) is a constant instead: guarded on its
+type and value, its Python arithmetic numpy's; an op of the graph takes it as the Python
+number it holds (`plain_numbers`), where torch reads both alike.
 """
 
 from __future__ import annotations
 
 import math
 import operator
+import sys
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -53,6 +58,37 @@ SCALAR_OPERATORS = {operator.add, operator.sub, operator.mul, operator.truediv, 
 SCALAR_METHODS = {"add", "sub", "mul", "div", "lerp", "add_", "sub_", "mul_", "div_", "lerp_",
                   "true_divide", "multiply", "subtract", "true_divide_", "multiply_",
                   "subtract_"}
+
+
+def is_numpy_scalar(value: Any) -> bool:
+    """A numpy bool or number (np.bool_, np.int64, np.float32, np.complex64, ...)."""
+    numpy = sys.modules.get("numpy")  # (numpy is not imported for programs that never use it)
+    return numpy is not None and isinstance(value, (numpy.bool_, numpy.number))
+
+
+def plain_numbers(tree: Any) -> Any:
+    """`tree` (tuples, lists, dicts, slices of FX arguments) with each numpy scalar the
+    Python number it holds: FX writes a graph's constants as Python literals, and ember's
+    lowering knows Python numbers."""
+    if is_numpy_scalar(tree):
+        return tree.item()
+    if isinstance(tree, (tuple, list)) and type(tree) in (tuple, list):
+        return type(tree)(plain_numbers(item) for item in tree)
+    if type(tree) is dict:
+        return {key: plain_numbers(item) for key, item in tree.items()}
+    if isinstance(tree, slice):
+        return slice(*(plain_numbers(v) for v in (tree.start, tree.stop, tree.step)))
+    return tree
+
+
+def holds_numpy_scalars(tree: Any) -> bool:
+    if isinstance(tree, (tuple, list)):
+        return any(holds_numpy_scalars(item) for item in tree)
+    if isinstance(tree, dict):
+        return any(holds_numpy_scalars(item) for item in tree.values())
+    if isinstance(tree, slice):
+        return holds_numpy_scalars((tree.start, tree.stop, tree.step))
+    return is_numpy_scalar(tree)
 
 
 def passed(session: Session, value: Any, source: Source,

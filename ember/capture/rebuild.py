@@ -65,8 +65,9 @@ class Rebuilder:
         self._fetched: dict[int, str] = {}  # objects from outside, fetched in the prologue
 
     def constant(self, value: Any) -> str:
-        if value is None or isinstance(value, (bool, int, str)) or (
-                isinstance(value, float) and value == value and abs(value) != float("inf")):
+        # (by exact type: a subclass's repr is no literal — np.float64(9.0), an IntEnum's)
+        if value is None or type(value) in (bool, int, str) or (
+                type(value) is float and value == value and abs(value) != float("inf")):
             return repr(value)
         for name, known in self.namespace.items():
             if known is value and name.startswith("k"):

@@ -5,6 +5,7 @@ Python values run at capture time; the rest is `Unsupported` with a reason.
 
 from __future__ import annotations
 
+import collections
 import operator
 import sys
 import types
@@ -287,7 +288,7 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
         return passed
     if is_known(left) and is_known(right):
         try:
-            operands = [python_value(left), python_value(right)]
+            operands = _numpy_operands([python_value(left), python_value(right)], symbol)
             try:
                 return constant(function(*operands))
             except Exception:
@@ -298,6 +299,14 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
             raise Unsupported(f"{type(error).__name__}: {error}",
                               "eager raises this error here") from None
     raise Unsupported(f"operator {symbol} on {left.describe()} and {right.describe()}")
+
+
+def _numpy_operands(operands: list[Any], symbol: str) -> list[Any]:
+    """A numpy scalar with a symbolic size: the size's value (numpy computes on numbers, and
+    its result's type — np.int64 + n is np.int64 — is no symbol's)."""
+    if has_symbols(operands) and any(numbers.is_numpy_scalar(v) for v in operands):
+        return specialized(operands, f"operator {symbol} with a numpy scalar")
+    return operands
 
 
 def unary(session: Session, symbol: str, value: Value) -> Value:
@@ -324,7 +333,8 @@ def compare(session: Session, symbol: str, left: Value, right: Value) -> Value:
         return Const(outcome)
     if is_known(left) and is_known(right):
         _guard_identity(session, left, right)
-        return Const(function(python_value(left), python_value(right)))
+        return Const(function(*_numpy_operands([python_value(left), python_value(right)],
+                                                symbol)))
     if symbol in ("==", "!="):
         same = identical(left, right, session)
         return Const(same if symbol == "==" else not same)
@@ -562,6 +572,21 @@ def truth(session: Session, value: Value) -> bool:
 
 
 
+# views of a dict (an OrderedDict's are types of their own)
+DICT_VIEWS = tuple({type(view) for mapping in ({}, collections.OrderedDict())
+                    for view in (mapping.keys(), mapping.values(), mapping.items())})
+
+
+def _outside_view(session: Session, view: ObjectValue) -> list[Value]:
+    """The items of a dict's keys(), values() or items() view from outside (an argument, a
+    local of a resumed frame, what `out.keys()` answers for a dict subclass's object known
+    by type): as `list(view)` gives them, read through that on each call and guarded as a
+    list from outside is — its length, then each key's value or each tensor's metadata."""
+    listed = CallSource(session.constant_source(list), args=(view.source,),
+                        label="the items of the view")
+    return list(session.wrap(list(view.value), listed).items)
+
+
 def unpack(session: Session, value: Value) -> list[Value]:
     if isinstance(value, (SequenceValue, SetValue)):
         return list(value.items)
@@ -597,6 +622,9 @@ def unpack(session: Session, value: Value) -> list[Value]:
         raise Unsupported(f"iteration over {type(module).__name__}")
     if isinstance(value, Const) and isinstance(value.value, (str, bytes, tuple, frozenset)):
         return [constant(v) for v in value.value]
+    if isinstance(value, ObjectValue) and type(value.value) in DICT_VIEWS and \
+            value.source is not None:
+        return _outside_view(session, value)
     raise Unsupported(f"iteration over {value.describe()}")
 
 

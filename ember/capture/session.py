@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
+from ember.capture import numbers
 from ember.capture.builder import GraphBuilder
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
@@ -292,8 +293,8 @@ class Session:
                 if symbol is not None:  # (a size that changed between calls: a symbol)
                     return Const(symbol, source)
             return passed(self, value, source)
-        if isinstance(value, _SCALARS):
-            if guard:
+        if isinstance(value, _SCALARS) or numbers.is_numpy_scalar(value):
+            if guard:  # (the guard compares the type too: np.float64 is no float)
                 self.guards.add("equals", source, value)
             return Const(value, source)
         if isinstance(value, _TORCH_CONSTANTS):
