@@ -15,7 +15,6 @@ import dataclasses
 import gc
 import hashlib
 import json
-import os
 import statistics
 import threading
 import time
@@ -224,12 +223,7 @@ def _write(entry_key: str, record: dict) -> None:
     data = json.dumps(record, sort_keys=True).encode()
     try:
         with disk_cache.building(KIND, entry_key, ".json") as path:
-            with disk_cache.temporary(path.parent, ".digest") as partial:
-                partial.write_text(disk_cache.digest(entry_key, data) + "\n")
-                os.replace(partial, path.with_suffix(".digest"))
-            with disk_cache.temporary(path.parent, ".json") as partial:
-                partial.write_bytes(data)
-                os.replace(partial, path)
+            disk_cache.write_whole(path, entry_key, data)
     except OSError as error:
         logs.channel("perf").info("max-autotune's choice is not recorded: %s", error)
 

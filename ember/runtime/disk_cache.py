@@ -132,6 +132,18 @@ def temporary(folder: Path, suffix: str, key: str = "") -> Iterator[Path]:
             path.unlink()
 
 
+def write_whole(path: Path, key: str, data: bytes) -> None:
+    """`data` as the entry at `path` (held by `building`): its digest beside it first, then
+    the data, each written whole to a temporary file and renamed into place, so a reader
+    finds both or neither and can tell a torn or foreign file."""
+    with temporary(path.parent, ".digest") as partial:
+        partial.write_text(digest(key, data) + "\n")
+        os.replace(partial, path.with_suffix(".digest"))
+    with temporary(path.parent, path.suffix) as partial:
+        partial.write_bytes(data)
+        os.replace(partial, path)
+
+
 # -- what a killed build leaves ------------------------------------------------------------
 PARTIAL = ".partial-"
 # A temporary of no key this old is a dead writer's (writes take milliseconds)

@@ -325,12 +325,7 @@ def write_record(kind: str, key: str, record: dict) -> None:
     data = buffer.getvalue()
     try:
         with disk_cache.building(kind, key, ".pt") as path:
-            with disk_cache.temporary(path.parent, ".digest") as partial:
-                partial.write_text(disk_cache.digest(key, data) + "\n")
-                os.replace(partial, path.with_suffix(".digest"))
-            with disk_cache.temporary(path.parent, ".pt") as partial:
-                partial.write_bytes(data)
-                os.replace(partial, path)
+            disk_cache.write_whole(path, key, data)
     except disk_cache.CacheUnusable as error:
         raise NotKept(str(error)) from None
     disk_cache.enforce_cap(keep=path)
