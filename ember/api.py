@@ -36,6 +36,7 @@ from ember.capture.guards import (
     same_tensor,
 )
 from ember.capture.symbols import FrameSizes
+from ember.resumes import Resume, passthrough
 
 if TYPE_CHECKING:
     from ember.capture.captured import Captured, Resumption
@@ -102,82 +103,6 @@ class CaptureRecord:
     graph: torch.fx.GraphModule | None = None
     cuda_graph: CudaGraphed | None = None   # mode="reduce-overhead"
     compiled: Callable | None = None         # what the backend returned
-
-
-def _passthrough(graph_module: torch.fx.GraphModule) -> Callable | None:
-    """A graph that computes nothing (it hands its inputs on: the values a graph break's
-    resume function needs, a returned loss) runs as a plain function, not through a backend:
-    a compiled identity would cost a call, and a training graph's autograd.Function, per step."""
-    nodes = list(graph_module.graph.nodes)
-    if any(node.op not in ("placeholder", "output") for node in nodes):
-        return None
-    position = {node: k for k, node in enumerate(n for n in nodes if n.op == "placeholder")}
-    result = nodes[-1].args[0]
-
-    def hand_on(*args: Any) -> Any:
-        return torch.fx.node.map_arg(result, lambda node: args[position[node]])
-
-    hand_on.passthrough = True
-    return hand_on
-
-
-# Resume functions nest (a break in a resume function makes another); past this depth they
-# run as plain Python (a loop whose every iteration breaks would otherwise nest without end).
-MAX_RESUME_DEPTH = 16
-
-
-class Resume:
-    """A resume function, built and ember-compiled the first time a break reaches it.
-
-    It resumes the original function's code at instruction `start` (of that code, not of the
-    resume function whose break made it): a break that a resume function meets again at the
-    same place (a loop whose every iteration breaks) resumes through the same Resume, so
-    the code after it is compiled once, and its guards are checked on the next iteration."""
-
-    def __init__(self, parent: CompiledFunction, spec: Resumption, start: int,
-                 lasti: int | None):
-        self.parent = parent
-        self.spec = spec
-        self.start = start
-        self.lasti = lasti  # (an exception handler's entry: the instruction that raised)
-        self.compiled: Callable | None = None
-        self._making = threading.Lock()
-        self.dump_folder = None  # (EMBER_DUMP: the folder of the graph whose break made it)
-
-    def __call__(self, *args: Any) -> Any:
-        if self.compiled is None:
-            with self._making:  # (threads that reach it together build it once)
-                if self.compiled is None:
-                    self._make()
-        return self.compiled(*args)
-
-    def _make(self) -> None:
-        parent, spec = self.parent, self.spec
-        from ember.capture.breaks import resume_function
-
-        code = parent.origin[0]
-        function, offset = resume_function(parent.function, code, self.start, spec.stack,
-                                           spec.locals, spec.cells, self.lasti)
-        dumps.dump_resume(self.dump_folder, function, code, self.start)
-        if spec.name == "resume_handler":
-            # (an exception handler, reached when the native part raised: the rare path
-            # runs as Python, and so does the rest of the function after it)
-            logs.channel("graph_breaks").info(
-                "%s: an exception was raised in a try block; its handler and what "
-                "follows run as Python", parent.where)
-            self.compiled = function
-        elif parent.depth + 1 >= MAX_RESUME_DEPTH:
-            logs.channel("graph_breaks").info(
-                "%s: breaks nest %d deep; the rest runs as Python", parent.where,
-                MAX_RESUME_DEPTH)
-            self.compiled = function
-        else:
-            self.compiled = CompiledFunction(
-                function, fullgraph=False, dynamic=parent.dynamic, mode=parent.mode,
-                backend=parent.backend, depth=parent.depth + 1, collector=parent.collector,
-                where=parent.where, origin=(code, offset), resumes=parent.resumes,
-                settings=parent.settings, recompile_limit=parent.recompile_limit)
-            self.compiled.called_from = parent.called_from  # (it runs in the same frame)
 
 
 # NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
@@ -509,7 +434,7 @@ class CompiledFunction:
         if self.site is not None:  # (EMBER_DUMP's folder: the user's line, see dumps.py)
             captured.graph_module.meta["ember_label"] = \
                 f"{self.function.__qualname__} ({Path(self.site[0]).name}:{self.site[1]})"
-        compiled = _passthrough(captured.graph_module)
+        compiled = passthrough(captured.graph_module)
         if compiled is None and captured.symbolic and \
                 not self._serves_any_shape():
             compiled = self._for_every_shape(captured)

@@ -276,9 +276,10 @@ def _changed_file(record: dict) -> str | None:
 def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     """The entry's guards compiled for this call (None when they refuse it), its compiled
     graph from the warm cache (None when that is gone), its runner."""
-    from ember.api import CacheEntry, CaptureRecord, _passthrough
+    from ember.api import CacheEntry, CaptureRecord
     from ember.capture.guards import compile_guarded_runner, compile_guards
     from ember.capture.records import Decoder, Unresolved
+    from ember.resumes import passthrough
 
     decoder = Decoder()
     scope_globals = [function.function.__globals__]
@@ -298,7 +299,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     gm = decoder.graph(record["graph"])
     examples = [_stand_in(example) for example in record["examples"]]
     if record["passthrough"]:
-        compiled = _passthrough(gm)
+        compiled = passthrough(gm)
     else:
         from ember.dumps import graph_label
 
