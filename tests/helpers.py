@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import logging
 import math
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from ember.codegen.c import write_source
 from ember.codegen.wrapper import write_wrapper
 from ember.ir import Graph
 from ember.lower import OutputSpec
+from ember.runtime import disk_cache
 from ember.runtime.build import build, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
@@ -314,3 +317,15 @@ def check_grad(fn: Callable, *args: Any, dynamo: bool = False, seed: int = 0,
         except AssertionError as error:
             raise AssertionError(f"gradient of input {position}: {error}") from None
     return graphs[0] if len(graphs) == 1 else graphs
+
+
+def rewrite_cache_record(entry: Path, change: Callable[[dict], Any]) -> None:
+    """Change a kept cache record and write a digest that vouches for it (what only a foreign
+    or damaged writer leaves: the digest alone cannot catch it)."""
+    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+    change(record)
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
+    entry.write_bytes(buffer.getvalue())
+    entry.with_suffix(".digest").write_text(
+        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")

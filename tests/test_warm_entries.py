@@ -4,7 +4,6 @@ eager's answers; a changed function, helper file or global is captured again (ne
 stale answer); guards still refuse other calls; a corrupt or foreign entry is rebuilt;
 EMBER_WARM_START=0 keeps none. Each process runs on a temporary EMBER_CACHE_DIR."""
 
-import io
 import json
 import os
 import subprocess
@@ -14,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rewrite_cache_record
 
 import ember
 from ember import api, config, warm_entries
 from ember.capture import records
 from ember.capture.guards import GuardSet
 from ember.capture.sources import AttrSource, GlobalSource, ItemSource, LocalSource
-from ember.runtime import disk_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -241,25 +240,15 @@ def test_a_corrupt_or_foreign_entry_is_rebuilt(project):
     def foreign(record):
         record["versions"]["torch"] = "1.0.0"
 
-    _rewrite(entry, foreign)
+    rewrite_cache_record(entry, foreign)
     assert _run(project, "f")["counts"] == _counts(rejected=1, kept=1)
 
     def damaged(record):  # (a digest that vouches for a record no process could rebuild)
         record["runner"] = "def run(L):\n    return ("
 
-    _rewrite(entry, damaged)
+    rewrite_cache_record(entry, damaged)
     assert _run(project, "f")["counts"] == _counts(rejected=1, kept=1)
     assert _run(project, "f")["counts"] == _counts(hits=1)
-
-
-def _rewrite(entry: Path, change) -> None:
-    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
-    change(record)
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    entry.write_bytes(buffer.getvalue())
-    entry.with_suffix(".digest").write_text(
-        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
 
 
 def test_warm_start_off_keeps_nothing(project):

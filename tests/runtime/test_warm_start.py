@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import rewrite_cache_record
 
 import ember
 from ember import config
@@ -199,13 +200,7 @@ def test_a_foreign_version_entry_is_ignored(cache):
     x = torch.randn(100)
     _compile_once(x)
     [entry] = _entries(cache)
-    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
-    record["versions"]["torch"] = "1.0.0"
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    entry.write_bytes(buffer.getvalue())  # (with a digest that vouches for it)
-    entry.with_suffix(".digest").write_text(
-        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+    rewrite_cache_record(entry, lambda record: record["versions"].update(torch="1.0.0"))
     result, counts = _compile_once(x)
     assert counts["rejected"] == 1 and counts["hits"] == 0 and counts["kept"] == 1
     assert torch.allclose(result, _add_one(x), atol=1e-6)
@@ -292,18 +287,6 @@ def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(ca
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, fallback))
 
 
-def _rewrite(entry: Path, change) -> None:
-    """Change a kept record and write a digest that vouches for it (what only a foreign or
-    damaged writer leaves: the digest alone cannot catch it)."""
-    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
-    change(record)
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    entry.write_bytes(buffer.getvalue())
-    entry.with_suffix(".digest").write_text(
-        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
-
-
 def _rename_kernels(record: dict) -> None:
     for _, namespace in (record["checked"], record["fast"]):
         for _, code in namespace:
@@ -322,8 +305,9 @@ def test_a_corrupt_or_foreign_triton_entry_is_rebuilt_with_eager_s_answer(cache)
         assert record["versions"]["triton"].endswith(" interpreted") and record["modules"]
         damages = [
             lambda: entry.write_bytes(entry.read_bytes()[:-100]),  # (cut short)
-            lambda: _rewrite(entry, lambda r: r["versions"].update(triton="0.0.1")),
-            lambda: _rewrite(entry, _rename_kernels),  # (its kernel is not in its module)
+            lambda: rewrite_cache_record(entry, lambda r: r["versions"].update(triton="0.0.1")),
+            # (its kernel is not in its module)
+            lambda: rewrite_cache_record(entry, _rename_kernels),
         ]
         for damage in damages:
             damage()
