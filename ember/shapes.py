@@ -194,7 +194,9 @@ class ScalarsAsTensors:
     def __call__(self, *args: Any) -> Any:
         args = list(args)
         for index in self.positions:
-            args[index] = torch.tensor(args[index], device=self.device)
+            # (torch.full: the value rides in a fill kernel's arguments; torch.tensor on
+            # CUDA would copy it from pageable memory, which waits for the device's queue)
+            args[index] = torch.full((), args[index], dtype=torch.int64, device=self.device)
         return self.compiled(*args)
 
     def __getattr__(self, name: str) -> Any:
