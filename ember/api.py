@@ -282,8 +282,6 @@ class CompiledFunction:
                     return entry
             if self.given_up or not stances.on_miss(self, arguments):
                 return None
-            warm = warm_entries.wanted(self)
-            key = warm_entries.key_of(self, arguments) if warm else None
             if self.entries:
                 if len(self.entries) >= self.limit():
                     logs.channel("recompiles").warning(
@@ -304,6 +302,7 @@ class CompiledFunction:
                     logs.channel("recompiles").info(
                         "%s is compiled again: the call%s needed a new version because %s.",
                         self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
+            key = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
             entry = warm_entries.load(self, arguments, key) if key is not None else None
             if entry is None:
                 entry = self._capture(arguments)

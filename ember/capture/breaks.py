@@ -16,10 +16,13 @@ import dis
 import inspect
 import operator
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ember.capture.errors import Unsupported
 from ember.capture.values import NULL, Value
+
+if TYPE_CHECKING:
+    from ember.capture.session import Savepoint
 
 CALLS = ("CALL", "CALL_FUNCTION_EX")
 # Instructions a break can also stop at, as a call of an operator on their stack operands
@@ -42,11 +45,7 @@ class Snapshot:
     stack: list[Value]
     locals: dict[str, Value]
     kw_names: tuple[str, ...]
-    last_node: Any
-    op_count: int
-    grad_enabled: bool
-    contexts: int    # how many Python context managers and autocast regions were open
-    regions: int
+    point: Savepoint  # (the graph, side effects and modes: Session.roll_back)
 
 
 @dataclasses.dataclass

@@ -536,6 +536,7 @@ from ember.capture import (  # noqa: E402,F401
     mapping_rules,
     markers,
     module_calls,
+    torch_rules,
     vmap_rules,
 )
 

@@ -17,7 +17,7 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ember import config, logs, torch_internals
+from ember import config, logs
 from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
 from ember.capture.errors import Location, Raised, Unsupported
 from ember.capture.values import (
@@ -253,10 +253,8 @@ class Frame:
     def snapshot(self) -> Snapshot:
         session = self.session
         session.side_effects.reset_changes()
-        builder = session.builder
         return Snapshot(list(self.stack), dict(self.locals), self.kw_names,
-                        builder.last_node(), builder.op_count, session.grad_enabled,
-                        len(session.open_contexts), len(session.autocast_regions))
+                        session.savepoint())
 
     def graph_break(self, instruction: dis.Instruction, snapshot: Snapshot,
                     error: Unsupported) -> Exception:
@@ -267,13 +265,7 @@ class Frame:
             return error
         # (everything the instruction changed, however deep in inlined calls, is put back:
         # the native rerun makes those changes for real)
-        session.side_effects.undo()
-        del session.open_contexts[snapshot.contexts:]
-        while len(session.autocast_regions) > snapshot.regions:  # (entered for real)
-            _, leave = torch_internals.autocast_region_functions()
-            leave(session.autocast_regions.pop().real)
-        session.builder.rollback(snapshot.last_node, snapshot.op_count)
-        session.grad_enabled = snapshot.grad_enabled
+        session.roll_back(snapshot.point)
         cells = {cell_name: cell.contents for cell_name, cell in self.cells.items()
                  if isinstance(cell, CellValue) and cell.contents is not None}
         index = self.pc - 1

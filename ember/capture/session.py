@@ -219,16 +219,16 @@ class Session:
         return ConstantSource(len(self.constants) - 1)
 
     def savepoint(self) -> Savepoint:
-        """The capture's state now, inside an instruction, for roll_back: a call tried one
-        way (a custom Function's forward traced) that, where it fails, is made another way."""
+        """The capture's state now, for roll_back: before an instruction of the root frame
+        (a break undoes it: interpreter.graph_break), or inside one (a call tried one way —
+        a custom Function's forward traced — that, where it fails, is made another way)."""
         return Savepoint(self.side_effects.savepoint(), self.builder.last_node(),
                          self.builder.op_count, self.grad_enabled, self.builder.inference_depth,
                          len(self.open_contexts), len(self.autocast_regions))
 
     def roll_back(self, point: Savepoint) -> None:
-        """Put the graph, the side effects and the modes back as they were at `point` (what
-        a break does for a whole instruction, interpreter.graph_break). Guards added since
-        stay: they only make the entry more specific."""
+        """Put the graph, the side effects and the modes back as they were at `point`.
+        Guards added since stay: they only make the entry more specific."""
         self.side_effects.roll_back(point.effects)
         del self.open_contexts[point.contexts:]
         while len(self.autocast_regions) > point.regions:  # (entered for real)

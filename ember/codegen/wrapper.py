@@ -9,6 +9,7 @@ its namespace; nothing is looked up per call.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -21,6 +22,7 @@ from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.ir.sizes import Size, any_symbolic
 from ember.lower.tracer import OutputSpec
+from ember.passes.convolution_calls import convolution_call
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
 from ember.runtime.triton_launch import DeviceLaunch
@@ -54,25 +56,33 @@ def _calls_cudnn(node: Any, inputs: list[Buffer], device: torch.device) -> bool:
     """Is this library call a 2-d convolution (no bias, not transposed, sizes known) that
     eager would hand to cuDNN? Then the wrapper calls cuDNN's entry point as eager's dispatch
     does (torch_internals.cudnn_convolution), without that dispatch's host time."""
-    if device.type != "cuda" or node.attrs["target"] is not torch.ops.aten.convolution.default \
-            or node.attrs["kwargs"]:
+    call = convolution_call(node) if device.type == "cuda" else None
+    if call is None or call.bias is not None or call.transposed or call.x.ndim != 4:
         return False
-    args = node.attrs["args"]
-    if len(args) != 9 or not all(isinstance(a, Slot) for a in args[:2]) or \
-            args[2] is not None or args[6] or len(inputs[args[0].index].shape) != 4:
-        return False
-    layouts = node.attrs.get("operand_strides") or ()
-    stand_ins = []
-    for position in (args[0].index, args[1].index):
-        buffer = inputs[position]
-        strides = layouts[position] if position < len(layouts) and layouts[position] \
-            else buffer.strides
+    layouts = node.attrs.get("operand_strides") or (None,) * len(inputs)
+    operands = []
+    for slot in node.attrs["args"][:2]:
+        buffer = inputs[slot.index]
+        strides = tuple(layouts[slot.index] or buffer.strides)
         if not all(type(n) is int for n in (*buffer.shape, *strides)):
             return False
-        stand_ins.append(torch.empty_strided(buffer.shape, strides, dtype=buffer.dtype,
-                                             device=device))
+        operands.append((tuple(buffer.shape), strides, buffer.dtype))
+    return _eager_calls_cudnn(*operands, tuple(call.stride), tuple(call.padding),
+                              tuple(call.dilation), call.groups, device,
+                              torch.backends.cudnn.enabled)
+
+
+@functools.cache
+def _eager_calls_cudnn(x: tuple, weight: tuple, stride: tuple, padding: tuple,
+                       dilation: tuple, groups: int, device: torch.device, _enabled: bool
+                       ) -> bool:
+    """torch's choice for operands of these (shape, strides, dtype), asked once per geometry
+    (every wrapper a graph writes asks again, and a network repeats its convolutions);
+    `_enabled` (cuDNN switched on) keys the answer too."""
+    stand_ins = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                 for shape, strides, dtype in (x, weight)]
     return torch_internals.convolution_backend(
-        *stand_ins, list(args[3]), list(args[4]), list(args[5]), args[8]) == "Cudnn"
+        *stand_ins, list(stride), list(padding), list(dilation), groups) == "Cudnn"
 
 
 class _Writer:
