@@ -11,7 +11,8 @@ A variant `ember:name=value,...` compiles with those `ember.config` settings ove
 (the compile and the first calls run under them; what the settings change is decided then).
 Per model and variant: the median of the rounds' ms per call (each round `--calls` calls and a
 device sync), the spread (min-max), the ratio to the first variant, and the largest difference
-of the first call's answer from eager's.
+of the first call's answer from eager's, and the first call's seconds (compile included; the
+caches are whatever the process and its disk had: run on a fresh machine for a cold figure).
 """
 from __future__ import annotations
 
@@ -45,19 +46,25 @@ def _settings(variant: str) -> dict[str, Any]:
 
 
 def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: str):
-    """(step, args, settings) with the model compiled as the variant says, first calls made."""
+    """(step, args, settings, first answer, first call's seconds) with the model compiled as
+    the variant says, first calls made."""
     step, args = zoo.instantiate(spec, mode, size, device)
     settings = _settings(variant)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     with config.override(**settings):
         if variant.startswith("ember"):
             step.model_slot[0] = ember.compile(step.model)
         elif variant == "tc":
             step.model_slot[0] = torch.compile(step.model)
         with torch.set_grad_enabled(mode == "train"):
+            sync()
+            started = time.perf_counter()
             first = step(*args)
+            sync()
+            seconds = time.perf_counter() - started
             for _ in range(2):
                 step(*args)
-    return step, args, settings, first
+    return step, args, settings, first, seconds
 
 
 def _difference(a: Any, b: Any) -> float:
@@ -75,7 +82,7 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
     times: dict[str, list[float]] = {variant: [] for variant in variants}
     with torch.set_grad_enabled(mode == "train"):
         for _ in range(rounds):
-            for variant, (step, args, settings, _) in prepared.items():
+            for variant, (step, args, settings, _, _) in prepared.items():
                 with config.override(**settings):
                     sync()
                     started = time.perf_counter()
@@ -89,7 +96,8 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
         median = statistics.median(times[variant])
         print(f"  {variant:<40} {median:8.3f} ms  ({min(times[variant]):.3f}-"
               f"{max(times[variant]):.3f})  x{median / base:5.2f}  "
-              f"diff {_difference(prepared[variant][3], reference):.3g}")
+              f"diff {_difference(prepared[variant][3], reference):.3g}  "
+              f"first call {prepared[variant][4]:.2f} s")
 
 
 def main() -> None:
