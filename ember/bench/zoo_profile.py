@@ -11,6 +11,10 @@ calls labelled by name (EMBER_PROFILE=1: `ember kernel3: mul, add [4, 256]`).
 decode its greedy decoding (the prompt, then a token a call with the KV cache).
 --stacks aten::copy_ adds the Python stacks that called that op (the profiler's with_stack).
 
+--kernels prints, on CUDA, only the device's kernels in narrow rows and their totals by kind
+(matmul, attention, convolution, generated, copy, ...), per call, then ember's labels (a
+kernel's ops and shape) by the device time under them.
+
 --host adds the host's side: the hottest Python functions of ten calls under cProfile.
 """
 import argparse
@@ -38,7 +42,7 @@ def _compiled(variant: str, model):
 
 def profile_model(name: str, variants: list[str], rows: int, host: bool,
                   mode: str = "infer", stacks: str = "", device: str = "cuda",
-                  size: str = "full") -> None:
+                  size: str = "full", compact: bool = False) -> None:
     spec = zoo.find(name)
     cuda = device == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -76,14 +80,22 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
             launches = sum(e.count for e in kernels) / CALLS
             print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "
                   f"device busy {device_us / 1e3:.3f} ms, {launches:.0f} kernels per call")
+            if compact:
+                _print_kernels(kernels, rows)
+                labels = [e for e in events if e.key.startswith("ember ")
+                          and e.device_time_total > 0]
+                for event in sorted(labels, key=lambda e: -e.device_time_total)[:rows]:
+                    print(f"   {event.device_time_total / CALLS:9.1f} us {event.count / CALLS:5.0f}x"
+                          f"  {event.key[:110]}")
         else:
             labelled = [e for e in events if e.key.startswith("ember ")]
             print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "
                   f"{sum(e.count for e in labelled) / CALLS:.0f} ember kernels and library "
                   f"calls per call, {sum(e.cpu_time_total for e in labelled) / CALLS / 1e3:.3f}"
                   f" ms in them under the profiler (labels included)")
-        print(events.table(sort_by="device_time_total" if cuda else "self_cpu_time_total",
-                           row_limit=rows, max_name_column_width=80))
+        if not (cuda and compact):
+            print(events.table(sort_by="device_time_total" if cuda else "self_cpu_time_total",
+                               row_limit=rows, max_name_column_width=80))
         if stacks:
             callers = [e for e in prof.key_averages(group_by_stack_n=8) if e.key == stacks]
             for event in sorted(callers, key=lambda e: -e.count)[:6]:
@@ -101,6 +113,37 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
             pstats.Stats(profiler).sort_stats("tottime").print_stats(rows)
 
 
+_KINDS = (("matmul", ("gemm", "xmma", "cutlass::Kernel", "cublas", "splitk")),
+          ("attention", ("fmha", "attention", "flash")),
+          ("convolution", ("conv", "cudnn", "winograd", "implicit", "dgrad", "wgrad")),
+          ("generated", ("triton_", "kernel")),
+          ("copy", ("copy", "memcpy", "memset", "fill", "cat")),
+          ("reduction", ("reduce", "norm", "softmax", "sum")))
+
+
+def _kind(name: str) -> str:
+    lowered = name.lower()
+    for kind, marks in _KINDS:
+        if any(mark.lower() in lowered for mark in marks):
+            return kind
+    return "other"
+
+
+def _print_kernels(kernels: list, rows: int) -> None:
+    """Device kernels only, in narrow rows (us and launches per call), then totals by kind."""
+    totals: dict[str, list[float]] = {}
+    for event in kernels:
+        total = totals.setdefault(_kind(event.key), [0.0, 0.0])
+        total[0] += event.device_time_total / CALLS
+        total[1] += event.count / CALLS
+    print("   by kind (us per call, launches): " + ", ".join(
+        f"{kind} {us:.0f} ({count:.0f})"
+        for kind, (us, count) in sorted(totals.items(), key=lambda item: -item[1][0])))
+    for event in sorted(kernels, key=lambda e: -e.device_time_total)[:rows]:
+        print(f"   {event.device_time_total / CALLS:9.1f} us {event.count / CALLS:5.0f}x  "
+              f"{_kind(event.key):<11} {event.key[:90]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("models", nargs="+")
@@ -111,6 +154,7 @@ def main() -> None:
     parser.add_argument("--stacks", default="", help="an op's name, e.g. aten::copy_")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--size", default="full", choices=["full", "quick", "tiny"])
+    parser.add_argument("--kernels", action="store_true", help="device kernels only (CUDA)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (CPU; 0: as set)")
     options = parser.parse_args()
     if options.threads:
@@ -118,7 +162,8 @@ def main() -> None:
     with config.override(profile=True):  # (ember's kernels by name in the profile)
         for name in options.models:
             profile_model(name, options.variants.split(","), options.rows, options.host,
-                          options.mode, options.stacks, options.device, options.size)
+                          options.mode, options.stacks, options.device, options.size,
+                          options.kernels)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,18 @@ def test_reductions_over_a_strided_dim_tile_across_the_contiguous_one():
     assert f"RBLOCK: tl.constexpr = {HEURISTICS.column_rblock}" in text
 
 
+def test_a_row_reduction_with_several_results_per_row_walks_the_rows():
+    # a loss's log-softmax statistics: the max and the sum of each contiguous row, two
+    # results per row. The results are one element a row: they do not vote for a tile
+    # across rows (GPT-2's 2048 x 50257 logits were read 64 rows at a time, 32 floats of each)
+    fn = lambda x: (x.amax(1), torch.logsumexp(x, 1))  # noqa: E731
+    (rows,) = launches(fn, make(40, HEURISTICS.persistent_max + 8))
+    text = rows.kernels[0].text
+    assert "XBLOCK: tl.constexpr = 1\n" in text
+    assert f"RBLOCK: tl.constexpr = {HEURISTICS.looped_rblock}" in text
+    check(fn, make(3, HEURISTICS.persistent_max + 8))
+
+
 def test_split_reductions_combine_partial_results():
     x = make(3 * HEURISTICS.split_min_row + 5)
     (split,) = launches(lambda x: x.sum(), x)
