@@ -90,22 +90,54 @@ class ReductionWriting:
             if mask:
                 value = f"tl.where({mask}, {value}, {init})"
             return self.finish(node, scope, value, position)
-        acc = self.fresh("acc")
-        self.emit(scope, f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {acc_type})")
-        if op in (Op.ARGMAX, Op.ARGMIN):
-            position = self.fresh("pos")
-            self.emit(scope, f"{position} = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+        # the kernel's other reductions of this level walk the same rows: one loop folds
+        # them all (a layer norm's two parameter gradients read the row once, not twice)
+        group = [node] + self.siblings(node, index, scope)
+        accumulators = []
+        for member in group:
+            acc = self.fresh("acc")
+            member_init = self.initial(member.op, member.inputs[0].dtype,
+                                       self.accumulator_type(member))
+            self.emit(scope, f"{acc} = tl.full([XBLOCK, RBLOCK], {member_init}, "
+                             f"{self.accumulator_type(member)})")
+            position = None
+            if member.op in (Op.ARGMAX, Op.ARGMIN):
+                position = self.fresh("pos")
+                self.emit(scope, f"{position} = tl.full([XBLOCK, RBLOCK], 0, tl.int64)")
+            accumulators.append((member, member_init, acc, position))
         body, full = self.open_row(scope, index)
-        value = self.reduced_value(node, self.value(source, full, body))
-        mask = self.masks.get(body.row)
-        if mask:
-            value = f"tl.where({mask}, {value}, {init})"
-        for line in self.combine(node, acc, position, value, full, body):
-            self.emit(body, line)
+        for member, member_init, acc, position in accumulators:
+            value = self.reduced_value(member, self.value(member.inputs[0], full, body))
+            mask = self.masks.get(body.row)
+            if mask:
+                value = f"tl.where({mask}, {value}, {member_init})"
+            for line in self.combine(member, acc, position, value, full, body):
+                self.emit(body, line)
         self.close_row(body)
-        if self.split:
-            return self.store_partials(node, scope, acc, position)
-        return self.finish(node, scope, acc, position)
+        results = [self.store_partials(member, scope, acc, position) if self.split else
+                   self.finish(member, scope, acc, position)
+                   for member, _, acc, position in accumulators]
+        for member, result in zip(group[1:], results[1:]):
+            scope.memo[(id(member), index)] = result
+        return results[0]
+
+    def siblings(self, node: Node, index: Index, scope: Scope) -> list[Node]:
+        """The kernel's reductions that can fold in `node`'s loop: of its level (neither reads
+        the other), its shape and axes, not yet computed at this index."""
+        if not hasattr(self, "_levels"):
+            self._levels = self.reduction_levels()
+        level = self._levels.get(node)
+        found = []
+        for member in self.kernel.members:
+            if member is node or member.kind is not Kind.REDUCTION or \
+                    self._levels.get(member) != level or member.shape != node.shape or \
+                    member.attrs.get("axes") != node.attrs.get("axes") or \
+                    any((id(member), index) in s.memo for s in scope.chain()):
+                continue
+            if self.split and self.stage and self.levels[member] != self.stage:
+                continue
+            found.append(member)
+        return found
 
     # -- split reductions -----------------------------------------------------------------
     def reduction_levels(self) -> dict[Node, int]:

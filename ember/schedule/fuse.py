@@ -247,7 +247,30 @@ class Scheduler(Realizing):
         for step in self.steps:
             if isinstance(step, LibraryCall):
                 step.inputs = [self.buffer_of[n] for n in step.node.inputs]
+        self.operands_from_output_copies()
         return outputs
+
+    def operands_from_output_copies(self) -> None:
+        """A library operand that eager lays out otherwise than its buffer is copied into
+        eager's layout before the call (the wrapper's `relaid`). Where an output is that very
+        copy — a decoder's key and value, returned as its cache and then attended to — the
+        output's copy kernel runs before the call and the call reads the output: one copy,
+        as eager makes (it attends to the cache it concatenated)."""
+        copies = {step.stores[0].node: step for step in self.steps
+                  if isinstance(step, Kernel) and not step.members and len(step.stores) == 1}
+        for step in list(self.steps):
+            if not isinstance(step, LibraryCall):
+                continue
+            wanted = step.node.attrs.get("operand_strides") or ()
+            for i, (node, strides) in enumerate(zip(step.node.inputs, wanted)):
+                buffer, copy = step.inputs[i], copies.get(node)
+                if strides is None or copy is None or _same_layout(buffer, strides) or \
+                        not _same_layout(copy.stores[0].buffer, strides):
+                    continue
+                here, there = self.steps.index(step), self.steps.index(copy)
+                if there > here:
+                    self.steps.insert(here, self.steps.pop(there))
+                step.inputs[i] = copy.stores[0].buffer
 
     def output_buffer(self, node: Node, strides: tuple[int, ...], claimed: set[Node]) -> Buffer:
         # NOTE: outputs at different positions never share memory here (eager's own sharing
@@ -465,3 +488,9 @@ def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
 
 def schedule(graph: Graph) -> Plan:
     return Scheduler(graph).run()
+
+
+def _same_layout(buffer: Buffer, strides: tuple[int, ...]) -> bool:
+    """Do `buffer`'s elements lie as `strides` put them (size-1 dims aside)?"""
+    return buffer.strides is not None and len(strides) == len(buffer.shape) and all(
+        n == 1 or s == t for n, s, t in zip(buffer.shape, buffer.strides, strides))

@@ -116,6 +116,25 @@ def test_a_row_reduction_with_several_results_per_row_walks_the_rows():
     check(fn, make(3, HEURISTICS.persistent_max + 8))
 
 
+def test_reductions_of_one_level_share_their_loop_over_the_row():
+    # a layer norm's parameter gradients: two sums over the same rows, neither reading the
+    # other, folded in one walk of the rows (each its own accumulator); the variance reads
+    # the mean: a second walk
+    long = HEURISTICS.persistent_max + 8
+    fn = lambda x, y: (x.sum(1), (x * y).sum(1), x.amax(1))  # noqa: E731
+    (rows,) = launches(fn, make(3, long), make(3, long, seed=1))
+    assert rows.kernels[0].text.count("for r") == 1
+    check(fn, make(3, long), make(3, long, seed=1), kernels=1)
+    columns = lambda g, xhat: (g.sum(0), (g * xhat).sum(0))  # noqa: E731
+    (split,) = launches(columns, make(4096, 64), make(4096, 64, seed=1))
+    assert [k.text.count("for r") for k in split.kernels] == [1, 0]
+    check(columns, make(4096, 64), make(4096, 64, seed=1), kernels=1)
+    moments = lambda x: (x.mean(1), x.var(1))  # noqa: E731
+    (two,) = launches(moments, make(3, long))
+    assert two.kernels[0].text.count("for r") == 2
+    check(moments, make(3, long), kernels=1)
+
+
 def test_split_reductions_combine_partial_results():
     x = make(3 * HEURISTICS.split_min_row + 5)
     (split,) = launches(lambda x: x.sum(), x)

@@ -185,6 +185,28 @@ def test_a_library_operand_that_eager_passes_expanded_is_relaid_as_an_expand():
     check(_multi_query_attention, x, w)
 
 
+def _attention_over_its_cache(x, w):
+    # a decoder's layer with a cache, as Hugging Face's GPT-2 runs in training: key and value
+    # split from one projection are concatenated after the empty cache (eager's copy, returned
+    # as the cache) and attention reads that copy
+    parts = (x @ w).split(64, dim=2)
+    query, key, value = (parts[i].view(2, 12, 4, 16).transpose(1, 2) for i in range(3))
+    key = torch.cat([x.new_zeros(0), key], dim=-2)
+    value = torch.cat([x.new_zeros(0), value], dim=-2)
+    return F.scaled_dot_product_attention(query, key, value, is_causal=True), key, value
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="the CPU's attention kernel and copies")
+def test_a_library_operand_that_an_output_copies_into_eagers_layout_reads_that_output():
+    # the returned key and value are copies laid out as eager's attention takes them: the
+    # call reads them instead of a second copy of its own (`relaid`, two a layer on GPT-2)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 12, 64, generator=generator)
+    w = torch.randn(64, 192, generator=generator) / 8
+    compiled = check(_attention_over_its_cache, x, w, kernels=2)
+    assert "relaid" not in compiled.wrapper_source, compiled.wrapper_source
+
+
 def test_a_symbolic_graph_reads_each_inputs_shape_once():
     # (one torch.Size a tensor, unpacked where it gives several: the sizes are read on every
     # call; y's rows are x's, s0)
