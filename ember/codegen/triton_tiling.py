@@ -230,25 +230,27 @@ def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristi
 
 
 def kept_dim_is_contiguous(writer: TritonKernelWriter) -> bool:
-    """Do more accesses walk memory contiguously along the innermost kept dim than along a
-    reduced dim? Then loads coalesce across x, and the tile is wide in x, short in r. Only
-    accesses that a reduced dim moves vote (as in the C writer's column mode, c_loops.py): a
-    row's result or a per-row operand is one element a row, whatever its layout — a row
-    reduction with two results per row (the max and the sum of a loss's logits) is walked
-    along its rows."""
+    """Do the accesses that walk memory contiguously along the innermost kept dim touch more
+    elements than those contiguous along a reduced dim? Then loads coalesce across x, and the
+    tile is wide in x, short in r. Each access weighs what it touches: a row's result or a
+    per-row operand is one element a row, not the row (a row reduction with two results per
+    row, the max and the sum of a loss's logits, is walked along its rows; a layer norm's
+    parameter gradients, which read each row's mean, across them)."""
     if not writer.outer_dims:
         return False
     shape = writer.kernel.shape
     last = writer.outer_dims[-1]
+    kept = [Var(f"i{d}", shape[d]) for d in writer.outer_dims]
     reduced = [Var(f"r{d}", shape[d]) for d in writer.inner_dims]
+    rows, row = max(guess(writer.xnumel), 1), max(guess(writer.rnumel), 1)
     along_kept = along_reduced = 0
     for offset in writer.accesses:
-        if all(offset.coefficient(r) == 0 for r in reduced):
-            continue
-        if offset.coefficient(Var(f"i{last}", shape[last])) == 1:
-            along_kept += 1
+        touched = (rows if any(offset.coefficient(i) != 0 for i in kept) else 1) * \
+            (row if any(offset.coefficient(r) != 0 for r in reduced) else 1)
+        if offset.coefficient(kept[-1]) == 1:
+            along_kept += touched
         if any(offset.coefficient(r) == 1 for r in reduced):
-            along_reduced += 1
+            along_reduced += touched
     return along_kept > along_reduced and guess(shape[last]) >= 16
 
 

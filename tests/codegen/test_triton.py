@@ -104,6 +104,18 @@ def test_reductions_over_a_strided_dim_tile_across_the_contiguous_one():
     assert f"RBLOCK: tl.constexpr = {HEURISTICS.column_rblock}" in text
 
 
+def test_column_sums_that_read_a_value_per_row_still_tile_across_the_columns():
+    # a layer norm's parameter gradients read each row's mean and variance (one element a
+    # row, contiguous along the reduced rows): the row-long operands they scale are what
+    # the tile must read coalesced
+    fn = lambda g, x, mean, var: (  # noqa: E731
+        g.sum(0), (g * (x - mean[:, None]) * torch.rsqrt(var[:, None] + 1e-5)).sum(0))
+    args = (make(512, 96), make(512, 96, seed=1), make(512, seed=2), make(512, seed=3).abs())
+    (columns,) = launches(fn, *args)
+    assert f"XBLOCK: tl.constexpr = {HEURISTICS.column_xblock}" in columns.kernels[0].text
+    check(fn, *args)
+
+
 def test_a_row_reduction_with_several_results_per_row_walks_the_rows():
     # a loss's log-softmax statistics: the max and the sum of each contiguous row, two
     # results per row. The results are one element a row: they do not vote for a tile
