@@ -57,6 +57,29 @@ class _Collect(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+# torch's CPU functions that MKL's vector math computes (aten/src/ATen/cpu/vml.h's
+# IMPLEMENT_VML_MKL list), for float32 and float64
+MKL_VECTOR_MATH = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log",
+                   "log10", "log2", "sin", "sqrt", "tan", "tanh", "trunc")
+
+
+def settle_vector_math() -> None:
+    """Call each of torch's MKL vector-math functions once, on this thread alone (8 elements:
+    below torch's parallel grain), before any workload runs.
+    NOTE: a process's first call of such a function that torch splits over OpenMP threads
+    (a 64 x 64 tanh: 2048 elements a thread) computed the worker thread's part, in about one
+    fresh process in 40 here, with an error near 5e-5 instead of an ulp (torch 2.13, MKL
+    2024.2: a race in MKL's first-call set-up; a first call on one thread avoids it). The
+    check compares the first calls' outputs with eager's made later: S1 run eagerly, as ember
+    runs it without a C compiler, was then 111 elements off eager's own later answer."""
+    import torch
+
+    for dtype in (torch.float32, torch.float64):
+        x = torch.full((8,), 0.5, dtype=dtype)
+        for name in MKL_VECTOR_MATH:
+            getattr(torch, name)(x)
+
+
 def cold_caches(root: Path, workload: str) -> Path:
     """Point every compiler's disk cache at a folder of this workload's own: empty on a first
     run, warm when a later run is given the same root."""
@@ -280,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     imports["import_ember_s"] = time.perf_counter() - start
     from ember.bench.harness import Trial
 
+    settle_vector_math()  # (after the imports' clock, before any workload's)
     status = 0
     with open(options.result, "a") as results:
         for order, name in enumerate(options.workloads):

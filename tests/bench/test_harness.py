@@ -126,3 +126,18 @@ def test_device_sync_looks_inside_modules_and_containers(monkeypatch):
     model = torch.nn.Linear(2, 2)
     found = harness.tensors_in([model, {"x": torch.ones(3)}, (torch.zeros(1),)])
     assert len(found) == 4                      # weight, bias, x, the zeros
+
+
+def test_the_trial_settles_mkl_s_vector_math_on_one_thread(monkeypatch):
+    # (a first call split over threads raced in MKL's set-up: trial.settle_vector_math)
+    from ember.bench import trial
+
+    called = []
+    for name in trial.MKL_VECTOR_MATH:
+        function = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda x, f=function, n=name: called.append(
+            (n, x.dtype, x.numel())) or f(x))
+    trial.settle_vector_math()
+    assert sorted({n for n, _, _ in called}) == sorted(trial.MKL_VECTOR_MATH)
+    assert {d for _, d, _ in called} == {torch.float32, torch.float64}
+    assert all(numel < 2048 for _, _, numel in called)  # (below torch's parallel grain)

@@ -99,6 +99,22 @@ def test_without_a_compiler_a_graph_runs_eagerly_with_a_warning(cache):
     assert isinstance(compile_graph(torch.fx.symbolic_trace(fn), [x]), CompiledGraph)
 
 
+@pytest.mark.parametrize("name", ["S1", "gelu_chain20", "softmax", "layer_norm"])
+def test_without_a_compiler_a_seed_workload_gives_eager_s_bits(cache, name):
+    # (what runs is the captured FX graph, op for op the function's own: eager's bits, not
+    # eager's within a tolerance; the bench's check of S1 without a compiler once found 111
+    # elements off, which was torch's own first parallel tanh: ember/bench/trial.py)
+    import ember
+    from ember.bench import workloads
+
+    function, args = workloads.resolve(name).instantiate("tiny")
+    with config.override(cc="/nonexistent/ember-cc", warm_start=False):
+        compiled = ember.compile(function)
+        results = [compiled(*args) for _ in range(2)]
+    want = function(*args)
+    assert all(torch.equal(got, want) for got in results)
+
+
 def test_a_compiler_crash_is_retried_without_the_slp_vectorizer(cache, monkeypatch):
     calls = []
     real = subprocess.run
