@@ -263,11 +263,13 @@ class Encoder:
 
 
 def _name(value: Any) -> tuple[str, str] | None:
-    """(module, attribute path) that finds `value` again, through sys.modules."""
-    module = getattr(value, "__module__", None)
+    """(module, attribute path) that finds `value` again, through sys.modules (a property
+    through its class, by its getter's name: what a class-member guard expects)."""
+    named = value.fget if isinstance(value, property) and value.fget is not None else value
+    module = getattr(named, "__module__", None)
     objclass = getattr(value, "__objclass__", None)
     candidates = []
-    for name in (getattr(value, "__qualname__", None), getattr(value, "__name__", None)):
+    for name in (getattr(named, "__qualname__", None), getattr(named, "__name__", None)):
         if isinstance(name, str) and "<" not in name:
             if isinstance(module, str):
                 candidates.append((module, name))
