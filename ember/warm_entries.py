@@ -11,10 +11,16 @@ tensor layouts. What is kept: the guards as data (ember/capture/records.py), com
 in the new process and still checked on every call; the runner's source and constants; the
 FX graph, whose compiled form comes from the graph's own warm-cache entry
 (ember/runtime/warm_cache.py); the digests of the user's files whose code the capture inlined
-or whose objects it names. Not kept (said on EMBER_LOGS=perf): graph breaks, symbolic sizes,
-CUDA graphs, backends other than ember's, and guards on objects without a name — every
-nn.Module (the design's point 3). An entry whose digest, versions or files do not check is
-removed and the call captured; one whose names do not resolve here is not used.
+or whose objects it names. An nn.Module's identity guard is kept as what it stood for: the
+module found again through its source in the new process, of the class named, one object
+per module and no hooks (checked when the entry is rebuilt, then guarded by identity again,
+as after a capture); every attribute the capture read has a guard of its own
+(notes/2026-12-warm-start-before-capture.md, "What a module's identity guard stands for").
+Not kept (said on EMBER_LOGS=perf): graph breaks, symbolic sizes, CUDA graphs, backends other
+than ember's, objects without a name (a lambda) or modules reached without a source, hooks,
+and reads that only a module's identity answered. An entry whose digest, versions or files
+do not check is removed and the call captured; one whose names do not resolve here is not
+used; one whose modules or guards refuse the call is captured again.
 """
 
 from __future__ import annotations
@@ -138,11 +144,20 @@ def _keep(function: Any, entry: Any, key: str) -> None:
         raise NotKept("it breaks the graph (entries without breaks are kept)")
     if captured.symbolic:
         raise NotKept("its sizes are symbols")
+    if captured.identity_reads:
+        raise NotKept(f"it read {captured.identity_reads[0]}, which only the module's "
+                      f"identity stands for")
     scope = captured.scope
     if not scope["GG"] or scope["GG"][0] is not function.function.__globals__:
         raise NotKept("its globals are not its function's")
-    encoder = Encoder()
-    guards = encoder.guards(captured.guards)
+    if any(value is torch_internals.hook_tables_unchanged for value in scope["K"]):
+        raise NotKept("it calls a module with hooks (their tables are guarded as the objects "
+                      "they are)")
+    reached, identities = _module_identities(captured)
+    encoder = Encoder(reached)
+    guards = _hooks_counted_here(encoder.guards(captured.guards), scope["K"])
+    identities = [[encoder.value(type(module)), [encoder.value(s) for s in found]]
+                  for module, found in identities]
     modules = []
     for globals_dict in scope["GG"][1:]:  # (the globals of the functions it inlined)
         name = globals_dict.get("__name__")
@@ -150,7 +165,7 @@ def _keep(function: Any, entry: Any, key: str) -> None:
         if module is None or module.__dict__ is not globals_dict:
             raise NotKept("it reads the globals of a module sys.modules does not hold")
         modules.append(name)
-    constants = [encoder.value(value) for value in scope["K"]]
+    constants = [_constant(encoder, value) for value in scope["K"]]
     inputs = [encoder.value(source) for source in captured.input_sources]
     namespace = [[name, encoder.value(value)] for name, value in
                  captured.runner_namespace.items()]
@@ -166,13 +181,87 @@ def _keep(function: Any, entry: Any, key: str) -> None:
         _check_graph_kept(function, graph, examples, captured)
     record = {"versions": warm_cache.versions(), "where": function.where,
               "files": sorted([path, digest] for path, digest in encoder.files.items()),
-              "guards": guards, "modules": modules, "constants": constants,
+              "guards": guards, "identities": identities, "modules": modules,
+              "constants": constants,
               "input_sources": inputs, "runner": captured.runner_source,
               "runner_lines": list(captured.runner_lines), "namespace": namespace,
               "graph": graph, "examples": examples, "op_count": captured.op_count,
               "passthrough": passthrough}
     warm_cache.write_record(KIND, key, record)
     counts["kept"] += 1
+
+
+def _module_identities(captured: Any) -> tuple[dict[int, tuple[Any, Any]], list]:
+    """The nn.Modules the capture knows by identity ("id" guards), each with the sources that
+    reach it: a new process finds them again through these (the first of each), its
+    __dict__ through the module (ember/capture/records.py's `reached`); and the list of
+    (module, sources). What the identity guard stood for besides is guarded on its own
+    (notes/2026-12-warm-start-before-capture.md, "What a module's identity guard stands
+    for"): the entry checks the module's class by name, that the sources keep reaching one
+    object each and distinct objects apart, and no hooks (_reach_modules)."""
+    from ember.capture.records import NotKept
+    from ember.capture.sources import AttrSource
+
+    found: dict[int, tuple[Any, list]] = {}
+    for guard in captured.guards.guards.values():
+        if guard.kind == "id" and isinstance(guard.expected, torch.nn.Module):
+            if not _reachable(guard.source):
+                raise NotKept(f"a {type(guard.expected).__name__} reached through "
+                              f"{guard.source.expr()}, not from the call")
+            found.setdefault(id(guard.expected), (guard.expected, []))[1].append(guard.source)
+    reached: dict[int, tuple[Any, Any]] = {}
+    for module, sources in found.values():
+        reached[id(module)] = (module, sources[0])
+        reached[id(module.__dict__)] = (module.__dict__, AttrSource(sources[0], "__dict__"))
+    return reached, list(found.values())
+
+
+def _reachable(source: Any) -> bool:
+    """Does `source` read from the call's arguments, globals or closure (not from what the
+    entry keeps, K: a module kept there has no way back)?"""
+    from ember.capture import sources
+
+    while isinstance(source, (sources.AttrSource, sources.ItemSource, sources.EntrySource)):
+        source = source.base
+    return isinstance(source, (sources.LocalSource, sources.GlobalSource,
+                               sources.ClosureSource))
+
+
+def _constant(encoder: Any, value: Any) -> list:
+    """One of the scope's K as kept. A list, dict or set there is one the guards read as it
+    is at each call (the modules a capture inlined and their __dict__s, a hooked module's
+    hook tables, refused before): kept only where each item is reached again (modules,
+    their __dict__s), never as a copy that a guard would then read unchanged forever."""
+    from ember.capture.records import NotKept
+
+    if type(value) in (list, dict, set):
+        items = value.values() if type(value) is dict else value
+        if not all(id(item) in encoder.reached for item in items):
+            raise NotKept(f"a {type(value).__name__} its guards read as the object it is")
+    return encoder.value(value)
+
+
+def _hooks_counted_here(guards: list, constants: list) -> list:
+    """The kept guards with modules_still_plain's count of hook handles made so far (this
+    process's: a fast path while no hook was registered since) read again where the entry
+    is rebuilt, after _hooked has found no hooks there."""
+    arguments = _plain_guard_arguments(guards, constants)
+    if arguments is not None:
+        arguments[0] = ["hooks_made"]
+    return guards
+
+
+def _plain_guard_arguments(guards: list, constants: list) -> list | None:
+    """The kept arguments of the guard modules_still_plain answers (module_calls.py: one per
+    capture that inlines modules) — the count of hook handles, the modules, their
+    __dict__s — or None."""
+    for _, source, _ in guards:
+        if source is not None and source[1] == "CallSource":
+            base, _, arguments, _ = source[2]
+            if base[0] == "source" and base[1] == "ConstantSource" and \
+                    constants[base[2][0][1]] is torch_internals.modules_still_plain:
+                return arguments[1]
+    return None
 
 
 def _example(value: Any) -> list:
@@ -281,7 +370,6 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     from ember.capture.records import Decoder, Unresolved
     from ember.resumes import passthrough
 
-    decoder = Decoder()
     scope_globals = [function.function.__globals__]
     for name in record["modules"]:
         module = sys.modules.get(name)
@@ -289,8 +377,18 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
             raise Unresolved(f"the module {name} is not imported")
         scope_globals.append(module.__dict__)
     scope = {"GG": scope_globals, "G": scope_globals[0],
-             "K": [decoder.value(code) for code in record["constants"]],
              "C": function.function.__closure__ or ()}
+    reach = _Reach(dict(scope, L=arguments))
+    decoder = Decoder(reach)
+    refusal = _reach_modules(record["identities"], decoder, reach)
+    if refusal is None:  # (K reaches the modules too)
+        scope["K"] = [decoder.value(code) for code in record["constants"]]
+        refusal = _hooked(scope["K"], record["guards"])
+    if refusal is not None:
+        counts["refused"] += 1
+        logs.channel("recompiles").info("%s: the warm-start entry does not serve this call "
+                                        "(%s): captured", function.where, refusal)
+        return None
     guards = decoder.guards(record["guards"])
     guard, text = compile_guards(guards, scope, arguments)
     if not guard(arguments):
@@ -320,6 +418,59 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     dumps.dump_entry(captured, text, call, function.where)
     function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
     return CacheEntry(guard, namespace["run"], captured, text, call=call, compiled=compiled)
+
+
+class _Reach:
+    """The objects reached through sources for this call (a module, its __dict__), each
+    source read once."""
+
+    def __init__(self, namespace: dict[str, Any]):
+        self.namespace = namespace
+        self.found: dict[str, Any] = {}
+
+    def __call__(self, source: Any) -> Any:
+        expr = source.expr()
+        if expr not in self.found:
+            self.found[expr] = source.evaluate(self.namespace)
+        return self.found[expr]
+
+
+def _reach_modules(identities: list, decoder: Any, reach: _Reach) -> str | None:
+    """The modules the capture knew by identity, found through their sources in this call:
+    why they are not what the capture saw (None: they are). Each must be of the class the
+    capture saw (by name; its file checked by digest), every source of one module must reach
+    one object, and two modules must stay two objects (`a is b` was answered so)."""
+    seen: dict[int, str] = {}
+    for kind_code, source_codes in identities:
+        kind = decoder.value(kind_code)
+        sources = [decoder.value(code) for code in source_codes]
+        try:
+            found = [reach(source) for source in sources]
+        except Exception as error:  # noqa: BLE001 (a module no longer there)
+            return f"{sources[0].expr()} cannot be read ({type(error).__name__})"
+        if type(found[0]) is not kind:
+            return f"{sources[0].expr()} is a {type(found[0]).__qualname__}, not a " \
+                   f"{kind.__qualname__}"
+        for source, module in zip(sources[1:], found[1:]):
+            if module is not found[0]:
+                return f"{source.expr()} is no longer {sources[0].expr()}"
+        if id(found[0]) in seen:
+            return f"{sources[0].expr()} is now {seen[id(found[0])]}"
+        seen[id(found[0])] = sources[0].expr()
+    return None
+
+
+def _hooked(constants: list, guards: list) -> str | None:
+    """Why the modules the capture inlined are no longer called plainly here — a hook, or a
+    forward set on the instance (None: they are), looked at module by module: the guard's
+    own fast path (no hook registered since its count) then takes this process's count."""
+    arguments = _plain_guard_arguments(guards, constants)
+    if arguments is None:
+        return None
+    modules, dicts = (constants[code[2][0][1]] for code in arguments[1:])
+    if not torch_internals.modules_still_plain(-1, modules, dicts):
+        return "a hook, or a forward, was set on a module the compiled code calls"
+    return None
 
 
 def _seen(frame_sizes: Any, guards: Any) -> None:

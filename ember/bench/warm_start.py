@@ -1,5 +1,6 @@
 """From process start to the first result: eager, ember cold and warm, torch.compile cold and
-warm, each in a fresh Python process, on the CPU seed workloads.
+warm, each in a fresh Python process, on the CPU seed workloads and a user's model class
+(`module`, `module-train`: workloads.MODULE_WORKLOADS).
 
     python -m ember.bench.warm_start [--size quick] [--only S1 S5 ...] [--repeats 1]
         [--device cuda]
@@ -44,7 +45,8 @@ spec = importlib.util.spec_from_file_location("seed_workloads", workloads_path)
 workloads = importlib.util.module_from_spec(spec)
 sys.modules["seed_workloads"] = workloads
 spec.loader.exec_module(workloads)
-workload = next(w for w in workloads.WORKLOADS if w.name == name)
+workload = next(w for w in (*workloads.WORKLOADS, *workloads.MODULE_WORKLOADS)
+                if w.name == name)
 fn, args = workload.instantiate(size)
 if variant.startswith("ember"):
     fn = ember.compile(fn)
@@ -197,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="quick", choices=["full", "quick", "tiny"])
-    parser.add_argument("--only", nargs="*", help="workload names (default: the CPU seeds)")
+    parser.add_argument("--only", nargs="*", help="workload names (default: the CPU seeds and "
+                        "the module workloads)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cuda: the seeds built on the GPU")
     parser.add_argument("--json", help="write the medians to this file")
@@ -206,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.table:
         print(table(json.loads(Path(options.table).read_text())))
         return 0
-    from ember.bench.workloads import WORKLOADS
+    from ember.bench.workloads import MODULE_WORKLOADS, WORKLOADS
 
-    names = options.only or [w.name for w in WORKLOADS]
+    names = options.only or [w.name for w in (*WORKLOADS, *MODULE_WORKLOADS)]
     results = measure(names, options.size, options.repeats, options.device)
     print(table(results))
     if options.json:

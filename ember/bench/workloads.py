@@ -177,6 +177,36 @@ def build_deep_thin(batch: int, width: int, depth: int
     return torch.nn.Sequential(*layers).eval(), (torch.randn(batch, width),)
 
 
+class SmallModel(torch.nn.Module):
+    """A user's model as `model = ember.compile(MyModel()); model(x)` compiles it: a class of
+    its own, submodules, a residual, a config attribute the forward reads, Dropout (reads
+    `training`)."""
+
+    def __init__(self, width: int, hidden: int, blocks: int = 2):
+        super().__init__()
+        self.embed = torch.nn.Linear(width, hidden)
+        self.blocks = torch.nn.ModuleList(torch.nn.Sequential(
+            torch.nn.LayerNorm(hidden), torch.nn.Linear(hidden, hidden), torch.nn.GELU(),
+            torch.nn.Dropout(0.1)) for _ in range(blocks))
+        self.head = torch.nn.Linear(hidden, width)
+        self.residual_scale = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.embed(x)
+        for block in self.blocks:
+            h = h + self.residual_scale * block(h)
+        return self.head(h)
+
+
+def build_small_model(batch: int, width: int, hidden: int, train: bool = False
+                      ) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    model = SmallModel(width, hidden)
+    if train:  # (dropout off, so that its output is eager's: `training` stays True)
+        for block in model.blocks:
+            block[3].p = 0.0
+    return model.train(train), (torch.randn(batch, width),)
+
+
 def one_op(x: torch.Tensor) -> torch.Tensor:
     return x + 1
 
@@ -233,11 +263,31 @@ WORKLOADS: tuple[Workload, ...] = (
 )
 
 
+# Not seeds: a user's model class compiled whole (what the warm-start bench measures for
+# modules, ember/bench/warm_start.py; find() and resolve() know them by name too)
+MODULE_WORKLOADS: tuple[Workload, ...] = (
+    Workload("module", "small_model", "a model class of the user's (Linear, 2x LayerNorm-Linear-"
+             "GELU-Dropout blocks with a scaled residual, Linear), ember.compile(model), eval, "
+             "no_grad", build_small_model,
+             {"full": dict(batch=64, width=512, hidden=2048),
+              "quick": dict(batch=32, width=128, hidden=512),
+              "tiny": dict(batch=4, width=16, hidden=32)}, dict(rtol=1e-4, atol=1e-5)),
+    Workload("module-train", "small_model_train", "the same model in training mode (its "
+             "first call compiles the forward and the backward)",
+             lambda **sizes: build_small_model(**sizes, train=True),
+             {"full": dict(batch=64, width=512, hidden=2048),
+              "quick": dict(batch=32, width=128, hidden=512),
+              "tiny": dict(batch=4, width=16, hidden=32)}, dict(rtol=1e-4, atol=1e-4),
+             grad=True),
+)
+
+
 def find(name: str) -> Workload | None:
-    """A seed workload or a zoo workload (`gpt2-infer`) by name or title."""
+    """A seed workload, a module workload or a zoo workload (`gpt2-infer`) by name or
+    title."""
     from ember.bench import zoo
 
-    for workload in (*WORKLOADS, *zoo.workloads()):
+    for workload in (*WORKLOADS, *MODULE_WORKLOADS, *zoo.workloads()):
         if name.lower() in (workload.name.lower(), workload.title.lower()):
             return workload
     return None

@@ -51,8 +51,11 @@ def _len(session: Session, value: Value, **_: Any) -> Value:
         return Const(len(value.items))
     if isinstance(value, DictValue):
         return Const(len(value.items))
-    if isinstance(value, ModuleValue):
-        return Const(len(value.value))
+    if isinstance(value, ModuleValue):  # (a ModuleList's: its entries may come and go)
+        length = len(value.value)
+        session.guard_module_answer(value, len, (), length,
+                                    f"len() of {value.describe()} changed from {length}")
+        return Const(length)
     if isinstance(value, NewObjectValue):
         return Const(python_value(semantics.protocol(session, value, "__len__")))
     return Const(len(python_value(value)))
@@ -370,5 +373,7 @@ def _id(session: Session, value: Value, **_: Any) -> Value:
     if real is not None:
         if value.source is not None:
             session.guards.add("id", value.source, real)
+        if isinstance(value, ModuleValue):  # (the number itself: this object's alone)
+            session.identity_reads.append(f"id() of {value.describe()}")
         return IdentityConst(id(real))
     return IdentityConst(id(value))

@@ -82,6 +82,8 @@ class Captured:
     symbolic: bool = False
     # the code objects of the functions it inlined (a warm start checks their files)
     inlined_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
+    # what it read of modules that their identity guards alone stand for (Session's)
+    identity_reads: list[str] = dataclasses.field(default_factory=list)
 
 
 def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
@@ -199,7 +201,8 @@ def package(session: Session, result: Value) -> Captured:
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     runner_lines=after, symbolic=builder.shapes.symbolic,
-                    inlined_codes=list(session.inlined_codes))
+                    inlined_codes=list(session.inlined_codes),
+                    identity_reads=list(session.identity_reads))
 
 
 def _size_guards(session: Session) -> None:
@@ -306,7 +309,8 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
     return Captured(graph_module, list(builder.input_sources), list(builder.input_values),
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     stop.reason, resumptions, callees, runner_lines=after,
-                    symbolic=builder.shapes.symbolic, inlined_codes=list(session.inlined_codes))
+                    symbolic=builder.shapes.symbolic, inlined_codes=list(session.inlined_codes),
+                    identity_reads=list(session.identity_reads))
 
 
 def _optimizer_step(callee: Value) -> bool:

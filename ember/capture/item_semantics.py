@@ -69,12 +69,14 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
         item = container.value[index]
         if isinstance(index, slice):
             if not isinstance(item, torch.nn.Module):
+                session.identity_reads.append(f"a slice of {container.describe()}")
                 return session.wrap(item, None, guard=False)
             if isinstance(container.value, (torch.nn.ModuleList, torch.nn.Sequential)):
                 entries = _module_entries(session, container)[index]
                 if all(source is not None for _, source in entries):
                     return ModuleValue(item, None,
                                        entry_sources=tuple(source for _, source in entries))
+            session.identity_reads.append(f"a slice of {container.describe()}")
             return ModuleValue(item, None)
         if isinstance(container.value, (torch.nn.ModuleList, torch.nn.Sequential)) and \
                 isinstance(index, int):

@@ -58,6 +58,8 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
     fast_path = eager_fast_path(module, args, kwargs)
     if fast_path is not None:
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
+    if type(module) is torch.nn.TransformerEncoder:  # (eager_fast_path read it unguarded)
+        session.identity_reads.append("nn.TransformerEncoder's choice of eager's path")
     session.inlined_modules.append(module)
     return _call_forward(session, module_value, args, kwargs, parent)
 

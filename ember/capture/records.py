@@ -6,8 +6,10 @@ namespace, the FX graph); gives lists [kind, ...] that torch.load(weights_only=T
 back, and decodes them in a new process. Objects are kept by name only: a module, class or
 function resolves through sys.modules (never imported here: a module the new process has not
 imported is a miss), a function also by its code's digest, and the file of a user's module
-by its digest (`files`). An object without such a name (an nn.Module, a lambda, a tensor made
-at import time) raises NotKept: its entry is not kept.
+by its digest (`files`). An nn.Module whose identity guard the entry replaces (and its
+__dict__) is kept as the source that reaches it again in the new process (`reached`). Any
+other object without such a name (a lambda, a tensor made at import time) raises NotKept: its
+entry is not kept.
 """
 
 from __future__ import annotations
@@ -130,14 +132,23 @@ _PLAIN = (type(None), bool, int, float, complex, str, bytes)
 
 class Encoder:
     """Values as plain data, by name (see the module's docstring); `files`: the user's files
-    the named values come from, with their digests."""
+    the named values come from, with their digests. `reached`: objects without a name that
+    the entry finds again through a source in each new process (an nn.Module whose identity
+    guard the warm entry replaces, its __dict__: ember/warm_entries.py), by id -> (object,
+    source); they decode to what the source reaches for the call."""
 
-    def __init__(self) -> None:
+    def __init__(self, reached: dict[int, tuple[Any, Source]] | None = None) -> None:
         self.files: dict[str, str] = {}
+        self.reached = reached or {}
+
+    def decoder(self) -> Decoder:
+        """A decoder for what this encoder wrote, its reached objects the ones it knows."""
+        by_source = {source.expr(): value for value, source in self.reached.values()}
+        return Decoder(lambda source: by_source[source.expr()])
 
     def value(self, value: Any) -> list:
         code = self._encode(value)
-        back = Decoder().value(code)
+        back = self.decoder().value(code)
         if not (back is value or (type(back) is type(value) and _equal(back, value))):
             raise NotKept(f"a {type(value).__name__} ({value!r:.80}) that does not survive "
                           f"being kept")
@@ -145,6 +156,9 @@ class Encoder:
 
     def _encode(self, value: Any) -> list:
         kind = type(value)
+        known = self.reached.get(id(value))
+        if known is not None and known[0] is value:
+            return ["reached", self._source(known[1])]
         if kind in _PLAIN:
             return ["plain", value]
         if kind in (tuple, list, set, frozenset):
@@ -220,7 +234,7 @@ class Encoder:
             encoded.append([guard.kind, None if guard.source is None
                             else self._source(guard.source), self._encode(guard.expected)])
         # (decoded at once: what comes back must be the same guards)
-        if [g.key() for g in Decoder().guards(encoded).guards.values()] != \
+        if [g.key() for g in self.decoder().guards(encoded).guards.values()] != \
                 list(guards.guards):
             raise NotKept("its guards do not survive being kept")
         return encoded
@@ -249,11 +263,13 @@ class Encoder:
 
 
 def _name(value: Any) -> tuple[str, str] | None:
-    """(module, attribute path) that finds `value` again, through sys.modules."""
-    module = getattr(value, "__module__", None)
+    """(module, attribute path) that finds `value` again, through sys.modules (a property
+    through its class, by its getter's name: what a class-member guard expects)."""
+    named = value.fget if isinstance(value, property) and value.fget is not None else value
+    module = getattr(named, "__module__", None)
     objclass = getattr(value, "__objclass__", None)
     candidates = []
-    for name in (getattr(value, "__qualname__", None), getattr(value, "__name__", None)):
+    for name in (getattr(named, "__qualname__", None), getattr(named, "__name__", None)):
         if isinstance(name, str) and "<" not in name:
             if isinstance(module, str):
                 candidates.append((module, name))
@@ -292,12 +308,24 @@ class _Expression:
 
 class Decoder:
     """Encoded values back; a name this process does not resolve to what was kept raises
-    Unresolved."""
+    Unresolved. `reach(source)`: the object a reached value's source finds for this call
+    (none given: such a value is Unresolved)."""
+
+    def __init__(self, reach: Any = None) -> None:
+        self.reach = reach
 
     def value(self, code: list) -> Any:
         kind = code[0]
         if kind == "plain":
             return code[1]
+        if kind == "reached":
+            if self.reach is None:
+                raise Unresolved("an object reached through a source, without a call")
+            return self.reach(self.value(code[1]))
+        if kind == "hooks_made":  # (torch's count of hook handles, in this process)
+            from ember import torch_internals
+
+            return torch_internals.hooks_made()
         if kind in ("tuple", "list", "set", "frozenset"):
             return {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[kind](
                 self.value(c) for c in code[1])

@@ -350,8 +350,16 @@ def contains(session: Session, container: Value, item: Value) -> bool:
         return truth(session, protocol(session, container, "__contains__", item))
     if isinstance(container, (SequenceValue, SetValue)):
         return any(identical(item, v, session) or equal_constants(item, v) for v in container.items)
-    if isinstance(container, ModuleValue):
-        return python_value(item) in container.value
+    if isinstance(container, ModuleValue):  # (`name in self.blocks`: guarded by its key)
+        key = python_value(item)
+        answer = key in container.value
+        if type(key) in (str, int):
+            session.guard_module_answer(container, operator.contains, (key,), answer,
+                                        f"{key!r} in {container.describe()} changed from "
+                                        f"{answer}")
+        else:
+            session.identity_reads.append(f"`in` of {container.describe()}")
+        return answer
     return python_value(item) in python_value(container)
 
 
@@ -408,8 +416,12 @@ def truth(session: Session, value: Value) -> bool:
                                                    name == "__len__"):
                 return bool(python_value(protocol(session, value, name)))
         return True
-    if isinstance(value, ModuleValue):
-        return bool(value.value)
+    if isinstance(value, ModuleValue):  # (a container's truth is its length's)
+        answer = bool(value.value)
+        if any(hasattr(type(value.value), name) for name in ("__bool__", "__len__")):
+            session.guard_module_answer(value, bool, (), answer,
+                                        f"the truth of {value.describe()} changed from {answer}")
+        return answer
     if isinstance(value, (ObjectValue, NestedFunctionValue, BoundMethodValue,
                           TensorMethodValue, ValueMethodValue)):
         if isinstance(value, ObjectValue) and type(value.value).__module__ != "builtins" and \
@@ -465,11 +477,13 @@ def unpack(session: Session, value: Value) -> list[Value]:
         return list(pieces.items)
     if isinstance(value, ModuleValue):
         module = value.value
-        if isinstance(module, torch.nn.ModuleDict):
+        if isinstance(module, torch.nn.ModuleDict):  # (its keys as they are: guarded)
+            _guard_table_keys(session, value, "_modules")
             return [Const(k) for k in module.keys()]
         if isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)):
             return [session.wrap(m, source) for m, source in _module_entries(session, value)]
         if isinstance(module, (torch.nn.ParameterList,)):
+            _guard_table_keys(session, value, "_parameters")
             return [session.wrap(p, ItemSource(value.source, i) if value.source else None)
                     for i, p in enumerate(module)]
         raise Unsupported(f"iteration over {type(module).__name__}")
@@ -501,6 +515,16 @@ def call(frame: Frame, callee: Value, args: list[Value], kwargs: dict[str, Value
 
 
 __all__ = ["BuiltinValue", "FunctionValue", "TorchValue", "CellValue", "Source"]
+
+
+def _guard_table_keys(session: Session, value: ModuleValue, table: str) -> None:
+    """The keys (hence length and order) of one of a module's tables, as a walk over them
+    read them now."""
+    if value.source is None:
+        session.identity_reads.append(f"the {table} of {value.describe()}")
+        return
+    session.guards.add("keys", AttrSource(value.source, table),
+                       tuple(getattr(value.value, table).keys()))
 
 
 def _module_entries(session: Session, value: ModuleValue) -> list[tuple[Any, Source | None]]:

@@ -171,6 +171,10 @@ class Session:
         self.inlined_modules: list[torch.nn.Module] = []  # (see module_calls.call_module)
         self.inlined_dicts: list[dict] = []  # (their __dict__s)
         self.plain_guarded = False
+        # answers read from a module that only its identity guard stands for (no guard of
+        # their own restates them): a warm start cannot carry such a capture to a new
+        # process, where the module is a new object (ember/warm_entries.py)
+        self.identity_reads: list[str] = []
         # modules inlined with their hooks, and their hook tables' lengths and keys as the
         # capture found them (see calls._call_with_hooks)
         self.hooked_modules: list[torch.nn.Module] = []
@@ -269,6 +273,16 @@ class Session:
 
         self.guards.add(kind, CallSource(self.constant_source(function), args=args,
                                          label=label), expected)
+
+    def guard_module_answer(self, module: Value, function: Any, args: tuple, answer: Any,
+                            label: str) -> None:
+        """Guard that `function(module, *args)` still answers `answer` (len, bool, `in` of
+        an nn.Module container): read through the module's source; without one, the answer
+        rests on the module's identity alone (`identity_reads`)."""
+        if module.source is None:
+            self.identity_reads.append(label)
+            return
+        self.guard_answer(function, (module.source, *args), answer, label)
 
     def tracked(self, obj: Any) -> Value | None:
         """The tracked value of a list, dict or set from outside, if the capture has one."""

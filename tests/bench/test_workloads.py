@@ -42,14 +42,16 @@ def test_seed_shapes_are_those_of_the_anchors():
     }
 
 
-@pytest.mark.parametrize("workload", [w for w in workloads.WORKLOADS
+@pytest.mark.parametrize("workload", [w for w in (*workloads.WORKLOADS,
+                                                   *workloads.MODULE_WORKLOADS)
                                       if w.name not in ("overhead", "S4")],  # small already
                          ids=lambda w: w.name)
 def test_quick_is_about_a_sixteenth_of_full(workload):
     assert elements(workload, "full") / elements(workload, "quick") == pytest.approx(16, rel=0.1)
 
 
-@pytest.mark.parametrize("workload", workloads.WORKLOADS, ids=lambda w: w.name)
+@pytest.mark.parametrize("workload", (*workloads.WORKLOADS, *workloads.MODULE_WORKLOADS),
+                         ids=lambda w: w.name)
 def test_instances_are_repeatable_and_run(workload):
     fn, args = workload.instantiate("tiny")
     again, same_args = workload.instantiate("tiny")
@@ -63,6 +65,7 @@ def test_instances_are_repeatable_and_run(workload):
 def test_resolve_by_name_or_title_in_any_case():
     assert workloads.resolve("s1").title == "gelu_ish"
     assert workloads.resolve("GELU_CHAIN20").name == "S2"
+    assert workloads.resolve("Module-Train").title == "small_model_train"
     with pytest.raises(ValueError, match="unknown workload 'S9'"):
         workloads.resolve("S9")
 
