@@ -85,8 +85,8 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
                 labels = [e for e in events if e.key.startswith("ember ")
                           and e.device_time_total > 0]
                 for event in sorted(labels, key=lambda e: -e.device_time_total)[:rows]:
-                    print(f"   {event.device_time_total / CALLS:9.1f} us {event.count / CALLS:5.0f}x"
-                          f"  {event.key[:110]}")
+                    print(f"   {event.device_time_total / CALLS:9.1f} us "
+                          f"{event.count / CALLS:5.0f}x  {event.key[:110]}")
         else:
             labelled = [e for e in events if e.key.startswith("ember ")]
             print(f"== {name} {variant}: {per_call_ms:.3f} ms per call, "
