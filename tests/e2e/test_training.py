@@ -889,24 +889,27 @@ class MaskedAttention(torch.nn.Module):
 
 
 @pytest.mark.parametrize("mask", ["causal", "bool", "additive"])
-def test_the_cpu_flash_attention_kernel_trains_with_its_own_backward_kernel(mask):
+def test_the_attention_kernel_trains_with_its_own_backward_kernel(mask):
     # ember keeps the kernel's output and log-sum-exp and calls its backward kernel itself,
-    # as eager's autograd does, instead of running eager's autograd from the graph
+    # as eager's autograd does, instead of running eager's autograd from the graph: the CPU's
+    # flash kernel, CUDA's memory-efficient one (float32)
     torch.manual_seed(0)
     model = MaskedAttention(mask=mask)
     padding = torch.ones(2, 8, dtype=torch.bool, device=DEVICE)
     padding[1, 5:] = False
     training = train_twice_beside_eager(model, torch.randn(2, 8, 32, device=DEVICE), padding)
-    if DEVICE == "cpu":  # (the CUDA kernels differ: their call stays whole, on the tape)
-        from ember.autodiff.tape import taped_call
-        from ember.ir.ops import Op
+    from ember.autodiff.tape import taped_call
+    from ember.ir.ops import Op
 
-        calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
-                 for n in graph.nodes if n.op is Op.LIBRARY]
-        aten = torch.ops.aten
-        assert taped_call not in calls, calls
-        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu.default) == 1
-        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu_backward.default) == 1
+    calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
+             for n in graph.nodes if n.op is Op.LIBRARY]
+    aten = torch.ops.aten
+    kernel, backward = (aten._scaled_dot_product_flash_attention_for_cpu,
+                        aten._scaled_dot_product_flash_attention_for_cpu_backward) \
+        if DEVICE == "cpu" else (aten._scaled_dot_product_efficient_attention,
+                                 aten._scaled_dot_product_efficient_attention_backward)
+    assert taped_call not in calls, calls
+    assert calls.count(kernel.default) == 1 and calls.count(backward.default) == 1, calls
 
 
 class PooledConvolutions(torch.nn.Module):
