@@ -24,6 +24,7 @@ from ember.codegen.glue import write_glue
 from ember.compile_plan import compile_ir, kernel_backend
 from ember.dumps import graph_label
 from ember.ir.graph import Graph
+from ember.ir.ops import Op
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
@@ -353,6 +354,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                           "differentiated yet)")
     logs.dump(dump, "ir_forward.txt", lambda: str(split.forward))
     backward_dump = logs.dump_folder(f"{label}_backward")
+    unpassed = split.backward.copy()  # (for backwards of calls where gradients are absent)
     backward = run_passes(split.backward, backward_dump)
     split.backward = backward
     clock("autodiff")
@@ -381,9 +383,34 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                                               tensor_positions, label),
                              label, dump, clock, lowered.library_calls, sizes)
         backward_compiled = backward_job.result()
+    settings = config.settings
+
+    def without(absent: frozenset[int]) -> Any:
+        """The backward of calls that give no gradient to the forward outputs `absent`:
+        zeros there, folded into its kernels (GPT-2's logits, which the loss computed inside
+        the model made: a 400 MB fill and a read of it, every step)."""
+        with config.override(**{field: getattr(settings, field)
+                                for field in settings.__dataclass_fields__}):
+            graph = unpassed.copy()
+            zeros = {}
+            for position, (kind, k) in enumerate(split.backward_inputs):
+                if kind == "grad" and k in absent:
+                    node = graph.inputs[position]
+                    zeros[node] = graph.add(Op.FULL, (), value=0.0, shape=node.shape,
+                                            dtype=node.dtype)
+            graph.nodes = [*zeros.values(), *(n for n in graph.nodes if n not in zeros.values())]
+            graph.replace_uses(zeros)
+            run_passes(graph)
+            name = f"{label}_backward (gradients of outputs {sorted(absent)} absent)"
+            return compile_ir(graph, backward_specs, backward_tree, [], positions, count,
+                              InterpretedGraph(graph, backward_specs, backward_tree, [],
+                                               positions, name),
+                              name, None, _Stages(name), 0, sizes)
+
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
-                         gm.forward, grad_inside=not torch.is_grad_enabled())
+                         gm.forward, grad_inside=not torch.is_grad_enabled(),
+                         without=without if config.settings.absent_gradients else None)
 
 
 def _eager_differentiable(specs: list[OutputSpec], eager: Any) -> set[int] | None:

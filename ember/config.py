@@ -176,6 +176,14 @@ FLAGS: tuple[Flag, ...] = (
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
+    Flag("absent_gradients", "EMBER_ABSENT_GRADIENTS", "1", _flag,
+         "training graphs: a backward compiled for the outputs a call's backward gives no "
+         "gradient (a model's logits when the loss is computed inside it), made on the first "
+         "such call (0: zeros are passed as eager's autograd makes them)"),
+    Flag("attention_backward", "EMBER_ATTENTION_BACKWARD", "1", _flag,
+         "CUDA training graphs: call the memory-efficient attention kernel's backward from "
+         "the results the forward kept (0: eager's autograd runs the composite's backward, "
+         "on the step's tape)"),
     Flag("shape_padding", "EMBER_SHAPE_PADDING", "auto", _choice("auto", "always", "never"),
          "pad a large half-precision matmul's sizes that are not a multiple of 16 bytes "
          "(cuBLAS's fast kernels need them): auto (on CUDA), always, never "
@@ -221,6 +229,8 @@ class Settings:
     triton_file_key: bool
     triton_workers: int
     matmul_epilogue: bool
+    attention_backward: bool
+    absent_gradients: bool
     shape_padding: str
     convolution_matmul: bool
     convolution_layout: str

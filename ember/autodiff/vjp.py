@@ -456,6 +456,8 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
         return _dropout(b, node, primal, grads, item)
     if node.attrs["target"] is aten._scaled_dot_product_flash_attention_for_cpu.default:
         return _flash_attention_cpu(b, node, primal, grads, item)
+    if node.attrs["target"] is aten._scaled_dot_product_efficient_attention.default:
+        return _efficient_attention(b, node, primal, grads, item)
     if node.attrs["target"] is aten.max_pool2d_with_indices.default:
         return _max_pool2d(b, node, primal, grads, item)
     return NotImplemented
@@ -494,6 +496,69 @@ def _max_pool2d(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
     call.strides = tuple(ran.stride())
     found: list[Node | None] = [None] * len(node.inputs)
     found[args[0].index] = call
+    return found
+
+
+def _efficient_attention(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+                         item: Callable[[int], Node]) -> list[Node | None]:
+    """_scaled_dot_product_efficient_attention(q, k, v, attn_bias, compute_log_sumexp,
+    dropout_p, is_causal, *, scale) -> (out, logsumexp, philox_seed, philox_offset), CUDA's
+    memory-efficient kernel: its backward kernel as eager's autograd calls it, from the
+    forward's result and log-sum-exp (the random state is unused without dropout). Its
+    gradients come back in the kernel's own layout (one packed buffer where q, k and v view
+    one projection, as eager's do), not copied out of it as a tape's were. The mask gets no
+    gradient (lower/attention.py takes this kernel only where it needs none)."""
+    g = grads.get(0)
+    target = node.attrs["target"]
+    names = [argument.name for argument in target._schema.arguments]
+    bound = dict(zip(names, node.attrs["args"]), **node.attrs["kwargs"])
+    q, k, v = (bound.get(name) for name in ("query", "key", "value"))
+    mask = bound.get("attn_bias")
+    if not all(isinstance(a, Slot) for a in (q, k, v)) or bound.get("dropout_p") or \
+            not bound.get("compute_log_sumexp") or not (mask is None or isinstance(mask, Slot)):
+        return NotImplemented
+    found: list[Node | None] = [None] * len(node.inputs)
+    if g is None:
+        return found
+    q, k, v = (node.inputs[a.index] for a in (q, k, v))
+    if any(isinstance(d, Size) for n in (q, k, v) for d in n.shape):
+        return NotImplemented  # (the result layouts come from a run at concrete sizes)
+    operands = [g, primal(q), primal(k), primal(v), primal(item(0)), primal(item(1)),
+                primal(item(2)), primal(item(3))]
+    bias: Any = None
+    if mask is not None:
+        bias = Slot(len(operands))
+        operands.append(primal(node.inputs[mask.index]))
+    template = (Slot(0), Slot(1), Slot(2), Slot(3), bias, Slot(4), Slot(5), Slot(6), Slot(7),
+                0.0, [True, True, True, False], bool(bound.get("is_causal", False)))
+    kwargs = {"scale": bound.get("scale")}
+    # the forward's operands as it was handed them (eager's layouts), its results as its
+    # kernel laid them out; the incoming gradient in the forward result's layout
+    forward_strides = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
+    results = node.attrs["results"]
+    slots = [bound[name] for name in ("query", "key", "value")] + \
+        ([mask] if mask is not None else [])
+
+    def handed(slot: Slot) -> tuple:
+        source = node.inputs[slot.index]
+        return tuple(forward_strides[slot.index] or source.strides or row_major(source.shape))
+
+    operand_strides = (tuple(results[0][2]), *(handed(slot) for slot in slots[:3]),
+                       *(tuple(r[2]) for r in results[:4]),
+                       *(handed(slot) for slot in slots[3:]))
+    target = aten._scaled_dot_product_efficient_attention_backward.default
+    # (its results' layouts are its kernel's own, not its meta function's: one run tells)
+    metas = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="meta")
+             for o, s in zip(operands, operand_strides)]
+    ran = run_on_stand_ins(target, fill(template, metas), fill(kwargs, metas), None,
+                           b.graph.device.type, row_major_as_meta=False)
+    results = tuple((tuple(r.shape), r.dtype, tuple(r.stride())) for r in ran[:3])
+    call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template,
+                       kwargs=kwargs, results=results, tuple_result=True,
+                       operand_strides=operand_strides)
+    for index, slot in enumerate(slots[:3]):
+        found[slot.index] = b.graph.add(Op.ITEM, (call,), index=index)
+        found[slot.index].strides = results[index][2]
     return found
 
 

@@ -123,6 +123,27 @@ class Graph:
         self.outputs = [resolve(node) for node in self.outputs]
         self.writebacks = [(index, resolve(node)) for index, node in self.writebacks]
 
+    def copy(self) -> Graph:
+        """A graph of new nodes equal to these (ids, attributes and strides kept): passes
+        rewrite nodes in place, so a graph compiled twice, two ways, is copied first."""
+        copied: dict[Node, Node] = {}
+        graph = Graph(self.device)
+        for node in self.nodes:
+            twin = Node(node.op, tuple(copied[source] for source in node.inputs),
+                        dict(node.attrs), node.shape, node.dtype, node.id, node.strides)
+            copied[node] = twin
+            graph.nodes.append(twin)
+        for node in self.inputs:  # (an input no node reads, if a pass dropped it from nodes)
+            copied.setdefault(node, Node(node.op, (), dict(node.attrs), node.shape, node.dtype,
+                                         node.id, node.strides))
+        graph.inputs = [copied[node] for node in self.inputs]
+        graph.outputs = [copied[node] for node in self.outputs]
+        graph.output_strides = list(self.output_strides)
+        graph.writebacks = [(index, copied[node]) for index, node in self.writebacks]
+        graph.symbols = dict(self.symbols)
+        graph._ids = itertools.count(max((node.id for node in self.nodes), default=-1) + 1)
+        return graph
+
     def live_nodes(self) -> list[Node]:
         """Nodes that the roots depend on, in the graph's order (inputs always kept)."""
         live: set[Node] = set(self.inputs)

@@ -122,7 +122,7 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
         # are traced instead, as a meta tensor runs them, and fuse with their neighbours
         return None
     if eager.calls is not None and (not tracer.stops or known and
-                                    _differentiated_by_ember(eager)):
+                                    _differentiated_by_ember(eager, wants_grad)):
         try:
             return _replay(tracer, eager, tensors)
         except Unsupported:
@@ -140,13 +140,37 @@ _eager_by_geometry: dict[tuple, _Eager | None] = {}
 # the forward kept (autodiff/vjp.py's rule), rather than through eager's autograd: the CPU's
 # flash kernel (its mask, when it has one, never requires grad: eager takes the math
 # composite then).
-DIFFERENTIATED_KERNELS = frozenset({torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-                                    .default})
+# The CUDA memory-efficient kernel too, where its forward computed the log-sum-exp (asked with
+# its operands requiring grad) and draws no dropout: its backward reads the forward's result,
+# log-sum-exp and (unused without dropout) random state — eager's backward, without the
+# tape's autograd record, whose gradients came back copied out of the kernel's own layout.
+# By kernel: how many tensor results the forward returns.
+DIFFERENTIATED_KERNELS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: 2,
+                          torch.ops.aten._scaled_dot_product_efficient_attention.default: 4}
+EFFICIENT = torch.ops.aten._scaled_dot_product_efficient_attention.default
 
 
-def _differentiated_by_ember(eager: _Eager) -> bool:
-    return all(call.func in DIFFERENTIATED_KERNELS and len(call.layouts) == 2
+def _differentiated_by_ember(eager: _Eager, wants_grad: frozenset[str]) -> bool:
+    return all(DIFFERENTIATED_KERNELS.get(call.func) == len(call.layouts) and
+               (call.func is not EFFICIENT or _efficient_backward_ready(call, wants_grad))
                for call in eager.calls if call.kernel)
+
+
+def _efficient_backward_ready(call: _Call, wants_grad: frozenset[str]) -> bool:
+    """Did the memory-efficient kernel's recorded call keep what its backward reads (a
+    log-sum-exp, no dropout), with a mask that needs no gradient (its backward's rule gives
+    the mask none)?"""
+    from ember import config
+
+    bound = _bind(call.func, call.args, call.kwargs)
+    return config.settings.attention_backward and "attn_mask" not in wants_grad and \
+        bool(bound.get("compute_log_sumexp")) and not bound.get("dropout_p")
+
+
+def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """An op's arguments by their schema's names (defaults left out)."""
+    names = [argument.name for argument in func._schema.arguments]
+    return dict(zip(names, args), **kwargs)
 
 
 def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,
@@ -235,8 +259,13 @@ def _ask_eager(device: torch.device, tensors: dict[str, torch.Tensor],
                     asked["query"], asked["key"], asked["value"], asked.get("attn_mask"),
                     options):
                 return None
+        # (on CUDA, asked as a training graph's operands are: the memory-efficient kernel
+        # computes the log-sum-exp its backward reads only for operands that require grad)
+        if device.type == "cuda" and wants_grad:
+            stand_ins = asked
         recorder = _Recorder()
-        with recorder:
+        with recorder, torch.enable_grad() if stand_ins is asked else \
+                contextlib.nullcontext():
             real = attention(stand_ins["query"], stand_ins["key"], stand_ins["value"],
                              **dict(options, **{n: stand_ins[n] for n in ("attn_mask",)
                                                 if n in stand_ins}))

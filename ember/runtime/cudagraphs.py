@@ -143,6 +143,7 @@ class CudaGraphed:
                                              kept_from=compiled.output_count)
             compiled.backward_graph = graphed(compiled.backward_graph, tensors,
                                               f"{where} (backward)", kept_from=0, fixed=saved)
+            compiled.without = None  # (the recorded backward serves every call, given zeros)
         elif several:
             self.shapes = ShapeGraphs(compiled, tensors, where)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
+from ember import logs
 from ember.autodiff import tape
 from ember.ir.sizes import evaluate
 from ember.runtime.compiled import eager_after, shares_written_memory
@@ -23,9 +24,14 @@ if TYPE_CHECKING:
 class TrainingGraph:
     def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
                  output_tree: Any, output_count: int, tensor_positions: list[int],
-                 extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False):
+                 extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False,
+                 without: Any = None):
         self.forward_graph = forward
         self.backward_graph = backward
+        # compiles the backward of calls that give some outputs no gradient (None: the
+        # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
+        self.without = without if not split.forward.symbols else None
+        self._backwards: dict[frozenset[int], Any] = {}
         self.split = split
         self.output_tree = output_tree
         self.output_count = output_count
@@ -47,6 +53,26 @@ class TrainingGraph:
         self.inputs_read = sorted({k for kind, k in split.backward_inputs if kind == "input"})
         differentiable = set(split.differentiable_outputs)
         self.non_differentiable = [i for i in range(output_count) if i not in differentiable]
+
+    def backward_for(self, absent: frozenset[int]) -> tuple[Any, frozenset[int]]:
+        """The compiled backward for a call whose gradients of the forward outputs `absent`
+        are None, and the outputs it takes none for (compiled on the first such call; where
+        that cannot be, the backward for every output, given zeros)."""
+        absent = frozenset(k for k in absent if self.split.forward.outputs[k].dtype
+                           .is_floating_point)  # (complex zeros: the general backward)
+        if not absent or self.without is None:
+            return self.backward_graph, frozenset()
+        if absent not in self._backwards:
+            try:
+                self._backwards[absent] = self.without(absent)
+            except Exception as error:  # (its compile failed: the general backward serves)
+                logs.channel("fallbacks").info(
+                    "%s: the backward without gradients for outputs %s did not compile "
+                    "(%s: %s); the backward for every output runs, given zeros", self.label,
+                    sorted(absent), type(error).__name__, error)
+                self._backwards[absent] = None
+        built = self._backwards[absent]
+        return (self.backward_graph, frozenset()) if built is None else (built, absent)
 
     def saved_positions(self) -> tuple[int, ...]:
         """The backward's argument positions that hold values the forward saved for it (the
@@ -146,6 +172,8 @@ class _Step(torch.autograd.Function):
         ctx.arguments = [weakref.ref(a) if isinstance(a, torch.Tensor) else a for a in args]
         ctx.save_for_backward(*[owner.input(args, k) for k in owner.inputs_read], *saved)
         ctx.mark_non_differentiable(*[outputs[i] for i in owner.non_differentiable])
+        # (outputs given no gradient come to the backward as None, not as zeros it reads)
+        ctx.set_materialize_grads(owner.without is None)
         return tuple(outputs)
 
     @staticmethod
@@ -155,26 +183,30 @@ class _Step(torch.autograd.Function):
         reads = dict(zip(owner.inputs_read, stored[:len(owner.inputs_read)]))
         saved = stored[len(owner.inputs_read):]
         forward_outputs = owner.split.forward.outputs
+        backward, absent = owner.backward_for(frozenset(
+            k for kind, k in owner.split.backward_inputs if kind == "grad" and grads[k] is None))
         arguments = []
         for kind, k in owner.split.backward_inputs:
             if kind == "grad":
                 grad = grads[k]
                 if grad is None:
                     node = forward_outputs[k]
-                    grad = torch.zeros([evaluate(d, ctx.sizes) for d in node.shape],
-                                       dtype=node.dtype,
+                    shape = [evaluate(d, ctx.sizes) for d in node.shape]
+                    zero = torch.zeros(() if k in absent else shape, dtype=node.dtype,
                                        device=owner.split.forward.device)
-                arguments.append(grad.contiguous())
+                    # (a backward built without it reads nothing there: one zero stands in)
+                    grad = zero.expand(shape) if k in absent else zero
+                arguments.append(grad if k in absent else grad.contiguous())
             elif kind == "saved":
                 arguments.append(saved[k])
             else:
                 arguments.append(reads[k])
         try:
             if ctx.tape is None:
-                found = owner.backward_graph(*arguments)
+                found = backward(*arguments)
             else:
                 with tape.using(ctx.tape):
-                    found = owner.backward_graph(*arguments)
+                    found = backward(*arguments)
         except Exception as error:  # (a library call's backward refusing, an index check)
             located_backward(error, owner, ctx.arguments, grads)
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)

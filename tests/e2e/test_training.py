@@ -3,6 +3,7 @@ same steps in eager (same initial weights, same data, same optimizer): losses an
 agree. Each model must compile for training (no graph falls back to eager)."""
 
 import copy
+import re
 
 import pytest
 import torch
@@ -889,24 +890,27 @@ class MaskedAttention(torch.nn.Module):
 
 
 @pytest.mark.parametrize("mask", ["causal", "bool", "additive"])
-def test_the_cpu_flash_attention_kernel_trains_with_its_own_backward_kernel(mask):
+def test_the_attention_kernel_trains_with_its_own_backward_kernel(mask):
     # ember keeps the kernel's output and log-sum-exp and calls its backward kernel itself,
-    # as eager's autograd does, instead of running eager's autograd from the graph
+    # as eager's autograd does, instead of running eager's autograd from the graph: the CPU's
+    # flash kernel, CUDA's memory-efficient one (float32)
     torch.manual_seed(0)
     model = MaskedAttention(mask=mask)
     padding = torch.ones(2, 8, dtype=torch.bool, device=DEVICE)
     padding[1, 5:] = False
     training = train_twice_beside_eager(model, torch.randn(2, 8, 32, device=DEVICE), padding)
-    if DEVICE == "cpu":  # (the CUDA kernels differ: their call stays whole, on the tape)
-        from ember.autodiff.tape import taped_call
-        from ember.ir.ops import Op
+    from ember.autodiff.tape import taped_call
+    from ember.ir.ops import Op
 
-        calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
-                 for n in graph.nodes if n.op is Op.LIBRARY]
-        aten = torch.ops.aten
-        assert taped_call not in calls, calls
-        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu.default) == 1
-        assert calls.count(aten._scaled_dot_product_flash_attention_for_cpu_backward.default) == 1
+    calls = [n.attrs["target"] for graph in (training.split.forward, training.split.backward)
+             for n in graph.nodes if n.op is Op.LIBRARY]
+    aten = torch.ops.aten
+    kernel, backward = (aten._scaled_dot_product_flash_attention_for_cpu,
+                        aten._scaled_dot_product_flash_attention_for_cpu_backward) \
+        if DEVICE == "cpu" else (aten._scaled_dot_product_efficient_attention,
+                                 aten._scaled_dot_product_efficient_attention_backward)
+    assert taped_call not in calls, calls
+    assert calls.count(kernel.default) == 1 and calls.count(backward.default) == 1, calls
 
 
 class PooledConvolutions(torch.nn.Module):
@@ -942,3 +946,57 @@ def test_a_max_pool_trains_with_eagers_backward_kernel_on_its_indices(pool, chan
              for n in graph.nodes if n.op is Op.LIBRARY]
     assert taped_call not in calls and taped_vjp not in calls, calls
     assert calls.count(torch.ops.aten.max_pool2d_with_indices_backward.default) == 1, calls
+
+
+class LossInside(torch.nn.Module):
+    """A model that computes its loss itself and returns it beside its logits and a cache,
+    as Hugging Face's models do when given labels."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 32)
+        self.head = torch.nn.Linear(32, 64)
+
+    def forward(self, x, labels):
+        hidden = torch.tanh(self.body(x))
+        logits = self.head(hidden)
+        return F.cross_entropy(logits, labels), logits, hidden * 2
+
+
+@pytest.mark.parametrize("backward_through", ["loss", "loss and logits", "every output"])
+def test_outputs_given_no_gradient_get_a_backward_that_reads_none(backward_through):
+    # autograd hands the backward None for an output whose gradient nobody asked (the logits
+    # of a loss computed inside the model): a backward compiled without that gradient runs,
+    # where eager's zeros were a fill and a read of the logits' size every step
+    torch.manual_seed(0)
+    eager_model = LossInside().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+
+    def gradients_of(outputs):
+        loss, logits, cache = outputs
+        total = {"loss": loss, "loss and logits": loss + logits.square().mean(),
+                 "every output": loss + logits.square().mean() + cache.sum()}[backward_through]
+        total.backward()
+
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            got, want = compiled(x, labels), eager_model(x, labels)
+            torch.testing.assert_close(got, want, **TOLERANCE)
+            gradients_of(got)
+            gradients_of(want)
+            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+    assert not fallbacks.messages, fallbacks.messages
+    training = compiled._compiled_forward.records[0].compiled
+    absent = {"loss": {1, 2}, "loss and logits": {2}, "every output": set()}[backward_through]
+    assert list(training._backwards) == ([frozenset(absent)] if absent else [])
+    if absent:
+        backward = training._backwards[frozenset(absent)]
+        plan_inputs = backward.plan.inputs
+        for position, (kind, k) in enumerate(training.split.backward_inputs):
+            if kind == "grad" and k in absent:  # (named where args unpack, read nowhere)
+                name = plan_inputs[position].name
+                uses = re.findall(rf"\b{name}\b", backward.wrapper_source)
+                assert len(uses) == 1, backward.wrapper_source
