@@ -369,13 +369,38 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     positions = list(range(count))
     # The backward compiles beside the forward: their kernels' builds (a C compiler run, or
     # Triton's compiles and ptxas) overlap instead of queueing.
-    with concurrent.futures.ThreadPoolExecutor(1, "ember-backward") as side:
+
+    def build_without(absent: frozenset[int]) -> Any:
+        """The backward of calls that give no gradient to the forward outputs `absent`:
+        zeros there, folded into its kernels (GPT-2's logits, which the loss computed inside
+        the model made: a 400 MB fill and a read of it, every step)."""
+        graph = unpassed.copy()
+        zeros = {}
+        for position, (kind, k) in enumerate(split.backward_inputs):
+            if kind == "grad" and k in absent:
+                node = graph.inputs[position]
+                zeros[node] = graph.add(Op.FULL, (), value=0.0, shape=node.shape,
+                                        dtype=node.dtype)
+        graph.nodes = [*zeros.values(), *(n for n in graph.nodes if n not in zeros.values())]
+        graph.replace_uses(zeros)
+        run_passes(graph)
+        name = f"{label}_backward (gradients of outputs {sorted(absent)} absent)"
+        return compile_ir(graph, backward_specs, backward_tree, [], positions, count,
+                          InterpretedGraph(graph, backward_specs, backward_tree, [],
+                                           positions, name),
+                          name, None, _Stages(name), 0, sizes)
+
+    specializing = config.settings.absent_gradients and not split.forward.symbols
+    predicted = _likely_absent(split) if specializing else frozenset()
+    with concurrent.futures.ThreadPoolExecutor(2, "ember-backward") as side:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         backward_job = side.submit(
             compile_ir, backward, backward_specs, backward_tree, [], positions, count,
             InterpretedGraph(backward, backward_specs, backward_tree, [], positions,
                              f"{label}_backward"),
             f"{label}_backward", backward_dump, _Stages(f"{label}_backward"), 0, sizes)
+        # (and the backward the first call most likely takes: see _likely_absent)
+        ahead_job = side.submit(build_without, predicted) if predicted else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
                              len(example_inputs),
@@ -383,34 +408,37 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                                               tensor_positions, label),
                              label, dump, clock, lowered.library_calls, sizes)
         backward_compiled = backward_job.result()
+        ahead = {}
+        if ahead_job is not None and ahead_job.exception() is None:
+            ahead[predicted] = ahead_job.result()  # (failed: made again if a call needs it)
     settings = config.settings
 
     def without(absent: frozenset[int]) -> Any:
-        """The backward of calls that give no gradient to the forward outputs `absent`:
-        zeros there, folded into its kernels (GPT-2's logits, which the loss computed inside
-        the model made: a 400 MB fill and a read of it, every step)."""
+        """build_without, under the settings the graph was compiled with (it is made on the
+        backward's first call that needs it)."""
         with config.override(**{field: getattr(settings, field)
                                 for field in settings.__dataclass_fields__}):
-            graph = unpassed.copy()
-            zeros = {}
-            for position, (kind, k) in enumerate(split.backward_inputs):
-                if kind == "grad" and k in absent:
-                    node = graph.inputs[position]
-                    zeros[node] = graph.add(Op.FULL, (), value=0.0, shape=node.shape,
-                                            dtype=node.dtype)
-            graph.nodes = [*zeros.values(), *(n for n in graph.nodes if n not in zeros.values())]
-            graph.replace_uses(zeros)
-            run_passes(graph)
-            name = f"{label}_backward (gradients of outputs {sorted(absent)} absent)"
-            return compile_ir(graph, backward_specs, backward_tree, [], positions, count,
-                              InterpretedGraph(graph, backward_specs, backward_tree, [],
-                                               positions, name),
-                              name, None, _Stages(name), 0, sizes)
+            return build_without(absent)
 
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
                          gm.forward, grad_inside=not torch.is_grad_enabled(),
-                         without=without if config.settings.absent_gradients else None)
+                         without=without if specializing else None, ahead=ahead)
+
+
+def _likely_absent(split: Any) -> frozenset[int]:
+    """The forward outputs that a call's backward most likely gives no gradient: where one
+    output is a float scalar (a loss computed inside the model), every other (its logits, a
+    cache) — `loss.backward()`. Only a guess, compiled beside the forward: a backward whose
+    gradients are otherwise gets its own build when it first runs."""
+    outputs = split.forward.outputs
+    graded = [k for kind, k in split.backward_inputs if kind == "grad"]
+    losses = [k for k in graded if len(outputs[k].shape) == 0 and
+              outputs[k].dtype.is_floating_point]
+    if len(losses) != 1:
+        return frozenset()
+    return frozenset(k for k in graded if k != losses[0] and
+                     outputs[k].dtype.is_floating_point)
 
 
 def _eager_differentiable(specs: list[OutputSpec], eager: Any) -> set[int] | None:

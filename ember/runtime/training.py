@@ -25,13 +25,14 @@ class TrainingGraph:
     def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
                  output_tree: Any, output_count: int, tensor_positions: list[int],
                  extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False,
-                 without: Any = None):
+                 without: Any = None, ahead: dict | None = None):
         self.forward_graph = forward
         self.backward_graph = backward
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
-        self._backwards: dict[frozenset[int], Any] = {}
+        # (`ahead`: such backwards compiled beside the forward, by the outputs absent)
+        self._backwards: dict[frozenset[int], Any] = dict(ahead or {})
         self.split = split
         self.output_tree = output_tree
         self.output_count = output_count

@@ -991,7 +991,10 @@ def test_outputs_given_no_gradient_get_a_backward_that_reads_none(backward_throu
     assert not fallbacks.messages, fallbacks.messages
     training = compiled._compiled_forward.records[0].compiled
     absent = {"loss": {1, 2}, "loss and logits": {2}, "every output": set()}[backward_through]
-    assert list(training._backwards) == ([frozenset(absent)] if absent else [])
+    # (the logits' and the cache's, beside a loss, are guessed absent: compiled beside the
+    # forward; another set gets its own backward on its first call)
+    guessed = frozenset({1, 2})
+    assert set(training._backwards) == {guessed} | ({frozenset(absent)} if absent else set())
     if absent:
         backward = training._backwards[frozenset(absent)]
         plan_inputs = backward.plan.inputs
