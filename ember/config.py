@@ -178,8 +178,9 @@ FLAGS: tuple[Flag, ...] = (
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
     Flag("absent_gradients", "EMBER_ABSENT_GRADIENTS", "1", _flag,
          "training graphs: a backward compiled for the outputs a call's backward gives no "
-         "gradient (a model's logits when the loss is computed inside it), made on the first "
-         "such call (0: zeros are passed as eager's autograd makes them)"),
+         "gradient (a model's logits when the loss is computed inside it), guessed and "
+         "compiled beside the forward, else made on the first such call (0: zeros are "
+         "passed, as eager's autograd makes them)"),
     Flag("attention_backward", "EMBER_ATTENTION_BACKWARD", "1", _flag,
          "CUDA training graphs: call the memory-efficient attention kernel's backward from "
          "the results the forward kept (0: eager's autograd runs the composite's backward, "
