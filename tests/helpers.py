@@ -329,3 +329,26 @@ def rewrite_cache_record(entry: Path, change: Callable[[dict], Any]) -> None:
     entry.write_bytes(buffer.getvalue())
     entry.with_suffix(".digest").write_text(
         disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+
+
+def run_warm_program(project: Path, program: str, *argv: str, warm: str = "1") -> dict:
+    """Run `project/program` (a user's script that prints `report <json>`) in a new process
+    with ember on its path, the project's own disk cache beside it, warm start as `warm`
+    says and the perf, fallbacks and recompiles channels on; its report, with what it said
+    on stderr under "said"."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    environment = dict(os.environ, PYTHONPATH=str(root),
+                       EMBER_CACHE_DIR=str(project.parent / "cache"), EMBER_WARM_START=warm,
+                       EMBER_LOGS="perf,fallbacks,recompiles")
+    environment.pop("EMBER_BACKEND", None)
+    done = subprocess.run([sys.executable, str(project / program), str(project), *argv],
+                          capture_output=True, text=True, env=environment, timeout=300,
+                          cwd=project.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.split("report ", 1)[1])
+    report["said"] = done.stderr
+    return report

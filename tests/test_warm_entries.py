@@ -4,7 +4,6 @@ eager's answers; a changed function, helper file or global is captured again (ne
 stale answer); guards still refuse other calls; a corrupt or foreign entry is rebuilt;
 EMBER_WARM_START=0 keeps none. Each process runs on a temporary EMBER_CACHE_DIR."""
 
-import json
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import rewrite_cache_record
+from helpers import rewrite_cache_record, run_warm_program
 
 import ember
 from ember import api, config, warm_entries
@@ -147,17 +146,7 @@ def project(tmp_path):
 
 def _run(project: Path, names: str, sizes: str = "4", warm: str = "1",
          program: str = "driver.py") -> dict:
-    environment = dict(os.environ, PYTHONPATH=str(ROOT),
-                       EMBER_CACHE_DIR=str(project.parent / "cache"), EMBER_WARM_START=warm,
-                       EMBER_LOGS="perf,fallbacks,recompiles")
-    environment.pop("EMBER_BACKEND", None)
-    done = subprocess.run([sys.executable, str(project / program), str(project), names,
-                           sizes], capture_output=True, text=True, env=environment,
-                          timeout=300, cwd=project.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.split("report ", 1)[1])
-    report["said"] = done.stderr
-    return report
+    return run_warm_program(project, program, names, sizes, warm=warm)
 
 
 def _counts(**found: int) -> dict:

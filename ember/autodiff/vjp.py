@@ -546,20 +546,8 @@ def _efficient_attention(b: Builder, node: Node, primal: Primal, grads: dict[int
     operand_strides = (tuple(results[0][2]), *(handed(slot) for slot in slots[:3]),
                        *(tuple(r[2]) for r in results[:4]),
                        *(handed(slot) for slot in slots[3:]))
-    target = aten._scaled_dot_product_efficient_attention_backward.default
-    # (its results' layouts are its kernel's own, not its meta function's: one run tells)
-    metas = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="meta")
-             for o, s in zip(operands, operand_strides)]
-    ran = run_on_stand_ins(target, fill(template, metas), fill(kwargs, metas), None,
-                           b.graph.device.type, row_major_as_meta=False)
-    results = tuple((tuple(r.shape), r.dtype, tuple(r.stride())) for r in ran[:3])
-    call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template,
-                       kwargs=kwargs, results=results, tuple_result=True,
-                       operand_strides=operand_strides)
-    for index, slot in enumerate(slots[:3]):
-        found[slot.index] = b.graph.add(Op.ITEM, (call,), index=index)
-        found[slot.index].strides = results[index][2]
-    return found
+    return _attention_backward(b, aten._scaled_dot_product_efficient_attention_backward.default,
+                               operands, operand_strides, template, kwargs, slots[:3], found)
 
 
 def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
@@ -588,17 +576,27 @@ def _flash_attention_cpu(b: Builder, node: Node, primal: Primal, grads: dict[int
         operands.append(primal(node.inputs[mask.index]))
     template = (*(Slot(i) for i in range(6)), 0.0, is_causal)
     operand_strides = tuple(o.strides or row_major(o.shape) for o in operands)
-    target = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-    # (its results' layouts are its kernel's own, not its meta function's: one run tells)
+    return _attention_backward(
+        b, aten._scaled_dot_product_flash_attention_for_cpu_backward.default, operands,
+        operand_strides, template, backward_kwargs, args[:3], found)
+
+
+def _attention_backward(b: Builder, target: Any, operands: list[Node],
+                        operand_strides: tuple, template: tuple, kwargs: dict,
+                        slots: list[Slot], found: list[Node | None]) -> list[Node | None]:
+    """An attention kernel's backward kernel called on `operands` laid out by
+    `operand_strides`: its first three results are the gradients of the forward's operands
+    at `slots` (query, key, value), laid out as one run of the kernel on stand-ins lays them
+    out (its kernel's own layouts, not its meta function's)."""
     metas = [torch.empty_strided(o.shape, s, dtype=o.dtype, device="meta")
              for o, s in zip(operands, operand_strides)]
-    ran = run_on_stand_ins(target, fill(template, metas), fill(backward_kwargs, metas), None,
-                           "cpu", row_major_as_meta=False)
-    results = tuple((tuple(r.shape), r.dtype, tuple(r.stride())) for r in ran)
+    ran = run_on_stand_ins(target, fill(template, metas), fill(kwargs, metas), None,
+                           b.graph.device.type, row_major_as_meta=False)
+    results = tuple((tuple(r.shape), r.dtype, tuple(r.stride())) for r in ran[:3])
     call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template,
-                       kwargs=backward_kwargs, results=results, tuple_result=True,
+                       kwargs=kwargs, results=results, tuple_result=True,
                        operand_strides=operand_strides)
-    for index, slot in enumerate(args[:3]):
+    for index, slot in enumerate(slots):
         found[slot.index] = b.graph.add(Op.ITEM, (call,), index=index)
         found[slot.index].strides = results[index][2]
     return found

@@ -11,20 +11,15 @@ EMBER_CACHE_DIR. In this process: what a module's identity guard used to stand f
 guard of its own — a module container's length, truth, keys and members — is guarded by its
 answer (a container changed between calls is captured again: it gave the old answer)."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_warm_program
 
 import ember
 from ember import warm_entries
-
-ROOT = Path(__file__).resolve().parents[2]
 
 MODELS = """
 import torch
@@ -164,17 +159,7 @@ def project(tmp_path):
 
 def _run(project: Path, mode: str = "infer", changes: str = "",
          program: str = "driver.py") -> dict:
-    environment = dict(os.environ, PYTHONPATH=str(ROOT),
-                       EMBER_CACHE_DIR=str(project.parent / "cache"), EMBER_WARM_START="1",
-                       EMBER_LOGS="perf,fallbacks,recompiles")
-    environment.pop("EMBER_BACKEND", None)
-    done = subprocess.run([sys.executable, str(project / program), str(project), mode,
-                           changes], capture_output=True, text=True, env=environment,
-                          timeout=300, cwd=project.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.split("report ", 1)[1])
-    report["said"] = done.stderr
-    return report
+    return run_warm_program(project, program, mode, changes)
 
 
 def _counts(**found: int) -> dict:
