@@ -391,7 +391,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                           name, None, _Stages(name), 0, sizes)
 
     specializing = config.settings.absent_gradients and not split.forward.symbols
-    predicted = _likely_absent(split) if specializing else frozenset()
+    predicted = likely_absent(split) if specializing else frozenset()
     with concurrent.futures.ThreadPoolExecutor(2, "ember-backward") as side:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         backward_job = side.submit(
@@ -399,7 +399,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
             InterpretedGraph(backward, backward_specs, backward_tree, [], positions,
                              f"{label}_backward"),
             f"{label}_backward", backward_dump, _Stages(f"{label}_backward"), 0, sizes)
-        # (and the backward the first call most likely takes: see _likely_absent)
+        # (and the backward the first call most likely takes: see likely_absent)
         ahead_job = side.submit(build_without, predicted) if predicted else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
@@ -426,7 +426,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                          without=without if specializing else None, ahead=ahead)
 
 
-def _likely_absent(split: Any) -> frozenset[int]:
+def likely_absent(split: Any) -> frozenset[int]:
     """The forward outputs that a call's backward most likely gives no gradient: where one
     output is a float scalar (a loss computed inside the model), every other (its logits, a
     cache) — `loss.backward()`. Only a guess, compiled beside the forward: a backward whose

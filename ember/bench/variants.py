@@ -25,6 +25,7 @@ class Compiles:
     graphs: int | None = None
     kernels: int | None = None
     eager_graphs: int | None = None
+    training_graphs: list = dataclasses.field(default_factory=list)
 
 
 def _eager(fn: Callable[..., Any], workload: Workload, compiles: Compiles) -> Callable[..., Any]:
@@ -56,6 +57,8 @@ def recording_backend(compiles: Compiles) -> Callable:
     def record(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         result = backend(gm, example_inputs)
         compiles.graphs += 1
+        if isinstance(result, TrainingGraph):
+            compiles.training_graphs.append(result)
         if isinstance(result, (CompiledGraph, TrainingGraph)):
             compiles.kernels += result.kernel_count
         elif isinstance(result, EagerGraph):

@@ -16,6 +16,7 @@ from helpers import DEVICE, watching_fallbacks
 
 import ember
 from ember import config
+from ember.backends import likely_absent
 from ember.bench import zoo
 from ember.bench.variants import Compiles, recording_backend
 
@@ -146,6 +147,13 @@ def test_training_step_matches_eager(mode, spec, compiled_as):
                     got[name], want[name], **tolerance(want[name]),
                     msg=lambda text, what=what, name=name: f"{what} {name}: {text}")
     assert_compiled_once(compiles, eagerly)
+    # a Hugging Face model given labels returns its loss beside outputs no gradient reaches
+    # (logits, a cache): the backward without them was compiled beside the forward, and the
+    # step ran it (no backward compiled on the step's first call)
+    (training,) = compiles.training_graphs
+    guessed = likely_absent(training.split)
+    assert set(training._backwards) == ({guessed} if guessed else set())
+    assert bool(guessed) == (spec.library == "transformers")
 
 
 @pytest.mark.parametrize("mode, spec", cases("decode"))
