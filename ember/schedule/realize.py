@@ -63,16 +63,23 @@ class Realizing:
                 realized.add(node)
         realized.update(graph.outputs)
         realized.update(node for _, node in graph.writebacks)
+        copied: list[Node] = []  # operands that are no strided view of their chain's base
         for node in graph.nodes:
             if node.op is Op.LIBRARY:
                 layouts = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
                 for operand, strides in zip(node.inputs, layouts):
                     if self.operands.get(operand) is None:
                         self.operands[operand] = strides
-                    self._realize_operand(operand)
+                    if not self._realize_operand(operand):
+                        copied.append(operand)
         for index, node in enumerate(graph.outputs):
             if node.kind is Kind.VIEW:
                 self._try_output_alias(node, graph.output_strides[index])
+        # (in the graph's order: an operand that views another's copy views it once aliased)
+        position = {node: index for index, node in enumerate(graph.nodes)}
+        for node in sorted(copied, key=position.__getitem__):
+            if not self._realize_operand(node):
+                self._view_computed_value(node)
         self._realize_shared()
         self._realize_reread()
         self._decided = True
@@ -82,32 +89,43 @@ class Realizing:
             node = node.inputs[0]
         return node
 
-    def _realize_operand(self, node: Node) -> None:
-        """A library call's operand: a buffer, or a strided view of one (as eager passes)."""
+    def _realize_operand(self, node: Node) -> bool:
+        """A library call's operand: a buffer, or a strided view of one (as eager passes).
+        False where it is a view but no strided view of its chain's base (a flip, a reshape
+        that copies): computed into a buffer of its own (see _view_computed_value)."""
         self.realized.add(node)
         if node.kind is not Kind.VIEW or node in self.aliases:
-            return  # not a view, or already an alias (an operand of an earlier call too)
+            return True  # not a view, or already an alias (an operand of an earlier call too)
         base = self._chain_base(node)
         if base.kind is Kind.LEAF and base.op is not Op.INPUT:
-            return
+            return True
         base_geometry = self.planned_geometry(base)
-        if base_geometry is not None and view_geometry(node, base, base_geometry) is not None:
-            self.realized.add(base)
-            self.aliases[node] = base
-            return
-        # not a strided view of its base (a reshape that copies): computed into a buffer —
-        # where eager asks no layout of the operand, that of the chain's nearest value it is
-        # a dense view of. Written in its own order, a transposed operand was written across
-        # the grain (ViT's qkv gradient, stored transposed for its weight's product: 110 us
-        # a layer on the H200, against 27 stored as computed and read transposed by cuBLAS).
-        if self.operands.get(node) is not None:
+        if base_geometry is None or view_geometry(node, base, base_geometry) is None:
+            return False
+        self.realized.add(base)
+        self.aliases[node] = base
+        return True
+
+    def _view_computed_value(self, node: Node) -> None:
+        """A library operand that is no strided view of its chain's base, where eager asks no
+        layout of it, is a view of the chain's nearest value it densely views, stored as
+        computed. Written in its own order, a transposed operand was written across the
+        grain (ViT's qkv gradient, stored transposed for its weight's product: 110 us a layer
+        on the H200, against 27 stored as computed and read transposed by cuBLAS).
+
+        NOTE: decided after every other alias and operand layout, from the layout the viewed
+        value is then planned to have: it may be an output in eager's strides, or a view of
+        its own base passed to a later call (taken as row-major, a transpose that a later
+        product read as an alias made this operand no strided view at all: no buffer)."""
+        if node in self.aliases or self.operands.get(node) is not None or \
+                node.attrs.get("realize"):
             return
         current = node.inputs[0]
-        while current is not base and current.kind is Kind.VIEW:
-            geometry = (current.shape, row_major(current.shape), 0)
-            viewed = view_geometry(node, current, geometry)
-            if viewed is not None and dense_order(viewed[0], viewed[1]) is not None and \
-                    current not in self.operands and not node.attrs.get("realize"):
+        while current.kind is Kind.VIEW and current not in self.aliases and \
+                current not in self.operands:
+            geometry = self.planned_geometry(current)
+            viewed = None if geometry is None else view_geometry(node, current, geometry)
+            if viewed is not None and dense_order(viewed[0], viewed[1]) is not None:
                 self.realized.add(current)
                 self.aliases[node] = current
                 return

@@ -269,3 +269,17 @@ def test_a_transposed_gradient_operand_views_the_gradient_as_computed():
     plan = graph.backward_graph.plan
     kernels = [step for step in plan.steps if isinstance(step, Kernel)]
     assert len(kernels) == 1, [step.shape for step in kernels]
+
+
+def test_a_copied_operand_views_a_value_as_that_value_is_finally_laid_out():
+    # t is passed to the second product as a strided view of x * 2 (no buffer of its own); the
+    # reshape that copies it, the first product's operand, is then no view of t: it is computed
+    # into a buffer of its own (judged before t's alias, t was taken as row-major and the
+    # reshape as a view of it, with no buffer to view: the graph ran eagerly)
+    def fn(x, w, v):
+        t = (x * 2).t()
+        return t.reshape(4, 9) @ w, t @ v
+
+    generator = torch.Generator().manual_seed(0)
+    check(fn, torch.randn(6, 6, generator=generator), torch.randn(9, 5, generator=generator),
+          torch.randn(6, 3, generator=generator), kernels=2)
