@@ -77,7 +77,10 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
             size: str, device: str) -> None:
     spec = zoo.find(name)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    prepared = {variant: _prepared(spec, variant, mode, size, device) for variant in variants}
+    prepared = {}
+    for variant in variants:  # (said at once: a run cut short still tells its first calls)
+        prepared[variant] = _prepared(spec, variant, mode, size, device)
+        print(f"   {name} {variant}: first call {prepared[variant][4]:.2f} s", flush=True)
     reference = prepared[variants[0]][3]
     times: dict[str, list[float]] = {variant: [] for variant in variants}
     with torch.set_grad_enabled(mode == "train"):
@@ -91,13 +94,14 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
                     sync()
                 times[variant].append((time.perf_counter() - started) * 1e3 / calls)
     base = statistics.median(times[variants[0]])
-    print(f"== {name} ({mode}, {device}, {size}): {rounds} rounds of {calls} calls")
+    print(f"== {name} ({mode}, {device}, {size}): {rounds} rounds of {calls} calls",
+          flush=True)
     for variant in variants:
         median = statistics.median(times[variant])
         print(f"  {variant:<40} {median:8.3f} ms  ({min(times[variant]):.3f}-"
               f"{max(times[variant]):.3f})  x{median / base:5.2f}  "
               f"diff {_difference(prepared[variant][3], reference):.3g}  "
-              f"first call {prepared[variant][4]:.2f} s")
+              f"first call {prepared[variant][4]:.2f} s", flush=True)
 
 
 def main() -> None:
