@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from ember.lower.results import OutputSpec
 
 
+# backwards compiled per set of outputs given no gradient, at most (past it the backward for
+# every output serves the other sets, given zeros)
+MAX_BACKWARDS = 4
+
+
 class TrainingGraph:
     def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
                  output_tree: Any, output_count: int, tensor_positions: list[int],
@@ -61,7 +66,8 @@ class TrainingGraph:
         that cannot be, the backward for every output, given zeros)."""
         absent = frozenset(k for k in absent if self.split.forward.outputs[k].dtype
                            .is_floating_point)  # (complex zeros: the general backward)
-        if not absent or self.without is None:
+        if not absent or self.without is None or \
+                absent not in self._backwards and len(self._backwards) >= MAX_BACKWARDS:
             return self.backward_graph, frozenset()
         if absent not in self._backwards:
             try:

@@ -1003,3 +1003,29 @@ def test_outputs_given_no_gradient_get_a_backward_that_reads_none(backward_throu
                 name = plan_inputs[position].name
                 uses = re.findall(rf"\b{name}\b", backward.wrapper_source)
                 assert len(uses) == 1, backward.wrapper_source
+
+
+def test_backwards_made_per_set_of_absent_gradients_are_bounded():
+    # every subset of four outputs given no gradient: eager's gradients each time, and at most
+    # MAX_BACKWARDS backwards built (the backward for every output serves the rest)
+    from ember.runtime.training import MAX_BACKWARDS
+
+    def fn(x, w):
+        h = torch.tanh(x @ w)
+        return h.mean(), h * 3, h.exp(), h.square()
+
+    x = torch.randn(6, 5, device=DEVICE, requires_grad=True)
+    w = torch.randn(5, 7, device=DEVICE, requires_grad=True)
+    compiled = ember.compile(fn)
+    with watching_fallbacks() as fallbacks:
+        for mask in range(1, 16):
+            grads = []
+            for run in (compiled, fn):
+                outputs = run(x, w)
+                total = sum(o.sum() * (k + 1) for k, o in enumerate(outputs) if mask >> k & 1)
+                grads.append(torch.autograd.grad(total, [x, w]))
+            for got, want in zip(*grads):
+                torch.testing.assert_close(got, want, **TOLERANCE)
+    assert not fallbacks.messages, fallbacks.messages
+    training = compiled.records[0].compiled
+    assert len(training._backwards) == MAX_BACKWARDS
