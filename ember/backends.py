@@ -381,7 +381,8 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                 node = graph.inputs[position]
                 zeros[node] = graph.add(Op.FULL, (), value=0.0, shape=node.shape,
                                         dtype=node.dtype)
-        graph.nodes = [*zeros.values(), *(n for n in graph.nodes if n not in zeros.values())]
+        made = set(zeros.values())  # (first: the nodes that read them come later)
+        graph.nodes = [*zeros.values(), *(n for n in graph.nodes if n not in made)]
         graph.replace_uses(zeros)
         run_passes(graph)
         name = f"{label}_backward (gradients of outputs {sorted(absent)} absent)"
