@@ -354,7 +354,9 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                           "differentiated yet)")
     logs.dump(dump, "ir_forward.txt", lambda: str(split.forward))
     backward_dump = logs.dump_folder(f"{label}_backward")
-    unpassed = split.backward.copy()  # (for backwards of calls where gradients are absent)
+    specializing = config.settings.absent_gradients and not split.forward.symbols
+    # (for backwards of calls where gradients are absent: passes rewrite nodes in place)
+    unpassed = split.backward.copy() if specializing else None
     backward = run_passes(split.backward, backward_dump)
     split.backward = backward
     clock("autodiff")
@@ -391,7 +393,6 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                                            positions, name),
                           name, None, _Stages(name), 0, sizes)
 
-    specializing = config.settings.absent_gradients and not split.forward.symbols
     predicted = likely_absent(split) if specializing else frozenset()
     with concurrent.futures.ThreadPoolExecutor(2, "ember-backward") as side:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)

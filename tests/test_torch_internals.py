@@ -29,6 +29,21 @@ def test_op_overloads_and_packets():
     assert torch.Tag.nondeterministic_seeded not in aten.add.Tensor.tags
 
 
+def test_a_calls_arguments_by_their_schemas_names():
+    # (attention's recorded calls and the tracer's as_strided read arguments by name)
+    x = torch.ones(2)
+    found = torch_internals.arguments_by_name(aten.as_strided.default, (x, [2], [1]),
+                                              {"storage_offset": 0})
+    assert found == {"self": x, "size": [2], "stride": [1], "storage_offset": 0}
+    assert "storage_offset" not in torch_internals.arguments_by_name(
+        aten.as_strided.default, (x, [2], [1]), {})
+    bound = torch_internals.arguments_by_name(
+        aten._scaled_dot_product_efficient_attention.default, (x, x, x, None, True),
+        {"scale": 0.5})
+    assert bound["compute_log_sumexp"] is True and bound["attn_bias"] is None
+    assert bound["scale"] == 0.5 and "dropout_p" not in bound
+
+
 def test_schemas_describe_arguments_and_aliasing():
     schema = torch_internals.schema_of(aten.add_.Tensor)
     assert schema.name == "aten::add_"

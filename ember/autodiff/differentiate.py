@@ -27,8 +27,9 @@ import torch
 
 from ember import torch_internals
 from ember.autodiff.convolution import convolution_vjp
+from ember.autodiff.library_rules import library_rule
 from ember.autodiff.tape import TapedCall, planned_layout, taped_call, taped_vjp
-from ember.autodiff.vjp import NO_GRADIENT, library_rule, library_vjp, vjp_rules
+from ember.autodiff.vjp import NO_GRADIENT, library_vjp, vjp_rules
 from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot, returns_views

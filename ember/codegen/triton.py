@@ -405,7 +405,6 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
             self.matmul_header(root)
             return
         if self.split:
-            self.levels = self.reduction_levels()
             if tiling.chunk_per_call:  # whole tiles per chunk, `parts` chunks cover the row
                 self.emit(root, f"chunk_length = (({self.rnumel} + {tiling.parts - 1}) // "
                                 f"{tiling.parts} + RBLOCK - 1) // RBLOCK * RBLOCK")
@@ -533,7 +532,6 @@ def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
             row)
     workspaces: dict = {}
     final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces, wide=wide)
-    final.levels = final.reduction_levels()
     stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
                                  dependent_launch, wide).write()
               for stage in range(1, max(final.levels.values()) + 1)]

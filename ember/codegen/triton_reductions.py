@@ -10,6 +10,7 @@ a workspace by one kernel and finished by the next. It must not decide the tilin
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 
@@ -124,23 +125,16 @@ class ReductionWriting:
     def siblings(self, node: Node, index: Index, scope: Scope) -> list[Node]:
         """The kernel's reductions that can fold in `node`'s loop: of its level (neither reads
         the other), its shape and axes, not yet computed at this index."""
-        if not hasattr(self, "_levels"):
-            self._levels = self.reduction_levels()
-        level = self._levels.get(node)
-        found = []
-        for member in self.kernel.members:
-            if member is node or member.kind is not Kind.REDUCTION or \
-                    self._levels.get(member) != level or member.shape != node.shape or \
-                    member.attrs.get("axes") != node.attrs.get("axes") or \
-                    any((id(member), index) in s.memo for s in scope.chain()):
-                continue
-            if self.split and self.stage and self.levels[member] != self.stage:
-                continue
-            found.append(member)
-        return found
+        level = self.levels[node]
+        return [member for member in self.kernel.members
+                if member is not node and member.kind is Kind.REDUCTION and
+                self.levels[member] == level and member.shape == node.shape and
+                member.attrs.get("axes") == node.attrs.get("axes") and
+                not any((id(member), index) in s.memo for s in scope.chain())]
 
     # -- split reductions -----------------------------------------------------------------
-    def reduction_levels(self) -> dict[Node, int]:
+    @functools.cached_property
+    def levels(self) -> dict[Node, int]:
         """1 + the highest level of the kernel's reductions a reduction reads (a variance
         after its mean is level 2): each level is one more pass over the rows."""
         members, levels = self.members, {}

@@ -37,19 +37,16 @@ from ember.runtime.wrappers import (  # noqa: F401  (re-exported: the wrapper's 
     same_layout,
     shares_memory,
 )
-from ember.schedule.layout import row_major
+from ember.schedule.layout import lies_as, row_major
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
 
 
 def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[int, tuple]]:
     """(position, eager's strides) of each library operand whose buffer lies otherwise."""
-    found = []
-    for i, (buffer, strides) in enumerate(zip(inputs, operand_strides or ())):
-        if strides is None or len(strides) != len(buffer.shape) or buffer.strides is None:
-            continue
-        if any(n > 1 and s != t for n, s, t in zip(buffer.shape, buffer.strides, strides)):
-            found.append((i, tuple(strides)))
-    return found
+    return [(i, tuple(strides)) for i, (buffer, strides)
+            in enumerate(zip(inputs, operand_strides or ()))
+            if strides is not None and len(strides) == len(buffer.shape) and
+            buffer.strides is not None and not lies_as(buffer, strides)]
 
 
 def _calls_cudnn(node: Any, inputs: list[Buffer], device: torch.device) -> bool:

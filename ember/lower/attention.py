@@ -15,11 +15,13 @@ tensors of the graph's device under a dispatch mode that records the aten calls 
   the composite (a dozen host-side ops a layer) are gone, and every value is eager's to the
   bit, since eager runs these very calls.
 - A training graph asks eager with the operands that require grad requiring grad (eager's
-  choice depends on it). Where that is the CPU's flash kernel, the recorded calls are
-  replayed with the kernel's every result kept, and the backward graph calls its backward
-  kernel on them (autodiff/vjp.py). Elsewhere (CUDA's kernels, a graph whose example values
-  do not say what requires grad) the composite is called whole, a library call whose
-  backward is eager's autograd, kept on the step's tape.
+  choice depends on it). Where that is the CPU's flash kernel or CUDA's memory-efficient one
+  (asked on CUDA with those operands requiring grad, so that it computes the log-sum-exp its
+  backward reads), the recorded calls are replayed with the kernel's every result kept, and
+  the backward graph calls its backward kernel on them (autodiff/library_rules.py).
+  Elsewhere (CUDA's flash and cuDNN kernels, a graph whose example values do not say what
+  requires grad) the composite is called whole, a library call whose backward is eager's
+  autograd, kept on the step's tape.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def fused_attention(tracer: Tracer, device: torch.device, args, kwargs,
 _eager_by_geometry: dict[tuple, _Eager | None] = {}
 
 # Attention kernels whose backward ember calls itself in a training graph, from the results
-# the forward kept (autodiff/vjp.py's rule), rather than through eager's autograd: the CPU's
+# the forward kept (autodiff/library_rules.py), rather than through eager's autograd: the CPU's
 # flash kernel (its mask, when it has one, never requires grad: eager takes the math
 # composite then).
 # The CUDA memory-efficient kernel too, where its forward computed the log-sum-exp (asked with
@@ -162,15 +164,9 @@ def _efficient_backward_ready(call: _Call, wants_grad: frozenset[str]) -> bool:
     the mask none)?"""
     from ember import config
 
-    bound = _bind(call.func, call.args, call.kwargs)
+    bound = torch_internals.arguments_by_name(call.func, call.args, call.kwargs)
     return config.settings.attention_backward and "attn_mask" not in wants_grad and \
         bool(bound.get("compute_log_sumexp")) and not bound.get("dropout_p")
-
-
-def _bind(func: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """An op's arguments by their schema's names (defaults left out)."""
-    names = [argument.name for argument in func._schema.arguments]
-    return dict(zip(names, args), **kwargs)
 
 
 def _symbolic_attention(tracer: Tracer, device: torch.device, bound: dict,

@@ -120,8 +120,8 @@ def run_on_stand_ins(func, args, kwargs, out, device_type: str,
     the arguments' geometry on the device. For convolutions whose input or weight is not
     row-major (a token sequence viewed as an image, channels-last models): oneDNN's, the slow
     path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
-    LAPACK's column-major factors against the meta kernel's guess; for the CPU flash
-    attention's backward kernel (autodiff/vjp.py). (Row-major inputs keep the meta kernel's
+    LAPACK's column-major factors against the meta kernel's guess; for the attention kernels'
+    backward kernels (autodiff/library_rules.py). (Row-major inputs keep the meta kernel's
     answer where `row_major_as_meta`: no run at compile time.)"""
     tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
     if row_major_as_meta and all(t.is_contiguous() for t in tensors):

@@ -251,11 +251,7 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
             return False
         if id(base) in self.from_storage_start:
             return True
-        names = [a.name for a in torch_internals.schema_of(func).arguments]
-        if "storage_offset" not in names:
-            return False
-        position = names.index("storage_offset")
-        offset = args[position] if position < len(args) else kwargs.get("storage_offset")
+        offset = torch_internals.arguments_by_name(func, args, kwargs).get("storage_offset")
         return offset is not None and self.state(base).storage.input_index is not None
 
     def _meta_argument(self, value: Any) -> Any:

@@ -36,8 +36,10 @@ class TrainingGraph:
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
-        # (`ahead`: such backwards compiled beside the forward, by the outputs absent)
+        # (`ahead`: such backwards compiled beside the forward, by the outputs absent; and
+        # by a call's set of missing gradients, the backward it runs and what stands in)
         self._backwards: dict[frozenset[int], Any] = dict(ahead or {})
+        self._chosen: dict[frozenset[int], tuple[Any, dict[int, torch.Tensor]]] = {}
         self.split = split
         self.output_tree = output_tree
         self.output_count = output_count
@@ -60,16 +62,20 @@ class TrainingGraph:
         differentiable = set(split.differentiable_outputs)
         self.non_differentiable = [i for i in range(output_count) if i not in differentiable]
 
-    def backward_for(self, absent: frozenset[int]) -> tuple[Any, frozenset[int]]:
-        """The compiled backward for a call whose gradients of the forward outputs `absent`
-        are None, and the outputs it takes none for (compiled on the first such call; where
-        that cannot be, the backward for every output, given zeros)."""
-        absent = frozenset(k for k in absent if self.split.forward.outputs[k].dtype
-                           .is_floating_point)  # (complex zeros: the general backward)
-        if not absent or self.without is None or \
-                absent not in self._backwards and len(self._backwards) >= MAX_BACKWARDS:
-            return self.backward_graph, frozenset()
-        if absent not in self._backwards:
+    def backward_for(self, missing: frozenset[int]) -> tuple[Any, dict[int, torch.Tensor]]:
+        """The compiled backward for a call whose gradients of the forward outputs `missing`
+        are None, and what stands in for those it was built without (one zero, expanded:
+        never read). Chosen once per set, then a lookup on every backward."""
+        chosen = self._chosen.get(missing)
+        if chosen is None:
+            chosen = self._chosen[missing] = self._choose(missing)
+        return chosen
+
+    def _choose(self, missing: frozenset[int]) -> tuple[Any, dict[int, torch.Tensor]]:
+        outputs = self.split.forward.outputs
+        absent = frozenset(k for k in missing if outputs[k].dtype.is_floating_point)
+        if absent and self.without is not None and absent not in self._backwards and \
+                len(self._backwards) < MAX_BACKWARDS:  # (complex zeros: the general one)
             try:
                 self._backwards[absent] = self.without(absent)
             except Exception as error:  # (its compile failed: the general backward serves)
@@ -78,8 +84,12 @@ class TrainingGraph:
                     "(%s: %s); the backward for every output runs, given zeros", self.label,
                     sorted(absent), type(error).__name__, error)
                 self._backwards[absent] = None
-        built = self._backwards[absent]
-        return (self.backward_graph, frozenset()) if built is None else (built, absent)
+        built = self._backwards.get(absent) if self.without is not None else None
+        if built is None:
+            return self.backward_graph, {}
+        device = self.split.forward.device
+        return built, {k: torch.zeros((), dtype=outputs[k].dtype, device=device)
+                       .expand(outputs[k].shape) for k in absent}
 
     def saved_positions(self) -> tuple[int, ...]:
         """The backward's argument positions that hold values the forward saved for it (the
@@ -190,20 +200,21 @@ class _Step(torch.autograd.Function):
         reads = dict(zip(owner.inputs_read, stored[:len(owner.inputs_read)]))
         saved = stored[len(owner.inputs_read):]
         forward_outputs = owner.split.forward.outputs
-        backward, absent = owner.backward_for(frozenset(
+        backward, stand_ins = owner.backward_for(frozenset(
             k for kind, k in owner.split.backward_inputs if kind == "grad" and grads[k] is None))
         arguments = []
         for kind, k in owner.split.backward_inputs:
             if kind == "grad":
                 grad = grads[k]
-                if grad is None:
+                if k in stand_ins:  # (a backward built without it: never read)
+                    grad = stand_ins[k]
+                elif grad is None:
                     node = forward_outputs[k]
-                    shape = [evaluate(d, ctx.sizes) for d in node.shape]
-                    zero = torch.zeros(() if k in absent else shape, dtype=node.dtype,
-                                       device=owner.split.forward.device)
-                    # (a backward built without it reads nothing there: one zero stands in)
-                    grad = zero.expand(shape) if k in absent else zero
-                arguments.append(grad if k in absent else grad.contiguous())
+                    grad = torch.zeros([evaluate(d, ctx.sizes) for d in node.shape],
+                                       dtype=node.dtype, device=owner.split.forward.device)
+                else:
+                    grad = grad.contiguous()
+                arguments.append(grad)
             elif kind == "saved":
                 arguments.append(saved[k])
             else:

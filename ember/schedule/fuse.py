@@ -18,7 +18,7 @@ from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
 from ember.schedule.expr import ZERO
 from ember.schedule.indexing import Index, index_rules, reads
-from ember.schedule.layout import row_major, view_geometry
+from ember.schedule.layout import lies_as, row_major, view_geometry
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan, Step, Store
 from ember.schedule.realize import (  # noqa: F401  (natural_space: re-exported)
     Realizing,
@@ -264,8 +264,8 @@ class Scheduler(Realizing):
             wanted = step.node.attrs.get("operand_strides") or ()
             for i, (node, strides) in enumerate(zip(step.node.inputs, wanted)):
                 buffer, copy = step.inputs[i], copies.get(node)
-                if strides is None or copy is None or _same_layout(buffer, strides) or \
-                        not _same_layout(copy.stores[0].buffer, strides):
+                if strides is None or copy is None or lies_as(buffer, strides) or \
+                        not lies_as(copy.stores[0].buffer, strides):
                     continue
                 here, there = self.steps.index(step), self.steps.index(copy)
                 if there > here:
@@ -488,9 +488,3 @@ def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
 
 def schedule(graph: Graph) -> Plan:
     return Scheduler(graph).run()
-
-
-def _same_layout(buffer: Buffer, strides: tuple[int, ...]) -> bool:
-    """Do `buffer`'s elements lie as `strides` put them (size-1 dims aside)?"""
-    return buffer.strides is not None and len(strides) == len(buffer.shape) and all(
-        n == 1 or s == t for n, s, t in zip(buffer.shape, buffer.strides, strides))

@@ -6,8 +6,13 @@ of copying it, exactly as eager would pass a view.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ember.ir.graph import Node, row_major
 from ember.ir.ops import Op
+
+if TYPE_CHECKING:
+    from ember.schedule.plan import Buffer
 
 Geometry = tuple[tuple[int, ...], tuple[int, ...], int]  # shape, strides, offset
 
@@ -83,6 +88,14 @@ def view_geometry(node: Node, base: Node, geometry: Geometry) -> Geometry | None
         else:
             return None
     return shape, strides, offset
+
+
+def lies_as(buffer: Buffer, wanted: tuple | None) -> bool:
+    """Do `buffer`'s elements lie where `wanted` strides put them (dims of size 0 or 1 place
+    nothing: any stride will do)? False where either layout is not known."""
+    shape, strides = buffer.shape, buffer.strides
+    return strides is not None and wanted is not None and len(wanted) == len(shape) and all(
+        n in (0, 1) or s == t for n, s, t in zip(shape, strides, wanted))
 
 
 def dense_order(shape: tuple[int, ...], strides: tuple[int, ...]) -> list[int] | None:

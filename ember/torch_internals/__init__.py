@@ -122,6 +122,12 @@ def schema_of(func: OpOverload) -> Any:
     return func._schema
 
 
+def arguments_by_name(func: OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by the names of `func`'s schema (defaults not filled in)."""
+    names = [argument.name for argument in func._schema.arguments]
+    return dict(zip(names, args), **kwargs)
+
+
 def overload_name(func: OpOverload) -> str:
     return func._overloadname
 
