@@ -181,6 +181,11 @@ FLAGS: tuple[Flag, ...] = (
          "gradient (a model's logits when the loss is computed inside it), guessed and "
          "compiled beside the forward, else made on the first such call (0: zeros are "
          "passed, as eager's autograd makes them)"),
+    Flag("saved_outputs", "EMBER_SAVED_OUTPUTS", "1", _flag,
+         "training graphs: an output that views a value the backward reads (a model's "
+         "logits beside the loss it computed) is that value's memory, stored once; an "
+         "in-place write to it before the backward is then an error there, not a wrong "
+         "gradient (0: the output is a copy; see runtime/training.py)"),
     Flag("attention_backward", "EMBER_ATTENTION_BACKWARD", "1", _flag,
          "CUDA training graphs: call the memory-efficient attention kernel's backward from "
          "the results the forward kept (0: eager's autograd runs the composite's backward, "
@@ -230,6 +235,7 @@ class Settings:
     triton_file_key: bool
     triton_workers: int
     matmul_epilogue: bool
+    saved_outputs: bool
     attention_backward: bool
     absent_gradients: bool
     shape_padding: str

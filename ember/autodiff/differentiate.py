@@ -304,6 +304,7 @@ class _Differentiator:
         self.backward.output_strides = [_gradient_layout(graph.inputs[i]) for i in wrt]
         self._drop_unread_inputs()
         self._bind_symbols()
+        graph.saved_from = len(graph.outputs)
         graph.outputs = list(graph.outputs) + self.saved
         graph.output_strides = list(graph.output_strides) + [
             self._saved_layout(node) for node in self.saved]

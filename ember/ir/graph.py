@@ -75,6 +75,9 @@ class Graph:
     writebacks: list[tuple[int, Node]] = dataclasses.field(default_factory=list)
     # Symbolic graphs: each symbol's name -> (input index, dim) where a call's size is read.
     symbols: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # A training graph's forward: outputs from this position on are values saved for the
+    # backward (the caller never sees them); None elsewhere.
+    saved_from: int | None = None
     _ids: Any = dataclasses.field(default_factory=itertools.count, repr=False)
 
     def symbol_values(self, inputs: Sequence[Any]) -> dict[str, int]:
@@ -141,6 +144,7 @@ class Graph:
         graph.output_strides = list(self.output_strides)
         graph.writebacks = [(index, copied[node]) for index, node in self.writebacks]
         graph.symbols = dict(self.symbols)
+        graph.saved_from = self.saved_from
         graph._ids = itertools.count(max((node.id for node in self.nodes), default=-1) + 1)
         return graph
 

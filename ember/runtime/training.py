@@ -53,6 +53,10 @@ class TrainingGraph:
         self.grad_inside = grad_inside
         self._told: set[str] = set()  # (what the fallbacks channel was told, once)
         self._broken = False  # (its compiled forward raised where eager did not)
+        # (forward outputs that are views, by position, with the saved values over the same
+        # memory: found on the first call, see _views_among)
+        self.output_views: dict[int, list[int]] | None = None
+        self.saves_outputs = False  # (does the forward save an output itself? likewise)
         self.kernel_count = forward.kernel_count + backward.kernel_count
         self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
@@ -181,6 +185,15 @@ class _Step(torch.autograd.Function):
             with tape.using(ctx.tape):
                 results = owner.forward_graph(*args)
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
+        if owner.output_views is None:
+            owner.output_views = _views_among(outputs, saved)
+            owner.saves_outputs = any(value is output for value in saved for output in outputs)
+        # (shared: what the backward takes from an output's memory, else whether any saved
+        # value is an output; either way an in-place write to it stops the backward)
+        ctx.shared = owner.saves_outputs
+        if owner.output_views:
+            outputs, saved, shared = _outputs_of_their_own(outputs, saved, owner.output_views)
+            ctx.shared = shared or ctx.shared
         ctx.owner = owner
         ctx.count = len(args)
         # (a graph whose sizes are symbols: this call's values, for a gradient made here)
@@ -196,9 +209,24 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
         owner = ctx.owner
-        stored = ctx.saved_tensors
+        try:
+            stored = ctx.saved_tensors
+        except RuntimeError as error:
+            if ctx.shared and "modified by an inplace operation" in str(error):
+                raise RuntimeError(
+                    f"{owner.label}: an output of this compiled call was written in place "
+                    f"before its backward ran, and ember's backward reads that output's "
+                    f"memory (a value it saved, such as the logits a loss inside the call "
+                    f"read: stored once, not twice). Write that output out of place "
+                    f"(`logits = logits * 2`, not `logits.mul_(2)`), or set "
+                    f"EMBER_SAVED_OUTPUTS=0 to store a copy.") from error
+            raise
         reads = dict(zip(owner.inputs_read, stored[:len(owner.inputs_read)]))
         saved = stored[len(owner.inputs_read):]
+        if isinstance(ctx.shared, dict):
+            saved = list(saved)
+            for k, (offset, size, stride) in ctx.shared.items():
+                saved[k] = _on_storage(saved[k], offset, size, stride)
         forward_outputs = owner.split.forward.outputs
         backward, stand_ins = owner.backward_for(frozenset(
             k for kind, k in owner.split.backward_inputs if kind == "grad" and grads[k] is None))
@@ -231,6 +259,45 @@ class _Step(torch.autograd.Function):
         for index, grad in zip(owner.split.wrt, found):
             result[1 + owner.tensor_positions[index]] = grad
         return tuple(result)
+
+
+def _on_storage(tensor: torch.Tensor, offset: int, size: Any, stride: Any) -> torch.Tensor:
+    """A tensor over `tensor`'s memory, of its own (no autograd view of it)."""
+    made = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    return made.set_(tensor.untyped_storage(), offset, size, stride)
+
+
+def _views_among(outputs: tuple, saved: tuple) -> dict[int, list[int]]:
+    """Which outputs are views (of a library result the schedule stored once), and for each
+    the saved values over the same memory (a model's logits that the loss's backward reads):
+    the schedule is the same every call, so this is found on the first."""
+    storages: dict[int, list[int]] = {}
+    for k, value in enumerate(saved):
+        if isinstance(value, torch.Tensor):
+            storages.setdefault(value.untyped_storage().data_ptr(), []).append(k)
+    return {i: storages.get(output.untyped_storage().data_ptr(), [])
+            for i, output in enumerate(outputs)
+            if isinstance(output, torch.Tensor) and output._base is not None}
+
+
+def _outputs_of_their_own(outputs: tuple, saved: tuple, views: dict[int, list[int]]
+                          ) -> tuple[tuple, tuple, dict | None]:
+    """Outputs that are views returned as tensors of their own over the same memory: a
+    custom Function's output that is a view refuses in-place ops that eager allows. A saved
+    value over an output's memory is then taken from the output in the backward: autograd
+    saves the output with its version, so an in-place write to it before the backward is an
+    error there, never a wrong gradient. Returns (outputs, saved, {saved position: (offset,
+    size, stride)} or None)."""
+    outputs, saved, shared = list(outputs), list(saved), {}
+    for i, ks in views.items():
+        output = outputs[i]
+        outputs[i] = _on_storage(output, output.storage_offset(), output.size(),
+                                 output.stride())
+        for k in ks:
+            value = saved[k]
+            shared[k] = (value.storage_offset(), value.size(), value.stride())
+            saved[k] = outputs[i]
+    return tuple(outputs), tuple(saved), shared or None
 
 
 def located_backward(error: Exception, owner: TrainingGraph, arguments: list[Any],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 
+from ember import config
 from ember.ir.graph import Graph, Node
 from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
@@ -223,8 +224,9 @@ class Scheduler(Realizing):
         # Outputs claim their buffers first, with eager's strides.
         outputs: list[Buffer] = []
         claimed: set[Node] = set()
-        for node, strides in zip(graph.outputs, graph.output_strides):
-            outputs.append(self.output_buffer(node, tuple(strides), claimed))
+        for position, (node, strides) in enumerate(zip(graph.outputs, graph.output_strides)):
+            shared = self.saved_output_buffer(position, node, tuple(strides), claimed)
+            outputs.append(shared or self.output_buffer(node, tuple(strides), claimed))
             claimed.add(node)
         # Library results.
         for step in self.steps:
@@ -271,6 +273,23 @@ class Scheduler(Realizing):
                 if there > here:
                     self.steps.insert(here, self.steps.pop(there))
                 step.inputs[i] = copy.stores[0].buffer
+
+    def saved_output_buffer(self, position: int, node: Node, strides: tuple[int, ...],
+                            claimed: set[Node]) -> Buffer | None:
+        """A training forward's value saved for the backward that is also an output the
+        caller gets, in the same layout (a model's logits that the loss read): that output's
+        buffer, stored once (runtime/training.py: the backward reads it with its version
+        checked, so an in-place write of the caller's before the backward is an error there,
+        not a wrong gradient). None where it needs a buffer of its own."""
+        saved_from = self.graph.saved_from
+        if saved_from is None or position < saved_from or node not in claimed or \
+                not config.settings.saved_outputs:
+            return None
+        buffer = self.buffer_of.get(node)
+        if buffer is None or buffer.strides != strides or buffer.role not in ("output",
+                                                                              "library"):
+            return None
+        return buffer
 
     def output_buffer(self, node: Node, strides: tuple[int, ...], claimed: set[Node]) -> Buffer:
         # NOTE: outputs at different positions never share memory here (eager's own sharing

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ember import config
 from ember.ir.graph import Node
 from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
@@ -206,8 +207,8 @@ class Realizing:
         of it: a computed value's (row-major), or a library result's (a linear's output
         reshaped: a model's logits) unless that result views the call's operands."""
         base = self._chain_base(node)
-        if base.op is Op.INPUT or base.kind is Kind.LEAF or base in self.graph.outputs \
-                or base.kind is Kind.VIEW:
+        if base.op is Op.INPUT or base.kind is Kind.LEAF or base.kind is Kind.VIEW or \
+                self._seen_by_caller(base):
             return
         if any(self.aliases.get(output) is base for output in self.graph.outputs):
             return  # another output already views this memory: eager's outputs are separate
@@ -222,6 +223,16 @@ class Realizing:
         if geometry is not None and geometry[1] == tuple(strides) and geometry[2] == 0:
             self.realized.add(base)
             self.aliases[node] = base
+
+    def _seen_by_caller(self, node: Node) -> bool:
+        """Is `node` an output the caller gets? A training forward's values saved for its
+        backward are not: a caller's output may view one (the logits a loss reads again in the
+        backward: stored once, not twice; runtime/training.py keeps an in-place write to
+        that output from reaching the saved value unseen)."""
+        outputs, saved_from = self.graph.outputs, self.graph.saved_from
+        if saved_from is None or not config.settings.saved_outputs:
+            return node in outputs
+        return node in outputs[:saved_from]
 
     def _realize_shared(self) -> None:
         """Realize costly pointwise values that several realized nodes would recompute."""

@@ -12,6 +12,7 @@ from helpers import DEVICE, watching_fallbacks
 from training_models import TransformerModel
 
 import ember
+from ember import config
 
 STEPS = 20
 TOLERANCE = dict(rtol=1e-3, atol=1e-4)
@@ -1029,3 +1030,105 @@ def test_backwards_made_per_set_of_absent_gradients_are_bounded():
     assert not fallbacks.messages, fallbacks.messages
     training = compiled.records[0].compiled
     assert len(training._backwards) == MAX_BACKWARDS
+
+
+class LanguageModelHead(torch.nn.Module):
+    """A language model's head: bias-free logits (over a 3-d input: a product of its 2-d
+    view, viewed back; or over a 2-d one: the product itself) and the loss computed from
+    them, both returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 64, bias=False)
+
+    def forward(self, x, labels):
+        logits = self.head(torch.tanh(self.body(x)))
+        return logits, F.cross_entropy(logits.reshape(-1, 64), labels.reshape(-1))
+
+
+def _head_inputs(rank):
+    shape = (4, 8) if rank == 3 else (32,)
+    return (torch.randn(*shape, 16, device=DEVICE),
+            torch.randint(0, 64, shape, device=DEVICE))
+
+
+@pytest.mark.parametrize("rank", [3, 2])
+def test_logits_a_loss_read_are_stored_once_and_train_as_eager(rank):
+    # the backward reads the logits (the loss's softmax): saved as the very output the
+    # caller gets, not a copy of it (GPT-2's logits: a 412 MB copy, 194 us a step on the H200)
+    torch.manual_seed(0)
+    eager_model = LanguageModelHead().to(DEVICE)
+    x, labels = _head_inputs(rank)
+    kernels = {}
+    for shared in (True, False):
+        model = copy.deepcopy(eager_model)
+        with config.override(saved_outputs=shared):
+            compiled = ember.compile(model)
+            with watching_fallbacks() as fallbacks:
+                for _ in range(2):
+                    (logits, loss), (want_logits, want_loss) = compiled(x, labels), \
+                        eager_model(x, labels)
+                    torch.testing.assert_close(logits, want_logits, **TOLERANCE)
+                    torch.testing.assert_close(loss, want_loss, **TOLERANCE)
+                    # (a gradient through the logits too: the backward reads both)
+                    (loss + logits.square().mean()).backward()
+                    (want_loss + want_logits.square().mean()).backward()
+                    for a, b in zip(model.parameters(), eager_model.parameters()):
+                        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+                        a.grad = b.grad = None
+            assert not fallbacks.messages, fallbacks.messages
+        training = compiled._compiled_forward.records[0].compiled
+        kernels[shared] = training.forward_graph.kernel_count
+    assert kernels[False] - kernels[True] == 1  # (the copy of the logits)
+
+
+@pytest.mark.parametrize("rank", [3, 2])
+def test_an_in_place_write_to_logits_the_backward_reads_is_an_error_not_a_wrong_gradient(rank):
+    # eager's backward reads log_softmax's own result and not the logits; ember's reads the
+    # logits (stored once): a write to them before the backward cannot give a wrong
+    # gradient (torch.compile's does, silently), it stops the backward with what to do
+    torch.manual_seed(0)
+    model = LanguageModelHead().to(DEVICE)
+    compiled = ember.compile(model)
+    x, labels = _head_inputs(rank)
+    logits, loss = compiled(x, labels)
+    logits.mul_(2)
+    with pytest.raises(RuntimeError, match="EMBER_SAVED_OUTPUTS=0"):
+        loss.backward()
+    # (with the copy, eager's answer)
+    with config.override(saved_outputs=False):
+        copied, eager_model = copy.deepcopy(model), copy.deepcopy(model)
+        compiled = ember.compile(copied)
+        (logits, loss), (want_logits, want_loss) = compiled(x, labels), eager_model(x, labels)
+        logits.mul_(2)
+        want_logits.mul_(2)
+        loss.backward()
+        want_loss.backward()
+        for a, b in zip(copied.parameters(), eager_model.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
+def test_an_output_viewing_a_product_takes_in_place_ops_as_eager_does():
+    # a linear over a 3-d input is a product of its 2-d view, viewed back: the compiled
+    # step's output viewed the product's memory, and a custom Function's output that is a
+    # view refuses in-place ops under grad mode ("Output 0 of _Step is a view and is being
+    # modified inplace"); such outputs are now tensors of their own over that memory
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 64, bias=False).to(DEVICE)
+
+    def fn(x):
+        return head(torch.tanh(x))
+
+    x = torch.randn(4, 8, 16, device=DEVICE)
+    compiled = ember.compile(fn)
+    results = []
+    for run in (compiled, fn):
+        for _ in range(2):
+            out = run(x)
+        out.mul_(2)
+        out.square().sum().backward()
+        results.append((out, head.weight.grad))
+        head.weight.grad = None
+    assert results[0][0]._base is None
+    torch.testing.assert_close(results[0], results[1], **TOLERANCE)
