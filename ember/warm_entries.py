@@ -123,7 +123,12 @@ def _describe(value: Any, depth: int = 0) -> str:
 # -- keep ---------------------------------------------------------------------------------
 def keep(function: Any, entry: Any, key: str) -> None:
     """Store a captured entry under `key` (never raises: it runs either way; why it is not
-    kept is said on EMBER_LOGS=perf)."""
+    kept is said on EMBER_LOGS=perf); a graph whose backward still compiles is kept once
+    it is done (warm_cache.when_compiled)."""
+    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, key))
+
+
+def _keep_now(function: Any, entry: Any, key: str) -> None:
     try:
         _keep(function, entry, key)
     except Exception as error:  # noqa: BLE001

@@ -90,6 +90,11 @@ def serves_several_shapes(compiled: Any) -> bool:
 
 
 class CudaGraphed:
+    @property
+    def pending(self) -> Any:
+        """What of the graph recorded still compiles (warm_cache.when_compiled)."""
+        return getattr(self.compiled, "pending", None)
+
     def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
                  kept_from: int | None = None, fixed: tuple[int, ...] = (),
                  one_shape: bool = False):

@@ -4,6 +4,7 @@ backward and any optimizer sees ordinary .grad tensors."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -32,7 +33,10 @@ class TrainingGraph:
                  extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False,
                  without: Any = None, ahead: dict | None = None):
         self.forward_graph = forward
-        self.backward_graph = backward
+        # (the backward for every output: compiled, or a Future of it — compiled on a thread
+        # while the first calls run, where the backward they most likely take was compiled
+        # ahead: see backends.compile_training)
+        self._backward = backward
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
@@ -57,14 +61,38 @@ class TrainingGraph:
         # memory: found on the first call, see _views_among)
         self.output_views: dict[int, list[int]] | None = None
         self.saves_outputs = False  # (does the forward save an output itself? likewise)
-        self.kernel_count = forward.kernel_count + backward.kernel_count
-        self.library_count = forward.library_count + backward.library_count
         self.fallback_count = forward.fallback_count
         # the backward's inputs: which forward inputs it reads (the rest are gradients and
         # saved values)
         self.inputs_read = sorted({k for kind, k in split.backward_inputs if kind == "input"})
         differentiable = set(split.differentiable_outputs)
         self.non_differentiable = [i for i in range(output_count) if i not in differentiable]
+
+    @property
+    def backward_graph(self) -> Any:
+        if isinstance(self._backward, concurrent.futures.Future):
+            self._backward = self._backward.result()
+        return self._backward
+
+    @backward_graph.setter
+    def backward_graph(self, compiled: Any) -> None:
+        self._backward = compiled
+
+    @property
+    def pending(self) -> concurrent.futures.Future | None:
+        """The backward for every output while it still compiles (warm_cache keeps the graph
+        once it is done), else None."""
+        backward = self._backward
+        return backward if isinstance(backward, concurrent.futures.Future) and \
+            not backward.done() else None
+
+    @property
+    def kernel_count(self) -> int:
+        return self.forward_graph.kernel_count + self.backward_graph.kernel_count
+
+    @property
+    def library_count(self) -> int:
+        return self.forward_graph.library_count + self.backward_graph.library_count
 
     def backward_for(self, missing: frozenset[int]) -> tuple[Any, dict[int, torch.Tensor]]:
         """The compiled backward for a call whose gradients of the forward outputs `missing`

@@ -264,6 +264,9 @@ class Entry:
         raises: the compiled graph runs either way)."""
         if self.key is None:
             return
+        when_compiled(compiled, lambda: self._keep_now(compiled))
+
+    def _keep_now(self, compiled: Any) -> None:
         try:
             self._keep(compiled)
         except Exception as error:  # noqa: BLE001
@@ -280,6 +283,17 @@ class Entry:
         write_record(KIND, self.key, {"versions": versions(self.triton),
                                       **_record(compiled, self.gm)})
         counts["kept"] += 1
+
+
+def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
+    """then(), once `compiled` is whole: at once, or (a training graph whose backward for
+    every output compiles on while the first calls run) on that compile's thread when it
+    is done, so a graph is never kept half compiled."""
+    pending = getattr(compiled, "pending", None)
+    if pending is None:
+        then()
+    else:
+        pending.add_done_callback(lambda _: then())
 
 
 def _stand_ins(examples: list[Any]) -> list[Any]:

@@ -1132,3 +1132,26 @@ def test_an_output_viewing_a_product_takes_in_place_ops_as_eager_does():
         head.weight.grad = None
     assert results[0][0]._base is None
     torch.testing.assert_close(results[0], results[1], **TOLERANCE)
+
+
+def test_the_backward_for_every_output_compiles_while_the_first_calls_run():
+    # a loss computed inside the model: its first call waits for the forward and the backward
+    # of `loss.backward()` (built ahead), not for the backward for every output as well
+    import concurrent.futures
+
+    torch.manual_seed(0)
+    eager_model = LossInside().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    for run in (compiled, eager_model):
+        run(x, labels)[0].backward()
+    training = compiled._compiled_forward.records[0].compiled
+    assert isinstance(training._backward, concurrent.futures.Future)  # (not needed yet)
+    # a backward through every output takes it, done by then or waited for
+    for run in (compiled, eager_model):
+        loss, logits, cache = run(x, labels)
+        (loss + logits.square().mean() + cache.sum()).backward()
+    assert not isinstance(training._backward, concurrent.futures.Future)
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
