@@ -108,11 +108,15 @@ def _weight_gradient(b: Builder, grad: Node, x: Node, kernel: tuple[int, int], s
                      padding, dilation) -> Node:
     """w[c, 0, i, j] = the sum over (n, oh, ow) of grad[n, c, oh, ow] times the padded image
     at tap (i, j) of that position: one reduction over (n, c, kh, kw, oh, ow), the taps a
-    strided view of the padded image."""
+    strided view of the padded image, which is stored."""
     batch, channels, out_h, out_w = grad.shape
     kh, kw = kernel
     padded = b.pad(x, [(0, 0, 0), (0, 0, 0), (padding[0], padding[0], 0),
                        (padding[1], padding[1], 0)], 0.0)
+    if padded is not x:
+        # stored once: the reduction then reads each tap with no bounds check (4-15% of the
+        # weight gradient's time at EfficientNet-B0's sizes, its copy included)
+        padded.attrs["realize"] = True
     padded_h, padded_w = padded.shape[2:]
     shape = (batch, channels, kh, kw, out_h, out_w)
     taps = b.graph.add(Op.AS_STRIDED, (padded,), shape=shape,
