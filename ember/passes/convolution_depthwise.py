@@ -37,7 +37,7 @@ DTYPES = (torch.float32, torch.float64)
 # position) ran 5% slower than oneDNN's at 16x16 and below, the 3x3 and 5x5 ones 2-4x faster
 MAX_TAPS = 25
 # the longest sum (batch x output positions) of a weight gradient's channel and tap that
-# ember's reduction takes over from oneDNN: at 256 and below it ran 2-12x faster (EfficientNet-
+# ember's reduction takes over from oneDNN: at 256 and below it ran 2-11x faster (EfficientNet-
 # B0's and MobileNetV3's 3x3 and 5x5 at 8x8 and below, batch 4); at 1024 (16x16) oneDNN's
 # kernel was as fast or 2x faster (one thread and two)
 WEIGHT_GRADIENT_POSITIONS = 256
