@@ -79,6 +79,8 @@ def test_grouped_convolutions_and_half_precision_stay_with_the_library():
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_training_takes_the_taps_forward_and_eagers_backward(stride):
+    """(a 7x7 image: the backward keeps eager's convolution_backward for the image and
+    reduces the weight's gradient itself, see below)"""
     x = make(2, 6, 7, 7).contiguous(memory_format=torch.channels_last).requires_grad_(True)
     w = make(6, 1, 3, 3, seed=1).requires_grad_(True)
     b = make(6, seed=2).requires_grad_(True)
@@ -87,3 +89,52 @@ def test_training_takes_the_taps_forward_and_eagers_backward(stride):
         return F.conv2d(F.silu(x), w, b, stride, 1, groups=6).sigmoid()
 
     check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
+
+
+def _backward_masks(graph) -> list[list[bool]]:
+    """The gradients each convolution_backward call of a training graph's backward asks."""
+    return [n.attrs["args"][10] for n in graph.split.backward.live_nodes()
+            if n.op is Op.LIBRARY
+            and n.attrs["target"] is torch.ops.aten.convolution_backward.default]
+
+
+@pytest.mark.parametrize("kernel, stride, padding, dilation", [
+    (3, 1, 1, 1), (3, 2, 1, 1), (5, 1, 2, 1), (5, 2, 2, 1), (3, 1, 2, 2), (3, 2, 0, 1),
+    (2, 1, 0, 1)])
+@pytest.mark.parametrize("layout", ["rows", "channels_last"])
+def test_a_short_weight_gradient_is_a_reduction_and_the_call_keeps_the_rest(
+        kernel, stride, padding, dilation, layout):
+    """oneDNN's depthwise weight gradient costs per channel and tap however few products it
+    sums: where each sums few (here 2 x 3 x 3 positions and fewer), ember reduces the taps'
+    view of the padded image times the output's gradient, and convolution_backward is asked
+    for the image's and the bias's gradients only."""
+    x, w, b = make(2, 6, 6, 5), make(6, 1, kernel, kernel, seed=1), make(6, seed=2)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+
+    def fn(x, w, b):
+        return F.conv2d(F.silu(x), w, b, stride, padding, dilation, groups=6).sigmoid()
+
+    graph = check_grad(fn, x, w, b, atol=1e-5, rtol=1e-5)
+    assert _backward_masks(graph) == [[True, False, True]]
+
+
+def test_a_weight_gradient_alone_needs_no_library_call():
+    x, w = make(2, 6, 5, 5), make(6, 1, 3, 3, seed=1)
+
+    def fn(x, w):  # (the image's gradient is not asked)
+        return F.conv2d(x.detach(), w, padding=1, groups=6).tanh()
+
+    graph = check_grad(fn, x, w, atol=1e-5, rtol=1e-5)
+    assert _backward_masks(graph) == []
+
+
+def test_a_long_weight_gradient_stays_with_the_library():
+    """(at 2 x 12 x 12 = 288 positions a channel and tap: past WEIGHT_GRADIENT_POSITIONS)"""
+    x, w = make(2, 6, 12, 12), make(6, 1, 3, 3, seed=1)
+
+    def fn(x, w):
+        return F.conv2d(F.silu(x), w, padding=1, groups=6).tanh()
+
+    graph = check_grad(fn, x, w, atol=1e-5, rtol=1e-5)
+    assert _backward_masks(graph) == [[True, True, False]]
