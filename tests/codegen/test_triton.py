@@ -93,7 +93,8 @@ def test_short_rows_are_persistent_long_rows_loop():
     (long,) = launches(lambda x: F.softmax(x, -1), make(600, HEURISTICS.persistent_max + 8))
     assert "for " not in short.kernels[0].text  # the row is loaded once and reused
     assert short.kernels[0].text.count("tl.load(") == 1
-    assert long.kernels[0].text.count("for r") == 3  # max, sum, then the stores
+    # (the sum of exp(x - max) folds in the maximum's walk, then the stores)
+    assert long.kernels[0].text.count("for r") == 2
     check(lambda x: F.softmax(x, -1), make(3, HEURISTICS.persistent_max + 8), kernels=1)
 
 
@@ -271,3 +272,25 @@ def test_a_channels_last_result_is_walked_in_its_memory_order():
     assert "240 * (x // 240)" in text  # (the contiguous input is the one read across)
     same_order = kernel_text(lambda a: a * 2, make(2, 8, 6, 5))
     assert "tl.load(p_in0 + x," in same_order and "tl.store(p_out0 + x," in same_order
+
+
+def test_a_sum_of_exp_less_the_row_maximum_folds_in_the_maximum_s_walk():
+    # a loss's or a softmax's statistics over long rows: the running sum rescaled as the
+    # maximum grows, one walk of the row instead of two; eager's values at -inf, inf and NaN
+    long = HEURISTICS.persistent_max + 8
+    lse = lambda x: torch.logsumexp(x, 1)  # noqa: E731
+    stats = lambda x: (x.amax(1), (x - x.amax(1, keepdim=True)).exp().sum(1))  # noqa: E731
+    for fn in (lse, stats, lambda x: F.log_softmax(x, 1), lambda x: F.softmax(x, 1)):
+        x = make(6, long)
+        x[1, :100] = -math.inf  # (-inf before the row's finite maximum)
+        x[2] = -math.inf  # (eager: NaN)
+        x[3, 7] = math.inf
+        x[4, 9] = math.nan
+        x[5, long // 2:] += 40  # (the maximum grows late: the sum rescaled)
+        check(fn, x, kernels=None)
+    (one,) = launches(stats, make(3, long))
+    assert one.kernels[0].text.count("for r") == 1
+    # (other pairs keep their own walks: a maximum and a sum of something else)
+    (two,) = launches(lambda x: (x.amax(1), (x - x.amax(1, keepdim=True)).sum(1)),
+                      make(3, long))
+    assert two.kernels[0].text.count("for r") == 2
