@@ -321,8 +321,11 @@ def _outputs_of_their_own(outputs: tuple, saved: tuple, views: dict[int, list[in
         output = outputs[i]
         outputs[i] = _on_storage(output, output.storage_offset(), output.size(),
                                  output.stride())
+        memory = output.untyped_storage().data_ptr()
         for k in ks:
             value = saved[k]
+            if value.untyped_storage().data_ptr() != memory:
+                continue  # (not this call: a replayed CUDA graph's outputs are copies)
             shared[k] = (value.storage_offset(), value.size(), value.stride())
             saved[k] = outputs[i]
     return tuple(outputs), tuple(saved), shared or None
