@@ -30,7 +30,10 @@ aten = torch.ops.aten
 
 def whole_biased_matmuls(graph: Graph) -> int:
     """add(mm(x, y), bias broadcast over rows) -> addmm(bias, x, y) where the sum is read only
-    by library calls (through views: a Q/K/V projection read by attention). Lowering splits
+    by library calls (through views: a Q/K/V projection read by attention), or is stored
+    anyway, an output (a biased head's logits, which a loss then reads: BERT's add of the
+    bias was a pass of its own over 2048 x 30522 logits, a write and a read more than
+    torch.compile's addmm on the H200). Lowering splits
     addmm into a product and an add so that the add fuses with the pointwise work after it;
     with none there, the add would be a kernel of its own, a pass over the product that
     eager's addmm (the bias as BLAS's beta term) does not make. Then the values are eager's
@@ -44,6 +47,10 @@ def whole_biased_matmuls(graph: Graph) -> int:
             r.op is Op.LIBRARY or (r.op in VIEWS and read_by_libraries_only(r))
             for r in users.get(node, []))
 
+    def stored(node: Node) -> bool:
+        """Is `node` an output, or viewed by one: stored whoever computes it?"""
+        return node in outputs or any(r.op in VIEWS and stored(r) for r in users.get(node, []))
+
     def visit(node: Node) -> Node | None:
         if node.op is not Op.ADD or len(node.inputs) != 2:
             return None
@@ -54,7 +61,7 @@ def whole_biased_matmuls(graph: Graph) -> int:
             return None
         row = _row_broadcast(bias, product.shape)
         if row is None or row.dtype != product.dtype or node.dtype != product.dtype or \
-                not users.get(node) or not read_by_libraries_only(node):
+                not (stored(node) or users.get(node) and read_by_libraries_only(node)):
             return None
         x, y = product.inputs
         call = graph.add(Op.LIBRARY, (row, x, y), target=aten.addmm.default,

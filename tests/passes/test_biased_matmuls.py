@@ -58,3 +58,20 @@ def test_an_output_keeps_its_bias_add():
 
 def test_gradients_through_a_whole_biased_matmul():
     check_grad(_projections, make(2, 5, 8), *_weights(8))
+
+
+def test_a_stored_sum_that_kernels_read_keeps_its_bias_in_the_library_call():
+    # a biased head's logits, returned and read by a loss: stored whoever computes them, so
+    # the product writes them with its bias (eager's addmm) and the loss's kernel reads them,
+    # where the add was a pass of its own that wrote them (BERT's 2048 x 30522 logits)
+    def fn(x, w, b, labels):
+        logits = F.linear(x, w, b).view(2, 3, 10)
+        return logits, F.cross_entropy(logits.view(6, 10), labels)
+
+    args = [make(6, 8), make(10, 8, seed=1), make(10, seed=2), torch.randint(0, 10, (6,))]
+    lowered = trace(torch.fx.symbolic_trace(fn), args)
+    assert whole_biased_matmuls(lowered.graph) == 1
+    graph = run_passes(lowered.graph)
+    assert Op.ADD not in {n.op for n in graph.nodes}
+    check(fn, *args, kernels=2)  # (the loss's statistics, then its mean)
+    check_grad(fn, *args)
