@@ -438,8 +438,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     def without(absent: frozenset[int]) -> Any:
         """build_without, under the settings the graph was compiled with (it is made on the
         backward's first call that needs it)."""
-        with config.override(**{field: getattr(settings, field)
-                                for field in settings.__dataclass_fields__}):
+        with config.using(settings):
             return build_without(absent)
 
     return TrainingGraph(forward, backward_compiled, split, lowered.outputs,

@@ -296,6 +296,19 @@ def override(**changes: Any) -> Iterator[Settings]:
         settings = saved
 
 
+@contextlib.contextmanager
+def using(chosen: Settings) -> Iterator[Settings]:
+    """Every setting as `chosen` holds it (a compile made later under the settings of the
+    one it belongs to)."""
+    global settings
+    saved = settings
+    settings = chosen
+    try:
+        yield settings
+    finally:
+        settings = saved
+
+
 def kernel_backend(device_type: str) -> str:
     """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
     Triton on CUDA."""

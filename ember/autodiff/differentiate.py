@@ -170,15 +170,13 @@ class _Differentiator:
             for source in node.inputs:
                 mask |= upstream[source]
             upstream[node] = mask
+        readers = self.graph.users()
         downstream: dict[Node, int] = {}  # the library calls that depend on a node's value
-        readers: dict[Node, list[Node]] = {node: [] for node in nodes}
         for node in reversed(nodes):
             mask = 0
             for reader in readers[node]:
                 mask |= downstream[reader] | bit.get(reader, 0)
             downstream[node] = mask
-            for source in node.inputs:
-                readers[source].append(node)
         return {node for node in nodes if node.kind in (Kind.POINTWISE, Kind.DATA) and
                 downstream[node] and
                 any(upstream[reader] & downstream[node] for reader in readers[node]

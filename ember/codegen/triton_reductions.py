@@ -104,7 +104,7 @@ class ReductionWriting:
             if mask:
                 value = f"tl.where({mask}, {value}, {init})"
             return self.finish(node, scope, value, position)
-        maximum = self.online_pairs[1].get(node)
+        maximum = self.online_maxima.get(node)
         if maximum is not None:  # (a sum of exp(x - max(x)): folded in the maximum's walk)
             self.value(maximum, index, scope)
             for ancestor in scope.chain():
@@ -127,7 +127,7 @@ class ReductionWriting:
             accumulators.append((member, member_init, acc, position))
         totals = {}  # (the running sums folded in a maximum's walk, by that maximum)
         for member in group:
-            if member in self.online_pairs[0] and not self.split:
+            if member in self.online_sums:
                 totals[member] = self.fresh("total")
                 self.emit(scope, f"{totals[member]} = tl.full([XBLOCK, RBLOCK], 0, "
                                  f"{self.accumulator_type(member)})")
@@ -155,22 +155,22 @@ class ReductionWriting:
             scope.memo[(id(member), index)] = result
         for (member, _, acc, _), result in zip(accumulators, results):
             if member in totals:
-                total = self.online_pairs[0][member]
+                total = self.online_sums[member]
                 scope.memo[(id(total), index)] = self.finish_online(
                     scope, total, totals[member], acc, result)
         return results[0]
 
     # -- a sum of exp(x - max(x)) folded in the maximum's walk ------------------------------
     @functools.cached_property
-    def online_pairs(self) -> tuple[dict[Node, Node], dict[Node, Node]]:
+    def online_sums(self) -> dict[Node, Node]:
         """The kernel's maxima whose walk also folds a sum of exp(x - that maximum) over the
         same rows (a softmax's or a loss's statistics: one pass over the row, not two —
         GPT-2's loss over 50257 logits a row, 212 us against torch.compile's 174 on the
-        H200), as {maximum: sum} and {sum: maximum}. Only rows walked in a loop, in float32
-        or float64."""
+        H200), {maximum: sum}. Only rows walked in a loop (not split), in float32 or
+        float64."""
         pairs: dict[Node, Node] = {}
         if self.tiling.persistent or self.split:
-            return pairs, {}
+            return pairs
         maxima = [m for m in self.kernel.members if m.kind is Kind.REDUCTION and m.op is Op.MAX
                   and m.dtype in (torch.float32, torch.float64)
                   and m.inputs[0].dtype == m.dtype]
@@ -184,7 +184,12 @@ class ReductionWriting:
                         _exp_less(total.inputs[0], maximum):
                     pairs[maximum] = total
                     break
-        return pairs, {total: maximum for maximum, total in pairs.items()}
+        return pairs
+
+    @functools.cached_property
+    def online_maxima(self) -> dict[Node, Node]:
+        """{sum: maximum} of online_sums."""
+        return {total: maximum for maximum, total in self.online_sums.items()}
 
     def emit_online_step(self, body: Scope, total: str, acc: str, before: str,
                          value: str) -> None:

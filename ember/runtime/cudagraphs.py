@@ -90,11 +90,6 @@ def serves_several_shapes(compiled: Any) -> bool:
 
 
 class CudaGraphed:
-    @property
-    def pending(self) -> Any:
-        """What of the graph recorded still compiles (warm_cache.when_compiled)."""
-        return getattr(self.compiled, "pending", None)
-
     def __init__(self, compiled: Callable, example_inputs: list[Any], where: str,
                  kept_from: int | None = None, fixed: tuple[int, ...] = (),
                  one_shape: bool = False):
@@ -151,6 +146,11 @@ class CudaGraphed:
             compiled.without = None  # (the recorded backward serves every call, given zeros)
         elif several:
             self.shapes = ShapeGraphs(compiled, tensors, where)
+
+    @property
+    def pending(self) -> Any:
+        """What of the graph recorded still compiles (warm_cache.when_compiled)."""
+        return getattr(self.compiled, "pending", None)
 
     def give_up(self, reason: str) -> None:
         self.reason = reason

@@ -58,9 +58,10 @@ class TrainingGraph:
         self._told: set[str] = set()  # (what the fallbacks channel was told, once)
         self._broken = False  # (its compiled forward raised where eager did not)
         # (forward outputs that are views, by position, with the saved values over the same
-        # memory: found on the first call, see _views_among)
+        # memory; and whether any saved value is an output's memory: found on the first
+        # call, see _views_among)
         self.output_views: dict[int, list[int]] | None = None
-        self.saves_outputs = False  # (does the forward save an output itself? likewise)
+        self.saves_outputs = False
         self.fallback_count = forward.fallback_count
         # the backward's inputs: which forward inputs it reads (the rest are gradients and
         # saved values)
@@ -214,14 +215,11 @@ class _Step(torch.autograd.Function):
                 results = owner.forward_graph(*args)
         outputs, saved = results[:owner.output_count], results[owner.output_count:]
         if owner.output_views is None:
-            owner.output_views = _views_among(outputs, saved)
-            owner.saves_outputs = any(value is output for value in saved for output in outputs)
-        # (shared: what the backward takes from an output's memory, else whether any saved
-        # value is an output; either way an in-place write to it stops the backward)
-        ctx.shared = owner.saves_outputs
+            owner.output_views, owner.saves_outputs = _views_among(outputs, saved)
+        ctx.shared = None  # (saved values the backward takes from an output's memory)
         if owner.output_views:
-            outputs, saved, shared = _outputs_of_their_own(outputs, saved, owner.output_views)
-            ctx.shared = shared or ctx.shared
+            outputs, saved, ctx.shared = _outputs_of_their_own(outputs, saved,
+                                                               owner.output_views)
         ctx.owner = owner
         ctx.count = len(args)
         # (a graph whose sizes are symbols: this call's values, for a gradient made here)
@@ -240,7 +238,7 @@ class _Step(torch.autograd.Function):
         try:
             stored = ctx.saved_tensors
         except RuntimeError as error:
-            if ctx.shared and "modified by an inplace operation" in str(error):
+            if owner.saves_outputs and "modified by an inplace operation" in str(error):
                 raise RuntimeError(
                     f"{owner.label}: an output of this compiled call was written in place "
                     f"before its backward ran, and ember's backward reads that output's "
@@ -251,7 +249,7 @@ class _Step(torch.autograd.Function):
             raise
         reads = dict(zip(owner.inputs_read, stored[:len(owner.inputs_read)]))
         saved = stored[len(owner.inputs_read):]
-        if isinstance(ctx.shared, dict):
+        if ctx.shared:
             saved = list(saved)
             for k, (offset, size, stride) in ctx.shared.items():
                 saved[k] = _on_storage(saved[k], offset, size, stride)
@@ -295,17 +293,21 @@ def _on_storage(tensor: torch.Tensor, offset: int, size: Any, stride: Any) -> to
     return made.set_(tensor.untyped_storage(), offset, size, stride)
 
 
-def _views_among(outputs: tuple, saved: tuple) -> dict[int, list[int]]:
-    """Which outputs are views (of a library result the schedule stored once), and for each
-    the saved values over the same memory (a model's logits that the loss's backward reads):
-    the schedule is the same every call, so this is found on the first."""
+def _views_among(outputs: tuple, saved: tuple) -> tuple[dict[int, list[int]], bool]:
+    """Which outputs are views (of a library result the schedule stored once), each with the
+    saved values over the same memory (a model's logits that the loss's backward reads);
+    and whether any saved value is an output's memory (an in-place write to that output
+    then stops the backward). The schedule is the same every call: found on the first."""
     storages: dict[int, list[int]] = {}
     for k, value in enumerate(saved):
         if isinstance(value, torch.Tensor):
             storages.setdefault(value.untyped_storage().data_ptr(), []).append(k)
-    return {i: storages.get(output.untyped_storage().data_ptr(), [])
-            for i, output in enumerate(outputs)
-            if isinstance(output, torch.Tensor) and output._base is not None}
+    tensors = [(i, output) for i, output in enumerate(outputs)
+               if isinstance(output, torch.Tensor)]
+    views = {i: storages.get(output.untyped_storage().data_ptr(), [])
+             for i, output in tensors if output._base is not None}
+    shared = any(output.untyped_storage().data_ptr() in storages for _, output in tensors)
+    return views, shared
 
 
 def _outputs_of_their_own(outputs: tuple, saved: tuple, views: dict[int, list[int]]

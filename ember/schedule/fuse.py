@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator
 
-from ember import config
 from ember.ir.graph import Graph, Node
 from ember.ir.library import returns_views
 from ember.ir.ops import Kind, Op
@@ -281,9 +280,8 @@ class Scheduler(Realizing):
         buffer, stored once (runtime/training.py: the backward reads it with its version
         checked, so an in-place write of the caller's before the backward is an error there,
         not a wrong gradient). None where it needs a buffer of its own."""
-        saved_from = self.graph.saved_from
-        if saved_from is None or position < saved_from or node not in claimed or \
-                not config.settings.saved_outputs:
+        saved_from = self.shared_saved_from
+        if saved_from is None or position < saved_from or node not in claimed:
             return None
         buffer = self.buffer_of.get(node)
         if buffer is None or buffer.strides != strides or buffer.role not in ("output",

@@ -224,15 +224,17 @@ class Realizing:
             self.realized.add(base)
             self.aliases[node] = base
 
+    @property
+    def shared_saved_from(self) -> int | None:
+        """Where a training forward's outputs saved for its backward begin, when a caller's
+        output may share their memory (the logits a loss reads again in the backward: stored
+        once, not twice; runtime/training.py keeps an in-place write to that output from
+        reaching the saved value unseen); else None."""
+        return self.graph.saved_from if config.settings.saved_outputs else None
+
     def _seen_by_caller(self, node: Node) -> bool:
-        """Is `node` an output the caller gets? A training forward's values saved for its
-        backward are not: a caller's output may view one (the logits a loss reads again in the
-        backward: stored once, not twice; runtime/training.py keeps an in-place write to
-        that output from reaching the saved value unseen)."""
-        outputs, saved_from = self.graph.outputs, self.graph.saved_from
-        if saved_from is None or not config.settings.saved_outputs:
-            return node in outputs
-        return node in outputs[:saved_from]
+        """Is `node` an output the caller gets (not only a value saved for the backward)?"""
+        return node in self.graph.outputs[:self.shared_saved_from]
 
     def _realize_shared(self) -> None:
         """Realize costly pointwise values that several realized nodes would recompute."""

@@ -124,7 +124,7 @@ def schema_of(func: OpOverload) -> Any:
 
 def arguments_by_name(func: OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
     """A call's arguments by the names of `func`'s schema (defaults not filled in)."""
-    names = [argument.name for argument in func._schema.arguments]
+    names = [argument.name for argument in schema_of(func).arguments]
     return dict(zip(names, args), **kwargs)
 
 
