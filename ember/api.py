@@ -402,6 +402,8 @@ class CompiledFunction:
                                            DynamicPolicy(self.dynamic, self.frame_sizes,
                                                          automatic=self._automatic(arguments)),
                                            self.where)
+        logs.channel("perf").info("%s: captured in %.1f ms", self.where,
+                                  (time.perf_counter() - started) * 1e3)
         for module in session.compile_apart:
             compiled_module.compile_apart(module, dict(
                 fullgraph=self.fullgraph, dynamic=self.dynamic, mode=self.mode,

@@ -418,7 +418,10 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         # (the backward the first call most likely takes, first: see likely_absent)
         ahead_job = side.submit(build_without, predicted) if predicted else None
-        backward_job = side.submit(build_backward, ahead_job is not None)
+        # (where one is built ahead, the backward for every output starts once the forward
+        # and that one are compiled: compiling beside them, its Python held the GIL the
+        # first call waits on)
+        backward_job = side.submit(build_backward, False) if ahead_job is None else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
                              len(example_inputs),
@@ -431,6 +434,8 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         # The backward for every output compiles on while the first calls run, where they
         # most likely take the one built ahead (a loss's: GPT-2's first training call paid
         # for both backwards, 7.0 s against torch.compile's 24.9 on the H200).
+        if backward_job is None:
+            backward_job = side.submit(build_backward, bool(ahead))
         backward_compiled = _in_background(backward_job) if ahead else backward_job.result()
     finally:
         side.shutdown(wait=False)

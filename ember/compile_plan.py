@@ -190,7 +190,7 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
     rows, divisible = build or (None, {})
     first = first and not wide
     fused = first and config.settings.matmul_epilogue and \
-        fuse_matmul_epilogues(plan, readers(plan), reads_product_elsewhere)
+        fuse_matmul_epilogues(plan, readers, reads_product_elsewhere)
     if fused:
         logs.dump(dump, "schedule_fused.txt", plan.describe)
     device_index = None

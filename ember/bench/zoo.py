@@ -333,6 +333,7 @@ def train_step(spec: ZooModel, model: torch.nn.Module, batch: dict[str, torch.Te
 
     train.model_slot = model_slot
     train.optimizer = optimizer
+    train.batch_names = names
     return train, tuple(batch.values())
 
 

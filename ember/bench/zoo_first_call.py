@@ -23,6 +23,7 @@ def main() -> None:
     parser.add_argument("--mode", default="infer", choices=["infer", "train"])
     parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--dump", default="", help="with --profile: write the stats to this file")
     options = parser.parse_args()
     if not options.warm:
         cold = tempfile.mkdtemp(prefix="ember-first-call-")
@@ -55,6 +56,8 @@ def main() -> None:
     if options.profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.rows)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(options.rows)
+        if options.dump:
+            profiler.dump_stats(options.dump)
 
 
 if __name__ == "__main__":

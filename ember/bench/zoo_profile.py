@@ -16,17 +16,22 @@ decode its greedy decoding (the prompt, then a token a call with the KV cache).
 kernel's ops and shape) by the device time under them.
 
 --host adds the host's side: the hottest Python functions of ten calls under cProfile.
+
+--phases (training, CUDA) times the step's phases instead: zero_grad, forward and loss,
+backward, optimizer step, each as the host spends it (no sync) and as the device runs it
+(CUDA events). A phase whose device time is near its host time kept the device waiting.
 """
 import argparse
 import cProfile
 import pstats
+import statistics
 import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 import ember
-from ember import config
+from ember import backends, config
 from ember.bench import zoo
 
 CALLS = 10
@@ -113,6 +118,47 @@ def profile_model(name: str, variants: list[str], rows: int, host: bool,
             pstats.Stats(profiler).sort_stats("tottime").print_stats(rows)
 
 
+def time_phases(name: str, variants: list[str], size: str = "full") -> None:
+    """The training step's phases on the host and on the device, ms per call (median)."""
+    spec = zoo.find(name)
+    phases = ("zero_grad", "forward", "backward", "optimizer")
+    for variant in variants:
+        step, args = zoo.instantiate(spec, "train", size, "cuda")
+        step.model_slot[0] = _compiled(variant, step.model)
+        batch = dict(zip(step.batch_names, args))
+        for _ in range(3):
+            step(*args)
+        backends.wait_for_background_compiles()
+        torch.cuda.synchronize()
+        host: list[list[float]] = []
+        device: list[list[float]] = []
+        for _ in range(CALLS):
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(len(phases) + 1)]
+            marks = [time.perf_counter()]
+            events[0].record()
+            step.optimizer.zero_grad()
+            events[1].record()
+            marks.append(time.perf_counter())
+            loss = zoo.loss_of(spec, step.model_slot[0], batch)
+            events[2].record()
+            marks.append(time.perf_counter())
+            loss.backward()
+            events[3].record()
+            marks.append(time.perf_counter())
+            step.optimizer.step()
+            events[4].record()
+            marks.append(time.perf_counter())
+            torch.cuda.synchronize()
+            host.append([(b - a) * 1e3 for a, b in zip(marks, marks[1:])])
+            device.append([a.elapsed_time(b) for a, b in zip(events, events[1:])])
+        print(f"== {name} {variant}: phases, ms per call (host without a sync / device)")
+        for index, phase in enumerate(phases):
+            print(f"   {phase:<10} host {statistics.median(h[index] for h in host):8.3f}"
+                  f"   device {statistics.median(d[index] for d in device):8.3f}")
+        print(f"   {'step':<10} host {statistics.median(sum(h) for h in host):8.3f}"
+              f"   device {statistics.median(sum(d) for d in device):8.3f}")
+
+
 _KINDS = (("matmul", ("gemm", "xmma", "cutlass::Kernel", "cublas", "splitk")),
           ("attention", ("fmha", "attention", "flash")),
           ("convolution", ("conv", "cudnn", "winograd", "implicit", "dgrad", "wgrad")),
@@ -155,10 +201,16 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--size", default="full", choices=["full", "quick", "tiny"])
     parser.add_argument("--kernels", action="store_true", help="device kernels only (CUDA)")
+    parser.add_argument("--phases", action="store_true",
+                        help="time the training step's phases, host and device (CUDA)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (CPU; 0: as set)")
     options = parser.parse_args()
     if options.threads:
         torch.set_num_threads(options.threads)
+    if options.phases:
+        for name in options.models:
+            time_phases(name, options.variants.split(","), options.size)
+        return
     with config.override(profile=True):  # (ember's kernels by name in the profile)
         for name in options.models:
             profile_model(name, options.variants.split(","), options.rows, options.host,

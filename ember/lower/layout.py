@@ -123,20 +123,59 @@ def run_on_stand_ins(func, args, kwargs, out, device_type: str,
     LAPACK's column-major factors against the meta kernel's guess; for the attention kernels'
     backward kernels (autodiff/library_rules.py). (Row-major inputs keep the meta kernel's
     answer where `row_major_as_meta`: no run at compile time.)"""
-    tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    leaves, spec = tree_flatten((args, kwargs))
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
     if row_major_as_meta and all(t.is_contiguous() for t in tensors):
         return out
-    with torch_internals.outside_dispatch_modes(), torch.no_grad():
-        def stand_in(value: Any) -> Any:
-            if isinstance(value, torch.Tensor):  # (zeros: a factorization must converge)
-                return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                           device=device_type).zero_()
-            return value
+    key = _geometry(func, device_type, leaves, spec)
+    ran = _ran_by_geometry.get(key) if key is not None else None
+    if ran is None:
+        with torch_internals.outside_dispatch_modes(), torch.no_grad():
+            def stand_in(value: Any) -> Any:
+                if isinstance(value, torch.Tensor):  # (zeros: a factorization must converge)
+                    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                               device=device_type).zero_()
+                return value
 
-        real = func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs))
+            ran = _as_meta(func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs)))
+        if key is not None:
+            _ran_by_geometry[key] = ran
+    return _as_meta(ran)
+
+
+def _as_meta(value: Any) -> Any:
     return tree_map(lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                                   device="meta")
-                    if isinstance(t, torch.Tensor) else t, real)
+                    if isinstance(t, torch.Tensor) else t, value)
+
+
+# run_on_stand_ins' answers by the call's geometry: a model's repeated layers ask the same
+# question (GPT-2's twelve attention backwards: 0.25 s of a first call on the CPU)
+_ran_by_geometry: dict[tuple, Any] = {}
+
+
+def _geometry(func: Any, device_type: str, leaves: list, spec: Any) -> tuple | None:
+    """What a run on stand-ins depends on: the op, the device, every tensor's shape, strides
+    and dtype, the other arguments, and the switches that steer eager's choice of kernel;
+    None where some argument is not a plain value (a symbolic size: no memo)."""
+    parts: list[Any] = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            parts.append((tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype))
+        elif leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype,
+                                               torch.device, torch.memory_format)):
+            parts.append((type(leaf), leaf))
+        else:
+            return None
+    if not all(type(n) is int for part in parts if isinstance(part[0], tuple)
+               for n in (*part[0], *part[1])):
+        return None
+    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
+    switches = (cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
+                torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
+                cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
+                cuda.math_sdp_enabled(), cuda.cudnn_sdp_enabled())
+    return (func, device_type, str(spec), tuple(parts), switches)
 
 
 # op -> whether row-major operands may keep the meta kernel's layout (no run then)

@@ -9,6 +9,7 @@ does not raise is ember's fault: the graph runs eagerly from then on, with a war
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,7 @@ class CompiledGraph:
         # Inputs the graph writes are saved: if the check fails midway, eager must start from
         # the values the caller passed.
         saved = {i: tensors[i].clone() for i in self.written_inputs if i < len(tensors)}
+        started = time.perf_counter()
         try:
             result = self.checked(tensors)
         except LayoutMismatch as error:
@@ -77,6 +79,8 @@ class CompiledGraph:
                 tensors[i].copy_(value)
             raise
         self._run = self.fast
+        logs.channel("perf").info("%s: first run (checked, its launches' first loads) in %.1f "
+                                  "ms", self.label, (time.perf_counter() - started) * 1e3)
         return result
 
     def __call__(self, *args: Any) -> Any:

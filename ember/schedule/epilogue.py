@@ -33,17 +33,22 @@ MAX_MACS = 1 << 22
 MAX_B_ELEMENTS = 1 << 20
 
 
-def fuse_matmul_epilogues(plan: Plan, readers: dict[Buffer, list[int]],
+def fuse_matmul_epilogues(plan: Plan, find_readers: Callable[[Plan], dict[Buffer, list[int]]],
                           reads_elsewhere: Callable[[Kernel, Plan], bool]) -> int:
-    """Fold each fusable library product into the kernel that reads it; `readers` maps each
-    buffer to the positions of the steps that read it; `reads_elsewhere(kernel, plan)` says
+    """Fold each fusable library product into the kernel that reads it; `find_readers(plan)`
+    maps each buffer to the positions of the steps that read it (asked once, where some
+    product is small enough: it writes every kernel); `reads_elsewhere(kernel, plan)` says
     whether a kernel given a matmul reads the product anywhere but at its own position (a
     tile holds only its own part). Returns how many were folded."""
     folded = 0
     position = 0
+    readers: dict[Buffer, list[int]] | None = None
     while position < len(plan.steps):
         step = plan.steps[position]
-        consumer = _consumer(plan, position, readers) if isinstance(step, LibraryCall) else None
+        consumer = None
+        if isinstance(step, LibraryCall) and _fusable_product(plan, step):
+            readers = find_readers(plan) if readers is None else readers
+            consumer = _consumer(plan, position, readers)
         if consumer is None:
             position += 1
             continue
@@ -70,29 +75,36 @@ def fuse_matmul_epilogues(plan: Plan, readers: dict[Buffer, list[int]],
     return folded
 
 
-def _consumer(plan: Plan, position: int, readers: dict[Buffer, list[int]]) -> int | None:
-    """The position of the kernel that can compute this library call's product, if any."""
-    step = plan.steps[position]
+def _fusable_product(plan: Plan, step: LibraryCall) -> bool:
+    """Is this library call a product a kernel could compute (its kind, operands and size),
+    its result read by kernels only?"""
     node = step.node
     transposed = _PRODUCTS.get(node.attrs["target"])
     if transposed is None or len(step.inputs) != 2 or len(step.outputs) != 1 or \
             node.attrs["kwargs"] or node.attrs.get("tuple_result"):
-        return None
+        return False
     a, b = step.inputs
     result = step.outputs[0]
     if result is None or not _matrix(a) or not _matrix(b) or not _matrix(result) or \
             not a.dtype == b.dtype == result.dtype or a.dtype not in _DTYPES:
-        return None
+        return False
     m, k = a.shape
     n = b.shape[0] if transposed else b.shape[1]
     # (a symbolic size is taken at its guess: a heuristic; any size is computed correctly)
     if (b.shape[1] if transposed else b.shape[0]) != k or result.shape != (m, n) or \
             min(map(guess, (m, n, k))) < 16 or guess(m * n * k) > MAX_MACS or \
             guess(k * n) > MAX_B_ELEMENTS:
-        return None
-    if any(output.root() is result for output in plan.outputs) or result in plan.reuse or \
-            result in plan.reuse.values():
-        return None
+        return False
+    return not (any(output.root() is result for output in plan.outputs) or
+                result in plan.reuse or result in plan.reuse.values())
+
+
+def _consumer(plan: Plan, position: int, readers: dict[Buffer, list[int]]) -> int | None:
+    """The position of the kernel that can compute this (fusable) product, if any."""
+    step = plan.steps[position]
+    a, b = step.inputs
+    result = step.outputs[0]
+    m, n = result.shape
     users = readers.get(result, [])
     if len(users) != 1:
         return None

@@ -54,6 +54,8 @@ class Realizing:
     aliases, operands, _decided, _inherited; reads_of and library_result are the
     Scheduler's)."""
 
+    _callers_outputs: set[Node] | None = None  # (see _seen_by_caller)
+
     # -- realization ----------------------------------------------------------------------
     def decide_realized(self) -> None:
         graph = self.graph
@@ -234,7 +236,9 @@ class Realizing:
 
     def _seen_by_caller(self, node: Node) -> bool:
         """Is `node` an output the caller gets (not only a value saved for the backward)?"""
-        return node in self.graph.outputs[:self.shared_saved_from]
+        if self._callers_outputs is None:
+            self._callers_outputs = set(self.graph.outputs[:self.shared_saved_from])
+        return node in self._callers_outputs
 
     def _realize_shared(self) -> None:
         """Realize costly pointwise values that several realized nodes would recompute."""
