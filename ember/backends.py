@@ -413,14 +413,15 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                 type(error).__name__, error)
             return interpreted
 
-    side = concurrent.futures.ThreadPoolExecutor(2, "ember-backward")
+    # (one thread: the backward for every output queues behind the one built ahead)
+    side = concurrent.futures.ThreadPoolExecutor(1, "ember-backward")
     try:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         # (the backward the first call most likely takes, first: see likely_absent)
         ahead_job = side.submit(build_without, predicted) if predicted else None
-        # (where one is built ahead, the backward for every output starts once the forward
-        # and that one are compiled: compiling beside them, its Python held the GIL the
-        # first call waits on)
+        # (where one is built ahead, the backward for every output is queued behind it once
+        # the forward is compiled: compiling beside them, its Python held the GIL the first
+        # call waits on)
         backward_job = side.submit(build_backward, False) if ahead_job is None else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
@@ -428,14 +429,14 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                              InterpretedGraph(split.forward, specs, tree, extras,
                                               tensor_positions, label),
                              label, dump, clock, lowered.library_calls, sizes)
-        ahead = {}
-        if ahead_job is not None and ahead_job.exception() is None:
-            ahead[predicted] = ahead_job.result()  # (failed: made again if a call needs it)
-        # The backward for every output compiles on while the first calls run, where they
-        # most likely take the one built ahead (a loss's: GPT-2's first training call paid
-        # for both backwards, 7.0 s against torch.compile's 24.9 on the H200).
+        # The one built ahead may still compile: the first call's forward runs meanwhile,
+        # and its backward waits for it (TrainingGraph.backward_for). The backward for every
+        # output compiles on while the first calls run, where they most likely take the one
+        # built ahead (a loss's: GPT-2's first training call paid for both backwards, 7.0 s
+        # against torch.compile's 24.9 on the H200).
+        ahead = {predicted: ahead_job} if ahead_job is not None else {}
         if backward_job is None:
-            backward_job = side.submit(build_backward, bool(ahead))
+            backward_job = side.submit(build_backward, True)
         backward_compiled = _in_background(backward_job) if ahead else backward_job.result()
     finally:
         side.shutdown(wait=False)

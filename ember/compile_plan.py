@@ -171,8 +171,8 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
     if kernels:
         path, cached = build(source, ["-lmvec", "-lm"])
         library = load(path)
-        functions = {k.name: kernel_function(library, k.name, len(k.arguments), len(k.sizes))
-                     for k in kernels}
+        functions = {k.name: kernel_function(library, k.same_as or k.name, len(k.arguments),
+                                             len(k.sizes)) for k in kernels}
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
     return {k.name: k for k in kernels}, functions, None

@@ -210,6 +210,10 @@ FLAGS: tuple[Flag, ...] = (
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
          "ember/tuning.py)"),
+    Flag("check_reused_kernels", "EMBER_CHECK_REUSED_KERNELS", "0", _flag,
+         "Triton: write every kernel even where one of the same structure was written (a "
+         "model's repeated layers) and raise where the renamed one differs (the tests set "
+         "it; see codegen/kernel_reuse.py)"),
     Flag("profile", "EMBER_PROFILE", "0", _flag,
          "label each generated kernel and library call for torch.profiler (`ember k3: "
          "mul, add, relu [4, 256]`), so a profile names them; compile-time; a label costs ~5 us "
@@ -244,6 +248,7 @@ class Settings:
     convolution_layout: str
     convolution_depthwise: bool
     max_autotune: bool
+    check_reused_kernels: bool
     profile: bool
 
 

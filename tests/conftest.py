@@ -17,6 +17,9 @@ if os.environ.get("EMBER_TEST_DEVICE", "cpu") != "cuda":
 # Graphs compile afresh in every test (a warm entry another test left would rebuild a graph
 # without the internals tests look at); tests/runtime/test_warm_start.py turns it on.
 os.environ["EMBER_WARM_START"] = "0"
+# Every Triton kernel is written even where one of the same structure was (and renamed for
+# it): a renamed kernel that differs from its own writing raises (codegen/kernel_reuse.py).
+os.environ.setdefault("EMBER_CHECK_REUSED_KERNELS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -3,6 +3,11 @@ stages (EMBER_LOGS=perf,kernels); with --profile, the main thread's hottest func
 cProfile (Triton's compiles run on other threads: their time shows only as waiting).
 
     python3 -m ember.bench.zoo_first_call vit [--device cuda] [--mode train] [--profile]
+        [--variant ember|tc|eager]
+
+--variant tc times torch.compile's first call instead (its caches pointed at empty folders
+too), eager eager's: run each in a process of its own, after the machine has run the model
+once (a first process pays for reading torch's GPU kernels from disk).
 
 Run it in a fresh process: the caches (ember's and Triton's) are pointed at empty folders.
 """
@@ -23,12 +28,14 @@ def main() -> None:
     parser.add_argument("--mode", default="infer", choices=["infer", "train"])
     parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--variant", default="ember", choices=["ember", "tc", "eager"])
     parser.add_argument("--dump", default="", help="with --profile: write the stats to this file")
     options = parser.parse_args()
     if not options.warm:
         cold = tempfile.mkdtemp(prefix="ember-first-call-")
         os.environ["EMBER_CACHE_DIR"] = os.path.join(cold, "ember")
         os.environ["TRITON_CACHE_DIR"] = os.path.join(cold, "triton")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cold, "inductor")
     os.environ.setdefault("EMBER_LOGS", "perf,kernels")
 
     import torch
@@ -41,7 +48,10 @@ def main() -> None:
 
     spec = zoo.find(options.model)
     step, args = zoo.instantiate(spec, options.mode, options.size, options.device)
-    step.model_slot[0] = ember.compile(step.model)
+    if options.variant == "ember":
+        step.model_slot[0] = ember.compile(step.model)
+    elif options.variant == "tc":
+        step.model_slot[0] = torch.compile(step.model)
     profiler = cProfile.Profile()
     start = time.perf_counter()
     with torch.set_grad_enabled(options.mode == "train"):
@@ -51,7 +61,8 @@ def main() -> None:
         profiler.disable()
         if options.device == "cuda":
             torch.cuda.synchronize()
-    print(f"== {options.model}: first call {time.perf_counter() - start:.3f} s"
+    print(f"== {options.model} {options.variant}: first call "
+          f"{time.perf_counter() - start:.3f} s"
           + (" (under cProfile)" if options.profile else ""))
     if options.profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.rows)

@@ -20,6 +20,7 @@ import re
 import torch
 
 from ember import config
+from ember.codegen import kernel_reuse
 from ember.codegen.c_columns import ColumnMode
 from ember.codegen.c_indexing import IndexedReads
 from ember.codegen.c_loops import plan_groups
@@ -60,6 +61,9 @@ class KernelSource:
     arguments: list[Buffer]
     checks: bool  # returns nonzero when an index was out of range
     sizes: list[str] = dataclasses.field(default_factory=list)  # symbols, after the pointers
+    # the kernel this one repeats on other buffers (codegen/kernel_reuse.py): the file holds
+    # that one's function only, taking these arguments in the same order
+    same_as: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -543,7 +547,10 @@ def write_source(plan: Plan, tunings: dict[str, CTuning] | None = None
     """One C file holding every kernel of the plan (`tunings`: max-autotune's choices by
     kernel name; the others as the heuristics say)."""
     tunings = tunings or {}
-    sources = [write_kernel(kernel, plan, tunings.get(kernel.name)) for kernel in plan.kernels]
+    # (a kernel of a structure written before is renamed from it: see kernel_reuse.py)
+    sources = kernel_reuse.write_all(
+        plan.kernels, plan, lambda kernel: write_kernel(kernel, plan, tunings.get(kernel.name)),
+        "a_", set(tunings))
     text = "\n\n".join([INCLUDES.strip(), vector_math_declarations(), PRELUDE.strip(),
-                        *(source.text for source in sources)]) + "\n"
+                        *(source.text for source in sources if source.same_as is None)]) + "\n"
     return text, sources

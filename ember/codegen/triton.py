@@ -23,6 +23,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ember.codegen import kernel_reuse
 from ember.codegen.text import Scope
 from ember.codegen.triton_indexing import IndexingWriting
 from ember.codegen.triton_matmul import MatmulWriting
@@ -68,6 +69,9 @@ class TritonKernel:
     dependent_launch: bool = False
     # the graph's symbols the kernel takes after its pointers (plain ints: see size_type)
     sizes: list[str] = dataclasses.field(default_factory=list)
+    # the kernel this one repeats on other buffers (codegen/kernel_reuse.py): the module
+    # holds that one's function only, taking these arguments in the same order
+    same_as: str | None = None
 
 
 @dataclasses.dataclass
@@ -579,8 +583,11 @@ def write_module(plan: Plan, dependent_launch: bool = False, wide: bool = False,
     tiles as the heuristics choose them. `rows`: a build for one class of each symbolic row
     length (ember/compile_plan.py chooses the build per call)."""
     tilings = tilings or {}
-    launches = [write_kernel(kernel, plan, tilings.get(kernel.name),
-                             dependent_launch=dependent_launch, wide=wide, rows=rows)
-                for kernel in plan.kernels]
-    texts = [k.text for launch in launches for k in launch.kernels]
+    # (a kernel of a structure written before is renamed from it: see kernel_reuse.py)
+    launches = kernel_reuse.write_all(
+        plan.kernels, plan, lambda kernel: write_kernel(
+            kernel, plan, tilings.get(kernel.name), dependent_launch=dependent_launch,
+            wide=wide, rows=rows),
+        "p_", set(tilings))
+    texts = [k.text for launch in launches for k in launch.kernels if k.same_as is None]
     return "\n\n\n".join([prelude().rstrip(), *texts]) + "\n", launches

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
@@ -40,8 +41,9 @@ class TrainingGraph:
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
-        # (`ahead`: such backwards compiled beside the forward, by the outputs absent; and
-        # by a call's set of missing gradients, the backward it runs and what stands in)
+        # (`ahead`: such backwards compiled beside the forward, or Futures of them, by the
+        # outputs absent; and by a call's set of missing gradients, the backward it runs
+        # and what stands in)
         self._backwards: dict[frozenset[int], Any] = dict(ahead or {})
         self._chosen: dict[frozenset[int], tuple[Any, dict[int, torch.Tensor]]] = {}
         self.split = split
@@ -109,20 +111,27 @@ class TrainingGraph:
         absent = frozenset(k for k in missing if outputs[k].dtype.is_floating_point)
         if absent and self.without is not None and absent not in self._backwards and \
                 len(self._backwards) < MAX_BACKWARDS:  # (complex zeros: the general one)
-            try:
-                self._backwards[absent] = self.without(absent)
-            except Exception as error:  # (its compile failed: the general backward serves)
-                logs.channel("fallbacks").info(
-                    "%s: the backward without gradients for outputs %s did not compile "
-                    "(%s: %s); the backward for every output runs, given zeros", self.label,
-                    sorted(absent), type(error).__name__, error)
-                self._backwards[absent] = None
+            self._backwards[absent] = self._compiled(absent, lambda: self.without(absent))
         built = self._backwards.get(absent) if self.without is not None else None
+        if isinstance(built, concurrent.futures.Future):  # (built ahead: maybe still compiling)
+            built = self._backwards[absent] = self._compiled(absent, built.result)
         if built is None:
             return self.backward_graph, {}
         device = self.split.forward.device
         return built, {k: torch.zeros((), dtype=outputs[k].dtype, device=device)
                        .expand(outputs[k].shape) for k in absent}
+
+    def _compiled(self, absent: frozenset[int], compile: Callable[[], Any]) -> Any:
+        """The backward without gradients for outputs `absent`, or None where its compile
+        failed (the backward for every output serves, given zeros)."""
+        try:
+            return compile()
+        except Exception as error:
+            logs.channel("fallbacks").info(
+                "%s: the backward without gradients for outputs %s did not compile (%s: %s); "
+                "the backward for every output runs, given zeros", self.label, sorted(absent),
+                type(error).__name__, error)
+            return None
 
     def saved_positions(self) -> tuple[int, ...]:
         """The backward's argument positions that hold values the forward saved for it (the

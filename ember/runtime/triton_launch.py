@@ -121,6 +121,7 @@ class InterpretedLaunch:
     name: str
     checks: bool
     module: str = ""  # (the name load_module gave the kernels' module: a warm start's)
+    function: str = ""  # (its function in that module where not `name`: see same_as)
 
     def __call__(self, *args: Any) -> None:
         self.run(self.grid, *args)
@@ -318,9 +319,14 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     to; those compiled here are added."""
     warm_up()
     known = {} if known is None else known
-    # kernels that differ only in their names (a model's repeated layers) compile once
+    # kernels that differ only in their names (a model's repeated layers) compile once; a
+    # kernel that repeats another (`same_as`) is that one's function in the module
+    position_of = {k.name: i for i, k in enumerate(kernels)}
+    functions = [kernels[position_of[k.same_as]] if k.same_as is not None else k
+                 for k in kernels]
+    bodies: dict[str, str] = {}
+    shapes = [_shape_of(function, aligned[i], bodies) for i, function in enumerate(functions)]
     first_of: dict[tuple, int] = {}
-    shapes = [_shape_of(k, aligned[i]) for i, k in enumerate(kernels)]
     same_as = [first_of.setdefault(shape, i) for i, shape in enumerate(shapes)]
     distinct = sorted(i for i in set(same_as) if shapes[i] not in known)
     # On a cold cache each new argument count also needs its C launcher built (a compiler
@@ -336,14 +342,14 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         # each distinct kernel compiled by a worker process into Triton's disk cache, where
         # its compile below finds it (runtime/triton_pool.py)
         compilers = triton_pool.start()
-        ahead = {position: compilers.submit(module.__file__, kernels[position].name,
-                                          kernels[position].signature,
+        ahead = {position: compilers.submit(module.__file__, functions[position].name,
+                                          functions[position].signature,
                                           _attrs(aligned[position]),
-                                          _options(kernels[position]), target)
+                                          _options(functions[position]), target)
                  for position in distinct} if compilers is not None else {}
 
         def build(position: int) -> DeviceLaunch:
-            kernel = kernels[position]
+            kernel = functions[position]
             source = CompileSource(module.__name__, kernel.name, tuple(kernel.signature.items()),
                                    tuple(aligned[position]),
                                    tuple(_options(kernel).items()), target, device_index)
@@ -358,7 +364,7 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             logs.channel("perf").info("%s: waited %.3f s, triton.compile and load %.3f s",
                                        kernel.name, waited - start,
                                        time.perf_counter() - waited)
-            return DeviceLaunch(compiled, kernel.grid, source)
+            return DeviceLaunch(compiled, kernels[position].grid, source)
 
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
@@ -372,14 +378,19 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             for i, (kernel, first) in enumerate(zip(kernels, same_as))]
 
 
-def _shape_of(kernel: TritonKernel, aligned: Sequence[bool]) -> tuple:
+def _shape_of(kernel: TritonKernel, aligned: Sequence[bool],
+              bodies: dict[str, str] | None = None) -> tuple:
     """What a kernel compiles to depends on: its body with its own name and its parameters'
     names put aside, the argument types, the alignment promised, the warps, the checks and
-    the stages."""
-    text = kernel.text.split("\n", 1)[1]  # (the first line: a comment naming the grid)
-    names = {kernel.name: "kernel"}
-    names.update((name, f"a{i}") for i, name in enumerate(kernel.signature))
-    text = re.sub(r"\b\w+\b", lambda word: names.get(word.group(), word.group()), text)
+    the stages. (`bodies`: the bodies found so far, by kernel name.)"""
+    bodies = {} if bodies is None else bodies
+    text = bodies.get(kernel.name)
+    if text is None:
+        text = kernel.text.split("\n", 1)[1]  # (the first line: a comment naming the grid)
+        names = {kernel.name: "kernel"}
+        names.update((name, f"a{i}") for i, name in enumerate(kernel.signature))
+        text = bodies[kernel.name] = re.sub(
+            r"\b\w+\b", lambda word: names.get(word.group(), word.group()), text)
     return (text, tuple(kernel.signature.values()), tuple(aligned), kernel.num_warps,
             kernel.checks, kernel.num_stages, kernel.dependent_launch)
 
@@ -406,5 +417,5 @@ def _build_launcher(types: tuple[str, ...]) -> None:
 
 def interpreted_kernels(module: types.ModuleType, kernels: list[TritonKernel]
                         ) -> list[InterpretedLaunch]:
-    return [InterpretedLaunch(getattr(module, k.name), k.grid, k.name, k.checks,
-                              module.__name__) for k in kernels]
+    return [InterpretedLaunch(getattr(module, k.same_as or k.name), k.grid, k.name, k.checks,
+                              module.__name__, k.same_as or "") for k in kernels]

@@ -136,7 +136,7 @@ class Encoder:
             return self._kernel(value)
         if isinstance(value, triton_launch.InterpretedLaunch):
             return ["triton_interpreted", self._module(value.module), value.name,
-                    self._encode(value.grid), value.checks]
+                    self._encode(value.grid), value.checks, value.function]
         if isinstance(value, triton_launch.DeviceLaunch):
             return self._device_launch(value)
         if torch_internals.is_op_overload(value) or \
@@ -250,9 +250,10 @@ class Decoder:
             return build.kernel_function(self._library(code[1]), code[2], code[3])
         if kind == "triton_interpreted":
             module = triton_launch.load_module(self.modules[code[1]])
-            return triton_launch.InterpretedLaunch(getattr(module, code[2]),
+            function = code[5] if len(code) > 5 else ""
+            return triton_launch.InterpretedLaunch(getattr(module, function or code[2]),
                                                    self.value(code[3]), code[2], code[4],
-                                                   module.__name__)
+                                                   module.__name__, function)
         if kind == "triton_device":
             return self._device_launch(code)
         if kind in ("cold_build", "cold_misaligned"):

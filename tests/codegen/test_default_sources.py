@@ -13,6 +13,7 @@ import torch
 
 from ember import config
 from ember.bench import workloads
+from ember.codegen import c
 from ember.codegen.c import write_source
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
@@ -37,11 +38,17 @@ def digests(backend: str) -> dict[str, str]:
         with config.override(backend=backend):
             plan = plan_of(name, size)
             if backend == "c":
-                text = write_source(plan)[0]
+                # (every kernel's own text: the file holds a repeated kernel once)
+                sources = write_source(plan)[1]
+                text = "\n\n".join([c.INCLUDES.strip(), c.vector_math_declarations(),
+                                     c.PRELUDE.strip(), *(s.text for s in sources)]) + "\n"
             else:
-                from ember.codegen.triton import write_module
+                from ember.codegen.triton import prelude, write_module
 
-                text = write_module(plan)[0]
+                # (every kernel's own text: the module holds a repeated kernel once)
+                launches = write_module(plan)[1]
+                text = "\n\n\n".join([prelude().rstrip(), *(
+                    k.text for launch in launches for k in launch.kernels)]) + "\n"
         found[f"{backend} {name} {size}"] = hashlib.sha256(text.encode()).hexdigest()
     return found
 

@@ -1159,3 +1159,35 @@ def test_the_backward_for_every_output_compiles_while_the_first_calls_run():
     assert not isinstance(training._backward, concurrent.futures.Future)
     for a, b in zip(ember_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
+def test_a_backward_built_ahead_that_fails_to_compile_leaves_the_general_one_to_serve(
+        monkeypatch):
+    # the first call's forward runs while the backward of `loss.backward()` still compiles;
+    # where that compile fails, the backward for every output serves: eager's gradients
+    from ember import backends
+
+    compile_ir = backends.compile_ir
+
+    def failing_ahead(graph, *args, **kwargs):
+        if "absent)" in args[6]:  # (the label: "..._backward (gradients of outputs ... absent)")
+            raise RuntimeError("a kernel did not build")
+        return compile_ir(graph, *args, **kwargs)
+
+    monkeypatch.setattr(backends, "compile_ir", failing_ahead)
+    torch.manual_seed(0)
+    eager_model = LossInside().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    messages = []
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            for run in (compiled, eager_model):
+                run(x, labels)[0].backward()
+            for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+                torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+        messages = fallbacks.messages
+    assert len(messages) == 1 and "did not compile" in messages[0], messages
+    training = compiled._compiled_forward.records[0].compiled
+    assert list(training._backwards.values()) == [None]
