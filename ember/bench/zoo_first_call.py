@@ -12,6 +12,7 @@ once (a first process pays for reading torch's GPU kernels from disk).
 Run it in a fresh process: the caches (ember's and Triton's) are pointed at empty folders.
 """
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -29,6 +30,9 @@ def main() -> None:
     parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--variant", default="ember", choices=["ember", "tc", "eager"])
+    parser.add_argument("--trace", action="store_true",
+                        help="the first call under torch.profiler: its ops by CPU time, every "
+                             "thread (the autograd engine runs a CUDA backward on its own)")
     parser.add_argument("--dump", default="", help="with --profile: write the stats to this file")
     options = parser.parse_args()
     if not options.warm:
@@ -53,8 +57,10 @@ def main() -> None:
     elif options.variant == "tc":
         step.model_slot[0] = torch.compile(step.model)
     profiler = cProfile.Profile()
+    traced = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) \
+        if options.trace else contextlib.nullcontext()
     start = time.perf_counter()
-    with torch.set_grad_enabled(options.mode == "train"):
+    with torch.set_grad_enabled(options.mode == "train"), traced:
         if options.profile:
             profiler.enable()
         step(*args)
@@ -64,6 +70,9 @@ def main() -> None:
     print(f"== {options.model} {options.variant}: first call "
           f"{time.perf_counter() - start:.3f} s"
           + (" (under cProfile)" if options.profile else ""))
+    if options.trace:
+        print(traced.key_averages().table(sort_by="cpu_time_total", row_limit=options.rows,
+                                          max_name_column_width=70))
     if options.profile:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.rows)
         pstats.Stats(profiler).sort_stats("tottime").print_stats(options.rows)
