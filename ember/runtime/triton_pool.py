@@ -35,18 +35,16 @@ class CompilePool:
 
     def __init__(self, count: int, file_key: bool, target: tuple | None = None):
         """`target` (backend, arch, warp size): each worker first compiles a small kernel for
-        it, paying Triton's one-time costs before the graph's kernels arrive."""
+        it, paying Triton's one-time costs before the graph's kernels arrive. Each worker is
+        started by its own thread: sixteen process spawns stay off the asking thread, which
+        captures the graph meanwhile."""
         self.tasks: queue.Queue = queue.Queue()
         self.processes: list[subprocess.Popen] = []
         self.threads: list[threading.Thread] = []
-        command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else []) + \
+        self.command = [sys.executable, str(_WORKER)] + (["file-key"] if file_key else []) + \
             ([f"warm={','.join(str(part) for part in target)}"] if target else [])
         for index in range(count):
-            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL)
-            self.processes.append(process)
-            thread = threading.Thread(target=self._serve,
-                                      args=(process, index, target is not None),
+            thread = threading.Thread(target=self._serve, args=(index, target is not None),
                                       daemon=True, name=f"ember-triton-worker-{index}")
             thread.start()
             self.threads.append(thread)
@@ -57,8 +55,17 @@ class CompilePool:
         self.tasks.put(((path, name, signature, attrs, options, target), future))
         return future
 
-    def _serve(self, process: subprocess.Popen, index: int, warming: bool) -> None:
-        if warming:
+    def _serve(self, index: int, warming: bool) -> None:
+        """Start worker `index` and hand it tasks; once it is gone (or never started), answer
+        the tasks this thread takes with why, so the asking process compiles them itself."""
+        gone = ""
+        try:
+            process = subprocess.Popen(self.command, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            self.processes.append(process)
+        except OSError as error:
+            gone = f"worker not started: {error}"
+        if warming and not gone:
             try:
                 _, done, said = triton_worker._read(process.stdout)
             except (OSError, ValueError, TypeError) as error:  # (the worker died)
@@ -69,20 +76,27 @@ class CompilePool:
         while True:
             task, future = self.tasks.get()
             if task is None:
+                if not gone:  # (a worker started after close() was called)
+                    process.stdin.close()
                 return
-            try:
-                triton_worker._write(process.stdin, task)
-                reply = triton_worker._read(process.stdout)
-            except (OSError, ValueError) as error:  # (the worker died: its queue stops)
-                future.set_result((False, f"worker gone: {error}"))
-                return
-            future.set_result(reply if reply is not None else (False, "worker gone"))
+            reply = None
+            if not gone:
+                try:
+                    triton_worker._write(process.stdin, task)
+                    reply = triton_worker._read(process.stdout)
+                except (OSError, ValueError) as error:  # (the worker died)
+                    gone = f"worker gone: {error}"
+            if reply is None:
+                gone = gone or "worker gone"
+                reply = (False, gone)
+            future.set_result(reply)
 
     def close(self, wait: float = 0.0) -> None:
         """Stop the workers once the queue is done; `wait`: seconds to wait for each worker's
         thread to finish (its warm-up said, its last reply read); at exit, none."""
-        for process in self.processes:
+        for _ in self.threads:
             self.tasks.put((None, None))
+        for process in list(self.processes):
             try:
                 process.stdin.close()
             except OSError:
@@ -104,12 +118,8 @@ def start(target: tuple | None = None) -> CompilePool | None:
         return None
     with _pool_lock:
         if _pool is None:
-            try:
-                _pool = CompilePool(min(count, os.cpu_count() or 1),
-                                    config.settings.triton_file_key, target)
-            except OSError as error:
-                logs.channel("perf").info("no Triton compile workers: %s", error)
-                return None
+            _pool = CompilePool(min(count, os.cpu_count() or 1),
+                                config.settings.triton_file_key, target)
             atexit.register(_pool.close)
         return _pool
 

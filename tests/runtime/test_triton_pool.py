@@ -99,3 +99,20 @@ def test_workers_warm_up_for_the_gpu_in_a_cache_of_their_own():
         "[ember.perf] Triton worker 0", "[ember.perf] Triton worker 1"], run.stderr[-2000:]
     assert any(name.startswith("good.") for name in found["names"])
     assert not any(name.startswith("warm.") for name in found["names"]), found["names"]
+
+
+def test_workers_that_cannot_start_answer_every_task_so_the_process_compiles_it(monkeypatch):
+    # (each worker is started by its own thread; one that fails leaves no task waiting)
+    from ember.runtime import triton_pool
+
+    def refused(*args, **kwargs):
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(triton_pool.subprocess, "Popen", refused)
+    pool = triton_pool.CompilePool(2, False)
+    futures = [pool.submit("kernels.py", f"kernel{i}", {}, {}, {}, ("cuda", 90, 32))
+               for i in range(5)]
+    replies = [future.result(timeout=10) for future in futures]
+    pool.close(wait=5)
+    assert replies == [(False, "worker not started: no processes left")] * 5
+    assert not any(thread.is_alive() for thread in pool.threads)
