@@ -169,10 +169,10 @@ FLAGS: tuple[Flag, ...] = (
          "Triton: key its compile cache on its files' names, sizes and times instead of a "
          "hash of their contents (a 400 MB library: ~0.6 s of a process's first compile; "
          "see runtime/triton_launch.file_key)"),
-    Flag("triton_workers", "EMBER_TRITON_WORKERS", "16", _count(0),
+    Flag("triton_workers", "EMBER_TRITON_WORKERS", "8", _count(0),
          "Triton: processes that compile a graph's kernels side by side (started with the "
-         "first CUDA capture; 0: compile in threads of this process only; see "
-         "runtime/triton_pool.py)"),
+         "first CUDA capture, at most one per core; 0: compile in threads of this process "
+         "only; see runtime/triton_pool.py)"),
     Flag("matmul_epilogue", "EMBER_MATMUL_EPILOGUE", "1", _flag,
          "Triton: compute small matmuls (up to 4M multiply-adds) inside the pointwise kernel "
          "that reads them (0: always cuBLAS + a kernel; see notes/device-runs.md)"),
