@@ -32,12 +32,15 @@ class TrainingGraph:
     def __init__(self, forward: Any, backward: Any, split: Split, specs: list[OutputSpec],
                  output_tree: Any, output_count: int, tensor_positions: list[int],
                  extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False,
-                 without: Any = None, ahead: dict | None = None):
+                 without: Any = None, ahead: dict | None = None,
+                 start_backward: Callable[[], None] | None = None):
         self.forward_graph = forward
         # (the backward for every output: compiled, or a Future of it — compiled on a thread
         # while the first calls run, where the backward they most likely take was compiled
         # ahead: see backends.compile_training)
         self._backward = backward
+        # (starts that compile where it waits for the first backward: see after_backward)
+        self._start_backward = start_backward
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
@@ -74,8 +77,16 @@ class TrainingGraph:
     @property
     def backward_graph(self) -> Any:
         if isinstance(self._backward, concurrent.futures.Future):
+            self.after_backward()  # (not started yet: now, and waited for)
             self._backward = self._backward.result()
         return self._backward
+
+    def after_backward(self) -> None:
+        """A backward has run: the backward for every output, where its compile waited for
+        the first (beside the first call's runs it held the GIL they need), starts now."""
+        start, self._start_backward = self._start_backward, None
+        if start is not None:
+            start()
 
     @backward_graph.setter
     def backward_graph(self, compiled: Any) -> None:
@@ -290,6 +301,7 @@ class _Step(torch.autograd.Function):
                     found = backward(*arguments)
         except Exception as error:  # (a library call's backward refusing, an index check)
             located_backward(error, owner, ctx.arguments, grads)
+        owner.after_backward()
         result: list[torch.Tensor | None] = [None] * (1 + ctx.count)
         for index, grad in zip(owner.split.wrt, found):
             result[1 + owner.tensor_positions[index]] = grad

@@ -1191,3 +1191,24 @@ def test_a_backward_built_ahead_that_fails_to_compile_leaves_the_general_one_to_
     assert len(messages) == 1 and "did not compile" in messages[0], messages
     training = compiled._compiled_forward.records[0].compiled
     assert list(training._backwards.values()) == [None]
+
+
+def test_the_backward_for_every_output_starts_compiling_after_the_first_backward():
+    # (beside the first call's forward and backward runs, its compile held the GIL they
+    # need): not started by the forward, started by the backward, waited for by a benchmark
+    from ember.backends import wait_for_background_compiles
+
+    torch.manual_seed(0)
+    eager_model = LossInside().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    compiled = ember.compile(ember_model)
+    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    loss = compiled(x, labels)[0]
+    training = compiled._compiled_forward.records[0].compiled
+    assert not training._backward.running() and not training._backward.done()
+    loss.backward()
+    eager_model(x, labels)[0].backward()
+    wait_for_background_compiles()
+    assert training._backward.done() and training.pending is None
+    for a, b in zip(ember_model.parameters(), eager_model.parameters()):
+        torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
