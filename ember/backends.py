@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -414,15 +415,12 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                 type(error).__name__, error)
             return interpreted
 
-    # (one thread: the backward for every output queues behind the one built ahead)
+    # (one job: the backward built ahead, or the backward for every output where none is)
     side = concurrent.futures.ThreadPoolExecutor(1, "ember-backward")
     try:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         # (the backward the first call most likely takes, first: see likely_absent)
         ahead_job = side.submit(build_without, predicted) if predicted else None
-        # (where one is built ahead, the backward for every output is queued behind it once
-        # the forward is compiled: compiling beside them, its Python held the GIL the first
-        # call waits on)
         backward_job = side.submit(build_backward, False) if ahead_job is None else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
@@ -431,16 +429,15 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                                               tensor_positions, label),
                              label, dump, clock, lowered.library_calls, sizes)
         # The one built ahead may still compile: the first call's forward runs meanwhile,
-        # and its backward waits for it (TrainingGraph.backward_for). The backward for every
-        # output compiles on while the first calls run, where they most likely take the one
-        # built ahead (a loss's: GPT-2's first training call paid for both backwards, 7.0 s
-        # against torch.compile's 24.9 on the H200).
+        # and its backward waits for it (TrainingGraph.backward_for). Where the first calls
+        # most likely take that one (a loss's), the backward for every output compiles
+        # after the first backward has run (GPT-2's first training call paid for both
+        # backwards, 7.0 s against torch.compile's 24.9 on the H200; compiling beside the
+        # first call's runs, its Python held the GIL they wait on: BERT's first backward run
+        # 0.65-0.95 s against 0.09).
         ahead = {predicted: ahead_job} if ahead_job is not None else {}
         start_backward = None
         if backward_job is None:
-            # (started once the first backward has run: compiling beside the first call's
-            # runs, its Python held the GIL they wait on — BERT's first backward run took
-            # 0.65-0.95 s on the H200 against 0.1 for inference's)
             deferred = Deferred(lambda: build_backward(True))
             backward_job, start_backward = deferred.future, deferred.start
         backward_compiled = _in_background(backward_job) if ahead else backward_job.result()
@@ -463,8 +460,8 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
 # compiles that run on while the first calls do (a training graph's backward for every
 # output), until done
 _background: set[concurrent.futures.Future] = set()
-# compiles to start on demand, not started yet
-_deferred: set[Deferred] = set()
+# compiles to start on demand, not started yet (a graph dropped unstarted drops its own)
+_deferred: weakref.WeakSet[Deferred] = weakref.WeakSet()
 
 
 def _in_background(job: concurrent.futures.Future) -> concurrent.futures.Future:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ember import config
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.schedule.plan import Buffer, Kernel, Plan
@@ -141,11 +142,11 @@ def renamed(written: Any, buffers: list[Buffer], kernel: Kernel, kernel_buffers:
 def check(reused: Any, written: Any) -> None:
     """Raise where a renamed kernel differs from the kernel written (a structure that
     misses something its writer reads: a bug, never the user's)."""
-    pairs = list(zip(getattr(reused, "kernels", [reused]), getattr(written, "kernels", [written])))
-    fields = [field.name for field in dataclasses.fields(pairs[0][1]) if field.name != "same_as"]
-    if len(pairs) != len(getattr(written, "kernels", [written])) or \
-            getattr(reused, "row", None) != getattr(written, "row", None) or any(
-            getattr(a, name) != getattr(b, name) for a, b in pairs for name in fields):
+    mine, theirs = getattr(reused, "kernels", [reused]), getattr(written, "kernels", [written])
+    pairs = list(zip(mine, theirs))
+    fields = [field.name for field in dataclasses.fields(theirs[0]) if field.name != "same_as"]
+    if len(mine) != len(theirs) or getattr(reused, "row", None) != getattr(written, "row", None) \
+            or any(getattr(a, name) != getattr(b, name) for a, b in pairs for name in fields):
         texts = "\n".join(f"--- reused:\n{a.text}\n--- written:\n{b.text}" for a, b in pairs)
         raise AssertionError(f"{written.name}, written as a renamed kernel of the same "
                              f"structure, differs from its own writing:\n{texts}")
@@ -157,8 +158,6 @@ def write_all(kernels: list[Kernel], plan: Plan, write: Any, prefix: str,
     renamed from that one instead (written too, and compared, under
     EMBER_CHECK_REUSED_KERNELS=1). The kernels named in `own` (max-autotune's choices) and
     split reductions (their workspaces) are written each time."""
-    from ember import config
-
     written_as: list[Any] = []
     first_of: dict[tuple, tuple[Any, list[Buffer]]] = {}
     for kernel in kernels:

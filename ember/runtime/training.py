@@ -81,16 +81,16 @@ class TrainingGraph:
             self._backward = self._backward.result()
         return self._backward
 
+    @backward_graph.setter
+    def backward_graph(self, compiled: Any) -> None:
+        self._backward = compiled
+
     def after_backward(self) -> None:
         """A backward has run: the backward for every output, where its compile waited for
         the first (beside the first call's runs it held the GIL they need), starts now."""
         start, self._start_backward = self._start_backward, None
         if start is not None:
             start()
-
-    @backward_graph.setter
-    def backward_graph(self, compiled: Any) -> None:
-        self._backward = compiled
 
     @property
     def pending(self) -> concurrent.futures.Future | None:

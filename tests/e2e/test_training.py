@@ -964,16 +964,21 @@ class LossInside(torch.nn.Module):
         return F.cross_entropy(logits, labels), logits, hidden * 2
 
 
+def _loss_inside_pair():
+    """LossInside twice (eager's and ember's, the same weights), ember's compiled, and a batch."""
+    torch.manual_seed(0)
+    eager_model = LossInside().to(DEVICE)
+    ember_model = copy.deepcopy(eager_model)
+    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    return eager_model, ember_model, ember.compile(ember_model), x, labels
+
+
 @pytest.mark.parametrize("backward_through", ["loss", "loss and logits", "every output"])
 def test_outputs_given_no_gradient_get_a_backward_that_reads_none(backward_through):
     # autograd hands the backward None for an output whose gradient nobody asked (the logits
     # of a loss computed inside the model): a backward compiled without that gradient runs,
     # where eager's zeros were a fill and a read of the logits' size every step
-    torch.manual_seed(0)
-    eager_model = LossInside().to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
 
     def gradients_of(outputs):
         loss, logits, cache = outputs
@@ -1141,11 +1146,7 @@ def test_the_backward_for_every_output_compiles_while_the_first_calls_run():
 
     from ember.backends import wait_for_background_compiles
 
-    torch.manual_seed(0)
-    eager_model = LossInside().to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
     for run in (compiled, eager_model):
         run(x, labels)[0].backward()
     training = compiled._compiled_forward.records[0].compiled
@@ -1175,11 +1176,7 @@ def test_a_backward_built_ahead_that_fails_to_compile_leaves_the_general_one_to_
         return compile_ir(graph, *args, **kwargs)
 
     monkeypatch.setattr(backends, "compile_ir", failing_ahead)
-    torch.manual_seed(0)
-    eager_model = LossInside().to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
     messages = []
     with watching_fallbacks() as fallbacks:
         for _ in range(2):
@@ -1198,11 +1195,7 @@ def test_the_backward_for_every_output_starts_compiling_after_the_first_backward
     # need): not started by the forward, started by the backward, waited for by a benchmark
     from ember.backends import wait_for_background_compiles
 
-    torch.manual_seed(0)
-    eager_model = LossInside().to(DEVICE)
-    ember_model = copy.deepcopy(eager_model)
-    compiled = ember.compile(ember_model)
-    x, labels = torch.randn(8, 16, device=DEVICE), torch.randint(0, 64, (8,), device=DEVICE)
+    eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
     loss = compiled(x, labels)[0]
     training = compiled._compiled_forward.records[0].compiled
     assert not training._backward.running() and not training._backward.done()
