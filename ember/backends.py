@@ -437,10 +437,11 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         # 0.65-0.95 s against 0.09).
         ahead = {predicted: ahead_job} if ahead_job is not None else {}
         start_backward = None
-        if backward_job is None:
+        if backward_job is not None:
+            backward_compiled = backward_job.result()
+        else:
             deferred = Deferred(lambda: build_backward(True))
-            backward_job, start_backward = deferred.future, deferred.start
-        backward_compiled = _in_background(backward_job) if ahead else backward_job.result()
+            backward_compiled, start_backward = deferred.future, deferred.start
     finally:
         side.shutdown(wait=False)
 
@@ -460,7 +461,8 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
 # compiles that run on while the first calls do (a training graph's backward for every
 # output), until done
 _background: set[concurrent.futures.Future] = set()
-# compiles to start on demand, not started yet (a graph dropped unstarted drops its own)
+# compiles to start on demand, not started yet (a graph dropped unstarted drops its own,
+# which nothing then waits for)
 _deferred: weakref.WeakSet[Deferred] = weakref.WeakSet()
 
 
@@ -486,6 +488,7 @@ class Deferred:
         _deferred.discard(self)
         if work is None:
             return
+        _in_background(self.future)  # (waited for once started, not before: see _deferred)
 
         def run() -> None:
             self.future.set_running_or_notify_cancel()

@@ -1205,3 +1205,19 @@ def test_the_backward_for_every_output_starts_compiling_after_the_first_backward
     assert training._backward.done() and training.pending is None
     for a, b in zip(ember_model.parameters(), eager_model.parameters()):
         torch.testing.assert_close(a.grad, b.grad, **TOLERANCE)
+
+
+def test_a_graph_dropped_before_its_first_backward_leaves_nothing_to_wait_for():
+    # its deferred compile never starts: a benchmark's wait for background compiles must not
+    # wait for it (it hung the suite once)
+    import gc
+
+    from ember import backends
+
+    eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
+    compiled(x, labels)
+    del compiled, ember_model
+    gc.collect()
+    assert all(job.running() or job.done() for job in backends._background)
+    backends.wait_for_background_compiles()
+    assert not backends._background
