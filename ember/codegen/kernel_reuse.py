@@ -113,12 +113,18 @@ def renamed(written: Any, buffers: list[Buffer], kernel: Kernel, kernel_buffers:
     its name and its parameters' names (`prefix` and the buffer's name) changed; each
     source says which it repeats (`same_as`). None where an argument is not among the
     buffers (written instead)."""
-    mapping = dict(zip(buffers, kernel_buffers))
+    mapping: dict[Any, Any] = dict(zip(buffers, kernel_buffers))
+    # (a split reduction's workspaces, named after their kernel: kernel4_ws0, its own)
+    spaces = getattr(written, "workspaces", None) or []
+    own_spaces = [dataclasses.replace(space, name=kernel.name + space.name[len(written.name):])
+                  for space in spaces]
+    mapping.update(zip(spaces, own_spaces))
     sources = written.kernels if hasattr(written, "kernels") else [written]
     if any(argument not in mapping for source in sources for argument in source.arguments):
         return None
     names = {written.name: kernel.name}
     names.update((f"{prefix}{old.name}", f"{prefix}{new.name}") for old, new in mapping.items())
+    names.update((old.name, new.name) for old, new in zip(spaces, own_spaces))
     for source in sources:  # (a split reduction's stages: kernel4_stage1)
         names.setdefault(source.name, kernel.name + source.name[len(written.name):])
 
@@ -136,7 +142,8 @@ def renamed(written: Any, buffers: list[Buffer], kernel: Kernel, kernel_buffers:
 
     if not hasattr(written, "kernels"):
         return one(written)
-    return dataclasses.replace(written, name=kernel.name, kernels=[one(s) for s in sources])
+    return dataclasses.replace(written, name=kernel.name, kernels=[one(s) for s in sources],
+                               workspaces=own_spaces)
 
 
 def check(reused: Any, written: Any) -> None:
@@ -146,18 +153,34 @@ def check(reused: Any, written: Any) -> None:
     pairs = list(zip(mine, theirs))
     fields = [field.name for field in dataclasses.fields(theirs[0]) if field.name != "same_as"]
     if len(mine) != len(theirs) or getattr(reused, "row", None) != getattr(written, "row", None) \
-            or any(getattr(a, name) != getattr(b, name) for a, b in pairs for name in fields):
+            or _spaces(getattr(reused, "workspaces", [])) != \
+            _spaces(getattr(written, "workspaces", [])) \
+            or any(_comparable(getattr(a, name)) != _comparable(getattr(b, name))
+                   for a, b in pairs for name in fields):
         texts = "\n".join(f"--- reused:\n{a.text}\n--- written:\n{b.text}" for a, b in pairs)
         raise AssertionError(f"{written.name}, written as a renamed kernel of the same "
                              f"structure, differs from its own writing:\n{texts}")
+
+
+def _spaces(spaces: list) -> list[tuple]:
+    return [(space.name, tuple(space.shape), space.dtype) for space in spaces]
+
+
+def _comparable(value: Any) -> Any:
+    """Arguments as the writers made them: buffers by identity (the plan's own), a split
+    reduction's workspaces by name, shape and dtype (each writing makes its own)."""
+    if isinstance(value, list):
+        return [_spaces([item])[0] if hasattr(item, "dtype") and not isinstance(item, Buffer)
+                else item for item in value]
+    return value
 
 
 def write_all(kernels: list[Kernel], plan: Plan, write: Any, prefix: str,
               own: Any = frozenset()) -> list[Any]:
     """`write(kernel)` for each kernel, except a kernel of a structure written before,
     renamed from that one instead (written too, and compared, under
-    EMBER_CHECK_REUSED_KERNELS=1). The kernels named in `own` (max-autotune's choices) and
-    split reductions (their workspaces) are written each time."""
+    EMBER_CHECK_REUSED_KERNELS=1). The kernels named in `own` (max-autotune's choices) are
+    written each time."""
     written_as: list[Any] = []
     first_of: dict[tuple, tuple[Any, list[Buffer]]] = {}
     for kernel in kernels:
@@ -168,7 +191,7 @@ def write_all(kernels: list[Kernel], plan: Plan, write: Any, prefix: str,
             source = write(kernel)
             if reused is not None:
                 check(reused, source)
-            elif found is not None and not getattr(source, "workspaces", None):
+            elif found is not None:
                 first_of[found[0]] = (source, found[1])
             reused = reused or source
         written_as.append(reused)

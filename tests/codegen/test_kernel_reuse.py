@@ -84,3 +84,38 @@ def test_a_structure_that_misses_what_the_writer_reads_is_caught_by_the_check(mo
         assert len(plan.kernels) == 2
         with pytest.raises(AssertionError, match="differs from its own writing"):
             write_source(plan)
+
+
+def centred_layers(x, w1, w2, w3, w4, w5):
+    """Five layers alike, each a product and its columns' mean taken off: a reduction over
+    8192 rows, split in two stages with a workspace of its own per kernel."""
+    for w in (w1, w2, w3, w4, w5):
+        x = x @ w
+        x = x - x.mean(0)
+    return x
+
+
+def centred_arguments():
+    torch.manual_seed(0)
+    return [torch.randn(8192, 16)] + [torch.randn(16, 16) / 4 for _ in range(5)]
+
+
+@pytest.mark.skipif(not config.triton_interpreted(), reason="the Triton interpreter (CPU)")
+def test_split_reductions_are_reused_with_workspaces_of_their_own():
+    from ember.codegen.triton import write_module
+
+    with config.override(backend="triton"), torch.no_grad():
+        graph = trace(torch.fx.symbolic_trace(centred_layers), centred_arguments()).graph
+        launches = write_module(schedule(run_passes(graph)))[1]
+    assert len(launches) == 5 and all(len(launch.kernels) == 2 for launch in launches)
+    # the last layer writes the output: a structure of its own
+    assert [[k.same_as for k in launch.kernels] for launch in launches] == \
+        [[None, None]] + [[f"{launches[0].name}_stage1", launches[0].name]] * 3 + [[None, None]]
+    for launch in launches:
+        assert [space.name for space in launch.workspaces] == [f"{launch.name}_ws0"]
+        assert all(space in kernel.arguments for kernel in launch.kernels
+                   for space in launch.workspaces)
+    with config.override(backend="triton"):
+        compiled = ember.compile(centred_layers)
+        torch.testing.assert_close(compiled(*centred_arguments()),
+                                   centred_layers(*centred_arguments()))
