@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ import torch
 from ember import config, torch_internals
 from ember.codegen.c import KernelSource
 from ember.codegen.triton_sizes import INT32_SAFE, index_reach
+from ember.ir.graph import IRError
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.ir.sizes import Size, any_symbolic
@@ -257,11 +259,15 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                 if not isinstance(source, KernelSource)):
         lines.extend(w.empty_prologue())
     made: set[Buffer] = set(plan.inputs)
+    # buffers deleted (their memory freed or taken over): a step that uses one after that
+    # would read memory another buffer holds, or a fresh allocation's garbage
+    freed: set[Buffer] = set()
 
     def ready(buffer: Buffer) -> None:
         """Emit allocations and alias views a step needs before it runs."""
         if buffer is None or buffer in made:
             return
+        alive((buffer,))
         if buffer.role == "alias":
             ready(buffer.base)
             w.alias(buffer)
@@ -269,17 +275,28 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             old = plan.reuse[buffer]
             w.take_over(buffer, old)
             lines.append(f"del {old.name}")
+            made.discard(old)
+            freed.add(old)
         elif buffer.role in ("temp", "output"):
             w.allocate(buffer)
         else:
             return  # library results appear when their call returns
         made.add(buffer)
 
+    def alive(buffers: Iterable[Buffer | None]) -> None:
+        """Raise where a step uses a freed buffer (freed at an earlier step, or as this
+        step's output took over its memory while the step still reads it)."""
+        for buffer in buffers:
+            if buffer in freed:
+                raise IRError(f"{buffer.name} is used after it was freed: the plan's "
+                              f"lifetimes are wrong")
+
     for position, step in enumerate(plan.steps):
         if isinstance(step, Kernel):
             source = sources[step.name]
             for buffer in source.arguments:
                 ready(buffer)
+            alive(source.arguments)
             positions = math.prod(n for d, n in enumerate(step.shape) if d not in step.axes)
             if positions == 0:
                 continue  # (no position to compute: nothing to launch)
@@ -293,6 +310,7 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         elif isinstance(step, LibraryCall):
             for buffer in step.inputs:
                 ready(buffer)
+            alive(step.inputs)
             node = step.node
             if checked and returns_views(node.attrs) and node.attrs.get("operand_strides"):
                 # its result depends on how its operands lie in memory: as eager's must
@@ -339,12 +357,14 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                                      f"LayoutMismatch({buffer.name!r} + ' views an operand')")
         else:
             ready(step.source)
+            alive((step.source, step.target))
             lines.append(f"{step.target.name}.copy_({step.source.name})")
         reused = set(plan.reuse.values())
         for buffer in plan.frees[position]:
             if buffer in made and buffer.role != "input" and buffer not in reused:
                 lines.append(f"del {buffer.name}")
                 made.discard(buffer)
+                freed.add(buffer)
     for buffer in plan.outputs:
         ready(buffer)
     results = []

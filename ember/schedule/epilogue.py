@@ -60,8 +60,15 @@ def fuse_matmul_epilogues(plan: Plan, find_readers: Callable[[Plan], dict[Buffer
             kernel.matmul = None
             position += 1
             continue
-        # the call's step goes; what it last used is now last used by the kernel
-        plan.frees[consumer] = plan.frees[consumer] + plan.frees[position]
+        # the call's step goes; what it last used is now last used by the kernel, and so is
+        # an operand's memory that a step in between last used (Llama 4's backward: the
+        # product's operand also read, through a view, by another product before the kernel)
+        operands = {a.root(), b.root()}
+        moved = list(plan.frees[position])
+        for between in range(position + 1, consumer):
+            moved += [f for f in plan.frees[between] if f.root() in operands]
+            plan.frees[between] = [f for f in plan.frees[between] if f.root() not in operands]
+        plan.frees[consumer] = plan.frees[consumer] + moved
         for frees in plan.frees:
             if step.outputs[0] in frees:
                 frees.remove(step.outputs[0])

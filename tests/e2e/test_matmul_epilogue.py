@@ -75,3 +75,20 @@ def test_large_products_stay_library_calls(kernel_backend):
 
     graph = check(fn, make(16, 1100), make(1100, 1000, seed=1), **TOLERANCE)
     library_calls(graph, kernel_backend, fused=0, total=1)
+
+
+def test_an_operand_read_by_a_product_between_stays_alive_until_the_kernel(kernel_backend):
+    # t's last library read (q) lies between the fused product and the kernel computing it:
+    # t must live until that kernel, not be freed at q and its memory taken by u (Llama 4's
+    # and Qwen2-MoE's backwards read freed memory so: a wrong answer, or a crash)
+    def fn(x, w1, w2, c):
+        t = torch.tanh(x) * 2
+        p = t @ w1
+        q = t.t() @ w2
+        u = torch.sin(q) + 1
+        v = torch.cos(u) @ w2.t()
+        return torch.relu(p) * c + v.t()
+
+    graph = check(fn, make(24, 32), make(32, 32, seed=1), make(24, 24, seed=2),
+                  make(32, seed=3), **TOLERANCE)
+    library_calls(graph, kernel_backend, fused=2, total=3)
