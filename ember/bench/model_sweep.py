@@ -4,7 +4,7 @@ meets models nobody wrote a test for. The models, their batches and losses are l
 ember/bench/model_sweep_models.py.
 
     python3 -m ember.bench.model_sweep [--only mistral swin]
-        [--modes infer,train,decode,generate] [--json out.json]
+        [--modes infer,train,decode,generate] [--json out.json] [--device cuda]
 
 For each model and mode: graphs, graph breaks and eager islands (ember.explain, with the
 first reasons), whether ember warned on its fallbacks channel, and the largest difference
@@ -96,7 +96,8 @@ def _double(batch: dict[str, Any]) -> dict[str, Any]:
             for k, v in batch.items()}
 
 
-def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
+def run_case(name: str, make: Callable[[], tuple], mode: str, device: str = "cpu"
+             ) -> dict[str, Any]:
     """One model in one mode: what explain says, the fallback warnings, eager's difference."""
     import ember
 
@@ -106,6 +107,10 @@ def run_case(name: str, make: Callable[[], tuple], mode: str) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 (a config this transformers does not take)
         found["status"] = f"not built: {type(error).__name__}: {str(error)[:120]}"
         return found
+    if device != "cpu":
+        model = model.to(device)
+        batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                 for k, v in batch.items()}
     if mode in ("decode", "generate"):
         return run_decoding(found, model, batch)
     model.train(mode == "train")
@@ -301,6 +306,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--modes", default="infer,train")
     parser.add_argument("--json", default=None, help="write every result here")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the models and "
+                        "batches moved there after they are made (float32 still)")
     options = parser.parse_args()
     results = []
     decoding = decoders()
@@ -310,7 +317,7 @@ def main() -> None:
         for mode in options.modes.split(","):
             if mode in ("decode", "generate") and name not in decoding:
                 continue
-            result = run_case(name, make, mode)
+            result = run_case(name, make, mode, options.device)
             results.append(result)
             print(summary(result), flush=True)
             for line in result.get("reasons", []) + result.get("islands", []) + \
