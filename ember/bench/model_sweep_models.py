@@ -428,9 +428,9 @@ def timm_case(architecture: str, overrides: dict[str, Any]):
         return m(b["x"])
 
     def loss(m, b):
-        return F.cross_entropy(m(b["x"]), target)
+        return F.cross_entropy(m(b["x"]), b["target"])
 
-    return model, {"x": images}, forward, loss
+    return model, {"x": images, "target": target}, forward, loss
 
 
 def cases() -> dict[str, Callable[[], tuple]]:
