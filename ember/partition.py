@@ -20,6 +20,7 @@ import torch.fx
 
 from ember import config, logs, torch_internals
 from ember.lower import Unsupported, trace
+from ember.lower.devices import graph_device, same_device
 
 CALLS = ("call_function", "call_method", "call_module")
 
@@ -93,25 +94,38 @@ def switches_grad_mode(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is torch_internals.set_grad_enabled
 
 
-def keeps_its_place(node: torch.fx.Node) -> bool:
+def keeps_its_place(node: torch.fx.Node, device: torch.device | None = None) -> bool:
     """Is the node's order among the others observable (it writes memory, draws random
-    numbers, switches a global mode, or is a module call ember cannot see into)?"""
-    if node.op == "call_module" or switches_grad_mode(node):
+    numbers, switches a global mode, or is a module call ember cannot see into)? A draw on
+    another device than the graph's `device` uses that device's generator: its order among
+    the graph's own nodes is not observable (among other draws there, islands keep it)."""
+    if node.op == "call_module" or switches_grad_mode(node) or _writes(node):
         return True
-    target = node.target
-    if node.op == "call_function" and target in _IN_PLACE_OPERATORS:
+    return _draws(node) and elsewhere(node, device) is None
+
+
+def _name(node: torch.fx.Node) -> str:
+    name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+    return name if isinstance(name, str) else ""
+
+
+def _draws(node: torch.fx.Node) -> bool:
+    return any(w in _name(node) for w in _RANDOM_WORDS)
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    """Does the node write memory (an in-place method or operator, inplace=True, out=)?"""
+    if node.op == "call_function" and node.target in _IN_PLACE_OPERATORS:
         return True
-    name = target if node.op == "call_method" else getattr(target, "__name__", "")
-    if isinstance(name, str):
-        in_place_method = name.endswith("_") and not name.startswith("_")
-        in_place_dunder = name == "__setitem__" or (name.startswith("__i") and
-                                                     name.endswith("__"))
-        if in_place_method or in_place_dunder or any(w in name for w in _RANDOM_WORDS):
-            return True
+    name = _name(node)
+    in_place_method = name.endswith("_") and not name.startswith("_")
+    in_place_dunder = name == "__setitem__" or (name.startswith("__i") and name.endswith("__"))
+    if in_place_method or in_place_dunder:
+        return True
     if node.kwargs.get("inplace") is True or "out" in node.kwargs or _in_place_by_position(node):
         return True
-    if torch_internals.is_op_overload(target):
-        schema = torch_internals.schema_of(target)
+    if torch_internals.is_op_overload(node.target):
+        schema = torch_internals.schema_of(node.target)
         return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
     return False
 
@@ -128,10 +142,34 @@ def _in_place_by_position(node: torch.fx.Node) -> bool:
         node.args[parameters.index("inplace")] is True
 
 
+def _example_value(node: torch.fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def module_device(module: torch.fx.GraphModule) -> torch.device | None:
+    """The device the graph's compiled regions run on (lower/devices.graph_device), from its
+    placeholders' example values; None where they have none."""
+    return graph_device([_example_value(n) for n in module.graph.nodes if n.op == "placeholder"])
+
+
+def elsewhere(node: torch.fx.Node, device: torch.device | None) -> str | None:
+    """Why a call cannot be compiled with a graph on `device`: it makes or reads a tensor on
+    another device (a layer drop's `torch.rand([])` on the CPU beside a model on CUDA, and
+    the comparison that reads it); None where it does not, or nothing says."""
+    if device is None:
+        return None
+    for source, verb in [(node, "makes")] + [(s, "reads") for s in node.all_input_nodes]:
+        for value in torch_internals.tree_flatten(_example_value(source))[0]:
+            if isinstance(value, torch.Tensor) and not same_device(value.device, device):
+                return f"{verb} a tensor on {value.device}, the graph runs on {device}"
+    return None
+
+
 def split(module: torch.fx.GraphModule, islands: dict[str, str]) -> Partition:
     """Regions and islands of `module`, `islands` naming the nodes that run eagerly (by node
     name, with the reason)."""
     calls = [n for n in module.graph.nodes if n.op in CALLS]
+    device = module_device(module)
     reasons: dict[torch.fx.Node, str | None] = {}
     for node in calls:
         if node.name in islands:
@@ -139,7 +177,7 @@ def split(module: torch.fx.GraphModule, islands: dict[str, str]) -> Partition:
         elif switches_grad_mode(node) or (node.target is operator.getitem and
                                           node.args[0] in reasons):
             reasons[node] = None  # (glue: run where it stands, between the regions)
-    levels = _levels(calls, reasons, {n for n in calls if keeps_its_place(n)})
+    levels = _levels(calls, reasons, {n for n in calls if keeps_its_place(n, device)})
     by_level: dict[int, list[torch.fx.Node]] = {}
     for node in calls:
         if node not in reasons:
@@ -409,6 +447,11 @@ def find_islands(gm: torch.fx.GraphModule, example_inputs: list[Any],
     lowering raised); None past MAX_ROUNDS."""
     lowered: dict[tuple, tuple] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    device = module_device(gm)
+    for node in gm.graph.nodes:  # (found at once, not a lowering round each)
+        why = elsewhere(node, device) if node.op in CALLS and node.name not in islands else None
+        if why is not None:
+            islands[node.name] = why
     for _ in range(MAX_ROUNDS):
         partition = split(gm, islands)
         try:

@@ -12,7 +12,9 @@ from ember.partition import (
     Island,
     Region,
     Unknowable,
+    elsewhere,
     keeps_its_place,
+    module_device,
     region_examples,
     region_module,
     split,
@@ -162,3 +164,74 @@ def test_a_shape_only_the_data_knows_makes_its_readers_unknowable():
     with pytest.raises(Unknowable) as raised:
         region_examples(split(module, {}), [torch.randn(4)])
     assert set(raised.value.islands) == {"getitem", "sum_1", "add"}
+
+
+def _with_fake_values(calls, *shapes, device="cuda"):
+    """A graph of `calls` ((name, function, args[, kwargs]): an arg naming an earlier node is that
+    node; the last call is the result) over placeholders x0, x1, ... of `shapes`, each
+    node's example value a fake tensor on `device` (the CUDA of a machine without one: fake
+    tensors need no device). Built by hand: symbolic_trace would run a `torch.rand([])`,
+    which reads no input, while tracing, not record it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    nodes = {f"x{i}": graph.placeholder(f"x{i}") for i in range(len(shapes))}
+    for name, function, args, *kwargs in calls:
+        nodes[name] = graph.call_function(
+            function, tuple(nodes[a] if isinstance(a, str) else a for a in args), *kwargs)
+        nodes[name].name = name
+    graph.output(nodes[calls[-1][0]])
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    with FakeTensorMode():
+        inputs = [torch.empty(shape, device=device) for shape in shapes]
+
+        class Recording(torch.fx.Interpreter):
+            def run_node(self, node):
+                value = super().run_node(node)
+                node.meta["example_value"] = value
+                return value
+
+        Recording(module).run(*inputs)
+    return module
+
+
+def test_a_draw_and_its_readers_on_the_cpu_are_islands_beside_a_cuda_graph():
+    # a layer drop (whisper, wav2vec2, BART in training): `torch.rand([])` on the CPU, its
+    # comparison read by nothing once the branch was decided; before, the region reading it
+    # ran eagerly as a whole ("inputs live on several devices")
+    module = _with_fake_values([
+        ("relu", torch.relu, ("x0",)),
+        ("rand", torch.rand, ([],)),
+        ("lt", operator.lt, ("rand", 0.0)),
+        ("mul", operator.mul, ("relu", 2)),
+        ("rand_1", torch.rand, ([],)),
+        ("lt_1", operator.lt, ("rand_1", 0.0)),
+        ("add", operator.add, ("mul", 1))], (4, 8))
+    device = module_device(module)
+    assert device == torch.device("cuda", 0)
+    islands = {n.name: elsewhere(n, device) for n in module.graph.nodes
+               if n.op == "call_function" and elsewhere(n, device) is not None}
+    assert islands == {"rand": "makes a tensor on cpu, the graph runs on cuda:0",
+                       "lt": "makes a tensor on cpu, the graph runs on cuda:0",
+                       "rand_1": "makes a tensor on cpu, the graph runs on cuda:0",
+                       "lt_1": "makes a tensor on cpu, the graph runs on cuda:0"}
+    # the CPU's draws use the CPU's generator: they do not cut the CUDA work in two, and
+    # keep their order among themselves
+    pieces = [f"island {p.node.name}" if isinstance(p, Island) else
+              "region " + " ".join(n.name for n in p.nodes)
+              for p in split(module, islands).pieces]
+    assert pieces == ["region relu mul add", "island rand", "island lt", "island rand_1",
+                      "island lt_1"]
+
+
+def test_a_draw_on_the_graphs_device_keeps_its_place():
+    module = _with_fake_values([
+        ("relu", torch.relu, ("x0",)),
+        ("rand", torch.rand, ([],), {"device": "cuda"}),
+        ("rand_1", torch.rand, ([],)),
+        ("mul", operator.mul, ("relu", "rand"))], (4, 8))
+    device = module_device(module)
+    on_cuda, on_cpu = (n for n in module.graph.nodes if n.name in ("rand", "rand_1"))
+    assert keeps_its_place(on_cuda, device) and elsewhere(on_cuda, device) is None
+    assert not keeps_its_place(on_cpu, device)
+    assert keeps_its_place(on_cpu, None)  # (no device known: every draw keeps its place)

@@ -344,11 +344,14 @@ def transformers_case(model_type: str, model_class: str, overrides: dict[str, An
         return getattr(m(**b), output)
 
     def loss(m, b):
+        # (the labels go where the batch went: model_sweep --device moves the batch)
+        device = next(v.device for v in b.values() if isinstance(v, torch.Tensor))
+        moved = {k: v.to(device) for k, v in labels.items()}
         if kind == "detection":  # (transformers' matching loss needs scipy: the heads' own)
             answer = m(**b)
-            return (F.cross_entropy(answer.logits.flatten(0, 1), labels["classes"]) +
-                    F.l1_loss(answer.pred_boxes, labels["boxes"]))
-        return m(**b, **labels).loss
+            return (F.cross_entropy(answer.logits.flatten(0, 1), moved["classes"]) +
+                    F.l1_loss(answer.pred_boxes, moved["boxes"]))
+        return m(**b, **moved).loss
 
     return model, batch, forward, loss
 

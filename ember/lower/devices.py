@@ -15,3 +15,13 @@ def resolve(device: torch.device | str | int) -> torch.device:
 
 def same_device(requested: torch.device | str | int, graph_device: torch.device) -> bool:
     return resolve(requested) == resolve(graph_device)
+
+
+def graph_device(values: list) -> torch.device | None:
+    """The device a graph (or a compiled region) runs on, from its tensor inputs: theirs, and
+    where some are on an accelerator and others on the CPU, the accelerator's (the others are
+    the CPU scalars and draws a model on CUDA makes beside its work: the `torch.rand([])` of a
+    layer drop; nodes reading them run as eager islands, ember/partition.py)."""
+    devices = [v.device for v in values if isinstance(v, torch.Tensor)]
+    return next((d for d in devices if d.type not in ("cpu", "meta")),
+                devices[0] if devices else None)

@@ -24,7 +24,7 @@ from ember.ir.library import Slot
 from ember.ir.ops import Op
 from ember.lower import rules  # noqa: F401  (fills the lowerings table)
 from ember.lower.builder import Builder, row_major
-from ember.lower.devices import resolve, same_device
+from ember.lower.devices import graph_device, resolve, same_device
 from ember.lower.layout import ROW_MAJOR_RESULTS, eager_layout
 from ember.lower.meta_interpreter import MetaInterpreter, contained_leaves, turns_grad_on
 from ember.lower.mutation import (
@@ -445,7 +445,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
     """Lower an FX graph for the given (concrete) inputs; `symbolic`: for every shape its
     placeholders' symbolic fake values allow (sizes in the IR are then `Size`s)."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    device = tensors[0].device if tensors else resolve(torch.get_default_device())
+    device = graph_device(tensors) or resolve(torch.get_default_device())
     if any(t.device != device for t in tensors):
         raise Unsupported("inputs live on several devices")
     graph = Graph(device)

@@ -348,3 +348,51 @@ def test_a_region_that_writes_an_input_another_input_aliases_writes_it_eagerly()
     for (name, ours), theirs in zip(compiled_model.state_dict().items(),
                                     eager.state_dict().values()):
         torch.testing.assert_close(ours, theirs, msg=name)
+
+
+class _LayerDrop(torch.nn.Module):
+    """transformers' layer drop (Whisper, wav2vec2, BART): a draw on the CPU's generator per
+    layer, whatever the model's device; with layerdrop 0 no layer is ever dropped."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
+        self.layerdrop = 0.0
+
+    def forward(self, x):
+        for layer in self.layers:
+            dropout_probability = torch.rand([])
+            if self.training and dropout_probability < self.layerdrop:
+                continue
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_a_layer_drops_cpu_draws_leave_a_cuda_model_compiled_whole():
+    # on CUDA each draw, and the comparison reading it, is an eager island beside one
+    # compiled region (before, that region ran eagerly: "inputs live on several devices");
+    # on the CPU nothing is an island
+    torch.manual_seed(0)
+    model = _LayerDrop().to(DEVICE).train()
+    compiled = ember.compile(copy.deepcopy(model))
+    x = make(4, 8)
+    explained = ember.explain(copy.deepcopy(model))(x)
+    islands = [i.split(":")[0] for i in explained.eager_islands]
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert islands == ([] if DEVICE == "cpu" else
+                       ["rand (rand)", "lt (lt)", "rand (rand_1)", "lt (lt_1)"])
+    for _ in range(2):
+        torch.manual_seed(1)
+        want = model(x.clone().requires_grad_())
+        want.sum().backward()
+        torch.manual_seed(1)
+        got = compiled(x.clone().requires_grad_())
+        got.sum().backward()
+        assert_close(got, want)
+        after_ember = torch.rand([])  # (the draws took from the CPU's generator as eager's)
+        torch.manual_seed(1)
+        model(x)
+        assert torch.rand([]) == after_ember
+        for mine, theirs in zip(compiled.parameters(), model.parameters()):
+            assert_close(mine.grad, theirs.grad)
+            mine.grad = theirs.grad = None
