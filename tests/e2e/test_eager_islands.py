@@ -368,14 +368,24 @@ class _LayerDrop(torch.nn.Module):
         return x
 
 
-def test_a_layer_drops_cpu_draws_leave_a_cuda_model_compiled_whole():
+@pytest.fixture
+def cpu_default_device():
+    """Factories that name no device make CPU tensors, as in a user's process (the suite on
+    CUDA makes them on the GPU: tests/conftest.py)."""
+    before = torch.get_default_device()
+    torch.set_default_device("cpu")
+    yield
+    torch.set_default_device(before)
+
+
+def test_a_layer_drops_cpu_draws_leave_a_cuda_model_compiled_whole(cpu_default_device):
     # on CUDA each draw, and the comparison reading it, is an eager island beside one
     # compiled region (before, that region ran eagerly: "inputs live on several devices");
     # on the CPU nothing is an island
     torch.manual_seed(0)
     model = _LayerDrop().to(DEVICE).train()
     compiled = ember.compile(copy.deepcopy(model))
-    x = make(4, 8)
+    x = make(4, 8).to(DEVICE)
     explained = ember.explain(copy.deepcopy(model))(x)
     islands = [i.split(":")[0] for i in explained.eager_islands]
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
