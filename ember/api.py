@@ -37,6 +37,7 @@ from ember.capture.guards import (
 )
 from ember.capture.symbols import FrameSizes
 from ember.resumes import Resume, passthrough
+from ember.runtime import collector
 
 if TYPE_CHECKING:
     from ember.capture.captured import Captured, Resumption
@@ -267,10 +268,11 @@ class CompiledFunction:
         return self.function(*args, **kwargs)
 
     def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
-        entry = self._entry_for(arguments)
-        if entry is None:
-            return self.function(*args, **kwargs)
-        return entry.run(arguments)
+        with collector.paused():  # (a capture and a compile: runtime/collector.py)
+            entry = self._entry_for(arguments)
+            if entry is None:
+                return self.function(*args, **kwargs)
+            return entry.run(arguments)
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the

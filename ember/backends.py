@@ -32,7 +32,7 @@ from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.partition import MAX_ROUNDS, describe, find_islands
 from ember.passes.pipeline import after_differentiation, run_passes
-from ember.runtime import triton_launch, warm_cache
+from ember.runtime import collector, triton_launch, warm_cache
 from ember.runtime.build import BuildError
 from ember.runtime.compiled import CompiledGraph
 from ember.runtime.interpreted import InterpretedGraph
@@ -59,7 +59,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *, mode: str | 
     resolved = compile_options.resolve(options)
     graphs = resolved.cuda_graphs or mode in ("reduce-overhead", "max-autotune")
     tuned = {"max_autotune": True} if mode in compile_options.TUNING_MODES else {}
-    with tape.kept(not graphs), config.override(**resolved.settings, **tuned):
+    with tape.kept(not graphs), config.override(**resolved.settings, **tuned), \
+            collector.paused():
         if any(torch_internals.is_symbolic(x) for x in example_inputs):
             compiled = for_every_shape(gm, example_inputs, graph_label(gm))
         else:
