@@ -346,7 +346,7 @@ def transformers_case(model_type: str, model_class: str, overrides: dict[str, An
     def loss(m, b):
         # (the labels go where the batch went: model_sweep --device moves the batch)
         device = next(v.device for v in b.values() if isinstance(v, torch.Tensor))
-        moved = {k: v.to(device) for k, v in labels.items()}
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in labels.items()}
         if kind == "detection":  # (transformers' matching loss needs scipy: the heads' own)
             answer = m(**b)
             return (F.cross_entropy(answer.logits.flatten(0, 1), moved["classes"]) +
