@@ -270,9 +270,9 @@ class CompiledFunction:
     def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
         with collector.paused():  # (a capture and a compile: runtime/collector.py)
             entry = self._entry_for(arguments)
-            if entry is None:
-                return self.function(*args, **kwargs)
-            return entry.run(arguments)
+        if entry is None:
+            return self.function(*args, **kwargs)
+        return entry.run(arguments)
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the
