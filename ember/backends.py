@@ -81,8 +81,8 @@ def eager_reason(example_inputs: list[Any]) -> str | None:
     if devices - {"cpu", "cuda"}:
         return f"tensors on {', '.join(sorted(devices - {'cpu', 'cuda'}))} (ember compiles for " \
                f"CPU and CUDA devices)"
-    if len({t.device for t in tensors}) > 1:
-        return "tensors on several devices: " + ", ".join(sorted({str(t.device) for t in tensors}))
+    # (inputs on several devices: the nodes reading those not on the graph's run as eager
+    # islands, lower/tracer._refuse_readers_elsewhere)
     return _codegen_reason(kernel_backend("cuda" if "cuda" in devices else "cpu"))
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 from ember import config, logs
+from ember.lower.devices import graph_device
 
 
 def for_every_shape(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
@@ -73,9 +74,8 @@ def symbolic_reason(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str 
     reason = backends.eager_reason(example_inputs)
     if reason is not None:
         return reason
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    device = tensors[0].device.type if tensors else "cpu"
-    chosen = backends.kernel_backend(device)
+    device = graph_device(example_inputs)
+    chosen = backends.kernel_backend(device.type if device is not None else "cpu")
     if chosen not in ("c", "triton"):
         return f"symbolic sizes reach the C and Triton backends only (this graph: {chosen})"
     if torch_internals.autocast_state() is not None or backends._autocast_regions(gm):
@@ -178,8 +178,7 @@ def _symbolic_tensors(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> bo
 
 
 def _device(example_inputs: list[Any]) -> torch.device:
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    return tensors[0].device if tensors else torch.device("cpu")
+    return graph_device(example_inputs) or torch.device("cpu")
 
 
 class ScalarsAsTensors:

@@ -440,14 +440,32 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         return None
 
 
+def _refuse_readers_elsewhere(module: torch.fx.GraphModule, example_inputs: list[Any],
+                              device: torch.device) -> None:
+    """Raise at the first node that reads an input on another device than the graph's (a
+    tensor a model keeps on the CPU beside its work on CUDA): that node, and the others
+    like it, run as eager islands (ember/partition.py). An input no node reads (ConViT's
+    CPU tensor, whose size alone is asked) is passed and left alone."""
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    for node, value in zip(placeholders, example_inputs):
+        if not isinstance(value, torch.Tensor) or value.device == device:
+            continue
+        if value.device.type not in ("cpu", "cuda") or device.type not in ("cpu", "cuda"):
+            raise Unsupported(f"inputs live on several devices ({value.device}, {device})")
+        readers = [user for user in node.users if user.op != "output"]
+        if readers:
+            error = Unsupported(f"reads a tensor on {value.device}, the graph runs on {device}")
+            error.at(readers[0].name)
+            raise error
+
+
 def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
           symbolic: bool = False) -> Lowered:
     """Lower an FX graph for the given (concrete) inputs; `symbolic`: for every shape its
     placeholders' symbolic fake values allow (sizes in the IR are then `Size`s)."""
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     device = graph_device(tensors) or resolve(torch.get_default_device())
-    if any(t.device != device for t in tensors):
-        raise Unsupported("inputs live on several devices")
+    _refuse_readers_elsewhere(module, example_inputs, device)
     graph = Graph(device)
     if symbolic:
         tracer = Tracer(graph, SymbolTable(graph))

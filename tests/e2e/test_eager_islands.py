@@ -406,3 +406,39 @@ def test_a_layer_drops_cpu_draws_leave_a_cuda_model_compiled_whole(cpu_default_d
         for mine, theirs in zip(compiled.parameters(), model.parameters()):
             assert_close(mine.grad, theirs.grad)
             mine.grad = theirs.grad = None
+
+
+class _CpuAttribute(torch.nn.Module):
+    """A tensor kept as a plain attribute, which `model.to(device)` leaves on the CPU
+    (ConViT's rel_indices), moved by the forward where it is used."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.scale = torch.linspace(0.5, 2.0, 8, device="cpu")
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x)) * self.scale.to(x.device)
+
+
+def test_a_tensor_kept_on_the_cpu_leaves_a_cuda_model_compiled():
+    # on CUDA the move reads the CPU input: that node is an eager island, the rest one
+    # compiled region (before, "tensors on several devices" sent the whole graph to eager)
+    torch.manual_seed(0)
+    model = _CpuAttribute().to(DEVICE).train()
+    assert model.scale.device.type == "cpu"
+    compiled = ember.compile(copy.deepcopy(model))
+    x = make(4, 8).to(DEVICE)
+    explained = ember.explain(copy.deepcopy(model))(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert len(explained.eager_islands) == (0 if DEVICE == "cpu" else 1), \
+        explained.eager_islands
+    for _ in range(2):
+        want = model(x)
+        want.sum().backward()
+        got = compiled(x)
+        got.sum().backward()
+        assert_close(got, want)
+        for mine, theirs in zip(compiled.parameters(), model.parameters()):
+            assert_close(mine.grad, theirs.grad)
+            mine.grad = theirs.grad = None
