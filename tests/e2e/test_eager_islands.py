@@ -373,6 +373,9 @@ def cpu_default_device():
     """Factories that name no device make CPU tensors, as in a user's process (the suite on
     CUDA makes them on the GPU: tests/conftest.py)."""
     before = torch.get_default_device()
+    if before.type == "cpu":  # (setting it again would leave torch's device mode active)
+        yield
+        return
     torch.set_default_device("cpu")
     yield
     torch.set_default_device(before)
