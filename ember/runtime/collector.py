@@ -8,7 +8,8 @@ with the collector off against 0.86-1.12 s with it on (its autodiff stage 0.17-0
 against 0.31-0.38; 2026-12-04). What a compile leaves unreachable is collected at the
 collector's next turn after it.
 
-Paused for a capture and its compile (api._miss, a graph torch.compile hands over), not for
+Paused for a capture and its compile (api._miss, a graph torch.compile hands over, a
+backward compiled when a first backward asks for it: TrainingGraph.backward_for), not for
 the run that follows (a compiled function may run a whole training loop); threads that
 compile in the background (the backward built ahead) leave it as they find it: a pause
 never outlasts the compile that asked for it. A collector the program turned off stays

@@ -14,6 +14,7 @@ import torch
 from ember import logs
 from ember.autodiff import tape
 from ember.ir.sizes import evaluate
+from ember.runtime import collector
 from ember.runtime.compiled import eager_after, shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
 from ember.torch_internals import tree_unflatten
@@ -114,7 +115,8 @@ class TrainingGraph:
         never read). Chosen once per set, then a lookup on every backward."""
         chosen = self._chosen.get(missing)
         if chosen is None:
-            chosen = self._chosen[missing] = self._choose(missing)
+            with collector.paused():  # (it may compile that backward now)
+                chosen = self._chosen[missing] = self._choose(missing)
         return chosen
 
     def _choose(self, missing: frozenset[int]) -> tuple[Any, dict[int, torch.Tensor]]:
