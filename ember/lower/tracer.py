@@ -448,7 +448,7 @@ def _refuse_readers_elsewhere(module: torch.fx.GraphModule, example_inputs: list
     CPU tensor, whose size alone is asked) is passed and left alone."""
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     for node, value in zip(placeholders, example_inputs):
-        if not isinstance(value, torch.Tensor) or value.device == device:
+        if not isinstance(value, torch.Tensor) or same_device(value.device, device):
             continue
         if value.device.type not in ("cpu", "cuda") or device.type not in ("cpu", "cuda"):
             raise Unsupported(f"inputs live on several devices ({value.device}, {device})")

@@ -66,8 +66,10 @@ def fuse_matmul_epilogues(plan: Plan, find_readers: Callable[[Plan], dict[Buffer
         operands = {a.root(), b.root()}
         moved = list(plan.frees[position])
         for between in range(position + 1, consumer):
-            moved += [f for f in plan.frees[between] if f.root() in operands]
-            plan.frees[between] = [f for f in plan.frees[between] if f.root() not in operands]
+            kept = []
+            for buffer in plan.frees[between]:
+                (moved if buffer.root() in operands else kept).append(buffer)
+            plan.frees[between] = kept
         plan.frees[consumer] = plan.frees[consumer] + moved
         for frees in plan.frees:
             if step.outputs[0] in frees:
