@@ -329,9 +329,10 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
             if _calls_cudnn(node, step.inputs, w.device):
-                x, weight, _, stride, padding, dilation, _, _, groups = arguments
+                call = convolution_call(node)
                 target = w.constant(torch_internals.cudnn_convolution, "op")
-                arguments = [x, weight, stride, padding, dilation, groups]
+                arguments = [*arguments[:2], repr(call.stride), repr(call.padding),
+                             repr(call.dilation), repr(call.groups)]
             first = len(lines)
             if node.attrs["tuple_result"]:
                 result = f"result{position}"

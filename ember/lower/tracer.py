@@ -335,7 +335,7 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                 return Slot(len(inputs) - 1)
             return self.symbols.size(value) if self.symbols is not None else value
 
-        template_args = tree_map(slot, args)
+        template_args = _options_per_dim(func, args, tree_map(slot, args))
         template_kwargs = {key: (tree_map(slot, kwargs[key]) if key != "device" else value)
                            for key, value in template_kwargs.items()}
         flat_out, spec = tree_flatten(out)
@@ -523,3 +523,24 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
 
 def tensors_of(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+
+
+# where aten's convolutions take an option per spatial dim (stride, padding, dilation,
+# output_padding), and which argument's dims count them
+_PER_DIM_OPTIONS = {torch.ops.aten.convolution.default: (0, (3, 4, 5, 7)),
+                    torch.ops.aten.convolution_backward.default: (1, (4, 5, 6, 8))}
+
+
+def _options_per_dim(func: Any, args: tuple, template: tuple) -> tuple:
+    """A convolution's options, one value per spatial dim: aten also takes one value for
+    all of them (F.conv2d(padding="valid") passes `[0]`), which cuDNN's entry point, the
+    backward's rule and the convolution passes' index arithmetic do not."""
+    where = _PER_DIM_OPTIONS.get(func)
+    if where is None or len(args) <= max(where[1]):
+        return template
+    spatial = args[where[0]].ndim - 2
+    return tuple(list(value) * spatial
+                 if k in where[1] and isinstance(value, (list, tuple)) and len(value) == 1
+                 and spatial > 1 else value
+                 for k, value in enumerate(template))
+

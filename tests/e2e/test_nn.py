@@ -451,3 +451,24 @@ def test_convolutions_eager_hands_to_cudnn_are_called_there_directly(channels_la
         names = [name for name, value in fast.namespace.items()
                  if value is torch_internals.cudnn_convolution]
         assert sum(fast.text.count(f"{name}(") for name in names) == 2, fast.text
+
+
+def _valid_convolutions(x, w_regular, w_pointwise, w_depthwise):
+    """padding="valid" hands aten.convolution one padding for both dims (`[0]`), as
+    SigLIP's and ViT-style patch embeddings call it."""
+    y = F.conv2d(x, w_regular, stride=2, padding="valid")
+    y = F.conv2d(torch.relu(y), w_pointwise, padding="valid")
+    return F.conv2d(y, w_depthwise, padding="valid", groups=8).tanh()
+
+
+def test_convolutions_with_one_padding_for_both_dims_compile_and_train():
+    # (cuDNN's entry point takes one padding per dim: SigLIP's training step raised there
+    # on CUDA and ran eagerly)
+    from helpers import check_grad
+
+    x = make(2, 3, 12, 12)
+    weights = (make(8, 3, 2, 2, seed=1), make(8, 8, 1, 1, seed=2), make(8, 1, 3, 3, seed=3))
+    with watching_fallbacks() as fallbacks:
+        check(_valid_convolutions, x, *weights, **MATMUL_TOLERANCE)
+        check_grad(_valid_convolutions, x, *weights, **MATMUL_TOLERANCE)
+    assert fallbacks.messages == []
