@@ -169,6 +169,10 @@ FLAGS: tuple[Flag, ...] = (
          "Triton: key its compile cache on its files' names, sizes and times instead of a "
          "hash of their contents (a 400 MB library: ~0.6 s of a process's first compile; "
          "see runtime/triton_launch.file_key)"),
+    Flag("triton_launcher", "EMBER_TRITON_LAUNCHER", "1", _flag,
+         "Triton: launch compiled kernels through ember's one launcher (built once per "
+         "machine) instead of the one Triton builds with the C compiler per argument list "
+         "(0; see runtime/cuda_launcher.c)"),
     Flag("triton_workers", "EMBER_TRITON_WORKERS", "8", _count(0),
          "Triton: processes that compile a graph's kernels side by side (started with the "
          "first CUDA capture, at most one per core; 0: compile in threads of this process "
@@ -238,6 +242,7 @@ class Settings:
     cuda_graph_shapes: int
     dependent_launch: bool
     triton_file_key: bool
+    triton_launcher: bool
     triton_workers: int
     matmul_epilogue: bool
     saved_outputs: bool

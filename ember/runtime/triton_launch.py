@@ -4,9 +4,11 @@ The only module that touches Triton's internals (as ember/torch_internals/ is fo
 On a GPU each kernel is compiled with `triton.compile` for the current device (several at once
 on a cold cache; Triton's own disk cache keeps the binaries) and launched through the compiled
 kernel's launcher with its grid and metadata bound in advance, so a launch costs one call into
-Triton's C launcher instead of the `@triton.jit` dispatch (argument binding, specialization
-keys, cache lookup) on every call. Under TRITON_INTERPRET=1 the same kernels run on CPU
-tensors through Triton's interpreter, which is how they are tested without a GPU.
+a C launcher instead of the `@triton.jit` dispatch (argument binding, specialization keys,
+cache lookup) on every call: ember's own (runtime/cuda_launcher.c, one for every argument
+list) where it serves the kernel, else the one Triton builds for the kernel's argument list.
+Under TRITON_INTERPRET=1 the same kernels run on CPU tensors through Triton's interpreter,
+which is how they are tested without a GPU.
 
 Pointer arguments are compiled as 16-byte aligned (so loads and stores vectorize) except where
 ember cannot know: the wrapper checks its inputs' alignment on each call and runs a second
@@ -33,7 +35,7 @@ import numpy
 import torch
 
 from ember import config, logs
-from ember.runtime import disk_cache, triton_pool
+from ember.runtime import cuda_launcher, disk_cache, triton_pool
 from ember.runtime.triton_key import file_key, install_file_key  # noqa: F401
 
 if TYPE_CHECKING:
@@ -201,6 +203,13 @@ class DeviceLaunch:
     def prefix(self) -> tuple:
         """Arguments of the launcher before the stream, and after it up to the tensors."""
         compiled = self.compiled
+        codes = getattr(compiled, "ember_types", None)
+        if codes is not None:  # (loaded for ember's launcher: _load)
+            metadata = compiled.metadata
+            return (cuda_launcher.built().launch, compiled.function,
+                    bool(metadata.launch_cooperative_grid), bool(metadata.launch_pdl), None,
+                    None, (metadata.num_warps, metadata.num_ctas, metadata.shared, codes),
+                    None, None, None)
         launcher = compiled.run
         direct = (getattr(launcher, "global_scratch_size", 1) == 0
                   and getattr(launcher, "profile_scratch_size", 1) == 0
@@ -231,6 +240,7 @@ def warm_up(workers: bool = True) -> None:
         target = ("cuda", major * 10 + minor, 32)
     if workers:
         triton_pool.start(target)  # (the compile workers import Triton and warm up meanwhile)
+    cuda_launcher.start()  # (the C compiler's run, where the launcher is not in the cache)
 
     def import_triton() -> None:
         import triton  # noqa: F401
@@ -297,8 +307,60 @@ def compile_source(source: CompileSource, module: types.ModuleType) -> Any:
                               options=dict(source.options))
     _wait_for("start_driver")
     with torch.cuda.device(source.device_index):
-        compiled._init_handles()  # load the binary; build (or find) the C launcher
+        _load(compiled)
     return compiled
+
+
+def _load(compiled: Any) -> None:
+    """Load a compiled kernel's binary on the current device, for ember's launcher where it
+    serves the kernel (then `compiled.ember_types` holds its type string), else with the
+    launcher Triton builds for its argument list (CompiledKernel._init_handles, whose checks
+    of the device's limits this repeats)."""
+    if compiled.module is not None:  # (loaded before)
+        return
+    codes = _ember_types(compiled)
+    if codes is None:
+        compiled._init_handles()
+        return
+    from triton.runtime.autotuner import OutOfResources
+    from triton.runtime.driver import driver
+
+    device = driver.active.get_current_device()
+    metadata = compiled.metadata
+    most = driver.active.utils.get_device_properties(device)["max_shared_mem"]
+    if metadata.shared > most:
+        raise OutOfResources(metadata.shared, most, "shared memory")
+    compiled.module, compiled.function, compiled.n_regs, compiled.n_spills, \
+        compiled.n_max_threads = driver.active.utils.load_binary(
+            compiled.name, compiled.kernel, metadata.shared, device)
+    threads = metadata.num_warps * driver.active.get_current_target().warp_size
+    if threads > compiled.n_max_threads:
+        raise OutOfResources(threads, compiled.n_max_threads, "threads")
+    compiled.ember_types = codes
+
+
+_LAUNCHER_TRITON = "3.6."
+
+
+def _ember_types(compiled: Any) -> str | None:
+    """The kernel's type string for ember's launcher, or None where that launcher cannot
+    serve it (scratch memory, a cluster of CTAs, tensor descriptors, an unknown argument
+    type, or no launcher)."""
+    import triton
+
+    metadata = compiled.metadata
+    signature = getattr(compiled.src, "signature", None)
+    # (the kernels' parameters as that launcher passes them, the two scratch pointers last:
+    # Triton 3.6's)
+    if not triton.__version__.startswith(_LAUNCHER_TRITON) or \
+            not isinstance(signature, dict) or getattr(metadata, "global_scratch_size", 1) or \
+            getattr(metadata, "profile_scratch_size", 1) or \
+            getattr(metadata, "num_ctas", 2) != 1 or getattr(metadata, "tensordesc_meta", None):
+        return None
+    codes = cuda_launcher.type_codes(signature.values())
+    if codes is None or cuda_launcher.launcher() is None:
+        return None
+    return codes
 
 
 def rebuild_launch(text: str, source: CompileSource, grid: tuple) -> DeviceLaunch:
@@ -331,7 +393,8 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     distinct = sorted(i for i in set(same_as) if shapes[i] not in known)
     # On a cold cache each new argument count also needs its C launcher built (a compiler
     # run): start those at once, beside the warm-up and the kernels' compilation.
-    launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built)
+    launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built) \
+        if cuda_launcher.launcher() is None else []  # (ember's serves them: _load)
     workers = max(1, min(len(distinct) + len(launchers), os.cpu_count() or 1, 16))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         prebuilt = [pool.submit(_build_launcher, types) for types in launchers]
