@@ -42,6 +42,7 @@ class TrainingGraph:
         self._backward = backward
         # (starts that compile where it waits for the first backward: see after_backward)
         self._start_backward = start_backward
+        self._backward_ran = False
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
@@ -78,7 +79,7 @@ class TrainingGraph:
     @property
     def backward_graph(self) -> Any:
         if isinstance(self._backward, concurrent.futures.Future):
-            self.after_backward()  # (not started yet: now, and waited for)
+            self._start_deferred_backward()  # (not started yet: now, and waited for)
             self._backward = self._backward.result()
         return self._backward
 
@@ -88,7 +89,12 @@ class TrainingGraph:
 
     def after_backward(self) -> None:
         """A backward has run: the backward for every output, where its compile waited for
-        the first (beside the first call's runs it held the GIL they need), starts now."""
+        the first, starts with the next call of the graph (compiling beside the first call's
+        runs, its Python held the GIL they need: after the first backward it still slowed
+        that call's optimizer step)."""
+        self._backward_ran = True
+
+    def _start_deferred_backward(self) -> None:
         start, self._start_backward = self._start_backward, None
         if start is not None:
             start()
@@ -187,6 +193,8 @@ class TrainingGraph:
             [args[i] for i in self.tensor_positions], written, self.label, self._told)
 
     def __call__(self, *args: Any) -> Any:
+        if self._backward_ran and self._start_backward is not None:
+            self._start_deferred_backward()
         if self._gave_up() or self._aliased(args):
             return self.eager(*args)
         try:
