@@ -432,10 +432,12 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         # The one built ahead may still compile: the first call's forward runs meanwhile,
         # and its backward waits for it (TrainingGraph.backward_for). Where the first calls
         # most likely take that one (a loss's), the backward for every output compiles
-        # from the graph's second call, once a backward has run (GPT-2's first training call paid for both
-        # backwards, 7.0 s against torch.compile's 24.9 on the H200; compiling beside the
-        # first call's runs, its Python held the GIL they wait on: BERT's first backward run
-        # 0.65-0.95 s against 0.09).
+        # from the graph's second call, once a backward has run (GPT-2's first training
+        # call paid for both backwards, 7.0 s against torch.compile's 24.9 on the H200;
+        # compiling beside the first call's runs, its Python held the GIL they wait on:
+        # BERT's first backward run 0.65-0.95 s against 0.09; started after the first
+        # backward, it still slowed the optimizer step: BERT's first call 4.04-4.25 s
+        # against 3.20-3.42, 2026-12-04).
         ahead = {predicted: ahead_job} if ahead_job is not None else {}
         start_backward = None
         if backward_job is not None:
