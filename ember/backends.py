@@ -25,6 +25,7 @@ from ember.autodiff.differentiate import differentiate
 from ember.codegen.glue import write_glue
 from ember.compile_plan import compile_ir, kernel_backend
 from ember.dumps import graph_label
+from ember.folding import fold_constants_elsewhere
 from ember.ir.graph import Graph
 from ember.ir.ops import Op
 from ember.lower import Lowered, Unsupported, trace
@@ -128,6 +129,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     if reason is not None:
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
+    _fold_constants_elsewhere(gm, label)
     warm = warm_cache.Entry(gm, example_inputs, label, compile_stages)  # (a warm start)
     if warm.compiled is not None:
         return warm.compiled
@@ -153,6 +155,22 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callab
     except Exception as error:  # an ember bug must not stop the user's program
         reason = _internal_error(label, error)
     return EagerGraph(gm, reason)
+
+
+def _fold_constants_elsewhere(gm: torch.fx.GraphModule, label: str) -> None:
+    """Tables the graph makes from constants on another device and moves to its own, computed
+    once (ember/folding.py); where that fails, their nodes stay (eager islands)."""
+    try:
+        count = fold_constants_elsewhere(gm)
+    except Exception as error:  # noqa: BLE001 (an ember bug must not stop the user's program)
+        logs.channel("fallbacks").info("%s: constants made on another device not folded "
+                                       "(%s: %s)", label, type(error).__name__, error)
+        if "raise" in config.settings.logs:
+            raise
+        return
+    if count:
+        logs.channel("perf").info("%s: %d values made from constants on another device "
+                                  "computed once, as constants of the graph", label, count)
 
 
 def _environment_error(label: str, error: OSError) -> str:
@@ -287,6 +305,7 @@ def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[s
     reason = eager_reason(example_inputs)
     if reason is not None or any(torch_internals.is_symbolic(x) for x in example_inputs):
         return [f"the whole graph: {reason}"] if reason else []
+    _fold_constants_elsewhere(gm, graph_label(gm))  # (as compile_graph does)
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
             trace(gm, example_inputs)

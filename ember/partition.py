@@ -99,9 +99,9 @@ def keeps_its_place(node: torch.fx.Node, device: torch.device | None = None) -> 
     numbers, switches a global mode, or is a module call ember cannot see into)? A draw on
     another device than the graph's `device` uses that device's generator: its order among
     the graph's own nodes is not observable (among other draws there, islands keep it)."""
-    if node.op == "call_module" or switches_grad_mode(node) or _writes(node):
+    if node.op == "call_module" or switches_grad_mode(node) or writes(node):
         return True
-    return _draws(node) and elsewhere(node, device) is None
+    return draws(node) and elsewhere(node, device) is None
 
 
 def _name(node: torch.fx.Node) -> str:
@@ -109,11 +109,11 @@ def _name(node: torch.fx.Node) -> str:
     return name if isinstance(name, str) else ""
 
 
-def _draws(node: torch.fx.Node) -> bool:
+def draws(node: torch.fx.Node) -> bool:
     return any(w in _name(node) for w in _RANDOM_WORDS)
 
 
-def _writes(node: torch.fx.Node) -> bool:
+def writes(node: torch.fx.Node) -> bool:
     """Does the node write memory (an in-place method or operator, inplace=True, out=)?"""
     if node.op == "call_function" and node.target in _IN_PLACE_OPERATORS:
         return True
@@ -142,14 +142,14 @@ def _in_place_by_position(node: torch.fx.Node) -> bool:
         node.args[parameters.index("inplace")] is True
 
 
-def _example_value(node: torch.fx.Node) -> Any:
+def example_value(node: torch.fx.Node) -> Any:
     return node.meta.get("example_value", node.meta.get("val"))
 
 
 def module_device(module: torch.fx.GraphModule) -> torch.device | None:
     """The device the graph's compiled regions run on (lower/devices.graph_device), from its
     placeholders' example values; None where they have none."""
-    return graph_device([_example_value(n) for n in module.graph.nodes if n.op == "placeholder"])
+    return graph_device([example_value(n) for n in module.graph.nodes if n.op == "placeholder"])
 
 
 def elsewhere(node: torch.fx.Node, device: torch.device | None) -> str | None:
@@ -159,7 +159,7 @@ def elsewhere(node: torch.fx.Node, device: torch.device | None) -> str | None:
     if device is None:
         return None
     for source, verb in [(node, "makes")] + [(s, "reads") for s in node.all_input_nodes]:
-        for value in torch_internals.tree_flatten(_example_value(source))[0]:
+        for value in torch_internals.tree_flatten(example_value(source))[0]:
             if isinstance(value, torch.Tensor) and not same_device(value.device, device):
                 return f"{verb} a tensor on {value.device}, the graph runs on {device}"
     return None

@@ -445,3 +445,44 @@ def test_a_tensor_kept_on_the_cpu_leaves_a_cuda_model_compiled():
         for mine, theirs in zip(compiled.parameters(), model.parameters()):
             assert_close(mine.grad, theirs.grad)
             mine.grad = theirs.grad = None
+
+
+class _CpuTable(torch.nn.Module):
+    """ConViT's relative positions: a table built on the CPU on every call, written into
+    through views, then moved to the model's device."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 5)
+
+    def forward(self, x):
+        n = x.shape[1]
+        table = torch.zeros(1, n, n, 3)
+        offsets = torch.arange(n).view(1, -1) - torch.arange(n).view(-1, 1)
+        table[:, :, :, 0] = offsets
+        table[:, :, :, 1] = offsets ** 2
+        table[:, :, :, 2] = offsets.abs().float().sqrt()
+        table = table.to(self.linear.weight.device)
+        return torch.tanh(self.linear(table)).sum(-1) * x.sum(-1, keepdim=True)
+
+
+def test_a_table_built_on_the_cpu_and_moved_is_computed_once_and_compiles_whole(
+        cpu_default_device):
+    # (on CUDA its zeros, aranges, writes and move were eager islands: ConViT, MPNet,
+    # XLNet; they are now a constant of the graph, ember/folding.py)
+    torch.manual_seed(0)
+    model = _CpuTable().to(DEVICE).train()
+    compiled = ember.compile(copy.deepcopy(model))
+    x = make(2, 6, 4).to(DEVICE)
+    explained = ember.explain(copy.deepcopy(model))(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert explained.eager_islands == []
+    for _ in range(2):
+        want = model(x)
+        want.sum().backward()
+        got = compiled(x)
+        got.sum().backward()
+        assert_close(got, want)
+        for mine, theirs in zip(compiled.parameters(), model.parameters()):
+            assert_close(mine.grad, theirs.grad)
+            mine.grad = theirs.grad = None

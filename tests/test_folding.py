@@ -1,0 +1,104 @@
+"""ember.folding: work a graph does from constants on another device (a table built on the CPU
+and moved to the model's CUDA device), computed once when it compiles. Graphs built by hand
+with fake CUDA example values (a machine without CUDA); the move to the graph's device is a
+stand-in that copies on the CPU when it runs for real (tests/e2e/test_eager_islands.py runs
+the real thing on CUDA)."""
+
+import operator
+
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from ember.folding import fold_constants_elsewhere
+
+
+def _to_graph_device(t):
+    """A fake CUDA tensor of `t`'s shape for a fake `t`; a copy on the CPU for a real one."""
+    if isinstance(t, FakeTensor):
+        return torch.empty(t.shape, dtype=t.dtype, device="cuda")
+    return t.clone()
+
+
+def _graph(calls, *outputs):
+    """A graph over one placeholder x0 (a fake CUDA tensor of shape [4, 3]) of `calls`
+    ((name, function, args[, kwargs]): an arg naming an earlier node is that node), returning the
+    nodes named in `outputs`; each node's example value recorded from a run on fake tensors."""
+    graph = torch.fx.Graph()
+    nodes = {"x0": graph.placeholder("x0")}
+    for name, function, args, *kwargs in calls:
+        nodes[name] = graph.call_function(
+            function, tuple(nodes[a] if isinstance(a, str) and a in nodes else a
+                            for a in args), *kwargs)
+        nodes[name].name = name
+    graph.output(tuple(nodes[n] for n in outputs))
+    module = torch.fx.GraphModule(torch.nn.Module(), graph)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        x = torch.empty(4, 3, device="cuda")
+
+        class Recording(torch.fx.Interpreter):
+            def run_node(self, node):
+                value = super().run_node(node)
+                node.meta["example_value"] = value
+                return value
+
+        Recording(module).run(x)
+    return module
+
+
+_TABLE = [  # (ConViT's relative positions: a CPU table, written through a view, then moved)
+    ("table", torch.zeros, ([4, 3],)),
+    ("positions", torch.arange, (4,)),
+    ("column", operator.getitem, ("table", (slice(None), 0))),
+    ("write", torch.Tensor.copy_, ("column", "positions")),
+    ("moved", _to_graph_device, ("table",)),
+]
+_WANT = torch.zeros(4, 3)
+_WANT[:, 0] = torch.arange(4)
+
+
+def test_a_table_built_on_another_device_and_moved_becomes_a_constant():
+    module = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved"))], "scaled")
+    assert fold_constants_elsewhere(module) == 1
+    kinds = [(n.op, n.name) for n in module.graph.nodes]
+    assert kinds == [("placeholder", "x0"), ("get_attr", "_ember_constant_0"),
+                     ("call_function", "scaled"), ("output", "output")]
+    torch.testing.assert_close(module._ember_constant_0, _WANT)  # (the write included)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(module(x)[0], x * _WANT)
+    # a view of it that is only read
+    module = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
+                              ("scaled", torch.mul, ("x0", "moved"))], "scaled", "x0")
+    assert fold_constants_elsewhere(module) == 1
+    torch.testing.assert_close(module(x)[0], x * _WANT)
+
+
+def test_nothing_folds_where_the_moved_table_is_returned_or_written_after():
+    returned = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved"))], "scaled", "moved")
+    written = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved")),
+                               ("bump", torch.Tensor.mul_, ("moved", "x0"))], "scaled")
+    through_a_view = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
+                                      ("bump", torch.Tensor.add_, ("flat", 1.0)),
+                                      ("scaled", torch.mul, ("x0", "moved"))], "scaled")
+    returned_as_a_view = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
+                                          ("scaled", torch.mul, ("x0", "moved"))],
+                                "scaled", "flat")
+    for module in (returned, written, through_a_view, returned_as_a_view):
+        before = [n.name for n in module.graph.nodes]
+        assert fold_constants_elsewhere(module) == 0
+        assert [n.name for n in module.graph.nodes] == before
+
+
+def test_nothing_folds_where_a_cpu_value_is_read_by_the_graph_or_a_draw_is_made():
+    read_on_cpu = _graph(_TABLE + [("total", torch.sum, ("table",)),
+                                   ("scaled", torch.mul, ("x0", "moved"))], "scaled", "total")
+    drawn = _graph([("noise", torch.rand, ([4, 3],)), ("moved", _to_graph_device, ("noise",)),
+                    ("scaled", torch.mul, ("x0", "moved"))], "scaled")
+    for module in (read_on_cpu, drawn):
+        assert fold_constants_elsewhere(module) == 0
+
+
+def test_work_on_the_graphs_own_device_is_left_to_compile():
+    module = _graph([("ones", torch.ones, ([4, 3],), {"device": "cuda"}),
+                     ("scaled", torch.mul, ("x0", "ones"))], "scaled")
+    assert fold_constants_elsewhere(module) == 0
