@@ -11,8 +11,9 @@ devices, and where it reaches the graph's device its result becomes a constant o
 (an attribute of the GraphModule, as a model's buffers are), so the graph compiles whole.
 
 A result is kept only where nothing after reads it in a way that could tell: neither it nor a
-view of it is an output (a caller may write into what it gets) or written by a later node, and
-it holds at most MOST_ELEMENTS elements.
+view of it is written by a later node, no view of it is an output (a caller may write into
+what it gets; it is returned itself as a copy made per call), and it holds at most
+MOST_ELEMENTS elements.
 """
 
 from __future__ import annotations
@@ -47,11 +48,18 @@ def fold_constants_elsewhere(gm: torch.fx.GraphModule) -> int:
         name = f"_ember_constant_{k}"
         while hasattr(gm, name):
             name += "_"
-        setattr(gm, name, values[node])
+        gm.register_buffer(name, values[node], persistent=False)
         with gm.graph.inserting_before(node):
             attribute = gm.graph.get_attr(name)
         attribute.meta.update(node.meta)
         node.replace_all_uses_with(attribute)
+        for output in [u for u in attribute.users if u.op == "output"]:
+            # (a caller gets a tensor of its own each call, as eager's: ConViT keeps it as
+            # an attribute of the model)
+            with gm.graph.inserting_before(output):
+                copy = gm.graph.call_method("clone", (attribute,))
+            copy.meta.update(node.meta)
+            output.replace_input_with(attribute, copy)
     for node in reversed(_erasable(component)):
         gm.graph.erase_node(node)
     gm.recompile()
@@ -67,9 +75,24 @@ def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
         if node.op not in CALLS or node.op == "call_module" or draws(node) or \
                 switches_grad_mode(node) or node.kwargs.get("requires_grad") is True:
             continue
+        if node.op == "call_method" and node.target == "to" and node.args and \
+                node.args[0] in constant:
+            _to_without_tensors(node)
         if all(source in constant for source in node.all_input_nodes):
             constant.add(node)
     return constant
+
+
+def _to_without_tensors(node: torch.fx.Node) -> None:
+    """`x.to(other)` → `x.to(device=, dtype=)` of `other`'s example value, which the graph's
+    guards hold (XLNet's `-torch.eye(qlen).to(attn_mask)`): what it makes depends on `x`
+    alone."""
+    if len(node.args) != 2 or not isinstance(node.args[1], torch.fx.Node) or \
+            not isinstance(example_value(node.args[1]), torch.Tensor):
+        return
+    model = example_value(node.args[1])
+    node.args = (node.args[0],)
+    node.kwargs = {**node.kwargs, "device": model.device, "dtype": model.dtype}
 
 
 def _on_another_device(node: torch.fx.Node, device: torch.device) -> bool:
@@ -101,7 +124,8 @@ def _component(foreign: list[torch.fx.Node], constant: set[torch.fx.Node]
 
 def _keepable(node: torch.fx.Node, device: torch.device) -> bool:
     """May `node`'s value be computed once and kept? A tensor on the graph's device, small,
-    and neither it nor a view of it is returned or written by what follows."""
+    and no view of it is returned, nor it or a view written, by what follows (it may be
+    returned itself: the caller gets a copy)."""
     value = example_value(node)
     if not isinstance(value, torch.Tensor) or not same_device(value.device, device) or \
             value.numel() > MOST_ELEMENTS:
@@ -113,7 +137,11 @@ def _keepable(node: torch.fx.Node, device: torch.device) -> bool:
         after = after or later is node
         if not after or later is node or not any(s in aliases for s in later.all_input_nodes):
             continue
-        if later.op in ("output", "call_module") or writes(later):
+        if later.op == "output":
+            if any(a in aliases - {node} for a in later.all_input_nodes):
+                return False
+            continue
+        if later.op == "call_module" or writes(later):
             return False
         if any(isinstance(v, torch.Tensor) and torch_internals.storage_identity(v) == memory
                for v in torch_internals.tree_flatten(example_value(later))[0]):

@@ -6,6 +6,7 @@ the real thing on CUDA)."""
 
 import operator
 
+import pytest
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -20,21 +21,22 @@ def _to_graph_device(t):
     return t.clone()
 
 
-def _graph(calls, *outputs):
-    """A graph over one placeholder x0 (a fake CUDA tensor of shape [4, 3]) of `calls`
-    ((name, function, args[, kwargs]): an arg naming an earlier node is that node), returning the
-    nodes named in `outputs`; each node's example value recorded from a run on fake tensors."""
+def _graph(calls, *outputs, shape=(4, 3)):
+    """A graph over one placeholder x0 (a fake CUDA tensor of `shape`) of `calls` ((name,
+    function or method name, args[, kwargs]): an arg naming an earlier node is that node),
+    returning the nodes named in `outputs`; each node's example value recorded from a run on
+    fake tensors."""
     graph = torch.fx.Graph()
     nodes = {"x0": graph.placeholder("x0")}
     for name, function, args, *kwargs in calls:
-        nodes[name] = graph.call_function(
-            function, tuple(nodes[a] if isinstance(a, str) and a in nodes else a
-                            for a in args), *kwargs)
+        make = graph.call_method if isinstance(function, str) else graph.call_function
+        nodes[name] = make(function, tuple(nodes[a] if isinstance(a, str) and a in nodes else a
+                                           for a in args), *kwargs)
         nodes[name].name = name
     graph.output(tuple(nodes[n] for n in outputs))
     module = torch.fx.GraphModule(torch.nn.Module(), graph)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        x = torch.empty(4, 3, device="cuda")
+        x = torch.empty(shape, device="cuda")
 
         class Recording(torch.fx.Interpreter):
             def run_node(self, node):
@@ -47,8 +49,8 @@ def _graph(calls, *outputs):
 
 
 _TABLE = [  # (ConViT's relative positions: a CPU table, written through a view, then moved)
-    ("table", torch.zeros, ([4, 3],)),
-    ("positions", torch.arange, (4,)),
+    ("table", torch.zeros, ([4, 3],), {"device": "cpu"}),
+    ("positions", torch.arange, (4,), {"device": "cpu"}),
     ("column", operator.getitem, ("table", (slice(None), 0))),
     ("write", torch.Tensor.copy_, ("column", "positions")),
     ("moved", _to_graph_device, ("table",)),
@@ -73,8 +75,31 @@ def test_a_table_built_on_another_device_and_moved_becomes_a_constant():
     torch.testing.assert_close(module(x)[0], x * _WANT)
 
 
-def test_nothing_folds_where_the_moved_table_is_returned_or_written_after():
-    returned = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved"))], "scaled", "moved")
+def test_a_returned_table_is_a_copy_of_the_constant_per_call():
+    # (ConViT keeps it as an attribute of the model: the caller gets a tensor of its own)
+    module = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved"))], "scaled", "moved")
+    assert fold_constants_elsewhere(module) == 1
+    x = torch.randn(4, 3)
+    first, second = module(x)[1], module(x)[1]
+    torch.testing.assert_close(first, _WANT)
+    assert first.data_ptr() not in (second.data_ptr(), module._ember_constant_0.data_ptr())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the move is a real one: CUDA")
+def test_a_move_to_another_tensors_device_and_dtype_folds_by_its_metadata():
+    # (XLNet: `-torch.eye(qlen).to(attn_mask)`, the mask made from the inputs)
+    module = _graph([("eye", torch.eye, (4,), {"device": "cpu"}),
+                     ("negated", torch.neg, ("eye",)), ("mask", torch.Tensor.double, ("x0",)),
+                     ("moved", "to", ("negated", "mask")),
+                     ("scaled", torch.mul, ("mask", "moved"))], "scaled", shape=(4, 4))
+    assert fold_constants_elsewhere(module) == 1
+    assert module._ember_constant_0.dtype == torch.float64  # (and the device, fake here)
+    x = torch.randn(4, 4, device="cuda")
+    torch.testing.assert_close(module(x)[0], x.double() * -torch.eye(4, dtype=torch.float64,
+                                                                     device="cuda"))
+
+
+def test_nothing_folds_where_the_moved_table_is_written_after_or_returned_as_a_view():
     written = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved")),
                                ("bump", torch.Tensor.mul_, ("moved", "x0"))], "scaled")
     through_a_view = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
@@ -83,7 +108,7 @@ def test_nothing_folds_where_the_moved_table_is_returned_or_written_after():
     returned_as_a_view = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
                                           ("scaled", torch.mul, ("x0", "moved"))],
                                 "scaled", "flat")
-    for module in (returned, written, through_a_view, returned_as_a_view):
+    for module in (written, through_a_view, returned_as_a_view):
         before = [n.name for n in module.graph.nodes]
         assert fold_constants_elsewhere(module) == 0
         assert [n.name for n in module.graph.nodes] == before
