@@ -55,8 +55,8 @@ _TABLE = [  # (ConViT's relative positions: a CPU table, written through a view,
     ("write", torch.Tensor.copy_, ("column", "positions")),
     ("moved", _to_graph_device, ("table",)),
 ]
-_WANT = torch.zeros(4, 3)
-_WANT[:, 0] = torch.arange(4)
+_WANT = torch.zeros(4, 3, device="cpu")
+_WANT[:, 0] = torch.arange(4, device="cpu")
 
 
 def test_a_table_built_on_another_device_and_moved_becomes_a_constant():
@@ -66,7 +66,7 @@ def test_a_table_built_on_another_device_and_moved_becomes_a_constant():
     assert kinds == [("placeholder", "x0"), ("get_attr", "_ember_constant_0"),
                      ("call_function", "scaled"), ("output", "output")]
     torch.testing.assert_close(module._ember_constant_0, _WANT)  # (the write included)
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3, device="cpu")  # (the stand-in move left the table there)
     torch.testing.assert_close(module(x)[0], x * _WANT)
     # a view of it that is only read
     module = _graph(_TABLE + [("flat", torch.Tensor.view, ("moved", 12)),
@@ -79,7 +79,7 @@ def test_a_returned_table_is_a_copy_of_the_constant_per_call():
     # (ConViT keeps it as an attribute of the model: the caller gets a tensor of its own)
     module = _graph(_TABLE + [("scaled", torch.mul, ("x0", "moved"))], "scaled", "moved")
     assert fold_constants_elsewhere(module) == 1
-    x = torch.randn(4, 3)
+    x = torch.randn(4, 3, device="cpu")  # (the stand-in move left the table there)
     first, second = module(x)[1], module(x)[1]
     torch.testing.assert_close(first, _WANT)
     assert first.data_ptr() not in (second.data_ptr(), module._ember_constant_0.data_ptr())
