@@ -8,7 +8,10 @@ host. Such work depends on nothing the graph takes (no input, no attribute of th
 no random numbers and writes only into tensors it made: its result is the same on every call
 the graph's guards admit. It is computed here as eager computes it, op by op on the same
 devices, and where it reaches the graph's device its result becomes a constant of the graph
-(an attribute of the GraphModule, as a model's buffers are), so the graph compiles whole.
+(an attribute of the GraphModule, as a model's buffers are), so the graph compiles whole. An
+index made on the CPU that only picks from a tensor on the graph's device (`table[index]`:
+Data2Vec-Vision's and BEiT's relative positions; torch moves such an index itself) is moved
+there once, as a constant too.
 
 A result is kept only where nothing after reads it in a way that could tell: neither it nor a
 view of it is written by a later node, no view of it is an output (a caller may write into
@@ -18,6 +21,7 @@ MOST_ELEMENTS elements.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -48,10 +52,16 @@ def fold_constants_elsewhere(gm: torch.fx.GraphModule) -> int:
         name = f"_ember_constant_{k}"
         while hasattr(gm, name):
             name += "_"
-        gm.register_buffer(name, values[node], persistent=False)
+        value = values[node]
+        index = not same_device(example_value(node).device, device)  # (_an_index_only)
+        moved = value.to(device) if index else value
+        gm.register_buffer(name, moved, persistent=False)
         with gm.graph.inserting_before(node):
             attribute = gm.graph.get_attr(name)
         attribute.meta.update(node.meta)
+        if index:  # (now on the graph's device: its example too)
+            attribute.meta["example_value"] = torch_internals.fake_of(
+                torch_internals.fake_mode_of(example_value(node)), moved)
         node.replace_all_uses_with(attribute)
         for output in [u for u in attribute.users if u.op == "output"]:
             # (a caller gets a tensor of its own each call, as eager's: ConViT keeps it as
@@ -127,8 +137,9 @@ def _keepable(node: torch.fx.Node, device: torch.device) -> bool:
     and no view of it is returned, nor it or a view written, by what follows (it may be
     returned itself: the caller gets a copy)."""
     value = example_value(node)
-    if not isinstance(value, torch.Tensor) or not same_device(value.device, device) or \
-            value.numel() > MOST_ELEMENTS:
+    if not isinstance(value, torch.Tensor) or value.numel() > MOST_ELEMENTS:
+        return False
+    if not same_device(value.device, device) and not _an_index_only(node, device):
         return False
     memory = torch_internals.storage_identity(value)
     aliases = {node}
@@ -146,6 +157,24 @@ def _keepable(node: torch.fx.Node, device: torch.device) -> bool:
         if any(isinstance(v, torch.Tensor) and torch_internals.storage_identity(v) == memory
                for v in torch_internals.tree_flatten(example_value(later))[0]):
             aliases.add(later)
+    return True
+
+
+def _an_index_only(node: torch.fx.Node, device: torch.device) -> bool:
+    """Is `node` (a tensor on another device than the graph's) read only as the index of
+    `source[node]` where `source` lies on the graph's device? Then it may move there: torch
+    moves such an index itself (Data2Vec-Vision's and BEiT's relative position index, made on
+    the CPU per call, picks from a CUDA table)."""
+    if torch_internals.fake_mode_of(example_value(node)) is None or not node.users:
+        return False
+    for user in node.users:
+        if user.op != "call_function" or user.target is not operator.getitem or \
+                len(user.args) != 2 or user.args[1] is not node or user.args[0] is node:
+            return False
+        source = example_value(user.args[0]) if isinstance(user.args[0], torch.fx.Node) \
+            else None
+        if not isinstance(source, torch.Tensor) or not same_device(source.device, device):
+            return False
     return True
 
 

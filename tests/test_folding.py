@@ -127,3 +127,21 @@ def test_work_on_the_graphs_own_device_is_left_to_compile():
     module = _graph([("ones", torch.ones, ([4, 3],), {"device": "cuda"}),
                      ("scaled", torch.mul, ("x0", "ones"))], "scaled")
     assert fold_constants_elsewhere(module) == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the index moves for real: CUDA")
+def test_an_index_made_on_another_device_moves_to_the_graphs_own():
+    # (Data2Vec-Vision, BEiT: a relative position index made on the CPU per call picks from
+    # a CUDA table; torch moves such an index itself)
+    module = _graph([("positions", torch.arange, (3,), {"device": "cpu"}),
+                     ("reversed", torch.flip, ("positions", [0])),
+                     ("picked", operator.getitem, ("x0", "reversed"))], "picked")
+    assert fold_constants_elsewhere(module) == 1
+    assert module._ember_constant_0.device.type == "cuda"
+    x = torch.randn(4, 3, device="cuda")
+    torch.testing.assert_close(module(x)[0], x[torch.tensor([2, 1, 0])])
+    # read otherwise than as an index, it stays where it is
+    module = _graph([("positions", torch.arange, (3,), {"device": "cpu"}),
+                     ("picked", operator.getitem, ("x0", "positions")),
+                     ("total", torch.sum, ("positions",))], "picked", "total")
+    assert fold_constants_elsewhere(module) == 0

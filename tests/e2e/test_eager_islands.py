@@ -486,3 +486,37 @@ def test_a_table_built_on_the_cpu_and_moved_is_computed_once_and_compiles_whole(
         for mine, theirs in zip(compiled.parameters(), model.parameters()):
             assert_close(mine.grad, theirs.grad)
             mine.grad = theirs.grad = None
+
+
+class _CpuIndex(torch.nn.Module):
+    """Data2Vec-Vision's and BEiT's relative position bias: an index made on the CPU per call
+    picks from a table of parameters on the model's device."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(7, 2))
+
+    def forward(self, x):
+        n = x.shape[1]
+        offsets = torch.arange(n).view(1, -1) - torch.arange(n).view(-1, 1) + n - 1
+        bias = self.table[offsets.view(-1)].view(n, n, 2).permute(2, 0, 1)
+        return (x.unsqueeze(1) @ x.unsqueeze(1).transpose(-1, -2)).softmax(-1) + bias
+
+
+def test_an_index_made_on_the_cpu_moves_once_and_the_model_compiles_whole(
+        cpu_default_device):
+    torch.manual_seed(0)
+    model = _CpuIndex().to(DEVICE)
+    compiled = ember.compile(copy.deepcopy(model))
+    x = make(2, 4, 4).to(DEVICE)
+    explained = ember.explain(copy.deepcopy(model))(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
+    assert explained.eager_islands == []
+    for _ in range(2):
+        want = model(x)
+        want.sum().backward()
+        got = compiled(x)
+        got.sum().backward()
+        assert_close(got, want)
+        assert_close(compiled.table.grad, model.table.grad)
+        compiled.table.grad = model.table.grad = None
