@@ -424,18 +424,13 @@ class _CpuAttribute(torch.nn.Module):
         return torch.tanh(self.linear(x)) * self.scale.to(x.device)
 
 
-def test_a_tensor_kept_on_the_cpu_leaves_a_cuda_model_compiled():
-    # on CUDA the move reads the CPU input: that node is an eager island, the rest one
-    # compiled region (before, "tensors on several devices" sent the whole graph to eager)
-    torch.manual_seed(0)
-    model = _CpuAttribute().to(DEVICE).train()
-    assert model.scale.device.type == "cpu"
+def _compiled_whole_and_trained_as_eager(model, x, islands: int) -> None:
+    """`model` explained as one graph with `islands` eager islands, then two training steps
+    compiled against eager's: outputs and every gradient."""
     compiled = ember.compile(copy.deepcopy(model))
-    x = make(4, 8).to(DEVICE)
     explained = ember.explain(copy.deepcopy(model))(x)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    assert len(explained.eager_islands) == (0 if DEVICE == "cpu" else 1), \
-        explained.eager_islands
+    assert len(explained.eager_islands) == islands, explained.eager_islands
     for _ in range(2):
         want = model(x)
         want.sum().backward()
@@ -445,6 +440,16 @@ def test_a_tensor_kept_on_the_cpu_leaves_a_cuda_model_compiled():
         for mine, theirs in zip(compiled.parameters(), model.parameters()):
             assert_close(mine.grad, theirs.grad)
             mine.grad = theirs.grad = None
+
+
+def test_a_tensor_kept_on_the_cpu_leaves_a_cuda_model_compiled():
+    # on CUDA the move reads the CPU input: that node is an eager island, the rest one
+    # compiled region (before, "tensors on several devices" sent the whole graph to eager)
+    torch.manual_seed(0)
+    model = _CpuAttribute().to(DEVICE).train()
+    assert model.scale.device.type == "cpu"
+    _compiled_whole_and_trained_as_eager(model, make(4, 8).to(DEVICE),
+                                         islands=0 if DEVICE == "cpu" else 1)
 
 
 class _CpuTable(torch.nn.Module):
@@ -471,21 +476,8 @@ def test_a_table_built_on_the_cpu_and_moved_is_computed_once_and_compiles_whole(
     # (on CUDA its zeros, aranges, writes and move were eager islands: ConViT, MPNet,
     # XLNet; they are now a constant of the graph, ember/folding.py)
     torch.manual_seed(0)
-    model = _CpuTable().to(DEVICE).train()
-    compiled = ember.compile(copy.deepcopy(model))
-    x = make(2, 6, 4).to(DEVICE)
-    explained = ember.explain(copy.deepcopy(model))(x)
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    assert explained.eager_islands == []
-    for _ in range(2):
-        want = model(x)
-        want.sum().backward()
-        got = compiled(x)
-        got.sum().backward()
-        assert_close(got, want)
-        for mine, theirs in zip(compiled.parameters(), model.parameters()):
-            assert_close(mine.grad, theirs.grad)
-            mine.grad = theirs.grad = None
+    _compiled_whole_and_trained_as_eager(_CpuTable().to(DEVICE).train(),
+                                         make(2, 6, 4).to(DEVICE), islands=0)
 
 
 class _CpuIndex(torch.nn.Module):
@@ -506,17 +498,5 @@ class _CpuIndex(torch.nn.Module):
 def test_an_index_made_on_the_cpu_moves_once_and_the_model_compiles_whole(
         cpu_default_device):
     torch.manual_seed(0)
-    model = _CpuIndex().to(DEVICE)
-    compiled = ember.compile(copy.deepcopy(model))
-    x = make(2, 4, 4).to(DEVICE)
-    explained = ember.explain(copy.deepcopy(model))(x)
-    assert (explained.graph_count, explained.graph_break_count) == (1, 0)
-    assert explained.eager_islands == []
-    for _ in range(2):
-        want = model(x)
-        want.sum().backward()
-        got = compiled(x)
-        got.sum().backward()
-        assert_close(got, want)
-        assert_close(compiled.table.grad, model.table.grad)
-        compiled.table.grad = model.table.grad = None
+    _compiled_whole_and_trained_as_eager(_CpuIndex().to(DEVICE), make(2, 4, 4).to(DEVICE),
+                                         islands=0)
