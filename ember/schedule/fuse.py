@@ -64,6 +64,7 @@ class Scheduler(Realizing):
         self.buffers: list[Buffer] = []
         self._names = itertools.count()
         self._decided = False  # (every realized node known: temps may inherit a layout)
+        self._reads: dict[tuple[Node, Space], tuple[tuple[Node, Index], ...]] = {}
         self._inherited: dict[Node, tuple[int, ...] | None] = {}
 
 
@@ -73,15 +74,28 @@ class Scheduler(Realizing):
         # a kernel that reads it reads the base, which may be computed in that same kernel.
         return node in self.realized and node not in self.aliases
 
-    def reads_of(self, node: Node, space: Space) -> list[tuple[Node, Index]]:
+    def reads_of(self, node: Node, space: Space) -> tuple[tuple[Node, Index], ...]:
+        """The (boundary node, index) pairs computing `node` over `space` reads. Once every
+        realized node is decided these never change, and grouping asks for the same pairs
+        again and again (merges, the needs of a later kernel): kept per (node, space)
+        (a BERT-base backward's schedule, 0.54-0.67 s on the CPU, spent 56% here)."""
+        key = (node, space)
+        found = self._reads.get(key) if self._decided else None
+        if found is None:
+            found = tuple(self._reads_now(node, space))
+            if self._decided:
+                self._reads[key] = found
+        return found
+
+    def _reads_now(self, node: Node, space: Space) -> Iterator[tuple[Node, Index]]:
         if node.kind is Kind.REDUCTION:
             source, at = node.inputs[0], space_index(space[0])
             if self.is_boundary(source):
-                return [(source, at)]
-            return list(reads(source, at, self.is_boundary))
+                return iter([(source, at)])
+            return reads(source, at, self.is_boundary)
         index = store_index(node.shape, space)
         assert index is not None
-        return list(reads(node, index, self.is_boundary))
+        return reads(node, index, self.is_boundary)
 
     def canonical_index(self, node: Node, space: Space) -> Index | None:
         if node.kind is Kind.REDUCTION:
