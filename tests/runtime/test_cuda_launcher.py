@@ -4,15 +4,22 @@ so the packing of every argument type is checked without a GPU."""
 
 import ctypes
 import importlib.util
+import os
 import struct
+import sysconfig
 
 import pytest
 import torch
 
 from ember.runtime import cuda_launcher
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                reason="the launcher includes Triton's cuda.h")
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                       reason="the launcher includes Triton's cuda.h"),
+    pytest.mark.skipif(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],
+                                                       "Python.h")),
+                       reason="a Python extension: this Python has no headers"),
+]
 
 
 class _Config(ctypes.Structure):  # CUDA's CUlaunchConfig
