@@ -142,11 +142,25 @@ static int pack(char type, PyObject *value, uint64_t *slot, Py_ssize_t position)
   if (type == 'B' || type == 'H' || type == 'I' || type == 'L') {
     unsigned long long number = PyLong_AsUnsignedLongLong(value);
     if (number == (unsigned long long)-1 && PyErr_Occurred()) return -1;
-    *slot = number;
+    unsigned long long most = type == 'B' ? UINT8_MAX : type == 'H' ? UINT16_MAX
+                              : type == 'I' ? UINT32_MAX : UINT64_MAX;
+    if (number > most) {
+      PyErr_Format(PyExc_OverflowError, "argument %zd: %llu does not fit its type '%c'",
+                   position, number, type);
+      return -1;
+    }
+    *slot = number; /* (little-endian: its first bytes are the narrower value) */
     return 0;
   }
   long long number = PyLong_AsLongLong(value);
   if (number == -1 && PyErr_Occurred()) return -1;
+  long long most = type == 'b' ? INT8_MAX : type == 'h' ? INT16_MAX : type == 'i' ? INT32_MAX
+                                                                                  : INT64_MAX;
+  if (number > most || number < -most - 1) { /* (as Triton's launcher refuses it) */
+    PyErr_Format(PyExc_OverflowError, "argument %zd: %lld does not fit its type '%c'",
+                 position, number, type);
+    return -1;
+  }
   switch (type) {
     case 'b': { int8_t n = (int8_t)number; memcpy(slot, &n, 1); return 0; }
     case 'h': { int16_t n = (int16_t)number; memcpy(slot, &n, 2); return 0; }

@@ -117,6 +117,9 @@ def test_bad_calls_raise_and_a_failed_launch_says_so(recorded):
     with pytest.raises(TypeError):
         module.launch(1, 1, 1, 0, 1, False, False, None, None, (4, 1, 0, "i"), None, None,
                       None, "not a number")
+    with pytest.raises(OverflowError, match="does not fit"):  # (never truncated silently)
+        module.launch(1, 1, 1, 0, 1, False, False, None, None, (4, 1, 0, "i"), None, None,
+                      None, 2 ** 31)
     assert launches == []
     answer[0] = 1  # (CUDA_ERROR_INVALID_VALUE)
     with pytest.raises(RuntimeError, match="Triton Error"):
