@@ -85,24 +85,28 @@ def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
         if node.op not in CALLS or node.op == "call_module" or draws(node) or \
                 switches_grad_mode(node) or node.kwargs.get("requires_grad") is True:
             continue
-        if node.op == "call_method" and node.target == "to" and node.args and \
-                node.args[0] in constant:
-            _to_without_tensors(node)
-        if all(source in constant for source in node.all_input_nodes):
+        if all(source in constant for source in _sources(node)):
             constant.add(node)
     return constant
 
 
-def _to_without_tensors(node: torch.fx.Node) -> None:
-    """`x.to(other)` → `x.to(device=, dtype=)` of `other`'s example value, which the graph's
-    guards hold (XLNet's `-torch.eye(qlen).to(attn_mask)`): what it makes depends on `x`
-    alone."""
-    if len(node.args) != 2 or not isinstance(node.args[1], torch.fx.Node) or \
-            not isinstance(example_value(node.args[1]), torch.Tensor):
-        return
-    model = example_value(node.args[1])
-    node.args = (node.args[0],)
-    node.kwargs = {**node.kwargs, "device": model.device, "dtype": model.dtype}
+def _sources(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """What a call's value depends on: its input nodes, but for `x.to(other)` `x` alone
+    (`other` gives only its device and dtype, which the graph's guards hold: XLNet's
+    `-torch.eye(qlen).to(attn_mask)`)."""
+    if _moved_like(node) is not None:
+        return [node.args[0]]
+    return node.all_input_nodes
+
+
+def _moved_like(node: torch.fx.Node) -> torch.Tensor | None:
+    """`other`'s example value where `node` is `x.to(other)`, else None."""
+    if node.op != "call_method" or node.target != "to" or len(node.args) != 2 or \
+            not isinstance(node.args[0], torch.fx.Node) or \
+            not isinstance(node.args[1], torch.fx.Node):
+        return None
+    value = example_value(node.args[1])
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def _on_another_device(node: torch.fx.Node, device: torch.device) -> bool:
@@ -124,7 +128,7 @@ def _component(foreign: list[torch.fx.Node], constant: set[torch.fx.Node]
     stack = list(found)
     while stack:  # (and what those read)
         node = stack.pop()
-        for source in node.all_input_nodes:
+        for source in _sources(node):
             if source not in found:
                 found.add(source)
                 stack.append(source)
@@ -183,6 +187,12 @@ def _evaluate(gm: torch.fx.GraphModule, nodes: list[torch.fx.Node]) -> dict[torc
     values: dict[torch.fx.Node, Any] = {}
     with torch.no_grad():
         for node in nodes:
+            model = _moved_like(node)
+            if model is not None:
+                kwargs = torch.fx.node.map_arg(node.kwargs, values.__getitem__)
+                values[node] = values[node.args[0]].to(device=model.device, dtype=model.dtype,
+                                                       **kwargs)
+                continue
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), values.__getitem__)
             if node.op == "call_method":
                 receiver, *rest = args

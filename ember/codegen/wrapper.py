@@ -24,7 +24,7 @@ from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Op
 from ember.ir.sizes import Size, any_symbolic
 from ember.lower.tracer import OutputSpec
-from ember.passes.convolution_calls import convolution_call
+from ember.passes.convolution_calls import ConvolutionCall, convolution_call
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
 from ember.runtime.triton_launch import DeviceLaunch
@@ -51,24 +51,26 @@ def _relaid_operands(inputs: list, operand_strides: tuple | None) -> list[tuple[
             buffer.strides is not None and not lies_as(buffer, strides)]
 
 
-def _calls_cudnn(node: Any, inputs: list[Buffer], device: torch.device) -> bool:
-    """Is this library call a 2-d convolution (no bias, not transposed, sizes known) that
-    eager would hand to cuDNN? Then the wrapper calls cuDNN's entry point as eager's dispatch
-    does (torch_internals.cudnn_convolution), without that dispatch's host time."""
+def _cudnn_call(node: Any, inputs: list[Buffer], device: torch.device
+                ) -> ConvolutionCall | None:
+    """This library call as a 2-d convolution (no bias, not transposed, sizes known) that
+    eager would hand to cuDNN, or None. Then the wrapper calls cuDNN's entry point as eager's
+    dispatch does (torch_internals.cudnn_convolution), without that dispatch's host time."""
     call = convolution_call(node) if device.type == "cuda" else None
     if call is None or call.bias is not None or call.transposed or call.x.ndim != 4:
-        return False
+        return None
     layouts = node.attrs.get("operand_strides") or (None,) * len(inputs)
     operands = []
     for slot in node.attrs["args"][:2]:
         buffer = inputs[slot.index]
         strides = tuple(layouts[slot.index] or buffer.strides)
         if not all(type(n) is int for n in (*buffer.shape, *strides)):
-            return False
+            return None
         operands.append((tuple(buffer.shape), strides, buffer.dtype))
-    return _eager_calls_cudnn(*operands, tuple(call.stride), tuple(call.padding),
-                              tuple(call.dilation), call.groups, device,
-                              torch.backends.cudnn.enabled)
+    chosen = _eager_calls_cudnn(*operands, tuple(call.stride), tuple(call.padding),
+                                tuple(call.dilation), call.groups, device,
+                                torch.backends.cudnn.enabled)
+    return call if chosen else None
 
 
 @functools.cache
@@ -328,8 +330,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
-            if _calls_cudnn(node, step.inputs, w.device):
-                call = convolution_call(node)
+            call = _cudnn_call(node, step.inputs, w.device)
+            if call is not None:
                 target = w.constant(torch_internals.cudnn_convolution, "op")
                 arguments = [*arguments[:2], repr(call.stride), repr(call.padding),
                              repr(call.dilation), repr(call.groups)]

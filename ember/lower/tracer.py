@@ -543,4 +543,3 @@ def _options_per_dim(func: Any, args: tuple, template: tuple) -> tuple:
                  if k in where[1] and isinstance(value, (list, tuple)) and len(value) == 1
                  and spatial > 1 else value
                  for k, value in enumerate(template))
-
