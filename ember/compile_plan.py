@@ -8,6 +8,7 @@ not 16-byte aligned.
 
 from __future__ import annotations
 
+import concurrent.futures
 import math
 import time
 from collections.abc import Callable
@@ -75,12 +76,26 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         key = classes.key(sizes) if sizes and classes.names() <= set(sizes) \
             else classes.guessed()
     known: dict = {}  # (kernels compiled by one build, reused by the others)
+    loaded = None  # (each kernel's, where they compile beside the first run: compiled_later)
     if chosen == "triton":
-        sources, functions, misaligned = _triton_kernels(
+        sources, first_build, misaligned = _triton_kernels(
             plan, label, dump, build=classes.build(key) if classes else None, known=known)
+        if _compiles_later(dump):
+            loaded = {kernel.name: concurrent.futures.Future()
+                      for source in sources.values() for kernel in source.kernels}
+            functions = {kernel.name: triton_launch.PendingLaunch(loaded[kernel.name],
+                                                                  kernel.name, kernel.grid)
+                         for source in sources.values() for kernel in source.kernels}
+        else:
+            functions = first_build()
     else:
         sources, functions, misaligned = _c_kernels(plan, label, dump)
     clock("kernels")
+
+    def settled() -> None:
+        """Other builds wait for the first's kernels: they reuse them (`known`)."""
+        if wrappers_later is not None:
+            wrappers_later.result()
 
     def wrap(functions: dict[str, Any], checked: bool, fallback: Callable | None,
              wide: Callable | None = None, kernels: dict[str, Any] = sources,
@@ -111,8 +126,9 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     if chosen == "triton" and plan.graph.symbols:
         def wide_build() -> Callable:
             """Calls whose sizes take an offset past int32 run kernels with int64 indices."""
-            wide_sources, wide_functions, _ = _triton_kernels(plan, label, dump, wide=True)
-            return make_function(wrap(wide_functions, False, None, None, wide_sources, None),
+            settled()
+            wide_sources, wide_build, _ = _triton_kernels(plan, label, dump, wide=True)
+            return make_function(wrap(wide_build(), False, None, None, wide_sources, None),
                                  f"<ember wrapper {label} (int64 indices)>")
 
         wide = _Lazy(wide_build)
@@ -122,8 +138,10 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
             """The build for calls whose rows are of other classes (made on the first)."""
             logs.channel("perf").info("%s: kernels for row classes %s (%s)", label, key,
                                       classes.key_text())
-            built_sources, built, unaligned = _triton_kernels(
+            settled()
+            built_sources, built_build, unaligned = _triton_kernels(
                 plan, label, dump, build=classes.build(key), known=known, first=False)
+            built = built_build()
             # (called by the first build's wrapper once it has checked the reach and found
             # the key: these check neither)
             fallback = _Lazy(lambda: make_function(
@@ -135,19 +153,35 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         by_rows = _Builds(rows_build)
     # misaligned inputs take a build that does not assume 16-byte alignment (made on demand;
     # it checks the reach and the row classes too: its kernels are the first build's)
-    fallback = _Lazy(lambda: make_function(wrap(misaligned(), False, None, wide),
-                                           f"<ember wrapper {label} (misaligned inputs)>"))
-    wrappers = [wrap(functions, checked, fallback, wide, called_by_wrapper=False)
-                for checked in (True, False)]
-    logs.dump(dump, "wrapper.py", wrappers[1].text)
-    logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
+    def misaligned_wrapper() -> Callable:
+        settled()
+        return make_function(wrap(misaligned(), False, None, wide),
+                             f"<ember wrapper {label} (misaligned inputs)>")
+
+    fallback = _Lazy(misaligned_wrapper)
+
+    def wrappers_of(functions: dict[str, Any]) -> list[Any]:
+        """The checked wrapper (a first call's) and the fast one (every later call's)."""
+        wrappers = [wrap(functions, checked, fallback, wide, called_by_wrapper=False)
+                    for checked in (True, False)]
+        logs.dump(dump, "wrapper.py", wrappers[1].text)
+        logs.show_code(label, "wrapper (Python that launches the kernels)", wrappers[1].text)
+        return wrappers
+
+    wrappers_later = None
+    if loaded is None:
+        checked, fast = wrappers_of(functions)
+    else:  # (the first run's wrapper waits for each kernel; both are written once compiled)
+        checked, fast = wrap(functions, True, fallback, wide, called_by_wrapper=False), None
+        wrappers_later = _background.submit(compiled_later, first_build, loaded, wrappers_of,
+                                            label)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
     written = [index for index, _ in graph.writebacks]
-    compiled = CompiledGraph(wrappers[0], wrappers[1], tensor_positions, argument_count,
+    compiled = CompiledGraph(checked, fast, tensor_positions, argument_count,
                              eager, label, len(sources), library_calls, written,
-                             fallback_count)
+                             fallback_count, later=wrappers_later)
     # (what ahead-of-time analysis reads: ember/aot.py)
     compiled.plan = plan
     compiled.step_count = len(plan.steps)
@@ -158,6 +192,41 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         name: sum(math.prod(space.shape) * space.dtype.itemsize for space in source.workspaces)
         for name, source in sources.items() if getattr(source, "workspaces", None)}
     return compiled
+
+
+# Kernels compiled beside a graph's first run (compiled_later): a few threads, each waiting on
+# the compile workers most of its time.
+_background = concurrent.futures.ThreadPoolExecutor(4, "ember-kernels")
+
+
+def _compiles_later(dump: Any) -> bool:
+    """Do a graph's Triton kernels compile beside its first run? Not where the code is shown
+    or dumped: what is said about a compile is said before it returns."""
+    return config.settings.kernels_later and dump is None and \
+        not logs.enabled("output_code") and not triton_launch.interpreting()
+
+
+def compiled_later(first_build: Callable[..., dict[str, Any]],
+                   loaded: dict[str, concurrent.futures.Future],
+                   wrappers_of: Callable[[dict[str, Any]], list[Any]], label: str
+                   ) -> list[Any]:
+    """The first build's kernels compiled and loaded, each kernel's future in `loaded` settled
+    as soon as it is (the first run's launches wait for them), then its wrappers written with
+    them."""
+    start = time.perf_counter()
+    try:
+        built = first_build(lambda name, launch: loaded[name].set_result(launch))
+    except BaseException as error:
+        for future in loaded.values():
+            if not future.done():
+                future.set_exception(error)
+        raise
+    for name, future in loaded.items():  # (each was told already; kept whole regardless)
+        if not future.done():
+            future.set_result(built[name])
+    logs.channel("perf").info("%s: kernels ready %.1f ms after the compile returned", label,
+                              (time.perf_counter() - start) * 1e3)
+    return wrappers_of(built)
 
 
 def _c_kernels(plan: Plan, label: str, dump: Any):
@@ -181,7 +250,9 @@ def _c_kernels(plan: Plan, label: str, dump: Any):
 def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
                     build: tuple[dict, dict[str, int]] | None = None,
                     known: dict | None = None, first: bool = True):
-    """One Triton module for the plan; its kernels compiled for the GPU (or interpreted).
+    """One Triton module for the plan: its kernels' sources, a function that compiles them
+    for the GPU (or interprets them) and gives them by name (telling `ready(name, launch)` of
+    each as soon as it is loaded), and one that compiles the build for misaligned inputs.
     `wide`: a symbolic plan's build with int64 indices (made on the first call that needs
     it: its inputs' alignment is not assumed either). `build`: the row classes it serves and
     the divisibility promised of the symbols (RowClasses.build); `known`: kernels compiled by the
@@ -213,7 +284,8 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
         logs.channel("kernels").info("%s: %d Triton kernels, interpreted (%s)", label,
                                      len(kernels), module.__name__)
         launches = triton_launch.interpreted_kernels(module, kernels)
-        return sources, {k.name: f for k, f in zip(kernels, launches)}, None
+        interpreted = {k.name: f for k, f in zip(kernels, launches)}
+        return sources, lambda ready=None: interpreted, None
     inputs = set(plan.inputs)
 
     # (a symbol's divisibility promised to the kernels of rows of symbolic length)
@@ -221,19 +293,19 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
               not isinstance(launch.row, int) else 1 for name in k.sizes]
              for launch in launches for k in launch.kernels]
 
-    def compiled(assume_inputs_aligned: bool) -> dict[str, Any]:
+    def compiled(assume_inputs_aligned: bool, ready: Callable | None = None) -> dict[str, Any]:
         aligned = [[_known_aligned(b, inputs, assume_inputs_aligned) for b in k.arguments]
                    + promised for k, promised in zip(kernels, sized)]
         start = time.perf_counter()
         launches = triton_launch.compile_kernels(module, kernels, aligned, device_index,
-                                                 known)
+                                                 known, ready)
         logs.channel("kernels").info("%s: %d Triton kernels in %.3f s", label, len(kernels),
                                      time.perf_counter() - start)
         return {k.name: f for k, f in zip(kernels, launches)}
 
     if wide:
-        return sources, compiled(False), None
-    return sources, compiled(True), lambda: compiled(False)
+        return sources, lambda ready=None: compiled(False), None
+    return sources, lambda ready=None: compiled(True, ready), lambda: compiled(False)
 
 
 def _known_aligned(buffer: Buffer | Workspace, inputs: set[Buffer], assume_inputs: bool) -> bool:

@@ -173,6 +173,10 @@ FLAGS: tuple[Flag, ...] = (
          "Triton: launch compiled kernels through ember's one launcher (built once per "
          "machine) instead of the one Triton builds with the C compiler per argument list "
          "(0; see runtime/cuda_launcher.c)"),
+    Flag("kernels_later", "EMBER_KERNELS_LATER", "1", _flag,
+         "Triton: a graph's first run starts while its kernels still compile, each launch "
+         "waiting for its kernel (the first run's library calls meanwhile); 0: the compile "
+         "returns with every kernel loaded (see compile_plan.compiled_later)"),
     Flag("triton_workers", "EMBER_TRITON_WORKERS", "8", _count(0),
          "Triton: processes that compile a graph's kernels side by side (started with the "
          "first CUDA capture, at most one per core; 0: compile in threads of this process "
@@ -243,6 +247,7 @@ class Settings:
     dependent_launch: bool
     triton_file_key: bool
     triton_launcher: bool
+    kernels_later: bool
     triton_workers: int
     matmul_epilogue: bool
     saved_outputs: bool

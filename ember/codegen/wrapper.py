@@ -27,7 +27,7 @@ from ember.lower.tracer import OutputSpec
 from ember.passes.convolution_calls import ConvolutionCall, convolution_call
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
-from ember.runtime.triton_launch import DeviceLaunch
+from ember.runtime.triton_launch import DeviceLaunch, PendingLaunch
 from ember.runtime.wrappers import (  # noqa: F401  (re-exported: the wrapper's helpers)
     BuildNotKept,
     EmptyOn,
@@ -254,7 +254,8 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
         text, key = rows
         lines.append(f"row_key = {text}")
         lines.append(f"if row_key != {key!r}: return rows(row_key, args)")
-    if device.type == "cuda" and any(isinstance(f, DeviceLaunch) for f in functions.values()):
+    if device.type == "cuda" and any(isinstance(f, (DeviceLaunch, PendingLaunch))
+                                     for f in functions.values()):
         lines.extend(_cuda_prologue(plan, sources, w, check_alignment))
     if any(b.role in ("temp", "output") for b in plan.buffers) or \
             any(source.workspaces for source in sources.values()
@@ -452,6 +453,10 @@ def _launch(name: str, source: Any, functions: dict[str, Any], w: _Writer) -> li
             rest = ", ".join([w.named(handle, "function")] +
                              [w.constant(value, "meta") for value in fixed])
             lines.append(f"{w.constant(launcher, 'launch')}({gx}, {gy}, {gz}, stream, {rest}, "
+                         f"{tensors})")
+        elif isinstance(function, PendingLaunch):  # (a first run's, beside the compiles)
+            gx, gy, gz = function.grid
+            lines.append(f"{w.constant(function, 'pending')}({gx}, {gy}, {gz}, stream, "
                          f"{tensors})")
         elif any(isinstance(extent, str) for extent in kernel.grid):  # (interpreted)
             gx, gy, gz = kernel.grid

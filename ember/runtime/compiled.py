@@ -1,7 +1,9 @@
 """A compiled graph: the loaded kernels plus the generated wrapper that runs them.
 
 The first call runs a checked wrapper (library results must have eager's strides); later
-calls run the plain one. If the check fails the graph runs eagerly from then on, with a
+calls run the plain one. On CUDA the first call may start while the kernels still compile
+(`later`: its launches wait for them, compile_plan.compiled_later); the plain wrapper is
+written once they are loaded. If the check fails the graph runs eagerly from then on, with a
 warning: a layout ember did not predict must never turn into a wrong answer. An error a run
 raises is re-raised as eager raises it, from the user's line (runtime/errors); an error eager
 does not raise is ember's fault: the graph runs eagerly from then on, with a warning.
@@ -9,6 +11,8 @@ does not raise is ember's fault: the graph runs eagerly from then on, with a war
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +21,7 @@ import torch
 
 from ember import config, logs
 from ember.runtime.errors import raise_located
-from ember.runtime.wrappers import BuildNotKept, LayoutMismatch, WrapperSource
+from ember.runtime.wrappers import BuildNotKept, KernelsNotBuilt, LayoutMismatch, WrapperSource
 
 
 def make_function(source: WrapperSource, filename: str) -> Callable:
@@ -27,16 +31,22 @@ def make_function(source: WrapperSource, filename: str) -> Callable:
 
 
 class CompiledGraph:
-    def __init__(self, checked: WrapperSource, fast: WrapperSource, tensor_positions: list[int],
-                 argument_count: int, eager: Callable, label: str, kernel_count: int,
-                 library_count: int, written_inputs: list[int] = (),
-                 fallback_count: int = 0):
+    def __init__(self, checked: WrapperSource, fast: WrapperSource | None,
+                 tensor_positions: list[int], argument_count: int, eager: Callable, label: str,
+                 kernel_count: int, library_count: int, written_inputs: list[int] = (),
+                 fallback_count: int = 0,
+                 later: concurrent.futures.Future | None = None):
         self.checked = make_function(checked, f"<ember wrapper {label}>")
-        self.fast = make_function(fast, f"<ember wrapper {label}>")
-        self.wrapper_source = fast.text
-        self.wrappers = (checked, fast)  # (what a warm-start entry keeps: runtime/warm_cache)
+        # `later`: the kernels still compile; it gives the checked and the plain wrapper
+        # written with them (the checked one above waits for each kernel it launches)
+        self.pending = later  # (warm_cache.when_compiled: kept once compiled)
+        self._settling = threading.Lock()
+        self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
+        self._fast: Callable | None = None
         self.eager = eager
         self.label = label
+        if later is None:
+            self._settle(checked, fast)
         self.kernel_count = kernel_count
         self.library_count = library_count    # calls of aten ops at run time (matmul, ...)
         self.fallback_count = fallback_count  # of those, ops that have no lowering rule
@@ -53,6 +63,41 @@ class CompiledGraph:
         # the plan's steps (kernels, library calls, copies): what a CUDA graph's replay saves
         # (set by the backend; kept by a warm start, which keeps no plan)
         self.step_count: int | None = None
+
+    def _settle(self, checked: WrapperSource, fast: WrapperSource) -> None:
+        self._fast = make_function(fast, f"<ember wrapper {self.label}>")
+        self._wrappers = (checked, fast)
+
+    def _settled(self) -> None:
+        """Wait for the kernels compiled beside the first run (KernelsNotBuilt where they
+        failed) and take the wrappers written with them."""
+        if self._wrappers is not None:
+            return
+        try:
+            checked, fast = self.pending.result()
+        except Exception as error:
+            raise KernelsNotBuilt(f"its Triton kernels did not compile "
+                                  f"({type(error).__name__}: {error})") from error
+        with self._settling:
+            if self._wrappers is None:
+                self._settle(checked, fast)
+
+    @property
+    def fast(self) -> Callable:
+        """The plain wrapper (every call's after the first)."""
+        self._settled()
+        return self._fast
+
+    @property
+    def wrappers(self) -> tuple[WrapperSource, WrapperSource]:
+        """The checked and the plain wrapper (what a warm-start entry keeps:
+        runtime/warm_cache)."""
+        self._settled()
+        return self._wrappers
+
+    @property
+    def wrapper_source(self) -> str:
+        return self.wrappers[1].text
 
     @property
     def runs_eagerly(self) -> bool:
@@ -94,6 +139,10 @@ class CompiledGraph:
         try:
             return self._run(tensors)
         except LayoutMismatch:
+            return self.eager(*args)
+        except KernelsNotBuilt as error:  # (written inputs restored by _first_call)
+            logs.channel("fallbacks").warning("%s runs eagerly: %s", self.label, error)
+            self._run = None
             return self.eager(*args)
         except BuildNotKept as missing:  # (before anything ran: eager answers this call)
             if ("build", self.label) not in self._told:

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ import torch
 from ember import config, logs
 from ember.runtime import cuda_launcher, disk_cache, triton_pool
 from ember.runtime.triton_key import file_key, install_file_key  # noqa: F401
+from ember.runtime.wrappers import KernelsNotBuilt
 
 if TYPE_CHECKING:
     from ember.codegen.triton import TritonKernel
@@ -222,6 +223,32 @@ class DeviceLaunch:
         return (launcher, compiled.function, compiled.packed_metadata, None, None, None)
 
 
+class PendingLaunch:
+    """A kernel that the graph's first run launches while the kernels still compile (the
+    workers' compiles and the loads, on a thread of their own: compile_plan's
+    `compiled_later`): its launch waits for them, then launches as a DeviceLaunch does.
+    The first run so goes on beside the compiles (its library calls' first costs: cuBLAS's
+    handle and heuristics, attention's kernels loaded) instead of after them."""
+
+    def __init__(self, loaded: concurrent.futures.Future, name: str,
+                 grid: tuple[int | str, int | str, int | str]):
+        self.loaded = loaded  # (→ the kernel's DeviceLaunch, once loaded)
+        self.name = name
+        self.grid = grid
+        self.launch: DeviceLaunch | None = None
+
+    def __call__(self, gx: int, gy: int, gz: int, stream: int, *args: Any) -> None:
+        launch = self.launch
+        if launch is None:
+            try:
+                launch = self.launch = self.loaded.result()
+            except Exception as error:  # (the compile's own error, said by the graph)
+                raise KernelsNotBuilt(f"its Triton kernels did not compile "
+                                      f"({type(error).__name__}: {error})") from error
+        launcher, function, *fixed = launch.prefix()
+        launcher(gx, gy, gz, stream, function, *fixed, *args)
+
+
 _warm_ups: dict[str, threading.Thread] = {}
 
 
@@ -375,10 +402,13 @@ def rebuild_launch(text: str, source: CompileSource, grid: tuple) -> DeviceLaunc
 
 def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
                     aligned: list[list[bool | int]], device_index: int,
-                    known: dict[tuple, DeviceLaunch] | None = None) -> list[DeviceLaunch]:
+                    known: dict[tuple, DeviceLaunch] | None = None,
+                    ready: Callable[[str, DeviceLaunch], None] | None = None
+                    ) -> list[DeviceLaunch]:
     """Compile each kernel for the current GPU, several at a time, and load them. `known`:
     kernels compiled before for the same graph (another build of it), by what they compile
-    to; those compiled here are added."""
+    to; those compiled here are added. `ready(name, launch)`: told of each kernel as soon as
+    it is loaded (a first run beside the compile launches it then: PendingLaunch)."""
     warm_up()
     known = {} if known is None else known
     # kernels that differ only in their names (a model's repeated layers) compile once; a
@@ -391,6 +421,12 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     first_of: dict[tuple, int] = {}
     same_as = [first_of.setdefault(shape, i) for i, shape in enumerate(shapes)]
     distinct = sorted(i for i in set(same_as) if shapes[i] not in known)
+    users: dict[int, list[int]] = {}  # a distinct kernel → the kernels launched as it
+    for i, first in enumerate(same_as):
+        users.setdefault(first, []).append(i)
+        if ready is not None and shapes[first] in known:
+            ready(kernels[i].name, DeviceLaunch(known[shapes[first]].compiled, kernels[i].grid,
+                                                known[shapes[first]].source))
     # On a cold cache each new argument count also needs its C launcher built (a compiler
     # run): start those at once, beside the warm-up and the kernels' compilation.
     launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built) \
@@ -427,6 +463,9 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             logs.channel("perf").info("%s: waited %.3f s, triton.compile and load %.3f s",
                                        kernel.name, waited - start,
                                        time.perf_counter() - waited)
+            if ready is not None:
+                for i in users[position]:
+                    ready(kernels[i].name, DeviceLaunch(compiled, kernels[i].grid, source))
             return DeviceLaunch(compiled, kernels[position].grid, source)
 
         built = dict(zip(distinct, pool.map(build, distinct)))

@@ -20,6 +20,11 @@ class BuildNotKept(RuntimeError):
     first only): raised before the wrapper runs anything; eager answers that call."""
 
 
+class KernelsNotBuilt(RuntimeError):
+    """The graph's kernels, compiled while its first run went on, failed to compile: raised
+    by the first launch that waits for one (the graph then runs eagerly)."""
+
+
 class KernelIndexError(IndexError, RuntimeError):
     """An index out of range in a generated kernel. Eager raises IndexError for some ops
     (embedding, x[index]) and RuntimeError for others (gather, take, index_select): this is

@@ -245,12 +245,15 @@ class _Launcher:
         self.calls.append(((gx, gy, gz), rest[-3:]))
 
 
-def test_compiled_kernels_are_launched_on_grids_computed_per_call():
-    # the wrapper a CUDA graph gets, run on CPU tensors with the launcher stood in for
+@pytest.mark.parametrize("compiling", [False, True], ids=["compiled", "still_compiling"])
+def test_compiled_kernels_are_launched_on_grids_computed_per_call(compiling):
+    # the wrapper a CUDA graph gets, run on CPU tensors with the launcher stood in for;
+    # `compiling`: a first run's wrapper, written while the kernels still compiled
+    import concurrent.futures
     from types import SimpleNamespace
 
     from ember.runtime.compiled import make_function
-    from ember.runtime.triton_launch import DeviceLaunch
+    from ember.runtime.triton_launch import DeviceLaunch, PendingLaunch
 
     found = []
 
@@ -268,6 +271,12 @@ def test_compiled_kernels_are_launched_on_grids_computed_per_call():
     launcher = _Launcher()
     compiled = SimpleNamespace(run=launcher, function=None, packed_metadata=None)
     functions = {k.name: DeviceLaunch(compiled, k.grid) for ls in launches for k in ls.kernels}
+    if compiling:
+        loaded = {name: concurrent.futures.Future() for name in functions}
+        for name, launch in functions.items():
+            loaded[name].set_result(launch)
+        functions = {name: PendingLaunch(loaded[name], name, launch.grid)
+                     for name, launch in functions.items()}
     source = wrapper.write_wrapper(plan, lowered.outputs, lowered.output_tree,
                                    {launch.name: launch for launch in launches}, functions,
                                    torch.device("cuda", 0), checked=False,

@@ -49,3 +49,87 @@ def test_after_a_checked_first_call_the_fast_wrapper_runs():
         assert str(error) == "fast path"
     else:
         raise AssertionError("the fast wrapper did not run")
+
+
+# -- kernels compiled beside the first run (compile_plan.compiled_later) ------------------------
+
+class _StandInLaunch:
+    """A DeviceLaunch's part that a launch reads: a launcher that records its arguments."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+        self.grid = (4, 1, 1)
+
+    def prefix(self) -> tuple:
+        def launcher(*args):
+            self.calls.append(args)
+        return (launcher, "function0", "metadata0")
+
+
+def _graph_compiled_later(later, loaded):
+    """A graph whose first (checked) run launches kernel0 through a PendingLaunch on `loaded`
+    (the kernel, once compiled and loaded) and whose wrappers come from `later`."""
+    from ember.runtime.triton_launch import PendingLaunch
+
+    pending = PendingLaunch(loaded, "kernel0", (4, 1, 1))
+    checked = WrapperSource("def call(args):\n"
+                            "    args[0].add_(100)\n"  # (a write the first run makes)
+                            "    pending(4, 1, 1, 7, args[0])\n"
+                            "    return args[0] * 10\n", {"pending": pending})
+    return CompiledGraph(checked, None, tensor_positions=[0], argument_count=2, eager=_eager,
+                         label="graph_later", kernel_count=1, library_count=0,
+                         written_inputs=[0], later=later)
+
+
+def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fast_wrapper():
+    import concurrent.futures
+    import threading
+
+    calls = []
+    launches, later = concurrent.futures.Future(), concurrent.futures.Future()
+    fast = WrapperSource("def call(args):\n    return args[0] * 20\n", {})
+    compiled = _graph_compiled_later(later, launches)
+    assert compiled.pending is later
+
+    def compile_finishes():
+        launches.set_result(_StandInLaunch(calls))
+        later.set_result((WrapperSource("def call(args):\n    return None\n", {}), fast))
+
+    threading.Timer(0.05, compile_finishes).start()
+    x = torch.ones(2)
+    assert torch.equal(compiled(x, 3), torch.full((2,), 1010.0))  # waited for kernel0
+    (launched,) = calls
+    assert launched[:6] == (4, 1, 1, 7, "function0", "metadata0") and launched[6] is x
+    assert compiled.wrappers[1] is fast and compiled.wrapper_source == fast.text
+    assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
+
+
+def test_kernels_that_fail_to_compile_beside_the_first_run_leave_the_graph_to_eager():
+    import concurrent.futures
+
+    launches, later = concurrent.futures.Future(), concurrent.futures.Future()
+    error = RuntimeError("ptxas failed")
+    launches.set_exception(error)
+    later.set_exception(error)
+    compiled = _graph_compiled_later(later, launches)
+    x = torch.arange(4.0)
+    with captured_log("fallbacks") as records:
+        result = compiled(x, 3)
+    assert torch.equal(x, torch.arange(4.0) * 3)  # written once, by eager, from the inputs
+    assert torch.equal(result, torch.arange(4.0) * 3 + 1)
+    (record,) = records
+    assert record.levelno == logging.WARNING and "did not compile" in record.getMessage() \
+        and "ptxas failed" in record.getMessage()
+    assert torch.equal(compiled(torch.ones(2), 2), torch.full((2,), 3.0))  # eager from now on
+
+
+def test_kernels_compile_beside_the_first_run_only_where_nothing_shows_the_code():
+    from ember import compile_plan, config
+    from ember.runtime import triton_launch
+
+    with config.override(kernels_later=True):
+        # (the interpreter compiles nothing: its kernels are there at once)
+        assert compile_plan._compiles_later(None) is not triton_launch.interpreting()
+        assert not compile_plan._compiles_later(object())  # a dump folder
+    with config.override(kernels_later=False):
+        assert not compile_plan._compiles_later(None)
