@@ -441,11 +441,13 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
         # each distinct kernel compiled by a worker process into Triton's disk cache, where
         # its compile below finds it (runtime/triton_pool.py)
         compilers = triton_pool.start()
+        # (the longest first: the last kernels to start are then the quickest to compile)
+        longest_first = sorted(distinct, key=lambda position: -len(functions[position].text))
         ahead = {position: compilers.submit(module.__file__, functions[position].name,
                                           functions[position].signature,
                                           _attrs(aligned[position]),
                                           _options(functions[position]), target)
-                 for position in distinct} if compilers is not None else {}
+                 for position in longest_first} if compilers is not None else {}
 
         def build(position: int) -> DeviceLaunch:
             kernel = functions[position]
