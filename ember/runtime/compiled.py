@@ -39,8 +39,10 @@ class CompiledGraph:
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         # `later`: the kernels still compile; it gives the checked and the plain wrapper
         # written with them (the checked one above waits for each kernel it launches)
-        self.pending = later  # (warm_cache.when_compiled: kept once compiled)
+        self._later = later
         self._settling = threading.Lock()
+        self._hooks: list[Callable[[], None]] = []  # (run once the kernels are in: when_settled)
+        self._finished = later is None
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
         self.eager = eager
@@ -63,6 +65,8 @@ class CompiledGraph:
         # the plan's steps (kernels, library calls, copies): what a CUDA graph's replay saves
         # (set by the backend; kept by a warm start, which keeps no plan)
         self.step_count: int | None = None
+        if later is not None:  # (the hooks run as soon as the kernels are in, off the caller)
+            later.add_done_callback(lambda _: self._finish(quietly=True))
 
     def _settle(self, checked: WrapperSource, fast: WrapperSource) -> None:
         self._fast = make_function(fast, f"<ember wrapper {self.label}>")
@@ -74,13 +78,35 @@ class CompiledGraph:
         if self._wrappers is not None:
             return
         try:
-            checked, fast = self.pending.result()
+            checked, fast = self._later.result()
         except Exception as error:
             raise KernelsNotBuilt(f"its Triton kernels did not compile "
                                   f"({type(error).__name__}: {error})") from error
+        self._settle(checked, fast)  # (two threads may both: the same wrappers either way)
+
+    def _finish(self, quietly: bool = False) -> None:
+        """Settle and run the hooks, once, in whichever thread comes first (the compile's,
+        once the kernels are in; or the first call's end, which so finds them run)."""
         with self._settling:
-            if self._wrappers is None:
-                self._settle(checked, fast)
+            hooks, self._hooks = self._hooks, []
+            self._finished = True
+            try:
+                self._settled()
+            except KernelsNotBuilt:
+                if not quietly:
+                    raise
+            finally:
+                for hook in hooks:  # (a keep: it says itself why a graph is not kept)
+                    hook()
+
+    def when_settled(self, then: Callable[[], None]) -> None:
+        """then(), once the kernels are in (at once where they are): what keeps the graph for
+        a warm start (warm_cache.when_compiled), done before the first call returns."""
+        with self._settling:
+            if not self._finished:
+                self._hooks.append(then)
+                return
+        then()
 
     @property
     def fast(self) -> Callable:
@@ -123,6 +149,14 @@ class CompiledGraph:
             for i, value in saved.items():  # (__call__ asks eager next: from the same values)
                 tensors[i].copy_(value)
             raise
+        if self._later is not None:  # (waits for the hooks, where the compile's thread runs them)
+            try:
+                self._finish()  # (kernels the first run did not launch may have failed)
+            except KernelsNotBuilt as error:
+                logs.channel("fallbacks").warning("%s runs eagerly from now on: %s",
+                                                  self.label, error)
+                self._run = None
+                return result  # (every kernel this run launched was built)
         self._run = self.fast
         logs.channel("perf").info("%s: first run (checked, its launches' first loads) in %.1f "
                                   "ms", self.label, (time.perf_counter() - started) * 1e3)

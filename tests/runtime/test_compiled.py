@@ -89,7 +89,9 @@ def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fas
     launches, later = concurrent.futures.Future(), concurrent.futures.Future()
     fast = WrapperSource("def call(args):\n    return args[0] * 20\n", {})
     compiled = _graph_compiled_later(later, launches)
-    assert compiled.pending is later
+    kept = []  # (what warm_cache.when_compiled asks: the graph kept once its kernels are in)
+    compiled.when_settled(lambda: kept.append(compiled.wrappers[1]))
+    assert kept == []
 
     def compile_finishes():
         launches.set_result(_StandInLaunch(calls))
@@ -100,6 +102,7 @@ def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fas
     assert torch.equal(compiled(x, 3), torch.full((2,), 1010.0))  # waited for kernel0
     (launched,) = calls
     assert launched[:6] == (4, 1, 1, 7, "function0", "metadata0") and launched[6] is x
+    assert kept == [fast]  # (before the first call returned)
     assert compiled.wrappers[1] is fast and compiled.wrapper_source == fast.text
     assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
 

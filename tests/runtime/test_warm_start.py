@@ -124,7 +124,9 @@ BACKENDS = ["c", pytest.param("triton", marks=pytest.mark.skipif(
 
 
 def _process(cache: Path, program: str = PROGRAM, backend: str = "c") -> str:
-    environment = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_CACHE_DIR=str(cache),
+    # (ember's root first; what the caller's path holds too: packages installed there)
+    path = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    environment = dict(os.environ, PYTHONPATH=path, EMBER_CACHE_DIR=str(cache),
                        EMBER_WARM_START="1", EMBER_BACKEND=backend,
                        EMBER_LOGS="perf,kernels,fallbacks")
     if backend == "triton":  # (CPU tensors: Triton's interpreter runs the kernels)
