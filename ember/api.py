@@ -6,7 +6,7 @@ function (its guards, then the run; MISS where a guard fails). A call binds the 
 name, finds the first entry whose guards accept them and runs it; a miss captures
 again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
 function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so;
-once their calls keep running eagerly, they are called directly (EAGER_CALLS_BEFORE_DIRECT).
+once their calls keep running eagerly, they are called directly (ember/giving_up.py).
 """
 
 from __future__ import annotations
@@ -36,6 +36,13 @@ from ember.capture.guards import (
     same_tensor,
 )
 from ember.capture.symbols import FrameSizes
+from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-exported)
+    EAGER_CALLS_BEFORE_DIRECT,
+    GivingUp,
+    counted_eager_call,
+    ending_the_streak,
+)
+from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
 from ember.runtime import collector
 
@@ -106,20 +113,7 @@ class CaptureRecord:
     compiled: Callable | None = None         # what the backend returned
 
 
-# NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
-# eager one (its capture failed), or it is past the recompile limit and its kept versions
-# served none of them — is called directly after this many such calls in a row: __call__ then
-# costs one attribute read and a grad-mode test over the function itself, not a bind and the
-# entries' guards (microseconds per call). What the eager entries' guards watched for (another
-# type, dtype or shape, that capture could succeed on) is no longer asked, as Dynamo no longer
-# asks of a frame it skipped; grad mode still is (training after eval: a capture under the
-# other mode is tried, and the direct call serves only the modes whose calls all ran
-# eagerly). ember.reset() forgets it. Said once, on EMBER_LOGS=fallbacks.
-EAGER_CALLS_BEFORE_DIRECT = 8
-_grad_enabled = torch.is_grad_enabled
-
-
-class CompiledFunction:
+class CompiledFunction(GivingUp):
     def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
                  mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
                  collector: list | None = None, where: str | None = None,
@@ -239,29 +233,6 @@ class CompiledFunction:
             return self.function(*args, **kwargs)
         return self._miss(arguments, args, kwargs)
 
-    def ran_eagerly(self) -> None:
-        """One more call ran eagerly: past EAGER_CALLS_BEFORE_DIRECT in a row, with no
-        compiled version left that later calls could take, the function is called directly
-        in this grad mode."""
-        self.eager_streak += 1
-        if self.eager_streak < EAGER_CALLS_BEFORE_DIRECT or not (
-                self.given_up or all(entry.captured is None for entry in self.entries)):
-            return
-        if self.direct is None:
-            why = "past the recompile limit" if self.given_up else \
-                str(self.entries[0].eager_reason) if self.entries else "ember gave up"
-            logs.channel("fallbacks").info(
-                "%s: its last %d calls ran eagerly (%s); it is called directly from now on "
-                "(ember.reset() tries again)", self.where, self.eager_streak, why)
-        self.run_directly()
-
-    def run_directly(self) -> None:
-        """Calls in the current grad mode go straight to the function (see
-        EAGER_CALLS_BEFORE_DIRECT)."""
-        self.direct = self.function if self.bound_self is None else \
-            types.MethodType(self.function, self.bound_self)
-        self.direct_modes = self.direct_modes | {_grad_enabled()}
-
     def _eager(self, args: tuple, kwargs: dict) -> Any:
         if self.bound_self is not None:
             args = (self.bound_self, *args)
@@ -298,7 +269,7 @@ class CompiledFunction:
                     self.given_up = True
                     self.eager_streak = 0
                     for entry in self.entries:  # (a call a kept version serves ends the streak)
-                        entry.call = _ending_the_streak(self, entry.call)
+                        entry.call = ending_the_streak(self, entry.call)
                     return None
                 if logs.enabled("recompiles"):
                     logs.channel("recompiles").info(
@@ -425,7 +396,7 @@ class CompiledFunction:
             eager_guards = session.guards.only({"global", "type", "tensor", "length"})
             guard, text = compile_guards(eager_guards, scope, arguments)
             return CacheEntry(guard, self.caller, None, text, error,
-                              call=_counted_eager_call(self, guard))
+                              call=counted_eager_call(self, guard))
         return self._entry(captured, arguments, started)
 
     def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
@@ -498,34 +469,6 @@ class CompiledFunction:
         from ember import aot
 
         return aot.lower(self, args, kwargs)
-
-
-def _counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]
-                        ) -> Callable[[dict], Any]:
-    """An eager entry's call: its guards, then the function as it is, counted towards
-    calling it directly."""
-    caller = compiled.caller
-
-    def call(arguments: dict[str, Any]) -> Any:
-        if not guard(arguments):
-            return MISS
-        compiled.ran_eagerly()
-        return caller(arguments)
-
-    return call
-
-
-def _ending_the_streak(compiled: CompiledFunction, call: Callable[[dict], Any]
-                       ) -> Callable[[dict], Any]:
-    """A kept version's call past the recompile limit: a call it serves ends the run of
-    eager calls (the version is still wanted)."""
-    def serve(arguments: dict[str, Any]) -> Any:
-        result = call(arguments)
-        if result is not MISS:
-            compiled.eager_streak = 0
-        return result
-
-    return serve
 
 
 def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool = False,

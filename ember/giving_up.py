@@ -1,0 +1,94 @@
+"""What a compiled function does once ember gives up on it: its calls that run eagerly are
+counted, and past EAGER_CALLS_BEFORE_DIRECT in a row the function is called directly
+(GivingUp, a base of api.CompiledFunction); an eager entry's call and a kept version's call
+past the recompile limit, as they count.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember import logs
+from ember.capture.guards import MISS
+
+if TYPE_CHECKING:
+    from ember.api import CompiledFunction
+
+# NOTE: giving up is free. A function whose calls all run eagerly — every cache entry is an
+# eager one (its capture failed), or it is past the recompile limit and its kept versions
+# served none of them — is called directly after this many such calls in a row: __call__ then
+# costs one attribute read and a grad-mode test over the function itself, not a bind and the
+# entries' guards (microseconds per call). What the eager entries' guards watched for (another
+# type, dtype or shape, that capture could succeed on) is no longer asked, as Dynamo no longer
+# asks of a frame it skipped; grad mode still is (training after eval: a capture under the
+# other mode is tried, and the direct call serves only the modes whose calls all ran
+# eagerly). ember.reset() forgets it. Said once, on EMBER_LOGS=fallbacks.
+EAGER_CALLS_BEFORE_DIRECT = 8
+grad_enabled = torch.is_grad_enabled
+
+
+class GivingUp:
+    """The policy over a compiled function's own state, which its __call__ reads first on
+    every call: `direct` (what it then calls at once, in the grad modes of `direct_modes`),
+    `eager_streak` (calls in a row that ran eagerly since the last capture) and `given_up`
+    (past the recompile limit)."""
+
+    given_up: bool
+    direct: Callable | None
+    direct_modes: frozenset[bool]
+    eager_streak: int
+
+    def ran_eagerly(self) -> None:
+        """One more call ran eagerly: past EAGER_CALLS_BEFORE_DIRECT in a row, with no
+        compiled version left that later calls could take, the function is called directly
+        in this grad mode."""
+        self.eager_streak += 1
+        if self.eager_streak < EAGER_CALLS_BEFORE_DIRECT or not (
+                self.given_up or all(entry.captured is None for entry in self.entries)):
+            return
+        if self.direct is None:
+            why = "past the recompile limit" if self.given_up else \
+                str(self.entries[0].eager_reason) if self.entries else "ember gave up"
+            logs.channel("fallbacks").info(
+                "%s: its last %d calls ran eagerly (%s); it is called directly from now on "
+                "(ember.reset() tries again)", self.where, self.eager_streak, why)
+        self.run_directly()
+
+    def run_directly(self) -> None:
+        """Calls in the current grad mode go straight to the function (see
+        EAGER_CALLS_BEFORE_DIRECT)."""
+        self.direct = self.function if self.bound_self is None else \
+            types.MethodType(self.function, self.bound_self)
+        self.direct_modes = self.direct_modes | {grad_enabled()}
+
+
+def counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]
+                       ) -> Callable[[dict], Any]:
+    """An eager entry's call: its guards, then the function as it is, counted towards
+    calling it directly."""
+    caller = compiled.caller
+
+    def call(arguments: dict[str, Any]) -> Any:
+        if not guard(arguments):
+            return MISS
+        compiled.ran_eagerly()
+        return caller(arguments)
+
+    return call
+
+
+def ending_the_streak(compiled: CompiledFunction, call: Callable[[dict], Any]
+                      ) -> Callable[[dict], Any]:
+    """A kept version's call past the recompile limit: a call it serves ends the run of
+    eager calls (the version is still wanted)."""
+    def serve(arguments: dict[str, Any]) -> Any:
+        result = call(arguments)
+        if result is not MISS:
+            compiled.eager_streak = 0
+        return result
+
+    return serve
