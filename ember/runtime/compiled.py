@@ -41,7 +41,7 @@ class CompiledGraph:
         # written with them (the checked one above waits for each kernel it launches)
         self._later = later
         self._settling = threading.Lock()
-        self._hooks: list[Callable[[], None]] = []  # (run once the kernels are in: when_settled)
+        self._hooks: list[Callable[[], None]] = []  # (run at the first call's end: when_settled)
         self._finished = later is None
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
@@ -65,8 +65,6 @@ class CompiledGraph:
         # the plan's steps (kernels, library calls, copies): what a CUDA graph's replay saves
         # (set by the backend; kept by a warm start, which keeps no plan)
         self.step_count: int | None = None
-        if later is not None:  # (the hooks run as soon as the kernels are in, off the caller)
-            later.add_done_callback(lambda _: self._finish(quietly=True))
 
     def _settle(self, checked: WrapperSource, fast: WrapperSource) -> None:
         self._fast = make_function(fast, f"<ember wrapper {self.label}>")
@@ -84,24 +82,23 @@ class CompiledGraph:
                                   f"({type(error).__name__}: {error})") from error
         self._settle(checked, fast)  # (two threads may both: the same wrappers either way)
 
-    def _finish(self, quietly: bool = False) -> None:
-        """Settle and run the hooks, once, in whichever thread comes first (the compile's,
-        once the kernels are in; or the first call's end, which so finds them run)."""
+    def _finish(self) -> None:
+        """Settle and run the hooks, once: at the first call's end, on the caller's thread.
+        (Not on the compile's: a keep computes its key under the function's settings, which
+        config.override sets process-wide, and a compile on the caller's thread meanwhile
+        could restore the wrong ones.)"""
         with self._settling:
             hooks, self._hooks = self._hooks, []
             self._finished = True
             try:
                 self._settled()
-            except KernelsNotBuilt:
-                if not quietly:
-                    raise
             finally:
                 for hook in hooks:  # (a keep: it says itself why a graph is not kept)
                     hook()
 
     def when_settled(self, then: Callable[[], None]) -> None:
         """then(), once the kernels are in (at once where they are): what keeps the graph for
-        a warm start (warm_cache.when_compiled), done before the first call returns."""
+        a warm start (warm_cache.when_compiled), done at the end of the first call."""
         with self._settling:
             if not self._finished:
                 self._hooks.append(then)
@@ -149,7 +146,7 @@ class CompiledGraph:
             for i, value in saved.items():  # (__call__ asks eager next: from the same values)
                 tensors[i].copy_(value)
             raise
-        if self._later is not None:  # (waits for the hooks, where the compile's thread runs them)
+        if self._later is not None:
             try:
                 self._finish()  # (kernels the first run did not launch may have failed)
             except KernelsNotBuilt as error:

@@ -288,8 +288,8 @@ class Entry:
 def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
     """then(), once `compiled` is whole: at once, or (a training graph whose backward for
     every output compiles on while the first calls run) on that compile's thread when it
-    is done, or (a graph whose kernels compile beside its first run) once they are in,
-    before its first call returns, so a graph is never kept half compiled."""
+    is done, or (a graph whose kernels compile beside its first run) at the end of its
+    first call, once they are in, so a graph is never kept half compiled."""
     settled = getattr(compiled, "when_settled", None)
     if settled is not None:  # (a CompiledGraph whose kernels compile beside its first run)
         settled(then)
