@@ -324,10 +324,10 @@ def using(chosen: Settings) -> Iterator[Settings]:
         settings = saved
 
 
-def kernel_backend(device_type: str) -> str:
-    """Which code generator compiles for this device: EMBER_BACKEND, else C on the CPU and
-    Triton on CUDA."""
-    chosen = settings.backend
+def kernel_backend(device_type: str, under: Settings | None = None) -> str:
+    """Which code generator compiles for this device: EMBER_BACKEND (of `under`, else of the
+    process's settings), else C on the CPU and Triton on CUDA."""
+    chosen = (under if under is not None else settings).backend
     if chosen:
         return chosen
     return "triton" if device_type == "cuda" else "c"

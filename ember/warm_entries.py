@@ -304,9 +304,15 @@ def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any)
     rebuilt = Decoder().graph(graph)
     if rebuilt.code != captured.graph_module.code:
         raise NotKept("its FX graph does not come back the same")
-    with _compiling(function):
-        key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples])
-        if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs)):
+    # (the function's settings passed, not set: a keep may run on another thread than the
+    # caller's — a training graph's, once its backward compiled — and config.override sets
+    # them process-wide; the tapes' mode is the thread's own)
+    chosen = dataclasses.replace(config.settings, **function.settings)
+    tape = sys.modules.get("ember.autodiff.tape")
+    with tape.kept(True) if tape is not None else contextlib.nullcontext():
+        key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples], chosen)
+        if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs),
+                                    chosen):
             raise NotKept("its graph's warm-cache key differs for the graph kept")
     if not disk_cache.entry_path(warm_cache.KIND, key, ".pt").exists():
         raise NotKept("its compiled graph is not in the warm cache")

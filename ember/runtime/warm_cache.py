@@ -95,10 +95,10 @@ def machine(gpu: int | None = None) -> str:
     return found
 
 
-def uses_triton(example_inputs: list[Any]) -> bool:
+def uses_triton(example_inputs: list[Any], under: config.Settings | None = None) -> bool:
     """Are the graph's kernels Triton's (its tensors' device and EMBER_BACKEND)?"""
     devices = {x.device.type for x in example_inputs if isinstance(x, torch.Tensor)}
-    return config.kernel_backend("cuda" if "cuda" in devices else "cpu") == "triton"
+    return config.kernel_backend("cuda" if "cuda" in devices else "cpu", under) == "triton"
 
 
 def _gpu(example_inputs: list[Any]) -> int | None:
@@ -118,11 +118,13 @@ def tapes_kept() -> bool:
     return True if tape is None else tape.keeping()
 
 
-def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> str:
-    settings = dataclasses.asdict(config.settings)
+def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
+           chosen: config.Settings | None = None) -> str:
+    """The graph's key for these inputs under `chosen` settings (the process's where None)."""
+    settings = dataclasses.asdict(chosen if chosen is not None else config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
-    triton = uses_triton(example_inputs)
+    triton = uses_triton(example_inputs, chosen)
     parts = [repr(sorted(versions(triton).items())),
              machine(_gpu(example_inputs) if triton else None), repr(sorted(settings.items())),
              # (tapes: reduce-overhead's training graphs differentiate library calls without

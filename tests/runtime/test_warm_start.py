@@ -453,3 +453,17 @@ def test_a_rebuilt_wrapper_s_other_builds_are_the_cold_graph_s_or_say_they_are_m
     missing = Decoder(None, [], []).value(["cold_build", "rows"])
     with pytest.raises(BuildNotKept, match="rows of another length class"):
         missing((512, (1,)), ["x"])
+
+
+def test_a_function_with_settings_of_its_own_is_kept_under_them(cache):
+    # (its graph's key computed under the function's settings, passed rather than set
+    # process-wide: a keep may run on another thread than the caller's)
+    from ember import warm_entries
+
+    before, settings = dict(warm_entries.counts), config.settings
+    x = torch.randn(100)
+    compiled = ember.compile(_add_one, options={"parallel_threshold": 7})
+    assert torch.allclose(compiled(x), _add_one(x), atol=1e-6)
+    assert warm_entries.counts["kept"] == before["kept"] + 1
+    assert warm_entries.counts["not_kept"] == before["not_kept"]
+    assert config.settings is settings
