@@ -155,3 +155,52 @@ def test_one_kernel_module_written_by_threads_at_once(tmp_path):
         for thread in threads:
             thread.join()
     assert not errors, errors
+
+
+def test_each_kernel_is_told_ready_once_as_soon_as_its_compile_is_loaded(monkeypatch):
+    # compile_kernels(ready=...) feeds a first run beside the compile (PendingLaunch): every
+    # kernel once — one that repeats another (same_as, or the same body under another name)
+    # with the binary of the one compiled, one of a shape another build compiled (`known`)
+    # at once, before anything compiles — with its own grid. The GPU's parts stood in for.
+    import types
+
+    from ember.runtime import cuda_launcher, triton_launch
+
+    compiled_names = []
+
+    def compile_source(source, module):
+        compiled_names.append(source.name)
+        return f"binary of {source.name}"
+
+    monkeypatch.setattr(triton_launch, "warm_up", lambda workers=True: None)
+    monkeypatch.setattr(triton_launch, "_wait_for", lambda work: None)
+    monkeypatch.setattr(triton_launch, "compile_source", compile_source)
+    monkeypatch.setattr(triton_launch.triton_pool, "start", lambda target=None: None)
+    monkeypatch.setattr(cuda_launcher, "launcher", lambda: object())  # (no launcher builds)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    body = "    x = tl.arange(0, 8)\n    tl.store({1} + x, tl.tanh(tl.load({0} + x)) * {2})\n"
+    first = kernel("kernel0", ["a", "b"], body.format("a", "b", "2.0"))
+    renamed = kernel("kernel1", ["c", "d"], body.format("c", "d", "2.0"))
+    repeated = kernel("kernel2", ["a", "b"], body.format("a", "b", "2.0"))
+    repeated.same_as, repeated.grid = "kernel0", (9, 1, 1)
+    other = kernel("kernel3", ["a", "b"], body.format("a", "b", "3.0"))
+    known_before = kernel("kernel4", ["a", "b"], body.format("a", "b", "4.0"))
+    kernels = [first, renamed, repeated, other, known_before]
+    aligned = [[True, True]] * len(kernels)
+    known = {_shape_of(known_before, aligned[4]):
+             triton_launch.DeviceLaunch("binary of another build", (4, 1, 1))}
+    told = []
+    module = types.SimpleNamespace(__file__="kernels.py", __name__="ember_triton_test")
+    launches = triton_launch.compile_kernels(module, kernels, aligned, 0, known,
+                                             lambda name, launch: told.append((name, launch)))
+    assert sorted(compiled_names) == ["kernel0", "kernel3"]  # (one compile per shape)
+    assert told[0][0] == "kernel4"  # (told before any compile)
+    binaries = {name: (launch.compiled, launch.grid) for name, launch in told}
+    assert len(told) == len(binaries) == 5
+    assert binaries == {"kernel0": ("binary of kernel0", (4, 1, 1)),
+                        "kernel1": ("binary of kernel0", (4, 1, 1)),
+                        "kernel2": ("binary of kernel0", (9, 1, 1)),
+                        "kernel3": ("binary of kernel3", (4, 1, 1)),
+                        "kernel4": ("binary of another build", (4, 1, 1))}
+    assert [(launch.compiled, launch.grid) for launch in launches] == \
+        [binaries[k.name] for k in kernels]
