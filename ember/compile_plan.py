@@ -81,11 +81,11 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         sources, first_build, misaligned = _triton_kernels(
             plan, label, dump, build=classes.build(key) if classes else None, known=known)
         if _compiles_later(dump):
-            loaded = {kernel.name: concurrent.futures.Future()
-                      for source in sources.values() for kernel in source.kernels}
+            kernels = [kernel for source in sources.values() for kernel in source.kernels]
+            loaded = {kernel.name: concurrent.futures.Future() for kernel in kernels}
             functions = {kernel.name: triton_launch.PendingLaunch(loaded[kernel.name],
-                                                                  kernel.name, kernel.grid)
-                         for source in sources.values() for kernel in source.kernels}
+                                                                  kernel.grid)
+                         for kernel in kernels}
         else:
             functions = first_build()
     else:
@@ -221,7 +221,7 @@ def compiled_later(first_build: Callable[..., dict[str, Any]],
             if not future.done():
                 future.set_exception(error)
         raise
-    for name, future in loaded.items():  # (each was told already; kept whole regardless)
+    for name, future in loaded.items():  # (each was told already: none may wait forever)
         if not future.done():
             future.set_result(built[name])
     logs.channel("perf").info("%s: kernels compiled and loaded %.1f ms after they were handed "

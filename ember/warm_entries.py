@@ -308,8 +308,7 @@ def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any)
     # caller's — a training graph's, once its backward compiled — and config.override sets
     # them process-wide; the tapes' mode is the thread's own)
     chosen = dataclasses.replace(config.settings, **function.settings)
-    tape = sys.modules.get("ember.autodiff.tape")
-    with tape.kept(True) if tape is not None else contextlib.nullcontext():
+    with _taped():
         key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples], chosen)
         if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs),
                                     chosen):
@@ -498,14 +497,18 @@ def _seen(frame_sizes: Any, guards: Any) -> None:
 
 def _compiling(function: Any) -> contextlib.ExitStack:
     """The modes `function`'s graphs are compiled in (CompiledFunction._entry): its settings,
-    training graphs' library calls taped (autodiff/tape.py; where nothing imported it, that
-    is its default already)."""
+    training graphs' library calls taped."""
     modes = contextlib.ExitStack()
-    tape = sys.modules.get("ember.autodiff.tape")
-    if tape is not None:
-        modes.enter_context(tape.kept(True))
+    modes.enter_context(_taped())
     modes.enter_context(config.override(**function.settings))
     return modes
+
+
+def _taped() -> contextlib.AbstractContextManager:
+    """Training graphs' library calls taped, in this thread (autodiff/tape.py; where nothing
+    imported it, that is its default already)."""
+    tape = sys.modules.get("ember.autodiff.tape")
+    return tape.kept(True) if tape is not None else contextlib.nullcontext()
 
 
 def _recompile(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str) -> Any:

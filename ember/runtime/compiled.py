@@ -78,8 +78,7 @@ class CompiledGraph:
         try:
             checked, fast = self._later.result()
         except Exception as error:
-            raise KernelsNotBuilt(f"its Triton kernels did not compile "
-                                  f"({type(error).__name__}: {error})") from error
+            raise KernelsNotBuilt.because(error) from error
         self._settle(checked, fast)  # (two threads may both: the same wrappers either way)
 
     def _finish(self) -> None:

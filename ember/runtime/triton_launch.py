@@ -230,10 +230,9 @@ class PendingLaunch:
     The first run so goes on beside the compiles (its library calls' first costs: cuBLAS's
     handle and heuristics, attention's kernels loaded) instead of after them."""
 
-    def __init__(self, loaded: concurrent.futures.Future, name: str,
+    def __init__(self, loaded: concurrent.futures.Future,
                  grid: tuple[int | str, int | str, int | str]):
         self.loaded = loaded  # (→ the kernel's DeviceLaunch, once loaded)
-        self.name = name
         self.grid = grid
         self.launch: DeviceLaunch | None = None
 
@@ -243,8 +242,7 @@ class PendingLaunch:
             try:
                 launch = self.launch = self.loaded.result()
             except Exception as error:  # (the compile's own error, said by the graph)
-                raise KernelsNotBuilt(f"its Triton kernels did not compile "
-                                      f"({type(error).__name__}: {error})") from error
+                raise KernelsNotBuilt.because(error) from error
         launcher, function, *fixed = launch.prefix()
         launcher(gx, gy, gz, stream, function, *fixed, *args)
 
@@ -421,12 +419,17 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
     first_of: dict[tuple, int] = {}
     same_as = [first_of.setdefault(shape, i) for i, shape in enumerate(shapes)]
     distinct = sorted(i for i in set(same_as) if shapes[i] not in known)
+
+    def launch_of(i: int, binary: DeviceLaunch) -> DeviceLaunch:
+        """Kernel i launched as `binary` (its own, or the one compiled for its shape: a
+        kernel launched as another's keeps the other's source, what compiled it)."""
+        return DeviceLaunch(binary.compiled, kernels[i].grid, binary.source)
+
     users: dict[int, list[int]] = {}  # a distinct kernel → the kernels launched as it
     for i, first in enumerate(same_as):
         users.setdefault(first, []).append(i)
         if ready is not None and shapes[first] in known:
-            ready(kernels[i].name, DeviceLaunch(known[shapes[first]].compiled, kernels[i].grid,
-                                                known[shapes[first]].source))
+            ready(kernels[i].name, launch_of(i, known[shapes[first]]))
     # On a cold cache each new argument count also needs its C launcher built (a compiler
     # run): start those at once, beside the warm-up and the kernels' compilation.
     launchers = sorted({tuple(k.signature.values()) for k in kernels} - _launchers_built) \
@@ -465,21 +468,19 @@ def compile_kernels(module: types.ModuleType, kernels: list[TritonKernel],
             logs.channel("perf").info("%s: waited %.3f s, triton.compile and load %.3f s",
                                        kernel.name, waited - start,
                                        time.perf_counter() - waited)
+            launch = DeviceLaunch(compiled, kernels[position].grid, source)
             if ready is not None:
                 for i in users[position]:
-                    ready(kernels[i].name, DeviceLaunch(compiled, kernels[i].grid, source))
-            return DeviceLaunch(compiled, kernels[position].grid, source)
+                    ready(kernels[i].name, launch_of(i, launch))
+            return launch
 
         built = dict(zip(distinct, pool.map(build, distinct)))
         for future in prebuilt:
             future.result()
     for position, launch in built.items():
         known[shapes[position]] = launch
-    # (a kernel launched as another's binary keeps the other's source: what compiled it)
-    return [built[i] if i in built else
-            DeviceLaunch(known[shapes[first]].compiled, kernel.grid,
-                         known[shapes[first]].source)
-            for i, (kernel, first) in enumerate(zip(kernels, same_as))]
+    return [built[i] if i in built else launch_of(i, known[shapes[first]])
+            for i, first in enumerate(same_as)]
 
 
 def _shape_of(kernel: TritonKernel, aligned: Sequence[bool],

@@ -24,6 +24,10 @@ class KernelsNotBuilt(RuntimeError):
     """The graph's kernels, compiled while its first run went on, failed to compile: raised
     by the first launch that waits for one (the graph then runs eagerly)."""
 
+    @classmethod
+    def because(cls, error: Exception) -> KernelsNotBuilt:
+        return cls(f"its Triton kernels did not compile ({type(error).__name__}: {error})")
+
 
 class KernelIndexError(IndexError, RuntimeError):
     """An index out of range in a generated kernel. Eager raises IndexError for some ops

@@ -275,7 +275,7 @@ def test_compiled_kernels_are_launched_on_grids_computed_per_call(compiling):
         loaded = {name: concurrent.futures.Future() for name in functions}
         for name, launch in functions.items():
             loaded[name].set_result(launch)
-        functions = {name: PendingLaunch(loaded[name], name, launch.grid)
+        functions = {name: PendingLaunch(loaded[name], launch.grid)
                      for name, launch in functions.items()}
     source = wrapper.write_wrapper(plan, lowered.outputs, lowered.output_tree,
                                    {launch.name: launch for launch in launches}, functions,

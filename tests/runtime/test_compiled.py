@@ -71,7 +71,7 @@ def _graph_compiled_later(later, loaded):
     (the kernel, once compiled and loaded) and whose wrappers come from `later`."""
     from ember.runtime.triton_launch import PendingLaunch
 
-    pending = PendingLaunch(loaded, "kernel0", (4, 1, 1))
+    pending = PendingLaunch(loaded, (4, 1, 1))
     checked = WrapperSource("def call(args):\n"
                             "    args[0].add_(100)\n"  # (a write the first run makes)
                             "    pending(4, 1, 1, 7, args[0])\n"
