@@ -52,8 +52,10 @@ def cache_info() -> dict:
     entry (c: kernel libraries, warm: compiled graphs for a warm start, function: functions'
     entries for a warm start before capture) the entries, bytes and last use.
     `python -m ember cache [--clear]` prints it (and empties the cache)."""
+    from ember.runtime import warm_cache
     from ember.runtime.disk_cache import cache_info as info
 
+    warm_cache.finish_keeps()  # (what is being kept is counted)
     return info()
 
 

@@ -554,7 +554,11 @@ def _warm_up_triton() -> None:
 
 
 def reset() -> None:
-    """Forget every compiled version of every function (like torch._dynamo.reset)."""
+    """Forget every compiled version of every function (like torch._dynamo.reset), once the
+    graphs being kept for a warm start are written."""
+    from ember.runtime import warm_cache
+
+    warm_cache.finish_keeps()
     for compiled in list(_registry):
         compiled.reset()
 

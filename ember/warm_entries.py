@@ -124,13 +124,16 @@ def _describe(value: Any, depth: int = 0) -> str:
 def keep(function: Any, entry: Any, key: str) -> None:
     """Store a captured entry under `key` (never raises: it runs either way; why it is not
     kept is said on EMBER_LOGS=perf); a graph whose backward still compiles is kept once
-    it is done (warm_cache.when_compiled)."""
-    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, key))
+    it is done (warm_cache.when_compiled), on another thread: its graph's key is computed
+    there under this thread's modes now, those the graph was compiled under."""
+    with _taped():
+        modes = warm_cache.thread_modes()
+    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, key, modes))
 
 
-def _keep_now(function: Any, entry: Any, key: str) -> None:
+def _keep_now(function: Any, entry: Any, key: str, modes: tuple) -> None:
     try:
-        _keep(function, entry, key)
+        _keep(function, entry, key, modes)
     except Exception as error:  # noqa: BLE001
         from ember.capture.records import NotKept
 
@@ -141,8 +144,9 @@ def _keep_now(function: Any, entry: Any, key: str) -> None:
                                   f"{type(error).__name__}: ", error)
 
 
-def _keep(function: Any, entry: Any, key: str) -> None:
-    from ember.capture.records import Encoder, NotKept, inlined_file, versioned
+def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
+    from ember.capture.records import (Encoder, NotKept, inlined_file, made_by_dataclasses,
+                                       versioned)
 
     captured = entry.captured
     if captured.break_reason is not None or captured.resumptions or captured.callees:
@@ -177,13 +181,13 @@ def _keep(function: Any, entry: Any, key: str) -> None:
     graph = encoder.graph(captured.graph_module)
     examples = [_example(value) for value in captured.example_inputs]
     for code in captured.inlined_codes:  # (the code it inlined, by its file)
-        if not versioned(code.co_filename):
+        if not (versioned(code.co_filename) or made_by_dataclasses(code)):
             path, digest = inlined_file(code)
             encoder.files[path] = digest
     compiled = entry.compiled
     passthrough = bool(getattr(compiled, "passthrough", False))
     if not passthrough:
-        _check_graph_kept(function, graph, examples, captured)
+        _check_graph_kept(function, graph, examples, captured, modes)
     record = {"versions": warm_cache.versions(), "where": function.where,
               "files": sorted([path, digest] for path, digest in encoder.files.items()),
               "guards": guards, "identities": identities, "modules": modules,
@@ -296,7 +300,8 @@ def _stand_in(example: list) -> Any:
     return tensor.requires_grad_(requires_grad)
 
 
-def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any) -> None:
+def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any,
+                      modes: tuple) -> None:
     """The compiled graph must come back in a new process: the FX graph rebuilt from what is
     kept gives the same code and the same warm-cache key, and the warm cache holds it."""
     from ember.capture.records import Decoder, NotKept
@@ -304,15 +309,13 @@ def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any)
     rebuilt = Decoder().graph(graph)
     if rebuilt.code != captured.graph_module.code:
         raise NotKept("its FX graph does not come back the same")
-    # (the function's settings passed, not set: a keep may run on another thread than the
-    # caller's — a training graph's, once its backward compiled — and config.override sets
-    # them process-wide; the tapes' mode is the thread's own)
+    # (the function's settings and the caller's modes passed, not set: a keep runs on
+    # another thread, and config.override sets settings process-wide)
     chosen = dataclasses.replace(config.settings, **function.settings)
-    with _taped():
-        key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples], chosen)
-        if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs),
-                                    chosen):
-            raise NotKept("its graph's warm-cache key differs for the graph kept")
+    key = warm_cache.key_of(rebuilt, [_stand_in(e) for e in examples], chosen, modes)
+    if key != warm_cache.key_of(captured.graph_module, list(captured.example_inputs), chosen,
+                                modes):
+        raise NotKept("its graph's warm-cache key differs for the graph kept")
     if not disk_cache.entry_path(warm_cache.KIND, key, ".pt").exists():
         raise NotKept("its compiled graph is not in the warm cache")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import enum
 import functools
 import hashlib
 import os
@@ -123,8 +124,18 @@ _VERSIONED = tuple({_package_folder(torch), _package_folder(sys.modules["ember"]
                       for name in ("stdlib", "platstdlib"))})
 
 
+def made_by_dataclasses(code: types.CodeType) -> bool:
+    """A method @dataclass wrote (__init__, __eq__, ... from "<string>"): no file holds it;
+    what decides it is its class's definition, whose file a record names wherever the
+    capture reached the class (a guard on it, or the runner making one), and Python's
+    version."""
+    return code.co_filename == "<string>" and \
+        code.co_qualname.startswith("__create_fn__.<locals>.")
+
+
 def versioned(path: str) -> bool:
-    return os.path.realpath(path).startswith(_VERSIONED)
+    # ("<frozen _collections_abc>": a module frozen into the interpreter, its version's own)
+    return path.startswith("<frozen ") or os.path.realpath(path).startswith(_VERSIONED)
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -140,11 +151,15 @@ class Encoder:
     def __init__(self, reached: dict[int, tuple[Any, Source]] | None = None) -> None:
         self.files: dict[str, str] = {}
         self.reached = reached or {}
+        self._decoder: Decoder | None = None
 
     def decoder(self) -> Decoder:
-        """A decoder for what this encoder wrote, its reached objects the ones it knows."""
-        by_source = {source.expr(): value for value, source in self.reached.values()}
-        return Decoder(lambda source: by_source[source.expr()])
+        """A decoder for what this encoder wrote, its reached objects the ones it knows (made
+        once: every value encoded is decoded again to check it)."""
+        if self._decoder is None:
+            by_source = {source.expr(): value for value, source in self.reached.values()}
+            self._decoder = Decoder(lambda source: by_source[source.expr()])
+        return self._decoder
 
     def value(self, value: Any) -> list:
         code = self._encode(value)
@@ -266,6 +281,18 @@ def _name(value: Any) -> tuple[str, str] | None:
     """(module, attribute path) that finds `value` again, through sys.modules (a property
     through its class, by its getter's name: what a class-member guard expects)."""
     named = value.fget if isinstance(value, property) and value.fget is not None else value
+    if isinstance(value, (staticmethod, classmethod)):  # (as its class's __dict__ holds it)
+        qualname = getattr(value.__func__, "__qualname__", "")
+        owner, _, attribute = qualname.rpartition(".")
+        module = getattr(value.__func__, "__module__", None)
+        if owner and "<" not in qualname and isinstance(module, str):
+            path = f"{owner}.__dict__.{attribute}"
+            try:
+                if _resolve(module, path) is value:
+                    return module, path
+            except Unresolved:
+                pass
+        return None
     module = getattr(named, "__module__", None)
     objclass = getattr(value, "__objclass__", None)
     candidates = []
@@ -275,23 +302,43 @@ def _name(value: Any) -> tuple[str, str] | None:
                 candidates.append((module, name))
             if objclass is not None and "." not in name:  # (a method of a C class)
                 candidates.append((objclass.__module__, f"{objclass.__qualname__}.{name}"))
+    if isinstance(value, enum.Enum):  # (a member: by its class's name and its own)
+        kind = type(value)
+        candidates.append((kind.__module__, f"{kind.__qualname__}.{value.name}"))
     for module_name, attribute in candidates:
         try:
-            if _resolve(module_name, attribute) is value:
-                return module_name, attribute
+            found = _resolve(module_name, attribute)
         except Unresolved:
             continue
+        # (a decorated function: the name finds its wrapper, which holds it as __wrapped__,
+        # functools.wraps' way; transformers' models' forwards are such)
+        for _ in range(_WRAPPERS_FOLLOWED + 1):
+            if found is value:
+                return module_name, attribute
+            found = getattr(found, "__wrapped__", None)
+            if found is None:
+                break
+            attribute += ".__wrapped__"
+    # (a module's own singleton, such as dataclasses' _FIELD: a global of its class's module)
+    home = sys.modules.get(getattr(type(value), "__module__", None) or "")
+    for name, member in (vars(home).items() if home is not None else ()):
+        if member is value and isinstance(name, str) and name.isidentifier():
+            return home.__name__, name
     return None
+
+
+_WRAPPERS_FOLLOWED = 4
 
 
 def _resolve(module_name: str, attribute: str) -> Any:
     found: Any = sys.modules.get(module_name)
     if found is None:
         raise Unresolved(f"the module {module_name} is not imported")
-    for part in attribute.split("."):
-        try:
-            found = getattr(found, part)
-        except AttributeError:
+    parts = attribute.split(".")
+    for at, part in enumerate(parts):
+        try:  # (after "__dict__", an item of the class's own: a staticmethod as it is)
+            found = found[part] if at and parts[at - 1] == "__dict__" else getattr(found, part)
+        except (AttributeError, KeyError):
             raise Unresolved(f"{module_name}.{attribute} does not exist") from None
     return found
 

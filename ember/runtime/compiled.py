@@ -82,10 +82,8 @@ class CompiledGraph:
         self._settle(checked, fast)  # (two threads may both: the same wrappers either way)
 
     def _finish(self) -> None:
-        """Settle and run the hooks, once: at the first call's end, on the caller's thread.
-        (Not on the compile's: a keep computes its key under the function's settings, which
-        config.override sets process-wide, and a compile on the caller's thread meanwhile
-        could restore the wrong ones.)"""
+        """Settle and run the hooks, once: at the first call's end, on the caller's thread
+        (a keep's hook hands it to warm_cache's keeping thread)."""
         with self._settling:
             hooks, self._hooks = self._hooks, []
             self._finished = True

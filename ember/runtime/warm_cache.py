@@ -17,6 +17,7 @@ compiled again.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -118,9 +119,17 @@ def tapes_kept() -> bool:
     return True if tape is None else tape.keeping()
 
 
+def thread_modes() -> tuple:
+    """What a graph's code depends on besides its settings and inputs: grad and autocast
+    modes, deterministic algorithms, tapes (all but the third the thread's own)."""
+    return (torch.is_grad_enabled(), torch_internals.autocast_state(),
+            torch.are_deterministic_algorithms_enabled(), tapes_kept())
+
+
 def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
-           chosen: config.Settings | None = None) -> str:
-    """The graph's key for these inputs under `chosen` settings (the process's where None)."""
+           chosen: config.Settings | None = None, modes: tuple | None = None) -> str:
+    """The graph's key for these inputs under `chosen` settings (the process's where None)
+    and `modes` (thread_modes(), this thread's where None)."""
     settings = dataclasses.asdict(chosen if chosen is not None else config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
@@ -129,8 +138,7 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
              machine(_gpu(example_inputs) if triton else None), repr(sorted(settings.items())),
              # (tapes: reduce-overhead's training graphs differentiate library calls without
              # them, autodiff/tape.py)
-             repr((torch.is_grad_enabled(), torch_internals.autocast_state(),
-                   torch.are_deterministic_algorithms_enabled(), tapes_kept())),
+             repr(modes if modes is not None else thread_modes()),
              gm.code]
     for node in gm.graph.nodes:
         if node.op == "get_attr":
@@ -288,19 +296,37 @@ class Entry:
 
 
 def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
-    """then(), once `compiled` is whole: at once, or (a training graph whose backward for
-    every output compiles on while the first calls run) on that compile's thread when it
-    is done, or (a graph whose kernels compile beside its first run) at the end of its
-    first call, once they are in, so a graph is never kept half compiled."""
+    """then(), once `compiled` is whole, on the keeping thread (never on the caller's path: a
+    keep encodes, checks and writes a record, ~0.1 s for a ViT): at once, or (a training
+    graph whose backward for every output compiles on while the first calls run) when that
+    compile is done, or (a graph whose kernels compile beside its first run) at the end of
+    its first call, once they are in, so a graph is never kept half compiled. One thread
+    keeps them all, in the order they were asked for (a function's entry before capture is
+    kept after the graph's record it names); `finish_keeps()` waits for them."""
+    def keep_later() -> None:
+        try:
+            _keeping.submit(then)
+        except RuntimeError:  # (the interpreter is shutting down: keep it here, now)
+            then()
+
     settled = getattr(compiled, "when_settled", None)
     if settled is not None:  # (a CompiledGraph whose kernels compile beside its first run)
-        settled(then)
+        settled(keep_later)
         return
     pending = getattr(compiled, "pending", None)
     if pending is None:
-        then()
+        keep_later()
     else:
-        pending.add_done_callback(lambda _: then())
+        pending.add_done_callback(lambda _: keep_later())
+
+
+# (a pool's worker is joined at the interpreter's exit: the keeps asked for are written)
+_keeping = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ember-keep")
+
+
+def finish_keeps() -> None:
+    """Wait for the keeps asked for so far (ember.reset, ember.cache_info, tests)."""
+    _keeping.submit(lambda: None).result()
 
 
 def _stand_ins(examples: list[Any]) -> list[Any]:

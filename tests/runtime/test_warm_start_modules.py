@@ -106,6 +106,7 @@ else:
 # (sympy: the capture's first fake tensor imports it, and so does eager's optimizer)
 imported = [m for m in ("ember.capture.captured", "ember.backends", "sympy")
             if m in sys.modules and (m != "sympy" or sys.argv[2] == "infer")]
+ember.runtime.warm_cache.finish_keeps()  # (a keep runs on its own thread)
 print("report", json.dumps({"counts": warm_entries.counts, "imported": imported}))
 """
 
@@ -142,6 +143,7 @@ def main():
 
 
 main()
+ember.runtime.warm_cache.finish_keeps()  # (a keep runs on its own thread)
 print("report", json.dumps({"counts": warm_entries.counts,
                             "imported": [m for m in ("ember.capture.captured", "sympy")
                                          if m in sys.modules]}))
