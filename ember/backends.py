@@ -228,10 +228,13 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
     if training:
         return compile_training(graph, lowered, extras, tensor_positions, example_inputs,
                                 gm, label, dump, clock)
+    # (an ahead-of-time compile's first call is its compiled form's: ember/aot.py)
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
                       len(example_inputs), gm.forward, label, dump, clock,
                       lowered.library_calls,
-                      _example_sizes(graph, example_inputs, tensor_positions, extras))
+                      _example_sizes(graph, example_inputs, tensor_positions, extras),
+                      eager_first=config.settings.eager_first and
+                      not warm_cache.is_bypassed())
 
 
 def _example_sizes(graph: Graph, example_inputs: list[Any], tensor_positions: list[int],
@@ -477,7 +480,11 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                          lowered.output_tree, output_count, tensor_positions, extras, label,
                          gm.forward, grad_inside=not torch.is_grad_enabled(),
                          without=without if specializing else None, ahead=ahead,
-                         start_backward=start_backward)
+                         start_backward=start_backward,
+                         # (not an ahead-of-time compile's: ember/aot.py)
+                         eager_first=config.settings.eager_first and
+                         not getattr(forward, "kernels_in", True) and
+                         not warm_cache.is_bypassed())
 
 
 # compiles that run on while the first calls do (a training graph's backward for every

@@ -46,12 +46,14 @@ from ember.schedule.plan import Buffer, LibraryCall, Plan
 def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                extras: list[torch.Tensor], tensor_positions: list[int], argument_count: int,
                eager: Callable, label: str, dump: Any, clock: Any,
-               fallback_count: int = 0, sizes: dict[str, int] | None = None
-               ) -> CompiledGraph | InterpretedGraph:
+               fallback_count: int = 0, sizes: dict[str, int] | None = None,
+               eager_first: bool = False) -> CompiledGraph | InterpretedGraph:
     """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
     tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
     when its compiled form gives up; `sizes`: a symbolic graph's symbols in the call it is
-    compiled for (its first build serves that call's row classes)."""
+    compiled for (its first build serves that call's row classes); `eager_first`: a first
+    call that comes while the kernels still compile runs `eager` beside them (where `eager`
+    is the graph as eager runs it, not the IR interpreted)."""
     device = graph.device
     chosen = kernel_backend(device.type)
     if chosen == "interp":
@@ -181,7 +183,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     written = [index for index, _ in graph.writebacks]
     compiled = CompiledGraph(checked, fast, tensor_positions, argument_count,
                              eager, label, len(sources), library_calls, written,
-                             fallback_count, later=wrappers_later)
+                             fallback_count, later=wrappers_later,
+                             eager_first=eager_first)
     # (what ahead-of-time analysis reads: ember/aot.py)
     compiled.plan = plan
     compiled.step_count = len(plan.steps)

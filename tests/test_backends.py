@@ -47,6 +47,36 @@ def test_training_graphs_compile_forward_and_backward():
         assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
 
 
+def test_a_training_graph_s_first_call_while_its_kernels_compile_runs_eagerly():
+    # (as where its forward's Triton kernels compile beside the first call: the kernels'
+    # future stood in for, on the CPU's compiled graph)
+    import concurrent.futures
+
+    def fn(x, w):
+        return torch.tanh(x @ w).sum()
+
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 5, requires_grad=True)
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    pending = concurrent.futures.Future()
+    compiled.forward_graph._later, compiled._eager_first = pending, True
+    with captured_log("perf") as records:
+        loss = compiled(x, w)
+    loss.backward()
+    eager_x, eager_w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    fn(eager_x, eager_w).backward()
+    torch.testing.assert_close(loss, fn(x, w))
+    torch.testing.assert_close(x.grad, eager_x.grad)
+    torch.testing.assert_close(w.grad, eager_w.grad)
+    assert any("run eagerly while its kernels compile" in r.getMessage() for r in records)
+    assert compiled.output_views is None  # (its compiled forward has not run)
+    pending.set_result(None)  # (the kernels are in: the next call runs the compiled step)
+    x.grad = w.grad = None
+    compiled(x, w).backward()
+    assert compiled.output_views is not None
+    torch.testing.assert_close(x.grad, eager_x.grad)
+    torch.testing.assert_close(w.grad, eager_w.grad)
+
+
 def test_a_training_graph_says_which_backward_arguments_the_forward_saved():
     def fn(x, w):
         return (x @ w).relu().sum(1), x.sum()  # the product is saved, the rest recomputed

@@ -4,6 +4,10 @@ eager's answers; a changed function, helper file or global is captured again (ne
 stale answer); guards still refuse other calls; a corrupt or foreign entry is rebuilt;
 EMBER_WARM_START=0 keeps none. Each process runs on a temporary EMBER_CACHE_DIR."""
 
+import collections.abc
+import dataclasses
+import enum
+import functools
 import os
 import subprocess
 import sys
@@ -325,6 +329,44 @@ def test_objects_without_a_name_are_not_kept():
     changed = ["function", __name__, "_scaled", "0" * 64]
     with pytest.raises(records.Unresolved):  # (a function whose code is another now)
         records.Decoder().value(changed)
+
+
+class _Kind(enum.Enum):
+    ONE = 1
+
+
+class _Holder:
+    @staticmethod
+    def bucket(x):
+        return x
+
+    @classmethod
+    def make(cls):
+        return cls()
+
+
+@functools.wraps(_add_one)
+def _renaming(*args, **kwargs):  # (a decorator's wrapper: its name finds the wrapper)
+    return _add_one(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class _Output:
+    value: int = 0
+
+
+def test_values_libraries_hold_are_found_again_by_name():
+    # what transformers' models reach: the function under a decorator (by __wrapped__), an
+    # enum's member, a module's own singleton, a class's staticmethod as its __dict__ holds
+    # it; each decoded back to the very object
+    encoder = records.Encoder()
+    for value in (_renaming.__wrapped__, _Kind.ONE, dataclasses._FIELD,
+                  vars(_Holder)["bucket"], vars(_Holder)["make"]):
+        assert records.Decoder().value(encoder.value(value)) is value
+    assert records.versioned(collections.abc.Mapping.get.__code__.co_filename)  # (frozen)
+    made = _Output.__init__.__code__  # (written by @dataclass: its class's file decides it)
+    assert records.made_by_dataclasses(made)
+    assert not records.made_by_dataclasses(_add_one.__code__)
 
 
 def test_inlined_code_is_vouched_for_only_by_the_file_that_holds_it(tmp_path, monkeypatch):

@@ -34,6 +34,10 @@ def main() -> None:
                         help="the first call under torch.profiler: its ops by CPU time, every "
                              "thread (the autograd engine runs a CUDA backward on its own)")
     parser.add_argument("--dump", default="", help="with --profile: write the stats to this file")
+    parser.add_argument("--calls", type=int, default=1,
+                        help="time this many calls (the second: what a first call left)")
+    parser.add_argument("--switch-interval", type=float, default=0.0,
+                        help="sys.setswitchinterval for the calls (seconds; 0: Python's own)")
     options = parser.parse_args()
     if not options.warm:
         cold = tempfile.mkdtemp(prefix="ember-first-call-")
@@ -56,6 +60,10 @@ def main() -> None:
         step.model_slot[0] = ember.compile(step.model)
     elif options.variant == "tc":
         step.model_slot[0] = torch.compile(step.model)
+    if options.switch_interval:
+        import sys
+
+        sys.setswitchinterval(options.switch_interval)
     profiler = cProfile.Profile()
     traced = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) \
         if options.trace else contextlib.nullcontext()
@@ -70,6 +78,14 @@ def main() -> None:
     print(f"== {options.model} {options.variant}: first call "
           f"{time.perf_counter() - start:.3f} s"
           + (" (under cProfile)" if options.profile else ""))
+    for call in range(2, options.calls + 1):
+        start = time.perf_counter()
+        with torch.set_grad_enabled(options.mode == "train"):
+            step(*args)
+        if options.device == "cuda":
+            torch.cuda.synchronize()
+        print(f"== {options.model} {options.variant}: call {call} "
+              f"{time.perf_counter() - start:.3f} s")
     if options.trace:
         print(traced.key_averages().table(sort_by="cpu_time_total", row_limit=options.rows,
                                           max_name_column_width=70))

@@ -35,7 +35,7 @@ class CompiledGraph:
                  tensor_positions: list[int], argument_count: int, eager: Callable, label: str,
                  kernel_count: int, library_count: int, written_inputs: list[int] = (),
                  fallback_count: int = 0,
-                 later: concurrent.futures.Future | None = None):
+                 later: concurrent.futures.Future | None = None, eager_first: bool = False):
         self.checked = make_function(checked, f"<ember wrapper {label}>")
         # `later`: the kernels still compile; it gives the checked and the plain wrapper
         # written with them (the checked one above waits for each kernel it launches)
@@ -43,6 +43,9 @@ class CompiledGraph:
         self._settling = threading.Lock()
         self._hooks: list[Callable[[], None]] = []  # (run at the first call's end: when_settled)
         self._finished = later is None
+        # a first call that comes while they compile runs eagerly beside them (its result
+        # is then eager's, sooner than the slowest kernel); the next one waits for them
+        self._eager_first = eager_first and later is not None
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
         self.eager = eager
@@ -103,6 +106,11 @@ class CompiledGraph:
         then()
 
     @property
+    def kernels_in(self) -> bool:
+        """Are its kernels compiled and loaded (those compiled beside its first run too)?"""
+        return self._later is None or self._later.done()
+
+    @property
     def fast(self) -> Callable:
         """The plain wrapper (every call's after the first)."""
         self._settled()
@@ -159,6 +167,10 @@ class CompiledGraph:
     def __call__(self, *args: Any) -> Any:
         if self._run is None:
             return self.eager(*args)
+        if self._eager_first:
+            self._eager_first = False
+            if not self._later.done():
+                return self._eager_beside_the_compile(args)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
         if self.written_inputs and (
                 shares_written_memory(tensors, self.written_inputs, self.label, self._told)
@@ -183,6 +195,14 @@ class CompiledGraph:
             if not self.written_inputs or self._run == self._first_call:
                 return self._eager_after(error, args)
             raise_located(error, self.eager, args, self.label)
+
+    def _eager_beside_the_compile(self, args: tuple) -> Any:
+        started = time.perf_counter()
+        result = self.eager(*args)
+        logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in "
+                                  "%.1f ms (the next call waits for them)", self.label,
+                                  (time.perf_counter() - started) * 1e3)
+        return result
 
     def _eager_after(self, error: Exception, args: tuple) -> Any:
         result = eager_after(error, self.eager, args, self.label, "compiled code")

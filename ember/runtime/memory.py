@@ -9,7 +9,6 @@ per 2 MiB: the same buffer costs ~5 ms. Nothing is reused or kept, so nothing ca
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import sys
 from pathlib import Path
@@ -33,8 +32,9 @@ def _madvise():
         return None
     if "[never]" in setting:
         return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    function = libc.madvise
+    # (the process's own symbols, libc's among them: find_library("c") would run ldconfig
+    # or a compiler, 6-200 ms of a first call)
+    function = ctypes.CDLL(None, use_errno=True).madvise
     function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     function.restype = ctypes.c_int
     return function

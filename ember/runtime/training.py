@@ -5,6 +5,7 @@ backward and any optimizer sees ordinary .grad tensors."""
 from __future__ import annotations
 
 import concurrent.futures
+import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -34,8 +35,12 @@ class TrainingGraph:
                  output_tree: Any, output_count: int, tensor_positions: list[int],
                  extras: list[torch.Tensor], label: str, eager: Any, grad_inside: bool = False,
                  without: Any = None, ahead: dict | None = None,
-                 start_backward: Callable[[], None] | None = None):
+                 start_backward: Callable[[], None] | None = None, eager_first: bool = False):
         self.forward_graph = forward
+        # a first call that comes while the forward's kernels, or the backward compiled
+        # ahead, still compile runs eagerly beside them (the graph as eager runs it, under
+        # autograd); the next one waits for them
+        self._eager_first = eager_first
         # (the backward for every output: compiled, or a Future of it — compiled on a thread
         # while the first calls run, where the backward they most likely take was compiled
         # ahead: see backends.compile_training)
@@ -86,6 +91,25 @@ class TrainingGraph:
     @backward_graph.setter
     def backward_graph(self, compiled: Any) -> None:
         self._backward = compiled
+
+    def _compiled_now(self) -> bool:
+        """Are the forward's kernels in, and the backwards compiled ahead with theirs?"""
+        for graph in (self.forward_graph, *self._backwards.values()):
+            if isinstance(graph, concurrent.futures.Future):
+                if not graph.done():
+                    return False
+                graph = graph.result() if graph.exception() is None else None
+            if not getattr(graph, "kernels_in", True):
+                return False
+        return True
+
+    def _eager_beside_the_compile(self, args: tuple) -> Any:
+        started = time.perf_counter()
+        result = self.eager(*args)
+        logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in "
+                                  "%.1f ms (the next call waits for them)", self.label,
+                                  (time.perf_counter() - started) * 1e3)
+        return result
 
     def after_backward(self) -> None:
         """A backward has run: the backward for every output, where its compile waited for
@@ -193,6 +217,10 @@ class TrainingGraph:
             [args[i] for i in self.tensor_positions], written, self.label, self._told)
 
     def __call__(self, *args: Any) -> Any:
+        if self._eager_first:
+            self._eager_first = False
+            if not self._compiled_now():
+                return self._eager_beside_the_compile(args)
         if self._backward_ran and self._start_backward is not None:
             self._start_deferred_backward()
         if self._gave_up() or self._aliased(args):

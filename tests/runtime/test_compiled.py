@@ -66,7 +66,7 @@ class _StandInLaunch:
         return (launcher, "function0", "metadata0")
 
 
-def _graph_compiled_later(later, loaded):
+def _graph_compiled_later(later, loaded, eager_first=False):
     """A graph whose first (checked) run launches kernel0 through a PendingLaunch on `loaded`
     (the kernel, once compiled and loaded) and whose wrappers come from `later`."""
     from ember.runtime.triton_launch import PendingLaunch
@@ -78,7 +78,7 @@ def _graph_compiled_later(later, loaded):
                             "    return args[0] * 10\n", {"pending": pending})
     return CompiledGraph(checked, None, tensor_positions=[0], argument_count=2, eager=_eager,
                          label="graph_later", kernel_count=1, library_count=0,
-                         written_inputs=[0], later=later)
+                         written_inputs=[0], later=later, eager_first=eager_first)
 
 
 def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fast_wrapper():
@@ -105,6 +105,48 @@ def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fas
     assert kept == [fast]  # (before the first call returned)
     assert compiled.wrappers[1] is fast and compiled.wrapper_source == fast.text
     assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
+
+
+def test_a_first_call_while_the_kernels_compile_runs_eagerly_and_the_next_waits_for_them():
+    import concurrent.futures
+    import threading
+
+    calls = []
+    launches, later = concurrent.futures.Future(), concurrent.futures.Future()
+    fast = WrapperSource("def call(args):\n    return args[0] * 20\n", {})
+    compiled = _graph_compiled_later(later, launches, eager_first=True)
+    kept = []
+    compiled.when_settled(lambda: kept.append(compiled.wrappers[1]))
+    x = torch.arange(4.0)
+    with captured_log("perf") as records:
+        result = compiled(x, 3)
+    assert torch.equal(x, torch.arange(4.0) * 3)  # eager's write, once
+    assert torch.equal(result, torch.arange(4.0) * 3 + 1)
+    assert calls == [] and kept == []  # (nothing launched, nothing kept yet)
+    assert "run eagerly while its kernels compile" in records[0].getMessage()
+
+    def compile_finishes():
+        launches.set_result(_StandInLaunch(calls))
+        later.set_result((WrapperSource("def call(args):\n    return None\n", {}), fast))
+
+    threading.Timer(0.05, compile_finishes).start()
+    y = torch.ones(2)
+    assert torch.equal(compiled(y, 3), torch.full((2,), 1010.0))  # the checked run, waited
+    assert len(calls) == 1 and kept == [fast]
+    assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
+
+
+def test_a_first_call_after_the_kernels_compiled_runs_them():
+    import concurrent.futures
+
+    calls = []
+    launches, later = concurrent.futures.Future(), concurrent.futures.Future()
+    launches.set_result(_StandInLaunch(calls))
+    later.set_result((WrapperSource("def call(args):\n    return None\n", {}),
+                      WrapperSource("def call(args):\n    return args[0] * 20\n", {})))
+    compiled = _graph_compiled_later(later, launches, eager_first=True)
+    assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 1010.0))
+    assert len(calls) == 1
 
 
 def test_kernels_that_fail_to_compile_beside_the_first_run_leave_the_graph_to_eager():

@@ -233,6 +233,45 @@ def test_a_changed_method_is_stale(project):
     assert _run(project)["counts"] == _counts(hits=1)
 
 
+ZOO_PROGRAM = """
+import json, sys
+import torch
+import ember
+from ember import warm_entries
+from ember.bench import zoo
+
+spec = zoo.find(sys.argv[2])
+torch.manual_seed(0)
+step, args = zoo.instantiate(spec, "infer", "tiny", "cpu")
+eager = step.model_slot[0]
+with torch.no_grad():
+    want = step(*args)
+    step.model_slot[0] = ember.compile(eager)
+    got = step(*args)
+assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+ember.runtime.warm_cache.finish_keeps()  # (a keep runs on its own thread)
+print("report", json.dumps({"counts": warm_entries.counts,
+                            "imported": [m for m in ("ember.capture.captured",)
+                                         if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("model", ["gpt2", "t5"])
+def test_a_transformers_model_starts_warm_before_capture(tmp_path, model):
+    # (the real library's forward: under a decorator whose wrapper holds it, reading an
+    # enum's member, dataclasses' sentinel, a staticmethod, @dataclass's __init__ and
+    # Mapping.get from a frozen module, all found again by name in the new process)
+    pytest.importorskip("transformers")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "zoo_model.py").write_text(ZOO_PROGRAM)
+    first = run_warm_program(project, "zoo_model.py", model)
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = run_warm_program(project, "zoo_model.py", model)
+    assert second["counts"] == _counts(hits=1), second["said"][-3000:]
+    assert second["imported"] == []  # (nothing captured)
+
+
 # -- in this process: what a module's identity guard no longer stands for ----------------
 class _Stack(torch.nn.Module):
     def __init__(self):
