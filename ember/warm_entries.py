@@ -145,8 +145,7 @@ def _keep_now(function: Any, entry: Any, key: str, modes: tuple) -> None:
 
 
 def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
-    from ember.capture.records import (Encoder, NotKept, inlined_file, made_by_dataclasses,
-                                       versioned)
+    from ember.capture.records import Encoder, NotKept, inlined_file, made_by_dataclasses, versioned
 
     captured = entry.captured
     if captured.break_reason is not None or captured.resumptions or captured.callees:
@@ -162,9 +161,11 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
     if any(value is torch_internals.hook_tables_unchanged for value in scope["K"]):
         raise NotKept("it calls a module with hooks (their tables are guarded as the objects "
                       "they are)")
-    reached, identities = _module_identities(captured)
+    own = _made_by_the_capture(captured)
+    reached, identities = _module_identities(captured, own)
     encoder = Encoder(reached)
-    guards = _hooks_counted_here(encoder.guards(captured.guards), scope["K"])
+    guards = _hooks_counted_here(encoder.guards(_without_own(captured.guards, own)),
+                                 scope["K"])
     identities = [[encoder.value(type(module)), [encoder.value(s) for s in found]]
                   for module, found in identities]
     modules = []
@@ -174,7 +175,9 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
         if module is None or module.__dict__ is not globals_dict:
             raise NotKept("it reads the globals of a module sys.modules does not hold")
         modules.append(name)
-    constants = [_constant(encoder, value) for value in scope["K"]]
+    owned = {id(o) for i in own for o in (scope["K"][i], vars(scope["K"][i]))}
+    constants = [["plain", None] if index in own else _constant(encoder, value, owned)
+                 for index, value in enumerate(scope["K"])]
     inputs = [encoder.value(source) for source in captured.input_sources]
     namespace = [[name, encoder.value(value)] for name, value in
                  captured.runner_namespace.items()]
@@ -200,7 +203,50 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
     counts["kept"] += 1
 
 
-def _module_identities(captured: Any) -> tuple[dict[int, tuple[Any, Any]], list]:
+def _made_by_the_capture(captured: Any) -> set[int]:
+    """The scope's K that hold modules made inside the compiled code (transformers' BERT
+    makes a CrossEntropyLoss in its forward): the capture made one, inlined its forward and
+    guards it as K[i]; nothing but the entry can reach it, so those guards hold for every
+    call, and a new process needs neither them nor the module. Kept so only where no runner
+    line and no other guard reads it."""
+    from ember.capture.sources import ConstantSource
+
+    constants = captured.scope["K"]
+    found = {guard.source.index for guard in captured.guards.guards.values()
+             if guard.kind == "id" and isinstance(guard.source, ConstantSource) and
+             isinstance(constants[guard.source.index], torch.nn.Module) and
+             guard.expected is constants[guard.source.index]}
+    read = captured.runner_source + "".join(captured.runner_lines)
+    return {index for index in found
+            if f"K[{index}]" not in read and
+            not any(value is constants[index] for value in captured.runner_namespace.values())
+            and not any(guard.expected is constants[index] and
+                        _rooted_at(guard.source) != index
+                        for guard in captured.guards.guards.values())}
+
+
+def _rooted_at(source: Any) -> int | None:
+    """The K index a source reads from (K[i].attr, K[i]._buffers['w']), else None."""
+    from ember.capture import sources
+
+    while isinstance(source, (sources.AttrSource, sources.ItemSource, sources.EntrySource)):
+        source = source.base
+    return source.index if isinstance(source, sources.ConstantSource) else None
+
+
+def _without_own(guards: Any, own: set[int]) -> Any:
+    """`guards` less those on the entry's own objects (_made_by_the_capture)."""
+    if not own:
+        return guards
+    kept = guards.only({guard.kind for guard in guards.guards.values()})
+    kept.guards = {key: guard for key, guard in guards.guards.items()
+                   if _rooted_at(guard.source) not in own}
+    kept.shapes = guards.shapes
+    return kept
+
+
+def _module_identities(captured: Any, own: set[int] = frozenset()
+                       ) -> tuple[dict[int, tuple[Any, Any]], list]:
     """The nn.Modules the capture knows by identity ("id" guards), each with the sources that
     reach it: a new process finds them again through these (the first of each), its
     __dict__ through the module (ember/capture/records.py's `reached`); and the list of
@@ -214,6 +260,8 @@ def _module_identities(captured: Any) -> tuple[dict[int, tuple[Any, Any]], list]
     found: dict[int, tuple[Any, list]] = {}
     for guard in captured.guards.guards.values():
         if guard.kind == "id" and isinstance(guard.expected, torch.nn.Module):
+            if _rooted_at(guard.source) in own:
+                continue
             if not _reachable(guard.source):
                 raise NotKept(f"a {type(guard.expected).__name__} reached through "
                               f"{guard.source.expr()}, not from the call")
@@ -236,13 +284,17 @@ def _reachable(source: Any) -> bool:
                                sources.ClosureSource))
 
 
-def _constant(encoder: Any, value: Any) -> list:
+def _constant(encoder: Any, value: Any, owned: set[int] = frozenset()) -> list:
     """One of the scope's K as kept. A list, dict or set there is one the guards read as it
     is at each call (the modules a capture inlined and their __dict__s, a hooked module's
     hook tables, refused before): kept only where each item is reached again (modules,
-    their __dict__s), never as a copy that a guard would then read unchanged forever."""
+    their __dict__s), never as a copy that a guard would then read unchanged forever. A
+    list's items that are the entry's own (`owned`: modules made by the capture and their
+    __dict__s, which nothing can hook) are left out."""
     from ember.capture.records import NotKept
 
+    if type(value) is list and owned:
+        value = [item for item in value if id(item) not in owned]
     if type(value) in (list, dict, set):
         items = value.values() if type(value) is dict else value
         if not all(id(item) in encoder.reached for item in items):

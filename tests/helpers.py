@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import logging
 import math
 import os
@@ -322,13 +321,13 @@ def check_grad(fn: Callable, *args: Any, dynamo: bool = False, seed: int = 0,
 def rewrite_cache_record(entry: Path, change: Callable[[dict], Any]) -> None:
     """Change a kept cache record and write a digest that vouches for it (what only a foreign
     or damaged writer leaves: the digest alone cannot catch it)."""
-    record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+    from ember.runtime import warm_cache
+
+    record = warm_cache._loads(entry.read_bytes())
     change(record)
-    buffer = io.BytesIO()
-    torch.save(record, buffer)
-    entry.write_bytes(buffer.getvalue())
-    entry.with_suffix(".digest").write_text(
-        disk_cache.digest(entry.stem, buffer.getvalue()) + "\n")
+    data = warm_cache._dumps(record)
+    entry.write_bytes(data)
+    entry.with_suffix(".digest").write_text(disk_cache.digest(entry.stem, data) + "\n")
 
 
 def run_warm_program(project: Path, program: str, *argv: str, warm: str = "1") -> dict:

@@ -1,8 +1,9 @@
 """From process start to the first result: eager, ember cold and warm, torch.compile cold and
-warm, each in a fresh Python process, on the CPU seed workloads and a user's model class
-(`module`, `module-train`: workloads.MODULE_WORKLOADS).
+warm, each in a fresh Python process, on the CPU seed workloads, a user's model class
+(`module`, `module-train`: workloads.MODULE_WORKLOADS) and the model zoo's models
+(`zoo:gpt2`, `zoo:bert:train`: ember/bench/zoo.py, at the zoo's size of the same name).
 
-    python -m ember.bench.warm_start [--size quick] [--only S1 S5 ...] [--repeats 1]
+    python -m ember.bench.warm_start [--size quick] [--only S1 S5 zoo:gpt2 ...] [--repeats 1]
         [--device cuda]
 
 Each variant runs in its own process: the time counts from just before the process is
@@ -12,8 +13,8 @@ torch.compile's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR pointed at new fold
 is a second process on the caches the cold one left ("warm hits": graphs from ember's warm
 cache; "before capture": functions whose first call started from their cache entry without
 a capture, ember/warm_entries.py). The eager process (`import torch` and an eager call) is
-the baseline: "extra" is a variant's time over it. The workloads' module is loaded on its
-own in the child, so that eager and torch.compile never import ember.
+the baseline: "extra" is a variant's time over it. The workloads' module (or the zoo's) is
+loaded on its own in the child, so that eager and torch.compile never import ember.
 """
 
 from __future__ import annotations
@@ -41,25 +42,42 @@ if device != "cpu":  # (the seeds build on the default device)
 if variant.startswith("ember"):
     import ember
 imported = time.perf_counter()
-spec = importlib.util.spec_from_file_location("seed_workloads", workloads_path)
-workloads = importlib.util.module_from_spec(spec)
-sys.modules["seed_workloads"] = workloads
-spec.loader.exec_module(workloads)
-workload = next(w for w in (*workloads.WORKLOADS, *workloads.MODULE_WORKLOADS)
-                if w.name == name)
-fn, args = workload.instantiate(size)
-if variant.startswith("ember"):
-    fn = ember.compile(fn)
-elif variant.startswith("torch.compile"):
-    fn = torch.compile(fn, mode=workload.mode)
+def load(module_name, path):
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+if name.startswith("zoo:"):  # (zoo:MODEL or zoo:MODEL:MODE, a model of the zoo's)
+    zoo = load("zoo_models", workloads_path.replace("workloads.py", "zoo.py"))
+    _, model, mode = (name.split(":") + ["infer"])[:3]
+    fn, args = zoo.instantiate(zoo.find(model), mode, size, device)
+    grad, mode = mode == "train", None
+    if variant.startswith("ember"):
+        fn.model_slot[0] = ember.compile(fn.model)
+    elif variant.startswith("torch.compile"):
+        fn.model_slot[0] = torch.compile(fn.model)
+else:
+    workloads = load("seed_workloads", workloads_path)
+    workload = next(w for w in (*workloads.WORKLOADS, *workloads.MODULE_WORKLOADS)
+                    if w.name == name)
+    fn, args = workload.instantiate(size)
+    grad = workload.grad
+    if variant.startswith("ember"):
+        fn = ember.compile(fn)
+    elif variant.startswith("torch.compile"):
+        fn = torch.compile(fn, mode=workload.mode)
 called = time.perf_counter()
-with torch.set_grad_enabled(workload.grad):
+with torch.set_grad_enabled(grad):
     result = fn(*args)
 if device != "cpu":
     torch.cuda.synchronize()
 done = time.time()
 parts = {"import torch": imported_torch - begun, "import ember": imported - imported_torch,
          "first call": time.perf_counter() - called}
+if grad and name.startswith("zoo:"):  # (a training loop's second step, untimed: what a
+    with torch.set_grad_enabled(grad):  # cold process keeps is the graph whole, which its
+        fn(*args)                       # backward for every output compiles from then on)
 counts = {}
 if variant.startswith("ember"):
     from ember import warm_entries
@@ -139,7 +157,7 @@ def measure(names: list[str], size: str, repeats: int, device: str = "cpu"
                             counts.get("entry_hits", 0))
                     for part in ("import torch", "import ember", "first call"):
                         results[name].setdefault(f"{variant} {part}", []).append(counts[part])
-                    print(f"  {name:<10} {variant:<19} {seconds:7.2f} s  (import torch "
+                    print(f"  {name:<14} {variant:<19} {seconds:7.2f} s  (import torch "
                           f"{counts['import torch']:.2f}, import ember "
                           f"{counts['import ember']:.2f}, first call "
                           f"{counts['first call']:.2f})", file=sys.stderr, flush=True)
@@ -149,7 +167,7 @@ def measure(names: list[str], size: str, repeats: int, device: str = "cpu"
 
 def table(results: dict[str, dict[str, float]]) -> str:
     lines = ["seconds from process start to the first result (extra: over eager's process)",
-             "", f"{'workload':<10} {'eager':>6} {'ember':>6} {'warm':>6} {'t.c':>6} "
+             "", f"{'workload':<14} {'eager':>6} {'ember':>6} {'warm':>6} {'t.c':>6} "
              f"{'t.c warm':>8} | {'ember/t.c':>9} {'warm/cold':>9} {'warm/t.c w':>10} "
              f"(extra times)"]
     ratios = []
@@ -160,21 +178,21 @@ def table(results: dict[str, dict[str, float]]) -> str:
                extra["ember-warm"] / extra["ember-cold"],
                extra["ember-warm"] / extra["torch.compile-warm"])
         ratios.append(row)
-        lines.append(f"{name:<10} {eager:6.2f} {r['ember-cold']:6.2f} {r['ember-warm']:6.2f} "
+        lines.append(f"{name:<14} {eager:6.2f} {r['ember-cold']:6.2f} {r['ember-warm']:6.2f} "
                      f"{r['torch.compile-cold']:6.2f} {r['torch.compile-warm']:8.2f} | "
                      f"{row[0]:9.3f} {row[1]:9.3f} {row[2]:10.3f}"
                      f"   (warm hits {r.get('warm hits', 0):.0f}, before capture "
                      f"{r.get('entry hits', 0):.0f})")
     if ratios:
         geomeans = [statistics.geometric_mean(column) for column in zip(*ratios)]
-        lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
+        lines.append(f"{'geomean':<14} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
                      f"{geomeans[0]:9.3f} {geomeans[1]:9.3f} {geomeans[2]:10.3f}")
         lines.append("targets: ember/t.c <= 0.1, warm/cold <= 0.2, warm/t.c warm <= 0.1")
     if all("ember-cold first call" in r for r in results.values()):
         lines += ["", "inside each process (less noisy: interpreter start and import torch left "
                   "out): import ember, the first call alone, and extra = import ember + first "
                   "call - eager's first call", "",
-                  f"{'workload':<10} {'import':>6} {'eager':>6} {'ember':>6} {'warm':>6} "
+                  f"{'workload':<14} {'import':>6} {'eager':>6} {'ember':>6} {'warm':>6} "
                   f"{'t.c':>6} {'t.c warm':>8} | {'ember/t.c':>9} {'warm/cold':>9} "
                   f"{'warm/t.c w':>10}"]
         ratios = []
@@ -186,11 +204,11 @@ def table(results: dict[str, dict[str, float]]) -> str:
                    extra["ember-warm"] / extra["torch.compile-warm"])
             ratios.append(row)
             calls = [r[f"{v} first call"] for v in VARIANTS]
-            lines.append(f"{name:<10} {r['ember-cold import ember']:6.2f} "
+            lines.append(f"{name:<14} {r['ember-cold import ember']:6.2f} "
                          + " ".join(f"{c:6.2f}" for c in calls[:4]) + f" {calls[4]:8.2f} | "
                          f"{row[0]:9.3f} {row[1]:9.3f} {row[2]:10.3f}")
         geomeans = [statistics.geometric_mean(column) for column in zip(*ratios)]
-        lines.append(f"{'geomean':<10} {'':>6} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
+        lines.append(f"{'geomean':<14} {'':>6} {'':>6} {'':>6} {'':>6} {'':>6} {'':>8} | "
                      f"{geomeans[0]:9.3f} {geomeans[1]:9.3f} {geomeans[2]:10.3f}")
     return "\n".join(lines)
 

@@ -152,6 +152,7 @@ class Encoder:
         self.files: dict[str, str] = {}
         self.reached = reached or {}
         self._decoder: Decoder | None = None
+        self._sources: dict[Source, list] = {}
 
     def decoder(self) -> Decoder:
         """A decoder for what this encoder wrote, its reached objects the ones it knows (made
@@ -215,12 +216,23 @@ class Encoder:
         return ["global", module, attribute]
 
     def _source(self, source: Source) -> list:
+        # (one list per source: a module's guards and inputs share their sources' stems,
+        # and pickle writes a list it has written once as a reference to it)
+        try:
+            return self._sources[source]
+        except (KeyError, TypeError):  # (TypeError: a source over an unhashable value)
+            pass
         if getattr(sources, type(source).__name__, None) is not type(source) or \
                 not dataclasses.is_dataclass(source):
             raise NotKept(f"a source of another kind ({type(source).__name__})")
-        return ["source", type(source).__name__,
+        code = ["source", type(source).__name__,
                 [self._encode(getattr(source, field.name))
                  for field in dataclasses.fields(source)]]
+        try:
+            self._sources[source] = code
+        except TypeError:
+            pass
+        return code
 
     def _file(self, module_name: str, value: Any) -> None:
         """The user's file that `value` comes from, digested (torch's, ember's and Python's
@@ -360,6 +372,7 @@ class Decoder:
 
     def __init__(self, reach: Any = None) -> None:
         self.reach = reach
+        self._sources: dict[int, tuple[list, Any]] = {}  # id(code) -> (code, source)
 
     def value(self, code: list) -> Any:
         kind = code[0]
@@ -390,8 +403,12 @@ class Decoder:
             return torch.device(code[1])
         if kind == "torch":
             return getattr(torch, code[1])
-        if kind == "source":
-            return getattr(sources, code[1])(*(self.value(c) for c in code[2]))
+        if kind == "source":  # (one object per list: the encoder shares a source's list)
+            made = self._sources.get(id(code))
+            if made is None or made[0] is not code:
+                made = self._sources[id(code)] = (
+                    code, getattr(sources, code[1])(*(self.value(c) for c in code[2])))
+            return made[1]
         if kind == "expression":
             return _Expression(code[1])
         if kind == "op":

@@ -5,7 +5,6 @@ entry is rebuilt with eager's answer; the cache's size cap removes the least rec
 
 import ast
 import importlib.util
-import io
 import os
 import shutil
 import subprocess
@@ -342,7 +341,7 @@ def test_a_corrupt_or_foreign_triton_entry_is_rebuilt_with_eager_s_answer(cache)
         _, counts = _compile_once(x)
         assert counts["kept"] == 1
         [entry] = _entries(cache)
-        record = torch.load(io.BytesIO(entry.read_bytes()), weights_only=True)
+        record = warm_cache._loads(entry.read_bytes())
         assert record["versions"]["triton"].endswith(" interpreted") and record["modules"]
         damages = [
             lambda: entry.write_bytes(entry.read_bytes()[:-100]),  # (cut short)
@@ -471,3 +470,20 @@ def test_a_function_with_settings_of_its_own_is_kept_under_them(cache):
     assert warm_entries.counts["kept"] == before["kept"] + 1
     assert warm_entries.counts["not_kept"] == before["not_kept"]
     assert config.settings is settings
+
+
+def test_a_plain_record_is_read_back_and_one_naming_a_function_is_refused():
+    import pickle
+
+    shared = ["source", "LocalSource", [["plain", "x"]]]  # (written once, read back as one)
+    record = {"versions": {"ember": "0"}, "guards": [["id", shared, ["plain", 2.5 + 1j]],
+                                                     ["type", shared, ["plain", None]]]}
+    data = warm_cache._dumps(record)
+    assert data.startswith(warm_cache._PLAIN)
+    back = warm_cache._loads(data)
+    assert back == record and back["guards"][0][1] is back["guards"][1][1]
+    with pytest.raises(pickle.UnpicklingError, match="names posix.getcwd"):
+        warm_cache._loads(warm_cache._PLAIN + pickle.dumps(os.getcwd))
+    with_tensor = warm_cache._dumps({"constant": torch.arange(3.0)})  # (torch.save's)
+    assert not with_tensor.startswith(warm_cache._PLAIN)
+    assert torch.equal(warm_cache._loads(with_tensor)["constant"], torch.arange(3.0))
