@@ -170,7 +170,7 @@ class CompiledGraph:
         if self._eager_first:
             self._eager_first = False
             if not self._later.done():
-                return self._eager_beside_the_compile(args)
+                return eager_beside_the_compile(self.eager, args, self.label)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
         if self.written_inputs and (
                 shares_written_memory(tensors, self.written_inputs, self.label, self._told)
@@ -195,14 +195,6 @@ class CompiledGraph:
             if not self.written_inputs or self._run == self._first_call:
                 return self._eager_after(error, args)
             raise_located(error, self.eager, args, self.label)
-
-    def _eager_beside_the_compile(self, args: tuple) -> Any:
-        started = time.perf_counter()
-        result = self.eager(*args)
-        logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in "
-                                  "%.1f ms (the next call waits for them)", self.label,
-                                  (time.perf_counter() - started) * 1e3)
-        return result
 
     def _eager_after(self, error: Exception, args: tuple) -> Any:
         result = eager_after(error, self.eager, args, self.label, "compiled code")
@@ -236,6 +228,16 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
             "%s: called with inputs that share memory, one of which it writes; such calls "
             "run eagerly", label)
     return aliased
+
+
+def eager_beside_the_compile(eager: Callable, args: tuple, label: str) -> Any:
+    """A graph's first call, run by `eager` while its kernels compile (said on perf)."""
+    started = time.perf_counter()
+    result = eager(*args)
+    logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in %.1f "
+                              "ms (the next call waits for them)", label,
+                              (time.perf_counter() - started) * 1e3)
+    return result
 
 
 def eager_after(error: Exception, eager: Callable, args: tuple, label: str, what: str) -> Any:

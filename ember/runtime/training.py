@@ -5,7 +5,6 @@ backward and any optimizer sees ordinary .grad tensors."""
 from __future__ import annotations
 
 import concurrent.futures
-import time
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -16,7 +15,7 @@ from ember import logs
 from ember.autodiff import tape
 from ember.ir.sizes import evaluate
 from ember.runtime import collector
-from ember.runtime.compiled import eager_after, shares_written_memory
+from ember.runtime.compiled import eager_after, eager_beside_the_compile, shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
 from ember.torch_internals import tree_unflatten
 
@@ -102,14 +101,6 @@ class TrainingGraph:
             if not getattr(graph, "kernels_in", True):
                 return False
         return True
-
-    def _eager_beside_the_compile(self, args: tuple) -> Any:
-        started = time.perf_counter()
-        result = self.eager(*args)
-        logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in "
-                                  "%.1f ms (the next call waits for them)", self.label,
-                                  (time.perf_counter() - started) * 1e3)
-        return result
 
     def after_backward(self) -> None:
         """A backward has run: the backward for every output, where its compile waited for
@@ -220,7 +211,7 @@ class TrainingGraph:
         if self._eager_first:
             self._eager_first = False
             if not self._compiled_now():
-                return self._eager_beside_the_compile(args)
+                return eager_beside_the_compile(self.eager, args, self.label)
         if self._backward_ran and self._start_backward is not None:
             self._start_deferred_backward()
         if self._gave_up() or self._aliased(args):
