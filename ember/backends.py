@@ -483,7 +483,6 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                          start_backward=start_backward,
                          # (not an ahead-of-time compile's: ember/aot.py)
                          eager_first=config.settings.eager_first and
-                         not getattr(forward, "kernels_in", True) and
                          not warm_cache.is_bypassed())
 
 

@@ -20,6 +20,10 @@ os.environ["EMBER_WARM_START"] = "0"
 # Every Triton kernel is written even where one of the same structure was (and renamed for
 # it): a renamed kernel that differs from its own writing raises (codegen/kernel_reuse.py).
 os.environ.setdefault("EMBER_CHECK_REUSED_KERNELS", "1")
+# A first call runs the compiled graph even while its kernels compile (on a GPU, where they
+# compile beside it): a test that calls once checks the kernels, not eager's answer again;
+# tests/runtime/test_compiled.py and tests/test_backends.py test the eager first call.
+os.environ["EMBER_EAGER_FIRST"] = "0"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
