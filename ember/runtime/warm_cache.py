@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -318,16 +319,35 @@ def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
     pending = getattr(compiled, "pending", None)
     if pending is None:
         keep_later()
-    else:
-        pending.add_done_callback(lambda _: keep_later())
+        return
+    kept = _awaited[pending] = threading.Event()
+
+    def when_done(_: Any) -> None:
+        keep_later()
+        kept.set()
+
+    pending.add_done_callback(when_done)
 
 
 # (a pool's worker is joined at the interpreter's exit: the keeps asked for are written)
 _keeping = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ember-keep")
+# keeps that wait for a graph's compile (a training graph's backward), by its future: set
+# once handed to the keeping thread (weakly: a compile never started, its graph dropped,
+# keeps nothing)
+_awaited: weakref.WeakKeyDictionary[concurrent.futures.Future, threading.Event] = \
+    weakref.WeakKeyDictionary()
 
 
 def finish_keeps() -> None:
-    """Wait for the keeps asked for so far (ember.reset, ember.cache_info, tests)."""
+    """Wait for the keeps asked for so far (ember.reset, ember.cache_info, tests), those of
+    graphs whose backward compiles on in the background included (such a compile deferred
+    until the graph's next call is started now)."""
+    backends = sys.modules.get("ember.backends")  # (none imported: nothing compiles)
+    if backends is not None:
+        backends.wait_for_background_compiles()
+    for compile_done, kept in list(_awaited.items()):
+        if compile_done.done():  # (its callback may still be on its way)
+            kept.wait()
     _keeping.submit(lambda: None).result()
 
 

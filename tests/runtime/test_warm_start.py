@@ -487,3 +487,15 @@ def test_a_plain_record_is_read_back_and_one_naming_a_function_is_refused():
     with_tensor = warm_cache._dumps({"constant": torch.arange(3.0)})  # (torch.save's)
     assert not with_tensor.startswith(warm_cache._PLAIN)
     assert torch.equal(warm_cache._loads(with_tensor)["constant"], torch.arange(3.0))
+
+
+def test_a_graph_is_kept_on_the_keeping_thread_in_the_order_asked():
+    import threading
+
+    kept = []
+    for name in ("graph", "entry"):  # (a function's entry names the graph kept before it)
+        warm_cache.when_compiled(object(), lambda name=name: kept.append(
+            (name, threading.current_thread().name)))
+    warm_cache.finish_keeps()
+    assert [name for name, _ in kept] == ["graph", "entry"]
+    assert all(thread.startswith("ember-keep") for _, thread in kept)
