@@ -528,12 +528,15 @@ class Deferred:
         threading.Thread(target=run, name="ember-backward").start()
 
 
-def wait_for_background_compiles(timeout: float | None = None) -> None:
+def wait_for_background_compiles(timeout: float | None = None, start_deferred: bool = True
+                                 ) -> None:
     """Return once the compiles that ember runs on beside the first calls are done (a
     benchmark's steady state starts then: they share the host with the calls it times);
-    those deferred until a first backward are started."""
-    for deferred in list(_deferred):
-        deferred.start()
+    those deferred until a graph's next call are started first (`start_deferred`), or left
+    as they are."""
+    if start_deferred:
+        for deferred in list(_deferred):
+            deferred.start()
     concurrent.futures.wait(list(_background), timeout)
 
 

@@ -75,9 +75,12 @@ if device != "cpu":
 done = time.time()
 parts = {"import torch": imported_torch - begun, "import ember": imported - imported_torch,
          "first call": time.perf_counter() - called}
-if grad and name.startswith("zoo:"):  # (a training loop's second step, untimed: what a
-    with torch.set_grad_enabled(grad):  # cold process keeps is the graph whole, which its
-        fn(*args)                       # backward for every output compiles from then on)
+if grad and name.startswith("zoo:"):  # (a training loop's next steps, untimed: a cold
+    with torch.set_grad_enabled(grad):  # process keeps the graph whole, once its backward
+        fn(*args)                       # for every output is compiled, which a loop's later
+    if variant.startswith("ember"):     # steps start)
+        from ember.backends import wait_for_background_compiles
+        wait_for_background_compiles()
 counts = {}
 if variant.startswith("ember"):
     from ember import warm_entries

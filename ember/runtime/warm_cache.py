@@ -340,11 +340,11 @@ _awaited: weakref.WeakKeyDictionary[concurrent.futures.Future, threading.Event] 
 
 def finish_keeps() -> None:
     """Wait for the keeps asked for so far (ember.reset, ember.cache_info, tests), those of
-    graphs whose backward compiles on in the background included (such a compile deferred
-    until the graph's next call is started now)."""
+    graphs whose backward compiles on in the background included (one deferred until the
+    graph's next call, not started yet, is not waited for: nor is its keep)."""
     backends = sys.modules.get("ember.backends")  # (none imported: nothing compiles)
     if backends is not None:
-        backends.wait_for_background_compiles()
+        backends.wait_for_background_compiles(start_deferred=False)
     for compile_done, kept in list(_awaited.items()):
         if compile_done.done():  # (its callback may still be on its way)
             kept.wait()
