@@ -69,6 +69,7 @@ def test_a_training_graph_s_first_call_while_its_kernels_compile_runs_eagerly():
     torch.testing.assert_close(w.grad, eager_w.grad)
     assert any("run eagerly while its kernels compile" in r.getMessage() for r in records)
     assert compiled.output_views is None  # (its compiled forward has not run)
+    assert compiled._backward_ran  # (the next call starts the backward for every output)
     pending.set_result(None)  # (the kernels are in: the next call runs the compiled step)
     x.grad = w.grad = None
     compiled(x, w).backward()

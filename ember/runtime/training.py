@@ -211,6 +211,9 @@ class TrainingGraph:
         if self._eager_first:
             self._eager_first = False
             if not self._compiled_now():
+                # (the next call starts the backward for every output, as after a compiled
+                # first backward: see after_backward)
+                self._backward_ran = torch.is_grad_enabled()
                 return eager_beside_the_compile(self.eager, args, self.label)
         if self._backward_ran and self._start_backward is not None:
             self._start_deferred_backward()

@@ -257,8 +257,9 @@ print("report", json.dumps({"counts": warm_entries.counts,
 """
 
 
-@pytest.mark.parametrize("model, mode", [("gpt2", "infer"), ("t5", "infer"),
-                                         ("bert", "train")])
+@pytest.mark.parametrize("model, mode", [
+    ("gpt2", "infer"), pytest.param("t5", "infer", marks=pytest.mark.slow),
+    pytest.param("bert", "train", marks=pytest.mark.slow)])  # (~10 s each: two processes)
 def test_a_transformers_model_starts_warm_before_capture(tmp_path, model, mode):
     # (the real library's forward: under a decorator whose wrapper holds it, reading an
     # enum's member, dataclasses' sentinel, a staticmethod, @dataclass's __init__ and
