@@ -96,6 +96,13 @@ class CompiledGraph:
                 for hook in hooks:  # (a keep: it says itself why a graph is not kept)
                     hook()
 
+    def _finish_quietly(self) -> None:
+        """_finish, where kernels that failed are the next call's to say (KernelsNotBuilt)."""
+        try:
+            self._finish()
+        except KernelsNotBuilt:
+            pass
+
     def when_settled(self, then: Callable[[], None]) -> None:
         """then(), once the kernels are in (at once where they are): what keeps the graph for
         a warm start (warm_cache.when_compiled), done at the end of the first call."""
@@ -170,6 +177,8 @@ class CompiledGraph:
         if self._eager_first:
             self._eager_first = False
             if not self._later.done():
+                # (kept for a warm start once they are in, called again or not)
+                self._later.add_done_callback(lambda _: self._finish_quietly())
                 return eager_beside_the_compile(self.eager, args, self.label)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
         if self.written_inputs and (

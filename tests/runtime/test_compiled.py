@@ -129,9 +129,12 @@ def test_a_first_call_while_the_kernels_compile_runs_eagerly_and_the_next_waits_
         launches.set_result(_StandInLaunch(calls))
         later.set_result((WrapperSource("def call(args):\n    return None\n", {}), fast))
 
-    threading.Timer(0.05, compile_finishes).start()
+    timer = threading.Timer(0.05, compile_finishes)
+    timer.start()
+    timer.join()
+    assert kept == [fast]  # (kept once the kernels are in, before any other call)
     y = torch.ones(2)
-    assert torch.equal(compiled(y, 3), torch.full((2,), 1010.0))  # the checked run, waited
+    assert torch.equal(compiled(y, 3), torch.full((2,), 1010.0))  # the checked run
     assert len(calls) == 1 and kept == [fast]
     assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
 
