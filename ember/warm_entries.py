@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from ember import config, dumps, logs, torch_internals
-from ember.runtime import disk_cache, warm_cache
+from ember.runtime import disk_cache, warm_cache, warm_records
 
 KIND = "function"
 
@@ -199,7 +199,7 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
               "runner_lines": list(captured.runner_lines), "namespace": namespace,
               "graph": graph, "examples": examples, "op_count": captured.op_count,
               "passthrough": passthrough}
-    warm_cache.write_record(KIND, key, record)
+    warm_records.write_record(KIND, key, record)
     counts["kept"] += 1
 
 
@@ -379,11 +379,11 @@ def load(function: Any, arguments: dict[str, Any], key: str) -> Any:
     started = time.perf_counter()
     path = disk_cache.entry_path(KIND, key, ".pt")
     try:
-        record = warm_cache.read_record(path, key, warm_cache.versions())
+        record = warm_records.read_record(path, key, warm_cache.versions())
     except FileNotFoundError:
         counts["misses"] += 1
         return None
-    except warm_cache.Rejected as rejected:
+    except warm_records.Rejected as rejected:
         return _reject(path, "rejected", f"fails its check ({rejected})")
     from ember.capture.records import Unresolved
 

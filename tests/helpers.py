@@ -321,11 +321,11 @@ def check_grad(fn: Callable, *args: Any, dynamo: bool = False, seed: int = 0,
 def rewrite_cache_record(entry: Path, change: Callable[[dict], Any]) -> None:
     """Change a kept cache record and write a digest that vouches for it (what only a foreign
     or damaged writer leaves: the digest alone cannot catch it)."""
-    from ember.runtime import warm_cache
+    from ember.runtime import warm_records
 
-    record = warm_cache._loads(entry.read_bytes())
+    record = warm_records.loads(entry.read_bytes())
     change(record)
-    data = warm_cache._dumps(record)
+    data = warm_records.dumps(record)
     entry.write_bytes(data)
     entry.with_suffix(".digest").write_text(disk_cache.digest(entry.stem, data) + "\n")
 

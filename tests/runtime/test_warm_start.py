@@ -19,7 +19,7 @@ from helpers import rewrite_cache_record
 import ember
 from ember import config
 from ember.__main__ import main
-from ember.runtime import disk_cache, warm_cache
+from ember.runtime import disk_cache, warm_cache, warm_records
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -341,7 +341,7 @@ def test_a_corrupt_or_foreign_triton_entry_is_rebuilt_with_eager_s_answer(cache)
         _, counts = _compile_once(x)
         assert counts["kept"] == 1
         [entry] = _entries(cache)
-        record = warm_cache._loads(entry.read_bytes())
+        record = warm_records.loads(entry.read_bytes())
         assert record["versions"]["triton"].endswith(" interpreted") and record["modules"]
         damages = [
             lambda: entry.write_bytes(entry.read_bytes()[:-100]),  # (cut short)
@@ -478,15 +478,15 @@ def test_a_plain_record_is_read_back_and_one_naming_a_function_is_refused():
     shared = ["source", "LocalSource", [["plain", "x"]]]  # (written once, read back as one)
     record = {"versions": {"ember": "0"}, "guards": [["id", shared, ["plain", 2.5 + 1j]],
                                                      ["type", shared, ["plain", None]]]}
-    data = warm_cache._dumps(record)
-    assert data.startswith(warm_cache._PLAIN)
-    back = warm_cache._loads(data)
+    data = warm_records.dumps(record)
+    assert data.startswith(warm_records.PLAIN)
+    back = warm_records.loads(data)
     assert back == record and back["guards"][0][1] is back["guards"][1][1]
     with pytest.raises(pickle.UnpicklingError, match="names posix.getcwd"):
-        warm_cache._loads(warm_cache._PLAIN + pickle.dumps(os.getcwd))
-    with_tensor = warm_cache._dumps({"constant": torch.arange(3.0)})  # (torch.save's)
-    assert not with_tensor.startswith(warm_cache._PLAIN)
-    assert torch.equal(warm_cache._loads(with_tensor)["constant"], torch.arange(3.0))
+        warm_records.loads(warm_records.PLAIN + pickle.dumps(os.getcwd))
+    with_tensor = warm_records.dumps({"constant": torch.arange(3.0)})  # (torch.save's)
+    assert not with_tensor.startswith(warm_records.PLAIN)
+    assert torch.equal(warm_records.loads(with_tensor)["constant"], torch.arange(3.0))
 
 
 def test_a_graph_is_kept_on_the_keeping_thread_in_the_order_asked():
