@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import threading
 import time
@@ -87,7 +88,7 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
                      ) -> tuple[Callable | None, str]:
     """(the graph compiled for every shape, "") or (None, why not)."""
     from ember import backends
-    from ember.lower import trace
+    from ember.runtime import warm_cache
 
     reason = symbolic_reason(gm, example_inputs)
     if reason is not None:
@@ -96,18 +97,21 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     positions = value_scalars(gm, example_inputs)
     if positions:  # (the original graph stays as it is: the per-shape path compiles it)
         gm, example_inputs = scalars_as_tensors(gm, example_inputs, positions)
+    # (where only such ints were symbols, the graph is lowered at its one shape)
+    symbolic = not positions or _symbolic_tensors(gm, example_inputs)
+    recompile = functools.partial(_compile_again, symbolic=symbolic)
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
-            started = time.perf_counter()
-            # (where only such ints were symbols, the graph is lowered at its one shape)
-            lowered = trace(gm, example_inputs, symbolic=not positions or
-                            _symbolic_tensors(gm, example_inputs))
-            if logs.enabled("perf"):
-                logs.channel("perf").info("%s lowered on symbolic fakes in %.1f ms", stages,
-                                          (time.perf_counter() - started) * 1e3)
-            if not lowered.graph.symbols and not positions:
-                return None, "no symbol is a tensor input's size"
-            compiled = backends.compile_stages(gm, example_inputs, stages, lowered)
+            warm = warm_cache.Entry(gm, example_inputs, stages, recompile, symbolic=True)
+            compiled = warm.compiled
+            if compiled is None:
+                compiled, said = _compile_symbolic(gm, example_inputs, stages, symbolic,
+                                                   bool(positions))
+                if compiled is None:
+                    return None, said
+                warm.keep(compiled)
+            else:
+                said = "its symbols (from the warm cache)"
             if positions:
                 compiled = ScalarsAsTensors(compiled, positions, _device(example_inputs))
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
@@ -115,12 +119,42 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
             raise
         first_line = (str(error).splitlines() or [""])[0]  # (not the FX node's traceback)
         return None, f"{type(error).__name__}: {first_line}"
-    logs.channel("recompiles").info("%s: compiled once (%s) for every shape of %s", label, stages,
-                                    ", ".join([f"{name} = input {i} size {d}" for name, (i, d)
-                                               in lowered.graph.symbols.items()] +
-                                              [f"the int input {i} (as a 0-d tensor)"
-                                               for i in positions]))
+    logs.channel("recompiles").info("%s: compiled once (%s) for every shape of %s", label,
+                                    stages, ", ".join(
+                                        [said] + [f"the int input {i} (as a 0-d tensor)"
+                                                  for i in positions]))
     return compiled, ""
+
+
+def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], stages: str,
+                      symbolic: bool, scalars: bool) -> tuple[Callable | None, str]:
+    """(the graph lowered on symbolic fakes and compiled, its symbols in words), or (None,
+    why not); `scalars`: some int inputs are taken as 0-d tensors."""
+    from ember import backends
+    from ember.lower import trace
+
+    started = time.perf_counter()
+    lowered = trace(gm, example_inputs, symbolic=symbolic)
+    if logs.enabled("perf"):
+        logs.channel("perf").info("%s lowered on symbolic fakes in %.1f ms", stages,
+                                  (time.perf_counter() - started) * 1e3)
+    if not lowered.graph.symbols and not scalars:
+        return None, "no symbol is a tensor input's size"
+    compiled = backends.compile_stages(gm, example_inputs, stages, lowered)
+    return compiled, ", ".join(f"{name} = input {i} size {d}"
+                               for name, (i, d) in lowered.graph.symbols.items())
+
+
+def _compile_again(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                   symbolic: bool) -> Callable:
+    """A symbolic graph rebuilt from the warm cache, compiled cold for the rare call its
+    compiled form gives away: for every shape again (a static compile would serve only
+    the stand-ins' shape)."""
+    from ember import backends
+    from ember.lower import trace
+
+    return backends.compile_stages(gm, example_inputs, label,
+                                   trace(gm, example_inputs, symbolic=symbolic))
 
 
 def value_scalars(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[int]:

@@ -127,9 +127,12 @@ def thread_modes() -> tuple:
 
 
 def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
-           chosen: config.Settings | None = None, modes: tuple | None = None) -> str:
+           chosen: config.Settings | None = None, modes: tuple | None = None,
+           symbolic: bool = False) -> str:
     """The graph's key for these inputs under `chosen` settings (the process's where None)
-    and `modes` (thread_modes(), this thread's where None)."""
+    and `modes` (thread_modes(), this thread's where None); `symbolic`: the graph compiled
+    for every shape its symbols allow (shapes.py), whose key holds its inputs' symbolic
+    geometry and what its ShapeEnv knows of the symbols besides."""
     settings = dataclasses.asdict(chosen if chosen is not None else config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
@@ -148,11 +151,39 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
             parts.append(f"{getattr(target, '__module__', None)}."
                          f"{getattr(target, '__qualname__', None) or target}")
     parts.extend(_describe(value) for value in example_inputs)
+    if symbolic:
+        parts.extend(_symbolic_parts(gm, example_inputs))
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
+
+
+def _symbolic_parts(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
+    """A symbolic graph's inputs as its placeholders see them (sizes, strides and offsets as
+    expressions of the symbols), each symbol's range and the relations its ShapeEnv holds
+    (a divisibility the lowering may have relied on): what its compiled code assumes. (The
+    example inputs' sizes are in the key too: the hints its decisions were made at.)"""
+    from ember.lower.symbolic import placeholder_examples
+
+    parts, shape_env = ["symbolic"], None
+    for value in placeholder_examples(gm, example_inputs):
+        if isinstance(value, torch.Tensor) and torch_internals.is_symbolic(value):
+            geometry = (*value.shape, "/", *value.stride(), "+", value.storage_offset())
+            parts.append(" ".join(str(torch_internals.symbolic_expression(d)) for d in geometry))
+            shape_env = shape_env or next((torch_internals.shape_env_of(d) for d in geometry
+                                           if isinstance(d, torch.SymInt)), None)
+        elif isinstance(value, torch.SymInt):
+            parts.append(f"int {torch_internals.symbolic_expression(value)}")
+            shape_env = shape_env or torch_internals.shape_env_of(value)
+        else:
+            parts.append("-")
+    if shape_env is not None:
+        parts.extend(f"{symbol} in {torch_internals.symbol_range(shape_env, symbol)}"
+                     for symbol in sorted(shape_env.var_to_range, key=str))
+        parts.extend(str(relation) for relation in torch_internals.shape_guards(shape_env))
+    return parts
 
 
 def _describe(value: Any) -> str:
@@ -213,7 +244,8 @@ class Entry:
     (then `keep` stores what the backend compiles)."""
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
-                 recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any]):
+                 recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any],
+                 symbolic: bool = False):
         self.gm = gm
         self.argument_count = len(example_inputs)
         self.label = label
@@ -231,7 +263,7 @@ class Entry:
             return
         try:
             self.triton = uses_triton(example_inputs)
-            self.key: str | None = key_of(gm, example_inputs)
+            self.key: str | None = key_of(gm, example_inputs, symbolic=symbolic)
         except Exception as error:  # noqa: BLE001 (an odd graph attribute: no warm start)
             logs.channel("perf").info("%s has no warm-start key: %s: %s", label,
                                       type(error).__name__, error)
@@ -434,9 +466,12 @@ def _training_record(graph: Any, gm: torch.fx.GraphModule) -> dict:
         "wrt": list(split.wrt),
         "differentiable_outputs": list(split.differentiable_outputs),
         "tapes": split.tapes,
-        "forward_outputs": [[list(node.shape), str(node.dtype).replace("torch.", "")]
+        "forward_outputs": [[encoder.value(list(node.shape)),
+                             str(node.dtype).replace("torch.", "")]
                             for node in split.forward.outputs],
         "device": str(split.forward.device),
+        # (a graph compiled for every shape: each symbol's input and dim)
+        "symbols": [[name, list(place)] for name, place in split.forward.symbols.items()],
     }
 
 
@@ -448,12 +483,13 @@ def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: s
                               lambda: cold().forward_graph)
     backward = _compiled_graph(record["backward"], gm, _ColdPart(cold, "backward_graph"),
                                f"{label}_backward", lambda: cold().backward_graph)
-    outputs = [types.SimpleNamespace(shape=tuple(shape), dtype=getattr(torch, dtype))
+    outputs = [types.SimpleNamespace(shape=tuple(decoder.value(shape)),
+                                      dtype=getattr(torch, dtype))
                for shape, dtype in record["forward_outputs"]]
     split = types.SimpleNamespace(  # (the fields of autodiff's Split that training.py reads)
-        # (no symbols: graphs compiled for every shape are not kept warm, shapes.py)
         forward=types.SimpleNamespace(outputs=outputs, device=torch.device(record["device"]),
-                                      symbols={}),
+                                      symbols={name: tuple(place)
+                                               for name, place in record["symbols"]}),
         backward_inputs=[tuple(pair) for pair in record["backward_inputs"]],
         wrt=list(record["wrt"]), differentiable_outputs=list(record["differentiable_outputs"]),
         tapes=record["tapes"])

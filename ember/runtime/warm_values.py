@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
+from ember.ir.sizes import Size
 from ember.runtime import build, triton_launch
 from ember.runtime.wrappers import BuildNotKept
 
@@ -124,6 +125,9 @@ class Encoder:
             return ["ellipsis"]
         if isinstance(value, torch.device):
             return ["device", str(value)]
+        if isinstance(value, Size):  # (a symbolic size: its terms, symbols as dataclasses)
+            return ["size", [[self._encode(monomial), coefficient]
+                             for monomial, coefficient in value.terms]]
         if isinstance(value, torch.Tensor):
             if id(value) in self.attributes:  # (fetched from the new process's graph)
                 return ["attribute", self.attributes[id(value)]]
@@ -239,6 +243,9 @@ class Decoder:
             return Ellipsis
         if kind == "device":
             return torch.device(code[1])
+        if kind == "size":
+            return Size(tuple((self.value(monomial), coefficient)
+                              for monomial, coefficient in code[1]))
         if kind == "attribute":
             return fetch(self.gm, code[1])
         if kind == "tensor":

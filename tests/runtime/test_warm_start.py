@@ -150,7 +150,9 @@ def _bits(output: str) -> str:
 BUILT = {"c": (" built ", "cache hit"), "triton": ("Triton kernels",)}
 
 
-def _second_process_hits(cache: Path, program: str, backend: str, graphs: int) -> str:
+def _second_process_hits(cache: Path, program: str, backend: str, graphs: int
+                         ) -> tuple[str, str]:
+    """(what the first process said, what the second said)."""
     first = _process(cache, program, backend)
     kept = _counts(first)["kept"]
     assert kept == graphs and "compiled in" in first, first[-3000:]
@@ -163,7 +165,7 @@ def _second_process_hits(cache: Path, program: str, backend: str, graphs: int) -
     assert second.count("warm start from the disk cache") == kept
     # (the same kernels on the same numbers: a warm start gives the cold compile's bits)
     assert _bits(second) == _bits(first)
-    return second
+    return first, second
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -173,7 +175,7 @@ def test_a_second_process_lowers_and_builds_nothing(tmp_path, backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_graph_with_eager_islands_is_kept_whole(tmp_path, backend):
-    second = _second_process_hits(tmp_path / "cache", ISLANDS, backend, graphs=2)
+    _, second = _second_process_hits(tmp_path / "cache", ISLANDS, backend, graphs=2)
     # (still said: the islands run eagerly in the new process too)
     assert second.count("fake_quantize_per_tensor_affine runs as an eager island") == 2
 
@@ -499,3 +501,57 @@ def test_a_graph_is_kept_on_the_keeping_thread_in_the_order_asked():
     warm_cache.finish_keeps()
     assert [name for name, _ in kept] == ["graph", "entry"]
     assert all(thread.startswith("ember-keep") for _, thread in kept)
+
+
+SYMBOLIC = BITS + """
+import copy
+import torch
+import ember
+from ember.runtime import warm_cache
+
+def f(x, w):  # (a second shape: automatic dynamic compiles it once for every shape)
+    return torch.softmax(x @ w, -1) * x.shape[0] + x.mean(0)
+
+def scaled(x, n):  # (an int that changes: a symbol taken as a 0-d tensor)
+    return x * n + 1
+
+def step(model, x):  # (a training graph of symbolic sizes: forward and backward)
+    loss = torch.nn.functional.gelu(model(x)).pow(2).mean()
+    loss.backward()
+    return loss
+
+generator = torch.Generator().manual_seed(0)
+w = torch.randn(8, 8, generator=generator)
+answers = []
+compiled_f, compiled_scaled = ember.compile(f), ember.compile(scaled)
+for rows, n in ((4, 2), (5, 3), (7, 4), (6, 5)):
+    x = torch.randn(rows, 8, generator=generator)
+    answers += [compiled_f(x, w), compiled_scaled(x, n)]
+    assert torch.allclose(answers[-2], f(x, w), atol=1e-5)
+    assert torch.allclose(answers[-1], scaled(x, n), atol=1e-6)
+model = torch.nn.Linear(8, 3)
+with torch.no_grad():
+    model.weight.copy_(torch.randn(3, 8, generator=generator))
+    model.bias.copy_(torch.randn(3, generator=generator))
+eager_model, compiled_step = copy.deepcopy(model), ember.compile(step)
+for rows in (3, 6, 9):
+    x = torch.randn(rows, 8, generator=generator)
+    answers.append(compiled_step(model, x))
+    assert torch.allclose(answers[-1], step(eager_model, x), atol=1e-5)
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+        answers.append(p.grad.clone())
+        p.grad = q.grad = None
+print("bits", bits(*answers))
+ember.runtime.warm_cache.finish_keeps()  # (a keep runs on its own thread)
+print("counts", warm_cache.counts)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graphs_compiled_for_every_shape_start_warm(tmp_path, backend):
+    # (three functions, each compiled for its first shape, then once for every shape: six
+    # graphs, none lowered again in the second process, on symbolic fakes or otherwise)
+    first, second = _second_process_hits(tmp_path / "cache", SYMBOLIC, backend, 6)
+    assert first.count("lowered on symbolic fakes") == 3, first[-3000:]
+    assert "lowered on symbolic fakes" not in second
