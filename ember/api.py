@@ -275,12 +275,12 @@ class CompiledFunction(GivingUp):
                     logs.channel("recompiles").info(
                         "%s is compiled again: the call%s needed a new version because %s.",
                         self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
-            key = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
-            entry = warm_entries.load(self, arguments, key) if key is not None else None
+            keys = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
+            entry = warm_entries.load(self, arguments, keys) if keys is not None else None
             if entry is None:
                 entry = self._capture(arguments)
-                if key is not None and entry.captured is not None:
-                    warm_entries.keep(self, entry, key)
+                if keys is not None and entry.captured is not None:
+                    warm_entries.keep(self, entry, keys)
             # (a new list, not an insertion: threads looping over the old one see it whole)
             self.entries = [entry, *self.entries]
             self.eager_streak = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import inspect
 import threading
@@ -23,6 +24,7 @@ import torch.fx
 
 from ember import config, logs
 from ember.lower.devices import graph_device
+from ember.lower.symbolic import describe_placeholders
 
 
 def for_every_shape(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
@@ -114,6 +116,10 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
                 said = "its symbols (from the warm cache)"
             if positions:
                 compiled = ScalarsAsTensors(compiled, positions, _device(example_inputs))
+            if warm.key is not None:
+                compiled.kept_for_every_shape = KeptForEveryShape(
+                    warm.key, tuple(positions), symbolic,
+                    describe_placeholders(gm, example_inputs))
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
         if "raise" in config.settings.logs and not _expected(error):
             raise
@@ -124,6 +130,41 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
                                         [said] + [f"the int input {i} (as a 0-d tensor)"
                                                   for i in positions]))
     return compiled, ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptForEveryShape:
+    """Where a graph compiled for every shape is kept in the warm cache and how it was
+    compiled (its int inputs taken as 0-d tensors, lowered on symbolic fakes or at its one
+    shape, its placeholders' symbolic examples): what a function's entry kept before
+    capture finds it again by (ember/warm_entries.py; `from_the_warm_cache`)."""
+
+    key: str
+    scalars: tuple[int, ...]
+    symbolic: bool
+    placeholders: dict
+
+
+def from_the_warm_cache(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
+                        kept: KeptForEveryShape) -> Callable | None:
+    """The graph compiled for every shape, rebuilt from the warm cache under `kept.key`
+    (`gm`: the graph as a function's entry keeps it, without symbolic examples; they are
+    made again only if the rare call its compiled form gives away needs a cold compile),
+    or None (not there)."""
+    from ember.lower.symbolic import restore_placeholders
+    from ember.runtime import warm_cache
+
+    if kept.scalars:
+        gm, example_inputs = scalars_as_tensors(gm, example_inputs, list(kept.scalars))
+
+    def recompile(module: torch.fx.GraphModule, stand_ins: list[Any], name: str) -> Callable:
+        restored = restore_placeholders(module, kept.placeholders)
+        return _compile_again(restored, stand_ins, name, kept.symbolic)
+
+    compiled = warm_cache.Entry(gm, example_inputs, label, recompile, key=kept.key).compiled
+    if compiled is not None and kept.scalars:
+        compiled = ScalarsAsTensors(compiled, list(kept.scalars), _device(example_inputs))
+    return compiled
 
 
 def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], stages: str,

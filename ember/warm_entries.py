@@ -16,9 +16,14 @@ module found again through its source in the new process, of the class named, on
 per module and no hooks (checked when the entry is rebuilt, then guarded by identity again,
 as after a capture); every attribute the capture read has a guard of its own
 (notes/2026-12-warm-start-before-capture.md, "What a module's identity guard stands for").
-Not kept (said on EMBER_LOGS=perf): graph breaks, symbolic sizes, CUDA graphs, backends other
-than ember's, objects without a name (a lambda) or modules reached without a source, hooks,
-and reads that only a module's identity answered. An entry whose digest, versions or files
+An entry captured with symbolic sizes (automatic dynamic, dynamic=True) is kept under a key
+without the arguments' sizes, looked up where the exact key has none (or one whose guards
+refuse the call): its guards, relations over the symbols included, say which calls it
+serves; its graph, compiled once for every shape, comes from the warm cache by the key it
+was kept under (shapes.KeptForEveryShape).
+Not kept (said on EMBER_LOGS=perf): graph breaks, CUDA graphs, backends other than ember's,
+objects without a name (a lambda) or modules reached without a source, hooks, and reads that
+only a module's identity answered. An entry whose digest, versions or files
 do not check is removed and the call captured; one whose names do not resolve here is not
 used; one whose modules or guards refuse the call is captured again.
 """
@@ -78,26 +83,42 @@ def wanted(function: Any) -> bool:
 
 
 # -- the key ------------------------------------------------------------------------------
-def key_of(function: Any, arguments: dict[str, Any]) -> str | None:
-    """The key of this call's entry, None where an argument cannot be described."""
+@dataclasses.dataclass(frozen=True)
+class Keys:
+    """A call's two keys: `exact` (its arguments' sizes and int values included), under which
+    an entry captured for static sizes is kept; `family` (without them: only ranks, dtypes,
+    devices), under which one captured with symbolic sizes is kept, to be found for a call of
+    other sizes (its guards say which it serves)."""
+
+    exact: str
+    family: str
+
+
+def key_of(function: Any, arguments: dict[str, Any]) -> Keys | None:
+    """The keys of this call's entry, None where an argument cannot be described."""
     settings = dataclasses.asdict(config.settings)
     settings.update(function.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
-    try:
-        described = [f"{name}: {_describe(value)}" for name, value in arguments.items()]
-    except Exception:  # noqa: BLE001 (a sparse tensor's strides, an odd object)
-        return None
     from ember.capture.records import code_digest
 
-    parts = [KIND, repr(sorted(warm_cache.versions().items())), sys.version,
-             warm_cache.machine(), code_digest(function.function.__code__),
-             repr((function.fullgraph, function.dynamic, function.mode)),
-             repr(sorted(settings.items())),
-             repr((torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
-                   torch.get_default_dtype(), torch_internals.autocast_state(),
-                   torch.are_deterministic_algorithms_enabled())),
-             *described]
+    common = [KIND, repr(sorted(warm_cache.versions().items())), sys.version,
+              warm_cache.machine(), code_digest(function.function.__code__),
+              repr((function.fullgraph, function.dynamic, function.mode)),
+              repr(sorted(settings.items())),
+              repr((torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                    torch.get_default_dtype(), torch_internals.autocast_state(),
+                    torch.are_deterministic_algorithms_enabled()))]
+    try:
+        return Keys(*(_digest(common + ["sizes" if sizes else "symbols"] +
+                              [f"{name}: {_describe(value, sizes)}"
+                               for name, value in arguments.items()])
+                      for sizes in (True, False)))
+    except Exception:  # noqa: BLE001 (a sparse tensor's strides, an odd object)
+        return None
+
+
+def _digest(parts: list[str]) -> str:
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode())
@@ -105,35 +126,42 @@ def key_of(function: Any, arguments: dict[str, Any]) -> str | None:
     return digest.hexdigest()
 
 
-def _describe(value: Any, depth: int = 0) -> str:
-    """An argument as the key sees it: a tensor's layout, a plain value, a container's items,
-    else its type (the guards say the rest)."""
+def _describe(value: Any, sizes: bool = True, depth: int = 0) -> str:
+    """An argument as the key sees it: a tensor's layout (`sizes`: its sizes and strides,
+    else its rank), a plain value (an int's value only with `sizes`), a container's items
+    (a dict's by their str keys), else its type (the guards say the rest)."""
     if isinstance(value, torch.Tensor):
-        return (f"{type(value).__module__}.{type(value).__qualname__}{tuple(value.shape)}"
-                f"{value.stride()}+{value.storage_offset()} {value.dtype} {value.device} "
-                f"{value.requires_grad}")
+        geometry = f"{tuple(value.shape)}{value.stride()}+{value.storage_offset()}" \
+            if sizes else f"[{value.dim()}]"
+        return (f"{type(value).__module__}.{type(value).__qualname__}{geometry} "
+                f"{value.dtype} {value.device} {value.requires_grad}")
     kind = type(value)
     if kind in (type(None), bool, int, float, str):
-        return f"{kind.__name__} {value!r}"
+        return f"{kind.__name__} {value!r}" if sizes or kind is not int else "int"
     if kind in (tuple, list) and depth < 3 and len(value) <= 64:
-        return f"{kind.__name__}[{', '.join(_describe(v, depth + 1) for v in value)}]"
+        return f"{kind.__name__}[{', '.join(_describe(v, sizes, depth + 1) for v in value)}]"
+    if kind is dict and depth < 3 and len(value) <= 64 and \
+            all(type(k) is str for k in value):  # (**kwargs: a model's inputs by name)
+        return "dict{" + ", ".join(f"{k}: {_describe(v, sizes, depth + 1)}"
+                                   for k, v in value.items()) + "}"
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
 # -- keep ---------------------------------------------------------------------------------
-def keep(function: Any, entry: Any, key: str) -> None:
-    """Store a captured entry under `key` (never raises: it runs either way; why it is not
+def keep(function: Any, entry: Any, keys: Keys) -> None:
+    """Store a captured entry under its key (`keys.exact`, or `keys.family` for an entry
+    captured with symbolic sizes) (never raises: it runs either way; why it is not
     kept is said on EMBER_LOGS=perf); a graph whose backward still compiles is kept once
     it is done (warm_cache.when_compiled), on another thread: its graph's key is computed
     there under this thread's modes now, those the graph was compiled under."""
     with _taped():
         modes = warm_cache.thread_modes()
-    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, key, modes))
+    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, keys, modes))
 
 
-def _keep_now(function: Any, entry: Any, key: str, modes: tuple) -> None:
+def _keep_now(function: Any, entry: Any, keys: Keys, modes: tuple) -> None:
     try:
-        _keep(function, entry, key, modes)
+        _keep(function, entry, keys.family if entry.captured.symbolic else keys.exact, modes)
     except Exception as error:  # noqa: BLE001
         from ember.capture.records import NotKept
 
@@ -150,8 +178,6 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
     captured = entry.captured
     if captured.break_reason is not None or captured.resumptions or captured.callees:
         raise NotKept("it breaks the graph (entries without breaks are kept)")
-    if captured.symbolic:
-        raise NotKept("its sizes are symbols")
     if captured.identity_reads:
         raise NotKept(f"it read {captured.identity_reads[0]}, which only the module's "
                       f"identity stands for")
@@ -164,8 +190,9 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
     own = _made_by_the_capture(captured)
     reached, identities = _module_identities(captured, own)
     encoder = Encoder(reached)
-    guards = _hooks_counted_here(encoder.guards(_without_own(captured.guards, own)),
-                                 scope["K"])
+    kept_guards = _without_own(captured.guards, own)
+    guards = _hooks_counted_here(encoder.guards(kept_guards), scope["K"])
+    symbol_reads = encoder.symbol_reads(kept_guards)
     identities = [[encoder.value(type(module)), [encoder.value(s) for s in found]]
                   for module, found in identities]
     modules = []
@@ -189,7 +216,10 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
             encoder.files[path] = digest
     compiled = entry.compiled
     passthrough = bool(getattr(compiled, "passthrough", False))
-    if not passthrough:
+    every_shape = None
+    if captured.symbolic and not passthrough:
+        every_shape = _kept_for_every_shape(compiled, graph, captured)
+    elif not passthrough:
         _check_graph_kept(function, graph, examples, captured, modes)
     record = {"versions": warm_cache.versions(), "where": function.where,
               "files": sorted([path, digest] for path, digest in encoder.files.items()),
@@ -198,7 +228,8 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
               "input_sources": inputs, "runner": captured.runner_source,
               "runner_lines": list(captured.runner_lines), "namespace": namespace,
               "graph": graph, "examples": examples, "op_count": captured.op_count,
-              "passthrough": passthrough}
+              "passthrough": passthrough, "symbol_reads": symbol_reads,
+              "every_shape": every_shape}
     warm_records.write_record(KIND, key, record)
     counts["kept"] += 1
 
@@ -352,6 +383,24 @@ def _stand_in(example: list) -> Any:
     return tensor.requires_grad_(requires_grad)
 
 
+def _kept_for_every_shape(compiled: Any, graph: list, captured: Any) -> list:
+    """A symbolic capture's graph, compiled for every shape: where the warm cache keeps it
+    (shapes.KeptForEveryShape, as plain data) — it must be there, and the FX graph kept must
+    come back the same. (Its key is the one it was kept under: computed from the captured
+    graph's symbolic examples, which the graph kept here does not carry.)"""
+    from ember.capture.records import Decoder, NotKept
+
+    kept = getattr(compiled, "kept_for_every_shape", None)
+    if kept is None:
+        raise NotKept("its graph is not compiled once for every shape (compiled per shape, "
+                      "or without a warm-cache entry)")
+    if Decoder().graph(graph).code != captured.graph_module.code:
+        raise NotKept("its FX graph does not come back the same")
+    if not disk_cache.entry_path(warm_cache.KIND, kept.key, ".pt").exists():
+        raise NotKept("its compiled graph is not in the warm cache")
+    return [kept.key, list(kept.scalars), kept.symbolic, kept.placeholders]
+
+
 def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any,
                       modes: tuple) -> None:
     """The compiled graph must come back in a new process: the FX graph rebuilt from what is
@@ -373,25 +422,45 @@ def _check_graph_kept(function: Any, graph: list, examples: list, captured: Any,
 
 
 # -- find ---------------------------------------------------------------------------------
-def load(function: Any, arguments: dict[str, Any], key: str) -> Any:
-    """The cache entry kept under `key`, rebuilt for this process, or None (a miss, or an
-    entry that fails a check: removed, or not for this process)."""
+def load(function: Any, arguments: dict[str, Any], keys: Keys) -> Any:
+    """The cache entry kept for this call — under its exact key, else (none there, or its
+    guards refuse the call) under its family's: an entry captured with symbolic sizes —
+    rebuilt for this process, or None (a miss, or an entry that fails a check: removed, or
+    not for this process)."""
     started = time.perf_counter()
-    path = disk_cache.entry_path(KIND, key, ".pt")
-    try:
-        record = warm_records.read_record(path, key, warm_cache.versions())
-    except FileNotFoundError:
+    found = False
+    for key in (keys.exact, keys.family):
+        path = disk_cache.entry_path(KIND, key, ".pt")
+        try:
+            record = warm_records.read_record(path, key, warm_cache.versions())
+        except FileNotFoundError:
+            continue
+        except warm_records.Rejected as rejected:
+            return _reject(path, "rejected", f"fails its check ({rejected})")
+        found = True
+        entry = _entry(function, record, arguments, path)
+        if entry is not None:
+            counts["hits"] += 1
+            disk_cache.touch(path)
+            if logs.enabled("perf"):
+                logs.channel("perf").info("%s: warm start before capture in %.1f ms (%s)",
+                                          function.where,
+                                          (time.perf_counter() - started) * 1e3, path)
+            return entry
+    if not found:
         counts["misses"] += 1
-        return None
-    except warm_records.Rejected as rejected:
-        return _reject(path, "rejected", f"fails its check ({rejected})")
+    return None
+
+
+def _entry(function: Any, record: dict, arguments: dict[str, Any], path: Any) -> Any:
+    """The entry of `record` (kept at `path`) rebuilt for this call, or None."""
     from ember.capture.records import Unresolved
 
     try:
         changed = _changed_file(record)
         if changed is not None:
             return _reject(path, "stale", f"was made from another version of {changed}")
-        entry = _rebuild(function, record, arguments)
+        return _rebuild(function, record, arguments)
     except Unresolved as error:
         counts["unresolved"] += 1
         logs.channel("recompiles").info("%s: the warm-start entry %s is not for this process "
@@ -400,14 +469,6 @@ def load(function: Any, arguments: dict[str, Any], key: str) -> Any:
     except Exception as error:  # noqa: BLE001 (never trusted: captured again)
         return _reject(path, "rejected", f"cannot be rebuilt ({type(error).__name__}: "
                                          f"{str(error)[:200]})")
-    if entry is None:
-        return None
-    counts["hits"] += 1
-    disk_cache.touch(path)
-    if logs.enabled("perf"):
-        logs.channel("perf").info("%s: warm start before capture in %.1f ms (%s)",
-                                  function.where, (time.perf_counter() - started) * 1e3, path)
-    return entry
 
 
 def _reject(path: Any, kind: str, problem: str) -> None:
@@ -454,10 +515,17 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
         logs.channel("recompiles").info("%s: the warm-start entry does not serve this call "
                                         "(%s): captured", function.where, refusal)
         return None
-    guards = decoder.guards(record["guards"])
+    guards = decoder.guards(record["guards"], record["symbol_reads"])
     guard, text = compile_guards(guards, scope, arguments)
     if not guard(arguments):
         counts["refused"] += 1
+        if logs.enabled("recompiles"):
+            from ember.capture.guards import first_failure
+
+            logs.channel("recompiles").info(
+                "%s: the warm-start entry does not serve this call (%s): captured",
+                function.where, logs.user_names(first_failure(guards, dict(scope, L=arguments))
+                                                or "?"))
         return None
     gm = decoder.graph(record["graph"])
     examples = [_stand_in(example) for example in record["examples"]]
@@ -467,7 +535,15 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
         from ember.dumps import graph_label
 
         with _compiling(function):
-            compiled = warm_cache.Entry(gm, examples, graph_label(gm), _recompile).compiled
+            if record["every_shape"] is not None:  # (compiled once for every shape)
+                from ember.shapes import KeptForEveryShape, from_the_warm_cache
+
+                key, scalars, symbolic, placeholders = record["every_shape"]
+                compiled = from_the_warm_cache(gm, examples, graph_label(gm),
+                                               KeptForEveryShape(key, tuple(scalars), symbolic,
+                                                                 placeholders))
+            else:
+                compiled = warm_cache.Entry(gm, examples, graph_label(gm), _recompile).compiled
         if compiled is None:
             return None
     inputs = [decoder.value(code) for code in record["input_sources"]]
@@ -478,7 +554,8 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     call = compile_guarded_runner(guards, scope, arguments, inputs, record["runner_lines"],
                                   namespace, function.where)
     captured = WarmCapture(gm, inputs, examples, guards, record["runner"], namespace, scope,
-                           record["op_count"], list(record["runner_lines"]))
+                           record["op_count"], list(record["runner_lines"]),
+                           symbolic=record["every_shape"] is not None)
     _seen(function.frame_sizes, guards)
     dumps.dump_entry(captured, text, call, function.where)
     function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
@@ -543,7 +620,14 @@ def _seen(frame_sizes: Any, guards: Any) -> None:
     function's FrameSizes (automatic dynamic: a later capture for other sizes makes the
     changed ones symbols, as after a capture in this process)."""
     for guard in guards.guards.values():
-        if guard.kind == "tensor":
+        if guard.kind == "tensor" and None in guard.expected[3]:  # (a symbolic capture's:
+            shape = guard.expected[3]                              # its symbols, changed)
+            known = frame_sizes.tensors.setdefault(guard.source.expr(), list(shape))
+            if len(known) == len(shape):
+                for dim, size in enumerate(shape):
+                    if size is None:
+                        known[dim] = None
+        elif guard.kind == "tensor":
             frame_sizes.see_tensor(guard.source.expr(), tuple(guard.expected[3]))
         elif guard.kind == "equals" and type(guard.expected) is int and \
                 type(guard.source).__name__ != "CallSource":

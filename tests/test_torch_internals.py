@@ -582,3 +582,14 @@ def test_torch_s_decompositions_are_found_by_op():
     assert torch.equal(ones([2, 3], dtype=torch.float32, device="cpu"),
                        torch.ones(2, 3, device="cpu"))
     assert torch_internals.decomposition_of(aten.empty.memory_format) is None
+
+
+def test_a_ranged_symbol_has_its_hint_and_range():
+    _, shape_env = torch_internals.make_symbolic_fake_mode()
+    size = torch_internals.ranged_symbol(shape_env, "length", 5, 2, 64)
+    symbol = torch_internals.symbolic_expression(size)
+    assert torch_internals.symbol_hint(shape_env, symbol) == 5
+    assert torch_internals.symbol_range(shape_env, symbol) == (2, 64)
+    unbounded = torch_internals.ranged_symbol(shape_env, "batch", 3, 2, None)
+    assert torch_internals.symbol_range(
+        shape_env, torch_internals.symbolic_expression(unbounded)) == (2, None)

@@ -185,12 +185,29 @@ def test_a_training_graph_starts_warm_with_eager_s_gradients(project):
 def test_guards_are_still_checked_on_every_call(project):
     _run(project, "f")
     # (4 x 4: the entry; 5 x 5: its guards refuse, captured — with symbolic sizes, as after
-    # a capture for 4 x 4 in this process: automatic dynamic — and not kept; 4 x 4 again:
-    # the entry)
+    # a capture for 4 x 4 in this process: automatic dynamic — and kept under the key of
+    # every size; 4 x 4 again: the entry)
     report = _run(project, "f", "4,5,4")
-    assert report["counts"] == _counts(hits=1, misses=1, not_kept=1)
+    assert report["counts"] == _counts(hits=1, misses=1, kept=1), report["said"][-3000:]
     assert "captured with symbolic sizes" in report["said"]
-    assert "its sizes are symbols" in report["said"]
+
+
+def test_an_entry_captured_with_symbolic_sizes_serves_other_sizes(project):
+    first = _run(project, "f,g", "4,5")
+    assert first["counts"] == _counts(misses=4, kept=4), first["said"][-3000:]
+    # (4 x 4: its own entry; 5 x 5 and 7 x 7: the one captured for 5 x 5 with symbolic
+    # sizes, found under the key of every size, its guards checked: nothing captured, and
+    # neither the capture nor sympy imported)
+    second = _run(project, "f,g", "4,7,5")
+    assert second["counts"] == _counts(hits=4), second["said"][-3000:]
+    assert "ember.capture.captured" not in second["imported"]
+    assert "sympy" not in second["imported"]
+    assert "captured in" not in second["said"]
+    # (3 x 3 first: the symbolic entry, then 2 x 2 too — sizes 0 and 1 are never symbols,
+    # 2 is the smallest — in this process, without a capture)
+    third = _run(project, "f", "3,2")
+    assert third["counts"] == _counts(hits=1), third["said"][-3000:]
+    assert "captured in" not in third["said"]
 
 
 def test_a_changed_function_is_captured_again(project):
@@ -294,6 +311,15 @@ def test_the_key_names_the_code_the_options_the_modes_and_the_arguments():
     with config.override(backend="interp"):
         others.append(warm_entries.key_of(plain, {"x": x, "scale": 2.0}))
     assert len({key, *others}) == len(others) + 1
+    # (the key of every size: a tensor's rank, not its sizes; an int's type, not its value;
+    # a dict's items by name, as **kwargs hold a model's inputs)
+    assert key.family == warm_entries.key_of(plain, {"x": torch.randn(7), "scale": 2.0}).family
+    assert warm_entries.key_of(plain, {"x": x, "scale": 2}).family == \
+        warm_entries.key_of(plain, {"x": x, "scale": 3}).family
+    assert key.family != warm_entries.key_of(plain, {"x": torch.randn(3, 3),
+                                                     "scale": 2.0}).family
+    assert warm_entries.key_of(plain, {"x": {"a": x}}).exact != \
+        warm_entries.key_of(plain, {"x": {"a": torch.randn(5)}}).exact
 
 
 def _add_one(x, scale=2.0):
@@ -381,3 +407,32 @@ def test_inlined_code_is_vouched_for_only_by_the_file_that_holds_it(tmp_path, mo
     (tmp_path / "edited_after_import.py").write_text("def double(x):\n    return x * 3\n")
     with pytest.raises(records.NotKept):
         records.inlined_file(code)
+
+
+def _softmax_rows(x, w):
+    return torch.softmax(x @ w, -1) * x.shape[0] + x[1:].sum(0)
+
+
+def test_a_symbolic_graph_kept_without_its_examples_compiles_cold_for_every_shape():
+    # (a function's entry keeps its FX graph without the capture's symbolic examples; the
+    # rare call its compiled form gives away compiles it cold, on examples made again from
+    # what describe_placeholders kept: one compile, right at every size)
+    from ember.lower.symbolic import describe_placeholders, restore_placeholders
+    from ember.shapes import _compile_again
+
+    compiled = api.CompiledFunction(_softmax_rows, dynamic=True)
+    w = torch.randn(6, 6)
+    x = torch.randn(4, 6)
+    torch.testing.assert_close(compiled(x, w), _softmax_rows(x, w))
+    gm = compiled.records[-1].graph
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    examples = [x, w][:len(placeholders)] if len(placeholders) == 2 else None
+    assert examples is not None, [n.name for n in placeholders]
+    described = describe_placeholders(gm, examples)
+    assert described["symbols"] and described["symbols"][0][1:3] == [4, 2]  # (hint, low)
+    bare = records.Decoder().graph(records.Encoder().graph(gm))
+    assert all("example_value" not in n.meta for n in bare.graph.nodes)
+    cold = _compile_again(restore_placeholders(bare, described), examples, "cold", True)
+    for rows in (2, 3, 9):
+        x = torch.randn(rows, 6)
+        torch.testing.assert_close(cold(x, w)[0], _softmax_rows(x, w))  # (the graph's outputs)

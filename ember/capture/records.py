@@ -30,6 +30,7 @@ import torch
 from ember.capture import sources
 from ember.capture.guards import GuardSet
 from ember.capture.sources import Source
+from ember.capture.symbols import Relation, SymbolRead
 
 
 class NotKept(Exception):
@@ -197,6 +198,9 @@ class Encoder:
                 return ["torch", name]
         if isinstance(value, Source):
             return self._source(value)
+        if kind is Relation:  # (a "size" guard's: over symbols, some tensors' strides)
+            return ["relation", value.template, list(value.symbols),
+                    [self._source(source) for source in value.sources]]
         if type(value).__name__ == "_KeyRef":  # (a dict key kept as K[i]: its expression)
             return ["expression", repr(value)]
         if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
@@ -252,12 +256,10 @@ class Encoder:
         self.files[os.path.realpath(path)] = digest
 
     def guards(self, guards: GuardSet) -> list:
-        if guards.shapes is not None and guards.shapes.symbolic:
-            raise NotKept("its sizes are symbols")
+        """The guards, each [kind, source, expected] ("size" guards: a relation over the
+        symbols, whose reads `symbol_reads` keeps)."""
         encoded = []
         for guard in guards.guards.values():
-            if guard.kind == "size":
-                raise NotKept("a guard over symbolic sizes")
             encoded.append([guard.kind, None if guard.source is None
                             else self._source(guard.source), self._encode(guard.expected)])
         # (decoded at once: what comes back must be the same guards)
@@ -265,6 +267,11 @@ class Encoder:
                 list(guards.guards):
             raise NotKept("its guards do not survive being kept")
         return encoded
+
+    def symbol_reads(self, guards: GuardSet) -> list:
+        """Where each symbol of the "size" guards is read: [name, source, kind, index]."""
+        return [[name, self._source(read.source), read.kind, read.index]
+                for name, read in guards.symbol_reads.items()]
 
     def graph(self, gm: torch.fx.GraphModule) -> list:
         """The FX graph's nodes: [op, name, target, args, kwargs, stack trace] each."""
@@ -409,6 +416,9 @@ class Decoder:
                 made = self._sources[id(code)] = (
                     code, getattr(sources, code[1])(*(self.value(c) for c in code[2])))
             return made[1]
+        if kind == "relation":
+            return Relation(code[1], tuple(code[2]),
+                            tuple(self.value(source) for source in code[3]))
         if kind == "expression":
             return _Expression(code[1])
         if kind == "op":
@@ -431,11 +441,14 @@ class Decoder:
             return _resolve(code[1], code[2])
         raise ValueError(f"unknown kind {kind!r}")
 
-    def guards(self, encoded: list) -> GuardSet:
+    def guards(self, encoded: list, reads: list = ()) -> GuardSet:
+        """The guards kept, with the symbols' reads (`reads`, of Encoder.symbol_reads)."""
         guards = GuardSet()
         for kind, source, expected in encoded:
             guards.add(kind, None if source is None else self.value(source),
                        self.value(expected))
+        guards.symbol_reads = {name: SymbolRead(self.value(source), kind, index)
+                               for name, source, kind, index in reads}
         return guards
 
     def graph(self, nodes: list) -> torch.fx.GraphModule:

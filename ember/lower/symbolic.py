@@ -110,6 +110,72 @@ def placeholder_examples(module: torch.fx.GraphModule, example_inputs: list[Any]
     return examples
 
 
+def describe_placeholders(module: torch.fx.GraphModule, example_inputs: list[Any]) -> dict:
+    """The placeholders' symbolic examples as plain data — each symbol's hint and range, each
+    tensor's sizes, strides and offset as Python over the symbols, each SymInt's — from
+    which `restore_placeholders` makes them again in another process (a graph rebuilt by a
+    warm start before capture, compiled cold again for every shape)."""
+    inputs: list[list] = []
+    symbols: dict[Any, torch.SymInt] = {}  # (each symbol met, with a SymInt of its ShapeEnv)
+    for value in placeholder_examples(module, example_inputs):
+        if isinstance(value, torch.Tensor) and torch_internals.is_symbolic(value):
+            geometry = [list(value.shape), list(value.stride()), [value.storage_offset()]]
+            inputs.append(["tensor", *[[_render(d, symbols) for d in part]
+                                       for part in geometry],
+                           str(value.dtype).removeprefix("torch."), str(value.device),
+                           value.requires_grad])
+        elif isinstance(value, torch.SymInt):
+            inputs.append(["int", _render(value, symbols)])
+        else:
+            inputs.append(["plain"])
+    described = []
+    for symbol, value in symbols.items():
+        shape_env = torch_internals.shape_env_of(value)
+        described.append([str(symbol), torch_internals.symbol_hint(shape_env, symbol),
+                          *torch_internals.symbol_range(shape_env, symbol)])
+    return {"inputs": inputs, "symbols": described}
+
+
+def _render(value: Any, symbols: dict[Any, torch.SymInt]) -> str:
+    """A size as Python over its symbols' names (each symbol noted in `symbols`)."""
+    if not isinstance(value, torch.SymInt):
+        return str(int(value))
+    expression = torch_internals.symbolic_expression(value)
+    if not hasattr(expression, "free_symbols"):
+        return str(int(expression))
+    for symbol in expression.free_symbols:
+        symbols.setdefault(symbol, value)
+    return torch_internals.render_python(expression, {s: str(s)
+                                                      for s in expression.free_symbols})
+
+
+def restore_placeholders(module: torch.fx.GraphModule, described: dict) -> torch.fx.GraphModule:
+    """`module` with its placeholders' symbolic examples made again from
+    `describe_placeholders` (on a new ShapeEnv: ranges kept, its other relations not; a
+    question they answered is undecided here, and the graph compiles per shape)."""
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    names = {name: torch_internals.ranged_symbol(shape_env, name, hint, low, high)
+             for name, hint, low, high in described["symbols"]}
+
+    def size(text: str) -> Any:
+        return eval(text, {"__builtins__": {"min": min, "max": max}}, names)  # noqa: S307
+        # (ember's own rendering of the kept expressions: names, ints, + - * // min max)
+
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    for node, kept in zip(placeholders, described["inputs"]):
+        if kept[0] == "tensor":
+            _, shape, stride, (offset,), dtype, device, requires_grad = kept
+            with fake_mode:
+                fake = torch.empty_strided([size(d) for d in shape], [size(d) for d in stride],
+                                           dtype=getattr(torch, dtype), device=device)
+                if offset != "0":
+                    fake = fake.as_strided(fake.shape, fake.stride(), size(offset))
+            node.meta["example_value"] = fake.requires_grad_(requires_grad)
+        elif kept[0] == "int":
+            node.meta["example_value"] = size(kept[1])
+    return module
+
+
 def fake_mode(examples: list[Any]) -> Any:
     for value in examples:
         mode = torch_internals.fake_mode_of(value)

@@ -245,7 +245,10 @@ class Entry:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
                  recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any],
-                 symbolic: bool = False):
+                 symbolic: bool = False, key: str | None = None):
+        """`symbolic`: the graph compiled for every shape (key_of); `key`: the key it was
+        kept under, where a function's entry rebuilt before capture knows it (its graph
+        then has no symbolic examples to compute it from)."""
         self.gm = gm
         self.argument_count = len(example_inputs)
         self.label = label
@@ -263,7 +266,7 @@ class Entry:
             return
         try:
             self.triton = uses_triton(example_inputs)
-            self.key: str | None = key_of(gm, example_inputs, symbolic=symbolic)
+            self.key: str | None = key or key_of(gm, example_inputs, symbolic=symbolic)
         except Exception as error:  # noqa: BLE001 (an odd graph attribute: no warm start)
             logs.channel("perf").info("%s has no warm-start key: %s: %s", label,
                                       type(error).__name__, error)

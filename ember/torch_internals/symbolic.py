@@ -181,6 +181,28 @@ def symbolic_int(shape_env: Any, value: int, name: str) -> torch.SymInt:
     return shape_env.create_symintnode(symbol, hint=value, source=source)
 
 
+def symbol_hint(shape_env: Any, symbol: Any) -> int:
+    """A symbol's value in the call it was made for (torch 2.13 renamed the table)."""
+    values = getattr(shape_env, "backed_var_to_val", None)
+    return int((values if values is not None else shape_env.var_to_val)[symbol])
+
+
+def ranged_symbol(shape_env: Any, name: str, hint: int, low: int,
+                  high: int | None) -> torch.SymInt:
+    """A new symbol of `shape_env` for a size whose value lies in [low, high] (high None:
+    unbounded), at `hint` (a symbolic graph's placeholders made again from what a warm
+    start kept: ember/lower/symbolic.py)."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StrictMinMaxConstraint
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    source = _named(name)
+    constraint = StrictMinMaxConstraint(
+        vr=ValueRanges(low, _unbounded() if high is None else high), warn_only=False)
+    symbol = shape_env.create_symbol(hint, source, dynamic_dim=DimDynamic.DYNAMIC,
+                                     constraint_dim=constraint)
+    return shape_env.create_symintnode(symbol, hint=hint, source=source)
+
+
 def expression_of(value: Any) -> Any:
     """The sympy expression a SymInt/SymFloat/SymBool stands for."""
     return value.node.expr
