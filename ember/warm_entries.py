@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import sys
 import time
+import types
 from typing import Any
 
 import torch
@@ -189,6 +190,7 @@ def _keep(function: Any, entry: Any, key: str, modes: tuple) -> None:
                       "they are)")
     own = _made_by_the_capture(captured)
     reached, identities = _module_identities(captured, own)
+    reached.update(_unnamed_functions(captured, own))
     encoder = Encoder(reached)
     kept_guards = _without_own(captured.guards, own)
     guards = _hooks_counted_here(encoder.guards(kept_guards), scope["K"])
@@ -302,6 +304,28 @@ def _module_identities(captured: Any, own: set[int] = frozenset()
         reached[id(module)] = (module, sources[0])
         reached[id(module.__dict__)] = (module.__dict__, AttrSource(sources[0], "__dict__"))
     return reached, list(found.values())
+
+
+def _unnamed_functions(captured: Any, own: set[int]) -> dict[int, tuple[Any, Any]]:
+    """Functions without a name to find them by that the guards know by identity, each with
+    the source that reached it (from the call, or from an object the entry keeps by name): a
+    closure a library's class decorator made (huggingface_hub's strict dataclasses keep
+    their validators in `BartConfig.__validators__`). A new process finds each again through
+    its source, its code checked by digest (records.Decoder), then guards it by identity."""
+    from ember.capture.records import has_name
+
+    found = {}
+    for guard in captured.guards.guards.values():
+        function = guard.expected
+        if guard.kind != "id" or not isinstance(function, types.FunctionType) or \
+                has_name(function):
+            continue
+        root = _rooted_at(guard.source)
+        if root in own or not (_reachable(guard.source) or root is not None and
+                               isinstance(captured.scope["K"][root], type)):
+            continue
+        found.setdefault(id(function), (function, guard.source))
+    return found
 
 
 def _reachable(source: Any) -> bool:
@@ -509,6 +533,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     refusal = _reach_modules(record["identities"], decoder, reach)
     if refusal is None:  # (K reaches the modules too)
         scope["K"] = [decoder.value(code) for code in record["constants"]]
+        reach.namespace["K"] = scope["K"]  # (functions reached from a class kept in K)
         refusal = _hooked(scope["K"], record["guards"])
     if refusal is not None:
         counts["refused"] += 1

@@ -36,6 +36,8 @@ SHIFT = 0.01
 """
 
 USER_CODE = """
+import os
+
 import torch
 import torch.nn.functional as F
 
@@ -72,6 +74,28 @@ def model_call(x):  # (a global nn.Module: found again through the global)
 
 def loss(x, w):  # (a training graph)
     return (torch.sin(x) @ w).relu().pow(2).sum()
+
+
+def _validator_of(low):
+    def validator(value):
+        return isinstance(value, int) and value >= low
+    return validator
+
+
+class Config:  # (a library's strict config keeps validators made in closures)
+    __validators__ = {"size": [_validator_of(int(os.environ.get("LOWEST_SIZE", "0")))]}
+    size = 4
+    extra = None
+
+
+CONFIG = Config()
+
+
+def validated(x):  # (a closure reached through a class, a type that builtins does not name)
+    check = type(CONFIG).__validators__["size"][0]
+    if check(CONFIG.size) and isinstance(CONFIG.extra, type(None)):
+        return x + 1
+    return x - 1
 
 
 MODEL = torch.nn.Linear(4, 4)
@@ -173,6 +197,18 @@ def test_a_second_process_neither_captures_nor_compiles(project):
     assert second["imported"] == []
     assert second["log"] == [0, 1]  # (the compiled call appended, then eager's)
     assert second["said"].count("warm start before capture") == 4
+
+
+def test_a_closure_a_class_keeps_is_found_again_through_the_class(project, monkeypatch):
+    first = _run(project, "validated")
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = _run(project, "validated")
+    assert second["counts"] == _counts(hits=1), second["said"][-3000:]
+    # (another closure in its place, of the same code, whose cell says otherwise: the
+    # entry's guards refuse the call, captured again, with eager's answer: the driver checks)
+    monkeypatch.setenv("LOWEST_SIZE", "5")
+    third = _run(project, "validated")
+    assert third["counts"] == _counts(refused=1, kept=1), third["said"][-3000:]
 
 
 def test_a_training_graph_starts_warm_with_eager_s_gradients(project):
@@ -384,10 +420,11 @@ class _Output:
 def test_values_libraries_hold_are_found_again_by_name():
     # what transformers' models reach: the function under a decorator (by __wrapped__), an
     # enum's member, a module's own singleton, a class's staticmethod as its __dict__ holds
-    # it; each decoded back to the very object
+    # it, NoneType; each decoded back to the very object
     encoder = records.Encoder()
     for value in (_renaming.__wrapped__, _Kind.ONE, dataclasses._FIELD,
-                  vars(_Holder)["bucket"], vars(_Holder)["make"]):
+                  vars(_Holder)["bucket"], vars(_Holder)["make"], type(None),
+                  type(_add_one)):  # (the interpreter's types: through the types module)
         assert records.Decoder().value(encoder.value(value)) is value
     assert records.versioned(collections.abc.Mapping.get.__code__.co_filename)  # (frozen)
     made = _Output.__init__.__code__  # (written by @dataclass: its class's file decides it)

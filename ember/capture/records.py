@@ -175,6 +175,8 @@ class Encoder:
         kind = type(value)
         known = self.reached.get(id(value))
         if known is not None and known[0] is value:
+            if isinstance(value, types.FunctionType):  # (found again, its code checked)
+                return ["reached", self._source(known[1]), code_digest(value.__code__)]
             return ["reached", self._source(known[1])]
         if kind in _PLAIN:
             return ["plain", value]
@@ -296,6 +298,11 @@ class Encoder:
         return self._encode(value)
 
 
+def has_name(value: Any) -> bool:
+    """Can `value` be kept by name (found again through sys.modules)?"""
+    return _name(value) is not None
+
+
 def _name(value: Any) -> tuple[str, str] | None:
     """(module, attribute path) that finds `value` again, through sys.modules (a property
     through its class, by its getter's name: what a class-member guard expects)."""
@@ -338,6 +345,10 @@ def _name(value: Any) -> tuple[str, str] | None:
             if found is None:
                 break
             attribute += ".__wrapped__"
+    if isinstance(value, type) and module == "builtins":  # (NoneType, FunctionType, ...:
+        for name, member in vars(types).items():         # the interpreter's types, which
+            if member is value:                           # builtins does not name)
+                return "types", name
     # (a module's own singleton, such as dataclasses' _FIELD: a global of its class's module)
     home = sys.modules.get(getattr(type(value), "__module__", None) or "")
     for name, member in (vars(home).items() if home is not None else ()):
@@ -388,7 +399,12 @@ class Decoder:
         if kind == "reached":
             if self.reach is None:
                 raise Unresolved("an object reached through a source, without a call")
-            return self.reach(self.value(code[1]))
+            source = self.value(code[1])
+            found = self.reach(source)
+            if len(code) > 2 and not (isinstance(found, types.FunctionType) and
+                                      code_digest(found.__code__) == code[2]):
+                raise Unresolved(f"{source.expr()} is not the function it was")
+            return found
         if kind == "hooks_made":  # (torch's count of hook handles, in this process)
             from ember import torch_internals
 
