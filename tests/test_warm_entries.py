@@ -8,6 +8,7 @@ import collections.abc
 import dataclasses
 import enum
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -159,6 +160,30 @@ print("report", json.dumps({"counts": warm_entries.counts, "imported": imported}
 """
 
 
+# A softmax over rows of changing length, on Triton's interpreter: after its first shape,
+# compiled once for every shape, whose rows of other classes (500, 5000) run other builds
+ROWS = """
+import json, os, sys
+os.environ["EMBER_BACKEND"] = "triton"
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+import ember
+from ember import warm_entries
+from ember.runtime import warm_cache
+
+def f(x):
+    return torch.softmax(x * 2, -1) + 1
+
+compiled = ember.compile(f)
+generator = torch.Generator().manual_seed(0)
+for length in (600, 700, 300, 5000):
+    x = torch.randn(4, length, generator=generator)
+    torch.testing.assert_close(compiled(x), f(x))
+warm_cache.finish_keeps()
+print("report", json.dumps({"counts": warm_entries.counts}))
+"""
+
+
 def _write(folder: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         (folder / name).write_text(textwrap.dedent(text))
@@ -170,7 +195,7 @@ def project(tmp_path):
     folder.mkdir()
     _write(folder, {"helpers.py": HELPERS, "constants.py": CONSTANTS,
                     "user_code.py": USER_CODE, "driver.py": DRIVER,
-                    "training.py": TRAINING})
+                    "training.py": TRAINING, "rows.py": ROWS})
     return folder
 
 
@@ -197,6 +222,20 @@ def test_a_second_process_neither_captures_nor_compiles(project):
     assert second["imported"] == []
     assert second["log"] == [0, 1]  # (the compiled call appended, then eager's)
     assert second["said"].count("warm start before capture") == 4
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                    reason="triton is not installed")
+def test_a_symbolic_entry_s_other_row_classes_compile_cold_from_what_it_kept(project):
+    # (the second process starts both entries before capture; rows of another class than
+    # the first build's go to the graph compiled cold, on symbolic examples made again
+    # from the entry: eager's answers, the program checks)
+    first = _run(project, "", program="rows.py")
+    assert first["counts"] == _counts(misses=2, kept=2), first["said"][-3000:]
+    second = _run(project, "", program="rows.py")
+    assert second["counts"] == _counts(hits=2), second["said"][-3000:]
+    assert second["said"].count("a warm-started graph needs its eager form") == 1
+    assert "captured in" not in second["said"]
 
 
 def test_a_closure_a_class_keeps_is_found_again_through_the_class(project, monkeypatch):
