@@ -4,9 +4,9 @@ and gives eager's outputs, in inference and through a training step (eager's gra
 parameters and running statistics). The module's identity guards are replaced, for the kept
 entry, by what they stood for: its class by name (its file by digest), each module reached
 again through its source, no hooks. So a changed attribute (an int the forward reads,
-`training`) is captured again; a hook is not kept and says why; a lambda an attribute holds
-is found again through its module; a changed method is stale; another class at a module's place, or one
-module where there were two, refuses the entry. Each process runs on a temporary
+`training`) is captured again; a hook is not kept and says why; a lambda an attribute
+holds is found again through its module; a changed method is stale; another class at a
+module's place, or one module where there were two, refuses the entry. Each process runs on a temporary
 EMBER_CACHE_DIR. In this process: what a module's identity guard used to stand for without a
 guard of its own — a module container's length, truth, keys and members — is guarded by its
 answer (a container changed between calls is captured again: it gave the old answer)."""
