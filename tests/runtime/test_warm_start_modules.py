@@ -6,10 +6,10 @@ entry, by what they stood for: its class by name (its file by digest), each modu
 again through its source, no hooks. So a changed attribute (an int the forward reads,
 `training`) is captured again; a hook is not kept and says why; a lambda an attribute
 holds is found again through its module; a changed method is stale; another class at a
-module's place, or one module where there were two, refuses the entry. Each process runs on a temporary
-EMBER_CACHE_DIR. In this process: what a module's identity guard used to stand for without a
-guard of its own — a module container's length, truth, keys and members — is guarded by its
-answer (a container changed between calls is captured again: it gave the old answer)."""
+module's place, or one module where there were two, refuses the entry. Each process runs
+on a temporary EMBER_CACHE_DIR. In this process: what a module's identity guard used to
+stand for without a guard of its own — a module container's length, truth, keys and
+members — is guarded by its answer (a container changed between calls is captured again: it gave the old answer)."""
 
 import textwrap
 from pathlib import Path
