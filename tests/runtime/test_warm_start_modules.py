@@ -9,7 +9,8 @@ holds is found again through its module; a changed method is stale; another clas
 module's place, or one module where there were two, refuses the entry. Each process runs
 on a temporary EMBER_CACHE_DIR. In this process: what a module's identity guard used to
 stand for without a guard of its own — a module container's length, truth, keys and
-members — is guarded by its answer (a container changed between calls is captured again: it gave the old answer)."""
+members — is guarded by its answer (a container changed between calls is captured again:
+it gave the old answer)."""
 
 import textwrap
 from pathlib import Path
