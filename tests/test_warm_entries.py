@@ -512,3 +512,17 @@ def test_a_symbolic_graph_kept_without_its_examples_compiles_cold_for_every_shap
     for rows in (2, 3, 9):
         x = torch.randn(rows, 6)
         torch.testing.assert_close(cold(x, w)[0], _softmax_rows(x, w))  # (the graph's outputs)
+
+
+def test_a_torchscript_function_is_found_again_by_its_python_name():
+    from transformers.models.deberta_v2 import modeling_deberta_v2  # (scripts its helpers)
+
+    function = modeling_deberta_v2.make_log_bucket_position
+    assert type(function).__name__ == "ScriptFunction"
+    encoder = records.Encoder()
+    assert records.Decoder().value(encoder.value(function)) is function
+    # (an installed library's file is digested, so an upgrade makes an entry stale; Python's
+    # own library and torch's are named by their versions)
+    assert any(path.endswith("modeling_deberta_v2.py") for path in encoder.files)
+    assert not records.versioned(modeling_deberta_v2.__file__)
+    assert records.versioned(collections.abc.__file__) and records.versioned(torch.__file__)

@@ -120,9 +120,9 @@ def _package_folder(module: types.ModuleType) -> str:
 
 # Code whose version the entry's key already names: torch's and ember's (their versions and
 # ember's source digest), Python's own library (its version)
-_VERSIONED = tuple({_package_folder(torch), _package_folder(sys.modules["ember"]),
-                    *(os.path.realpath(sysconfig.get_paths()[name]) + os.sep
-                      for name in ("stdlib", "platstdlib"))})
+_PACKAGES = (_package_folder(torch), _package_folder(sys.modules["ember"]))
+_STANDARD = tuple({os.path.realpath(sysconfig.get_paths()[name]) + os.sep
+                   for name in ("stdlib", "platstdlib")})
 
 
 def made_by_dataclasses(code: types.CodeType) -> bool:
@@ -135,8 +135,16 @@ def made_by_dataclasses(code: types.CodeType) -> bool:
 
 
 def versioned(path: str) -> bool:
+    """Is the file at `path` one whose version the key names (torch's, ember's, Python's own
+    library)? Not an installed package's (transformers, timm: digested like a user's file,
+    so an upgraded library makes an entry stale), though a virtual environment's library
+    folder, which Python's `platstdlib` names, holds their site-packages."""
     # ("<frozen _collections_abc>": a module frozen into the interpreter, its version's own)
-    return path.startswith("<frozen ") or os.path.realpath(path).startswith(_VERSIONED)
+    if path.startswith("<frozen "):
+        return True
+    real = os.path.realpath(path)
+    return real.startswith(_PACKAGES) or real.startswith(_STANDARD) and \
+        not any(part in ("site-packages", "dist-packages") for part in real.split(os.sep))
 
 
 _PLAIN = (type(None), bool, int, float, complex, str, bytes)
@@ -328,6 +336,10 @@ def _name(value: Any) -> tuple[str, str] | None:
                 candidates.append((module, name))
             if objclass is not None and "." not in name:  # (a method of a C class)
                 candidates.append((objclass.__module__, f"{objclass.__qualname__}.{name}"))
+    qualified = getattr(value, "qualified_name", None)  # (a TorchScript function: by its
+    if isinstance(qualified, str) and qualified.startswith("__torch__."):  # Python name)
+        module_name, _, attribute = qualified.removeprefix("__torch__.").rpartition(".")
+        candidates.append((module_name, attribute))
     if isinstance(value, enum.Enum):  # (a member: by its class's name and its own)
         kind = type(value)
         candidates.append((kind.__module__, f"{kind.__qualname__}.{value.name}"))
