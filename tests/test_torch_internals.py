@@ -593,3 +593,8 @@ def test_a_ranged_symbol_has_its_hint_and_range():
     unbounded = torch_internals.ranged_symbol(shape_env, "batch", 3, 2, None)
     assert torch_internals.symbol_range(
         shape_env, torch_internals.symbolic_expression(unbounded)) == (2, None)
+
+
+def test_an_op_namespace_is_named():
+    assert torch_internals.op_namespace_name(torch.ops.aten) == "aten"
+    assert torch_internals.op_namespace_name(torch) is None

@@ -459,11 +459,12 @@ class _Output:
 def test_values_libraries_hold_are_found_again_by_name():
     # what transformers' models reach: the function under a decorator (by __wrapped__), an
     # enum's member, a module's own singleton, a class's staticmethod as its __dict__ holds
-    # it, NoneType; each decoded back to the very object
+    # it, NoneType, torch.ops.aten; each decoded back to the very object
     encoder = records.Encoder()
     for value in (_renaming.__wrapped__, _Kind.ONE, dataclasses._FIELD,
                   vars(_Holder)["bucket"], vars(_Holder)["make"], type(None),
-                  type(_add_one)):  # (the interpreter's types: through the types module)
+                  type(_add_one),  # (the interpreter's types: through the types module)
+                  torch.ops.aten):  # (an op namespace: through torch.ops)
         assert records.Decoder().value(encoder.value(value)) is value
     assert records.versioned(collections.abc.Mapping.get.__code__.co_filename)  # (frozen)
     made = _Output.__init__.__code__  # (written by @dataclass: its class's file decides it)

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.capture import sources
 from ember.capture.guards import GuardSet
 from ember.capture.sources import Source
@@ -213,8 +214,12 @@ class Encoder:
                     [self._source(source) for source in value.sources]]
         if type(value).__name__ == "_KeyRef":  # (a dict key kept as K[i]: its expression)
             return ["expression", repr(value)]
-        if isinstance(value, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if torch_internals.is_op_overload(value) or \
+                isinstance(value, torch_internals.OpOverloadPacket):
             return ["op", str(value)]
+        namespace = torch_internals.op_namespace_name(value)
+        if namespace is not None:  # (torch.ops.aten)
+            return ["op_namespace", namespace]
         if isinstance(value, types.ModuleType):
             if sys.modules.get(value.__name__) is not value:
                 raise NotKept(f"the module {value.__name__}, which sys.modules does not hold")
@@ -454,6 +459,8 @@ class Decoder:
             for part in code[1].split("."):
                 found = getattr(found, part)
             return found
+        if kind == "op_namespace":
+            return getattr(torch.ops, code[1])
         if kind == "module":
             module = sys.modules.get(code[1])
             if module is None:

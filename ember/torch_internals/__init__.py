@@ -107,6 +107,14 @@ def is_op_overload(value: Any) -> bool:
     return isinstance(value, OpOverload)
 
 
+def op_namespace_name(value: Any) -> str | None:
+    """The name of an op namespace (`torch.ops.aten` -> "aten"), None for anything else."""
+    if isinstance(value, torch._ops._OpNamespace) and \
+            getattr(torch.ops, value.name, None) is value:
+        return value.name
+    return None
+
+
 def is_script_function(value: Any) -> bool:
     return isinstance(value, torch.jit.ScriptFunction)
 
