@@ -114,6 +114,12 @@ class Encoder:
                 return code
         if type(value) in _PLAIN:
             return ["plain", value]
+        if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # (a NamedTuple:
+            kind = type(value)                                # ir/library.Slot, not a tuple)
+            if not kind.__module__.startswith("ember."):
+                raise NotKept(f"a {kind.__qualname__} (a named tuple of another library)")
+            return ["namedtuple", kind.__module__, kind.__qualname__,
+                    [self._encode(v) for v in value]]
         if isinstance(value, (tuple, list)):
             return ["tuple" if isinstance(value, tuple) else "list",
                     [self._encode(v) for v in value]]
@@ -235,6 +241,8 @@ class Decoder:
         if kind in ("tuple", "list"):
             items = [self.value(c) for c in code[1]]
             return tuple(items) if kind == "tuple" else items
+        if kind == "namedtuple":
+            return _resolve(code[1], code[2])(*(self.value(c) for c in code[3]))
         if kind == "dict":
             return {self.value(k): self.value(v) for k, v in code[1]}
         if kind == "slice":
@@ -386,6 +394,21 @@ def _op(text: str) -> Any:
 
 
 def _equal(first: Any, second: Any) -> bool:
+    """Equal values; ember's dataclasses that compare by identity (eq=False: autodiff's
+    TapedCall, two of which never merge) field by field, as their encoding keeps them; a
+    named tuple is never equal to a plain one (`fill` tells a Slot from a tuple)."""
+    if type(first) is not type(second) and (hasattr(type(first), "_fields") or
+                                            hasattr(type(second), "_fields")):
+        return False
+    if dataclasses.is_dataclass(first) and not isinstance(first, type) and \
+            type(first) is type(second) and type(first).__eq__ is object.__eq__:
+        return all(_equal(getattr(first, f.name), getattr(second, f.name))
+                   for f in dataclasses.fields(first))
+    if type(first) in (tuple, list) and type(second) is type(first):
+        return len(first) == len(second) and all(_equal(a, b) for a, b in zip(first, second))
+    if type(first) is dict and type(second) is dict:
+        return first.keys() == second.keys() and all(_equal(v, second[k])
+                                                     for k, v in first.items())
     try:
         return bool(first == second)
     except Exception:  # noqa: BLE001 (a value whose == is not a truth: not the same)

@@ -555,3 +555,24 @@ def test_graphs_compiled_for_every_shape_start_warm(tmp_path, backend):
     first, second = _second_process_hits(tmp_path / "cache", SYMBOLIC, backend, 6)
     assert first.count("lowered on symbolic fakes") == 3, first[-3000:]
     assert "lowered on symbolic fakes" not in second
+
+
+def test_a_taped_call_is_kept_with_its_slots_as_slots():
+    # (autodiff's TapedCall compares by identity, and `fill` tells its Slots from tuples:
+    # kept field by field, a Slot as a Slot; a named tuple of another library is not kept)
+    import collections
+
+    from ember.autodiff.tape import TapedCall
+    from ember.ir.library import Slot, fill
+    from ember.runtime.warm_values import Encoder, NotKept
+
+    call = TapedCall(torch.ops.aten.avg_pool2d.default, (Slot(0), [2, 2]), {}, False,
+                     (True,), 3)
+    encoder = Encoder(torch.fx.symbolic_trace(_add_one))
+    back = encoder.decoder.value(encoder.value(call))
+    assert type(back) is TapedCall and back is not call and back.index == 3
+    x = torch.randn(1, 1, 4, 4)
+    assert torch.equal(back.target(*fill(back.args, [x])), call.target(*fill(call.args, [x])))
+    other = collections.namedtuple("Other", "index")(0)
+    with pytest.raises(NotKept):
+        encoder.value(other)
