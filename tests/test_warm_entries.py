@@ -224,7 +224,8 @@ def test_a_second_process_neither_captures_nor_compiles(project):
     assert second["said"].count("warm start before capture") == 4
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+@pytest.mark.slow  # (11 s of Triton's interpreter; the cold compile's placeholders are
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None,  # tested in this process too)
                     reason="triton is not installed")
 def test_a_symbolic_entry_s_other_row_classes_compile_cold_from_what_it_kept(project):
     # (the second process starts both entries before capture; rows of another class than

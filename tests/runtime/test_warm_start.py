@@ -548,7 +548,8 @@ print("counts", warm_cache.counts)
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["c", pytest.param("triton", marks=[
+    pytest.mark.slow, *BACKENDS[1].marks])])  # (Triton's interpreter: 8 s, a CI slice)
 def test_graphs_compiled_for_every_shape_start_warm(tmp_path, backend):
     # (three functions, each compiled for its first shape, then once for every shape: six
     # graphs, none lowered again in the second process, on symbolic fakes or otherwise)
