@@ -371,7 +371,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     """The entry's guards compiled for this call (None when they refuse it), its compiled
     graph from the warm cache (None when that is gone), its runner."""
     from ember.api import CacheEntry, CaptureRecord
-    from ember.capture.guards import compile_guarded_runner, compile_guards
+    from ember.capture.guards import MISS, compile_guarded_runner, compile_guards
     from ember.capture.records import Decoder, Unresolved
     from ember.resumes import passthrough
 
@@ -396,8 +396,23 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
                                         "(%s): captured", function.where, refusal)
         return None
     guards = decoder.guards(record["guards"], record["symbol_reads"])
-    guard, text = compile_guards(guards, scope, arguments)
-    if not guard(arguments):
+    # the runner, whose `compiled` is set once the guards accept the call and the graph is
+    # rebuilt; the guards compiled once, inside it (the guard function alone, which only a
+    # later miss asks, is compiled then: a model's guards are thousands of lines)
+    inputs = [decoder.value(code) for code in record["input_sources"]]
+    namespace = dict({name: decoder.value(code) for name, code in record["namespace"]},
+                     **scope)
+    exec(builtins.compile(record["runner"], f"<ember runner {function.where}>", "exec"),
+         namespace)  # noqa: S102 (our own code, from an entry whose digest checked)
+    call = compile_guarded_runner(guards, scope, arguments, inputs, record["runner_lines"],
+                                  namespace, function.where)
+    if call is not None:
+        guard, text = _LazyGuard(guards, scope), call.ember_source
+        accepted = call.guarded_inputs(arguments) is not MISS
+    else:  # (names that clash: guards and runner apart)
+        guard, text = compile_guards(guards, scope, arguments)
+        accepted = guard(arguments)
+    if not accepted:
         counts["refused"] += 1
         if logs.enabled("recompiles"):
             from ember.capture.guards import first_failure
@@ -426,20 +441,35 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
                 compiled = warm_cache.Entry(gm, examples, graph_label(gm), _recompile).compiled
         if compiled is None:
             return None
-    inputs = [decoder.value(code) for code in record["input_sources"]]
-    namespace = dict({name: decoder.value(code) for name, code in record["namespace"]},
-                     **scope, compiled=compiled)
-    exec(builtins.compile(record["runner"], f"<ember runner {function.where}>", "exec"),
-         namespace)  # noqa: S102 (our own code, from an entry whose digest checked)
-    call = compile_guarded_runner(guards, scope, arguments, inputs, record["runner_lines"],
-                                  namespace, function.where)
+    namespace["compiled"] = compiled
+    if call is not None:
+        call.__globals__["compiled"] = compiled
     captured = WarmCapture(gm, inputs, examples, guards, record["runner"], namespace, scope,
                            record["op_count"], list(record["runner_lines"]),
                            symbolic=record["every_shape"] is not None)
     _seen(function.frame_sizes, guards)
+    if config.settings.dump_dir is not None and call is not None:  # (guards.py: the guard
+        text = compile_guards(guards, scope, arguments)[1]          # function, as captured)
     dumps.dump_entry(captured, text, call, function.where)
     function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
     return CacheEntry(guard, namespace["run"], captured, text, call=call, compiled=compiled)
+
+
+class _LazyGuard:
+    """A rebuilt entry's guard function, compiled at its first call: a call runs the guards
+    inside the entry's `call`; the guard alone is asked only when a later call misses."""
+
+    def __init__(self, guards: Any, scope: dict[str, Any]):
+        self.guards = guards
+        self.scope = scope
+        self.function: Any = None
+
+    def __call__(self, arguments: dict[str, Any]) -> bool:
+        if self.function is None:
+            from ember.capture.guards import compile_guards
+
+            self.function, _ = compile_guards(self.guards, self.scope)
+        return self.function(arguments)
 
 
 def _seen(frame_sizes: Any, guards: Any) -> None:

@@ -244,6 +244,7 @@ def compile_guarded_runner(guards: GuardSet, scope: dict[str, Any], arguments: d
     namespace.update(runner_namespace)
     exec(compile(text, f"<ember entry {where}>", "exec"), namespace)  # noqa: S102 (our own code)
     namespace["call"].ember_source = text  # (what EMBER_DUMP writes: ember/dumps.py)
+    namespace["call"].guarded_inputs = namespace["guarded_inputs"]  # (the guards alone)
     return namespace["call"]
 
 
