@@ -117,9 +117,8 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
             if positions:
                 compiled = ScalarsAsTensors(compiled, positions, _device(example_inputs))
             if warm.key is not None:
-                compiled.kept_for_every_shape = KeptForEveryShape(
-                    warm.key, tuple(positions), symbolic,
-                    describe_placeholders(gm, example_inputs))
+                _note_where_kept(compiled, warm.key, positions, symbolic, gm, example_inputs,
+                                 stages)
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
         if "raise" in config.settings.logs and not _expected(error):
             raise
@@ -143,6 +142,21 @@ class KeptForEveryShape:
     scalars: tuple[int, ...]
     symbolic: bool
     placeholders: dict
+
+
+def _note_where_kept(compiled: Callable, key: str, positions: list[int], symbolic: bool,
+                     gm: torch.fx.GraphModule, example_inputs: list[Any], label: str) -> None:
+    """Set `compiled.kept_for_every_shape` (where a function's entry finds it again); where
+    its placeholders cannot be described, leave it unset: the entry is then not kept before
+    capture (said on EMBER_LOGS=perf), and the graph serves this process all the same."""
+    try:
+        placeholders = describe_placeholders(gm, example_inputs)
+    except Exception as error:  # noqa: BLE001 (an odd example: no warm start before capture)
+        logs.channel("perf").info("%s: its symbolic examples are not kept (%s: %s)", label,
+                                  type(error).__name__, error)
+        return
+    compiled.kept_for_every_shape = KeptForEveryShape(key, tuple(positions), symbolic,
+                                                      placeholders)
 
 
 def from_the_warm_cache(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
