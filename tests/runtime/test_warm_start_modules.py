@@ -212,6 +212,7 @@ def test_another_module_tree_refuses_the_entry(project, change, reason):
     assert reason in report["said"]
 
 
+@pytest.mark.slow  # (two processes, 6 s; test_warm_entries tests the closure a class keeps)
 def test_a_lambda_a_module_holds_is_found_again_through_the_module(project):
     # (no name finds it: the source that reached it does, in the new process, and its code
     # must be the same — the driver compares with eager's answer)
