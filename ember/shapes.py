@@ -102,23 +102,28 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list[Any], label:
     # (where only such ints were symbols, the graph is lowered at its one shape)
     symbolic = not positions or _symbolic_tensors(gm, example_inputs)
     recompile = functools.partial(_compile_again, symbolic=symbolic)
+    described = _described(gm, example_inputs, stages)
     try:
         with torch.set_grad_enabled(torch.is_grad_enabled()):
-            warm = warm_cache.Entry(gm, example_inputs, stages, recompile, symbolic=True)
-            compiled = warm.compiled
+            # (no description: neither looked for nor kept, rather than kept as a static
+            # graph's would be)
+            warm = warm_cache.Entry(gm, example_inputs, stages, recompile,
+                                    symbolic=described) if described is not None else None
+            compiled = warm.compiled if warm is not None else None
             if compiled is None:
                 compiled, said = _compile_symbolic(gm, example_inputs, stages, symbolic,
                                                    bool(positions))
                 if compiled is None:
                     return None, said
-                warm.keep(compiled)
+                if warm is not None:
+                    warm.keep(compiled)
             else:
                 said = "its symbols (from the warm cache)"
             if positions:
                 compiled = ScalarsAsTensors(compiled, positions, _device(example_inputs))
-            if warm.key is not None:
-                _note_where_kept(compiled, warm.key, positions, symbolic, gm, example_inputs,
-                                 stages)
+            if warm is not None and warm.key is not None:
+                compiled.kept_for_every_shape = KeptForEveryShape(
+                    warm.key, tuple(positions), symbolic, described)
     except Exception as error:  # noqa: BLE001 (whatever stage 2 cannot do compiles per shape)
         if "raise" in config.settings.logs and not _expected(error):
             raise
@@ -144,19 +149,17 @@ class KeptForEveryShape:
     placeholders: dict
 
 
-def _note_where_kept(compiled: Callable, key: str, positions: list[int], symbolic: bool,
-                     gm: torch.fx.GraphModule, example_inputs: list[Any], label: str) -> None:
-    """Set `compiled.kept_for_every_shape` (where a function's entry finds it again); where
-    its placeholders cannot be described, leave it unset: the entry is then not kept before
-    capture (said on EMBER_LOGS=perf), and the graph serves this process all the same."""
+def _described(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str
+               ) -> dict | None:
+    """The placeholders' symbolic examples as plain data (lower/symbolic.py), None where they
+    cannot be described: the graph is then neither looked for in the warm cache nor kept
+    (said on EMBER_LOGS=perf), and serves this process all the same."""
     try:
-        placeholders = describe_placeholders(gm, example_inputs)
-    except Exception as error:  # noqa: BLE001 (an odd example: no warm start before capture)
-        logs.channel("perf").info("%s: its symbolic examples are not kept (%s: %s)", label,
-                                  type(error).__name__, error)
-        return
-    compiled.kept_for_every_shape = KeptForEveryShape(key, tuple(positions), symbolic,
-                                                      placeholders)
+        return describe_placeholders(gm, example_inputs)
+    except Exception as error:  # noqa: BLE001 (an odd example: no warm start)
+        logs.channel("perf").info("%s: no warm start for its symbolic examples (%s: %s)",
+                                  label, type(error).__name__, error)
+        return None
 
 
 def from_the_warm_cache(gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,

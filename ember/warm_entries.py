@@ -314,10 +314,12 @@ def load(function: Any, arguments: dict[str, Any], keys: Keys) -> Any:
             record = warm_records.read_record(path, key, warm_cache.versions())
         except FileNotFoundError:
             continue
-        except warm_records.Rejected as rejected:
-            return _reject(path, "rejected", f"fails its check ({rejected})")
+        except warm_records.Rejected as rejected:  # (removed; the family's may serve)
+            _reject(path, "rejected", f"fails its check ({rejected})")
+            entry = None
+        else:
+            entry = _entry(function, record, arguments, path)
         found = True
-        entry = _entry(function, record, arguments, path)
         if entry is not None:
             counts["hits"] += 1
             disk_cache.touch(path)
@@ -477,14 +479,7 @@ def _seen(frame_sizes: Any, guards: Any) -> None:
     function's FrameSizes (automatic dynamic: a later capture for other sizes makes the
     changed ones symbols, as after a capture in this process)."""
     for guard in guards.guards.values():
-        if guard.kind == "tensor" and None in guard.expected[3]:  # (a symbolic capture's:
-            shape = guard.expected[3]                              # its symbols, changed)
-            known = frame_sizes.tensors.setdefault(guard.source.expr(), list(shape))
-            if len(known) == len(shape):
-                for dim, size in enumerate(shape):
-                    if size is None:
-                        known[dim] = None
-        elif guard.kind == "tensor":
+        if guard.kind == "tensor":  # (None where the capture made a dim a symbol)
             frame_sizes.see_tensor(guard.source.expr(), tuple(guard.expected[3]))
         elif guard.kind == "equals" and type(guard.expected) is int and \
                 type(guard.source).__name__ != "CallSource":

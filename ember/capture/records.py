@@ -423,8 +423,6 @@ class Decoder:
                 raise Unresolved(f"{source.expr()} is not the function it was")
             return found
         if kind == "hooks_made":  # (torch's count of hook handles, in this process)
-            from ember import torch_internals
-
             return torch_internals.hooks_made()
         if kind in ("tuple", "list", "set", "frozenset"):
             return {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[kind](

@@ -92,12 +92,16 @@ class FrameSizes:
         # sizes a dim had before and after it changed (value-linked automatic dynamic)
         self.changed: set[int] = set()
 
-    def see_tensor(self, name: str, shape: tuple[int, ...]) -> list[int | None]:
+    def see_tensor(self, name: str, shape: tuple[int | None, ...]) -> list[int | None]:
+        """A capture saw this tensor's sizes (None: a dim it made a symbol, as a warm entry
+        captured with symbolic sizes tells)."""
         known = self.tensors.get(name)
         if known is None or len(known) != len(shape):
             known = self.tensors[name] = list(shape)
         for dim, size in enumerate(shape):
-            if known[dim] is not None and known[dim] != size:
+            if size is None:
+                known[dim] = None
+            elif known[dim] is not None and known[dim] != size:
                 self.changed |= {known[dim], size}
                 known[dim] = None
         return known

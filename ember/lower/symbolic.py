@@ -112,9 +112,11 @@ def placeholder_examples(module: torch.fx.GraphModule, example_inputs: list[Any]
 
 def describe_placeholders(module: torch.fx.GraphModule, example_inputs: list[Any]) -> dict:
     """The placeholders' symbolic examples as plain data — each symbol's hint and range, each
-    tensor's sizes, strides and offset as Python over the symbols, each SymInt's — from
-    which `restore_placeholders` makes them again in another process (a graph rebuilt by a
-    warm start before capture, compiled cold again for every shape)."""
+    tensor's sizes, strides and offset as Python over the symbols, each SymInt's, and the
+    relations their ShapeEnv holds (a divisibility the lowering may have relied on) — what
+    a symbolic graph's compiled code assumes: part of its warm-cache key, and what
+    `restore_placeholders` makes the examples again from in another process (a graph
+    rebuilt by a warm start before capture, compiled cold again for every shape)."""
     inputs: list[list] = []
     symbols: dict[Any, torch.SymInt] = {}  # (each symbol met, with a SymInt of its ShapeEnv)
     for value in placeholder_examples(module, example_inputs):
@@ -128,12 +130,14 @@ def describe_placeholders(module: torch.fx.GraphModule, example_inputs: list[Any
             inputs.append(["int", _render(value, symbols)])
         else:
             inputs.append(["plain"])
-    described = []
+    described, relations = [], []
     for symbol, value in symbols.items():
         shape_env = torch_internals.shape_env_of(value)
         described.append([str(symbol), torch_internals.symbol_hint(shape_env, symbol),
                           *torch_internals.symbol_range(shape_env, symbol)])
-    return {"inputs": inputs, "symbols": described}
+        relations = relations or [str(relation) for relation in
+                                  torch_internals.shape_guards(shape_env)]
+    return {"inputs": inputs, "symbols": described, "relations": relations}
 
 
 def _render(value: Any, symbols: dict[Any, torch.SymInt]) -> str:

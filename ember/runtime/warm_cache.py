@@ -128,11 +128,13 @@ def thread_modes() -> tuple:
 
 def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
            chosen: config.Settings | None = None, modes: tuple | None = None,
-           symbolic: bool = False) -> str:
+           symbolic: dict | None = None) -> str:
     """The graph's key for these inputs under `chosen` settings (the process's where None)
-    and `modes` (thread_modes(), this thread's where None); `symbolic`: the graph compiled
-    for every shape its symbols allow (shapes.py), whose key holds its inputs' symbolic
-    geometry and what its ShapeEnv knows of the symbols besides."""
+    and `modes` (thread_modes(), this thread's where None); `symbolic`: a graph compiled for
+    every shape its symbols allow (shapes.py), its placeholders as
+    lower/symbolic.describe_placeholders gives them (their symbolic geometry, the symbols'
+    ranges, the ShapeEnv's relations). (The example inputs' sizes are in the key too: the
+    hints its decisions were made at.)"""
     settings = dataclasses.asdict(chosen if chosen is not None else config.settings)
     for name in ("logs", "dump_dir", "cache_dir", "cache_max_mb"):  # (change no code)
         settings.pop(name)
@@ -151,39 +153,13 @@ def key_of(gm: torch.fx.GraphModule, example_inputs: list[Any],
             parts.append(f"{getattr(target, '__module__', None)}."
                          f"{getattr(target, '__qualname__', None) or target}")
     parts.extend(_describe(value) for value in example_inputs)
-    if symbolic:
-        parts.extend(_symbolic_parts(gm, example_inputs))
+    if symbolic is not None:
+        parts.append(f"symbolic {symbolic!r}")
     digest = hashlib.sha256()
     for part in parts:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
-
-
-def _symbolic_parts(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[str]:
-    """A symbolic graph's inputs as its placeholders see them (sizes, strides and offsets as
-    expressions of the symbols), each symbol's range and the relations its ShapeEnv holds
-    (a divisibility the lowering may have relied on): what its compiled code assumes. (The
-    example inputs' sizes are in the key too: the hints its decisions were made at.)"""
-    from ember.lower.symbolic import placeholder_examples
-
-    parts, shape_env = ["symbolic"], None
-    for value in placeholder_examples(gm, example_inputs):
-        if isinstance(value, torch.Tensor) and torch_internals.is_symbolic(value):
-            geometry = (*value.shape, "/", *value.stride(), "+", value.storage_offset())
-            parts.append(" ".join(str(torch_internals.symbolic_expression(d)) for d in geometry))
-            shape_env = shape_env or next((torch_internals.shape_env_of(d) for d in geometry
-                                           if isinstance(d, torch.SymInt)), None)
-        elif isinstance(value, torch.SymInt):
-            parts.append(f"int {torch_internals.symbolic_expression(value)}")
-            shape_env = shape_env or torch_internals.shape_env_of(value)
-        else:
-            parts.append("-")
-    if shape_env is not None:
-        parts.extend(f"{symbol} in {torch_internals.symbol_range(shape_env, symbol)}"
-                     for symbol in sorted(shape_env.var_to_range, key=str))
-        parts.extend(str(relation) for relation in torch_internals.shape_guards(shape_env))
-    return parts
 
 
 def _describe(value: Any) -> str:
@@ -245,10 +221,10 @@ class Entry:
 
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list[Any], label: str,
                  recompile: Callable[[torch.fx.GraphModule, list[Any], str], Any],
-                 symbolic: bool = False, key: str | None = None):
-        """`symbolic`: the graph compiled for every shape (key_of); `key`: the key it was
-        kept under, where a function's entry rebuilt before capture knows it (its graph
-        then has no symbolic examples to compute it from)."""
+                 symbolic: dict | None = None, key: str | None = None):
+        """`symbolic`: a graph compiled for every shape, its placeholders described (key_of);
+        `key`: the key it was kept under, where a function's entry rebuilt before capture
+        knows it (its graph then has no symbolic examples to compute it from)."""
         self.gm = gm
         self.argument_count = len(example_inputs)
         self.label = label
