@@ -189,15 +189,16 @@ def test_graphs_handed_over_under_autocast_keep_eagers_dtypes():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x = torch.randn(2, 8)
+    device = x.device.type  # (the suite's default device: EMBER_TEST_DEVICE)
 
     def region(x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             y = model(x)
         return y, model(x)
 
     with torch.no_grad():
         compiled = torch.compile(model, backend="ember")
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             got, want = compiled(x), model(x)
         assert got.dtype == want.dtype == torch.bfloat16
         torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)

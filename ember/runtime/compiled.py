@@ -239,14 +239,35 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
     return aliased
 
 
+# First calls running eagerly beside their compile, counted: the warm keep's thread waits
+# until none runs (its encoding would take the GIL from the run it is meant to stay off: on
+# the H200, GPT-2's eager first run took as long as the wait for kernels it replaced)
+_running_eagerly = 0
+_none_running_eagerly = threading.Condition()
+
+
 def eager_beside_the_compile(eager: Callable, args: tuple, label: str) -> Any:
     """A graph's first call, run by `eager` while its kernels compile (said on perf)."""
+    global _running_eagerly
     started = time.perf_counter()
-    result = eager(*args)
+    with _none_running_eagerly:
+        _running_eagerly += 1
+    try:
+        result = eager(*args)
+    finally:
+        with _none_running_eagerly:
+            _running_eagerly -= 1
+            _none_running_eagerly.notify_all()
     logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in %.1f "
                               "ms (the next call waits for them)", label,
                               (time.perf_counter() - started) * 1e3)
     return result
+
+
+def after_eager_first_runs(timeout: float = 30.0) -> None:
+    """Return once no first call runs eagerly beside its compile (or after `timeout` s)."""
+    with _none_running_eagerly:
+        _none_running_eagerly.wait_for(lambda: _running_eagerly == 0, timeout)
 
 
 def eager_after(error: Exception, eager: Callable, args: tuple, label: str, what: str) -> Any:

@@ -50,6 +50,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow_in_interpreter  # (a Triton case under the interpreter: 6-16 s each)
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_a_batch_marked_dynamic_builds_once_for_every_batch_size(name, kernel_backend, builds):
     fn, width = CASES[name]

@@ -266,6 +266,7 @@ class _CausalAttention(torch.nn.Module):
         return out.transpose(1, 2).reshape(b, n, 16)
 
 
+@pytest.mark.slow_in_interpreter  # (12 s under Triton's interpreter)
 def test_attention_taped_for_its_backward_over_symbolic_lengths():
     """SDPA's backward is eager's autograd (a taped call): the layout the graph planned for its
     result has symbolic strides, made per call from the result's shape (it raised TypeError

@@ -503,6 +503,33 @@ def test_a_graph_is_kept_on_the_keeping_thread_in_the_order_asked():
     assert all(thread.startswith("ember-keep") for _, thread in kept)
 
 
+
+def test_no_graph_is_kept_while_a_first_call_runs_eagerly_beside_its_compile():
+    # (the keep's encoding would take the GIL from that run: it waits for its end)
+    import threading
+
+    from ember.runtime.compiled import eager_beside_the_compile
+
+    running, release, kept = threading.Event(), threading.Event(), []
+
+    def eager():
+        running.set()
+        assert release.wait(10)
+        return kept[:]
+
+    seen = []
+    first = threading.Thread(target=lambda: seen.append(
+        eager_beside_the_compile(eager, (), "graph")))
+    first.start()
+    assert running.wait(10)
+    warm_cache.when_compiled(object(), lambda: kept.append("graph"))
+    time.sleep(0.2)  # (time for the keeping thread to have kept it, were it not waiting)
+    assert kept == []
+    release.set()
+    first.join(10)
+    warm_cache.finish_keeps()
+    assert seen == [[]] and kept == ["graph"]
+
 SYMBOLIC = BITS + """
 import copy
 import torch
