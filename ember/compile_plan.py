@@ -51,9 +51,9 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
     tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
     when its compiled form gives up; `sizes`: a symbolic graph's symbols in the call it is
-    compiled for (its first build serves that call's row classes); `eager_first`: a first
-    call that comes while the kernels still compile runs `eager` beside them (where `eager`
-    is the graph as eager runs it, not the IR interpreted)."""
+    compiled for (its first build serves that call's row classes); `eager_first`: calls
+    that come while the kernels still compile run `eager` beside them (where `eager` is the
+    graph as eager runs it, not the IR interpreted)."""
     device = graph.device
     chosen = kernel_backend(device.type)
     if chosen == "interp":

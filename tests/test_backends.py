@@ -47,7 +47,7 @@ def test_training_graphs_compile_forward_and_backward():
         assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
 
 
-def test_a_training_graph_s_first_call_while_its_kernels_compile_runs_eagerly():
+def test_a_training_graph_s_calls_while_its_kernels_compile_run_eagerly():
     # (as where its forward's Triton kernels compile beside the first call: the kernels'
     # future stood in for, on the CPU's compiled graph)
     import concurrent.futures
@@ -70,6 +70,10 @@ def test_a_training_graph_s_first_call_while_its_kernels_compile_runs_eagerly():
     assert any("run eagerly while its kernels compile" in r.getMessage() for r in records)
     assert compiled.output_views is None  # (its compiled forward has not run)
     assert compiled._backward_ran  # (the next call starts the backward for every output)
+    x.grad = w.grad = None
+    compiled(x, w).backward()  # (still compiling, only kernels: eager again)
+    assert compiled.output_views is None and compiled._start_backward is None
+    torch.testing.assert_close(x.grad, eager_x.grad)
     pending.set_result(None)  # (the kernels are in: the next call runs the compiled step)
     x.grad = w.grad = None
     compiled(x, w).backward()

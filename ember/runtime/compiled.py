@@ -43,9 +43,10 @@ class CompiledGraph:
         self._settling = threading.Lock()
         self._hooks: list[Callable[[], None]] = []  # (run at the first call's end: when_settled)
         self._finished = later is None
-        # a first call that comes while they compile runs eagerly beside them (its result
-        # is then eager's, sooner than the slowest kernel); the next one waits for them
+        # calls that come while they compile run eagerly beside them (their results are
+        # eager's, sooner than the slowest kernel: the kernels compile in other processes)
         self._eager_first = eager_first and later is not None
+        self._eager_calls = 0  # (how many did)
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
         self.eager = eager
@@ -175,11 +176,16 @@ class CompiledGraph:
         if self._run is None:
             return self.eager(*args)
         if self._eager_first:
-            self._eager_first = False
             if not self._later.done():
-                # (kept for a warm start once they are in, called again or not)
-                self._later.add_done_callback(lambda _: self._finish_quietly())
-                return eager_beside_the_compile(self.eager, args, self.label)
+                if not self._eager_calls:  # (kept for a warm start once they are in)
+                    self._later.add_done_callback(lambda _: self._finish_quietly())
+                self._eager_calls += 1
+                return eager_beside_the_compile(self.eager, args, self.label,
+                                                self._eager_calls)
+            self._eager_first = False
+            if self._eager_calls:
+                logs.channel("perf").info("%s: its kernels are in after %d calls run eagerly",
+                                          self.label, self._eager_calls)
         tensors = args if self.all_tensors else [args[i] for i in self.tensor_positions]
         if self.written_inputs and (
                 shares_written_memory(tensors, self.written_inputs, self.label, self._told)
@@ -246,8 +252,9 @@ _running_eagerly = 0
 _none_running_eagerly = threading.Condition()
 
 
-def eager_beside_the_compile(eager: Callable, args: tuple, label: str) -> Any:
-    """A graph's first call, run by `eager` while its kernels compile (said on perf)."""
+def eager_beside_the_compile(eager: Callable, args: tuple, label: str, count: int = 1) -> Any:
+    """A graph's call, run by `eager` while its kernels compile (the first, `count` 1, said
+    on perf)."""
     global _running_eagerly
     started = time.perf_counter()
     with _none_running_eagerly:
@@ -258,9 +265,10 @@ def eager_beside_the_compile(eager: Callable, args: tuple, label: str) -> Any:
         with _none_running_eagerly:
             _running_eagerly -= 1
             _none_running_eagerly.notify_all()
-    logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in %.1f "
-                              "ms (the next call waits for them)", label,
-                              (time.perf_counter() - started) * 1e3)
+    if count == 1:
+        logs.channel("perf").info("%s: first call run eagerly while its kernels compile, in "
+                                  "%.1f ms (so run the calls until they are in)", label,
+                                  (time.perf_counter() - started) * 1e3)
     return result
 
 

@@ -38,8 +38,11 @@ class TrainingGraph:
         self.forward_graph = forward
         # a first call that comes while the forward's kernels, or the backward compiled
         # ahead, still compile runs eagerly beside them (the graph as eager runs it, under
-        # autograd); the next one waits for them
+        # autograd); so do the next ones while only kernels compile (in other processes),
+        # where a backward still compiling on a thread of this process is waited for (a run
+        # beside it would slow it by the GIL it needs)
         self._eager_first = eager_first
+        self._eager_calls = 0
         # (the backward for every output: compiled, or a Future of it — compiled on a thread
         # while the first calls run, where the backward they most likely take was compiled
         # ahead: see backends.compile_training)
@@ -91,16 +94,17 @@ class TrainingGraph:
     def backward_graph(self, compiled: Any) -> None:
         self._backward = compiled
 
-    def _compiled_now(self) -> bool:
-        """Are the forward's kernels in, and the backwards compiled ahead with theirs?"""
+    def _compiling(self) -> str | None:
+        """What of the forward and the backwards compiled ahead is not in: "graphs" (one
+        still compiles on a thread), "kernels" (only kernels, in their workers), or None."""
+        kernels = False
         for graph in (self.forward_graph, *self._backwards.values()):
             if isinstance(graph, concurrent.futures.Future):
                 if not graph.done():
-                    return False
+                    return "graphs"
                 graph = graph.result() if graph.exception() is None else None
-            if not getattr(graph, "kernels_in", True):
-                return False
-        return True
+            kernels = kernels or not getattr(graph, "kernels_in", True)
+        return "kernels" if kernels else None
 
     def after_backward(self) -> None:
         """A backward has run: the backward for every output, where its compile waited for
@@ -209,12 +213,19 @@ class TrainingGraph:
 
     def __call__(self, *args: Any) -> Any:
         if self._eager_first:
-            self._eager_first = False
-            if not self._compiled_now():
-                # (the next call starts the backward for every output, as after a compiled
-                # first backward: see after_backward)
-                self._backward_ran = torch.is_grad_enabled()
-                return eager_beside_the_compile(self.eager, args, self.label)
+            compiling = self._compiling()
+            if compiling is None:
+                self._eager_first = False
+            elif not self._eager_calls or compiling == "kernels":
+                if not self._eager_calls:
+                    # (the next call starts the backward for every output, as after a
+                    # compiled first backward: see after_backward)
+                    self._backward_ran = torch.is_grad_enabled()
+                elif self._backward_ran and self._start_backward is not None:
+                    self._start_deferred_backward()
+                self._eager_calls += 1
+                return eager_beside_the_compile(self.eager, args, self.label,
+                                                self._eager_calls)
         if self._backward_ran and self._start_backward is not None:
             self._start_deferred_backward()
         if self._gave_up() or self._aliased(args):

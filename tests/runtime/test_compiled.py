@@ -107,7 +107,7 @@ def test_a_first_run_beside_the_compile_waits_for_its_kernels_then_takes_the_fas
     assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
 
 
-def test_a_first_call_while_the_kernels_compile_runs_eagerly_and_the_next_waits_for_them():
+def test_calls_while_the_kernels_compile_run_eagerly_and_the_first_after_runs_them():
     import concurrent.futures
     import threading
 
@@ -124,6 +124,9 @@ def test_a_first_call_while_the_kernels_compile_runs_eagerly_and_the_next_waits_
     assert torch.equal(result, torch.arange(4.0) * 3 + 1)
     assert calls == [] and kept == []  # (nothing launched, nothing kept yet)
     assert "run eagerly while its kernels compile" in records[0].getMessage()
+    z = torch.arange(4.0)
+    assert torch.equal(compiled(z, 2), torch.arange(4.0) * 2 + 1)  # (still compiling)
+    assert torch.equal(z, torch.arange(4.0) * 2) and calls == [] and kept == []
 
     def compile_finishes():
         launches.set_result(_StandInLaunch(calls))
@@ -134,8 +137,10 @@ def test_a_first_call_while_the_kernels_compile_runs_eagerly_and_the_next_waits_
     timer.join()
     assert kept == [fast]  # (kept once the kernels are in, before any other call)
     y = torch.ones(2)
-    assert torch.equal(compiled(y, 3), torch.full((2,), 1010.0))  # the checked run
+    with captured_log("perf") as records:
+        assert torch.equal(compiled(y, 3), torch.full((2,), 1010.0))  # the checked run
     assert len(calls) == 1 and kept == [fast]
+    assert "in after 2 calls run eagerly" in records[0].getMessage()
     assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 20.0))  # the fast one
 
 
