@@ -113,6 +113,11 @@ class CompiledGraph:
                 return
         then()
 
+    def compiled_from_now(self) -> None:
+        """Calls from now on run compiled, waiting for kernels that still compile (what a
+        CUDA graph's recording needs: runtime/cudagraphs)."""
+        self._eager_first = False
+
     @property
     def kernels_in(self) -> bool:
         """Are its kernels compiled and loaded (those compiled beside its first run too)?"""

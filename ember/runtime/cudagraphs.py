@@ -237,6 +237,9 @@ class CudaGraphed:
                     position not in self.fixed:
                 statics[position] = _copy_of(tensor)
         versions = [statics[p]._version for p in positions]
+        # (a graph whose kernels still compile would run eagerly: recorded so, its replays
+        # would be eager's kernels)
+        getattr(self.compiled, "compiled_from_now", lambda: None)()
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):

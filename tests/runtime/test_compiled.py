@@ -157,6 +157,25 @@ def test_a_first_call_after_the_kernels_compiled_runs_them():
     assert len(calls) == 1
 
 
+def test_a_graph_about_to_be_recorded_waits_for_its_kernels_instead_of_running_eagerly():
+    # (runtime/cudagraphs asks it before recording: eager's kernels would be recorded)
+    import concurrent.futures
+    import threading
+
+    calls = []
+    launches, later = concurrent.futures.Future(), concurrent.futures.Future()
+    compiled = _graph_compiled_later(later, launches, eager_first=True)
+    compiled.compiled_from_now()
+
+    def compile_finishes():
+        launches.set_result(_StandInLaunch(calls))
+        later.set_result((WrapperSource("def call(args):\n    return None\n", {}),
+                          WrapperSource("def call(args):\n    return args[0] * 20\n", {})))
+
+    threading.Timer(0.05, compile_finishes).start()
+    assert torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 1010.0))  # (waited)
+    assert len(calls) == 1
+
 def test_kernels_that_fail_to_compile_beside_the_first_run_leave_the_graph_to_eager():
     import concurrent.futures
 
