@@ -530,14 +530,16 @@ class Deferred:
 
 def wait_for_background_compiles(timeout: float | None = None, start_deferred: bool = True
                                  ) -> None:
-    """Return once the compiles that ember runs on beside the first calls are done (a
-    benchmark's steady state starts then: they share the host with the calls it times);
-    those deferred until a graph's next call are started first (`start_deferred`), or left
-    as they are."""
+    """Return once the compiles that ember runs on beside the first calls are done, Triton
+    kernels included (a benchmark's steady state starts then: they share the host with the
+    calls it times, and calls that come while kernels compile run eagerly); those deferred
+    until a graph's next call are started first (`start_deferred`), or left as they are."""
+    from ember.compile_plan import kernels_compiling
+
     if start_deferred:
         for deferred in list(_deferred):
             deferred.start()
-    concurrent.futures.wait(list(_background), timeout)
+    concurrent.futures.wait([*_background.copy(), *kernels_compiling.copy()], timeout)
 
 
 def likely_absent(split: Any) -> frozenset[int]:

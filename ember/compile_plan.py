@@ -177,6 +177,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         checked, fast = wrap(functions, True, fallback, wide, called_by_wrapper=False), None
         wrappers_later = _background.submit(compiled_later, first_build, loaded, wrappers_of,
                                             label)
+        kernels_compiling.add(wrappers_later)
+        wrappers_later.add_done_callback(kernels_compiling.discard)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -200,6 +202,9 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
 # Kernels compiled beside a graph's first run (compiled_later): a few threads, each waiting on
 # the compile workers most of its time.
 _background = concurrent.futures.ThreadPoolExecutor(4, "ember-kernels")
+# (those still compiling: what backends.wait_for_background_compiles waits for too, since
+# the calls that come meanwhile run eagerly)
+kernels_compiling: set[concurrent.futures.Future] = set()
 
 
 def _compiles_later(dump: Any) -> bool:

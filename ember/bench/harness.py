@@ -138,7 +138,11 @@ def benchmark(fn: Callable[..., Any], *args: Any, desc: str | None = None, warmu
     """Steady-state time per call of `fn(*args)`: `warmup` untimed calls, then samples until
     at least `repeat` samples and `min_time` seconds (stopping at `max_time` once 3 samples
     exist). Each sample ends with a device sync, so it is latency, launch overhead included.
-    With `desc`, prints `desc: 0.15 ms/call`."""
+    With `desc`, prints `desc: 0.15 ms/call`. Ember's compiles still running beside the
+    first calls are waited for first (calls meanwhile would run eagerly)."""
+    backends = sys.modules.get("ember.backends")
+    if backends is not None:
+        backends.wait_for_background_compiles()
     sync = device_sync(fn, *args)
     started = time.perf_counter()
     for _ in range(max(1, warmup)):
