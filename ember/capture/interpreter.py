@@ -9,6 +9,7 @@ Python values follow the value; anything else raises `Unsupported` at the user's
 from __future__ import annotations
 
 import dis
+import functools
 import inspect
 import linecache
 import sys
@@ -54,6 +55,15 @@ def handler(*opnames: str, versions: tuple[tuple[int, int], ...] = ((3, 11), (3,
 class Return(Exception):
     def __init__(self, value: Value):
         self.value = value
+
+
+@functools.lru_cache(maxsize=4096)
+def _stack_trace(frames: tuple[tuple[str, int, str], ...]) -> str:
+    """(filename, line, function) of each frame, innermost first, as a traceback's text (a
+    model's layers run the same lines: one text serves each of their ops)."""
+    return "".join(traceback.format_list(
+        [(filename, line, function, linecache.getline(filename, line).strip())
+         for filename, line, function in reversed(frames)]))
 
 
 _decoded: dict[types.CodeType, tuple[list[dis.Instruction], dict[int, int], list]] = {}
@@ -128,10 +138,9 @@ class Frame:
         frames, frame = [], self
         while frame is not None:
             location = frame.location()
-            frames.append((location.filename, location.line, location.function,
-                           linecache.getline(location.filename, location.line).strip()))
+            frames.append((location.filename, location.line, location.function))
             frame = frame.parent
-        return "".join(traceback.format_list(list(reversed(frames))))
+        return _stack_trace(tuple(frames))
 
     def handler_of(self, offset: int) -> Any:
         """The exception table's entry that protects the instruction at `offset` (None: an
