@@ -35,7 +35,7 @@ from ember.lower import Unsupported
 from ember.lower.tracer import OutputSpec
 from ember.passes.library_ops import calls_for
 from ember.runtime import triton_launch, tune_c, tune_triton
-from ember.runtime.build import build, kernel_function, load
+from ember.runtime.build import PendingFunction, build, is_built, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
 from ember.schedule.epilogue import fuse_matmul_epilogues
@@ -91,7 +91,16 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         else:
             functions = first_build()
     else:
-        sources, functions, misaligned = _c_kernels(plan, label, dump)
+        sources, c_build, c_source = _c_kernels(plan, label, dump)
+        misaligned = None
+        if sources and eager_first and _compiles_later(dump, triton=False) and \
+                not is_built(c_source, C_LINK):
+            # (the compiler runs in its own process: the calls meanwhile run eagerly)
+            loaded = {name: concurrent.futures.Future() for name in sources}
+            functions = {name: PendingFunction(loaded[name]) for name in sources}
+            first_build = lambda ready: c_build()  # noqa: E731  (for compiled_later)
+        else:
+            functions = c_build()
     clock("kernels")
 
     def settled() -> None:
@@ -207,11 +216,12 @@ _background = concurrent.futures.ThreadPoolExecutor(4, "ember-kernels")
 kernels_compiling: set[concurrent.futures.Future] = set()
 
 
-def _compiles_later(dump: Any) -> bool:
-    """Do a graph's Triton kernels compile beside its first run? Not where the code is shown
-    or dumped: what is said about a compile is said before it returns."""
+def _compiles_later(dump: Any, triton: bool = True) -> bool:
+    """Do a graph's kernels compile beside its first run (Triton's always, C's where calls
+    run eagerly meanwhile)? Not where the code is shown or dumped: what is said about a
+    compile is said before it returns."""
     return config.settings.kernels_later and dump is None and \
-        not logs.enabled("output_code") and not triton_launch.interpreting()
+        not logs.enabled("output_code") and not (triton and triton_launch.interpreting())
 
 
 def compiled_later(first_build: Callable[..., dict[str, Any]],
@@ -232,28 +242,36 @@ def compiled_later(first_build: Callable[..., dict[str, Any]],
     for name, future in loaded.items():  # (each was told already: none may wait forever)
         if not future.done():
             future.set_result(built[name])
-    logs.channel("perf").info("%s: kernels compiled and loaded %.1f ms after they were handed "
-                              "to the workers (the first run meanwhile)", label,
+    logs.channel("perf").info("%s: kernels compiled and loaded %.1f ms after their compile "
+                              "began (the first calls meanwhile)", label,
                               (time.perf_counter() - start) * 1e3)
     return wrappers_of(built)
 
 
-def _c_kernels(plan: Plan, label: str, dump: Any):
-    """One C file for the plan, built with the C compiler and loaded."""
+C_LINK = ["-lmvec", "-lm"]
+
+
+def _c_kernels(plan: Plan, label: str, dump: Any
+               ) -> tuple[dict[str, Any], Callable[[], dict[str, Any]], str]:
+    """One C file for the plan: its kernels by name, a function that builds it with the C
+    compiler, loads it and gives its kernels' functions by name, and the source."""
     tunings = tuning.guarded(label, tune_c.choose, plan, label) \
         if config.settings.max_autotune else None
     source, kernels = write_source(plan, tunings)
     logs.dump(dump, "kernels.c", source)
     logs.show_code(label, "C kernels", source)
-    functions = {}
-    if kernels:
-        path, cached = build(source, ["-lmvec", "-lm"])
+
+    def built() -> dict[str, Any]:
+        if not kernels:
+            return {}
+        path, cached = build(source, C_LINK)
         library = load(path)
-        functions = {k.name: kernel_function(library, k.same_as or k.name, len(k.arguments),
-                                             len(k.sizes)) for k in kernels}
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
-    return {k.name: k for k in kernels}, functions, None
+        return {k.name: kernel_function(library, k.same_as or k.name, len(k.arguments),
+                                        len(k.sizes)) for k in kernels}
+
+    return {k.name: k for k in kernels}, built, source
 
 
 def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,

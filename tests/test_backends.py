@@ -47,6 +47,32 @@ def test_training_graphs_compile_forward_and_backward():
         assert isinstance(compile_graph(_traced(), [x]), CompiledGraph)
 
 
+def test_calls_while_a_c_library_builds_run_eagerly_then_its_kernels(tmp_path):
+    # (the C compiler runs in a process of its own: a first call need not wait for it)
+    from ember.backends import wait_for_background_compiles
+
+    def fn(x, y):
+        return torch.tanh(x * y + 1).sum(1)
+
+    x, y = torch.randn(8, 32), torch.randn(8, 32)
+    with config.override(backend="c", eager_first=True, cache_dir=tmp_path), \
+            captured_log("perf") as records:
+        compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
+        assert isinstance(compiled, CompiledGraph) and not compiled.kernels_in
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+        wait_for_background_compiles()
+        assert compiled.kernels_in
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+        torch.testing.assert_close(compiled(x * 2, y), fn(x * 2, y))
+    said = [r.getMessage() for r in records]
+    assert any("first call run eagerly while its kernels compile" in m for m in said)
+    assert any("first run (checked" in m for m in said)
+    with config.override(backend="c", eager_first=True, cache_dir=tmp_path):
+        again = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
+        assert again.kernels_in  # (built already: nothing compiles beside its calls)
+        torch.testing.assert_close(again(x, y), fn(x, y))
+
+
 def test_a_training_graph_s_calls_while_its_kernels_compile_run_eagerly():
     # (as where its forward's Triton kernels compile beside the first call: the kernels'
     # future stood in for, on the CPU's compiled graph)

@@ -98,7 +98,17 @@ def _double(batch: dict[str, Any]) -> dict[str, Any]:
 
 def run_case(name: str, make: Callable[[], tuple], mode: str, device: str = "cpu"
              ) -> dict[str, Any]:
-    """One model in one mode: what explain says, the fallback warnings, eager's difference."""
+    """One model in one mode: what explain says, the fallback warnings, eager's difference.
+    Every call runs compiled (EMBER_EAGER_FIRST off: a call while kernels still compile
+    would give eager's own answer to compare with eager's)."""
+    from ember import config
+
+    with config.override(eager_first=False):
+        return _run_case(name, make, mode, device)
+
+
+def _run_case(name: str, make: Callable[[], tuple], mode: str, device: str
+              ) -> dict[str, Any]:
     import ember
 
     found: dict[str, Any] = {"model": name, "mode": mode}

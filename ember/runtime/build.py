@@ -96,6 +96,31 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
     return library, cached
 
 
+def is_built(source: str, link: list[str]) -> bool:
+    """Is `source` already built in the disk cache (its library's digest checked)?"""
+    compiler = find_compiler()
+    flags = list(config.settings.cflags) + ["-shared", "-fPIC"]
+    key = cache_key(source, flags + link, compiler)
+    return disk_cache.usable(disk_cache.entry_path("c", key, ".so"), key)
+
+
+class PendingFunction:
+    """A C kernel that a graph's first calls may call while its library still builds (on a
+    thread: compile_plan's `compiled_later`): a call waits for it, then calls it."""
+
+    def __init__(self, loaded: Any):
+        self.loaded = loaded  # (a Future of the kernel's function, once built and loaded)
+
+    def __call__(self, *args: Any) -> Any:
+        from ember.runtime.wrappers import KernelsNotBuilt
+
+        try:
+            function = self.loaded.result()
+        except Exception as error:  # (the build's own error, said by the graph)
+            raise KernelsNotBuilt.because(error) from error
+        return function(*args)
+
+
 # library path -> (source, link flags) of each library built or found in this process: what
 # a warm-start entry keeps to find the library again (or rebuild it, once evicted)
 built_from: dict[str, tuple[str, list[str]]] = {}
