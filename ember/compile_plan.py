@@ -187,7 +187,6 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         wrappers_later = _background.submit(compiled_later, first_build, loaded, wrappers_of,
                                             label)
         kernels_compiling.add(wrappers_later)
-        wrappers_later.add_done_callback(kernels_compiling.discard)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -196,6 +195,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                              eager, label, len(sources), library_calls, written,
                              fallback_count, later=wrappers_later,
                              eager_first=eager_first)
+    if wrappers_later is not None:  # (after the graph's own callback: its keep is asked first)
+        wrappers_later.add_done_callback(kernels_compiling.discard)
     # (what ahead-of-time analysis reads: ember/aot.py)
     compiled.plan = plan
     compiled.step_count = len(plan.steps)

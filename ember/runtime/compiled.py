@@ -47,6 +47,8 @@ class CompiledGraph:
         # eager's, sooner than the slowest kernel: the kernels compile in other processes)
         self._eager_first = eager_first and later is not None
         self._eager_calls = 0  # (how many did)
+        if self._eager_first:  # (then kept for a warm start once they are in, called or not)
+            later.add_done_callback(lambda _: self._finish_quietly())
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
         self.eager = eager
@@ -182,8 +184,6 @@ class CompiledGraph:
             return self.eager(*args)
         if self._eager_first:
             if not self._later.done():
-                if not self._eager_calls:  # (kept for a warm start once they are in)
-                    self._later.add_done_callback(lambda _: self._finish_quietly())
                 self._eager_calls += 1
                 return eager_beside_the_compile(self.eager, args, self.label,
                                                 self._eager_calls)
