@@ -450,7 +450,9 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                              len(example_inputs),
                              InterpretedGraph(split.forward, specs, tree, extras,
                                               tensor_positions, label),
-                             label, dump, clock, lowered.library_calls, sizes)
+                             label, dump, clock, lowered.library_calls, sizes,
+                             kernels_later=config.settings.eager_first and
+                             not warm_cache.is_bypassed())
         # The one built ahead may still compile: the first call's forward runs meanwhile,
         # and its backward waits for it (TrainingGraph.backward_for). Where the first calls
         # most likely take that one (a loss's), the backward for every output compiles

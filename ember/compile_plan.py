@@ -47,13 +47,16 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                extras: list[torch.Tensor], tensor_positions: list[int], argument_count: int,
                eager: Callable, label: str, dump: Any, clock: Any,
                fallback_count: int = 0, sizes: dict[str, int] | None = None,
-               eager_first: bool = False) -> CompiledGraph | InterpretedGraph:
+               eager_first: bool = False, kernels_later: bool = False
+               ) -> CompiledGraph | InterpretedGraph:
     """schedule → codegen → build → wrapper, for an IR graph after its passes. `extras` are
     tensors appended to the arguments (graph attributes, constants); `eager` runs the graph
     when its compiled form gives up; `sizes`: a symbolic graph's symbols in the call it is
     compiled for (its first build serves that call's row classes); `eager_first`: calls
     that come while the kernels still compile run `eager` beside them (where `eager` is the
-    graph as eager runs it, not the IR interpreted)."""
+    graph as eager runs it, not the IR interpreted); `kernels_later`: its C library may
+    build beside its first calls all the same (a training graph's forward, whose
+    TrainingGraph runs them eagerly meanwhile), its own calls waiting for it."""
     device = graph.device
     chosen = kernel_backend(device.type)
     if chosen == "interp":
@@ -93,7 +96,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
     else:
         sources, c_build, c_source = _c_kernels(plan, label, dump)
         misaligned = None
-        if sources and eager_first and _compiles_later(dump, triton=False) and \
+        if sources and (eager_first or kernels_later) and \
+                _compiles_later(dump, triton=False) and \
                 not is_built(c_source, C_LINK):
             # (the compiler runs in its own process: the calls meanwhile run eagerly)
             loaded = {name: concurrent.futures.Future() for name in sources}
