@@ -178,10 +178,10 @@ FLAGS: tuple[Flag, ...] = (
          "waiting for its kernel (the first run's library calls meanwhile); 0: the compile "
          "returns with every kernel loaded (see compile_plan.compiled_later)"),
     Flag("eager_first", "EMBER_EAGER_FIRST", "1", _flag,
-         "a graph's calls that come while its Triton kernels still compile (in their "
-         "worker processes) run eagerly beside them, and so does a training graph's first "
-         "call while its backward compiled ahead compiles (on any device; later calls wait "
-         "for it); 0: the first call runs compiled, waiting for each kernel"),
+         "a graph's calls that come while its kernels still compile (Triton's in their "
+         "worker processes, a C library in the compiler's) run eagerly beside them, and so "
+         "does a training graph's first call while its backward compiled ahead compiles "
+         "(later calls wait for it); 0: the first call runs compiled, waiting for them"),
     Flag("triton_workers", "EMBER_TRITON_WORKERS", "8", _count(0),
          "Triton: processes that compile a graph's kernels side by side (started with the "
          "first CUDA capture, at most one per core; 0: compile in threads of this process "
