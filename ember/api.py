@@ -30,9 +30,11 @@ from ember import options as compile_options
 from ember.capture.errors import CaptureError, Unsupported
 from ember.capture.guards import (
     MISS,
+    LazyGuard,
     compile_guarded_runner,
     compile_guards,
     first_failure,
+    guard_source,
     same_tensor,
 )
 from ember.capture.symbols import FrameSizes
@@ -431,7 +433,6 @@ class CompiledFunction(GivingUp):
             compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),
                                                 self.where)
         scope = dict(captured.scope, C=self.function.__closure__ or ())
-        guard, text = compile_guards(captured.guards, scope, arguments)
         namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
         resumes = [self.resume(resumption) for resumption in captured.resumptions]
         namespace.update((r.name, resume) for r, resume in zip(captured.resumptions, resumes))
@@ -442,6 +443,9 @@ class CompiledFunction(GivingUp):
         runner = namespace["run"]
         call = compile_guarded_runner(captured.guards, scope, arguments, captured.input_sources,
                                       captured.runner_lines, namespace, self.where)
+        # (where the guards run inside `call`, the guard alone is asked only after a miss)
+        text, guard_namespace = guard_source(captured.guards, scope, arguments)
+        guard = LazyGuard(captured.guards, scope, text, guard_namespace)
         if logs.enabled("guards"):
             logs.channel("guards").info("guards of %s:\n%s", self.where, text)
         folder = dumps.dump_entry(captured, text, call, self.where)

@@ -373,7 +373,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     """The entry's guards compiled for this call (None when they refuse it), its compiled
     graph from the warm cache (None when that is gone), its runner."""
     from ember.api import CacheEntry, CaptureRecord
-    from ember.capture.guards import MISS, compile_guarded_runner, compile_guards
+    from ember.capture.guards import MISS, LazyGuard, compile_guarded_runner, compile_guards
     from ember.capture.records import Decoder, Unresolved
     from ember.resumes import passthrough
 
@@ -409,7 +409,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     call = compile_guarded_runner(guards, scope, arguments, inputs, record["runner_lines"],
                                   namespace, function.where)
     if call is not None:
-        guard, text = _LazyGuard(guards, scope), call.ember_source
+        guard, text = LazyGuard(guards, scope), call.ember_source
         accepted = call.guarded_inputs(arguments) is not MISS
     else:  # (names that clash: guards and runner apart)
         guard, text = compile_guards(guards, scope, arguments)
@@ -455,23 +455,6 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     dumps.dump_entry(captured, text, call, function.where)
     function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
     return CacheEntry(guard, namespace["run"], captured, text, call=call, compiled=compiled)
-
-
-class _LazyGuard:
-    """A rebuilt entry's guard function, compiled at its first call: a call runs the guards
-    inside the entry's `call`; the guard alone is asked only when a later call misses."""
-
-    def __init__(self, guards: Any, scope: dict[str, Any]):
-        self.guards = guards
-        self.scope = scope
-        self.function: Any = None
-
-    def __call__(self, arguments: dict[str, Any]) -> bool:
-        if self.function is None:
-            from ember.capture.guards import compile_guards
-
-            self.function, _ = compile_guards(self.guards, self.scope)
-        return self.function(arguments)
 
 
 def _seen(frame_sizes: Any, guards: Any) -> None:

@@ -202,13 +202,46 @@ def compile_guards(guards: GuardSet, scope: dict[str, Any],
     sources use besides L (G, GG, C, K): they are fixed for a cache entry. Given the call's
     `arguments`, the tensor guards whose tensors they reach become one C++ check of all of
     them (torch_internals.tensor_checker) instead of six Python comparisons each."""
+    text, namespace = guard_source(guards, scope, arguments)
+    return _compiled_guard(text, namespace), text
+
+
+def guard_source(guards: GuardSet, scope: dict[str, Any],
+                 arguments: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """compile_guards' function as source, and the namespace it runs in (not compiled)."""
     writer = _Writer(symbol_reads=guards.symbol_reads)
     body = reuse_variables(_guard_lines(guards, scope, arguments, writer, "return False"))
     text = "def guard(L):\n    try:\n" + "".join(f"        {line}\n" for line in body) + \
         "    except Exception:\n        return False\n    return True\n"
-    namespace = dict(writer.namespace, **scope)
+    return text, dict(writer.namespace, **scope)
+
+
+def _compiled_guard(text: str, namespace: dict[str, Any]) -> Callable[..., bool]:
     exec(compile(text, "<ember guards>", "exec"), namespace)  # noqa: S102 (our own code)
-    return namespace["guard"], text
+    return namespace["guard"]
+
+
+class LazyGuard:
+    """An entry's guard function, compiled at its first call: an entry whose guards run
+    inside its `call` (compile_guarded_runner) asks the guard alone only when a later call
+    misses. Made from its source (`text`, `namespace`: guard_source) where that is written
+    already, else from the guards, without a call's tensors to batch their checks."""
+
+    def __init__(self, guards: GuardSet, scope: dict[str, Any], text: str | None = None,
+                 namespace: dict[str, Any] | None = None):
+        self.guards = guards
+        self.scope = scope
+        self.source = (text, namespace) if text is not None else None
+        self.function: Callable[..., bool] | None = None
+
+    def __call__(self, arguments: dict[str, Any]) -> bool:
+        if self.function is None:
+            if self.source is not None:
+                self.function = _compiled_guard(*self.source)
+                self.source = None
+            else:
+                self.function, _ = compile_guards(self.guards, self.scope)
+        return self.function(arguments)
 
 
 # What a guarded runner returns when its guards reject the call.

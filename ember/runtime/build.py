@@ -16,6 +16,7 @@ import platform
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from ember import config
 from ember.runtime import disk_cache
