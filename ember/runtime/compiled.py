@@ -250,7 +250,7 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
     return aliased
 
 
-# First calls running eagerly beside their compile, counted: the warm keep's thread waits
+# Calls running eagerly beside their graph's compile, counted: the warm keep's thread waits
 # until none runs (its encoding would take the GIL from the run it is meant to stay off: on
 # the H200, GPT-2's eager first run took as long as the wait for kernels it replaced)
 _running_eagerly = 0
@@ -277,8 +277,8 @@ def eager_beside_the_compile(eager: Callable, args: tuple, label: str, count: in
     return result
 
 
-def after_eager_first_runs(timeout: float = 30.0) -> None:
-    """Return once no first call runs eagerly beside its compile (or after `timeout` s)."""
+def after_eager_runs(timeout: float = 30.0) -> None:
+    """Return once no call runs eagerly beside its graph's compile (or after `timeout` s)."""
     with _none_running_eagerly:
         _none_running_eagerly.wait_for(lambda: _running_eagerly == 0, timeout)
 

@@ -35,7 +35,7 @@ import torch
 
 from ember import config, logs, torch_internals
 from ember.runtime import build, disk_cache, triton_launch
-from ember.runtime.compiled import CompiledGraph, after_eager_first_runs
+from ember.runtime.compiled import CompiledGraph, after_eager_runs
 from ember.runtime.warm_records import Rejected, read_record, remove, write_record
 from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
 from ember.runtime.wrappers import WrapperSource
@@ -313,11 +313,11 @@ def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
     compile is done, or (a graph whose kernels compile beside its first run) at the end of
     its first call, once they are in, so a graph is never kept half compiled. One thread
     keeps them all, in the order they were asked for (a function's entry before capture is
-    kept after the graph's record it names), and none while a first call runs eagerly beside
-    its compile; `finish_keeps()` waits for them."""
+    kept after the graph's record it names), and none while a call runs eagerly beside its
+    graph's compile; `finish_keeps()` waits for them."""
     def keep_later() -> None:
         try:
-            _keeping.submit(_after_eager_first_runs, then)
+            _keeping.submit(_after_eager_runs, then)
         except RuntimeError:  # (the interpreter is shutting down: keep it here, now)
             then()
 
@@ -338,10 +338,10 @@ def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
     pending.add_done_callback(when_done)
 
 
-def _after_eager_first_runs(then: Callable[[], None]) -> None:
-    """then(), once no first call runs eagerly beside its compile (a keep on the keeping
-    thread would slow that run: runtime/compiled.after_eager_first_runs)."""
-    after_eager_first_runs()
+def _after_eager_runs(then: Callable[[], None]) -> None:
+    """then(), once no call runs eagerly beside its graph's compile (a keep on the keeping
+    thread would slow that run: runtime/compiled.after_eager_runs)."""
+    after_eager_runs()
     then()
 
 
