@@ -542,10 +542,6 @@ def wait_for_background_compiles(timeout: float | None = None, start_deferred: b
         for deferred in list(_deferred):
             deferred.start()
     concurrent.futures.wait([*_background.copy(), *kernels_compiling.copy()], timeout)
-    # (a graph's kernels leave the set after its own callbacks ran: its keep is asked then)
-    waited = time.perf_counter()
-    while kernels_compiling and (timeout is None or time.perf_counter() - waited < timeout):
-        time.sleep(0.001)
 
 
 def likely_absent(split: Any) -> frozenset[int]:

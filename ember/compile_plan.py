@@ -102,7 +102,7 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
             # (the compiler runs in its own process: the calls meanwhile run eagerly)
             loaded = {name: concurrent.futures.Future() for name in sources}
             functions = {name: PendingFunction(loaded[name]) for name in sources}
-            first_build = lambda ready: c_build()  # noqa: E731  (for compiled_later)
+            first_build = c_build
         else:
             functions = c_build()
     clock("kernels")
@@ -190,7 +190,6 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         checked, fast = wrap(functions, True, fallback, wide, called_by_wrapper=False), None
         wrappers_later = _background.submit(compiled_later, first_build, loaded, wrappers_of,
                                             label)
-        kernels_compiling.add(wrappers_later)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -199,8 +198,8 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
                              eager, label, len(sources), library_calls, written,
                              fallback_count, later=wrappers_later,
                              eager_first=eager_first)
-    if wrappers_later is not None:  # (after the graph's own callback: its keep is asked first)
-        wrappers_later.add_done_callback(kernels_compiling.discard)
+    if wrappers_later is not None:
+        _waited_for(wrappers_later)
     # (what ahead-of-time analysis reads: ember/aot.py)
     compiled.plan = plan
     compiled.step_count = len(plan.steps)
@@ -216,9 +215,19 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
 # Kernels compiled beside a graph's first run (compiled_later): a few threads, each waiting on
 # the compile workers most of its time.
 _background = concurrent.futures.ThreadPoolExecutor(4, "ember-kernels")
-# (those still compiling: what backends.wait_for_background_compiles waits for too, since
-# the calls that come meanwhile run eagerly)
+# graphs' kernels still compiling, each as a future set once the graph's own callbacks on
+# them have run (its keep asked): what backends.wait_for_background_compiles waits for too,
+# since the calls that come meanwhile run eagerly
 kernels_compiling: set[concurrent.futures.Future] = set()
+
+
+def _waited_for(later: concurrent.futures.Future) -> None:
+    """Count `later` among kernels_compiling until its callbacks so far have run (callbacks
+    run in the order they were added: the CompiledGraph's first)."""
+    settled: concurrent.futures.Future = concurrent.futures.Future()
+    kernels_compiling.add(settled)
+    settled.add_done_callback(kernels_compiling.discard)
+    later.add_done_callback(lambda _: settled.set_result(None))
 
 
 def _compiles_later(dump: Any, triton: bool = True) -> bool:
@@ -257,7 +266,7 @@ C_LINK = ["-lmvec", "-lm"]
 
 
 def _c_kernels(plan: Plan, label: str, dump: Any
-               ) -> tuple[dict[str, Any], Callable[[], dict[str, Any]], str]:
+               ) -> tuple[dict[str, Any], Callable[..., dict[str, Any]], str]:
     """One C file for the plan: its kernels by name, a function that builds it with the C
     compiler, loads it and gives its kernels' functions by name, and the source."""
     tunings = tuning.guarded(label, tune_c.choose, plan, label) \
@@ -266,7 +275,8 @@ def _c_kernels(plan: Plan, label: str, dump: Any
     logs.dump(dump, "kernels.c", source)
     logs.show_code(label, "C kernels", source)
 
-    def built() -> dict[str, Any]:
+    def built(ready: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
+        """(`ready`: compiled_later's, for a build whose kernels load one by one)"""
         if not kernels:
             return {}
         path, cached = build(source, C_LINK)

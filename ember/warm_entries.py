@@ -373,7 +373,13 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
     """The entry's guards compiled for this call (None when they refuse it), its compiled
     graph from the warm cache (None when that is gone), its runner."""
     from ember.api import CacheEntry, CaptureRecord
-    from ember.capture.guards import MISS, LazyGuard, compile_guarded_runner, compile_guards
+    from ember.capture.guards import (
+        MISS,
+        LazyGuard,
+        compile_guarded_runner,
+        compile_guards,
+        guard_source,
+    )
     from ember.capture.records import Decoder, Unresolved
     from ember.resumes import passthrough
 
@@ -451,7 +457,7 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
                            symbolic=record["every_shape"] is not None)
     _seen(function.frame_sizes, guards)
     if config.settings.dump_dir is not None and call is not None:  # (guards.py: the guard
-        text = compile_guards(guards, scope, arguments)[1]          # function, as captured)
+        text = guard_source(guards, scope, arguments)[0]            # function, as captured)
     dumps.dump_entry(captured, text, call, function.where)
     function.record(CaptureRecord(1, [record["op_count"]], [], text, 0.0, gm, None, compiled))
     return CacheEntry(guard, namespace["run"], captured, text, call=call, compiled=compiled)

@@ -98,11 +98,17 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
 
 
 def is_built(source: str, link: list[str]) -> bool:
-    """Is `source` already built in the disk cache (its library's digest checked)?"""
+    """Is a library of `source` in the disk cache? (Its check is build's, when it is loaded:
+    one that fails it is built again there.)"""
+    return _library(source, link)[0].exists()
+
+
+def _library(source: str, link: list[str]) -> tuple[Path, str, str, list[str]]:
+    """Where the library of `source` lies in the disk cache: its path, key, compiler, flags."""
     compiler = find_compiler()
     flags = list(config.settings.cflags) + ["-shared", "-fPIC"]
     key = cache_key(source, flags + link, compiler)
-    return disk_cache.usable(disk_cache.entry_path("c", key, ".so"), key)
+    return disk_cache.entry_path("c", key, ".so"), key, compiler, flags
 
 
 class PendingFunction:
@@ -128,10 +134,7 @@ built_from: dict[str, tuple[str, list[str]]] = {}
 
 
 def _build(source: str, link: list[str]) -> tuple[Path, bool]:
-    compiler = find_compiler()
-    flags = list(config.settings.cflags) + ["-shared", "-fPIC"]
-    key = cache_key(source, flags + link, compiler)
-    library = disk_cache.entry_path("c", key, ".so")
+    library, key, compiler, flags = _library(source, link)
     if disk_cache.usable(library, key):
         return library, True
     try:

@@ -212,6 +212,8 @@ class TrainingGraph:
             [args[i] for i in self.tensor_positions], written, self.label, self._told)
 
     def __call__(self, *args: Any) -> Any:
+        if self._backward_ran and self._start_backward is not None:
+            self._start_deferred_backward()
         if self._eager_first:
             compiling = self._compiling()
             if compiling is None:
@@ -221,13 +223,9 @@ class TrainingGraph:
                     # (the next call starts the backward for every output, as after a
                     # compiled first backward: see after_backward)
                     self._backward_ran = torch.is_grad_enabled()
-                elif self._backward_ran and self._start_backward is not None:
-                    self._start_deferred_backward()
                 self._eager_calls += 1
                 return eager_beside_the_compile(self.eager, args, self.label,
                                                 self._eager_calls)
-        if self._backward_ran and self._start_backward is not None:
-            self._start_deferred_backward()
         if self._gave_up() or self._aliased(args):
             return self.eager(*args)
         try:
