@@ -394,8 +394,6 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
     count = len(backward.inputs)
     backward_specs, backward_tree = flat(len(backward.outputs))
     positions = list(range(count))
-    # The backward compiles beside the forward: their kernels' builds (a C compiler run, or
-    # Triton's compiles and ptxas) overlap instead of queueing.
 
     def build_without(absent: frozenset[int]) -> Any:
         """The backward of calls that give no gradient to the forward outputs `absent`:
@@ -423,28 +421,25 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                                    f"{label}_backward")
     settings = config.settings
 
-    def build_backward(pending: bool) -> Any:
-        """The backward for every output; `pending`: compiled while the first calls run,
-        where a failure is not the forward's (its graph interpreted serves)."""
+    def build_backward() -> Any:
+        """The backward for every output, compiled after the forward: a failure is not the
+        forward's (its graph interpreted serves)."""
         try:  # (config.settings is the process's: a thread cannot override it for itself)
             return compile_ir(backward, backward_specs, backward_tree, [], positions, count,
                               interpreted, f"{label}_backward", backward_dump,
                               _Stages(f"{label}_backward"), 0, sizes)
         except Exception as error:
-            if not pending:
-                raise
             logs.channel("fallbacks").warning(
                 "%s_backward did not compile (%s: %s): its graph runs interpreted", label,
                 type(error).__name__, error)
             return interpreted
 
-    # (one job: the backward built ahead, or the backward for every output where none is)
+    # (one job: the backward built ahead, where the first calls most likely take it)
     side = concurrent.futures.ThreadPoolExecutor(1, "ember-backward")
     try:
         sizes = _example_sizes(split.forward, example_inputs, tensor_positions, extras)
         # (the backward the first call most likely takes, first: see likely_absent)
         ahead_job = side.submit(build_without, predicted) if predicted else None
-        backward_job = side.submit(build_backward, False) if ahead_job is None else None
         specs, tree = flat(len(split.forward.outputs))
         forward = compile_ir(split.forward, specs, tree, extras, tensor_positions,
                              len(example_inputs),
@@ -454,21 +449,18 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
                              kernels_later=config.settings.eager_first and
                              not warm_cache.is_bypassed())
         # The one built ahead may still compile: the first call's forward runs meanwhile,
-        # and its backward waits for it (TrainingGraph.backward_for). Where the first calls
-        # most likely take that one (a loss's), the backward for every output compiles
-        # from the graph's second call, once a backward has run (GPT-2's first training
-        # call paid for both backwards, 7.0 s against torch.compile's 24.9 on the H200;
-        # compiling beside the first call's runs, its Python held the GIL they wait on:
-        # BERT's first backward run 0.65-0.95 s against 0.09; started after the first
-        # backward, it still slowed the optimizer step: BERT's first call 4.04-4.25 s
-        # against 3.20-3.42, 2026-12-04).
+        # and its backward waits for it (TrainingGraph.backward_for). The backward for
+        # every output compiles from the graph's first call after a backward has run, or
+        # when a backward first needs it: never for calls that take no backward, such as
+        # a decoding loop's under grad mode (compiled with the forward, it was 0.5 s of
+        # GPT-2's 1.8 s first decoding call on the CPU, twice: the prompt's graph and the
+        # tokens'). (GPT-2's first training call paid for both backwards, 7.0 s against
+        # torch.compile's 24.9 on the H200; compiling beside the first call's runs, its
+        # Python held the GIL they wait on: BERT's first backward run 0.65-0.95 s against
+        # 0.09; started after the first backward, it still slowed the optimizer step:
+        # BERT's first call 4.04-4.25 s against 3.20-3.42, 2026-12-04.)
         ahead = {predicted: ahead_job} if ahead_job is not None else {}
-        start_backward = None
-        if backward_job is not None:
-            backward_compiled = backward_job.result()
-        else:
-            deferred = Deferred(lambda: build_backward(True))
-            backward_compiled, start_backward = deferred.future, deferred.start
+        deferred = Deferred(build_backward)
     finally:
         side.shutdown(wait=False)
 
@@ -478,11 +470,11 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
         with config.using(settings):
             return build_without(absent)
 
-    return TrainingGraph(forward, backward_compiled, split, lowered.outputs,
+    return TrainingGraph(forward, deferred.future, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
                          gm.forward, grad_inside=not torch.is_grad_enabled(),
                          without=without if specializing else None, ahead=ahead,
-                         start_backward=start_backward,
+                         start_backward=deferred.start,
                          # (not an ahead-of-time compile's: ember/aot.py)
                          eager_first=config.settings.eager_first and
                          not warm_cache.is_bypassed())

@@ -156,7 +156,8 @@ def keep(function: Any, entry: Any, keys: Keys) -> None:
     there under this thread's modes now, those the graph was compiled under."""
     with _taped():
         modes = warm_cache.thread_modes()
-    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, keys, modes))
+    warm_cache.when_compiled(entry.compiled, lambda: _keep_now(function, entry, keys, modes),
+                             again=False)
 
 
 def _keep_now(function: Any, entry: Any, keys: Keys, modes: tuple) -> None:

@@ -108,6 +108,48 @@ def test_a_training_graph_s_calls_while_its_kernels_compile_run_eagerly():
     torch.testing.assert_close(w.grad, eager_w.grad)
 
 
+def test_a_training_graph_whose_calls_take_no_backward_never_compiles_one():
+    # (a decoding loop under grad mode: its outputs are read, never differentiated)
+    def fn(x, w):
+        return torch.tanh(x @ w) * 2
+
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    for eager_first in (False, True):
+        with config.override(eager_first=eager_first), captured_log("perf") as records:
+            compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+            for _ in range(3):
+                got = compiled(x, w)
+                torch.testing.assert_close(got, fn(x, w))
+                assert got.requires_grad
+        assert not compiled.backward_started
+        assert not any("_backward compiled" in r.getMessage() for r in records)
+        got.sum().backward()  # (the first backward compiles it, and waits)
+        assert compiled.backward_started
+        eager_w = w.detach().requires_grad_()
+        fn(x, eager_w).sum().backward()
+        torch.testing.assert_close(w.grad, eager_w.grad)
+        w.grad = None
+
+
+def test_a_backward_through_a_call_run_eagerly_starts_the_compile_on_the_next_call():
+    import concurrent.futures
+
+    def fn(x, w):
+        return torch.tanh(x @ w)
+
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    pending = concurrent.futures.Future()  # (its kernels still compiling, stood in for)
+    compiled.forward_graph._later, compiled._eager_first = pending, True
+    compiled(x, w)  # (run eagerly, its outputs never differentiated)
+    compiled(x, w)
+    assert not compiled._backward_ran and not compiled.backward_started
+    compiled(x, w).sum().backward()  # (eager's backward reaches an output)
+    assert compiled._backward_ran and not compiled.backward_started
+    compiled(x, w)
+    assert compiled.backward_started
+
+
 def test_a_training_graph_says_which_backward_arguments_the_forward_saved():
     def fn(x, w):
         return (x @ w).relu().sum(1), x.sum()  # the product is saved, the rest recomputed

@@ -17,7 +17,7 @@ from ember.ir.sizes import evaluate
 from ember.runtime import collector
 from ember.runtime.compiled import eager_after, eager_beside_the_compile, shares_written_memory
 from ember.runtime.errors import raise_located, raise_located_backward
-from ember.torch_internals import tree_unflatten
+from ember.torch_internals import tree_flatten, tree_unflatten
 
 if TYPE_CHECKING:
     from ember.autodiff.differentiate import Split
@@ -44,10 +44,10 @@ class TrainingGraph:
         self._eager_first = eager_first
         self._eager_calls = 0
         # (the backward for every output: compiled, or a Future of it — compiled on a thread
-        # while the first calls run, where the backward they most likely take was compiled
-        # ahead: see backends.compile_training)
+        # from the first call after a backward ran, or when a backward first needs it: see
+        # backends.compile_training)
         self._backward = backward
-        # (starts that compile where it waits for the first backward: see after_backward)
+        # (starts that compile: see after_backward)
         self._start_backward = start_backward
         self._backward_ran = False
         # compiles the backward of calls that give some outputs no gradient (None: the
@@ -107,16 +107,36 @@ class TrainingGraph:
         return "kernels" if kernels else None
 
     def after_backward(self) -> None:
-        """A backward has run: the backward for every output, where its compile waited for
-        the first, starts with the next call of the graph (compiling beside the first call's
-        runs, its Python held the GIL they need: after the first backward it still slowed
-        that call's optimizer step)."""
+        """A backward has run (compiled, or eager's through a call run eagerly): the backward
+        for every output, not compiled yet, starts with the next call of the graph
+        (compiling beside the first call's runs, its Python held the GIL they need: after
+        the first backward it still slowed that call's optimizer step). Calls that take no
+        backward never compile it."""
         self._backward_ran = True
+
+    def _watch_backward(self, results: Any) -> None:
+        """Call after_backward when a gradient first reaches one of `results` (a call's
+        outputs as eager made them, under autograd)."""
+        owner = weakref.ref(self)
+
+        def reached(_: torch.Tensor) -> None:
+            graph = owner()
+            if graph is not None and not graph._backward_ran:
+                graph.after_backward()
+
+        for value in tree_flatten(results)[0]:
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                value.register_hook(reached)
 
     def _start_deferred_backward(self) -> None:
         start, self._start_backward = self._start_backward, None
         if start is not None:
             start()
+
+    @property
+    def backward_started(self) -> bool:
+        """Has the backward for every output begun to compile (or is it compiled)?"""
+        return self._start_backward is None
 
     @property
     def pending(self) -> concurrent.futures.Future | None:
@@ -219,13 +239,12 @@ class TrainingGraph:
             if compiling is None:
                 self._eager_first = False
             elif not self._eager_calls or compiling == "kernels":
-                if not self._eager_calls:
-                    # (the next call starts the backward for every output, as after a
-                    # compiled first backward: see after_backward)
-                    self._backward_ran = torch.is_grad_enabled()
                 self._eager_calls += 1
-                return eager_beside_the_compile(self.eager, args, self.label,
-                                                self._eager_calls)
+                results = eager_beside_the_compile(self.eager, args, self.label,
+                                                   self._eager_calls)
+                if not self._backward_ran and torch.is_grad_enabled():
+                    self._watch_backward(results)
+                return results
         if self._gave_up() or self._aliased(args):
             return self.eager(*args)
         try:

@@ -230,6 +230,7 @@ class Entry:
         self.label = label
         self.compiled: Any = None
         self.recompile = recompile
+        self.kept = False
         # (a rebuilt graph falls back to the graph compiled cold: the inputs' metadata is
         # kept for that, not the inputs)
         examples = [(tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad)
@@ -303,18 +304,21 @@ class Entry:
     def _keep(self, compiled: Any) -> None:
         write_record(KIND, self.key, {"versions": versions(self.triton),
                                       **_record(compiled, self.gm)})
-        counts["kept"] += 1
+        if not self.kept:  # (a training graph kept again, whole, is the same record)
+            self.kept = True
+            counts["kept"] += 1
 
 
-def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
+def when_compiled(compiled: Any, then: Callable[[], None], again: bool = True) -> None:
     """then(), once `compiled` is whole, on the keeping thread (never on the caller's path: a
-    keep encodes, checks and writes a record, ~0.1 s for a ViT): at once, or (a training
-    graph whose backward for every output compiles on while the first calls run) when that
-    compile is done, or (a graph whose kernels compile beside its first run) at the end of
-    its first call, once they are in, so a graph is never kept half compiled. One thread
-    keeps them all, in the order they were asked for (a function's entry before capture is
-    kept after the graph's record it names), and none while a call runs eagerly beside its
-    graph's compile; `finish_keeps()` waits for them."""
+    keep encodes, checks and writes a record, ~0.1 s for a ViT): at once, or (a graph whose
+    kernels compile beside its first run) at the end of its first call, once they are in,
+    so a graph is never kept half compiled. A training graph whose backward for every
+    output is not compiled yet (it compiles once a backward runs: its calls may take none,
+    as a decoding loop's) is kept with its forward alone, then (`again`) once that compile
+    is done. One thread keeps them all, in the order they were asked for (a function's
+    entry before capture is kept after the graph's record it names), and none while a call
+    runs eagerly beside its graph's compile; `finish_keeps()` waits for them."""
     def keep_later() -> None:
         try:
             _keeping.submit(_after_eager_runs, then)
@@ -329,6 +333,10 @@ def when_compiled(compiled: Any, then: Callable[[], None]) -> None:
     if pending is None:
         keep_later()
         return
+    if not getattr(compiled, "backward_started", True):
+        when_compiled(compiled.forward_graph, then)  # (its forward alone, now)
+        if not again:
+            return
     kept = _awaited[pending] = threading.Event()
 
     def when_done(_: Any) -> None:
@@ -441,7 +449,8 @@ def _training_record(graph: Any, gm: torch.fx.GraphModule) -> dict:
     return {
         "kind": "training",
         "forward": _record(graph.forward_graph, gm),
-        "backward": _record(graph.backward_graph, gm),
+        # (None: not compiled yet, compiled cold once a backward needs it)
+        "backward": None if graph.pending is not None else _record(graph.backward_graph, gm),
         "specs": [encoder.value(spec) for spec in graph.specs],
         "output_tree": encoder.value(graph.output_tree),
         "extras": [encoder.value(tensor) for tensor in graph.extras],
@@ -468,8 +477,15 @@ def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: s
     decoder = Decoder(gm, [], record["tensors"])
     forward = _compiled_graph(record["forward"], gm, _ColdPart(cold, "forward_graph"), label,
                               lambda: cold().forward_graph)
-    backward = _compiled_graph(record["backward"], gm, _ColdPart(cold, "backward_graph"),
-                               f"{label}_backward", lambda: cold().backward_graph)
+    start_backward = None
+    if record["backward"] is None:
+        from ember.backends import Deferred
+
+        deferred = Deferred(lambda: cold().backward_graph)
+        backward, start_backward = deferred.future, deferred.start
+    else:
+        backward = _compiled_graph(record["backward"], gm, _ColdPart(cold, "backward_graph"),
+                                   f"{label}_backward", lambda: cold().backward_graph)
     outputs = [types.SimpleNamespace(shape=tuple(decoder.value(shape)),
                                       dtype=getattr(torch, dtype))
                for shape, dtype in record["forward_outputs"]]
@@ -484,7 +500,8 @@ def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: s
                          decoder.value(record["output_tree"]), record["output_count"],
                          list(record["tensor_positions"]),
                          [decoder.value(c) for c in record["extras"]], label,
-                         gm.forward, grad_inside=record["grad_inside"])
+                         gm.forward, grad_inside=record["grad_inside"],
+                         start_backward=start_backward)
 
 
 class _ColdPart:

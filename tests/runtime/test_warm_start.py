@@ -66,6 +66,10 @@ assert torch.allclose(got, want, atol=1e-6) and view.data_ptr() == x.data_ptr()
 with torch.no_grad():
     inferred = ember.compile(m)(z)
     assert torch.allclose(inferred, m(z), atol=1e-6)
+# (under grad mode, never differentiated, as a decoding loop's calls: its backward is never
+# compiled, and the graph is kept with its forward alone)
+read = ember.compile(m)(y)
+assert torch.allclose(read, m(y), atol=1e-6) and read.requires_grad
 
 def step(model, x):  # (a training graph: its forward and backward are kept too)
     loss = torch.nn.functional.gelu(model(x)).pow(2).sum()
@@ -77,7 +81,7 @@ loss = ember.compile(step)(compiled_model, z)
 assert torch.allclose(loss, step(eager_model, z), atol=1e-5)
 for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
     assert torch.allclose(p.grad, q.grad, atol=1e-5)
-print("bits", bits(got, inferred, loss, *[p.grad for p in compiled_model.parameters()]))
+print("bits", bits(got, inferred, read, loss, *[p.grad for p in compiled_model.parameters()]))
 ember.runtime.warm_cache.finish_keeps()  # (a keep runs on its own thread)
 print("counts", warm_cache.counts)
 """
@@ -170,7 +174,7 @@ def _second_process_hits(cache: Path, program: str, backend: str, graphs: int
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_second_process_lowers_and_builds_nothing(tmp_path, backend):
-    _second_process_hits(tmp_path / "cache", PROGRAM, backend, graphs=3)
+    _second_process_hits(tmp_path / "cache", PROGRAM, backend, graphs=4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -295,18 +299,26 @@ def _loss(x, w):
     return (torch.sin(x) @ w).relu().sum()
 
 
-def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(cache):
+@pytest.mark.parametrize("differentiated", [True, False])
+def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(
+        cache, differentiated):
     from ember.backends import compile_stages
 
     gm = torch.fx.symbolic_trace(_loss)
     x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
     entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
     assert entry.compiled is None
-    cold = compile_stages(gm, [x, w], "g")
+    with config.override(eager_first=False):
+        cold = compile_stages(gm, [x, w], "g")
+        if differentiated:  # (its backward compiled before the keep: kept whole)
+            cold(x, w).backward()
+            x.grad = w.grad = None
     entry.keep(cold)
     warm_cache.finish_keeps()
     rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
     assert type(rebuilt).__name__ == "TrainingGraph"
+    # (else kept with its forward alone: its backward compiled cold when first needed)
+    assert rebuilt.backward_started == differentiated
     rebuilt(x, w).backward()
     grads = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
