@@ -48,7 +48,7 @@ class CompiledGraph:
         self._eager_first = eager_first and later is not None
         self._eager_calls = 0  # (how many did)
         if self._eager_first:  # (then kept for a warm start once they are in, called or not)
-            later.add_done_callback(lambda _: self._finish_quietly())
+            self.settle_when_built()
         self._wrappers: tuple[WrapperSource, WrapperSource] | None = None
         self._fast: Callable | None = None
         self.eager = eager
@@ -105,6 +105,13 @@ class CompiledGraph:
             self._finish()
         except KernelsNotBuilt:
             pass
+
+    def settle_when_built(self) -> None:
+        """Settle and run the hooks once the kernels are in, called or not (where calls run
+        eagerly meanwhile, here or at a training graph's level: its first compiled call
+        may come late, or never)."""
+        if self._later is not None:
+            self._later.add_done_callback(lambda _: self._finish_quietly())
 
     def when_settled(self, then: Callable[[], None]) -> None:
         """then(), once the kernels are in (at once where they are): what keeps the graph for

@@ -42,6 +42,8 @@ class TrainingGraph:
         # where a backward still compiling on a thread of this process is waited for (a run
         # beside it would slow it by the GIL it needs)
         self._eager_first = eager_first
+        if eager_first and hasattr(forward, "settle_when_built"):  # (kept once they are in)
+            forward.settle_when_built()
         self._eager_calls = 0
         # (the backward for every output: compiled, or a Future of it — compiled on a thread
         # from the first call after a backward ran, or when a backward first needs it: see

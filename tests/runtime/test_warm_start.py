@@ -337,6 +337,33 @@ def test_a_rebuilt_training_graph_gives_eager_s_gradients_and_falls_back_cold(
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(compiled, fallback))
 
 
+def test_a_training_graph_is_kept_once_its_kernels_are_in_though_no_call_ran_them(cache):
+    # (a training loop's first calls run eagerly while the forward's C library builds: two
+    # steps may both; the graph is kept once the library is in, with its forward alone)
+    from ember.backends import compile_stages, wait_for_background_compiles
+
+    gm = torch.fx.symbolic_trace(_loss)
+    x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
+    with config.override(eager_first=True, kernels_later=True, backend="c"):
+        cold = compile_stages(gm, [x, w], "g")
+    assert not cold.forward_graph.kernels_in  # (building: no call has run it)
+    entry.keep(cold)
+    wait_for_background_compiles(start_deferred=False)
+    warm_cache.finish_keeps()
+    assert warm_cache.counts["kept"] == 1
+    rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
+    assert type(rebuilt).__name__ == "TrainingGraph" and not rebuilt.backward_started
+    loss = rebuilt(x, w)
+    loss.backward()
+    eager_x, eager_w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    eager_loss = _loss(eager_x, eager_w)
+    eager_loss.backward()
+    torch.testing.assert_close(loss, eager_loss)
+    torch.testing.assert_close(x.grad, eager_x.grad)
+    torch.testing.assert_close(w.grad, eager_w.grad)
+
+
 def _rename_kernels(record: dict) -> None:
     for _, namespace in (record["checked"], record["fast"]):
         for _, code in namespace:
