@@ -41,3 +41,24 @@ print("later", ember.compile(g)(torch.zeros(3)).tolist())
 """, tmp_path)
     assert "import False" in out and "call False False" in out
     assert "later [1.0, 1.0, 1.0]" in out
+
+
+def test_a_symbolic_capture_imports_neither_export_nor_inductor(tmp_path):
+    # (torch's ShapeEnv looks for the user's frame of each symbol it makes, and its first look
+    # imports torch.export, AOTAutograd and Inductor to name the files it skips: 0.4 s)
+    out = _run("""
+import sys
+import torch
+import ember
+def f(x):
+    return torch.tanh(x[:, : x.shape[1] // 2]).sum(1)
+compiled = ember.compile(f, dynamic=True)
+for n in (6, 10):
+    x = torch.randn(3, n)
+    assert torch.allclose(compiled(x), f(x), atol=1e-6)
+print("captures", len(compiled.entries), compiled.entries[0].captured.symbolic)
+print("imported", *(name in sys.modules for name in
+                    ("torch.export._trace", "torch._functorch.aot_autograd",
+                     "torch._inductor.sizevars", "torch._dynamo")))
+""", tmp_path)
+    assert "captures 1 True" in out and "imported False False False False" in out

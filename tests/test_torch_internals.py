@@ -426,6 +426,28 @@ def test_symbolic_fakes_ints_ranges_guards_and_their_rendering():
             torch.nonzero(y)
 
 
+def test_the_stand_in_sources_name_a_symbolic_fake_s_sizes_as_torch_s_do():
+    # (a symbolic fake made while torch._dynamo is not imported takes them: see
+    # dynamo.symbolic_stand_in; another torch's naming falls back to its own classes)
+    from torch._dynamo.source import ConstantSource, TensorProperty, TensorPropertySource
+
+    from ember.torch_internals import dynamo
+
+    assert dynamo._names_as_torch_does()
+    for prop, idx in [("SIZE", 0), ("STRIDE", 2), ("STORAGE_OFFSET", None)]:
+        ours = dynamo._TensorPropertySource(dynamo._PlainSource("L['x']"),
+                                            dynamo._TensorProperty[prop], idx)
+        theirs = TensorPropertySource(ConstantSource("L['x']"), TensorProperty[prop], idx)
+        assert ours.name == theirs.name
+        assert ours == dynamo._TensorPropertySource(dynamo._PlainSource("L['x']"),
+                                                    dynamo._TensorProperty[prop], idx)
+    size = dynamo._TensorPropertySource(dynamo._PlainSource("x"), dynamo._TensorProperty.SIZE, 0)
+    assert size != dynamo._TensorPropertySource(dynamo._PlainSource("x"),
+                                                dynamo._TensorProperty.STRIDE, 0)
+    assert dynamo.plain_source("L['n']").name == "L['n']"
+    assert dynamo._PlainSource("a") != dynamo._PlainSource("b")  # (by name, as torch's)
+
+
 def test_dynamo_dim_marks_are_read():
     x = torch.randn(4, 5, 6)
     torch._dynamo.mark_dynamic(x, 0, min=2, max=64)

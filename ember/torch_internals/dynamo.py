@@ -8,6 +8,8 @@ ember's own path to a first result.
 from __future__ import annotations
 
 import contextlib
+import enum
+import functools
 import importlib.util
 import sys
 import threading
@@ -38,6 +40,12 @@ class _PlainSource(torch._guards.Source):
     def __init__(self, source_name: str):
         self.source_name = source_name
 
+    def __eq__(self, other: object) -> bool:  # (by name, as torch's: not the dataclass's)
+        return type(other) is type(self) and self.source_name == other.source_name
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.source_name))
+
     @property
     def guard_source(self) -> Any:
         return torch._guards.GuardSource.CONSTANT
@@ -58,6 +66,10 @@ class _AttrSource(torch._guards.ChainedSource):
         object.__setattr__(self, "base", base)
         object.__setattr__(self, "member", member)
 
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and \
+            (self.base, self.member) == (other.base, other.member)
+
     def __hash__(self) -> int:
         return hash((self.base, self.member))
 
@@ -66,14 +78,59 @@ class _AttrSource(torch._guards.ChainedSource):
         return "{0}." + self.member
 
 
+class _TensorProperty(enum.Enum):
+    """torch._dynamo.source.TensorProperty: which of a tensor's sizes a symbol is."""
+    SIZE = 0
+    STRIDE = 1
+    STORAGE_OFFSET = 2
+
+    def method_name(self) -> str:
+        return self.name.lower()
+
+
+class _TensorPropertySource(torch._guards.ChainedSource):
+    """`base.size()[idx]`, `base.stride()[idx]` or `base.storage_offset()`
+    (torch._dynamo.source.TensorPropertySource: the source of a symbolic fake's size)."""
+
+    def __init__(self, base: Any, prop: _TensorProperty, idx: int | None = None):
+        object.__setattr__(self, "base", base)
+        object.__setattr__(self, "prop", prop)
+        object.__setattr__(self, "idx", idx)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and \
+            (self.base, self.prop, self.idx) == (other.base, other.prop, other.idx)
+
+    def __hash__(self) -> int:
+        return hash((self.base, self.prop, self.idx))
+
+    @property
+    def _name_template(self) -> str:
+        call = "{0}." + self.prop.method_name() + "()"
+        return call if self.idx is None else f"{call}[{self.idx}]"
+
+
+@functools.cache
+def _names_as_torch_does() -> bool:
+    """Do the stand-in sources name themselves as torch's do (Source.name from the class's
+    _name_template, torch 2.13's form)? Where not, a symbolic fake imports torch._dynamo."""
+    try:
+        size = _TensorPropertySource(_PlainSource("x"), _TensorProperty.SIZE, 1)
+        offset = _TensorPropertySource(_PlainSource("x"), _TensorProperty.STORAGE_OFFSET)
+        return size.name == "x.size()[1]" and offset.name == "x.storage_offset()"
+    except Exception:  # noqa: BLE001 (another torch's Source)
+        return False
+
+
 @contextlib.contextmanager
 def _dynamo_stand_in() -> Any:
     """Fake tensors' code imports from torch._dynamo while it works: two settings of
-    torch._dynamo.config (FakeTensorMode's cache switches) and three source classes of
+    torch._dynamo.config (FakeTensorMode's cache switches) and source classes of
     torch._dynamo.source; importing either imports the whole package (1-3 s, and it wraps
     torch functions). While torch._dynamo is not imported, a stand-in package stands for it
     during the call: its config module loaded alone from torch's file (the defaults), the
-    three sources as plain names. Afterwards nothing of it stays in sys.modules.
+    sources as plain names (and a symbolic fake's sizes, where they name themselves as
+    torch's do: symbolic_stand_in). Afterwards nothing of it stays in sys.modules.
     NOTE: the import lock is held meanwhile, so another thread's `import torch._dynamo`
     waits and gets the real package."""
     if dynamo_imported():
@@ -104,6 +161,58 @@ def _dynamo_stand_in() -> Any:
         _imp.release_lock()
 
 
+@contextlib.contextmanager
+def symbolic_stand_in() -> Any:
+    """_dynamo_stand_in for a symbolic fake mode's work (its ShapeEnv made, its fakes made),
+    where the stand-in's sources name themselves as torch's do; else nothing (what needs
+    torch._dynamo then imports it)."""
+    if not _names_as_torch_does():
+        yield
+        return
+    with _dynamo_stand_in(), _validator_stand_in():
+        yield
+
+
+def plain_source(name: str) -> Any:
+    """A source that only carries `name` (torch._dynamo.source.ConstantSource's stand-in
+    while torch._dynamo is not imported and the stand-in names as torch does)."""
+    if not dynamo_imported() and _names_as_torch_does():
+        return _PlainSource(name)
+    from torch._dynamo.source import ConstantSource
+
+    return ConstantSource(name)
+
+
+_VALIDATOR = "torch.fx.experimental.validator"
+
+
+@contextlib.contextmanager
+def _validator_stand_in() -> Any:
+    """A ShapeEnv made asks torch.fx.experimental.validator whether translation validation
+    (torch's fx config, off by default; it needs z3) is on, and that module imports
+    torch._dynamo for its exceptions and timers: 0.85 s of the first symbolic capture of a
+    process. While neither is imported and it is off, a stand-in answers during the call;
+    afterwards nothing of it stays in sys.modules (the import lock is held meanwhile, as
+    for _dynamo_stand_in)."""
+    fx_config = sys.modules.get("torch.fx.experimental._config")
+    if _VALIDATOR in sys.modules or dynamo_imported() or fx_config is None or \
+            getattr(fx_config, "translation_validation", True):
+        yield
+        return
+    import _imp
+
+    stand_in = types.ModuleType(_VALIDATOR)
+    stand_in.translation_validation_enabled = lambda: False
+    _imp.acquire_lock()
+    try:
+        sys.modules[_VALIDATOR] = stand_in
+        yield
+    finally:
+        if sys.modules.get(_VALIDATOR) is stand_in:
+            del sys.modules[_VALIDATOR]
+        _imp.release_lock()
+
+
 def _make_stand_in() -> types.ModuleType:
     spec = importlib.util.spec_from_file_location(
         "torch._dynamo.config", f"{torch.__path__[0]}/_dynamo/config.py")
@@ -117,6 +226,9 @@ def _make_stand_in() -> types.ModuleType:
     source.ConstantSource = _PlainSource
     source.RandomValueSource = _RandomValueSource
     source.AttrSource = _AttrSource
+    if _names_as_torch_does():  # (a symbolic fake's sizes)
+        source.TensorProperty = _TensorProperty
+        source.TensorPropertySource = _TensorPropertySource
     package = types.ModuleType("torch._dynamo")
     package.config, package.source = config, source
 

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from ember.torch_internals.dynamo import plain_source, symbolic_stand_in
+
 
 def is_symbolic(value: Any) -> bool:
     """A SymInt/SymFloat/SymBool, or a tensor whose shape or strides are symbolic."""
@@ -35,10 +37,32 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
     symbol."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-    shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
-                         allow_dynamic_output_shape_ops=False)
-    return _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True), \
-        shape_env
+    with symbolic_stand_in():  # (neither imports torch._dynamo: 0.85 s)
+        shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
+                             allow_dynamic_output_shape_ops=False)
+        mode = _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True)
+    _without_source_locations(shape_env)
+    return mode, shape_env
+
+
+def _without_source_locations(shape_env: Any) -> None:
+    """Keep `shape_env` from looking for the user's frame of each symbol and guard it makes
+    (ShapeEnv._get_stack_summary, for Dynamo's logs: ember says where from its own capture).
+    Its first look imports torch.export, AOTAutograd and Inductor to name the files it
+    skips (symbolic_shapes.uninteresting_files): 0.36-0.41 s of the first symbolic capture
+    of a process, a third of GPT-2's first decoding call on the CPU (2026-12-05)."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import SLoc
+    except ImportError:  # (another torch's ShapeEnv: left as it is)
+        return
+    if not hasattr(shape_env, "_get_stack_summary"):
+        return
+
+    def stack_summary(is_debug: bool = False, framework_loc: str | None = None
+                      ) -> tuple[Any, str]:
+        return SLoc(framework_loc or "ember's capture", None), ""
+
+    shape_env._get_stack_summary = stack_summary
 
 
 def refuses_symbolic_sizes(error: BaseException) -> bool:
@@ -142,9 +166,7 @@ def calling_composites(call: Any) -> Any:
 def _named(name: str) -> Any:
     """A torch source that only carries a name (ember's source expression): the ShapeEnv
     needs one per symbol, and names the symbol's origin by it (symbol_origins reads it)."""
-    from torch._dynamo.source import ConstantSource
-
-    return ConstantSource(name)
+    return plain_source(name)
 
 
 def symbolic_fake(fake_mode: Any, tensor: torch.Tensor, name: str,
@@ -163,7 +185,9 @@ def symbolic_fake(fake_mode: Any, tensor: torch.Tensor, name: str,
         vr=ValueRanges(r[0], _unbounded() if r[1] is None else r[1]), warn_only=False)
         for r in ranges]
     context = StatelessSymbolicContext(dynamic_sizes=dynamic, constraint_sizes=constraints)
-    return fake_mode.from_tensor(tensor, source=_named(name), symbolic_context=context)
+    with symbolic_stand_in():  # (no structured trace: as torch_internals.fake_of)
+        return fake_mode.from_tensor(tensor, source=_named(name), symbolic_context=context,
+                                     trace=False)
 
 
 def _unbounded() -> Any:
