@@ -481,7 +481,7 @@ def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: s
     if record["backward"] is None:
         from ember.backends import Deferred
 
-        deferred = Deferred(lambda: cold().backward_graph)
+        deferred = Deferred(lambda: _cold_backward(cold, record, label))
         backward, start_backward = deferred.future, deferred.start
     else:
         backward = _compiled_graph(record["backward"], gm, _ColdPart(cold, "backward_graph"),
@@ -502,6 +502,24 @@ def _training_graph(record: dict, gm: torch.fx.GraphModule, cold: Cold, label: s
                          [decoder.value(c) for c in record["extras"]], label,
                          gm.forward, grad_inside=record["grad_inside"],
                          start_backward=start_backward)
+
+
+def _cold_backward(cold: Cold, record: dict, label: str) -> Any:
+    """The backward of a graph kept with its forward alone, compiled cold: it takes what the
+    kept forward saves only where the cold compile splits the graph as the kept one was
+    (autodiff is deterministic: another split, or a cold compile without a backward, is a
+    fault of ember's, said as one, never a gradient from the wrong values)."""
+    graph = cold()
+    split = getattr(graph, "split", None)
+    if split is None or [list(pair) for pair in split.backward_inputs] != \
+            record["backward_inputs"] or len(split.forward.outputs) != \
+            len(record["forward_outputs"]):
+        raise RuntimeError(
+            f"{label}: the graph's backward, compiled again for a graph kept for a warm start "
+            f"with its forward alone, does not take what that forward saved (a fault of "
+            f"ember's: please report it). Run with EMBER_WARM_START=0, or clear the cache "
+            f"with `python -m ember cache --clear`.")
+    return graph.backward_graph
 
 
 class _ColdPart:

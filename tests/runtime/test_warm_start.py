@@ -347,11 +347,12 @@ def test_a_training_graph_is_kept_once_its_kernels_are_in_though_no_call_ran_the
     entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
     with config.override(eager_first=True, kernels_later=True, backend="c"):
         cold = compile_stages(gm, [x, w], "g")
-    assert not cold.forward_graph.kernels_in  # (building: no call has run it)
-    entry.keep(cold)
+    assert not cold.forward_graph.kernels_in
+    kept = warm_cache.counts["kept"]
+    entry.keep(cold)  # (building: no call has run it)
     wait_for_background_compiles(start_deferred=False)
     warm_cache.finish_keeps()
-    assert warm_cache.counts["kept"] == 1
+    assert warm_cache.counts["kept"] == kept + 1 and len(_entries(cache)) == 1
     rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
     assert type(rebuilt).__name__ == "TrainingGraph" and not rebuilt.backward_started
     loss = rebuilt(x, w)
@@ -362,6 +363,23 @@ def test_a_training_graph_is_kept_once_its_kernels_are_in_though_no_call_ran_the
     torch.testing.assert_close(loss, eager_loss)
     torch.testing.assert_close(x.grad, eager_x.grad)
     torch.testing.assert_close(w.grad, eager_w.grad)
+
+
+def test_a_cold_backward_that_would_not_take_what_the_kept_forward_saved_says_so(cache):
+    from ember.backends import compile_stages
+
+    gm = torch.fx.symbolic_trace(_loss)
+    x, w = torch.randn(4, 5, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    entry = warm_cache.Entry(gm, [x, w], "g", compile_stages)
+    with config.override(eager_first=False):
+        entry.keep(compile_stages(gm, [x, w], "g"))  # (with its forward alone)
+    warm_cache.finish_keeps()
+    [kept] = _entries(cache)
+    # (as if the graph split otherwise: the saved values in another order)
+    rewrite_cache_record(kept, lambda record: record["backward_inputs"].reverse())
+    rebuilt = warm_cache.Entry(gm, [x, w], "g", compile_stages).compiled
+    with pytest.raises(RuntimeError, match="does not take what that forward saved"):
+        rebuilt(x, w).backward()
 
 
 def _rename_kernels(record: dict) -> None:
