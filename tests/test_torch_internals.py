@@ -400,7 +400,15 @@ def test_attention_backend_choice_sees_the_math_composite():
                                                    None, {})
 
 
-def test_symbolic_fakes_ints_ranges_guards_and_their_rendering():
+@pytest.mark.parametrize("stand_in", [True, False])
+def test_symbolic_fakes_ints_ranges_guards_and_their_rendering(stand_in, monkeypatch):
+    # (stand_in False: a torch whose symbolic work the stand-in does not serve, its trial
+    # failed: torch._dynamo's own sources serve)
+    from ember.torch_internals import dynamo
+
+    torch_internals.make_symbolic_fake_mode()  # (the trial, once)
+    if not stand_in:
+        monkeypatch.setattr(dynamo, "_serves_symbolic", [False])
     fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
     x = torch_internals.symbolic_fake(fake_mode, torch.randn(6, 4), "L['x']",
                                       [(2, None), None])

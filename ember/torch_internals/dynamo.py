@@ -14,6 +14,7 @@ import importlib.util
 import sys
 import threading
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -161,12 +162,32 @@ def _dynamo_stand_in() -> Any:
         _imp.release_lock()
 
 
+# (whether the stand-in serves a symbolic fake mode on this torch: a trial's answer, once)
+_serves_symbolic: list[bool] = []
+
+
+def stand_in_serves_symbolic(trial: Callable[[], Any]) -> bool:
+    """Does the stand-in serve a symbolic fake mode's work on this torch? Its sources must
+    name themselves as torch's do, and `trial` (a ShapeEnv made, a fake with a symbolic
+    size, an op and a guard on it) must run under it, once: where either fails, what needs
+    torch._dynamo imports it, as before the stand-in served symbolic work."""
+    if not _serves_symbolic:
+        serves = _names_as_torch_does()
+        if serves and not dynamo_imported():
+            try:
+                with _dynamo_stand_in(), _validator_stand_in():
+                    trial()
+            except Exception:  # noqa: BLE001 (another torch needs more of torch._dynamo)
+                serves = False
+        _serves_symbolic.append(serves)
+    return _serves_symbolic[0]
+
+
 @contextlib.contextmanager
 def symbolic_stand_in() -> Any:
     """_dynamo_stand_in for a symbolic fake mode's work (its ShapeEnv made, its fakes made),
-    where the stand-in's sources name themselves as torch's do; else nothing (what needs
-    torch._dynamo then imports it)."""
-    if not _names_as_torch_does():
+    where the stand-in serves it (stand_in_serves_symbolic); else nothing."""
+    if not (_serves_symbolic and _serves_symbolic[0]):
         yield
         return
     with _dynamo_stand_in(), _validator_stand_in():
@@ -174,9 +195,9 @@ def symbolic_stand_in() -> Any:
 
 
 def plain_source(name: str) -> Any:
-    """A source that only carries `name` (torch._dynamo.source.ConstantSource's stand-in
-    while torch._dynamo is not imported and the stand-in names as torch does)."""
-    if not dynamo_imported() and _names_as_torch_does():
+    """A source that only carries `name` (torch._dynamo.source.ConstantSource, or its
+    stand-in while torch._dynamo is not imported and the stand-in serves symbolic work)."""
+    if not dynamo_imported() and _serves_symbolic and _serves_symbolic[0]:
         return _PlainSource(name)
     from torch._dynamo.source import ConstantSource
 

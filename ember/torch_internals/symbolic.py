@@ -14,7 +14,11 @@ from typing import Any
 
 import torch
 
-from ember.torch_internals.dynamo import plain_source, symbolic_stand_in
+from ember.torch_internals.dynamo import (
+    plain_source,
+    stand_in_serves_symbolic,
+    symbolic_stand_in,
+)
 
 
 def is_symbolic(value: Any) -> bool:
@@ -37,12 +41,34 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
     symbol."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
+    stand_in_serves_symbolic(_trial)
     with symbolic_stand_in():  # (neither imports torch._dynamo: 0.85 s)
         shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
                              allow_dynamic_output_shape_ops=False)
         mode = _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True)
     _without_source_locations(shape_env)
     return mode, shape_env
+
+
+def _trial() -> None:
+    """What a symbolic capture asks of fake tensors, in small: a ShapeEnv, a fake of a
+    symbolic size, an op on it and a guard (stand_in_serves_symbolic runs it once)."""
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
+                         allow_dynamic_output_shape_ops=False)
+    _without_source_locations(shape_env)
+    mode = _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True)
+    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
+    fake = mode.from_tensor(torch.empty(3, 4), source=plain_source("trial"),
+                            symbolic_context=context, trace=False)
+    with mode:
+        if not bool(fake.sum(1).shape[0] * 2 > 4):
+            raise AssertionError("the trial's guard")
 
 
 def _without_source_locations(shape_env: Any) -> None:
