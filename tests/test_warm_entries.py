@@ -528,3 +528,27 @@ def test_a_torchscript_function_is_found_again_by_its_python_name():
     assert any(path.endswith("modeling_deberta_v2.py") for path in encoder.files)
     assert not records.versioned(modeling_deberta_v2.__file__)
     assert records.versioned(collections.abc.__file__) and records.versioned(torch.__file__)
+
+
+def _attention_loss(x, wq, wk, wv):
+    q, k, v = (x @ w for w in (wq, wk, wv))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v).pow(2).sum()
+
+
+def test_a_graph_rebuilt_from_its_entry_splits_for_training_as_the_captured_one():
+    # (an entry keeps its FX graph without the capture's example values; the lowering reads
+    # whether an attention call's operands require grad from them: a graph rebuilt without
+    # that bit saved other values for its backward than the kept forward did, and a warm
+    # process's backward compiled cold raised)
+    from ember.backends import compile_stages
+
+    x = torch.randn(2, 3, 8, 4)
+    weights = [torch.randn(4, 4, requires_grad=True) for _ in range(3)]
+    compiled = api.CompiledFunction(_attention_loss)
+    compiled(x, *weights)
+    gm = compiled.records[-1].graph
+    rebuilt = records.Decoder().graph(records.Encoder().graph(gm))
+    assert all("example_value" not in n.meta for n in rebuilt.graph.nodes)
+    splits = [compile_stages(graph, [x, *weights], "g").split.backward_inputs
+              for graph in (gm, rebuilt)]
+    assert splits[0] == splits[1]

@@ -32,6 +32,7 @@ from ember.capture import sources
 from ember.capture.guards import GuardSet
 from ember.capture.sources import Source
 from ember.capture.symbols import Relation, SymbolRead
+from ember.meta_keys import REQUIRES_GRAD
 
 
 class NotKept(Exception):
@@ -289,15 +290,21 @@ class Encoder:
                 for name, read in guards.symbol_reads.items()]
 
     def graph(self, gm: torch.fx.GraphModule) -> list:
-        """The FX graph's nodes: [op, name, target, args, kwargs, stack trace] each."""
+        """The FX graph's nodes: [op, name, target, args, kwargs, stack trace, whether its
+        example value requires grad (None: not a tensor)] each. (The lowering reads that
+        bit of the capture's example values: which of an attention call's operands eager
+        differentiates. A graph rebuilt without it split otherwise than the kept one.)"""
         nodes = []
         for node in gm.graph.nodes:
             if node.op not in ("placeholder", "call_function", "call_method", "output"):
                 raise NotKept(f"its graph has a {node.op} node ({node.name})")
             target = node.target if isinstance(node.target, str) else \
                 self._encode(node.target)
+            example = node.meta.get("example_value")
             nodes.append([node.op, node.name, target, self._argument(node.args),
-                          self._argument(node.kwargs), node.meta.get("stack_trace")])
+                          self._argument(node.kwargs), node.meta.get("stack_trace"),
+                          example.requires_grad if isinstance(example, torch.Tensor)
+                          else None])
         return nodes
 
     def _argument(self, value: Any) -> list:
@@ -487,7 +494,7 @@ class Decoder:
     def graph(self, nodes: list) -> torch.fx.GraphModule:
         graph = torch.fx.Graph()
         made: dict[str, torch.fx.Node] = {}
-        for op, name, target, args, kwargs, stack_trace in nodes:
+        for op, name, target, args, kwargs, stack_trace, requires_grad in nodes:
             node = graph.create_node(
                 op, target if isinstance(target, str) else self.value(target),
                 self._argument(args, made), self._argument(kwargs, made), name=name)
@@ -495,6 +502,8 @@ class Decoder:
                 raise ValueError(f"the graph's node {name} came back as {node.name}")
             if stack_trace is not None:
                 node.meta["stack_trace"] = stack_trace
+            if requires_grad is not None:
+                node.meta[REQUIRES_GRAD] = requires_grad
             made[name] = node
         return torch.fx.GraphModule(torch.nn.Module(), graph)
 

@@ -31,6 +31,7 @@ import torch.fx
 from ember import torch_internals
 from ember.lower import attention
 from ember.lower.registry import Unsupported
+from ember.meta_keys import REQUIRES_GRAD
 from ember.torch_internals import tree_flatten, tree_map
 
 if TYPE_CHECKING:
@@ -239,9 +240,12 @@ class MetaInterpreter(torch.fx.Interpreter):
                 example = self.fetch_attr(value.target)
             else:
                 example = value.meta.get("example_value", value.meta.get("val"))
-            if not isinstance(example, torch.Tensor):
+            # (a graph rebuilt from a warm-start record holds no example values: their bit)
+            requires_grad = example.requires_grad if isinstance(example, torch.Tensor) else \
+                value.meta.get(REQUIRES_GRAD)
+            if requires_grad is None:
                 return None
-            if example.requires_grad:
+            if requires_grad:
                 wanted.add(name)
         return frozenset(wanted)
 
