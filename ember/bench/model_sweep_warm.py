@@ -10,7 +10,8 @@ meets models nobody wrote a test for.
 
 One call per process, float32 on the CPU; a training process calls its loss's backward too,
 then a second step (untimed, unchecked), and waits for the keeps: a training graph is kept
-once its backward for every output is compiled, which the second step starts.
+with its forward once its kernels are in, and again whole once its backward for every
+output is compiled, which the second step starts.
 """
 
 from __future__ import annotations
