@@ -22,7 +22,7 @@ from ember import config
 from ember.codegen.wrapper import WrapperSource
 from ember.exported import ExportedProgram, ExportError
 from ember.exported_signature import InputSpec, Signature
-from ember.runtime import build, disk_cache, warm_cache
+from ember.runtime import build, disk_cache, warm_cache, warm_graphs
 from ember.runtime.compiled import CompiledGraph
 from ember.runtime.warm_values import Decoder, Encoder, NotKept, fetch
 
@@ -47,7 +47,7 @@ def _digest(payload: bytes) -> str:
 def record(program: ExportedProgram, gm: torch.fx.GraphModule) -> dict:
     """What the file holds (plain data and tensors: torch.load(weights_only=True) reads it)."""
     try:
-        graph = warm_cache._record(program.compiled, gm)
+        graph = warm_graphs.as_record(program.compiled, gm)
     except NotKept as error:
         raise ExportError(f"ember.export: the compiled graph cannot be saved: {error}") \
             from None

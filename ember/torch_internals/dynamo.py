@@ -183,11 +183,16 @@ def stand_in_serves_symbolic(trial: Callable[[], Any]) -> bool:
     return _serves_symbolic[0]
 
 
+def _serving_symbolic() -> bool:
+    """Did the trial find the stand-in serves symbolic work (False before it ran)?"""
+    return bool(_serves_symbolic) and _serves_symbolic[0]
+
+
 @contextlib.contextmanager
 def symbolic_stand_in() -> Any:
     """_dynamo_stand_in for a symbolic fake mode's work (its ShapeEnv made, its fakes made),
     where the stand-in serves it (stand_in_serves_symbolic); else nothing."""
-    if not (_serves_symbolic and _serves_symbolic[0]):
+    if not _serving_symbolic():
         yield
         return
     with _dynamo_stand_in(), _validator_stand_in():
@@ -197,7 +202,7 @@ def symbolic_stand_in() -> Any:
 def plain_source(name: str) -> Any:
     """A source that only carries `name` (torch._dynamo.source.ConstantSource, or its
     stand-in while torch._dynamo is not imported and the stand-in serves symbolic work)."""
-    if not dynamo_imported() and _serves_symbolic and _serves_symbolic[0]:
+    if not dynamo_imported() and _serving_symbolic():
         return _PlainSource(name)
     from torch._dynamo.source import ConstantSource
 

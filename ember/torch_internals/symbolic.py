@@ -39,33 +39,26 @@ def make_symbolic_fake_mode() -> tuple[Any, Any]:
     asks (a tensor the fake mode meets on its own stays static), and a data-dependent size
     (nonzero, a boolean mask) raises as without a ShapeEnv: a graph break, not an unbacked
     symbol."""
-    from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
     stand_in_serves_symbolic(_trial)
     with symbolic_stand_in():  # (neither imports torch._dynamo: 0.85 s)
-        shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
-                             allow_dynamic_output_shape_ops=False)
-        mode = _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True)
-    _without_source_locations(shape_env)
-    return mode, shape_env
+        return _new_symbolic_fake_mode()
 
 
-def _trial() -> None:
-    """What a symbolic capture asks of fake tensors, in small: a ShapeEnv, a fake of a
-    symbolic size, an op on it and a guard (stand_in_serves_symbolic runs it once)."""
-    from torch.fx.experimental.symbolic_shapes import (
-        DimDynamic,
-        ShapeEnv,
-        StatelessSymbolicContext,
-    )
+def _new_symbolic_fake_mode() -> tuple[Any, Any]:
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     shape_env = ShapeEnv(assume_static_by_default=True, allow_scalar_outputs=False,
                          allow_dynamic_output_shape_ops=False)
     _without_source_locations(shape_env)
-    mode = _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True)
-    context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC])
-    fake = mode.from_tensor(torch.empty(3, 4), source=plain_source("trial"),
-                            symbolic_context=context, trace=False)
+    return _symbolic_fake_mode_class()(shape_env=shape_env, allow_non_fake_inputs=True), \
+        shape_env
+
+
+def _trial() -> None:
+    """What a symbolic capture asks of fake tensors, in small: a fake mode, a fake of a
+    symbolic size, an op on it and a guard (stand_in_serves_symbolic runs it once)."""
+    mode, _ = _new_symbolic_fake_mode()
+    fake = symbolic_fake(mode, torch.empty(3, 4), "trial", [(2, None), None])
     with mode:
         if not bool(fake.sum(1).shape[0] * 2 > 4):
             raise AssertionError("the trial's guard")
