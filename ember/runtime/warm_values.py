@@ -1,4 +1,4 @@
-"""A compiled graph's wrapper namespace as plain data, and back (for runtime/warm_cache.py).
+"""A compiled graph's wrapper namespace as plain data, and back (for runtime/warm_graphs.py).
 
 Takes the values a generated wrapper's namespace holds (kernels, aten ops, dtypes, devices,
 torch's and ember's functions, constants, graph attributes, pytree specs, ember's
