@@ -46,6 +46,8 @@ class Row:
     static_us: float | None = None
     dynamic_us: float | None = None
     error: str = ""    # a failure, or values that differ from eager's
+    static_device_us: float | None = None   # the device's busy time per call (CUDA)
+    dynamic_device_us: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -96,10 +98,26 @@ def steady_row(name: str, function: Callable, shape: tuple[int, ...], dim: int,
                 times[label].append(timing.median)
         row.static_us = statistics.median(times["static"]) * 1e6
         row.dynamic_us = statistics.median(times["dynamic"]) * 1e6
+        if device == "cuda":
+            row.static_device_us = device_us(static, x)
+            row.dynamic_device_us = device_us(dynamic, x)
     except Exception as error:  # noqa: BLE001 (a row of the table, not the end of the run)
         row.error = _short(error)
         traceback.print_exc()
     return row
+
+
+def device_us(compiled: Callable, x: torch.Tensor, calls: int = 50) -> float:
+    """The device's busy time per call (kernels and copies, torch.profiler): what a call
+    costs the GPU, apart from the host's wrapper and the launch latency."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        for _ in range(calls):
+            compiled(x)
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in trace.key_averages()
+               if e.device_type.name == "CUDA") / calls
 
 
 def mlp_block(width: int, device: str) -> Callable:
@@ -155,13 +173,16 @@ def sweep(lengths: list[int], width: int, device: str, variants: list[str]) -> l
 
 def print_steady(rows: list[Row]) -> None:
     print(f"{'workload':<14} {'shape':<12} {'symbol':<6} {'static us':>10} {'dynamic us':>11} "
-          f"{'ratio':>6}  form / error")
+          f"{'ratio':>6} {'device us (static/dynamic)':>27}  form / error")
+
+    def shown(value: float | None) -> str:
+        return f"{value:.1f}" if value is not None else "-"
+
     for row in rows:
-        static = f"{row.static_us:.1f}" if row.static_us is not None else "-"
-        dynamic = f"{row.dynamic_us:.1f}" if row.dynamic_us is not None else "-"
         ratio = f"{row.ratio:.2f}" if row.ratio is not None else "-"
-        print(f"{row.workload:<14} {row.shape:<12} {row.symbolic:<6} {static:>10} "
-              f"{dynamic:>11} {ratio:>6}  {row.error or row.form}")
+        busy = f"{shown(row.static_device_us)} / {shown(row.dynamic_device_us)}"
+        print(f"{row.workload:<14} {row.shape:<12} {row.symbolic:<6} {shown(row.static_us):>10} "
+              f"{shown(row.dynamic_us):>11} {ratio:>6} {busy:>27}  {row.error or row.form}")
 
 
 def print_sweep(results: list[dict], count: int) -> None:

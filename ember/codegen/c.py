@@ -302,7 +302,7 @@ class CKernelWriter(IndexedReads, ColumnMode):
             pragmas[-1] = f"#pragma omp simd {clause}"
             if across_cores:
                 condition = " && ".join(c for c in (self.parallel_if, count_if) if c)
-                clause += f" if({condition})" if condition else ""
+                clause += f" if(parallel: {condition})" if condition else ""
                 pragmas[0] = (f"#pragma omp parallel for simd {clause}" if len(loops) == 1
                               else f"#pragma omp parallel for {clause}") + self.threads()
         if blocked:
@@ -483,8 +483,11 @@ class CKernelWriter(IndexedReads, ColumnMode):
         return f" num_threads({tuning.threads})" if tuning and tuning.threads > 1 else ""
 
     def when(self) -> str:
-        """The `if` clause of a parallel pragma whose work is symbolic."""
-        return f" if({self.parallel_if})" if self.parallel_if else ""
+        """The `if` clause of a parallel pragma whose work is symbolic. It names the parallel
+        construct: an unmodified `if` on `parallel for simd` binds the simd construct too,
+        and a false condition then runs the loop one lane at a time (a symbolic gelu over
+        512 floats: 7.2 us against 0.55, gcc 12)."""
+        return f" if(parallel: {self.parallel_if})" if self.parallel_if else ""
 
     def store_lines(self, items: list, dims: dict[int, Expr], scope: Scope) -> list:
         """(item, its store statement) for each item, every value computed first."""

@@ -64,7 +64,10 @@ def test_a_symbolic_reduction_takes_its_size_and_decides_parallelism_per_call():
     _, kernels = symbolic_kernels(lambda x: x.softmax(-1).sum(0), torch.randn(5, 12))
     text = "\n".join(k.text for k in kernels)
     assert "int64_t s0)" in text and "< s0;" in text
-    assert "if(" in text  # (OpenMP's run-time switch: the work depends on s0)
+    # (OpenMP's run-time switch, the work depending on s0; on the parallel construct only:
+    # a plain `if` on `parallel for simd` would also turn the loop's SIMD off when false)
+    switches = [line for line in text.splitlines() if "#pragma" in line and "if(" in line]
+    assert switches and all("if(parallel: " in line for line in switches)
 
 
 def test_a_symbolic_extent_that_may_be_empty_is_skipped_per_call():

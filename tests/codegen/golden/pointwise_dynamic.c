@@ -1,6 +1,6 @@
 int kernel0(float* restrict a_in0, float* restrict a_in1, float* restrict a_out0, int64_t s0) {
     int64_t status = 0;
-    #pragma omp parallel for if(54*s0 >= 32768)
+    #pragma omp parallel for if(parallel: 54*s0 >= 32768)
     for (int64_t i0 = 0; i0 < s0; i0++) {
         #pragma omp simd
         for (int64_t i1 = 0; i1 < 6; i1++) {
