@@ -131,6 +131,37 @@ def test_a_training_graph_whose_calls_take_no_backward_never_compiles_one():
         w.grad = None
 
 
+def test_a_backward_wrapped_before_it_is_compiled_is_wrapped_when_first_taken():
+    # (as a CUDA-graph recording wraps a training graph's backward: wrapping never compiles
+    # it; the first backward that needs it compiles it and takes it wrapped, once)
+    def fn(x, w):
+        return torch.tanh(x @ w) * 2
+
+    x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
+    wrapped = []
+
+    def wrapper(backward):
+        wrapped.append(backward)
+        return lambda *args: backward(*args)
+
+    compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, w])
+    compiled.wrap_backward(wrapper)
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert wrapped == [] and not compiled.backward_started and not compiled.backward_compiled
+    compiled(x, w).sum().backward()
+    assert len(wrapped) == 1 and compiled.backward_compiled
+    eager_w = w.detach().requires_grad_()
+    fn(x, eager_w).sum().backward()
+    torch.testing.assert_close(w.grad, eager_w.grad)
+    w.grad = None
+    compiled(x, w).sum().backward()
+    assert len(wrapped) == 1  # (taken wrapped once, then as it is)
+    torch.testing.assert_close(w.grad, eager_w.grad)
+    compiled.wrap_backward(wrapper)  # (compiled already: wrapped at once)
+    assert len(wrapped) == 2
+
+
 def test_a_backward_through_a_call_run_eagerly_starts_the_compile_on_the_next_call():
     import concurrent.futures
 

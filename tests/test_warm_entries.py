@@ -8,11 +8,13 @@ import collections.abc
 import dataclasses
 import enum
 import functools
+import hashlib
 import importlib.util
 import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -485,6 +487,28 @@ def test_inlined_code_is_vouched_for_only_by_the_file_that_holds_it(tmp_path, mo
     (tmp_path / "edited_after_import.py").write_text("def double(x):\n    return x * 3\n")
     with pytest.raises(records.NotKept):
         records.inlined_file(code)
+
+
+def test_a_file_s_digest_follows_its_edits(tmp_path):
+    path = tmp_path / "edited.py"
+    for text, age in (("x = 1\n", 10), ("x = 2\n", 10), ("x = 3\n", 0), ("x = 4\n", 0)):
+        path.write_text(text)  # (the same size each time)
+        stamp = time.time() - age  # (an old file is read once per change of its stamp;
+        os.utime(path, (stamp, stamp))  # one modified just now, every time)
+        assert records.file_digest(str(path)) == hashlib.sha256(text.encode()).hexdigest()
+        assert records.file_digest(str(path)) == hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_code_s_digest_names_its_file_and_its_nested_code():
+    def module(result: int, path: str):
+        source = f"def f():\n    def g():\n        return {result}\n    return g\n"
+        return compile(source, path, "exec")
+
+    first, other_file, nested_edit = module(1, "/a.py"), module(1, "/b.py"), module(2, "/a.py")
+    assert first == other_file  # (code objects compare equal across files ...)
+    digests = {records.code_digest(code) for code in (first, other_file, nested_edit)}
+    assert len(digests) == 3   # (... their digests do not)
+    assert records.code_digest(module(1, "/a.py")) == records.code_digest(first)
 
 
 def _softmax_rows(x, w):

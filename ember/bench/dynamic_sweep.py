@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 import ember
-from ember.bench.harness import benchmark
+from ember.bench.harness import benchmark, wait_for_ember
 
 
 class Block(nn.Module):
@@ -76,11 +76,15 @@ def sweep(lengths: range, inductor: bool) -> None:
             for x, expected in zip(inputs, want):
                 torch.testing.assert_close(fn(x), expected, rtol=1e-4, atol=1e-4)
             first = time.perf_counter() - started
-            started = time.perf_counter()
-            for x in inputs:
-                fn(x)
-            again = time.perf_counter() - started
-            print(f"  {name:14s} first pass {first:7.2f} s   second pass {again * 1e3:8.1f} ms"
+            wait_for_ember()
+            passes = []
+            for _ in range(5):
+                started = time.perf_counter()
+                for x in inputs:
+                    fn(x)
+                passes.append(time.perf_counter() - started)
+            again = statistics.median(passes)
+            print(f"  {name:14s} first pass {first:7.2f} s   steady pass {again * 1e3:8.1f} ms"
                   f"{_compiles(fn)}")
 
 
@@ -121,8 +125,9 @@ def decode(steps: int, inductor: bool) -> None:
             started = time.perf_counter()
             first_tokens = greedy(fn, prompt, steps)
             first = time.perf_counter() - started
+            wait_for_ember()
             runs = []
-            for _ in range(3):
+            for _ in range(5):  # (the median: the first runs after a compile vary most)
                 started = time.perf_counter()
                 tokens = greedy(fn, prompt, steps)
                 runs.append(time.perf_counter() - started)
@@ -184,6 +189,7 @@ def training_steady(rounds: int) -> None:
         dynamic(other)
         static(x)
         dynamic(x)
+        wait_for_ember()
         # (one call of each in turn, many times, timed by the wall clock and by the CPU time
         # the process spent: on a machine shared past its cores a call's wall time is
         # mostly its waits for a core, the CPU time is its work; OMP_NUM_THREADS=1 for that)

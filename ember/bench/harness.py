@@ -133,16 +133,28 @@ def device_sync(*values: Any) -> Callable[[], None]:
     return lambda: None
 
 
+def wait_for_ember() -> None:
+    """Before a steady state: ember's compiles beside the first calls done (kernels in, the
+    backwards deferred to a graph's next call started: calls meanwhile run eagerly) and its
+    warm-start keeps written. A keep is Python on a thread of its own: timed beside it, calls
+    that release the GIL wait up to a switch interval to take it back (a small GPT-2's
+    decoding ran 3-5x slower for its first runs after the compile)."""
+    backends = sys.modules.get("ember.backends")
+    if backends is not None:
+        backends.wait_for_background_compiles()
+    warm_cache = sys.modules.get("ember.runtime.warm_cache")
+    if warm_cache is not None:
+        warm_cache.finish_keeps()
+
+
 def benchmark(fn: Callable[..., Any], *args: Any, desc: str | None = None, warmup: int = 2,
               repeat: int = 20, min_time: float = 0.5, max_time: float = 20.0) -> Timing:
     """Steady-state time per call of `fn(*args)`: `warmup` untimed calls, then samples until
     at least `repeat` samples and `min_time` seconds (stopping at `max_time` once 3 samples
     exist). Each sample ends with a device sync, so it is latency, launch overhead included.
-    With `desc`, prints `desc: 0.15 ms/call`. Ember's compiles still running beside the
-    first calls are waited for first (calls meanwhile would run eagerly)."""
-    backends = sys.modules.get("ember.backends")
-    if backends is not None:
-        backends.wait_for_background_compiles()
+    With `desc`, prints `desc: 0.15 ms/call`. Ember's work beside the first calls is waited
+    for first (wait_for_ember)."""
+    wait_for_ember()
     sync = device_sync(fn, *args)
     started = time.perf_counter()
     for _ in range(max(1, warmup)):

@@ -26,8 +26,8 @@ import torch
 
 import ember
 from ember import config
-from ember.backends import wait_for_background_compiles
 from ember.bench import zoo
+from ember.bench.harness import wait_for_ember
 
 
 def _settings(variant: str) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
     for variant in variants:  # (said at once: a run cut short still tells its first calls)
         prepared[variant] = _prepared(spec, variant, mode, size, device)
         print(f"   {name} {variant}: first call {prepared[variant][4]:.2f} s", flush=True)
-    wait_for_background_compiles()  # (timed after the compiles ember runs on beside them)
+    wait_for_ember()  # (timed after the work ember runs on beside the first calls)
     reference = prepared[variants[0]][3]
     times: dict[str, list[float]] = {variant: [] for variant in variants}
     with torch.set_grad_enabled(mode == "train"):

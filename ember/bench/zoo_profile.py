@@ -31,8 +31,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import ember
-from ember import backends, config
+from ember import config
 from ember.bench import zoo
+from ember.bench.harness import wait_for_ember
 
 CALLS = 10
 
@@ -128,7 +129,7 @@ def time_phases(name: str, variants: list[str], size: str = "full") -> None:
         batch = dict(zip(step.batch_names, args))
         for _ in range(3):
             step(*args)
-        backends.wait_for_background_compiles()
+        wait_for_ember()
         torch.cuda.synchronize()
         host: list[list[float]] = []
         device: list[list[float]] = []

@@ -22,6 +22,7 @@ import hashlib
 import os
 import sys
 import sysconfig
+import time
 import types
 from typing import Any
 
@@ -46,10 +47,21 @@ class Unresolved(Exception):
 
 def code_digest(code: types.CodeType) -> str:
     """What a code object does, as a digest: its bytecode, constants (nested code too), names,
-    signature, place and line table."""
+    signature, place and line table (computed once per code object: a keep digests the
+    same functions' code for each guard and value that names them)."""
+    known = _code_digests.get(id(code))
+    if known is not None and known[0] is code:
+        return known[1]
     digest = hashlib.sha256()
     _digest_code(code, digest)
-    return digest.hexdigest()
+    if len(_code_digests) >= 16384:
+        _code_digests.clear()
+    _code_digests[id(code)] = (code, digest.hexdigest())
+    return _code_digests[id(code)][1]
+
+
+# (by id, the code object held beside its digest: code objects compare equal across files)
+_code_digests: dict[int, tuple[types.CodeType, str]] = {}
 
 
 def _digest_code(code: types.CodeType, digest: Any) -> None:
@@ -61,8 +73,8 @@ def _digest_code(code: types.CodeType, digest: Any) -> None:
                  code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount):
         digest.update(repr(part).encode() + b"\0")
     for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            _digest_code(constant, digest)
+        if isinstance(constant, types.CodeType):  # (by its own digest: each code hashed once)
+            digest.update(code_digest(constant).encode() + b"\0")
         else:
             digest.update(_constant_text(constant).encode() + b"\0")
 
@@ -78,11 +90,28 @@ def _constant_text(value: Any) -> str:
 
 
 def file_digest(path: str) -> str | None:
+    """The digest of the file's bytes (read again only where its size, modification time or
+    inode changed since it was last read in this process), None where it cannot be read.
+    A file modified in the last seconds is read every time: two edits within one tick of
+    the file system's clock leave the same modification time (as git's racy entries)."""
     try:
+        status = os.stat(path)
+        stamp = (status.st_mtime_ns, status.st_size, status.st_ino)
+        known = _file_digests.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
         with open(path, "rb") as file:
-            return hashlib.sha256(file.read()).hexdigest()
+            digest = hashlib.sha256(file.read()).hexdigest()
     except OSError:
         return None
+    if time.time_ns() - status.st_mtime_ns > 2_000_000_000:
+        _file_digests[path] = (stamp, digest)
+    return digest
+
+
+_file_digests: dict[str, tuple[tuple[int, int, int], str]] = {}
+# (a path's links resolved once per process: a keep asks for the same few files' often)
+_realpath = functools.lru_cache(maxsize=4096)(os.path.realpath)
 
 
 def inlined_file(code: types.CodeType) -> tuple[str, str]:
@@ -91,7 +120,7 @@ def inlined_file(code: types.CodeType) -> tuple[str, str]:
     vouch for code this process never ran)."""
     if not os.path.isabs(code.co_filename):  # (a path relative to a folder since left)
         raise NotKept(f"it inlined {code.co_qualname}, from {code.co_filename}")
-    path = os.path.realpath(code.co_filename)
+    path = _realpath(code.co_filename)
     digest = file_digest(path)
     if digest is None or code_digest(code) not in _codes_of(code.co_filename, digest):
         raise NotKept(f"it inlined {code.co_qualname}, whose file ({code.co_filename}) does "
@@ -136,6 +165,7 @@ def made_by_dataclasses(code: types.CodeType) -> bool:
         code.co_qualname.startswith("__create_fn__.<locals>.")
 
 
+@functools.lru_cache(maxsize=4096)
 def versioned(path: str) -> bool:
     """Is the file at `path` one whose version the key names (torch's, ember's, Python's own
     library)? Not an installed package's (transformers, timm: digested like a user's file,
@@ -144,7 +174,7 @@ def versioned(path: str) -> bool:
     # ("<frozen _collections_abc>": a module frozen into the interpreter, its version's own)
     if path.startswith("<frozen "):
         return True
-    real = os.path.realpath(path)
+    real = _realpath(path)
     return real.startswith(_PACKAGES) or real.startswith(_STANDARD) and \
         not any(part in ("site-packages", "dist-packages") for part in real.split(os.sep))
 
@@ -269,7 +299,7 @@ class Encoder:
         digest = file_digest(path) if os.path.isabs(path) else None
         if digest is None:
             raise NotKept(f"the file {path} cannot be read")
-        self.files[os.path.realpath(path)] = digest
+        self.files[_realpath(path)] = digest
 
     def guards(self, guards: GuardSet) -> list:
         """The guards, each [kind, source, expected] ("size" guards: a relation over the

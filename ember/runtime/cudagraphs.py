@@ -141,8 +141,8 @@ class CudaGraphed:
             compiled.forward_graph = graphed(compiled.forward_graph, tensors,
                                              f"{where} (forward)",
                                              kept_from=compiled.output_count)
-            compiled.backward_graph = graphed(compiled.backward_graph, tensors,
-                                              f"{where} (backward)", kept_from=0, fixed=saved)
+            compiled.wrap_backward(lambda backward: graphed(
+                backward, tensors, f"{where} (backward)", kept_from=0, fixed=saved))
             compiled.without = None  # (the recorded backward serves every call, given zeros)
         elif several:
             self.shapes = ShapeGraphs(compiled, tensors, where)
@@ -159,8 +159,9 @@ class CudaGraphed:
 
     def status(self) -> str:
         if self.training:
-            return (f"forward {self.compiled.forward_graph.status()}, "
-                    f"backward {self.compiled.backward_graph.status()}")
+            backward = (self.compiled.backward_graph.status()
+                        if self.compiled.backward_compiled else "not compiled yet")
+            return f"forward {self.compiled.forward_graph.status()}, backward {backward}"
         if self.reason is not None:
             return f"not used: {self.reason}"
         if self.shapes is not None:

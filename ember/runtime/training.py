@@ -52,6 +52,8 @@ class TrainingGraph:
         # (starts that compile: see after_backward)
         self._start_backward = start_backward
         self._backward_ran = False
+        # (what wraps the backward once it is compiled: see wrap_backward)
+        self._backward_wrapper: Callable[[Any], Any] | None = None
         # compiles the backward of calls that give some outputs no gradient (None: the
         # backward above serves them, with zeros: a warm-started or CUDA-graphed graph)
         self.without = without if not split.forward.symbols else None
@@ -89,12 +91,28 @@ class TrainingGraph:
     def backward_graph(self) -> Any:
         if isinstance(self._backward, concurrent.futures.Future):
             self._start_deferred_backward()  # (not started yet: now, and waited for)
-            self._backward = self._backward.result()
+            backward = self._backward.result()
+            wrapper, self._backward_wrapper = self._backward_wrapper, None
+            self._backward = wrapper(backward) if wrapper is not None else backward
         return self._backward
 
     @backward_graph.setter
     def backward_graph(self, compiled: Any) -> None:
         self._backward = compiled
+
+    @property
+    def backward_compiled(self) -> bool:
+        """Is the backward for every output compiled and taken (not still to come)?"""
+        return not isinstance(self._backward, concurrent.futures.Future)
+
+    def wrap_backward(self, wrapper: Callable[[Any], Any]) -> None:
+        """Replace the backward for every output by `wrapper(backward)` (a CUDA-graph
+        recording of it): now where it is compiled, else when it is first taken — a graph
+        whose calls take no backward (a decoding loop under grad mode) never compiles it."""
+        if self.backward_compiled:
+            self._backward = wrapper(self._backward)
+        else:
+            self._backward_wrapper = wrapper
 
     def _compiling(self) -> str | None:
         """What of the forward and the backwards compiled ahead is not in: "graphs" (one
