@@ -79,6 +79,12 @@ def choose(plan: Plan, label: str) -> dict[str, CTuning]:
                 sources[name] = (source, option)
         if len(sources) > 1 and _timeable(sources[tuning.DEFAULT][0]):
             work.append((kernel, sources))
+    if not work and plan.kernels:
+        count = len(plan.kernels)
+        logs.channel("perf").info("%s: max-autotune has no other configuration to try for its "
+                                  "%d kernel%s on %d thread%s (built as the heuristics "
+                                  "choose)", label, count, "s" * (count != 1), cores(),
+                                  "s" * (cores() != 1))
     # every kernel's candidates in one library, built the first time one is needed
     renamed = {(kernel.name, name): f"{kernel.name}__{index}"
                for kernel, sources in work for index, name in enumerate(sources)}

@@ -26,7 +26,7 @@ class KernelsNotBuilt(RuntimeError):
 
     @classmethod
     def because(cls, error: Exception) -> KernelsNotBuilt:
-        return cls(f"its Triton kernels did not compile ({type(error).__name__}: {error})")
+        return cls(f"its kernels did not compile ({type(error).__name__}: {error})")
 
 
 class KernelIndexError(IndexError, RuntimeError):
