@@ -162,12 +162,14 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{'':<12}   {kernel['graph']} {kernel['kernel']}: default "
                           f"{kernel['default_us']:.1f} us -> {kernel['choice']} "
                           f"{kernel['chosen_us']:.1f} us ({kernel['candidates']} tried)")
-    ratios = [r["steady_ms"] / next(b["steady_ms"] for b in results
-                                    if b["workload"] == r["workload"] and b["mode"] == "default")
-              for r in results if r["mode"] == "max-autotune-no-cudagraphs"]
-    if ratios:
-        print(f"max-autotune-no-cudagraphs / default steady state: geometric mean "
-              f"{statistics.geometric_mean(ratios):.3f} over {len(ratios)} workloads")
+    for mode in ("max-autotune-no-cudagraphs", "max-autotune"):
+        ratios = [r["steady_ms"] / next(b["steady_ms"] for b in results if b["workload"] ==
+                                        r["workload"] and b["mode"] == "default")
+                  for r in results if r["mode"] == mode]
+        if ratios:
+            print(f"{mode} / default steady state: geometric mean "
+                  f"{statistics.geometric_mean(ratios):.3f} over {len(ratios)} workloads "
+                  f"({', '.join(f'{x:.2f}' for x in ratios)})")
     if options.json:
         options.json.write_text(json.dumps(results, indent=1))
     return 0 if all(r["agrees"] for r in results) else 1

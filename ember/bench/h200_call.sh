@@ -1,7 +1,7 @@
 #!/bin/bash
 # One call of the lent H200 (the device tool runs it from the repository root, with carry:
 # [".whl"]): installs the carried wheels, then runs the steps named in $STEPS (tests internals
-# cuda views dyn decode autotune infer train warm warmdecode prof), each under its own time limit, and leaves one tarball in $OUT:
+# cuda views dyn decode autotune infer train warm warmdecode firstdecode prof), each under its own time limit, and leaves one tarball in $OUT:
 #     STEPS="tests decode" ember/bench/h200_call.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD
@@ -22,6 +22,7 @@ infer) step infer ${INFER_LIMIT:-420} python -m ember bench --models --device cu
 train) step train ${TRAIN_LIMIT:-420} python -m ember bench --models --device cuda --modes train --only ${TRAIN_ONLY:-gpt2 bert vit} --process variant --out $OUT/train ;;
 warm) step warm 170 python -m ember.bench.warm_start --device cuda --only ${WARM_ONLY:-softmax S2} --json $OUT/warm.json ;;
 warmdecode) step warmdecode 220 python -m ember.bench.warm_start --device cuda --size quick --only ${WARM_ONLY:-zoo:gpt2:decode} --json $OUT/warmdecode.json ;;
+firstdecode) step firstdecode 150 python -m ember.bench.zoo_first_call gpt2 --mode decode --size quick --calls 2 --profile --rows 45 ;;
 prof) step prof 300 python -m ember.bench.zoo_profile gpt2 --mode decode --variants ember,tc --host --rows 30 ;;
 esac
 done

@@ -26,7 +26,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--rows", type=int, default=30)
     parser.add_argument("--size", default="full", help="the zoo's config: full or tiny")
-    parser.add_argument("--mode", default="infer", choices=["infer", "train"])
+    parser.add_argument("--mode", default="infer", choices=["infer", "train", "decode"])
     parser.add_argument("--warm", action="store_true", help="keep the caches as they are")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--variant", default="ember", choices=["ember", "tc", "eager"])
