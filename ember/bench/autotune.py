@@ -6,7 +6,9 @@ and per tuned kernel the default configuration's time against the one kept.
     python -m ember.bench.autotune                      # the CPU, quick seed shapes
     python -m ember.bench.autotune --device cuda --size full --only S2 softmax gpt2-infer
 
-On CUDA the CUDA-graph modes are compared too (reduce-overhead against max-autotune).
+On CUDA the CUDA-graph modes are compared too (reduce-overhead against max-autotune), and
+with --torch torch.compile's max-autotune (its own caches empty too; its "vs" is over ember's
+max-autotune).
 Numbers from a machine busy with other work move by tens of percent between runs.
 """
 
@@ -16,6 +18,7 @@ import argparse
 import contextlib
 import inspect
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -45,6 +48,8 @@ def instantiate(name: str, size: str, device: str) -> tuple[Any, tuple, Any]:
     return fn, args, workload
 
 
+# (a mode of torch.compile's, compared with ember's: --torch)
+TORCH = "torch.compile "
 ROUNDS = 3  # steady-state rounds, the modes taken in turn; the fastest round's median kept
 
 
@@ -59,13 +64,22 @@ def compile_under(name: str, size: str, device: str, mode: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="ember-autotune-") as cache, \
             config.override(cache_dir=Path(cache), warm_start=False), _grad(workload):
         chosen = None if mode == "default" else mode
+        compiler = ember.compile
+        if mode.startswith(TORCH):  # (torch.compile's mode, its caches in the same folder)
+            import torch._dynamo
+
+            torch._dynamo.reset()
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "inductor")
+            os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+            chosen = mode[len(TORCH):]
+            compiler = torch.compile
         if workload.compile_model and hasattr(fn, "model_slot"):
             # (a zoo step: its model compiled, as users write torch.compile(model))
             model = fn.model_slot[0]
-            compiled, fn = _with_model(fn, ember.compile(model, mode=chosen)), \
+            compiled, fn = _with_model(fn, compiler(model, mode=chosen)), \
                 _with_model(fn, model)
         else:
-            compiled = ember.compile(fn, mode=chosen)
+            compiled = compiler(fn, mode=chosen)
         sync = device_sync(fn, *args)
         began = time.perf_counter()
         result = compiled(*args)
@@ -129,12 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=("full", "quick", "tiny"), default="quick")
     parser.add_argument("--only", nargs="+", default=list(DEFAULT_WORKLOADS))
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--torch", action="store_true",
+                        help="torch.compile's max-autotune too (on CUDA: minutes a model)")
     options = parser.parse_args(argv)
     import ember
 
     modes = ["default", "max-autotune-no-cudagraphs"]
     if options.device == "cuda":
         modes += ["reduce-overhead", "max-autotune"]
+    if options.torch:
+        modes += [TORCH + "max-autotune"]
     # (one throwaway compile first: imports and start-up costs are not any workload's)
     warm = torch.ones(4, device=options.device)
     ember.compile(lambda x: x + 1)(warm)
@@ -149,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             mode = found["mode"]
             results.append(found)
             base = "default" if mode in ("default", "max-autotune-no-cudagraphs") \
-                else "reduce-overhead"
+                else "max-autotune" if mode.startswith(TORCH) else "reduce-overhead"
             baseline.setdefault(mode, found["steady_ms"])
             ratio = found["steady_ms"] / baseline.get(base, found["steady_ms"])
             changed = sum(1 for k in found["kernels"] if k["choice"] != "default")
@@ -162,12 +180,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{'':<12}   {kernel['graph']} {kernel['kernel']}: default "
                           f"{kernel['default_us']:.1f} us -> {kernel['choice']} "
                           f"{kernel['chosen_us']:.1f} us ({kernel['candidates']} tried)")
-    for mode in ("max-autotune-no-cudagraphs", "max-autotune"):
-        ratios = [r["steady_ms"] / next(b["steady_ms"] for b in results if b["workload"] ==
-                                        r["workload"] and b["mode"] == "default")
-                  for r in results if r["mode"] == mode]
+    for mode, base in (("max-autotune-no-cudagraphs", "default"), ("max-autotune", "default"),
+                       ("max-autotune", TORCH + "max-autotune")):
+        ratios = [r["steady_ms"] / b["steady_ms"] for r in results for b in results
+                  if r["mode"] == mode and b["mode"] == base and b["workload"] == r["workload"]]
         if ratios:
-            print(f"{mode} / default steady state: geometric mean "
+            print(f"{mode} / {base} steady state: geometric mean "
                   f"{statistics.geometric_mean(ratios):.3f} over {len(ratios)} workloads "
                   f"({', '.join(f'{x:.2f}' for x in ratios)})")
     if options.json:
