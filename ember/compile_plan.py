@@ -34,7 +34,7 @@ from ember.ir.graph import Graph
 from ember.lower import Unsupported
 from ember.lower.tracer import OutputSpec
 from ember.passes.library_ops import calls_for
-from ember.runtime import triton_launch, tune_c, tune_triton
+from ember.runtime import c_launcher, triton_launch, tune_c, tune_triton
 from ember.runtime.build import PendingFunction, build, is_built, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
@@ -272,6 +272,7 @@ def _c_kernels(plan: Plan, label: str, dump: Any
     tunings = tuning.guarded(label, tune_c.choose, plan, label) \
         if config.settings.max_autotune else None
     source, kernels = write_source(plan, tunings)
+    c_launcher.start()  # (built beside the kernels, where the disk cache lacks it)
     logs.dump(dump, "kernels.c", source)
     logs.show_code(label, "C kernels", source)
 
@@ -284,7 +285,8 @@ def _c_kernels(plan: Plan, label: str, dump: Any
         logs.channel("kernels").info("%s: %d kernels, %s %s", label, len(kernels),
                                      "cache hit" if cached else "built", path)
         return {k.name: kernel_function(library, k.same_as or k.name, len(k.arguments),
-                                        len(k.sizes)) for k in kernels}
+                                        len(k.sizes), "omp parallel" in k.text)
+                for k in kernels}
 
     return {k.name: k for k in kernels}, built, source
 

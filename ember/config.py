@@ -169,6 +169,10 @@ FLAGS: tuple[Flag, ...] = (
          "Triton: key its compile cache on its files' names, sizes and times instead of a "
          "hash of their contents (a 400 MB library: ~0.6 s of a process's first compile; "
          "see runtime/triton_launch.file_key)"),
+    Flag("c_launcher", "EMBER_C_LAUNCHER", "1", _flag,
+         "C: call generated kernels through ember's launcher (a Python extension built once "
+         "per machine; ~0.1 us a call) instead of ctypes (~0.7 us; 0; see "
+         "runtime/c_launcher.c)"),
     Flag("triton_launcher", "EMBER_TRITON_LAUNCHER", "1", _flag,
          "Triton: launch compiled kernels through ember's one launcher (built once per "
          "machine) instead of the one Triton builds with the C compiler per argument list "
@@ -251,6 +255,7 @@ class Settings:
     cuda_graph_shapes: int
     dependent_launch: bool
     triton_file_key: bool
+    c_launcher: bool
     triton_launcher: bool
     kernels_later: bool
     eager_first: bool

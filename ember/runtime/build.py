@@ -187,10 +187,16 @@ def load(path: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(path))
 
 
-def kernel_function(library: ctypes.CDLL, name: str, arity: int, sizes: int = 0):
-    """A kernel: `arity` data pointers, then `sizes` int64 sizes (a symbolic kernel's)."""
+def kernel_function(library: ctypes.CDLL, name: str, arity: int, sizes: int = 0,
+                    release_gil: bool = True, wait: bool = True):
+    """A kernel: `arity` data pointers, then `sizes` int64 sizes (a symbolic kernel's), called
+    through ember's C launcher where it serves (`wait`: for its build, where it is not in the
+    disk cache), else through ctypes. `release_gil`: may the kernel run long (a parallel
+    region)? Then other threads take the GIL while it runs."""
+    from ember.runtime import c_launcher
+
     function = getattr(library, name)
     function.argtypes = [ctypes.c_void_p] * arity + [ctypes.c_int64] * sizes
     function.restype = ctypes.c_int
     function.library_path = library._name  # (for a warm-start entry: runtime/warm_cache.py)
-    return function
+    return c_launcher.kernel(function, arity + sizes, release_gil, wait)

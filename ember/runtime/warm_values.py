@@ -24,7 +24,7 @@ import torch
 
 from ember import torch_internals
 from ember.ir.sizes import Size
-from ember.runtime import build, triton_launch
+from ember.runtime import build, c_launcher, triton_launch
 from ember.runtime.wrappers import BuildNotKept
 
 
@@ -144,6 +144,8 @@ class Encoder:
             return ["tensor", len(self.tensors) - 1]
         if isinstance(value, ctypes._CFuncPtr):
             return self._kernel(value)
+        if c_launcher.is_kernel(value):  # (its ctypes function names it)
+            return self._kernel(value.function, value.releases_gil)
         if isinstance(value, triton_launch.InterpretedLaunch):
             return ["triton_interpreted", self._module(value.module), value.name,
                     self._encode(value.grid), value.checks, value.function]
@@ -172,7 +174,7 @@ class Encoder:
                 return ["global", module, attribute]
         raise NotKept(f"a {type(value).__name__} ({text:.80})")
 
-    def _kernel(self, function: Any) -> list:
+    def _kernel(self, function: Any, releases_gil: bool = True) -> list:
         path = getattr(function, "library_path", None)
         if path not in build.built_from:
             raise NotKept("a C function of a library ember did not build")
@@ -181,7 +183,7 @@ class Encoder:
         if entry not in self.libraries:
             self.libraries.append(entry)
         return ["kernel", self.libraries.index(entry), function.__name__,
-                len(function.argtypes)]
+                len(function.argtypes), releases_gil]
 
     def _module(self, name: str) -> int:
         text = triton_launch.module_texts.get(name)
@@ -262,7 +264,9 @@ class Decoder:
                 self.placed[code[1]] = tensor if device == "cpu" else tensor.to(device)
             return self.placed[code[1]]
         if kind == "kernel":
-            return build.kernel_function(self._library(code[1]), code[2], code[3])
+            # (the launcher where the disk cache has it: a warm start waits for no build)
+            return build.kernel_function(self._library(code[1]), code[2], code[3],
+                                         release_gil=code[4], wait=False)
         if kind == "triton_interpreted":
             module = triton_launch.load_module(self.modules[code[1]])
             function = code[5] if len(code) > 5 else ""
