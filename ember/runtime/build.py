@@ -11,10 +11,15 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import os
 import platform
 import shutil
 import subprocess
+import sys
+import sysconfig
+import types
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +100,25 @@ def build(source: str, link: list[str]) -> tuple[Path, bool]:
     if not cached:
         disk_cache.enforce_cap(keep=library)
     return library, cached
+
+
+def extension_source(source: str) -> tuple[str, list[str]]:
+    """A Python extension's C source as built for this interpreter (its version and ABI
+    named in it: they key the cache too), and the flags that find Python's headers."""
+    abi = f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
+    return f"/* for {abi} */\n" + source, [f"-I{sysconfig.get_paths()['include']}"]
+
+
+def extension(name: str, source: str, flags: list[str]) -> types.ModuleType:
+    """Build (or find in the disk cache) the Python extension module `name` of `source`
+    (extension_source's) and import it."""
+    library, _ = build(source, flags)
+    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
+    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
 
 
 def is_built(source: str, link: list[str]) -> bool:

@@ -12,10 +12,6 @@ fails), cannot take a kernel (more than 64 arguments) or is switched off
 from __future__ import annotations
 
 import ctypes
-import importlib.machinery
-import importlib.util
-import sys
-import sysconfig
 import threading
 import types
 from pathlib import Path
@@ -88,6 +84,8 @@ def _build_and_load() -> None:
 
 
 def _source() -> tuple[str, list[str]]:
+    from ember.runtime import build
+
     source = Path(__file__).with_name("c_launcher.c").read_text()
     cases = ["        case 0: return ((int (*)(void))address)();"]
     for count in range(1, 65):
@@ -95,21 +93,11 @@ def _source() -> tuple[str, list[str]]:
         values = ", ".join(f"a[{i}]" for i in range(count))
         cases.append(f"        case {count}: return ((int (*)({types_}))address)({values});")
     source = source.replace("/* CASES */", "\n".join(cases))
-    # (the extension is built for this interpreter: its version and ABI key the cache too)
-    abi = f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
-    return f"/* for {abi} */\n" + source, [f"-I{sysconfig.get_paths()['include']}"]
+    return build.extension_source(source)
 
 
 def load() -> types.ModuleType:
     """Build (or find) the launcher and import it."""
     from ember.runtime import build
 
-    source, link = _source()
-    library, _ = build.build(source, link)
-    name = "ember_c_launcher"
-    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
-    spec = importlib.util.spec_from_file_location(name, library, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+    return build.extension("ember_c_launcher", *_source())

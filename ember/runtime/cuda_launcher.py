@@ -14,10 +14,7 @@ Triton's own launcher, as before.
 
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
-import sys
-import sysconfig
 import threading
 import types
 from collections.abc import Iterable
@@ -97,16 +94,6 @@ def load() -> types.ModuleType:
     if spec is None or spec.origin is None:
         raise ImportError("triton is not installed")
     cuda_headers = Path(spec.origin).parent / "backends" / "nvidia" / "include"
-    source = Path(__file__).with_name("cuda_launcher.c").read_text()
-    # (the extension is built for this interpreter: its version and ABI key the cache too)
-    abi = f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}"
-    source = f"/* for {abi} */\n" + source
-    library, _ = build.build(source, [f"-I{sysconfig.get_paths()['include']}",
-                                      f"-I{cuda_headers}"])
-    name = "ember_cuda_launcher"
-    loader = importlib.machinery.ExtensionFileLoader(name, str(library))
-    module_spec = importlib.util.spec_from_file_location(name, library, loader=loader)
-    assert module_spec is not None
-    module = importlib.util.module_from_spec(module_spec)
-    loader.exec_module(module)
-    return module
+    source, flags = build.extension_source(
+        Path(__file__).with_name("cuda_launcher.c").read_text())
+    return build.extension("ember_cuda_launcher", source, [*flags, f"-I{cuda_headers}"])
