@@ -54,10 +54,11 @@ def code_digest(code: types.CodeType) -> str:
         return known[1]
     digest = hashlib.sha256()
     _digest_code(code, digest)
+    text = digest.hexdigest()
     if len(_code_digests) >= 16384:
         _code_digests.clear()
-    _code_digests[id(code)] = (code, digest.hexdigest())
-    return _code_digests[id(code)][1]
+    _code_digests[id(code)] = (code, text)  # (a keep's thread and the caller's both ask)
+    return text
 
 
 # (by id, the code object held beside its digest: code objects compare equal across files)
