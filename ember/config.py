@@ -171,7 +171,7 @@ FLAGS: tuple[Flag, ...] = (
          "see runtime/triton_launch.file_key)"),
     Flag("c_launcher", "EMBER_C_LAUNCHER", "1", _flag,
          "C: call generated kernels through ember's launcher (a Python extension built once "
-         "per machine; ~0.1 us a call) instead of ctypes (~0.7 us; 0; see "
+         "per machine; ~0.2 us a call) instead of ctypes (~0.56 us; 0; see "
          "runtime/c_launcher.c)"),
     Flag("triton_launcher", "EMBER_TRITON_LAUNCHER", "1", _flag,
          "Triton: launch compiled kernels through ember's one launcher (built once per "

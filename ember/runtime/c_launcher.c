@@ -1,8 +1,8 @@
 /* Ember's caller of generated C kernels (ember/runtime/c_launcher.py).
  *
  * A kernel is `int kernel(T0* a0, ..., int64_t s0, ...)`: data pointers, then sizes. Called
- * through ctypes, each call cost ~0.7 us on the CPU host (its argument conversions, its
- * libffi call); a decoding step of a small GPT-2 launches ~60 kernels. A Kernel object holds
+ * through ctypes, each call cost ~0.4 us more than through this (its argument conversions,
+ * its libffi call); a decoding step of a small GPT-2 launches ~60 kernels. A Kernel object holds
  * the kernel's address and argument count and is called by vectorcall: each argument a
  * Python int (a data_ptr() or a size), converted to 64 bits, and the kernel called through a
  * pointer of as many int64_t arguments. On the System V x86-64 and AAPCS64 ABIs a pointer
