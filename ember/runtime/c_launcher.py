@@ -4,8 +4,8 @@ compiler once per machine into ember's disk cache.
 A kernel called through ctypes cost ~0.56 us a call on the CPU host, its two data_ptr()
 reads included (its argument conversions and libffi); through a Kernel of this extension
 ~0.2 us. A decoding step of a small GPT-2 on the CPU launches ~60 kernels; a tiny graph's
-whole call is a few microseconds. Where the extension cannot be built (no Python headers, a compiler that
-fails), cannot take a kernel (more than 64 arguments) or is switched off
+whole call is a few microseconds. Where the extension cannot be built (no Python headers,
+a compiler that fails), cannot take a kernel (more than 64 arguments) or is switched off
 (EMBER_C_LAUNCHER=0), kernels are called through ctypes, as before.
 """
 

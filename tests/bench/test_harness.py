@@ -79,7 +79,8 @@ class FakeClock:
 def test_benchmark_counts_warmup_and_samples(monkeypatch, capsys):
     clock = FakeClock(cost=1e-3)
     monkeypatch.setattr(harness.time, "perf_counter", clock)
-    timing = harness.benchmark(clock.work, desc="compiled", warmup=3, repeat=5, min_time=0.01)
+    timing = harness.benchmark(clock.work, desc="compiled", warmup=3, repeat=5, min_time=0.01,
+                               warmup_time=0.0)
     assert timing.number == 1
     assert len(timing.samples) == 10            # min_time (10 ms) outlasts repeat (5)
     assert clock.calls == 3 + 10
@@ -90,11 +91,20 @@ def test_benchmark_counts_warmup_and_samples(monkeypatch, capsys):
 def test_benchmark_batches_calls_faster_than_the_sample_target(monkeypatch):
     clock = FakeClock(cost=1e-5)
     monkeypatch.setattr(harness.time, "perf_counter", clock)
-    timing = harness.benchmark(clock.work, warmup=1, repeat=4, min_time=0.0)
+    timing = harness.benchmark(clock.work, warmup=1, repeat=4, min_time=0.0, warmup_time=0.0)
     assert timing.number == 20                  # 20 x 10 us reaches the 0.2 ms target
     assert len(timing.samples) == 4
     assert clock.calls == 1 + 4 * 20
     assert timing.median == pytest.approx(1e-5)
+
+
+def test_benchmark_warms_up_for_its_time_as_well_as_its_count(monkeypatch):
+    # (the first calls that fill fresh memory stay out of the samples)
+    clock = FakeClock(cost=1e-3)
+    monkeypatch.setattr(harness.time, "perf_counter", clock)
+    timing = harness.benchmark(clock.work, warmup=2, repeat=3, min_time=0.0,
+                               warmup_time=0.0095)
+    assert clock.calls - timing.calls == 10  # (2 would do by count; 9.5 ms takes 10)
 
 
 def test_benchmark_stops_at_max_time(monkeypatch):
@@ -111,7 +121,7 @@ def test_benchmark_passes_arguments_and_never_syncs_a_cpu_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", forbidden)
     seen = []
     timing = harness.benchmark(lambda x, y: seen.append(x + y), torch.ones(2), torch.ones(2),
-                               warmup=1, repeat=2, min_time=0.0)
+                               warmup=1, repeat=2, min_time=0.0, warmup_time=0.0)
     assert timing.calls == len(seen) - 1
     torch.testing.assert_close(seen[0], torch.full((2,), 2.0))
 
