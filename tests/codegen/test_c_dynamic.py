@@ -84,3 +84,19 @@ def test_a_symbolic_extent_that_may_be_empty_is_skipped_per_call():
         x = torch.randn(count, 4)
         (out,) = call([x])
         torch.testing.assert_close(out, x[2:].exp())
+
+
+def test_a_symbolic_float_sum_adds_in_float_blocks_and_keeps_eager_s_values():
+    # (the rows' length symbolic: dim 0 of x.t(); a double accumulator throughout halved the
+    # vector loop's lanes, a float one would lose eager's accuracy on long rows)
+    def fn(x):
+        return x.t().exp().sum(-1)
+
+    _, kernels = symbolic_kernels(fn, torch.randn(7, 3))
+    text = "\n".join(k.text for k in kernels)
+    assert "_block = 0;" in text and "+= 1024)" in text
+    compiled = ember.compile(fn)
+    for n in (5, 1023, 1024, 1025, 3000, 9000):
+        x = torch.randn(n, 3) * 3
+        ember.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), fn(x), rtol=2e-6, atol=0)
