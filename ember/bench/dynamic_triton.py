@@ -108,16 +108,11 @@ def steady_row(name: str, function: Callable, shape: tuple[int, ...], dim: int,
 
 
 def device_us(compiled: Callable, x: torch.Tensor, calls: int = 50) -> float:
-    """The device's busy time per call (kernels and copies, torch.profiler): what a call
-    costs the GPU, apart from the host's wrapper and the launch latency."""
-    from torch.profiler import ProfilerActivity, profile
+    """The device's busy time per call (kernels and copies): what a call costs the GPU,
+    apart from the host's wrapper and the launch latency."""
+    from ember.bench.gpu import device_kernels
 
-    with profile(activities=[ProfilerActivity.CUDA]) as trace:
-        for _ in range(calls):
-            compiled(x)
-        torch.cuda.synchronize()
-    return sum(e.self_device_time_total for e in trace.key_averages()
-               if e.device_type.name == "CUDA") / calls
+    return sum(time for time, _, _ in device_kernels(compiled, (x,), calls)) / calls
 
 
 def mlp_block(width: int, device: str) -> Callable:

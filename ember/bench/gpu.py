@@ -177,20 +177,26 @@ def step_breakdown(step: Any, args: tuple, calls: int = 10) -> dict[str, Any]:
     """Where a training step's time goes: the GPU's busy time per step (kernels and copies, from
     torch.profiler), the kernels per step, the heaviest kernels, and the host functions the
     step spends its own time in (cProfile)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
-        for _ in range(calls):
-            step(*args)
-        torch.cuda.synchronize()
-    kernels = sorted(((e.self_device_time_total, e.count, e.key) for e in trace.key_averages()
-                      if e.device_type.name == "CUDA"), reverse=True)
+    kernels = device_kernels(step, args, calls)
     return dict(
         device_busy_ms=sum(t for t, _, _ in kernels) / calls / 1e3,
         device_ops_per_step=sum(n for _, n, _ in kernels) / calls,
         heaviest=[f"{k[:70]}: {t / calls:.1f} us x{n / calls:g}" for t, n, k in kernels[:10]],
         host_profile=_profile(lambda: step(*args)))
+
+
+def device_kernels(fn: Any, args: tuple, calls: int = 10) -> list[tuple[float, int, str]]:
+    """The device's work over `calls` calls of fn(*args) (torch.profiler): (microseconds,
+    count, name) of each kernel or copy, heaviest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        for _ in range(calls):
+            fn(*args)
+        torch.cuda.synchronize()
+    return sorted(((e.self_device_time_total, e.count, e.key) for e in trace.key_averages()
+                   if e.device_type.name == "CUDA"), reverse=True)
 
 
 def _graph_inputs(entry: Any, target: Any, arguments: dict) -> list | None:

@@ -19,11 +19,13 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ember import config
+from ember import config, logs
 from ember.runtime import disk_cache
 
 CACHE_VERSION = "ember-c-2"  # (2: entries carry a digest)
@@ -119,6 +121,65 @@ def extension(name: str, source: str, flags: list[str]) -> types.ModuleType:
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
+
+
+class Extension:
+    """One of ember's Python extensions (its launchers), loaded once per process: at once
+    where the disk cache holds its build (a dlopen), else built on a thread of its own (the
+    compiler is a subprocess: it runs beside other work). `source()` gives its source and
+    flags (extension_source's; it may raise: the extension is then not available, said once
+    on EMBER_LOGS=perf as `title`'s, with `instead`, what serves in its place)."""
+
+    def __init__(self, name: str, title: str, source: Callable[[], tuple[str, list[str]]],
+                 instead: str):
+        self.name = name
+        self.title = title
+        self.source = source
+        self.instead = instead
+        self._lock = threading.Lock()
+        self._builder: threading.Thread | None = None
+        self._built: list[types.ModuleType | None] = []  # (the module, or None: it failed)
+
+    def start(self) -> None:
+        with self._lock:
+            if self._builder is not None:
+                return
+            try:
+                cached = is_built(*self.source())
+            except Exception:  # noqa: BLE001 (the build says why, on its thread)
+                cached = False
+            self._builder = threading.Thread(target=self._build_and_load,
+                                             name=f"ember-{self.name}", daemon=True)
+            if cached:
+                self._builder.run()
+            else:
+                self._builder.start()
+
+    def module(self, wait: bool = True) -> types.ModuleType | None:
+        """The loaded extension, or None: not buildable here, or (not `wait`) still
+        building."""
+        self.start()
+        assert self._builder is not None
+        if wait and self._builder.is_alive():
+            self._builder.join()
+        return self.loaded()
+
+    def loaded(self) -> types.ModuleType | None:
+        """The extension if it is loaded by now (no wait, no build started)."""
+        return self._built[0] if self._built else None
+
+    def load(self) -> types.ModuleType:
+        """Build (or find) the extension and import it, here."""
+        return extension(self.name, *self.source())
+
+    def _build_and_load(self) -> None:
+        try:
+            module = self.load()
+        except Exception as error:  # noqa: BLE001 (`instead` serves)
+            logs.channel("perf").info("ember's %s is not available (%s: %s): %s", self.title,
+                                      type(error).__name__, error, self.instead)
+            module = None
+        self._built.append(module)
 
 
 def is_built(source: str, link: list[str]) -> bool:

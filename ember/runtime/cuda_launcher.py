@@ -15,12 +15,12 @@ Triton's own launcher, as before.
 from __future__ import annotations
 
 import importlib.util
-import threading
 import types
 from collections.abc import Iterable
 from pathlib import Path
 
-from ember import config, logs
+from ember import config
+from ember.runtime import build
 
 # Triton's argument types → the launcher's codes (cuda_launcher.c)
 _CODES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "l", "u1": "B", "u8": "B",
@@ -42,58 +42,38 @@ def type_codes(signature: Iterable[str]) -> str | None:
     return "".join(codes)
 
 
-_lock = threading.Lock()
-_builder: threading.Thread | None = None
-_built: list[types.ModuleType | None] = []  # (the module, or None once it failed)
-
-
-def start() -> None:
-    """Build (or find in the disk cache) and load the launcher in a thread of its own; the
-    compiler is a subprocess, so the build runs beside the capture."""
-    global _builder
-    with _lock:
-        if _builder is not None or not config.settings.triton_launcher:
-            return
-        _builder = threading.Thread(target=_build_and_load, name="ember-cuda-launcher",
-                                    daemon=True)
-        _builder.start()
-
-
-def launcher() -> types.ModuleType | None:
-    """The loaded launcher (waiting for its build), or None: switched off, or not buildable
-    here (said once on EMBER_LOGS=perf)."""
-    if not config.settings.triton_launcher:
-        return None
-    start()
-    assert _builder is not None
-    _builder.join()
-    return _built[0] if _built else None
-
-
-def built() -> types.ModuleType:
-    """The launcher loaded before (for a kernel loaded for it, whatever the settings now)."""
-    return _built[0]
-
-
-def _build_and_load() -> None:
-    try:
-        module = load()
-    except Exception as error:  # noqa: BLE001 (Triton's launchers serve instead)
-        logs.channel("perf").info("ember's Triton launcher is not available (%s: %s): "
-                                  "Triton builds one per argument list",
-                                  type(error).__name__, error)
-        module = None
-    _built.append(module)
-
-
-def load() -> types.ModuleType:
-    """Build (or find) the launcher and import it."""
-    from ember.runtime import build
-
+def _source() -> tuple[str, list[str]]:
     spec = importlib.util.find_spec("triton")
     if spec is None or spec.origin is None:
         raise ImportError("triton is not installed")
     cuda_headers = Path(spec.origin).parent / "backends" / "nvidia" / "include"
     source, flags = build.extension_source(
         Path(__file__).with_name("cuda_launcher.c").read_text())
-    return build.extension("ember_cuda_launcher", source, [*flags, f"-I{cuda_headers}"])
+    return source, [*flags, f"-I{cuda_headers}"]
+
+
+_extension = build.Extension("ember_cuda_launcher", "Triton launcher", _source,
+                             "Triton builds one per argument list")
+
+
+def start() -> None:
+    """Build (or find in the disk cache) and load the launcher, on a thread of its own where
+    it is to be built; the compiler is a subprocess, so the build runs beside the capture."""
+    if config.settings.triton_launcher:
+        _extension.start()
+
+
+def launcher() -> types.ModuleType | None:
+    """The loaded launcher (waiting for its build), or None: switched off, or not buildable
+    here (said once on EMBER_LOGS=perf)."""
+    return _extension.module() if config.settings.triton_launcher else None
+
+
+def built() -> types.ModuleType:
+    """The launcher loaded before (for a kernel loaded for it, whatever the settings now)."""
+    return _extension.loaded()
+
+
+def load() -> types.ModuleType:
+    """Build (or find) the launcher and import it."""
+    return _extension.load()
