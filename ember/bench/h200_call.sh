@@ -17,7 +17,7 @@ cuda) step cuda ${CUDA_LIMIT:-200} env EMBER_TEST_DEVICE=cuda python -m pytest -
 views) step views 220 env EMBER_TEST_DEVICE=cuda python -m pytest -q --maxfail=6 -p no:cacheprovider tests/e2e/test_dynamic_views.py tests/e2e/test_dynamic_training.py tests/runtime/test_cudagraphs.py ;;
 dyn) step dyn 150 python -m ember.bench.dynamic_triton --device cuda --lengths ${DYN_LENGTHS:-256,1000,1024,4096,5000} --json $OUT/dyn.json ;;
 decode) step decode ${DECODE_LIMIT:-330} python -m ember bench --models --device cuda --modes decode --only gpt2 --variants eager,inductor,ember --process variant --out $OUT/decode ;;
-autotune) step autotune ${AUTOTUNE_LIMIT:-150} python -m ember.bench.autotune --device cuda --size full --only ${AUTOTUNE_ONLY:-softmax S4} --json $OUT/autotune.json ;;
+autotune) step autotune ${AUTOTUNE_LIMIT:-150} python -m ember.bench.autotune --device cuda --size full --only ${AUTOTUNE_ONLY:-softmax S4} ${AUTOTUNE_ARGS} --json $OUT/autotune.json ;;
 infer) step infer ${INFER_LIMIT:-420} python -m ember bench --models --device cuda --modes infer --only ${INFER_ONLY:-gpt2 bert vit resnet50} --process variant --out $OUT/infer ;;
 train) step train ${TRAIN_LIMIT:-420} python -m ember bench --models --device cuda --modes train --only ${TRAIN_ONLY:-gpt2 bert vit} --process variant --out $OUT/train ;;
 warm) step warm 170 python -m ember.bench.warm_start --device cuda --only ${WARM_ONLY:-softmax S2} --json $OUT/warm.json ;;
