@@ -60,7 +60,9 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
     if type(module) is torch.nn.TransformerEncoder:  # (eager_fast_path read it unguarded)
         session.identity_reads.append("nn.TransformerEncoder's choice of eager's path")
-    session.inlined_modules.append(module)
+    if id(module) not in session.inlined_ids:  # (once: a loop inlines a module many times)
+        session.inlined_ids.add(id(module))
+        session.inlined_modules.append(module)
     return _call_forward(session, module_value, args, kwargs, parent)
 
 
@@ -82,7 +84,9 @@ def _call_forward(session: Session, module_value: ModuleValue, args: list[Value]
         # guarded through the source it is read by)
         source = AttrSource(module_value.source, "forward") if module_value.source else None
         return call_value(session, session.wrap(own, source), list(args), kwargs, parent)
-    session.inlined_dicts.append(module.__dict__)
+    if id(module.__dict__) not in session.inlined_ids:
+        session.inlined_ids.add(id(module.__dict__))
+        session.inlined_dicts.append(module.__dict__)
     forward = type(module).forward
     function = session.wrap(forward, None, guard=False)
     return call_value(session, function, [module_value, *args], kwargs, parent)

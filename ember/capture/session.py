@@ -170,6 +170,7 @@ class Session:
         self.compile_apart: list[torch.nn.Module] = []
         self.inlined_modules: list[torch.nn.Module] = []  # (see module_calls.call_module)
         self.inlined_dicts: list[dict] = []  # (their __dict__s)
+        self.inlined_ids: set[int] = set()  # (of both lists' objects, which the lists keep)
         self.plain_guarded = False
         # answers read from a module that only its identity guard stands for (no guard of
         # their own restates them): a warm start cannot carry such a capture to a new

@@ -267,3 +267,28 @@ def test_the_handle_of_a_hook_registered_inside_is_the_real_one():
     handles[0].remove()
     returned.remove()
     assert not model.first._forward_hooks and not model.second._forward_pre_hooks
+
+
+def test_a_module_called_in_a_loop_is_guarded_once_and_a_later_hook_still_reaches_it():
+    # (the plain-modules guard walks its list on every call where any hook was made since the
+    # capture: a decoding loop unrolled eight times listed each module eight times)
+    from torch.utils.hooks import RemovableHandle
+
+    layer = torch.nn.Linear(4, 4)
+
+    def steps(x):
+        for _ in range(8):
+            x = layer(x).tanh()
+        return x
+
+    compiled = ember.compile(steps)
+    same(compiled(t(2, 4)), steps(t(2, 4)))
+    entry = compiled.entries[0]
+    listed = [value for value in entry.call.__globals__["K"]
+              if isinstance(value, list) and value and value[0] is layer]
+    assert len(listed) == 1 and len(listed[0]) == 1
+    made = RemovableHandle.next_id
+    layer.register_forward_hook(lambda module, args, output: output * 2)
+    assert RemovableHandle.next_id == made + 1
+    same(compiled(t(2, 4)), steps(t(2, 4)))
+    assert len(compiled.entries) == 2
