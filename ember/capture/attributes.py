@@ -177,13 +177,25 @@ def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
     return object_attribute(session, value, name)
 
 
-def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
+def object_attribute(session: Session, value: ObjectValue, name: str, hooks: bool = True
+                     ) -> Value:
+    """An attribute of an object from outside, read as Python reads it: through its class's
+    own __getattribute__ where that is Python code (`hooks`: inlined, as a transformers
+    config maps names), else as object.__getattribute__ reads it — a data descriptor of
+    the class, the instance's dict, the class's attribute — then the class's __getattr__.
+    What object.__getattribute__ read past a class's own is guarded as read that way too
+    (`AttrSource.past_hooks`: the guard does not run the hook again on every call)."""
     obj = value.value
     shadow = session.side_effects.attributes.get((id(obj), name))
     if shadow is not None:
         return shadow
-    source = AttrSource(value.source, name) if value.source is not None else None
-    instance_dict = getattr(obj, "__dict__", {}) if not isinstance(obj, type) else {}
+    if hooks:
+        hooked = _through_own_getattribute(session, value, name)
+        if hooked is not None:
+            return hooked
+    past_hooks = not hooks  # (object.__getattribute__ called: its own reads, no __getattr__)
+    source = AttrSource(value.source, name, past_hooks) if value.source is not None else None
+    instance_dict = _instance_dict(obj)
     cls = obj if isinstance(obj, type) else type(obj)
     descriptor = class_lookup(cls, name)
     receiver = None if isinstance(obj, type) else value
@@ -197,14 +209,104 @@ def object_attribute(session: Session, value: ObjectValue, name: str) -> Value:
         _guard_class_member(session, value, cls, name, descriptor)
         return member
     try:
-        real = getattr(obj, name)
+        real = object.__getattribute__(obj, name) if past_hooks else getattr(obj, name)
     except AttributeError:
-        raise Unsupported(f"{type(obj).__name__} object has no attribute {name!r}",
-                          "eager raises AttributeError here") from None
+        error = Unsupported(f"{type(obj).__name__} object has no attribute {name!r}",
+                            "eager raises AttributeError here")
+        error.absent = (value, name, past_hooks)  # (what hasattr's guard asks: _guard_absent)
+        raise error from None
     if isinstance(real, types.MethodType) and real.__self__ is obj:
         function = session.wrap(real.__func__, None, guard=False)
         return BoundMethodValue(function, value)
     return session.wrap(real, source)
+
+
+def _own_getattribute(cls: type) -> types.FunctionType | None:
+    """The class's own __getattribute__ where it is Python code (transformers' configs map
+    names through theirs); None where attributes are read as object reads them."""
+    if cls.__getattribute__ is object.__getattribute__:  # (the common case, one lookup)
+        return None
+    hook = class_lookup(cls, "__getattribute__")
+    return hook if isinstance(hook, types.FunctionType) else None
+
+
+def _through_own_getattribute(session: Session, value: ObjectValue, name: str
+                              ) -> Value | None:
+    """The attribute as the class's own Python __getattribute__ gives it, the hook inlined;
+    None where there is none, or where the hook cannot be captured (the read is then made
+    as object.__getattribute__ makes it, as before the hook was inlined). A class with a
+    __getattr__ besides (called when the hook raises AttributeError) is left to that."""
+    obj = value.value
+    if isinstance(obj, type) or value.source is None:
+        return None
+    cls = type(obj)
+    hook = _own_getattribute(cls)
+    if hook is None or class_lookup(cls, "__getattr__") is not _MISSING:
+        return None
+    from ember.capture.calls import call_value
+
+    session.guard_answer(class_lookup, (session.constant_source(cls), "__getattribute__"),
+                         hook, f"{cls.__qualname__}.__getattribute__ was replaced", kind="id")
+    point = session.savepoint()
+    try:
+        return call_value(session, session.wrap(hook, None, guard=False),
+                          [value, Const(name)], {})
+    except Unsupported as error:
+        if getattr(error, "absent", None) is not None:
+            raise  # (the attribute is missing: hasattr and getattr's default answer it)
+        session.roll_back(point)
+        return None
+
+
+def _instance_dict(obj: Any) -> dict:
+    """The object's own attributes as object.__getattribute__ finds them ({} for a class, or
+    an object without a __dict__)."""
+    if isinstance(obj, type):
+        return {}
+    try:
+        found = object.__getattribute__(obj, "__dict__")
+    except (AttributeError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+_GENERIC_GETATTRIBUTE = object.__getattribute__
+_MODULE_GETATTR = torch.nn.Module.__getattr__
+_MODULE_TABLES = ("_parameters", "_buffers", "_modules")
+
+
+def lacks(obj: Any, name: str) -> bool:
+    """`not hasattr(obj, name)` — a guard, on every call — answered by looking in the dicts
+    where the class reads attributes as object does and its __getattr__ is none or
+    nn.Module's (whose tables are looked in too): hasattr raised and caught an exception, on
+    a module through Module.__getattr__'s frame (1.7 us). A name the class has goes to
+    hasattr (a property may raise AttributeError)."""
+    cls = type(obj)
+    if cls.__getattribute__ is _GENERIC_GETATTRIBUTE:
+        fallback = getattr(cls, "__getattr__", None)
+        if fallback is None or fallback is _MODULE_GETATTR:
+            try:
+                instance = _GENERIC_GETATTRIBUTE(obj, "__dict__")
+            except AttributeError:  # (slots only)
+                instance = {}
+            if name in instance:
+                return False
+            for klass in cls.__mro__:
+                if name in klass.__dict__:
+                    return not hasattr(obj, name)
+            return fallback is None or not any(
+                name in instance.get(table, ()) for table in _MODULE_TABLES)
+    return not hasattr(obj, name)
+
+
+def lacks_past_hooks(obj: Any, name: str) -> bool:
+    """Does object.__getattribute__ find no `name` on `obj`? (What a class's own
+    __getattribute__, inlined, asked of it: a guard.)"""
+    try:
+        _GENERIC_GETATTRIBUTE(obj, name)
+    except AttributeError:
+        return True
+    return False
 
 
 # The builtin bases whose objects ember can make during capture (their items tracked).
@@ -308,7 +410,7 @@ def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: s
     session.guard_answer(class_lookup, (session.constant_source(cls), name), descriptor,
                          f"{cls.__qualname__}.{name} was replaced", kind="id")
     if hasattr(value.value, "__dict__"):
-        session.guard_answer(operator.contains, (AttrSource(value.source, "__dict__"), name),
+        session.guard_answer(operator.contains, (AttrSource(value.source, "__dict__", True), name),
                              False, f"{value.source.expr()}.{name} was set on the instance")
 
 

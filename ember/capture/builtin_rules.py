@@ -212,7 +212,7 @@ def _getattr(session: Session, obj: Value, name: Value, *default: Value, **_: An
         return attributes.get_attribute(session, obj, python_value(name))
     except Unsupported as error:
         if default and "no attribute" in error.reason:
-            _guard_absent(session, obj, python_value(name))
+            _guard_absent(session, obj, python_value(name), error)
             return default[0]
         raise
 
@@ -224,17 +224,24 @@ def _hasattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
         return Const(True)
     except Unsupported as error:
         if "no attribute" in error.reason:
-            _guard_absent(session, obj, python_value(name))
+            _guard_absent(session, obj, python_value(name), error)
             return Const(False)
         raise
 
 
-def _guard_absent(session: Session, obj: Value, name: str) -> None:
+def _guard_absent(session: Session, obj: Value, name: str, error: Unsupported) -> None:
     """An attribute found missing (getattr's default taken, hasattr False) is guarded missing:
-    a buffer registered or an attribute set after the capture is seen by the next call."""
-    source = getattr(obj, "source", None)
-    if source is not None:
-        session.guard_answer(hasattr, (source, name), False, f"{source.expr()}.{name} now exists")
+    a buffer registered or an attribute set after the capture is seen by the next call.
+    Where a class's own __getattribute__ was inlined, what it found missing is guarded
+    (the name it asked object.__getattribute__ for; its other reads have their guards)."""
+    found, asked, past_hooks = getattr(error, "absent", None) or (obj, name, False)
+    if getattr(found, "source", None) is None:  # (missing on an object no guard can reach)
+        found, asked, past_hooks = obj, name, False
+    source = getattr(found, "source", None)
+    if source is None:
+        return
+    check = attributes.lacks_past_hooks if past_hooks else attributes.lacks
+    session.guard_answer(check, (source, asked), True, f"{source.expr()}.{asked} now exists")
 
 
 @rule(setattr)
@@ -361,6 +368,8 @@ def _object_getattribute(session: Session, target: Value, name: Value, **_: Any)
     if isinstance(target, NewObjectValue):
         return attributes.new_object_attribute(session, target, python_value(name),
                                                hooks=False)
+    if isinstance(target, ObjectValue) and not isinstance(target, ModuleValue):
+        return attributes.object_attribute(session, target, python_value(name), hooks=False)
     return attributes.get_attribute(session, target, python_value(name))
 
 

@@ -58,8 +58,13 @@ class ClosureSource(Source):
 class AttrSource(Source):
     base: Source
     attr: str
+    # read as object.__getattribute__ reads it, past a class's own __getattribute__ (which
+    # the capture inlined: attributes.object_attribute)
+    past_hooks: bool = False
 
     def expr(self) -> str:
+        if self.past_hooks:
+            return f"object.__getattribute__({self.base.expr()}, {self.attr!r})"
         if self.attr.isidentifier() and not self.attr.startswith("__"):
             return f"{self.base.expr()}.{self.attr}"
         return f"getattr({self.base.expr()}, {self.attr!r})"

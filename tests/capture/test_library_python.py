@@ -569,3 +569,101 @@ def test_a_half_precision_draw_is_not_decided():
     torch.manual_seed(2)
     same(ember.compile(fn)(x), expected)
     assert ember.explain(fn)(x).graph_break_count == 1
+
+
+# -- a class's own __getattribute__ (transformers' configs map names through theirs) -------
+def reads_config(x, config):
+    scale = config.hidden_size / config.n_embd + config.n_layer  # (hidden_size: n_embd's alias)
+    if hasattr(config, "vision_feature_layer"):
+        scale = scale + 100
+    return x * scale + getattr(config, "missing_setting", 0.5)
+
+
+def test_a_config_read_through_its_own_getattribute_is_guarded_past_it(recompiles):
+    config = transformers.GPT2Config(n_embd=8, n_layer=2, n_head=2)
+    x = t(3)
+    compiled = ember.compile(reads_config)
+    same(compiled(x, config), reads_config(x, config))
+    guards = compiled.entries[0].guard_source
+    # (the hook inlined once: reads and absences asked of object.__getattribute__, not of
+    # the config's Python __getattribute__ on every call)
+    assert "object.__getattribute__" in guards and "hasattr" not in guards
+    assert "vision_feature_layer" in guards and "missing_setting" in guards
+    config.n_layer = 5
+    same(compiled(x, config), reads_config(x, config))
+    config.hidden_size = 16  # (written through the alias: n_embd)
+    same(compiled(x, config), reads_config(x, config))
+    config.vision_feature_layer = -1
+    same(compiled(x, config), reads_config(x, config))
+    config.missing_setting = 2.0
+    same(compiled(x, config), reads_config(x, config))
+    for name in ("vision_feature_layer", "missing_setting"):
+        assert f"config.{name} now exists" in recompiles.text
+    versions = len(compiled.entries)
+    other = transformers.GPT2Config(n_embd=8, n_layer=2, n_head=2)
+    same(compiled(x, other), reads_config(x, other))
+    assert len(compiled.entries) == versions  # (an equal config: served by the first)
+
+
+class Mapped:
+    """An object whose own __getattribute__ answers some names itself."""
+
+    def __init__(self):
+        self.width = 3
+
+    def __getattribute__(self, key):
+        if key == "double":
+            return object.__getattribute__(self, "width") * 2
+        return object.__getattribute__(self, key)
+
+
+def test_a_python_getattribute_that_computes_a_value_is_followed():
+    settings = Mapped()
+    x = t(3)
+
+    def fn(x, settings):
+        return x * settings.double + settings.width
+
+    compiled = ember.compile(fn)
+    same(compiled(x, settings), fn(x, settings))
+    settings.width = 7
+    same(compiled(x, settings), fn(x, settings))
+    assert counts(fn, x, settings) == (1, 0)
+
+
+class Absent:
+    __slots__ = ("present",)
+
+    def __init__(self):
+        self.present = 1
+
+
+def test_an_absence_on_modules_slots_and_tensors_is_guarded_and_seen_when_it_changes():
+    layer = torch.nn.Linear(3, 3)
+    slotted = Absent()
+    x = t(3)
+
+    def fn(x, layer, slotted):
+        out = layer(x)
+        if hasattr(layer, "scale"):
+            out = out * layer.scale
+        if not hasattr(slotted, "present"):
+            out = out - 1
+        if hasattr(x, "jax"):
+            out = out + 1
+        return out
+
+    compiled = ember.compile(fn)
+    same(compiled(x, layer, slotted), fn(x, layer, slotted))
+    assert "hasattr" not in compiled.entries[0].guard_source
+    layer.register_buffer("scale", torch.full((3,), 2.0))
+    same(compiled(x, layer, slotted), fn(x, layer, slotted))
+    del slotted.present
+    same(compiled(x, layer, slotted), fn(x, layer, slotted))
+    torch.nn.Linear.scale = 3.0  # (a class attribute appears: the module has it)
+    try:
+        other = torch.nn.Linear(3, 3)
+        same(compiled(x, other, Absent()), fn(x, other, Absent()))
+    finally:
+        del torch.nn.Linear.scale
+    assert len(compiled.entries) == 4
