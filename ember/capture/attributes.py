@@ -252,8 +252,10 @@ def _through_own_getattribute(session: Session, value: ObjectValue, name: str
         return call_value(session, session.wrap(hook, None, guard=False),
                           [value, Const(name)], {})
     except Unsupported as error:
-        if getattr(error, "absent", None) is not None:
-            raise  # (the attribute is missing: hasattr and getattr's default answer it)
+        # (missing as the hook was followed, and for real: hasattr and getattr's default
+        # answer it; a hook that catches the AttributeError itself is not followed)
+        if getattr(error, "absent", None) is not None and not hasattr(obj, name):
+            raise
         session.roll_back(point)
         return None
 

@@ -667,3 +667,29 @@ def test_an_absence_on_modules_slots_and_tensors_is_guarded_and_seen_when_it_cha
     finally:
         del torch.nn.Linear.scale
     assert len(compiled.entries) == 4
+
+
+class Defaulted:
+    """A __getattribute__ that answers a missing name itself."""
+
+    def __init__(self):
+        self.width = 3
+
+    def __getattribute__(self, key):
+        try:
+            return object.__getattribute__(self, key)
+        except AttributeError:
+            return 10
+
+
+def test_a_getattribute_that_catches_the_missing_name_answers_as_eager():
+    settings = Defaulted()
+    x = t(3)
+
+    def fn(x, settings):
+        return x * settings.width + (1 if hasattr(settings, "depth") else 0) + settings.depth
+
+    compiled = ember.compile(fn)
+    same(compiled(x, settings), fn(x, settings))
+    settings.width = 5
+    same(compiled(x, settings), fn(x, settings))
