@@ -875,3 +875,46 @@ def test_guard_variables_are_reused_once_dead_and_the_runner_runs_on_a_small_fra
         assert guarded.co_nlocals < 300
         model[5][0].weight = torch.nn.Parameter(model[5][0].weight.detach() * 2)
         same(compiled(x), model(x))
+
+
+def test_class_lookups_see_a_class_changed_after_they_looked_in_it():
+    # (the classes' dicts are kept as live views per class: a name set on a base later, or
+    # bases assigned, must be seen by the guards that look there on every call)
+    from ember.capture.attributes import _MISSING, class_lookup, lacks, lacks_past_hooks
+
+    class Base:
+        pass
+
+    class Derived(Base):
+        pass
+
+    obj = Derived()
+    assert class_lookup(Derived, "f") is _MISSING and lacks_past_hooks(obj, "f") and lacks(obj, "f")
+    Base.f = 1
+    assert class_lookup(Derived, "f") == 1
+    assert not lacks_past_hooks(obj, "f") and not lacks(obj, "f")
+
+    class Other:
+        g = 2
+
+    Derived.__bases__ = (Other,)
+    assert class_lookup(Derived, "f") is _MISSING and class_lookup(Derived, "g") == 2
+    assert lacks_past_hooks(obj, "f") and not lacks_past_hooks(obj, "g")
+    obj.f = 3
+    assert not lacks_past_hooks(obj, "f") and not lacks(obj, "f")
+
+
+def test_a_method_replaced_on_the_class_after_the_capture_is_called():
+    class Scaler(torch.nn.Module):
+        def scale(self, x):
+            return x * 2
+
+        def forward(self, x):
+            return self.scale(x) + 1
+
+    model = Scaler()
+    compiled = ember.compile(model)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), model(x))
+    Scaler.scale = lambda self, x: x * 5
+    torch.testing.assert_close(compiled(x), model(x))
