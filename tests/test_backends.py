@@ -54,7 +54,8 @@ def test_calls_while_a_c_library_builds_run_eagerly_then_its_kernels(tmp_path):
     def fn(x, y):
         return torch.tanh(x * y + 1).sum(1)
 
-    x, y = torch.randn(8, 32), torch.randn(8, 32)
+    # (C kernels: on the CPU whatever the tests' default device)
+    x, y = torch.randn(8, 32, device="cpu"), torch.randn(8, 32, device="cpu")
     with config.override(backend="c", eager_first=True, cache_dir=tmp_path), \
             captured_log("perf") as records:
         compiled = compile_graph(torch.fx.symbolic_trace(fn), [x, y])
@@ -113,6 +114,8 @@ def test_a_training_graph_whose_calls_take_no_backward_never_compiles_one():
     def fn(x, w):
         return torch.tanh(x @ w) * 2
 
+    from ember.backends import wait_for_background_compiles
+
     x, w = torch.randn(4, 3), torch.randn(3, 5, requires_grad=True)
     for eager_first in (False, True):
         with config.override(eager_first=eager_first), captured_log("perf") as records:
@@ -121,6 +124,10 @@ def test_a_training_graph_whose_calls_take_no_backward_never_compiles_one():
                 got = compiled(x, w)
                 torch.testing.assert_close(got, fn(x, w))
                 assert got.requires_grad
+            # (the last call on the kernels: calls that ran eagerly while they compiled —
+            # all three, where Triton's take longer — differentiate through eager's graph)
+            wait_for_background_compiles(start_deferred=False)  # (the backward stays unbuilt)
+            got = compiled(x, w)
         assert not compiled.backward_started
         assert not any("_backward compiled" in r.getMessage() for r in records)
         got.sum().backward()  # (the first backward compiles it, and waits)
