@@ -113,6 +113,7 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
 
 
 _MISSING = object()
+_GENERIC_GETATTRIBUTE = object.__getattribute__  # (how object reads an attribute, past hooks)
 
 
 def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
@@ -209,7 +210,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
         _guard_class_member(session, value, cls, name, descriptor)
         return member
     try:
-        real = object.__getattribute__(obj, name) if past_hooks else getattr(obj, name)
+        real = _GENERIC_GETATTRIBUTE(obj, name) if past_hooks else getattr(obj, name)
     except AttributeError:
         error = Unsupported(f"{type(obj).__name__} object has no attribute {name!r}",
                             "eager raises AttributeError here")
@@ -224,7 +225,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
 def _own_getattribute(cls: type) -> types.FunctionType | None:
     """The class's own __getattribute__ where it is Python code (transformers' configs map
     names through theirs); None where attributes are read as object reads them."""
-    if cls.__getattribute__ is object.__getattribute__:  # (the common case, one lookup)
+    if cls.__getattribute__ is _GENERIC_GETATTRIBUTE:  # (the common case, one lookup)
         return None
     hook = class_lookup(cls, "__getattribute__")
     return hook if isinstance(hook, types.FunctionType) else None
@@ -266,13 +267,13 @@ def _instance_dict(obj: Any) -> dict:
     if isinstance(obj, type):
         return {}
     try:
-        found = object.__getattribute__(obj, "__dict__")
+        found = _GENERIC_GETATTRIBUTE(obj, "__dict__")
     except (AttributeError, TypeError):
         return {}
     return found if isinstance(found, dict) else {}
 
 
-_GENERIC_GETATTRIBUTE = object.__getattribute__
+_MODULE = torch.nn.Module
 _MODULE_GETATTR = torch.nn.Module.__getattr__
 
 
@@ -283,7 +284,7 @@ def lacks(obj: Any, name: str) -> bool:
     looked in (0.5 us): the instance's, the module's three tables, its classes' (a name a
     class has goes to hasattr: a property may raise AttributeError)."""
     cls = type(obj)
-    if not isinstance(obj, torch.nn.Module) or cls.__getattr__ is not _MODULE_GETATTR or \
+    if not isinstance(obj, _MODULE) or cls.__getattr__ is not _MODULE_GETATTR or \
             cls.__getattribute__ is not _GENERIC_GETATTRIBUTE:
         return not hasattr(obj, name)
     instance = _GENERIC_GETATTRIBUTE(obj, "__dict__")

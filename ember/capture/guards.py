@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.capture.sources import AttrSource, CallSource, EntrySource, ItemSource, Source
+from ember.capture.sources import AttrSource, EntrySource, ItemSource, Source
 
 # Cheapest first: identity and type checks, then values, then tensors.
 _ORDER = {"global": 0, "id": 1, "type": 2, "equals": 3, "outcome": 3, "length": 4, "at_least": 4,
@@ -115,23 +115,8 @@ class _Writer:
         expr = source.expr()
         if expr in self.variables:
             return self.variables[expr]
-        if isinstance(source, AttrSource):
-            base = self.variable(source.base)
-            text = f"object.__getattribute__({base}, {source.attr!r})" if source.past_hooks \
-                else f"{base}.{source.attr}" if source.attr.isidentifier() \
-                and not source.attr.startswith("__") else f"getattr({base}, {source.attr!r})"
-        elif isinstance(source, ItemSource):
-            text = f"{self.variable(source.base)}[{source.key!r}]"
-        elif isinstance(source, EntrySource):
-            text = f"{self.variable(source.base)}.{source.table}[{source.key!r}]"
-        elif isinstance(source, CallSource):  # (its object and arguments read once, as all)
-            called = self.variable(source.base)
-            arguments = ", ".join(self.variable(a) if isinstance(a, Source) else repr(a)
-                                  for a in source.args)
-            text = f"{called}.{source.method}({arguments})" if source.method else \
-                f"{called}({arguments})"
-        else:
-            text = expr
+        # (what it reads from, through the variables: each source read once a call)
+        text = source.over(self.variable)
         name = f"v{len(self.variables)}"
         self.lines.append(f"{name} = {text}")
         self.variables[expr] = name

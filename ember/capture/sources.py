@@ -9,12 +9,18 @@ function's globals), `GG` (globals of other functions it calls), `C` (its closur
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 
 class Source:
     def expr(self) -> str:
         raise NotImplementedError
+
+    def over(self, part: Callable[[Source], str]) -> str:
+        """The expression with each source it reads from written by `part` (the guards write
+        their variables: guards._Writer); expr() writes them whole."""
+        return self.expr()
 
     def evaluate(self, scope: dict[str, Any]) -> Any:
         return eval(self.expr(), {}, scope)  # noqa: S307 (our own expressions)
@@ -63,11 +69,14 @@ class AttrSource(Source):
     past_hooks: bool = False
 
     def expr(self) -> str:
+        return self.over(_whole)
+
+    def over(self, part: Callable[[Source], str]) -> str:
         if self.past_hooks:
-            return f"object.__getattribute__({self.base.expr()}, {self.attr!r})"
+            return f"object.__getattribute__({part(self.base)}, {self.attr!r})"
         if self.attr.isidentifier() and not self.attr.startswith("__"):
-            return f"{self.base.expr()}.{self.attr}"
-        return f"getattr({self.base.expr()}, {self.attr!r})"
+            return f"{part(self.base)}.{self.attr}"
+        return f"getattr({part(self.base)}, {self.attr!r})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +85,10 @@ class ItemSource(Source):
     key: Any
 
     def expr(self) -> str:
-        return f"{self.base.expr()}[{self.key!r}]"
+        return self.over(_whole)
+
+    def over(self, part: Callable[[Source], str]) -> str:
+        return f"{part(self.base)}[{self.key!r}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,9 +102,16 @@ class CallSource(Source):
     label: str = ""  # what the call asks, for recompile messages (its expression is terse)
 
     def expr(self) -> str:
-        called = f"{self.base.expr()}.{self.method}" if self.method else self.base.expr()
-        arguments = (a.expr() if isinstance(a, Source) else repr(a) for a in self.args)
+        return self.over(_whole)
+
+    def over(self, part: Callable[[Source], str]) -> str:
+        called = f"{part(self.base)}.{self.method}" if self.method else part(self.base)
+        arguments = (part(a) if isinstance(a, Source) else repr(a) for a in self.args)
         return f"{called}({', '.join(arguments)})"
+
+
+def _whole(source: Source) -> str:
+    return source.expr()
 
 
 # what every expression read through an iterator's position contains
@@ -197,4 +216,7 @@ class EntrySource(Source):
     key: str
 
     def expr(self) -> str:
-        return f"{self.base.expr()}.{self.table}[{self.key!r}]"
+        return self.over(_whole)
+
+    def over(self, part: Callable[[Source], str]) -> str:
+        return f"{part(self.base)}.{self.table}[{self.key!r}]"
