@@ -40,12 +40,13 @@ def convolution_vjp(b: Builder, node: Node, primal: Callable[[Node], Node], g: N
         return [None] * len(node.inputs)
     x, w = node.inputs[slots[0].index], node.inputs[slots[1].index]
     bias = node.inputs[slots[2].index] if slots[2] is not None else None
-    # (the operands' layouts as eager's forward had them: what the tracer recorded for the
-    # call where the IR leaves a value's strides to the schedule — a pointwise input)
+    # (the operands' layouts as the forward's call is given them: recorded by the tracer,
+    # or set by a pass — passes/convolution_layout.py's channels-last images on the CPU,
+    # where a computed value's own strides are only eager's layout of it, a hint)
     recorded = node.attrs.get("operand_strides") or (None,) * len(node.inputs)
     layouts = [node.strides or row_major(node.shape),
-               x.strides or recorded[slots[0].index] or row_major(x.shape),
-               w.strides or recorded[slots[1].index] or row_major(w.shape)]
+               recorded[slots[0].index] or x.strides or row_major(x.shape),
+               recorded[slots[1].index] or w.strides or row_major(w.shape)]
     metas = [torch.empty_strided(n.shape, strides, dtype=n.dtype, device="meta")
              for n, strides in zip((node, x, w), layouts)]
     options = [list(bias.shape) if bias is not None else None, *args[3:9], mask]

@@ -19,6 +19,7 @@ from ember.capture.values import (
     ObjectValue,
     Value,
     ValueMethodValue,
+    of_torch,
 )
 
 if TYPE_CHECKING:
@@ -116,4 +117,4 @@ def _user_context_manager(cls: type) -> bool:
     own switch global state)."""
     module = getattr(cls, "__module__", "") or ""
     return python_method(cls, "__enter__") and python_method(cls, "__exit__") and \
-        module != "contextlib" and not module.startswith("torch")
+        module != "contextlib" and not of_torch(module)

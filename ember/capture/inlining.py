@@ -23,6 +23,7 @@ from ember.capture.values import (
     SequenceValue,
     Value,
     births,
+    of_torch,
 )
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def inline_function(session: Session, callee: FunctionValue, args: list[Value],
     function = callee.value
     source = callee.source
     if getattr(function, "__wrapped__", None) is not None and \
-            function.__module__.startswith("torch"):
+            of_torch(function.__module__):
         raise Unsupported(f"decorated torch function {function.__qualname__}")
     defaults = tuple(session.wrap(v, ItemSource(AttrSource(source, "__defaults__"), i)
                                   if source else None)

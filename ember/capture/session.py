@@ -35,6 +35,7 @@ from ember.capture.values import (
     SliceValue,
     TorchValue,
     Value,
+    of_torch,
 )
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
@@ -63,7 +64,7 @@ def is_torch_callable(value: Any) -> bool:
     module = getattr(value, "__module__", None) or ""
     if isinstance(value, type) or torch_internals.is_context_decorator(value):
         return False
-    if isinstance(value, types.FunctionType) and module.startswith("torch") and \
+    if isinstance(value, types.FunctionType) and of_torch(module) and \
             not _named_in_module(value):
         return False  # (a lambda or local function of torch's: Python code, not an op)
     if torch_internals.custom_op_overload(value) is not None:
@@ -72,7 +73,7 @@ def is_torch_callable(value: Any) -> bool:
             isinstance(inspect.getattr_static(type(value), "__call__", None),
                        types.FunctionType):
         return False  # (an object whose call is Python, as the jiterator's: inlined)
-    if callable(value) and (module.startswith("torch") or module == "torch._C._nn"):
+    if callable(value) and of_torch(module):
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — parametrizations' getters and
         # pytree's flattening and unflattening of containers, the associative scan's generic

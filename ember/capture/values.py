@@ -25,6 +25,12 @@ from ember.capture.sources import Source
 births = itertools.count()
 
 
+def of_torch(module: str | None) -> bool:
+    """Is `module` (a `__module__`) torch's own? torchvision's and torchaudio's names begin
+    with "torch" too, and are Python of libraries like any other."""
+    return module == "torch" or (module or "").startswith("torch.")
+
+
 class Value:
     source: Source | None = None
 

@@ -100,7 +100,10 @@ class CKernelWriter(IndexedReads, ColumnMode):
         self.checks = checks
         self.uses_checks = False
         self.defined_at: dict[str, Scope] = {}
-        self.accesses: list[Expr] = []
+        self.accesses: list[Expr] = []  # (the offsets of loads and stores)
+        # index expressions the kernel tests or clamps (a pad's, a gather's): not memory,
+        # but dims merged across them would cost a division and a remainder each
+        self.tested: list[Expr] = []
         # half-precision values loaded from memory: exact in float already, where a value
         # computed in float for a half node must be rounded before it leaves that type
         self.exact_halves: set[str] = set()
@@ -130,6 +133,9 @@ class CKernelWriter(IndexedReads, ColumnMode):
         # their own that would compute them again
         self.early_stores: list = []
         self.stored_early: set = set()
+        # whole-space values stored early, by node: (their buffer, the kept dims' positions
+        # they were stored at): a later reduction loop of the same positions loads them
+        self.reloadable: dict[Node, tuple[Buffer, tuple[str, ...]]] = {}
         # dims whose positions a pad tests (the loop plan keeps them out of the merged
         # parallel loop: a test of a merged index is a division and a remainder per element)
         self.padded_dims: set[int] = set()
@@ -230,9 +236,18 @@ class CKernelWriter(IndexedReads, ColumnMode):
 
     def generate(self, node: Node, index: Index, scope: Scope) -> str:
         buffer = self.buffer_of.get(node)
+        stored = self.reloadable.get(node)
+        if stored is not None and stored[1] == self.kept_positions(index):
+            # (stored by an earlier reduction loop of this kernel at these kept positions —
+            # batch norm's mean, then its variance, of a depthwise convolution's taps:
+            # loaded, not computed once per loop)
+            buffer = stored[0]
+            node_is_member = False
+        else:
+            node_is_member = node in self.members
         # an alias is a view: computed through its index map from its base (which this very
         # kernel may be computing), never loaded
-        if buffer is not None and node not in self.members and buffer.role != "alias":
+        if buffer is not None and not node_is_member and buffer.role != "alias":
             loaded = load(node.dtype, self.offset(buffer, index))
             if self.under_guard(index):  # (a masked load where a pad reads its input)
                 loaded = f"({self.guard[0]}) ? {loaded} : {literal(0, node.dtype)}"
@@ -334,6 +349,15 @@ class CKernelWriter(IndexedReads, ColumnMode):
         for item, at, stored in values:
             self.emit(scope, f"{self.offset(item.buffer, at)} = {store(item.node.dtype, stored)};")
             self.stored_early.add(item)
+            if tuple(item.node.shape) == tuple(self.kernel.shape) and \
+                    item.buffer.role != "alias":
+                self.reloadable[item.node] = (item.buffer, self.kept_positions(at))
+
+    def kept_positions(self, index: Index) -> tuple[str, ...]:
+        """The kept dims' positions of a whole-space index, a lane of column mode's any lane:
+        a value stored at them by an earlier loop of this kernel was stored by the thread
+        that reads it now (the threads share out the kept positions, never the reduced)."""
+        return tuple(re.sub(r"\bl\d+\b", "lane", render(index[d])) for d in self.outer_dims)
 
     @staticmethod
     def close_blocked_sum(loop: tuple[Scope, str, str], pragma: str, acc: str, block: str,

@@ -36,9 +36,9 @@ class IndexedReads:
         low, high = symbolic_range(expr)
         if proved(lambda: low >= 0 and high <= size - 1):
             return expr
-        # (an access too, for the loop plan: the clamped index is the loop variables' index,
-        # and dims merged across it would take a division and a remainder per element)
-        self.accesses.append(expr)
+        # (tested, for the loop plan: the clamped index is the loop variables' index, and
+        # dims merged across it would take a division and a remainder per element)
+        self.tested.append(expr)
         # (in the loop where its indices are defined, once: a clamp of outer indices inside
         # the innermost loop keeps gcc from seeing the loads it places as affine there)
         scope = self.scope_for((expr,), scope)
@@ -68,7 +68,7 @@ class IndexedReads:
             if step > 1:
                 conditions.append(f"({text} % {step} == 0)")
             variables |= relative.variables()
-            self.accesses.append(relative)  # (for the loop plan, as a clamp is)
+            self.tested.append(relative)  # (for the loop plan, as a clamp is)
             for name in relative.variables():  # (i2, r0: the dim a loop variable walks)
                 dim = re.search(r"\d+$", name)
                 if dim:

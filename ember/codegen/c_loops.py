@@ -22,7 +22,7 @@ def plan_groups(writer: CKernelWriter) -> tuple[list[list[int]], list[list[int]]
     shape = writer.kernel.shape
 
     def mergeable(a: int, b: int) -> bool:
-        for offset in writer.accesses:
+        for offset in writer.accesses + writer.tested:
             for prefix in _prefixes(offset):
                 va, vb = Var(f"{prefix}{a}", shape[a]), Var(f"{prefix}{b}", shape[b])
                 ca, cb = offset.coefficient(va), offset.coefficient(vb)
@@ -73,7 +73,10 @@ COLUMN_WIDTH = 256
 
 def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
     """Do more accesses walk memory contiguously along kept dim `dim` than along a reduced
-    dim? Then a reduction loop should vectorize across `dim` (column mode)."""
+    dim? Then a reduction loop should vectorize across `dim` (column mode). Only memory
+    votes: a pad's tests of its positions (a depthwise convolution's taps, each tested along
+    the reduced dims) outvoted the taps' loads, which stream along the channels, and left a
+    channels-last batch norm's statistics reading across the grain (6x slower)."""
     shape = writer.kernel.shape
     along_kept = along_reduced = 0
     for offset in writer.accesses:

@@ -222,10 +222,10 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
             return decomposition(*args, **kwargs)
 
     def _declared_twin(self, func, args: tuple, kwargs: dict):
-        """`func`, or its twin that declares the writes `func` makes without saying so, where
-        those writes land in a value the graph made (instance norm's repeated statistics).
-        Into the caller's tensors themselves (a BatchNorm's buffers), the call at run time
-        writes them as eager's does."""
+        """`func`, or its twin that declares the writes `func` makes without saying so (batch
+        norm in training writes its running statistics: a BatchNorm's buffers, or instance
+        norm's repeated statistics): the twin's functional form is lowered — generated
+        kernels, the buffers' new values written back as any in-place write to an input."""
         twin = WRITES_UNDECLARED.get(func)
         if twin is None:
             return func
@@ -233,10 +233,6 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         values = dict(zip((a.name for a in schema.arguments), args)) | kwargs
         written = [values.get(name) for name in WRITTEN_UNDECLARED[func]]
         if not values.get("training") or not all(isinstance(t, torch.Tensor) for t in written):
-            return func
-        states = [self.states.get(id(t)) for t in written]
-        if all(s is not None and s.storage.input_index is not None and s.chain == ()
-               for s in states):
             return func
         return twin
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ember.ir import dtypes
@@ -119,12 +121,19 @@ def _statistics_dtype(x: Node) -> torch.dtype:
 
 def _normalize(b: Builder, x: Node, axes: list[int], eps: float) -> tuple[Node, Node, Node]:
     """(x - mean) * rstd, mean, rstd over `axes` (kept as size-1 dims), in float32 or wider."""
+    out, center, rstd, _var = _normalize_with_variance(b, x, axes, eps)
+    return out, center, rstd
+
+
+def _normalize_with_variance(b: Builder, x: Node, axes: list[int],
+                             eps: float) -> tuple[Node, Node, Node, Node]:
+    """_normalize's results and the (biased) variance they came from."""
     x = b.cast(x, _statistics_dtype(x))
     center = mean(b, x, axes, keepdim=True)
     deviation = b.sub(x, center)
     var = mean(b, b.mul(deviation, deviation), axes, keepdim=True)
     rstd = b.unary(Op.RSQRT, b.add(var, eps))
-    return b.mul(deviation, rstd), center, rstd
+    return b.mul(deviation, rstd), center, rstd, var
 
 
 @lowering(aten.native_layer_norm.default)
@@ -193,30 +202,57 @@ def _native_batch_norm(b: Builder, x: Node, weight, bias, running_mean, running_
         out = _batch_norm_eval(b, x, weight, bias, running_mean, running_var, eps)
         return (out, *_eval_statistics(b, x))
     if running_mean is not None:
-        # NOTE: the schema does not say it, but the kernel updates the running statistics
+        # (the tracer hands such a call over as its twin that declares the writes,
+        # _native_batch_norm_legit, whose functional form is below)
         raise Decline("batch norm in training mode updates running statistics")
-    return _batch_norm_training(b, x, weight, bias, eps)
+    return _batch_norm_training(b, x, weight, bias, eps)[:3]
 
 
 def _batch_norm_training(b: Builder, x: Node, weight, bias, eps: float):
-    """Batch statistics over every dim but the channels: (out, mean, 1/std) (instance_norm)."""
+    """Batch statistics over every dim but the channels: (out, mean, 1/std, biased variance)
+    (instance_norm)."""
     if not dtypes.is_float(x.dtype):
         raise Decline("batch norm of integers")
     axes = [0] + list(range(2, x.ndim))
-    out, center, rstd = _normalize(b, x, axes, eps)
+    out, center, rstd, var = _normalize_with_variance(b, x, axes, eps)
     channel_shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     if weight is not None:
         out = b.mul(out, b.reshape(b.cast(weight, out.dtype), channel_shape))
     if bias is not None:
         out = b.add(out, b.reshape(b.cast(bias, out.dtype), channel_shape))
     channels = (x.shape[1],)
-    return b.cast(out, x.dtype), b.reshape(center, channels), b.reshape(rstd, channels)
+    return (b.cast(out, x.dtype), b.reshape(center, channels), b.reshape(rstd, channels),
+            b.reshape(var, channels))
 
 
 @lowering(aten._native_batch_norm_legit.no_stats)
 def _batch_norm_no_stats(b: Builder, x: Node, weight, bias, training: bool, momentum: float,
                          eps: float):
-    return _batch_norm_training(b, x, weight, bias, eps)
+    return _batch_norm_training(b, x, weight, bias, eps)[:3]
+
+
+@lowering(aten._native_batch_norm_legit_functional.default)
+def _batch_norm_updating(b: Builder, x: Node, weight, bias, running_mean: Node,
+                         running_var: Node, training: bool, momentum: float, eps: float):
+    """Batch norm in training with its running statistics (a BatchNorm's buffers): the
+    normalized batch and its statistics, then the running statistics' new values, which the
+    tracer writes back as eager's kernel writes them in place: `(1 - momentum) * running +
+    momentum * batch`, the variance unbiased (n / (n - 1), n the values per channel), with no
+    gradient through them."""
+    if not training:
+        out = _batch_norm_eval(b, x, weight, bias, running_mean, running_var, eps)
+        return (out, *_eval_statistics(b, x), running_mean, running_var)
+    out, center, rstd, var = _batch_norm_training(b, x, weight, bias, eps)
+    count = math.prod(x.shape[d] for d in range(x.ndim) if d != 1)
+    unbiased = b.div(b.mul(var, count), count - 1)
+
+    def updated(running: Node, batch: Node) -> Node:
+        # (eager's kernel writes them outside autograd: no gradient flows through them)
+        batch = b.unary(Op.STOP_GRADIENT, batch)
+        mixed = b.add(b.mul(b.cast(running, batch.dtype), 1.0 - momentum), b.mul(batch, momentum))
+        return b.cast(mixed, running.dtype)
+
+    return out, center, rstd, updated(running_mean, center), updated(running_var, unbiased)
 
 
 # -- losses -------------------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""torchvision's models as users compile them: torchvision's Python is a library's Python,
+inlined and captured whole (its module names begin with "torch" too, and were once taken for
+torch's own functions: every torchvision model ran eagerly, unnoticed)."""
+
+import copy
+
+import pytest
+import torch
+from helpers import DEVICE
+
+import ember
+
+torchvision = pytest.importorskip("torchvision")
+
+# (minutes under Triton's interpreter: CI runs the C cases, a GPU run of the suite the Triton)
+pytestmark = pytest.mark.slow_in_interpreter
+
+MODELS = {
+    "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
+    "mobilenet_v3_small": lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
+    "efficientnet_b0": lambda: torchvision.models.efficientnet_b0(num_classes=10),
+}
+
+
+def _model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return MODELS[name]().to(DEVICE)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_inference_is_one_graph_and_matches_eager(name):
+    model = _model(name).eval()
+    x = torch.randn(2, 3, 32, 32, device=DEVICE)
+
+    def forward(x):
+        return model(x)
+
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(forward)(x), forward(x), rtol=1e-4, atol=1e-5)
+        explained = ember.explain(forward)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_training_step_matches_eager(name):
+    # Batch norm over 4 images of 1x1 pixels at the end: the gradients' rounding in float32
+    # is large in eager too (5e-4 of the largest, against float64's). Each gradient is held
+    # to eager's own distance from float64's, not to a fixed tolerance.
+    model = _model(name).train()
+    reference, exact = copy.deepcopy(model), copy.deepcopy(model).double()
+    x = torch.randn(4, 3, 32, 32, device=DEVICE)
+
+    def step(model, x):
+        loss = model(x).logsumexp(-1).mean()
+        loss.backward()
+        return loss
+
+    losses = []
+    for run, args in ((ember.compile(step), (model, x)), (step, (reference, x)),
+                      (step, (exact, x.double()))):
+        torch.manual_seed(1)  # (their dropout and stochastic depth draw as eager's do)
+        losses.append(run(*args))
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    largest = max(float(p.grad.abs().max()) for p in exact.parameters())
+    for (label, got), want, truth in zip(model.named_parameters(), reference.parameters(),
+                                         exact.parameters()):
+        eager_error = float((want.grad.double() - truth.grad).abs().max())
+        error = float((got.grad.double() - truth.grad).abs().max())
+        assert error <= 4 * eager_error + 1e-6 * largest, (label, error, eager_error)
+    for (label, got), want, truth in zip(model.named_buffers(), reference.buffers(),
+                                         exact.buffers()):
+        if not truth.is_floating_point():  # (num_batches_tracked)
+            assert torch.equal(got, want), label
+            continue
+        eager_error = float((want.double() - truth).abs().max())
+        error = float((got.double() - truth).abs().max())
+        assert error <= 4 * eager_error + 1e-6 * max(float(truth.abs().max()), 1.0), \
+            (label, error, eager_error)
+    explained = ember.explain(step)(copy.deepcopy(reference), x)
+    assert (explained.graph_count, explained.graph_break_count) == (2, 1)  # (at backward())
