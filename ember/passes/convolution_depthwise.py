@@ -2,6 +2,11 @@
 training graph's forward once split: autodiff knows the convolution, not the sum); and in a
 backward, its weight's gradient as ember's reduction where oneDNN's costs most.
 
+On CUDA the forward's convolution is the taps too (a row-major image, bf16: ATen's own
+depthwise kernel, 61 us a call on average for EfficientNet-B0's at batch 32, 224x224 on an
+H100, where cuDNN's channels-last ones under torch.compile take 20; the taps fuse with the batch norm and activation around them);
+its backward stays with the library.
+
 Eager calls oneDNN for a depthwise convolution, which costs 35-40 us a call on the CPU even
 for a few thousand multiply-adds (its primitive's set-up and the weight's reorder):
 EfficientNet's and MobileNetV3's at 64x64 spent 0.45-0.7 ms of a 2-3 ms forward there. Each
@@ -31,8 +36,10 @@ from ember.passes.convolution_calls import convolution_call
 from ember.passes.rewrite import rewrite
 
 aten = torch.ops.aten
-# half precision accumulates in float in eager's kernels: a sum of rounded products would not
-DTYPES = (torch.float32, torch.float64)
+# (float16 and bfloat16 are summed in float32 and rounded once, as eager's kernels accumulate
+# them: a sum of rounded products would not be eager's)
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+HALVES = (torch.float16, torch.bfloat16)
 # windows of more taps stay with the library: ConvNeXt's 7x7 ones (49 reads of the image a
 # position) ran 5% slower than oneDNN's at 16x16 and below, the 3x3 and 5x5 ones 2-4x faster
 MAX_TAPS = 25
@@ -48,7 +55,7 @@ def depthwise_convolutions(graph: Graph) -> int:
     filter per channel -> the sum over its taps; in a backward, convolution_backward of one
     whose weight gradient sums few products -> the call without it, and the reduction;
     changes made."""
-    if graph.device.type != "cpu" or not config.settings.convolution_depthwise:
+    if graph.device.type not in ("cpu", "cuda") or not config.settings.convolution_depthwise:
         return 0
     builder = Builder(graph)
     # backward calls asked no longer for the weight's gradient -> that gradient
@@ -59,7 +66,9 @@ def depthwise_convolutions(graph: Graph) -> int:
                 node.attrs["index"] == 1:
             return weight_gradients[node.inputs[0]]
         if node.op is Op.LIBRARY and node.attrs["target"] is aten.convolution_backward.default:
-            return _backward(builder, node, weight_gradients)
+            # (oneDNN's cost per channel and tap: the CPU's; cuDNN's has no such floor)
+            return _backward(builder, node, weight_gradients) \
+                if graph.device.type == "cpu" else None
         call = convolution_call(node)
         if call is None or call.transposed or \
                 not _depthwise(call.x, call.weight, call.groups, node, call.bias):
@@ -140,6 +149,9 @@ def _taps(b: Builder, x: Node, weight: Node, bias: Node | None, stride, padding,
     # where the weight's own layout would be a gather per tap
     rows = b.graph.add(Op.STOP_GRADIENT, (b.permute(b.reshape(weight, (channels, kh * kw)),
                                                      (1, 0)),), realize=True)
+    dtype = x.dtype
+    if dtype in HALVES:
+        padded, rows = b.cast(padded, torch.float32), b.cast(rows, torch.float32)
     result = None
     for i in range(kh):
         for j in range(kw):
@@ -150,5 +162,5 @@ def _taps(b: Builder, x: Node, weight: Node, bias: Node | None, stride, padding,
             term = b.mul(tap, b.reshape(row, (1, channels, 1, 1)))
             result = term if result is None else b.add(result, term)
     if bias is not None:
-        result = b.add(result, b.reshape(bias, (1, channels, 1, 1)))
-    return result
+        result = b.add(result, b.reshape(b.cast(bias, result.dtype), (1, channels, 1, 1)))
+    return b.cast(result, dtype)

@@ -1,6 +1,7 @@
-"""depthwise_convolutions: a CPU depthwise convolution is ember's sum over the window's taps,
+"""depthwise_convolutions: a depthwise convolution is ember's sum over the window's taps,
 computed in ember's kernels with the work around it; values, layouts and gradients against
-eager, kernel counts, and the convolutions left to the library."""
+eager, kernel counts, and the convolutions left to the library. (On the CPU here; the pass
+runs on CUDA too, checked there by the GPU runs of the e2e suite.)"""
 
 import pytest
 import torch
@@ -64,7 +65,21 @@ def test_the_image_is_computed_once_padded_and_the_weight_relaid_once():
     assert "ember_clamp_index" not in text
 
 
-def test_grouped_convolutions_and_half_precision_stay_with_the_library():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_half_precision_depthwise_convolution_sums_in_float(dtype):
+    # eager's kernels accumulate half-precision products in float32 and round once: so do
+    # the taps
+    x, w = make(2, 6, 9, 8, dtype=dtype), make(6, 1, 5, 5, dtype=dtype, seed=1)
+    b = make(6, dtype=dtype, seed=2)
+
+    def fn(x, w, b):
+        return F.conv2d(x, w, b, 1, 2, 1, groups=6)
+
+    assert _calls_left(fn, x, w, b) == 0
+    check(fn, x, w, b)
+
+
+def test_grouped_convolutions_stay_with_the_library():
     x = make(2, 8, 6, 6)
     assert _calls_left(lambda x, w: F.conv2d(x, w, padding=1, groups=4), x,
                        make(8, 2, 3, 3, seed=1)) == 1
