@@ -628,3 +628,16 @@ def test_a_ranged_symbol_has_its_hint_and_range():
 def test_an_op_namespace_is_named():
     assert torch_internals.op_namespace_name(torch.ops.aten) == "aten"
     assert torch_internals.op_namespace_name(torch) is None
+
+
+def test_the_dispatch_mode_stack_lists_the_active_modes():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    stack = torch_internals.dispatch_mode_stack_function()
+    assert stack() == []
+    with Passing() as mode:
+        assert stack() == [mode]

@@ -268,6 +268,21 @@ for _function, _value in ((torch.jit.is_scripting, False), (torch.jit.is_tracing
                           (torch.compiler.is_compiling, True),
                           (torch.compiler.is_dynamo_compiling, True)):
     call_rules[_function] = _answer(_value)
+
+
+@rule(torch_internals.dispatch_mode_stack_function())
+def _dispatch_mode_stack(session: Session, *args: Value, frame: Any = None,
+                         **kwargs: Value) -> Value:
+    """The TorchDispatchModes active: none where a compiled function is called as code
+    usually is, answered now and guarded to stay so (a mode active at a later call fails the
+    guard; its recompile breaks here)."""
+    function = torch_internals.dispatch_mode_stack_function()
+    modes = function()
+    if modes:
+        raise Unsupported("torch's dispatch-mode stack asked under an active mode")
+    return session.wrap(modes, CallSource(session.constant_source(function)))
+
+
 when_dynamo_imported(lambda: call_rules.update(
     {f: _answer(True) for f in torch_internals.dynamo_compiling_tests()}))
 

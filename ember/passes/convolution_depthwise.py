@@ -4,8 +4,8 @@ backward, its weight's gradient as ember's reduction where oneDNN's costs most.
 
 On CUDA the forward's convolution is the taps too (a row-major image, bf16: ATen's own
 depthwise kernel, 61 us a call on average for EfficientNet-B0's at batch 32, 224x224 on an
-H100, where cuDNN's channels-last ones under torch.compile take 20; the taps fuse with the batch norm and activation around them);
-its backward stays with the library.
+H100, where cuDNN's channels-last ones under torch.compile take 20; the taps fuse with the
+batch norm and activation around them); its backward stays with the library.
 
 Eager calls oneDNN for a depthwise convolution, which costs 35-40 us a call on the CPU even
 for a few thousand multiply-adds (its primitive's set-up and the weight's reorder):

@@ -35,8 +35,13 @@ class KernelIndexError(IndexError, RuntimeError):
     both, so either `except` catches it."""
 
 
-def same_layout(tensor: torch.Tensor, strides: tuple[int, ...]) -> bool:
-    """Do `tensor`'s elements lie where eager's strides put them (size-1 dims aside)?"""
+def same_layout(tensor: torch.Tensor | None, strides: tuple[int, ...]) -> bool:
+    """Do `tensor`'s elements lie where eager's strides put them (size-1 dims aside)? A
+    result the op left undefined (None: _native_multi_head_attention's weights where none
+    were asked, which its meta kernel gives as an empty tensor) has no layout to differ:
+    passed on as eager's None."""
+    if tensor is None:
+        return True
     return all(n <= 1 or s == t for n, s, t in zip(tensor.shape, tensor.stride(), strides))
 
 

@@ -328,6 +328,14 @@ def outside_dispatch_modes() -> Any:
     return _disable_current_modes()
 
 
+def dispatch_mode_stack_function() -> Any:
+    """torch's query of the TorchDispatchModes active now (a list: torch.nn.MultiheadAttention
+    asks it whether make_fx traces it)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return _get_current_dispatch_mode_stack
+
+
 def attention_uses_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                         attn_mask: torch.Tensor | None, options: dict[str, Any]) -> bool:
     """Would eager's scaled_dot_product_attention on these tensors (real ones, on their

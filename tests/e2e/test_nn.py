@@ -219,6 +219,31 @@ def test_transformer_block_modules():
         torch.backends.mha.set_fastpath_enabled(previous)
 
 
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_multihead_attention_in_eval_is_one_graph(need_weights):
+    # its forward asks torch's dispatch-mode stack whether make_fx traces it (answered and
+    # guarded: a break there sent every ViT layer through resume functions), and its fast
+    # path's op leaves the weights it was not asked for undefined (None, where the meta
+    # kernel gives an empty tensor: the checked wrapper once raised on it)
+    torch.manual_seed(0)
+    attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = make(2, 5, 16)
+
+    def fn(x):
+        return attention(x, x, x, need_weights=need_weights)
+
+    with torch.no_grad(), watching_fallbacks() as fallbacks:
+        got, want = ember.compile(fn)(x), fn(x)
+        explained = ember.explain(fn)(x)
+    assert not fallbacks.messages, fallbacks.messages
+    torch.testing.assert_close(got[0], want[0], **MATMUL_TOLERANCE)
+    if need_weights:
+        torch.testing.assert_close(got[1], want[1], **MATMUL_TOLERANCE)
+    else:
+        assert got[1] is None and want[1] is None
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained
+
+
 def test_conv_model_with_buffers():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
