@@ -220,9 +220,9 @@ FLAGS: tuple[Flag, ...] = (
          "image and the result: auto (on the CPU), always (on CUDA too, where cuDNN runs "
          "that convolution faster so), never (see passes/convolution_layout.py)"),
     Flag("convolution_depthwise", "EMBER_CONVOLUTION_DEPTHWISE", "1", _flag,
-         "compute a depthwise convolution in ember's kernels, as a sum over its taps, and "
-         "on the CPU in a backward its weight's gradient where that sums few products (0: "
-         "eager's calls; see passes/convolution_depthwise.py)"),
+         "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps, "
+         "and in a backward its weight's gradient where that sums few products (0: eager's "
+         "calls; see passes/convolution_depthwise.py)"),
     Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "

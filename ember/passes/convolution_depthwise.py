@@ -2,10 +2,11 @@
 training graph's forward once split: autodiff knows the convolution, not the sum); and in a
 backward, its weight's gradient as ember's reduction where oneDNN's costs most.
 
-On CUDA the forward's convolution is the taps too (a row-major image, bf16: ATen's own
-depthwise kernel, 61 us a call on average for EfficientNet-B0's at batch 32, 224x224 on an
-H100, where cuDNN's channels-last ones under torch.compile take 20; the taps fuse with the
-batch norm and activation around them); its backward stays with the library.
+Not on CUDA: there eager's row-major bf16 depthwise convolution is ATen's own kernel, 61 us
+a call on average for EfficientNet-B0's at batch 32, 224x224 on an H100 (cuDNN's
+channels-last ones under torch.compile take 20), yet the taps in Triton, fused with the batch
+norm and activation around them, made the whole call slower: 2.72 ms against 2.56 with the
+library's (one process, interleaved; notes/device-runs.md, call 110).
 
 Eager calls oneDNN for a depthwise convolution, which costs 35-40 us a call on the CPU even
 for a few thousand multiply-adds (its primitive's set-up and the weight's reorder):
@@ -55,7 +56,7 @@ def depthwise_convolutions(graph: Graph) -> int:
     filter per channel -> the sum over its taps; in a backward, convolution_backward of one
     whose weight gradient sums few products -> the call without it, and the reduction;
     changes made."""
-    if graph.device.type not in ("cpu", "cuda") or not config.settings.convolution_depthwise:
+    if graph.device.type != "cpu" or not config.settings.convolution_depthwise:
         return 0
     builder = Builder(graph)
     # backward calls asked no longer for the weight's gradient -> that gradient
@@ -66,9 +67,7 @@ def depthwise_convolutions(graph: Graph) -> int:
                 node.attrs["index"] == 1:
             return weight_gradients[node.inputs[0]]
         if node.op is Op.LIBRARY and node.attrs["target"] is aten.convolution_backward.default:
-            # (oneDNN's cost per channel and tap: the CPU's; cuDNN's has no such floor)
-            return _backward(builder, node, weight_gradients) \
-                if graph.device.type == "cpu" else None
+            return _backward(builder, node, weight_gradients)
         call = convolution_call(node)
         if call is None or call.transposed or \
                 not _depthwise(call.x, call.weight, call.groups, node, call.bias):

@@ -1,7 +1,6 @@
-"""depthwise_convolutions: a depthwise convolution is ember's sum over the window's taps,
+"""depthwise_convolutions: a CPU depthwise convolution is ember's sum over the window's taps,
 computed in ember's kernels with the work around it; values, layouts and gradients against
-eager, kernel counts, and the convolutions left to the library. (On the CPU here; the pass
-runs on CUDA too, checked there by the GPU runs of the e2e suite.)"""
+eager, kernel counts, and the convolutions left to the library."""
 
 import pytest
 import torch
