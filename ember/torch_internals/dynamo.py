@@ -111,6 +111,30 @@ class _TensorPropertySource(torch._guards.ChainedSource):
         return call if self.idx is None else f"{call}[{self.idx}]"
 
 
+class _CallMethodItemSource(torch._guards.ChainedSource):
+    """`base.item()` (torch._dynamo.source.CallMethodItemSource: a symbol for the value of a
+    0-dim integer or double tensor a fake is made from with a source, a BatchNorm's
+    num_batches_tracked under symbolic sizes)."""
+
+    def __init__(self, base: Any):
+        object.__setattr__(self, "base", base)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and self.base == other.base
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.base))
+
+    @property
+    def _name_template(self) -> str:
+        return "{0}.item()"
+
+
+class _FloatTensorSource(torch._guards.ChainedSource):
+    """torch._dynamo.source.FloatTensorSource: a Python float Dynamo made a tensor of; ember
+    makes none (fake tensors only ask whether a source is one)."""
+
+
 @functools.cache
 def _names_as_torch_does() -> bool:
     """Do the stand-in sources name themselves as torch's do (Source.name from the class's
@@ -255,6 +279,8 @@ def _make_stand_in() -> types.ModuleType:
     if _names_as_torch_does():  # (a symbolic fake's sizes)
         source.TensorProperty = _TensorProperty
         source.TensorPropertySource = _TensorPropertySource
+        source.CallMethodItemSource = _CallMethodItemSource
+        source.FloatTensorSource = _FloatTensorSource
     package = types.ModuleType("torch._dynamo")
     package.config, package.source = config, source
 

@@ -3,12 +3,18 @@ statistics' updates are generated kernels (no library call of eager's batch norm
 BatchNorm's buffers end as eager's leaves them, and the gradients are eager's."""
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import DEVICE, check, make
 
 import ember
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("momentum", [0.1, None])
@@ -68,3 +74,29 @@ def test_batch_norm_training_step_matches_eager(dtype):
     explained = ember.explain(step)(copy.deepcopy(reference), x)
     assert (explained.graph_count, explained.graph_break_count) == (2, 1)  # (at backward())
     assert "backward" in str(explained.break_reasons[0])
+
+
+def test_batch_norm_in_training_over_symbolic_batches_is_captured(tmp_path):
+    # the BatchNorm's num_batches_tracked, a 0-dim int64 buffer, asks torch's fake tensors
+    # for a source that ember's stand-in for torch._dynamo lacked: every BatchNorm in
+    # training ran eagerly under dynamic=True. (A fresh process: the stand-in serves only
+    # where torch._dynamo was never imported, which the test session has done.)
+    code = """
+import copy, sys, torch, ember
+norm = torch.nn.BatchNorm2d(4).train()
+reference = copy.deepcopy(norm)
+compiled = ember.compile(lambda x: norm(x) * 2, dynamic=True)
+for batch in (3, 5, 7):
+    x = torch.randn(batch, 4, 6, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), reference(x) * 2)
+torch.testing.assert_close(norm.running_var, reference.running_var)
+print(len(compiled.records), "torch._dynamo" in sys.modules)
+"""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), EMBER_CACHE_DIR=str(tmp_path),
+                       EMBER_LOGS="graph_breaks")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=environment, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "graph break" not in done.stderr, done.stderr[-3000:]
+    assert done.stdout.split() == ["1", "False"], done.stdout
