@@ -270,17 +270,19 @@ for _function, _value in ((torch.jit.is_scripting, False), (torch.jit.is_tracing
     call_rules[_function] = _answer(_value)
 
 
-@rule(torch_internals.dispatch_mode_stack_function())
+_DISPATCH_MODE_STACK = torch_internals.dispatch_mode_stack_function()
+
+
+@rule(_DISPATCH_MODE_STACK)
 def _dispatch_mode_stack(session: Session, *args: Value, frame: Any = None,
                          **kwargs: Value) -> Value:
     """The TorchDispatchModes active: none where a compiled function is called as code
     usually is, answered now and guarded to stay so (a mode active at a later call fails the
     guard; its recompile breaks here)."""
-    function = torch_internals.dispatch_mode_stack_function()
-    modes = function()
-    if modes:
+    if _DISPATCH_MODE_STACK():
         raise Unsupported("torch's dispatch-mode stack asked under an active mode")
-    return session.wrap(modes, CallSource(session.constant_source(function)))
+    session.guards.add("equals", CallSource(session.constant_source(_DISPATCH_MODE_STACK)), [])
+    return SequenceValue([], list)
 
 
 when_dynamo_imported(lambda: call_rules.update(

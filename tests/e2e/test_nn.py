@@ -244,6 +244,29 @@ def test_multihead_attention_in_eval_is_one_graph(need_weights):
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained
 
 
+def test_multihead_attention_under_a_dispatch_mode_is_compiled_again():
+    # the stack's answer is guarded: a call under a mode does not reuse the one without
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    x = make(2, 5, 16)
+
+    def fn(x):
+        return attention(x, x, x, need_weights=False)[0]
+
+    compiled = ember.compile(fn)
+    with torch.no_grad():
+        compiled(x)
+        with Passing():
+            got = compiled(x)
+        torch.testing.assert_close(got, fn(x), **MATMUL_TOLERANCE)
+    assert len(compiled.records) == 2
+
+
 def test_conv_model_with_buffers():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),

@@ -119,15 +119,10 @@ def _statistics_dtype(x: Node) -> torch.dtype:
     return torch.float32 if x.dtype in dtypes.REDUCED_FLOAT else x.dtype
 
 
-def _normalize(b: Builder, x: Node, axes: list[int], eps: float) -> tuple[Node, Node, Node]:
-    """(x - mean) * rstd, mean, rstd over `axes` (kept as size-1 dims), in float32 or wider."""
-    out, center, rstd, _var = _normalize_with_variance(b, x, axes, eps)
-    return out, center, rstd
-
-
-def _normalize_with_variance(b: Builder, x: Node, axes: list[int],
-                             eps: float) -> tuple[Node, Node, Node, Node]:
-    """_normalize's results and the (biased) variance they came from."""
+def _normalize(b: Builder, x: Node, axes: list[int],
+               eps: float) -> tuple[Node, Node, Node, Node]:
+    """(x - mean) * rstd, mean, rstd and the (biased) variance over `axes` (kept as size-1
+    dims), in float32 or wider."""
     x = b.cast(x, _statistics_dtype(x))
     center = mean(b, x, axes, keepdim=True)
     deviation = b.sub(x, center)
@@ -141,7 +136,7 @@ def _layer_norm(b: Builder, x: Node, normalized_shape, weight, bias, eps: float)
     if not dtypes.is_float(x.dtype):
         raise Decline("layer_norm of integers")
     axes = list(range(x.ndim - len(normalized_shape), x.ndim))
-    out, center, rstd = _normalize(b, x, axes, eps)
+    out, center, rstd, _ = _normalize(b, x, axes, eps)
     if weight is not None:
         out = b.mul(out, b.cast(weight, out.dtype))
     if bias is not None:
@@ -155,7 +150,7 @@ def _group_norm(b: Builder, x: Node, weight, bias, N: int, C: int, HxW: int, gro
     if not dtypes.is_float(x.dtype):
         raise Decline("group_norm of integers")
     grouped = b.reshape(x, (N, group, (C // group) * HxW))
-    out, center, rstd = _normalize(b, grouped, [2], eps)
+    out, center, rstd, _ = _normalize(b, grouped, [2], eps)
     out = b.reshape(out, x.shape)
     channel_shape = (1, C) + (1,) * (x.ndim - 2)
     if weight is not None:
@@ -214,7 +209,7 @@ def _batch_norm_training(b: Builder, x: Node, weight, bias, eps: float):
     if not dtypes.is_float(x.dtype):
         raise Decline("batch norm of integers")
     axes = [0] + list(range(2, x.ndim))
-    out, center, rstd, var = _normalize_with_variance(b, x, axes, eps)
+    out, center, rstd, var = _normalize(b, x, axes, eps)
     channel_shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
     if weight is not None:
         out = b.mul(out, b.reshape(b.cast(weight, out.dtype), channel_shape))
