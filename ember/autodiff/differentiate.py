@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
+from ember.autodiff.centering import centering_subtractions, grown_axes, sum_without_centered
 from ember.autodiff.convolution import convolution_vjp
 from ember.autodiff.library_rules import library_rule
 from ember.autodiff.tape import TapedCall, planned_layout, taped_call, taped_vjp
@@ -200,6 +201,18 @@ class _Differentiator:
                         return tuple(strides)
         return _inherited_layout(node) or node.strides or row_major(node.shape)
 
+    def _centered_sum(self, node: Node, g: Node) -> Node | None:
+        """The gradient of a mean broadcast back by `node` and subtracted from its own
+        operand (`x - mean(x)`), the cotangent's terms that are zero left out of its sum
+        (centering.py), or None where there are none."""
+        if self._users is None:
+            self._users = self.graph.users()
+        centered = {self.primals[sub] for sub in centering_subtractions(node, self._users)
+                    if sub in self.primals}
+        if not centered:
+            return None
+        return sum_without_centered(self.b, g, grown_axes(node), centered)
+
     # -- forward values inside the backward ----------------------------------------------
     def primal(self, node: Node) -> Node:
         found = self.primals.get(node)
@@ -268,6 +281,8 @@ class _Differentiator:
                                         [source in self.needs for source in node.inputs])
                 if found is NotImplemented:
                     found = self._library(node, {0: g})
+            elif node.op is Op.EXPAND and (summed := self._centered_sum(node, g)) is not None:
+                found = [summed]
             else:
                 rule = vjp_rules.get(node.op)
                 found = rule(b, node, self.primal, g) if rule is not None else NotImplemented

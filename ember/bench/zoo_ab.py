@@ -8,7 +8,10 @@ after round, the variants share whatever the host does).
         [--mode infer|train] [--device cpu --size quick]
 
 A variant `ember:name=value,...` compiles with those `ember.config` settings overridden
-(the compile and the first calls run under them; what the settings change is decided then).
+(the compile and the first calls run under them; what the settings change is decided then);
+a name `tile.field` overrides that field of the Triton tile heuristics
+(ember/codegen/triton_tiling.py's Heuristics) while the variant compiles and its kernels build,
+e.g. `ember:tile.column_rblock=64,tile.split_target_programs=1024`.
 Per model and variant: the median of the rounds' ms per call (each round `--calls` calls and a
 device sync), the spread (min-max), the ratio to the first variant, and the largest difference
 of the first call's answer from eager's, and the first call's seconds (compile included; the
@@ -28,19 +31,27 @@ import ember
 from ember import config
 from ember.bench import zoo
 from ember.bench.harness import wait_for_ember
+from ember.codegen import triton_tiling as tiling
 
 
-def _settings(variant: str) -> dict[str, Any]:
-    """`ember:a=1,b=always` -> {"a": 1, "b": "always"}, typed as the setting's default."""
+def _settings(variant: str, prefix: str = "") -> dict[str, Any]:
+    """`ember:a=1,b=always` -> {"a": 1, "b": "always"}, typed as the setting's default: the
+    `ember.config` settings, or with `prefix="tile."` the tile heuristics' fields."""
     if ":" not in variant:
         return {}
-    fields = {field.name: field for field in dataclasses.fields(config.settings)}
+    defaults = tiling.HEURISTICS if prefix else config.settings
+    fields = {field.name for field in dataclasses.fields(defaults)}
     found: dict[str, Any] = {}
     for pair in variant.split(":", 1)[1].split(","):
         name, _, text = pair.partition("=")
+        if name.startswith("tile.") != bool(prefix):
+            continue
+        name = name.removeprefix(prefix)
         if name not in fields:
-            raise SystemExit(f"{variant}: ember.config has no setting {name!r}")
-        current = getattr(config.settings, name)
+            where = "the tile heuristics have no field" if prefix else \
+                "ember.config has no setting"
+            raise SystemExit(f"{variant}: {where} {name!r}")
+        current = getattr(defaults, name)
         found[name] = text.lower() in ("1", "true", "on") if isinstance(current, bool) else \
             type(current)(text) if current is not None else text
     return found
@@ -52,6 +63,8 @@ def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: st
     step, args = zoo.instantiate(spec, mode, size, device)
     settings = _settings(variant)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    default_tiles = tiling.HEURISTICS
+    tiling.HEURISTICS = dataclasses.replace(default_tiles, **_settings(variant, "tile."))
     with config.override(**settings):
         if variant.startswith("ember"):
             step.model_slot[0] = ember.compile(step.model)
@@ -65,6 +78,8 @@ def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: st
             seconds = time.perf_counter() - started
             for _ in range(2):
                 step(*args)
+    wait_for_ember()  # (the variant's kernels built under its tiles)
+    tiling.HEURISTICS = default_tiles
     return step, args, settings, first, seconds
 
 
