@@ -142,10 +142,24 @@ def test_training_step_matches_eager(mode, spec, compiled_as):
         assert got.keys() == want.keys()
         for name in want:
             assert (got[name] is None) == (want[name] is None), f"{what} {name}"
-            if want[name] is not None:
+            if want[name] is None:
+                continue
+            try:
                 torch.testing.assert_close(
                     got[name], want[name], **tolerance(want[name]),
                     msg=lambda text, what=what, name=name: f"{what} {name}: {text}")
+            except AssertionError:
+                if what != "grad":
+                    raise
+                # float32 rounding alone can part two gradients of a deep network by more
+                # than the tolerance (EfficientNet's stem, 2026-12-06: 1.4e-4 apart, each
+                # within 1.7e-4 of float64's): then float64 judges, ember's error at most
+                # twice eager's plus the tolerance
+                truth = _float64_gradients(spec)
+                ours = (got[name].double() - truth[name]).abs().max().item()
+                theirs = (want[name].double() - truth[name]).abs().max().item()
+                assert ours <= 2 * theirs + tolerance(want[name])["atol"], \
+                    f"grad {name}: {ours:.3g} from float64's against eager's {theirs:.3g}"
     assert_compiled_once(compiles, eagerly)
     # a Hugging Face model given labels returns its loss beside outputs no gradient reaches
     # (logits, a cache): the backward without them was compiled beside the forward, and the
@@ -154,6 +168,15 @@ def test_training_step_matches_eager(mode, spec, compiled_as):
     guessed = likely_absent(training.split)
     assert set(training._backwards) == ({guessed} if guessed else set())
     assert bool(guessed) == (spec.library == "transformers")
+
+
+def _float64_gradients(spec) -> dict[str, torch.Tensor]:
+    """Eager's gradients of the training step in float64, the same seeds and batch."""
+    device = DEVICE if DEVICE == "cuda" else None
+    step, args = zoo.instantiate(spec, "train", "tiny", device, torch.float64, eps=1e-3)
+    step(*args)
+    return {name: p.grad.double() for name, p in step.model.named_parameters()
+            if p.grad is not None}
 
 
 @pytest.mark.parametrize("mode, spec", cases("decode"))
