@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import torch
 
@@ -75,6 +76,29 @@ def _exp_less(value: Node, maximum: Node) -> bool:
     return subtracted is maximum and len(maximum.shape) == len(source.shape)
 
 
+def _centered_square_sum(squares: Node) -> Node | None:
+    """The sum of x that `squares` centers x by, where `squares` sums (x - sum(x) / n)**2
+    over the same dims (n their count, the mean broadcast back) in float32 or float64."""
+    if squares.kind is not Kind.REDUCTION or squares.op is not Op.SUM or \
+            squares.dtype not in (torch.float32, torch.float64):
+        return None
+    product = squares.inputs[0]
+    if product.op is not Op.MUL or product.inputs[0] is not product.inputs[1]:
+        return None
+    deviation = product.inputs[0]
+    if deviation.op is not Op.SUB or deviation.inputs[1].op is not Op.EXPAND:
+        return None
+    x, center = deviation.inputs[0], deviation.inputs[1].inputs[0]
+    if center.op is not Op.DIV or center.inputs[1].op is not Op.FULL:
+        return None
+    total = center.inputs[0]
+    if total.op is not Op.SUM or total.inputs[0] is not x or total.dtype != squares.dtype \
+            or x.dtype != squares.dtype:
+        return None
+    count = math.prod(x.shape[d] for d in total.attrs.get("axes") or ())
+    return total if center.inputs[1].attrs.get("value") == count else None
+
+
 class ReductionWriting:
     """The reduction methods of TritonKernelWriter (see there for the attributes they use)."""
 
@@ -104,9 +128,9 @@ class ReductionWriting:
             if mask:
                 value = f"tl.where({mask}, {value}, {init})"
             return self.finish(node, scope, value, position)
-        maximum = self.online_maxima.get(node)
-        if maximum is not None:  # (a sum of exp(x - max(x)): folded in the maximum's walk)
-            self.value(maximum, index, scope)
+        walked = self.online_maxima.get(node) or self.centered_means.get(node)
+        if walked is not None:  # (folded in the walk of the maximum or mean it depends on)
+            self.value(walked, index, scope)
             for ancestor in scope.chain():
                 if (id(node), index) in ancestor.memo:
                     return ancestor.memo[(id(node), index)]
@@ -131,10 +155,19 @@ class ReductionWriting:
                 totals[member] = self.fresh("total")
                 self.emit(scope, f"{totals[member]} = tl.full([XBLOCK, RBLOCK], 0, "
                                  f"{self.accumulator_type(member)})")
+        welford = {}  # (each lane's running mean, squares' sum and count, by mean)
+        for member in group:
+            if member in self.centered_squares:
+                welford[member] = tuple(self.fresh(name) for name in ("mean", "m2", "count"))
+                for lanes in welford[member]:
+                    self.emit(scope, f"{lanes} = tl.full([XBLOCK, RBLOCK], 0, "
+                                     f"{self.accumulator_type(member)})")
         body, full = self.open_row(scope, index)
         for member, member_init, acc, position in accumulators:
             value = self.reduced_value(member, self.value(member.inputs[0], full, body))
             mask = self.masks.get(body.row)
+            if member in welford:
+                self.emit_welford_step(body, welford[member], value, mask)
             if mask:
                 value = f"tl.where({mask}, {value}, {member_init})"
             before = None
@@ -158,6 +191,10 @@ class ReductionWriting:
                 total = self.online_sums[member]
                 scope.memo[(id(total), index)] = self.finish_online(
                     scope, total, totals[member], acc, result)
+            if member in welford:
+                squares = self.centered_squares[member]
+                scope.memo[(id(squares), index)] = self.finish_welford(
+                    scope, squares, welford[member])
         return results[0]
 
     # -- a sum of exp(x - max(x)) folded in the maximum's walk ------------------------------
@@ -212,12 +249,94 @@ class ReductionWriting:
                                   f"tl.full([XBLOCK, 1], float(\"nan\"), {acc_type}), {summed})",
                            frozenset({"x"}))
 
+    # -- a sum of (x - mean(x))**2 folded in the mean's walk (Welford) ----------------------
+    @functools.cached_property
+    def centered_squares(self) -> dict[Node, Node]:
+        """The kernel's sums of x whose walk also folds the sum of squares of x less their
+        mean over the same rows, as Welford's running statistics (each lane's mean, its
+        squares' sum about it and its count, lanes and chunks combined by Chan's formula):
+        a batch norm's or a long row's statistics in one pass over the row, not two — where
+        the row is walked in a loop, or split (then both are one level); a persistent row is
+        read once either way and keeps the exact two passes. {mean's sum: squares' sum}."""
+        pairs: dict[Node, Node] = {}
+        if self.tiling is None or self.tiling.persistent:
+            return pairs
+        for squares in self.kernel.members:
+            total = _centered_square_sum(squares)
+            if total is not None and total in self.members and \
+                    total.attrs.get("axes") == squares.attrs.get("axes") and \
+                    total.shape == squares.shape and total not in pairs:
+                pairs[total] = squares
+        return pairs
+
+    @functools.cached_property
+    def centered_means(self) -> dict[Node, Node]:
+        """{squares' sum: mean's sum} of centered_squares."""
+        return {squares: total for total, squares in self.centered_squares.items()}
+
+    def emit_welford_step(self, body: Scope, lanes: tuple[str, str, str], value: str,
+                          mask: str | None) -> None:
+        """Each lane's running mean and sum of squared deviations, one element more (none
+        where the row's mask is off)."""
+        mean, m2, count = lanes
+        delta = self.fresh("delta")
+        if mask:
+            self.emit(body, f"{count} = {count} + tl.where({mask}, 1.0, 0.0)")
+            self.emit(body, f"{delta} = tl.where({mask}, {value} - {mean}, 0.0)")
+            self.emit(body, f"{mean} = {mean} + {delta} / tl.maximum({count}, 1.0)")
+            self.emit(body, f"{m2} = {m2} + tl.where({mask}, {delta} * ({value} - {mean}), "
+                            f"0.0)")
+        else:
+            self.emit(body, f"{count} = {count} + 1.0")
+            self.emit(body, f"{delta} = {value} - {mean}")
+            self.emit(body, f"{mean} = {mean} + {delta} / {count}")
+            self.emit(body, f"{m2} = {m2} + {delta} * ({value} - {mean})")
+
+    def finish_welford(self, scope: Scope, squares: Node, lanes: tuple[str, str, str]) -> str:
+        """The row's sum of squared deviations from its lanes (a split reduction's chunk: its
+        partial statistics, stored)."""
+        combined = [self.fresh("v") for _ in lanes]
+        self.emit(scope, f"{', '.join(combined)} = tl.reduce(({', '.join(lanes)}), 1, "
+                         f"ember_welford_combine, keep_dims=True)")
+        for name in combined:
+            self.deps[name] = frozenset({"x"})
+        if self.split:
+            mask = f", mask={self.masks['x']}" if "x" in self.masks else ""
+            at = f"tl.program_id(1) * {self.xnumel} + x"
+            for space, name in zip(self.workspaces_of(squares), combined):
+                self.emit(scope, f"tl.store({self.argument(space)} + {at}, {name}{mask})")
+        return combined[1]
+
+    def gather_welford(self, squares: Node, scope: Scope) -> str:
+        """A split row's sum of squared deviations from its chunks' statistics."""
+        parts, lanes = self.tiling.parts, pow2(self.tiling.parts)
+        part = self.fresh("part")
+        self.emit(scope, f"{part} = tl.arange(0, {lanes})[None, :]")
+        masks = [self.masks["x"]] if "x" in self.masks else []
+        if lanes != parts:
+            masks.append(f"({part} < {parts})")
+        mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        loaded = [self.define(scope, f"tl.load({self.argument(space)} + {part} * "
+                                     f"{self.xnumel} + x{mask})", frozenset({"x", "r"}))
+                  for space in self.workspaces_of(squares)]
+        combined = [self.fresh("v") for _ in loaded]
+        self.emit(scope, f"{', '.join(combined)} = tl.reduce(({', '.join(loaded)}), 1, "
+                         f"ember_welford_combine, keep_dims=True)")
+        for name in combined:
+            self.deps[name] = frozenset({"x"})
+        result = combined[1]
+        if self.accumulator_type(squares) != compute_type(squares.dtype):
+            result = self.define(scope, f"{result}.to({compute_type(squares.dtype)})",
+                                 frozenset({"x"}))
+        return result
+
     def siblings(self, node: Node, index: Index, scope: Scope) -> list[Node]:
         """The kernel's reductions that can fold in `node`'s loop: of its level (neither reads
         the other), its shape and axes, not yet computed at this index."""
         level = self.levels[node]
         return [member for member in self.kernel.members
                 if member is not node and member.kind is Kind.REDUCTION and
+                member not in self.centered_means and
                 self.levels[member] == level and member.shape == node.shape and
                 member.attrs.get("axes") == node.attrs.get("axes") and
                 not any((id(member), index) in s.memo for s in scope.chain())]
@@ -231,6 +350,9 @@ class ReductionWriting:
 
         def level(node: Node, seen: set) -> int:
             if node in levels:
+                return levels[node]
+            if node in self.centered_means:  # (walked with its mean: one level)
+                levels[node] = level(self.centered_means[node], set())
                 return levels[node]
             found = 0
             stack = list(node.inputs)
@@ -259,6 +381,9 @@ class ReductionWriting:
             shape = (self.tiling.parts, self.xnumel)
             spaces = [Workspace(f"{self.kernel.name}_ws{len(self.workspaces)}", shape,
                                 _TORCH_TYPES[self.accumulator_type(node)])]
+            if node in self.centered_means:  # (each chunk's mean, squares' sum and count)
+                spaces += [Workspace(f"{spaces[0].name}_{what}", shape, spaces[0].dtype)
+                           for what in ("m2", "count")]
             if node.op in (Op.ARGMAX, Op.ARGMIN):
                 spaces.append(Workspace(spaces[0].name + "_at", shape, torch.int64))
             self.workspaces[node] = spaces
@@ -277,6 +402,8 @@ class ReductionWriting:
 
     def gather_partials(self, node: Node, scope: Scope) -> str:
         """A reduction finished from its chunks' partial results."""
+        if node in self.centered_means:
+            return self.gather_welford(node, scope)
         spaces = self.workspaces_of(node)
         parts = self.tiling.parts
         lanes = pow2(parts)

@@ -89,6 +89,16 @@ def ember_mul(a, b):
 
 
 @triton.jit
+def ember_welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    """Chan's combination of two groups' (mean, sum of squared deviations, count); an empty
+    group leaves the other as it is"""
+    n = n_a + n_b
+    share = tl.where(n == 0, 0.0, n_b / tl.where(n == 0, 1.0, n))
+    delta = mean_b - mean_a
+    return mean_a + delta * share, m2_a + m2_b + delta * delta * n_a * share, n
+
+
+@triton.jit
 def ember_argmax_combine(av, ai, bv, bi):
     """(value, index) pairs: the larger value wins, NaN beats everything, ties go to the first"""
     a_nan = av != av

@@ -131,8 +131,8 @@ def test_a_row_reduction_with_several_results_per_row_walks_the_rows():
 
 def test_reductions_of_one_level_share_their_loop_over_the_row():
     # a layer norm's parameter gradients: two sums over the same rows, neither reading the
-    # other, folded in one walk of the rows (each its own accumulator); the variance reads
-    # the mean: a second walk
+    # other, folded in one walk of the rows (each its own accumulator); a sum of the row
+    # less its maximum reads the maximum: a second walk
     long = HEURISTICS.persistent_max + 8
     fn = lambda x, y: (x.sum(1), (x * y).sum(1), x.amax(1))  # noqa: E731
     (rows,) = launches(fn, make(3, long), make(3, long, seed=1))
@@ -142,10 +142,31 @@ def test_reductions_of_one_level_share_their_loop_over_the_row():
     (split,) = launches(columns, make(4096, 64), make(4096, 64, seed=1))
     assert [k.text.count("for r") for k in split.kernels] == [1, 0]
     check(columns, make(4096, 64), make(4096, 64, seed=1), kernels=1)
-    moments = lambda x: (x.mean(1), x.var(1))  # noqa: E731
-    (two,) = launches(moments, make(3, long))
+    spread = lambda x: (x.amax(1), (x - x.amax(1, keepdim=True)).abs().sum(1))  # noqa: E731
+    (two,) = launches(spread, make(3, long))
     assert two.kernels[0].text.count("for r") == 2
-    check(moments, make(3, long), kernels=1)
+    check(spread, make(3, long), kernels=1)
+
+
+def test_a_variance_folds_in_its_mean_s_walk():
+    # the sum of (x - mean)**2 as Welford's running statistics beside the mean's sum: one
+    # walk of a long row, one stage of a split one (a batch norm's statistics), the rows'
+    # masked tails skipped; eager's values far from zero, at inf and NaN
+    long = HEURISTICS.persistent_max + 8
+    moments = lambda x: (x.mean(1), x.var(1))  # noqa: E731
+    (one,) = launches(moments, make(3, long))
+    assert one.kernels[0].text.count("for r") == 1
+    x = make(5, long) + 1000
+    x[1, 3] = math.inf
+    x[2, 5] = math.nan
+    x[3] = 2.5  # (no spread: a zero variance)
+    check(moments, x, kernels=1)
+    check(lambda x: F.layer_norm(x, x.shape[-1:]), make(4, long + 3) * 3 - 7, kernels=1)
+    norm = lambda x: F.batch_norm(x, None, None, training=True)  # noqa: E731
+    image = make(7, 4, 41, 63) * 2 + 30  # (rows of 18081: split, tails masked)
+    (split,) = launches(norm, image)
+    assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0"]
+    check(norm, image, kernels=1)
 
 
 def test_split_reductions_combine_partial_results():
@@ -170,10 +191,10 @@ def test_a_split_reductions_last_chunk_stops_at_the_rows_end():
 
 
 def test_split_reductions_run_one_stage_per_dependent_level():
-    # the variance reads the mean: a second pass over the rows; the normalized values are
-    # stored by the finishing kernel, one program per chunk
+    # the sum of the rows less their maximum reads the maximum: a second pass over the rows;
+    # the values are stored by the finishing kernel, one program per chunk
     x = make(2, 2 * HEURISTICS.split_min_row + 3)
-    fn = lambda x: (x - x.mean(1, keepdim=True)) / x.var(1, keepdim=True).sqrt()  # noqa: E731
+    fn = lambda x: x / (x - x.amax(1, keepdim=True)).abs().sum(1, keepdim=True)  # noqa: E731
     (split,) = launches(fn, x)
     assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_stage2", "kernel0"]
     assert split.kernels[-1].grid[1] == split.kernels[0].grid[1]
