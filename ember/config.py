@@ -217,8 +217,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("convolution_layout", "EMBER_CONVOLUTION_LAYOUT", "auto",
          _choice("auto", "always", "never"),
          "convolve a row-major image channels-last where only ember's kernels read the "
-         "image and the result: auto (on the CPU), always (on CUDA too, where cuDNN runs "
-         "that convolution faster so), never (see passes/convolution_layout.py)"),
+         "image and the result: auto (on CUDA where cuDNN runs that convolution faster "
+         "so), always (every such convolution), never (see passes/convolution_layout.py)"),
     Flag("convolution_depthwise", "EMBER_CONVOLUTION_DEPTHWISE", "1", _flag,
          "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps, "
          "and in a backward its weight's gradient where that sums few products (0: eager's "

@@ -4,7 +4,7 @@ this H200's host moved torch.compile's GPT-2 from 2.35 to 3.73 ms; inside one pr
 after round, the variants share whatever the host does).
 
     python3 -m ember.bench.zoo_ab efficientnet mobilenetv3 \\
-        --variants eager,tc,ember,ember:convolution_layout=always [--rounds 5 --calls 20]
+        --variants eager,tc,ember,ember:convolution_layout=never [--rounds 5 --calls 20]
         [--mode infer|train] [--device cpu --size quick]
 
 A variant `ember:name=value,...` compiles with those `ember.config` settings overridden

@@ -7,13 +7,16 @@ kernels run about twice as fast and a 1x1 convolution is a GEMM on a view of the
 (`convolutions_as_matmuls`): EfficientNet-B0's convolutions at 64x64, batch 4, take 4.0 ms
 channels-last against 6.4 as eager lays them out.
 
-On CUDA the pass runs only under EMBER_CONVOLUTION_LAYOUT=always. A row-major depthwise
-convolution runs ATen's own kernel there (EfficientNet-B0's, bf16, batch 32, 224x224, H200:
-1.0 ms of a 5.7 ms call) and cuDNN's channels-last kernels are faster, but the whole calls
-were slower with the switch (one run each, ms, ember / eager: MobileNetV3 5.81 / 5.32 against
-4.07 / 6.86 without it, EfficientNet-B0 6.72 / 6.51 against 5.03 / 9.24; notes/device-runs.md
-call 48): what ember's kernels lose reading channels-last images (the squeeze-excite means
-over the pixels read across the grain) outweighs what the convolutions gain.
+On CUDA a row-major depthwise convolution runs ATen's own kernel (EfficientNet-B0's, bf16,
+batch 32, 224x224: 1.0 ms of a 2.5 ms call on an H100) where cuDNN's channels-last kernels
+run about twice as fast. The switch was once slower there as a whole (call 48: ember's
+kernels read channels-last images across the grain, the squeeze-excite means over the
+pixels); since reductions over a strided dim tile across the contiguous one, it is faster:
+on an H100 (2026-12-06, one process, interleaved rounds, ms) EfficientNet-B0 2.27 against
+3.21 row-major (torch.compile 2.97), MobileNetV3 1.74 against 1.89 (2.17), ResNet-50 and
+ConvNeXt unchanged (their images are channels-last already, or their convolutions not
+switched). EMBER_CONVOLUTION_LAYOUT=never keeps eager's layouts; =always switches on CUDA
+also the convolutions that the rule below keeps (cuDNN's slower ones).
 
 A convolution is switched when its image is computed by ember's kernels (or is an input of
 the graph: then the wrapper copies it, once) and only ember's kernels read its result: they
@@ -39,7 +42,7 @@ aten = torch.ops.aten
 
 def channels_last_convolutions(graph: Graph) -> int:
     """Give each switchable convolution a channels-last image and result; changes made."""
-    allowed = {"auto": ("cpu",), "always": ("cpu", "cuda"), "never": ()}
+    allowed = {"auto": ("cpu", "cuda"), "always": ("cpu", "cuda"), "never": ()}
     if graph.device.type not in allowed[config.settings.convolution_layout]:
         return 0
     users = graph.users()
@@ -51,9 +54,11 @@ def channels_last_convolutions(graph: Graph) -> int:
             r.op is not Op.LIBRARY and r.op is not Op.ITEM and
             (r.op not in VIEWS or read_by_kernels_only(r)) for r in users.get(node, []))
 
+    every = config.settings.convolution_layout == "always"  # (the CUDA rule overridden)
     candidates = [node for node in graph.nodes
                   if _switchable(node, outputs, read_by_kernels_only)
-                  and (graph.device.type != "cuda" or _faster_channels_last_on_cuda(node))]
+                  and (graph.device.type != "cuda" or every or
+                       _faster_channels_last_on_cuda(node))]
     for node in candidates:
         if node.inputs[node.attrs["args"][0].index].op is Op.INPUT and len(candidates) < 2:
             continue  # (a lone convolution of an input: the copy would cost what it gains)
