@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, make
+from helpers import check, make, watching_fallbacks
 
+import ember
 from ember import config
 from ember.codegen.triton import KernelLaunches, render, write_module
 from ember.codegen.triton_rules import TANH_SPLIT
@@ -315,3 +316,16 @@ def test_a_sum_of_exp_less_the_row_maximum_folds_in_the_maximum_s_walk():
     (two,) = launches(lambda x: (x.amax(1), (x - x.amax(1, keepdim=True)).sum(1)),
                       make(3, long))
     assert two.kernels[0].text.count("for r") == 2
+
+
+@pytest.mark.slow_in_interpreter  # (over two minutes under the interpreter)
+def test_a_batch_norm_over_rows_of_symbolic_length_folds_its_variance():
+    # (a symbolic row may be as long as any: split, each chunk's length computed per call,
+    # the chunks' statistics combined whatever their counts)
+    fn = lambda x: F.relu(F.batch_norm(x, None, None, training=True))  # noqa: E731
+    compiled = ember.compile(fn, dynamic=True)
+    with watching_fallbacks() as fallbacks:
+        for batch in (3, 5, 9):
+            x = (make(batch, 4, 37, 29) * 3 + 100).to(memory_format=torch.channels_last)
+            torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
+    assert fallbacks.messages == []
