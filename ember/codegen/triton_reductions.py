@@ -295,11 +295,7 @@ class ReductionWriting:
     def finish_welford(self, scope: Scope, squares: Node, lanes: tuple[str, str, str]) -> str:
         """The row's sum of squared deviations from its lanes (a split reduction's chunk: its
         partial statistics, stored)."""
-        combined = [self.fresh("v") for _ in lanes]
-        self.emit(scope, f"{', '.join(combined)} = tl.reduce(({', '.join(lanes)}), 1, "
-                         f"ember_welford_combine, keep_dims=True)")
-        for name in combined:
-            self.deps[name] = frozenset({"x"})
+        combined = self.combine_welford(scope, list(lanes))
         if self.split:
             mask = f", mask={self.masks['x']}" if "x" in self.masks else ""
             at = f"tl.program_id(1) * {self.xnumel} + x"
@@ -309,26 +305,18 @@ class ReductionWriting:
 
     def gather_welford(self, squares: Node, scope: Scope) -> str:
         """A split row's sum of squared deviations from its chunks' statistics."""
-        parts, lanes = self.tiling.parts, pow2(self.tiling.parts)
-        part = self.fresh("part")
-        self.emit(scope, f"{part} = tl.arange(0, {lanes})[None, :]")
-        masks = [self.masks["x"]] if "x" in self.masks else []
-        if lanes != parts:
-            masks.append(f"({part} < {parts})")
-        mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
-        loaded = [self.define(scope, f"tl.load({self.argument(space)} + {part} * "
-                                     f"{self.xnumel} + x{mask})", frozenset({"x", "r"}))
-                  for space in self.workspaces_of(squares)]
-        combined = [self.fresh("v") for _ in loaded]
-        self.emit(scope, f"{', '.join(combined)} = tl.reduce(({', '.join(loaded)}), 1, "
+        # (in its own float32 or float64: the accumulator's type)
+        return self.combine_welford(scope, self.load_partials(squares, scope, ["0"] * 3))[1]
+
+    def combine_welford(self, scope: Scope, statistics: list[str]) -> list[str]:
+        """(mean, squares' sum, count) of the groups whose statistics' tiles are given,
+        combined along the tiles' second axis."""
+        combined = [self.fresh("v") for _ in statistics]
+        self.emit(scope, f"{', '.join(combined)} = tl.reduce(({', '.join(statistics)}), 1, "
                          f"ember_welford_combine, keep_dims=True)")
         for name in combined:
             self.deps[name] = frozenset({"x"})
-        result = combined[1]
-        if self.accumulator_type(squares) != compute_type(squares.dtype):
-            result = self.define(scope, f"{result}.to({compute_type(squares.dtype)})",
-                                 frozenset({"x"}))
-        return result
+        return combined
 
     def siblings(self, node: Node, index: Index, scope: Scope) -> list[Node]:
         """The kernel's reductions that can fold in `node`'s loop: of its level (neither reads
@@ -404,7 +392,13 @@ class ReductionWriting:
         """A reduction finished from its chunks' partial results."""
         if node in self.centered_means:
             return self.gather_welford(node, scope)
-        spaces = self.workspaces_of(node)
+        init = self.initial(node.op, node.inputs[0].dtype, self.accumulator_type(node))
+        values, *position = self.load_partials(node, scope, [init, "0"])
+        return self.finish(node, scope, values, position[0] if position else None)
+
+    def load_partials(self, node: Node, scope: Scope, others: list[str]) -> list[str]:
+        """Each of the node's workspaces as a [XBLOCK, parts] tile (lanes past the last part,
+        and masked rows, read as `others`)."""
         parts = self.tiling.parts
         lanes = pow2(parts)
         part = self.fresh("part")
@@ -413,16 +407,12 @@ class ReductionWriting:
         if lanes != parts:
             masks.append(f"({part} < {parts})")
         at = f"{part} * {self.xnumel} + x"
-        init = self.initial(node.op, node.inputs[0].dtype, self.accumulator_type(node))
-        mask = f", mask={' & '.join(masks)}, other={init}" if masks else ""
-        values = self.define(scope, f"tl.load({self.argument(spaces[0])} + {at}{mask})",
-                             frozenset({"x", "r"}))
-        position = None
-        if len(spaces) > 1:
-            mask = f", mask={' & '.join(masks)}, other=0" if masks else ""
-            position = self.define(scope, f"tl.load({self.argument(spaces[1])} + {at}{mask})",
-                                   frozenset({"x", "r"}))
-        return self.finish(node, scope, values, position)
+        loaded = []
+        for space, other in zip(self.workspaces_of(node), others):
+            mask = f", mask={' & '.join(masks)}, other={other}" if masks else ""
+            loaded.append(self.define(scope, f"tl.load({self.argument(space)} + {at}{mask})",
+                                      frozenset({"x", "r"})))
+        return loaded
 
     def reduced_value(self, node: Node, value: str) -> str:
         """The value folded into the accumulator: the whole tile, in the accumulator's type."""
