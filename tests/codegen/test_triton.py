@@ -163,11 +163,21 @@ def test_a_variance_folds_in_its_mean_s_walk():
     x[3] = 2.5  # (no spread: a zero variance)
     check(moments, x, kernels=1)
     check(lambda x: F.layer_norm(x, x.shape[-1:]), make(4, long + 3) * 3 - 7, kernels=1)
-    norm = lambda x: F.batch_norm(x, None, None, training=True)  # noqa: E731
-    image = make(7, 4, 41, 63) * 2 + 30  # (rows of 18081: split, tails masked)
-    (split,) = launches(norm, image)
+    (split,) = launches(_batch_norm, _IMAGE)
     assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0"]
-    check(norm, image, kernels=1)
+
+
+def _batch_norm(x):
+    return F.batch_norm(x, None, None, training=True)
+
+
+_IMAGE = make(7, 4, 41, 63) * 2 + 30  # (rows of 18081: split, tails masked)
+
+
+@pytest.mark.slow
+@pytest.mark.slow_in_interpreter  # (about a minute under the interpreter)
+def test_a_split_batch_norm_s_welford_statistics_are_eager_s():
+    check(_batch_norm, _IMAGE, kernels=1)
 
 
 def test_split_reductions_combine_partial_results():
@@ -318,6 +328,7 @@ def test_a_sum_of_exp_less_the_row_maximum_folds_in_the_maximum_s_walk():
     assert two.kernels[0].text.count("for r") == 2
 
 
+@pytest.mark.slow
 @pytest.mark.slow_in_interpreter  # (over two minutes under the interpreter)
 def test_a_batch_norm_over_rows_of_symbolic_length_folds_its_variance():
     # (a symbolic row may be as long as any: split, each chunk's length computed per call,
