@@ -16,36 +16,21 @@ from __future__ import annotations
 
 from ember.ir.graph import Node
 from ember.ir.ops import Op
+from ember.ir.patterns import broadcast_mean
 from ember.lower.builder import Builder
 
 _DEPTH = 8  # terms looked for this deep in a cotangent's sums
 
 
-def grown_axes(expand: Node) -> list[int]:
-    """The dims an EXPAND broadcasts (size 1 in its input, more in its result)."""
-    source = expand.inputs[0]
-    return [d for d, (a, c) in enumerate(zip(source.shape, expand.shape)) if a == 1 and c != 1]
-
-
 def centering_subtractions(expand: Node, users: dict[Node, list[Node]]) -> list[Node]:
     """The forward's `x - expand` nodes where `expand` broadcasts back the mean of that `x`
-    over exactly the dims it grows: `sum_A(x) / n`, n the count of A's elements, kept dims."""
-    axes = grown_axes(expand)
-    center = expand.inputs[0]
-    if not axes or center.op is not Op.DIV or center.inputs[1].op is not Op.FULL:
-        return []
-    total, count = center.inputs
-    if total.op is not Op.SUM or sorted(total.attrs.get("axes") or ()) != axes or \
-            total.shape != center.shape:
-        return []
-    x = total.inputs[0]
-    n = 1
-    for d in axes:
-        n *= x.shape[d]
-    if count.attrs.get("value") != n or x.shape != expand.shape:
+    over exactly the dims it grows."""
+    total = broadcast_mean(expand)
+    if total is None:
         return []
     return [user for user in users.get(expand, ())
-            if user.op is Op.SUB and user.inputs[0] is x and user.inputs[1] is expand]
+            if user.op is Op.SUB and user.inputs[0] is total.inputs[0] and
+            user.inputs[1] is expand]
 
 
 def sum_without_centered(b: Builder, g: Node, axes: list[int], centered: set[Node]

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.autodiff.centering import centering_subtractions, grown_axes, sum_without_centered
+from ember.autodiff.centering import centering_subtractions, sum_without_centered
 from ember.autodiff.convolution import convolution_vjp
 from ember.autodiff.library_rules import library_rule
 from ember.autodiff.tape import TapedCall, planned_layout, taped_call, taped_vjp
@@ -35,6 +35,7 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot, returns_views
 from ember.ir.ops import Kind, Op
+from ember.ir.patterns import grown_axes
 from ember.ir.sizes import Size, any_symbolic
 from ember.lower.builder import Builder
 from ember.lower.layout import like_strides

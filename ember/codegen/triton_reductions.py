@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import torch
 
@@ -20,6 +19,7 @@ from ember.codegen.triton_rules import compute_type
 from ember.codegen.triton_tiling import divides, pow2
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
+from ember.ir.patterns import broadcast_mean
 from ember.schedule.expr import ZERO, Div, Expr, Mod, Opaque, Var, unravel
 from ember.schedule.indexing import Index
 
@@ -77,8 +77,8 @@ def _exp_less(value: Node, maximum: Node) -> bool:
 
 
 def _centered_square_sum(squares: Node) -> Node | None:
-    """The sum of x that `squares` centers x by, where `squares` sums (x - sum(x) / n)**2
-    over the same dims (n their count, the mean broadcast back) in float32 or float64."""
+    """The sum of x that `squares` centers x by, where `squares` sums (x - mean(x))**2 over
+    the same dims (the mean broadcast back: ember/ir/patterns.py) in float32 or float64."""
     if squares.kind is not Kind.REDUCTION or squares.op is not Op.SUM or \
             squares.dtype not in (torch.float32, torch.float64):
         return None
@@ -86,17 +86,13 @@ def _centered_square_sum(squares: Node) -> Node | None:
     if product.op is not Op.MUL or product.inputs[0] is not product.inputs[1]:
         return None
     deviation = product.inputs[0]
-    if deviation.op is not Op.SUB or deviation.inputs[1].op is not Op.EXPAND:
+    if deviation.op is not Op.SUB:
         return None
-    x, center = deviation.inputs[0], deviation.inputs[1].inputs[0]
-    if center.op is not Op.DIV or center.inputs[1].op is not Op.FULL:
+    total = broadcast_mean(deviation.inputs[1])
+    if total is None or total.inputs[0] is not deviation.inputs[0] or \
+            total.dtype != squares.dtype or deviation.dtype != squares.dtype:
         return None
-    total = center.inputs[0]
-    if total.op is not Op.SUM or total.inputs[0] is not x or total.dtype != squares.dtype \
-            or x.dtype != squares.dtype:
-        return None
-    count = math.prod(x.shape[d] for d in total.attrs.get("axes") or ())
-    return total if center.inputs[1].attrs.get("value") == count else None
+    return total
 
 
 class ReductionWriting:

@@ -42,8 +42,7 @@ aten = torch.ops.aten
 
 def channels_last_convolutions(graph: Graph) -> int:
     """Give each switchable convolution a channels-last image and result; changes made."""
-    allowed = {"auto": ("cpu", "cuda"), "always": ("cpu", "cuda"), "never": ()}
-    if graph.device.type not in allowed[config.settings.convolution_layout]:
+    if config.settings.convolution_layout == "never" or graph.device.type not in ("cpu", "cuda"):
         return 0
     users = graph.users()
     outputs = set(graph.outputs) | {node for _, node in graph.writebacks}
