@@ -112,7 +112,7 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
 class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
                  workspaces: dict | None = None, dependent_launch: bool = False,
-                 wide: bool = False):
+                 wide: bool = False, gathering: bool = False):
         self.kernel = kernel
         # a symbolic graph's int64 build: every index int64 (the wrapper runs it when a
         # call's sizes take an offset past int32)
@@ -120,8 +120,11 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
         self.symbols = plan.graph.symbols
         self.dependent_launch = dependent_launch
         # a split reduction is written once per stage: stage k (1..) stores the partial
-        # results of the reductions of level k; stage 0 finishes them all and stores
+        # results of the reductions of level k; stage 0 finishes them all and stores.
+        # `gathering`: stage k's gathering stage, which finishes level k's reductions, one
+        # program per row block, for the later stages to load (gathered_levels)
         self.stage = stage
+        self.gathering = gathering
         self.workspaces: dict[Node, list[Workspace]] = workspaces if workspaces is not None \
             else {}
         self.members = set(kernel.members)
@@ -362,10 +365,14 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
             return tuple(e.substitute(mapping) for e in index)
 
         if self.split and self.stage:
-            # a partial stage: only this level's reductions, each into its workspace
+            # a partial stage: only this level's reductions, each into its workspace (or a
+            # gathering stage: each finished from those, into its finished workspace)
             for node in kernel.members:
                 if node.kind is Kind.REDUCTION and self.levels[node] == self.stage:
-                    self.value(node, placed(node, self.outer_index), root)
+                    if self.gathering:
+                        self.store_finished(node, root)
+                    else:
+                        self.value(node, placed(node, self.outer_index), root)
             return self.finish_kernel(root)
         # Every value is computed before anything is stored (as in the C writer): a kernel
         # that writes an input in place reads it first, and the row loop below reads inputs
@@ -408,7 +415,7 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
         if self.matmul is not None:
             self.matmul_header(root)
             return
-        if self.split:
+        if self.split and not self.gathering:
             if tiling.chunk_per_call:  # whole tiles per chunk, `parts` chunks cover the row
                 self.emit(root, f"chunk_length = (({self.rnumel} + {tiling.parts - 1}) // "
                                 f"{tiling.parts} + RBLOCK - 1) // RBLOCK * RBLOCK")
@@ -466,7 +473,10 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
                     1, 1)
         else:
             rows = ceil_div(self.xnumel, tiling.xblock)
-            grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
+            if self.gathering:
+                grid = (rows, 1, 1)
+            else:
+                grid = (rows, tiling.parts if self.stage else self.final_grid_parts(), 1)
         described = ", ".join(f"{name}: {kind}" for name, kind in signature.items())
         stages = f", num_stages={tiling.num_stages}" if tiling.num_stages != 1 else ""
         shown = ", ".join(map(str, grid))
@@ -499,6 +509,8 @@ class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
         return [name for name in self.symbols if name in used]
 
     def kernel_name(self) -> str:
+        if self.gathering:
+            return f"{self.kernel.name}_gather{self.stage}"
         return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name
 
     def final_grid_parts(self) -> int:
@@ -536,9 +548,13 @@ def write_kernel(kernel: Kernel, plan: Plan, tiling: Tiling | None = None,
             row)
     workspaces: dict = {}
     final = TritonKernelWriter(kernel, plan, tiling, 0, workspaces, wide=wide)
-    stages = [TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
-                                 dependent_launch, wide).write()
-              for stage in range(1, max(final.levels.values()) + 1)]
+    stages = []
+    for stage in range(1, max(final.levels.values()) + 1):
+        stages.append(TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
+                                         dependent_launch, wide).write())
+        if stage in final.gathered_levels:
+            stages.append(TritonKernelWriter(kernel, plan, tiling, stage, workspaces,
+                                             dependent_launch, wide, gathering=True).write())
     stages.append(TritonKernelWriter(kernel, plan, tiling, 0, workspaces,
                                      dependent_launch, wide).write())
     spaces = [space for group in workspaces.values() for space in group]

@@ -79,6 +79,11 @@ class Heuristics:
     split_min_row: int = 16384        # programs of at least this many elements may be split ...
     split_target_programs: int = 512  # ... when fewer programs than this would run
     split_max_parts: int = 256
+    # a split reduction whose later stage runs one program per chunk (a batch norm's normalize,
+    # the next level's partial stage) has every such program load every chunk's partials:
+    # past this many bytes so loaded in all (a ResNet-50 batch norm's: 64 MB beside its 102 MB
+    # activation), a stage of its own finishes each row's partials once, for one more launch
+    gather_stage_bytes: int = 2 ** 23
     column_rblock: int = 32           # strided reductions: short rows, wide coalesced x
     column_xblock: int = 64
     # kernels that compute a small matmul first: on the H200 (S4's 64x256x256 Linear+Tanh

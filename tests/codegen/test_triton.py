@@ -6,6 +6,7 @@ Goldens live in tests/codegen/golden/*.triton; after a deliberate change to the 
 regenerate them with EMBER_UPDATE_GOLDEN=1 and review the diff.
 """
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from helpers import check, make, watching_fallbacks
 
 import ember
 from ember import config
+from ember.codegen import triton_tiling
 from ember.codegen.triton import KernelLaunches, render, write_module
 from ember.codegen.triton_rules import TANH_SPLIT
 from ember.codegen.triton_tiling import HEURISTICS
@@ -210,6 +212,26 @@ def test_split_reductions_run_one_stage_per_dependent_level():
     assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_stage2", "kernel0"]
     assert split.kernels[-1].grid[1] == split.kernels[0].grid[1]
     check(fn, x, kernels=1)
+
+
+def test_a_gathering_stage_finishes_each_row_once_for_the_stages_after_it(monkeypatch):
+    # a later stage that runs a program per chunk loads each row's finished reductions, not
+    # every chunk's partials (where that would read more than gather_stage_bytes): a stage
+    # of their own finishes them, one program per row block; booleans and positions too
+    monkeypatch.setattr(triton_tiling, "HEURISTICS",
+                        dataclasses.replace(HEURISTICS, gather_stage_bytes=0))
+    x = make(2, 2 * HEURISTICS.split_min_row + 3)
+    x[1, 7] = 9.0
+    fn = lambda x: x / (x - x.amax(1, keepdim=True)).abs().sum(1, keepdim=True)  # noqa: E731
+    (split,) = launches(fn, x)
+    assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_gather1",
+                                               "kernel0_stage2", "kernel0_gather2", "kernel0"]
+    assert [k.grid[1] for k in split.kernels][1::2] == [1, 1]
+    check(fn, x, kernels=1)
+    marks = lambda x: x * (x > 3).any(1, keepdim=True) + x.argmax(1, keepdim=True)  # noqa: E731
+    (split,) = launches(marks, x)
+    assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_gather1", "kernel0"]
+    check(marks, x, kernels=1)
 
 
 def test_offsets_past_two_to_the_31_index_in_int64():
