@@ -6,9 +6,10 @@ same `ember:tile.field=value` variants over whole models, minutes of compiling e
         --variants tc,ember,ember:tile.column_xblock=128,ember:tile.column_rblock=16
 
 The cases (fp32 on CUDA, batch 32; `--device cpu` for a look at tiny sizes):
-- bn_train: a ResNet-50 batch norm's training forward and backward on a channels-last
-  [32, 256, 56, 56] activation (statistics, normalize, both parameters' gradients and the
-  input's): column reductions over 100352 rows of 256 channels, split;
+- bn_train: a ResNet-50 batch norm's training forward and backward (from a channels-last
+  gradient) on a channels-last [32, 256, 56, 56] activation (statistics, normalize, both
+  parameters' gradients and the input's): column reductions over 100352 rows of 256
+  channels, split;
 - bn_relu_train: the same followed by a ReLU, as the model has it;
 - bias_grad: a Linear's bias gradient and a LayerNorm's over [8192, 768] (columns, short);
 - row_softmax: a softmax over [4096, 8192] rows (for contrast: a row reduction).
@@ -73,11 +74,20 @@ CASES = {
 
 
 def _step(fn: Callable, case: Case, inputs: list[torch.Tensor]) -> Callable:
+    """A call of fn, and its backward from a random gradient laid out as the output (as a
+    model's next layer hands it back: channels-last after a channels-last convolution)."""
+    gradient = []
+
     def run():
         out = fn(*inputs)
         if not case.backward:
             return [out]
-        grads = torch.autograd.grad(out.sum(), inputs)
+        if not gradient:
+            generator = torch.Generator(out.device).manual_seed(1)
+            gradient.append(torch.randn(out.shape, generator=generator, device=out.device)
+                            .to(memory_format=torch.channels_last if out.dim() == 4
+                                else torch.contiguous_format))
+        grads = torch.autograd.grad(out, inputs, gradient[0])
         return [out, *grads]
     return run
 
