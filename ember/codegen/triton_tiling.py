@@ -79,6 +79,7 @@ class Heuristics:
     split_min_row: int = 16384        # programs of at least this many elements may be split ...
     split_target_programs: int = 512  # ... when fewer programs than this would run
     split_max_parts: int = 256
+    split_exact_chunks: bool = True   # chunks that divide the row where a count near the aim does
     # a split reduction whose later stage runs one program per chunk (a batch norm's normalize,
     # the next level's partial stage) has every such program load every chunk's partials:
     # past this many bytes so loaded in all (a ResNet-50 batch norm's: 64 MB beside its 102 MB
@@ -230,7 +231,7 @@ def maybe_split(tiling: Tiling, writer: TritonKernelWriter, heuristics: Heuristi
                                    chunk_per_call=True)
     tiles = -(-rnumel // tiling.rblock)
     exact = next((d for d in range(parts, parts // 2, -1) if tiles % d == 0), None) \
-        if rnumel % tiling.rblock == 0 else None
+        if rnumel % tiling.rblock == 0 and heuristics.split_exact_chunks else None
     if exact is not None:
         # as many chunks (near the aim) as divide the row's whole tiles: no chunk reaches
         # past the row's end, and no element needs a mask (ResNet-50's 100352 rows of 32:
