@@ -16,6 +16,10 @@ TORCH  ?= torch==2.13.0
 TIMM   ?= timm==1.0.29 torchvision==0.28.0
 # Options for `python -m ember bench`, e.g. make bench BENCH_FLAGS="--quick --only S1"
 BENCH_FLAGS ?=
+# Processes running the tests (pytest-xdist; each file's tests in one process). CI's two cores:
+# two processes take the suite from about 24 to 11 minutes there (2026-12-06); 0 runs them in
+# this process, as plain `pytest` does.
+TEST_WORKERS ?= 2
 # Then the model zoo's tiny configs in inference, eager against ember (about 2-3 minutes on 2
 # cores; torch.compile's first calls would add about 20 s per model): empty to skip it, or
 # e.g. BENCH_MODELS="--models" for the whole CPU zoo with torch.compile (about 25 minutes)
@@ -35,7 +39,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m ember bench $(BENCH_FLAGS)

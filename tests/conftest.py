@@ -3,6 +3,9 @@ must be chosen before anything imports triton (its own library functions are mad
 so TRITON_INTERPRET=1 is set here, first, unless EMBER_TEST_DEVICE=cuda runs the suite on a
 GPU.
 
+`make test` runs the files in two processes (pytest-xdist, TEST_WORKERS in the Makefile): a
+test must not lean on what another file's tests imported or left behind.
+
 CI (CI=true: 2 cores, a 15-minute budget for the suite) runs every test not marked `slow` and
 a fixed slice of the slow ones: those whose test id hashes to 0 modulo SLOW_SLICES, the same
 ones on every run, leaving out the Triton-interpreter cases of tests marked

@@ -35,6 +35,7 @@ from helpers import TOLERANCES
 
 import ember
 from ember import config
+from ember.compiled_module import CompiledModule
 
 
 @dataclasses.dataclass
@@ -306,7 +307,7 @@ def run_all(spec, fn, layout=False):
 def records_of(compiled):
     if isinstance(compiled, functools.partial):  # (ember.compile(partial): its function's)
         compiled = compiled.func
-    if isinstance(compiled, ember.compiled_module.CompiledModule):
+    if isinstance(compiled, CompiledModule):
         return compiled._compiled_forward
     return compiled
 
