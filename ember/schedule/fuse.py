@@ -491,9 +491,10 @@ class Scheduler(Realizing):
 
 def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
     """Let each new temporary take the memory of a temporary that died at an earlier step (same
-    dtype and byte size), instead of allocating. Outputs get memory of their own: one in a
-    reused buffer would reach the caller as a view of another tensor, where eager's result is
-    not a view (autograd and FSDP treat views differently)."""
+    dtype and span: the bytes from its first element to its last, which for a temporary laid
+    out as a slice of a larger tensor exceed its elements'), instead of allocating. Outputs get
+    memory of their own: one in a reused buffer would reach the caller as a view of another
+    tensor, where eager's result is not a view (autograd and FSDP treat views differently)."""
     first_use: dict[Buffer, int] = {}
     for position, step in enumerate(plan.steps):
         touched = [s.buffer for s in step.stores] if isinstance(step, Kernel) else \
@@ -508,12 +509,12 @@ def reuse_memory(plan: Plan) -> dict[Buffer, Buffer]:
     reuse: dict[Buffer, Buffer] = {}
     for position in range(len(plan.steps)):
         for buffer in born.get(position, []):
-            free = pool.get((buffer.dtype, buffer.numel))
+            free = pool.get((buffer.dtype, buffer.nbytes))
             if free:
                 reuse[buffer] = free.pop()
         for dead in plan.frees[position]:
             if dead.role == "temp" and dead.base is None:
-                pool.setdefault((dead.dtype, dead.numel), []).append(dead)
+                pool.setdefault((dead.dtype, dead.nbytes), []).append(dead)
     return reuse
 
 

@@ -19,6 +19,8 @@ MODELS = {
     "resnet18": lambda: torchvision.models.resnet18(num_classes=10),
     "mobilenet_v3_small": lambda: torchvision.models.mobilenet_v3_small(num_classes=10),
     "efficientnet_b0": lambda: torchvision.models.efficientnet_b0(num_classes=10),
+    # (channel shuffles: halves of a shuffled tensor, each laid out as a slice of the whole)
+    "shufflenet_v2": lambda: torchvision.models.shufflenet_v2_x0_5(num_classes=10),
 }
 
 

@@ -166,6 +166,25 @@ def test_memory_viewed_by_a_library_result_is_not_reused_while_it_lives():
     check(fn, torch.randn(4, 4), torch.randn(4, 4))
 
 
+def test_a_temporary_laid_out_as_a_slice_takes_no_smaller_memory():
+    # the second convolution's operand is half a channel shuffle, laid out as eager's slice
+    # of the whole (a batch stride of 16 channels' worth for 8): it spans 1536 bytes for its
+    # 1024 bytes of elements, and the dead ReLU temporary of the same element count is too
+    # small for it (ShuffleNetV2's blocks overran the heap: glibc aborted the program)
+    def fn(x, w):
+        a = F.conv2d(torch.relu(x), w)
+        z = torch.cat([a, a.sin()], 1)
+        half = z.view(2, 2, 8, 4, 4).transpose(1, 2).reshape(2, 16, 4, 4).chunk(2, 1)[1]
+        return F.conv2d(half, w)
+
+    x, w = torch.randn(2, 8, 4, 4), torch.randn(8, 8, 1, 1)
+    plan = _plan(fn, x, w)
+    sliced = [step.stores[0].buffer for step in plan.steps if isinstance(step, Kernel)][-1]
+    assert sliced.strides == (256, 16, 4, 1) and sliced.nbytes == 1536
+    assert all(new.nbytes <= old.nbytes for new, old in plan.reuse.items())
+    check(fn, x, w)
+
+
 def test_an_input_read_through_a_library_view_is_not_overwritten_before_the_read():
     def fn(x):
         z = torch.as_strided(x, (4, 4), (1, 4))
