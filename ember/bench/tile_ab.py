@@ -34,7 +34,7 @@ import torch.nn.functional as F
 import ember
 from ember import config
 from ember.bench.harness import wait_for_ember
-from ember.bench.zoo_ab import _settings
+from ember.bench.zoo_ab import _settings, variants_of
 from ember.codegen import triton_tiling as tiling
 
 
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     options = parser.parse_args()
     for name in options.cases.split(","):
-        compare(name, options.variants.split(","), options.rounds, options.calls,
+        compare(name, variants_of(options.variants), options.rounds, options.calls,
                 options.device)
 
 

@@ -34,14 +34,30 @@ from ember.bench.harness import wait_for_ember
 from ember.codegen import triton_tiling as tiling
 
 
+def variants_of(text: str) -> list[str]:
+    """`--variants` split into variants: a comma starts a new one only before `eager`, `tc` or
+    `ember` (`ember:a=1,b=2,tc` is two variants, the first with two settings)."""
+    found: list[str] = []
+    for part in text.split(","):
+        if found and part.split(":")[0] not in ("eager", "tc", "ember"):
+            found[-1] += "," + part
+        else:
+            found.append(part)
+    return found
+
+
 def _settings(variant: str, prefix: str = "") -> dict[str, Any]:
     """`ember:a=1,b=always` -> {"a": 1, "b": "always"}, typed as the setting's default: the
-    `ember.config` settings, or with `prefix="tile."` the tile heuristics' fields."""
+    `ember.config` settings, or with `prefix="tile."` the tile heuristics' fields. An ember
+    variant compiles without warm starts (unless it says otherwise): another variant's entry
+    of the same graph would serve it, whatever tiles or settings it names."""
+    found: dict[str, Any] = {}
+    if not prefix and variant.startswith("ember"):
+        found["warm_start"] = False
     if ":" not in variant:
-        return {}
+        return found
     defaults = tiling.HEURISTICS if prefix else config.settings
     fields = {field.name for field in dataclasses.fields(defaults)}
-    found: dict[str, Any] = {}
     for pair in variant.split(":", 1)[1].split(","):
         name, _, text = pair.partition("=")
         if name.startswith("tile.") != bool(prefix):
@@ -133,7 +149,7 @@ def main() -> None:
     parser.add_argument("--size", default="full", choices=["full", "quick", "tiny"])
     options = parser.parse_args()
     for name in options.models:
-        compare(name, options.variants.split(","), options.rounds, options.calls,
+        compare(name, variants_of(options.variants), options.rounds, options.calls,
                 options.mode, options.size, options.device)
 
 

@@ -68,7 +68,11 @@ def test_training_step_matches_eager(name):  # (over 10 s each but ResNet-18's o
                       (step, (exact, x.double()))):
         torch.manual_seed(1)  # (their dropout and stochastic depth draw as eager's do)
         losses.append(run(*args))
-    torch.testing.assert_close(losses[0], losses[1], **TOLERANCE)
+    # (the loss too is held to eager's distance from float64's: on CUDA, cuDNN's TF32
+    # convolutions put EfficientNet-B0's eager loss at 7.25 where float64's is 6.98, and
+    # ember's at 6.74: an H100, 2026-12-06)
+    loss_error, eager_loss_error = (abs(loss.item() - losses[2].item()) for loss in losses[:2])
+    assert loss_error <= 4 * eager_loss_error + 1e-5 * abs(losses[2].item()), losses
     largest = max(float(p.grad.abs().max()) for p in exact.parameters())
     for (label, got), want, truth in zip(model.named_parameters(), reference.parameters(),
                                          exact.parameters()):
