@@ -27,7 +27,7 @@ from ember.codegen import kernel_reuse
 from ember.codegen.text import Scope
 from ember.codegen.triton_indexing import IndexingWriting
 from ember.codegen.triton_matmul import MatmulWriting
-from ember.codegen.triton_reductions import ReductionWriting, Workspace, render
+from ember.codegen.triton_reductions import ReductionWriting, render
 from ember.codegen.triton_rules import (
     SIGNATURE_TYPES,
     compute_type,
@@ -38,6 +38,7 @@ from ember.codegen.triton_rules import (
     triton_rules,
 )
 from ember.codegen.triton_sizes import SYMBOL, ceil_div, grid_product, size_type
+from ember.codegen.triton_split import SplitWriting, Workspace
 from ember.codegen.triton_tiling import Tiling, choose_tiling, divides
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
@@ -109,7 +110,7 @@ def as_tensor(value: str, dtype: torch.dtype, unit: str = "[]") -> str:
     return f"tl.full({unit}, {value}, {compute_type(dtype)})"
 
 
-class TritonKernelWriter(ReductionWriting, MatmulWriting, IndexingWriting):
+class TritonKernelWriter(ReductionWriting, SplitWriting, MatmulWriting, IndexingWriting):
     def __init__(self, kernel: Kernel, plan: Plan, tiling: Tiling | None, stage: int = 0,
                  workspaces: dict | None = None, dependent_launch: bool = False,
                  wide: bool = False, gathering: bool = False):
