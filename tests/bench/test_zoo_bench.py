@@ -172,7 +172,7 @@ def test_a_failed_check_is_judged_by_float64():
     options = SimpleNamespace(size="tiny", device=None)
     step, args = instantiate("tiny", None)
     expected = [step(*args).detach()]
-    exact = step.model.double()(args[0].double())
+    exact = step.model.double()(args[0].double()).detach()
     eager_error = float((expected[0].double() - exact).abs().max())
     assert eager_error > 1e-4  # (bf16's rounding)
     for shift, passes in ((eager_error / 2, True), (4 * eager_error, False)):
