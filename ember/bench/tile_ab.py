@@ -25,17 +25,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 import ember
-from ember import config
 from ember.bench.harness import wait_for_ember
-from ember.bench.zoo_ab import _settings, variants_of
-from ember.codegen import triton_tiling as tiling
+from ember.bench.zoo_ab import compiling_as, interleaved, synchronizer, variants_of
 
 
 @dataclasses.dataclass
@@ -104,31 +101,16 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, device: str
     case = CASES[name]
     torch.manual_seed(0)
     inputs = case.inputs(device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     steps, answers = {}, {}
-    default_tiles = tiling.HEURISTICS
     for variant in variants:
-        tiling.HEURISTICS = dataclasses.replace(default_tiles, **_settings(variant, "tile."))
-        try:
-            with config.override(**_settings(variant)):
-                steps[variant] = _step(_compiled(case, variant), case, inputs)
-                steps[variant]()
-                wait_for_ember()  # (the variant's kernels built under its tiles: a first
-                answers[variant] = steps[variant]()  # call may have run eagerly beside them)
-        finally:
-            tiling.HEURISTICS = default_tiles
+        with compiling_as(variant):
+            steps[variant] = _step(_compiled(case, variant), case, inputs)
+            steps[variant]()
+            wait_for_ember()  # (a first call may have run eagerly beside the kernels' build)
+            answers[variant] = steps[variant]()
     reference = _step(case.fn, case, inputs)()
     moved = sum(t.numel() * t.element_size() for t in inputs + reference)
-    times: dict[str, list[float]] = {variant: [] for variant in variants}
-    for _ in range(rounds):
-        for variant in variants:
-            with config.override(**_settings(variant)):
-                sync()
-                started = time.perf_counter()
-                for _ in range(calls):
-                    steps[variant]()
-                sync()
-            times[variant].append((time.perf_counter() - started) * 1e3 / calls)
+    times = interleaved(steps, rounds, calls, synchronizer(device))
     base = statistics.median(times[variants[0]])
     print(f"== {name} ({device}): {rounds} rounds of {calls} calls; {moved / 1e6:.0f} MB "
           f"in and out", flush=True)

@@ -20,9 +20,12 @@ caches are whatever the process and its disk had: run on a fresh machine for a c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -73,15 +76,47 @@ def _settings(variant: str, prefix: str = "") -> dict[str, Any]:
     return found
 
 
-def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: str):
-    """(step, args, settings, first answer, first call's seconds) with the model compiled as
-    the variant says, first calls made."""
-    step, args = zoo.instantiate(spec, mode, size, device)
-    settings = _settings(variant)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+@contextlib.contextmanager
+def compiling_as(variant: str) -> Iterator[None]:
+    """The variant's ember.config settings and tile heuristics while its graphs compile, until
+    the kernels ember builds beside its first calls are built (under its tiles)."""
     default_tiles = tiling.HEURISTICS
     tiling.HEURISTICS = dataclasses.replace(default_tiles, **_settings(variant, "tile."))
-    with config.override(**settings):
+    try:
+        with config.override(**_settings(variant)):
+            yield
+            wait_for_ember()
+    finally:
+        tiling.HEURISTICS = default_tiles
+
+
+def synchronizer(device: str) -> Callable[[], None]:
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, calls: int,
+                sync: Callable[[], None]) -> dict[str, list[float]]:
+    """Each variant's ms per call in each round: `rounds` rounds, in each every variant in
+    turn makes `calls` calls (under its settings) and a sync."""
+    times: dict[str, list[float]] = {variant: [] for variant in runs}
+    for _ in range(rounds):
+        for variant, run in runs.items():
+            with config.override(**_settings(variant)):
+                sync()
+                started = time.perf_counter()
+                for _ in range(calls):
+                    run()
+                sync()
+            times[variant].append((time.perf_counter() - started) * 1e3 / calls)
+    return times
+
+
+def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: str):
+    """(step, args, first answer, first call's seconds) with the model compiled as the
+    variant says, first calls made."""
+    step, args = zoo.instantiate(spec, mode, size, device)
+    sync = synchronizer(device)
+    with compiling_as(variant):
         if variant.startswith("ember"):
             step.model_slot[0] = ember.compile(step.model)
         elif variant == "tc":
@@ -94,9 +129,7 @@ def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: st
             seconds = time.perf_counter() - started
             for _ in range(2):
                 step(*args)
-    wait_for_ember()  # (the variant's kernels built under its tiles)
-    tiling.HEURISTICS = default_tiles
-    return step, args, settings, first, seconds
+    return step, args, first, seconds
 
 
 def _difference(a: Any, b: Any) -> float:
@@ -108,24 +141,15 @@ def _difference(a: Any, b: Any) -> float:
 def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
             size: str, device: str) -> None:
     spec = zoo.find(name)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     prepared = {}
     for variant in variants:  # (said at once: a run cut short still tells its first calls)
         prepared[variant] = _prepared(spec, variant, mode, size, device)
-        print(f"   {name} {variant}: first call {prepared[variant][4]:.2f} s", flush=True)
-    wait_for_ember()  # (timed after the work ember runs on beside the first calls)
-    reference = prepared[variants[0]][3]
-    times: dict[str, list[float]] = {variant: [] for variant in variants}
+        print(f"   {name} {variant}: first call {prepared[variant][3]:.2f} s", flush=True)
+    reference = prepared[variants[0]][2]
+    runs = {variant: functools.partial(step, *args)
+            for variant, (step, args, _, _) in prepared.items()}
     with torch.set_grad_enabled(mode == "train"):
-        for _ in range(rounds):
-            for variant, (step, args, settings, _, _) in prepared.items():
-                with config.override(**settings):
-                    sync()
-                    started = time.perf_counter()
-                    for _ in range(calls):
-                        step(*args)
-                    sync()
-                times[variant].append((time.perf_counter() - started) * 1e3 / calls)
+        times = interleaved(runs, rounds, calls, synchronizer(device))
     base = statistics.median(times[variants[0]])
     print(f"== {name} ({mode}, {device}, {size}): {rounds} rounds of {calls} calls",
           flush=True)
@@ -133,8 +157,8 @@ def compare(name: str, variants: list[str], rounds: int, calls: int, mode: str,
         median = statistics.median(times[variant])
         print(f"  {variant:<40} {median:8.3f} ms  ({min(times[variant]):.3f}-"
               f"{max(times[variant]):.3f})  x{median / base:5.2f}  "
-              f"diff {_difference(prepared[variant][3], reference):.3g}  "
-              f"first call {prepared[variant][4]:.2f} s", flush=True)
+              f"diff {_difference(prepared[variant][2], reference):.3g}  "
+              f"first call {prepared[variant][3]:.2f} s", flush=True)
 
 
 def main() -> None:

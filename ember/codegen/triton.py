@@ -16,6 +16,7 @@ a first writing collects; the kernel is then written again with it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import keyword
 import math
@@ -378,9 +379,7 @@ class TritonKernelWriter(ReductionWriting, SplitWriting, MatmulWriting, Indexing
         # Every value is computed before anything is stored (as in the C writer): a kernel
         # that writes an input in place reads it first, and the row loop below reads inputs
         # that this level's stores into them would overwrite: those wait for it.
-        full_stores = [item for item in kernel.stores
-                       if any(f"i{d}" in e.variables()
-                              for e in store_index(item.node.shape, space) for d in axes)]
+        full_stores = self.full_stores
         row = bool(full_stores and self.rnumel)
 
         def computed(items: list, dims: dict[int, Expr], scope: Scope) -> list:
@@ -514,15 +513,13 @@ class TritonKernelWriter(ReductionWriting, SplitWriting, MatmulWriting, Indexing
             return f"{self.kernel.name}_gather{self.stage}"
         return f"{self.kernel.name}_stage{self.stage}" if self.stage else self.kernel.name
 
-    def final_grid_parts(self) -> int:
-        """The finishing kernel of a split reduction runs one program per chunk when it stores
-        whole rows (each stores its chunk), else one per row."""
-        if not self.split:
-            return 1
+    @functools.cached_property
+    def full_stores(self) -> list:
+        """The kernel's stores of whole rows (their index varies along the reduced dims)."""
         space = (self.kernel.shape, self.kernel.axes)
-        full = any(f"i{d}" in e.variables() for item in self.kernel.stores
-                   for e in store_index(item.node.shape, space) for d in self.kernel.axes)
-        return self.tiling.parts if full else 1
+        return [item for item in self.kernel.stores
+                if any(f"i{d}" in e.variables()
+                       for e in store_index(item.node.shape, space) for d in self.kernel.axes)]
 
 
 def row_length(kernel: Kernel) -> Dim | None:

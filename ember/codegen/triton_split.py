@@ -122,6 +122,11 @@ class SplitWriting:
         values, *position = self.load_partials(node, scope, [init, "0"])
         return self.finish(node, scope, values, position[0] if position else None)
 
+    def final_grid_parts(self) -> int:
+        """The finishing kernel of a split reduction runs one program per chunk when it stores
+        whole rows (each stores its chunk), else one per row."""
+        return self.tiling.parts if self.split and self.full_stores else 1
+
     @functools.cached_property
     def gathered_levels(self) -> frozenset[int]:
         """The levels whose reductions a gathering stage finishes, each row's chunks combined
