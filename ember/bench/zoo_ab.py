@@ -13,9 +13,10 @@ a name `tile.field` overrides that field of the Triton tile heuristics
 (ember/codegen/triton_tiling.py's Heuristics) while the variant compiles and its kernels build,
 e.g. `ember:tile.column_rblock=64,tile.split_target_programs=1024`.
 Per model and variant: the median of the rounds' ms per call (each round `--calls` calls and a
-device sync), the spread (min-max), the ratio to the first variant, and the largest difference
-of the first call's answer from eager's, and the first call's seconds (compile included; the
-caches are whatever the process and its disk had: run on a fresh machine for a cold figure).
+device sync), the spread (min-max), the ratio to the first variant, the largest difference of
+the third call's answer (once ember's kernels are built) from the first variant's, and the
+first call's seconds (compile included; the caches are whatever the process and its disk
+had: run on a fresh machine for a cold figure).
 """
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def interleaved(runs: dict[str, Callable[[], Any]], rounds: int, calls: int,
 
 
 def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: str):
-    """(step, args, first answer, first call's seconds) with the model compiled as the
-    variant says, first calls made."""
+    """(step, args, the third call's answer, the first call's seconds) with the model
+    compiled as the variant says."""
     step, args = zoo.instantiate(spec, mode, size, device)
     sync = synchronizer(device)
     with compiling_as(variant):
@@ -124,12 +125,13 @@ def _prepared(spec: zoo.ZooModel, variant: str, mode: str, size: str, device: st
         with torch.set_grad_enabled(mode == "train"):
             sync()
             started = time.perf_counter()
-            first = step(*args)
+            step(*args)
             sync()
             seconds = time.perf_counter() - started
-            for _ in range(2):
-                step(*args)
-    return step, args, first, seconds
+            step(*args)
+            wait_for_ember()  # (the first calls may have run eagerly beside the compile)
+            answer = step(*args)  # (every variant's third call: a training step's too)
+    return step, args, answer, seconds
 
 
 def _difference(a: Any, b: Any) -> float:
