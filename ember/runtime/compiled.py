@@ -245,9 +245,20 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
     (The same tensor passed twice fails the tensor guards and recompiles, as Dynamo's
     duplicate-input guard does. Parameters are left out: one shared between two places is
     one object, one input.)"""
-    memory = [t.untyped_storage().data_ptr()
-              if type(t) is not torch.nn.Parameter and t.numel() else None for t in tensors]
-    aliased = any(memory[i] is not None and memory.count(memory[i]) > 1
+    # each input's storage by where its memory begins (a view's pointer less its offset:
+    # cheaper than untyped_storage(), which makes an object), counted in one pass — a
+    # ResNet-50's 159 written batch-norm statistics against its 320 inputs took 0.2 ms a
+    # call counted input by input
+    memory: list[int | None] = []
+    users: dict[int, int] = {}
+    for t in tensors:
+        if type(t) is torch.nn.Parameter or not t.numel():
+            memory.append(None)
+            continue
+        base = t.data_ptr() - t.storage_offset() * t.element_size()
+        memory.append(base)
+        users[base] = users.get(base, 0) + 1
+    aliased = any(memory[i] is not None and users[memory[i]] > 1
                   for i in written if i < len(memory))
     if aliased and label not in told:
         told.add(label)
