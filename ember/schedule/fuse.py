@@ -66,6 +66,7 @@ class Scheduler(Realizing):
         self._decided = False  # (every realized node known: temps may inherit a layout)
         self._reads: dict[tuple[Node, Space], tuple[tuple[Node, Index], ...]] = {}
         self._inherited: dict[Node, tuple[int, ...] | None] = {}
+        self._held_in: dict[Node, frozenset[Node]] = {}  # (_reaches' answers, per node)
 
 
     # -- reads ----------------------------------------------------------------------------
@@ -420,19 +421,33 @@ class Scheduler(Realizing):
     def _reaches(self, node: Node, target: Node) -> bool:
         """Is `node` held in `target`'s memory: target itself, a view of it, or the result of
         a library op that returns a view of its operands?"""
-        stack, seen = [node], set()
+        return target in self._memory_of(node)
+
+    def _memory_of(self, node: Node) -> frozenset[Node]:
+        """`node` and every node whose memory holds it (what it views, through views, items
+        and library ops that return views of their operands), kept per node: a graph that
+        writes its inputs asks of every later step's reads for each input written (a
+        ResNet-50 training graph's 159 batch-norm statistics: 0.5 s walked anew each time)."""
+        held_in = self._held_in
+        stack = [node]  # (no recursion: a long chain of views is a long walk)
         while stack:
-            node = stack.pop()
-            if node is target:
-                return True
-            if node in seen:
+            current = stack[-1]
+            if current in held_in:
+                stack.pop()
                 continue
-            seen.add(node)
-            if node.kind is Kind.VIEW or node.op is Op.ITEM:
-                stack.append(node.inputs[0])
-            elif node.op is Op.LIBRARY and returns_views(node.attrs):
-                stack.extend(node.inputs)
-        return False
+            if current.kind is Kind.VIEW or current.op is Op.ITEM:
+                held = current.inputs[:1]
+            elif current.op is Op.LIBRARY and returns_views(current.attrs):
+                held = current.inputs
+            else:
+                held = ()
+            missing = [n for n in held if n not in held_in]
+            if missing:
+                stack.extend(missing)
+                continue
+            held_in[current] = frozenset([current]).union(*(held_in[n] for n in held))
+            stack.pop()
+        return held_in[node]
 
     # -- lifetimes ------------------------------------------------------------------------
     def lifetimes(self, plan: Plan) -> list[list[Buffer]]:
