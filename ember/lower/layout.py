@@ -181,7 +181,15 @@ def _geometry(func: Any, device_type: str, leaves: list, spec: Any) -> tuple | N
 # op -> whether row-major operands may keep the meta kernel's layout (no run then)
 LAYOUTS_FROM_A_RUN = {torch.ops.aten.convolution.default: True,
                       torch.ops.aten.convolution_backward.default: True,
-                      torch.ops.aten._linalg_svd.default: False}
+                      torch.ops.aten._linalg_svd.default: False,
+                      # LAPACK's column-major eigenvectors, where the meta kernel says
+                      # row-major
+                      torch.ops.aten.linalg_eig.default: False,
+                      # pocketfft's and cuFFT's results are row-major over the transformed
+                      # dims, where the meta kernels permute them
+                      torch.ops.aten._fft_r2c.default: False,
+                      torch.ops.aten._fft_c2c.default: False,
+                      torch.ops.aten._fft_c2r.default: False}
 
 # Results of CPU kernels that differ in shape from the meta kernels' (by op).
 CPU_RESULTS = {
