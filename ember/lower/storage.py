@@ -14,6 +14,7 @@ import torch
 
 from ember.ir.graph import Node
 from ember.ir.ops import VIEWS, Op
+from ember.lower import meta_results
 from ember.lower.mutation import (
     CloneAndCall,
     dense_storage,
@@ -161,7 +162,7 @@ class ViewsAndWrites:
             f_kwargs = {k: v for k, v in kwargs.items() if k not in out_names}
             f_template = {k: v for k, v in template_kwargs.items() if k not in out_names}
             try:
-                f_out = functional(*args, **f_kwargs)
+                f_out = meta_results.call(functional, args, f_kwargs)
             except Exception as error:
                 raise Unsupported(f"{functional} cannot run on meta tensors: {error}") from error
             values = tree_flatten(self._lower(functional, args, f_kwargs, f_template, f_out))[0]

@@ -22,7 +22,10 @@ from ember.ir import dtypes
 from ember.ir.graph import Graph, Node
 from ember.ir.library import Slot
 from ember.ir.ops import Op
-from ember.lower import rules  # noqa: F401  (fills the lowerings table)
+from ember.lower import (
+    meta_results,
+    rules,  # noqa: F401  (fills the lowerings table)
+)
 from ember.lower.builder import Builder, row_major
 from ember.lower.devices import graph_device, resolve, same_device
 from ember.lower.layout import ROW_MAJOR_RESULTS, eager_layout
@@ -183,8 +186,11 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
+        fresh = not written and func not in UNTRACKED_VIEWS and \
+            not any(r.alias_info is not None for r in schema.returns)
         try:
-            out = func(*args, **kwargs)
+            # (a functional op's meta result, kept by its arguments' geometry: meta_results)
+            out = meta_results.call(func, args, kwargs) if fresh else func(*args, **kwargs)
         except Exception as error:
             decomposed = None if written else \
                 self._decomposed_instead(func, args, kwargs, error)

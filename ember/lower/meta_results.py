@@ -1,0 +1,134 @@
+"""Results of functional ops on meta tensors, kept by what they depend on.
+
+The tracer runs every op on meta tensors to learn its result's shape, dtype and strides. A
+meta kernel written in Python is slow: batch norm's is torch's decomposition, about twenty
+ops, 8 ms a call; an add's, type promotion and TensorIterator's layout in Python, about
+0.5 ms. A model repeats its layers, and each repeat asks the same questions (ResNet-50's 53
+batch norms have 16 shapes; a transformer's layers are all alike). A meta tensor holds no
+data, so a functional op's result depends on nothing but its arguments' metadata and values:
+the answer is kept by those and given again as fresh meta tensors of the same geometry.
+
+Kept only where that is sure: plain tensors and plain values in, fresh dense tensors out
+(none of them a view of an input or of each other, none with a symbolic size), no write.
+Anything else runs the meta kernel as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import torch
+
+from ember.torch_internals import tree_flatten, tree_unflatten
+
+_KEPT_MOST = 4096  # (entries: a few hundred bytes each)
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format,
+          torch.layout)
+
+_kept: OrderedDict[tuple, tuple] = OrderedDict()
+_lock = threading.Lock()
+
+
+def call(func: Any, args: tuple, kwargs: dict) -> Any:
+    """func(*args, **kwargs) on meta tensors, from the kept answer where there is one."""
+    key = _key(func, args, kwargs)
+    if key is None:
+        return func(*args, **kwargs)
+    with _lock:
+        found = _kept.get(key)
+        if found is not None:
+            _kept.move_to_end(key)
+    if found is not None:
+        return _fresh(found)
+    out = func(*args, **kwargs)
+    answer = _answer(out, args, kwargs)
+    if answer is not None:
+        with _lock:
+            _kept[key] = answer
+            if len(_kept) > _KEPT_MOST:
+                _kept.popitem(last=False)
+    return out
+
+
+def clear() -> None:
+    with _lock:
+        _kept.clear()
+
+
+def _key(func: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """What the meta result depends on, or None where an argument is not plain (a symbolic
+    size, a generator, a tensor subclass or one on a real device)."""
+    parts: list[Any] = [func, torch.is_grad_enabled(), torch.get_default_dtype()]
+    if not _describe(args, parts):
+        return None
+    for name in sorted(kwargs):
+        parts.append(name)
+        if not _describe(kwargs[name], parts):
+            return None
+    return tuple(parts)
+
+
+def _describe(value: Any, parts: list) -> bool:
+    kind = type(value)
+    if kind is torch.Tensor:
+        if value.device.type != "meta" or value.is_conj() or value.is_neg() or \
+                value.requires_grad:
+            return False
+        shape, stride = value.shape, value.stride()
+        if not all(type(n) is int for n in (*shape, *stride)):
+            return False
+        parts.append((tuple(shape), stride, value.storage_offset(), value.dtype))
+        return True
+    if kind in (tuple, list):
+        parts.append((kind, len(value)))
+        return all(_describe(item, parts) for item in value)
+    if kind in _PLAIN:
+        parts.append((kind, value))
+        return True
+    return False
+
+
+def _answer(out: Any, args: tuple, kwargs: dict) -> tuple | None:
+    """`out` as what rebuilds it (its tree, and per leaf a tensor's geometry or the plain
+    value), or None where a fresh copy would not be the same: a tensor that is a view of an
+    input or of another result, not dense from its storage's start, or symbolic."""
+    leaves, spec = tree_flatten(out)
+    inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0]
+              if type(t) is torch.Tensor}
+    storages: set[int] = set()
+    kept: list[Any] = []
+    for leaf in leaves:
+        if type(leaf) is torch.Tensor:
+            if leaf.device.type != "meta" or leaf.requires_grad or leaf.is_conj() or \
+                    leaf.is_neg() or leaf.storage_offset() != 0 or leaf._base is not None:
+                return None
+            shape, stride = tuple(leaf.shape), leaf.stride()
+            if not all(type(n) is int for n in (*shape, *stride)) or \
+                    leaf.untyped_storage().nbytes() != _dense_bytes(shape, stride,
+                                                                    leaf.element_size()):
+                return None
+            storage = leaf.untyped_storage()._cdata
+            if storage in inputs or storage in storages:
+                return None
+            storages.add(storage)
+            kept.append((shape, stride, leaf.dtype))
+        elif type(leaf) in _PLAIN:
+            kept.append(leaf)
+        else:
+            return None
+    return spec, tuple(kept)
+
+
+def _dense_bytes(shape: tuple, stride: tuple, itemsize: int) -> int:
+    if any(n == 0 for n in shape):
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * itemsize
+
+
+def _fresh(answer: tuple) -> Any:
+    spec, kept = answer
+    leaves = [torch.empty_strided(item[0], item[1], dtype=item[2], device="meta")
+              if type(item) is tuple else item for item in kept]
+    return tree_unflatten(leaves, spec)
