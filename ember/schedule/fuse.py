@@ -66,7 +66,7 @@ class Scheduler(Realizing):
         self._decided = False  # (every realized node known: temps may inherit a layout)
         self._reads: dict[tuple[Node, Space], tuple[tuple[Node, Index], ...]] = {}
         self._inherited: dict[Node, tuple[int, ...] | None] = {}
-        self._held_in: dict[Node, frozenset[Node]] = {}  # (_reaches' answers, per node)
+        self._held_in: dict[Node, frozenset[Node]] = {}  # (_roots_of's answers, per node)
 
 
     # -- reads ----------------------------------------------------------------------------
@@ -419,15 +419,16 @@ class Scheduler(Realizing):
         return True
 
     def _reaches(self, node: Node, target: Node) -> bool:
-        """Is `node` held in `target`'s memory: target itself, a view of it, or the result of
-        a library op that returns a view of its operands?"""
-        return target in self._memory_of(node)
+        """Is `node` held in `target`'s memory, target being a graph input: target itself, a
+        view of it, or the result of a library op that returns a view of its operands?"""
+        return node is target or target in self._roots_of(node)
 
-    def _memory_of(self, node: Node) -> frozenset[Node]:
-        """`node` and every node whose memory holds it (what it views, through views, items
-        and library ops that return views of their operands), kept per node: a graph that
-        writes its inputs asks of every later step's reads for each input written (a
-        ResNet-50 training graph's 159 batch-norm statistics: 0.5 s walked anew each time)."""
+    def _roots_of(self, node: Node) -> frozenset[Node]:
+        """The nodes at the ends of the chains of views, items and library ops returning
+        views of their operands that hold `node` (itself where none does), kept per node:
+        the in-place check asks of every later step's reads for each input written (a
+        ResNet-50 training graph's 159 batch-norm statistics: 0.5 s walked anew each time).
+        Only the ends are kept, so a long chain costs no more than its length."""
         held_in = self._held_in
         stack = [node]  # (no recursion: a long chain of views is a long walk)
         while stack:
@@ -445,7 +446,8 @@ class Scheduler(Realizing):
             if missing:
                 stack.extend(missing)
                 continue
-            held_in[current] = frozenset([current]).union(*(held_in[n] for n in held))
+            held_in[current] = frozenset().union(*(held_in[n] for n in held)) if held \
+                else frozenset([current])
             stack.pop()
         return held_in[node]
 
