@@ -2,9 +2,10 @@
 
 The tracer runs every op on meta tensors to learn its result's shape, dtype and strides. A
 meta kernel written in Python is slow: batch norm's is torch's decomposition, about twenty
-ops, 8 ms a call; an add's, type promotion and TensorIterator's layout in Python, about
-0.5 ms. A model repeats its layers, and each repeat asks the same questions (ResNet-50's 53
-batch norms have 16 shapes; a transformer's layers are all alike). A meta tensor holds no
+ops, 1.4 ms a call on a CPU of 2026 (several under a profiler); a ReLU's, type promotion and
+TensorIterator's layout in Python, 0.4 ms. A model repeats its layers, and each repeat asks
+the same questions (ResNet-50's 53 batch norms have 16 shapes: its training forward asks
+280 questions, 224 of them repeats; a transformer's layers are all alike). A meta tensor holds no
 data, so a functional op's result depends on nothing but its arguments' metadata and values:
 the answer is kept by those and given again as fresh meta tensors of the same geometry.
 

@@ -247,8 +247,8 @@ def shares_written_memory(tensors: Any, written: list[int], label: str, told: se
     one object, one input.)"""
     # each input's storage by where its memory begins (a view's pointer less its offset:
     # cheaper than untyped_storage(), which makes an object), counted in one pass — a
-    # ResNet-50's 159 written batch-norm statistics against its 320 inputs took 0.2 ms a
-    # call counted input by input
+    # ResNet-50's 159 written batch-norm statistics against its 320 inputs took 1.1 ms a
+    # call on the CPU counted input by input, 0.3 in one pass
     memory: list[int | None] = []
     users: dict[int, int] = {}
     for t in tensors:
