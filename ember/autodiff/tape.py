@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
+from ember import logs
 from ember.ir.library import fill
 from ember.ir.sizes import any_symbolic, guess
 from ember.lower.registry import Unsupported
@@ -128,21 +130,35 @@ def taped_call(call: TapedCall, *operands: torch.Tensor) -> Any:
     outputs = tuple(result) if call.tuple_result else (result,)
     tape.entries[call.index] = (outputs, [leaf for leaf, wanted in
                                           zip(leaves, call.differentiable) if wanted])
-    detached = tuple(_planned(o.detach(), strides) if isinstance(o, torch.Tensor) else o
+    detached = tuple(_planned(call, o.detach(), strides) if isinstance(o, torch.Tensor)
+                     else o
                      for o, strides in zip(outputs, call.layouts or (None,) * len(outputs)))
     return detached if call.tuple_result else detached[0]
 
 
-def _planned(result: torch.Tensor, strides: tuple | None) -> torch.Tensor:
+# taped calls whose relaid result was said on the fallbacks channel (once each)
+_relaid_told: weakref.WeakSet = weakref.WeakSet()
+
+
+def _planned(call: TapedCall, result: torch.Tensor, strides: tuple | None) -> torch.Tensor:
     """`result` in the layout the graph planned: an op may lay its result out otherwise when
     its operands require grad (attention with a mask that requires grad, T5's position bias,
-    takes another kernel than the no-grad run the plan asked) — copied then, values kept."""
+    takes another kernel than the no-grad run the plan asked) — copied then, values kept,
+    and said once per call on the fallbacks channel: where the result is also the graph's
+    output, its strides are the plan's, not eager's."""
     if strides is None or result.numel() == 0:
         return result
     if isinstance(strides, DenseOrder):
         strides = strides.strides(result.shape)
     if tuple(result.stride()) == tuple(strides):
         return result
+    if call not in _relaid_told:
+        _relaid_told.add(call)
+        logs.channel("fallbacks").info(
+            "%s under autograd laid out its result with strides %s, not the planned %s: "
+            "copied into the planned layout (values kept; as a graph output its strides "
+            "are the plan's, not eager's)", call.target, tuple(result.stride()),
+            tuple(strides))
     relaid = torch.empty_strided(result.shape, strides, dtype=result.dtype,
                                  device=result.device)
     return relaid.copy_(result)

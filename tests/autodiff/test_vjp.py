@@ -504,3 +504,28 @@ def test_softmax_gradients_do_not_pass_through_the_shifting_max(log):
     check_grad(fn, x, **TOLERANCE)
     graph = compile_graph(torch.fx.symbolic_trace(fn), [x.requires_grad_()])
     assert not any(n.op is Op.MAX for n in graph.split.backward.nodes)
+
+
+def test_a_taped_result_laid_out_otherwise_than_planned_is_said_once(monkeypatch):
+    # (the plan takes a library call's layout from the meta kernel or a run without grad;
+    # where the call under autograd lays its result out otherwise, the tape copies it into
+    # the planned layout — values kept, strides the plan's — and says so once per call.
+    # rfftn's layout is learned from a run on stand-ins; without that run, its meta
+    # kernel's permuted strides are the plan)
+    from helpers import captured_log
+
+    from ember.lower import layout
+
+    monkeypatch.delitem(layout.LAYOUTS_FROM_A_RUN, torch.ops.aten._fft_r2c.default)
+
+    def fn(x):
+        return torch.fft.rfftn(x, norm="ortho")
+
+    compiled = ember.compile(fn)
+    x = make(5, 6, 7).requires_grad_()
+    with captured_log("fallbacks") as said:
+        for _ in range(3):
+            got = compiled(x)
+    torch.testing.assert_close(got, fn(x))
+    relaid = [r.getMessage() for r in said if "not the planned" in r.getMessage()]
+    assert len(relaid) == 1 and "(24, 4, 1)" in relaid[0] and "(6, 1, 30)" in relaid[0]
