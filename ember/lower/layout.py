@@ -137,13 +137,15 @@ def run_on_stand_ins(func, args, kwargs, out, device_type: str,
                                                device=device_type).zero_()
                 return value
 
-            ran = _as_meta(func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs)))
+            ran = fresh_meta(func(*tree_map(stand_in, args), **tree_map(stand_in, kwargs)))
         if key is not None:
             _ran_by_geometry[key] = ran
-    return _as_meta(ran)
+    return fresh_meta(ran)
 
 
-def _as_meta(value: Any) -> Any:
+def fresh_meta(value: Any) -> Any:
+    """`value` with each tensor replaced by a new meta tensor of its geometry (a kept answer
+    handed out again: the copies share no storage with it or with each other)."""
     return tree_map(lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype,
                                                   device="meta")
                     if isinstance(t, torch.Tensor) else t, value)

@@ -22,13 +22,14 @@ from typing import Any
 
 import torch
 
-from ember.torch_internals import tree_flatten, tree_unflatten
+from ember.lower.layout import fresh_meta
+from ember.torch_internals import tree_flatten
 
 _KEPT_MOST = 4096  # (entries: a few hundred bytes each)
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format,
           torch.layout)
 
-_kept: OrderedDict[tuple, tuple] = OrderedDict()
+_kept: OrderedDict[tuple, Any] = OrderedDict()  # (key -> the meta result, kept as made)
 _lock = threading.Lock()
 
 
@@ -42,12 +43,11 @@ def call(func: Any, args: tuple, kwargs: dict) -> Any:
         if found is not None:
             _kept.move_to_end(key)
     if found is not None:
-        return _fresh(found)
+        return fresh_meta(found)
     out = func(*args, **kwargs)
-    answer = _answer(out, args, kwargs)
-    if answer is not None:
+    if _reproducible(out, args, kwargs):
         with _lock:
-            _kept[key] = answer
+            _kept[key] = fresh_meta(out)  # (not `out` itself: the tracer binds it)
             if len(_kept) > _KEPT_MOST:
                 _kept.popitem(last=False)
     return out
@@ -91,45 +91,34 @@ def _describe(value: Any, parts: list) -> bool:
     return False
 
 
-def _answer(out: Any, args: tuple, kwargs: dict) -> tuple | None:
-    """`out` as what rebuilds it (its tree, and per leaf a tensor's geometry or the plain
-    value), or None where a fresh copy would not be the same: a tensor that is a view of an
-    input or of another result, not dense from its storage's start, or symbolic."""
-    leaves, spec = tree_flatten(out)
+def _reproducible(out: Any, args: tuple, kwargs: dict) -> bool:
+    """Would fresh meta tensors of `out`'s geometry be the same answer? Not where a tensor is
+    a view of an input or of another result, does not fill its storage from its start, or
+    has a symbolic size; nor where a leaf is not a tensor or a plain value."""
     inputs = {t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0]
               if type(t) is torch.Tensor}
     storages: set[int] = set()
-    kept: list[Any] = []
-    for leaf in leaves:
-        if type(leaf) is torch.Tensor:
-            if leaf.device.type != "meta" or leaf.requires_grad or leaf.is_conj() or \
-                    leaf.is_neg() or leaf.storage_offset() != 0 or leaf._base is not None:
-                return None
-            shape, stride = tuple(leaf.shape), leaf.stride()
-            if not all(type(n) is int for n in (*shape, *stride)) or \
-                    leaf.untyped_storage().nbytes() != _dense_bytes(shape, stride,
-                                                                    leaf.element_size()):
-                return None
-            storage = leaf.untyped_storage()._cdata
-            if storage in inputs or storage in storages:
-                return None
-            storages.add(storage)
-            kept.append((shape, stride, leaf.dtype))
-        elif type(leaf) in _PLAIN:
-            kept.append(leaf)
-        else:
-            return None
-    return spec, tuple(kept)
+    for leaf in tree_flatten(out)[0]:
+        if type(leaf) is not torch.Tensor:
+            if type(leaf) not in _PLAIN:
+                return False
+            continue
+        if leaf.device.type != "meta" or leaf.requires_grad or leaf.is_conj() or \
+                leaf.is_neg() or leaf.storage_offset() != 0 or leaf._base is not None:
+            return False
+        shape, stride = tuple(leaf.shape), leaf.stride()
+        if not all(type(n) is int for n in (*shape, *stride)) or \
+                leaf.untyped_storage().nbytes() != _dense_bytes(shape, stride,
+                                                                leaf.element_size()):
+            return False
+        storage = leaf.untyped_storage()._cdata
+        if storage in inputs or storage in storages:
+            return False
+        storages.add(storage)
+    return True
 
 
 def _dense_bytes(shape: tuple, stride: tuple, itemsize: int) -> int:
     if any(n == 0 for n in shape):
         return 0
     return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * itemsize
-
-
-def _fresh(answer: tuple) -> Any:
-    spec, kept = answer
-    leaves = [torch.empty_strided(item[0], item[1], dtype=item[2], device="meta")
-              if type(item) is tuple else item for item in kept]
-    return tree_unflatten(leaves, spec)
