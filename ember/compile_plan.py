@@ -18,13 +18,8 @@ import torch
 
 from ember import config, logs, tuning
 from ember.codegen.c import write_source
-from ember.codegen.triton import (
-    Workspace,
-    readers,
-    reads_product_elsewhere,
-    row_length,
-    write_module,
-)
+from ember.codegen.triton import Workspace, row_length
+from ember.codegen.triton_module import readers, reads_product_elsewhere, write_module
 from ember.codegen.triton_rules import TRITON_LIBRARY_OPS
 from ember.codegen.triton_sizes import RowClasses
 from ember.codegen.triton_tiling import row_class

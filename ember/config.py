@@ -164,7 +164,7 @@ FLAGS: tuple[Flag, ...] = (
          "used dropped"),
     Flag("dependent_launch", "EMBER_DEPENDENT_LAUNCH", "1", _flag,
          "Triton on Hopper and later: launch kernels as programmatic dependent launches "
-         "(each starts while the one before it finishes; see codegen/triton.write_module)"),
+         "(each starts while the one before it finishes; see codegen/triton_module.write_module)"),
     Flag("triton_file_key", "EMBER_TRITON_FILE_KEY", "1", _flag,
          "Triton: key its compile cache on its files' names, sizes and times instead of a "
          "hash of their contents (a 400 MB library: ~0.6 s of a process's first compile; "

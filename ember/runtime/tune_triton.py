@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from ember import logs, torch_internals, tuning
-from ember.codegen.triton import KernelLaunches, TritonKernelWriter, write_kernel
+from ember.codegen.triton import KernelLaunches, TritonKernelWriter
 from ember.codegen.triton_candidates import candidate_tilings
+from ember.codegen.triton_module import write_kernel
 from ember.codegen.triton_rules import prelude
 from ember.codegen.triton_tiling import Tiling, choose_tiling
 from ember.runtime import triton_launch

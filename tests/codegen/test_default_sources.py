@@ -43,7 +43,8 @@ def digests(backend: str) -> dict[str, str]:
                 text = "\n\n".join([c.INCLUDES.strip(), c.vector_math_declarations(),
                                      c.PRELUDE.strip(), *(s.text for s in sources)]) + "\n"
             else:
-                from ember.codegen.triton import prelude, write_module
+                from ember.codegen.triton_module import write_module
+                from ember.codegen.triton_rules import prelude
 
                 # (every kernel's own text: the module holds a repeated kernel once)
                 launches = write_module(plan)[1]

@@ -40,7 +40,7 @@ def written(backend):
         plan = schedule(run_passes(trace(torch.fx.symbolic_trace(layers), arguments()).graph))
         if backend == "c":
             return write_source(plan)
-        from ember.codegen.triton import write_module
+        from ember.codegen.triton_module import write_module
 
         text, launches = write_module(plan)
         return text, [kernel for launch in launches for kernel in launch.kernels]
@@ -102,7 +102,7 @@ def centred_arguments():
 
 @pytest.mark.skipif(not config.triton_interpreted(), reason="the Triton interpreter (CPU)")
 def test_split_reductions_are_reused_with_workspaces_of_their_own():
-    from ember.codegen.triton import write_module
+    from ember.codegen.triton_module import write_module
 
     with config.override(backend="triton"), torch.no_grad():
         graph = trace(torch.fx.symbolic_trace(centred_layers), centred_arguments()).graph

@@ -20,7 +20,8 @@ from helpers import check, make, watching_fallbacks
 import ember
 from ember import config
 from ember.codegen import triton_tiling
-from ember.codegen.triton import KernelLaunches, render, write_module
+from ember.codegen.triton import KernelLaunches, render
+from ember.codegen.triton_module import write_module
 from ember.codegen.triton_rules import TANH_SPLIT
 from ember.codegen.triton_tiling import HEURISTICS
 from ember.lower import trace

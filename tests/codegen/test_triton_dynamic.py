@@ -20,7 +20,7 @@ from torch import nn
 import ember
 from ember import config
 from ember.codegen import triton_tiling, wrapper
-from ember.codegen.triton import write_module
+from ember.codegen.triton_module import write_module
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.schedule.fuse import schedule
@@ -307,7 +307,7 @@ from torch import nn
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from ember import config
-from ember.codegen.triton import write_module
+from ember.codegen.triton_module import write_module
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.runtime import triton_launch

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from helpers import check, check_grad, make
 
 from ember import config
-from ember.codegen.triton import write_module
+from ember.codegen.triton_module import write_module
 from ember.codegen.triton_tiling import HEURISTICS
 from ember.lower import trace
 from ember.passes.pipeline import run_passes

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from helpers import captured_log, check
 
-from ember.codegen.triton import readers
+from ember.codegen.triton_module import readers
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
 from ember.schedule.fuse import schedule
