@@ -223,6 +223,10 @@ FLAGS: tuple[Flag, ...] = (
          "CPU: compute a depthwise convolution in ember's kernels, as a sum over its taps, "
          "and in a backward its weight's gradient where that sums few products (0: eager's "
          "calls; see passes/convolution_depthwise.py)"),
+    Flag("factored_sums", "EMBER_FACTORED_SUMS", "1", _flag,
+         "training: take factors constant along a broadcast's gradient sum out of the sum, "
+         "so that a normalization's backward sums what eager's does (0: the sums of the "
+         "products; see autodiff/broadcast_sums.py)"),
     Flag("max_autotune", "EMBER_MAX_AUTOTUNE", "0", _flag,
          "time a few configurations of each generated kernel at compile time and keep the "
          "fastest, recorded in the disk cache (what mode=\"max-autotune\" turns on; see "
@@ -268,6 +272,7 @@ class Settings:
     convolution_matmul: bool
     convolution_layout: str
     convolution_depthwise: bool
+    factored_sums: bool
     max_autotune: bool
     check_reused_kernels: bool
     profile: bool

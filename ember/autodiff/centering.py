@@ -37,9 +37,9 @@ def sum_without_centered(b: Builder, g: Node, axes: list[int], centered: set[Nod
                          ) -> Node | None:
     """sum_A(g) with g's terms `c * d` (d centered over A, c constant along A) left out, or
     None where g has no such term."""
-    terms = _terms(g, 1, _DEPTH)
-    kept = [(sign, term) for sign, term in terms if not _centered(term, axes, centered)]
-    if len(kept) == len(terms):
+    found = terms(g)
+    kept = [(sign, term) for sign, term in found if not _centered(term, axes, centered)]
+    if len(kept) == len(found):
         return None
     if not kept:
         return b.full(0, g.dtype, [1 if d in axes else n for d, n in enumerate(g.shape)])
@@ -52,16 +52,16 @@ def sum_without_centered(b: Builder, g: Node, axes: list[int], centered: set[Nod
     return b.reduce(Op.SUM, value, axes, keepdim=True)
 
 
-def _terms(node: Node, sign: int, depth: int) -> list[tuple[int, Node]]:
+def terms(node: Node, sign: int = 1, depth: int = _DEPTH) -> list[tuple[int, Node]]:
     """`node` as a signed sum of terms, through ADD, SUB and NEG (`depth` of them at most)."""
     if depth and node.op in (Op.ADD, Op.SUB) and node.inputs[0].shape == node.shape and \
             node.inputs[1].shape == node.shape and node.inputs[0].dtype == node.dtype and \
             node.inputs[1].dtype == node.dtype:
         other = sign if node.op is Op.ADD else -sign
-        return _terms(node.inputs[0], sign, depth - 1) + \
-            _terms(node.inputs[1], other, depth - 1)
+        return terms(node.inputs[0], sign, depth - 1) + \
+            terms(node.inputs[1], other, depth - 1)
     if depth and node.op is Op.NEG:
-        return _terms(node.inputs[0], -sign, depth - 1)
+        return terms(node.inputs[0], -sign, depth - 1)
     return [(sign, node)]
 
 
@@ -73,15 +73,15 @@ def _centered(term: Node, axes: list[int], centered: set[Node]) -> bool:
         return _centered(term.inputs[0], axes, centered)
     if term.op is Op.MUL:
         a, c = term.inputs
-        return (_constant_along(c, axes) and _centered(a, axes, centered)) or \
-            (_constant_along(a, axes) and _centered(c, axes, centered))
+        return (constant_along(c, axes) and _centered(a, axes, centered)) or \
+            (constant_along(a, axes) and _centered(c, axes, centered))
     if term.op is Op.DIV:
-        return _constant_along(term.inputs[1], axes) and \
+        return constant_along(term.inputs[1], axes) and \
             _centered(term.inputs[0], axes, centered)
     return False
 
 
-def _constant_along(node: Node, axes: list[int]) -> bool:
+def constant_along(node: Node, axes: list[int]) -> bool:
     """Does `node` take one value along `axes` (size 1 there, or broadcast from such)?"""
     while node.op is Op.EXPAND:
         node = node.inputs[0]

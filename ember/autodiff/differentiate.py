@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.autodiff.centering import centering_subtractions, sum_without_centered
+from ember.autodiff.broadcast_sums import broadcast_sum
+from ember.autodiff.centering import centering_subtractions
 from ember.autodiff.convolution import convolution_vjp
 from ember.autodiff.library_rules import library_rule
 from ember.autodiff.tape import TapedCall, planned_layout, taped_call, taped_vjp
@@ -202,17 +203,16 @@ class _Differentiator:
                         return tuple(strides)
         return _inherited_layout(node) or node.strides or row_major(node.shape)
 
-    def _centered_sum(self, node: Node, g: Node) -> Node | None:
-        """The gradient of a mean broadcast back by `node` and subtracted from its own
-        operand (`x - mean(x)`), the cotangent's terms that are zero left out of its sum
-        (centering.py), or None where there are none."""
+    def _broadcast_sum(self, node: Node, g: Node) -> Node | None:
+        """The gradient of what `node` broadcasts, the cotangent's zero terms left out of its
+        sum (where it broadcasts a mean subtracted from its own operand: centering.py) and its
+        factors constant along the sum taken out (broadcast_sums.py), or None where neither
+        applies."""
         if self._users is None:
             self._users = self.graph.users()
         centered = {self.primals[sub] for sub in centering_subtractions(node, self._users)
                     if sub in self.primals}
-        if not centered:
-            return None
-        return sum_without_centered(self.b, g, grown_axes(node), centered)
+        return broadcast_sum(self.b, g, grown_axes(node), centered)
 
     # -- forward values inside the backward ----------------------------------------------
     def primal(self, node: Node) -> Node:
@@ -282,7 +282,7 @@ class _Differentiator:
                                         [source in self.needs for source in node.inputs])
                 if found is NotImplemented:
                     found = self._library(node, {0: g})
-            elif node.op is Op.EXPAND and (summed := self._centered_sum(node, g)) is not None:
+            elif node.op is Op.EXPAND and (summed := self._broadcast_sum(node, g)) is not None:
                 found = [summed]
             else:
                 rule = vjp_rules.get(node.op)
