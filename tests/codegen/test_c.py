@@ -114,3 +114,39 @@ def test_a_channels_last_kernel_walks_memory_in_order():
     assert "for (int64_t i1 = 0; i1 < 8; i1++)" in text   # c, innermost
     assert "[(8*i0 + i1)]" in text
     check(fn, *args, kernels=1)
+
+
+def test_a_costly_per_channel_value_is_computed_once_per_channel():
+    """A batch norm in eval over a channels-last image: its scale, w / sqrt(var + eps), is
+    one value per channel, and the channel loop is the innermost: it is computed into a table
+    before the loops (a square root and a division per pixel otherwise), the pixel loop
+    reads the table; answers eager's."""
+    def fn(x, mean, var, w, b):
+        return torch.relu(F.batch_norm(x, mean, var, w, b, training=False))
+
+    x = torch.randn(2, 8, 5, 6).to(memory_format=torch.channels_last)
+    args = (x, torch.randn(8), torch.rand(8) + 0.5, torch.randn(8), torch.randn(8))
+    text = kernel_text(fn, *args)
+    tables = re.findall(r"float (t\d+)\[8\];", text)
+    assert tables
+    loops = text.index("for (int64_t i0 = 0; i0 < 60; i0++)")
+    assert "sqrtf(" in text and text.rindex("sqrtf(") < loops
+    assert all(f"{table}[i1]" in text[loops:] for table in tables)
+    check(fn, *args, kernels=1)
+
+
+def test_a_cheap_or_row_major_per_channel_value_is_not_tabled():
+    # (a multiply and an add per pixel cost what a table's load does; in NCHW order the
+    # channel loop is outside the pixels', where the value is computed once anyway)
+    def cheap(x, scale, shift):
+        return torch.relu(x * scale[:, None, None] + shift[:, None, None])
+
+    def costly(x, scale):
+        return x / scale[:, None, None].exp()
+
+    image = torch.randn(2, 8, 5, 6)
+    assert "[8];" not in kernel_text(cheap, image.to(memory_format=torch.channels_last),
+                                     torch.randn(8), torch.randn(8))
+    text = kernel_text(costly, image, torch.randn(8))
+    assert "[8];" not in text and "expf(" in text
+    check(costly, image, torch.randn(8), kernels=1)
