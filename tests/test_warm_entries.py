@@ -489,6 +489,39 @@ def test_inlined_code_is_vouched_for_only_by_the_file_that_holds_it(tmp_path, mo
         records.inlined_file(code)
 
 
+def test_a_file_older_than_the_process_vouches_for_its_code_uncompiled(tmp_path, monkeypatch):
+    # (a library's files, installed before the process started: the process imported them
+    # as they are; compiling them again to compare would cost about a second for BERT's)
+    path = tmp_path / "installed_before.py"
+    path.write_text("def triple(x):\n    return x * 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import installed_before
+
+    code = installed_before.triple.__code__
+    compiled = []
+    codes_of = records._codes_of
+    monkeypatch.setattr(records, "_codes_of", lambda *a: compiled.append(a) or codes_of(*a))
+    # (as if the process had started an hour from now: the file is older than it)
+    monkeypatch.setattr(records, "_process_start", lambda: time.time() + 3600)
+    assert records.inlined_file(code)[0] == os.path.realpath(path)
+    assert compiled == []
+    # (the file as changed since the process started: compiled and compared)
+    monkeypatch.setattr(records, "_process_start", lambda: time.time() - 3600)
+    assert records.inlined_file(code)[0] == os.path.realpath(path)
+    assert len(compiled) == 1
+    path.write_text("def triple(x):\n    return x * 4\n")
+    with pytest.raises(records.NotKept):
+        records.inlined_file(code)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="read from Linux's /proc")
+def test_the_process_start_is_known_and_past():
+    started = records._process_start()
+    assert started is not None and started <= time.time() + 1  # (the clock tick's rounding)
+    assert not records._older_than_this_process(__file__) or \
+        os.stat(__file__).st_mtime < started
+
+
 def test_a_file_s_digest_follows_its_edits(tmp_path):
     path = tmp_path / "edited.py"
     for text, age in (("x = 1\n", 10), ("x = 2\n", 10), ("x = 3\n", 0), ("x = 4\n", 0)):

@@ -116,17 +116,44 @@ _realpath = functools.lru_cache(maxsize=4096)(os.path.realpath)
 
 
 def inlined_file(code: types.CodeType) -> tuple[str, str]:
-    """(path, digest) of the file whose source gives `code`, checked: the file compiled now
-    must hold that very code (a file edited after its module was imported would otherwise
-    vouch for code this process never ran)."""
+    """(path, digest) of the file whose source gives `code`, checked: the file must hold
+    that very code (a file edited after its module was imported would otherwise vouch for
+    code this process never ran). A file last modified before this process started holds
+    it (the process imported the file as it is); a newer one is compiled again and its
+    code compared (a model library's files: compiling BERT's took about a second)."""
     if not os.path.isabs(code.co_filename):  # (a path relative to a folder since left)
         raise NotKept(f"it inlined {code.co_qualname}, from {code.co_filename}")
     path = _realpath(code.co_filename)
     digest = file_digest(path)
-    if digest is None or code_digest(code) not in _codes_of(code.co_filename, digest):
+    if digest is None or not (_older_than_this_process(path) or
+                              code_digest(code) in _codes_of(code.co_filename, digest)):
         raise NotKept(f"it inlined {code.co_qualname}, whose file ({code.co_filename}) does "
                       f"not hold its code now")
     return path, digest
+
+
+def _older_than_this_process(path: str) -> bool:
+    """Was the file last modified (its contents or its metadata) before this process
+    started, by more than the clocks' resolution? False where either time is unknown."""
+    started = _process_start()
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    return started is not None and max(status.st_mtime, status.st_ctime) < started - 2.0
+
+
+@functools.cache
+def _process_start() -> float | None:
+    """This process's start, in seconds since the epoch (Linux's /proc), or None."""
+    try:
+        with open("/proc/self/stat", "rb") as file:
+            fields = file.read().rsplit(b")", 1)[1].split()
+        with open("/proc/stat", "rb") as file:
+            boot = next(int(line.split()[1]) for line in file if line.startswith(b"btime"))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 @functools.lru_cache(maxsize=64)
