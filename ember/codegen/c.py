@@ -36,6 +36,7 @@ from ember.codegen.c_rules import (
     store,
     vector_math_declarations,
 )
+from ember.codegen.c_tables import LaneTables
 from ember.codegen.text import SYMBOL_NAME, Scope
 from ember.codegen.text import c_int as _int
 from ember.codegen.text import render_c as render
@@ -84,16 +85,7 @@ _COSTLY_CALL = re.compile(r"\b(?:ember_\w+|(?:exp|expm1|exp2|log|log1p|log2|log1
                           r"pow|lgamma|tgamma|cbrt|hypot)f?)\(")
 COSTLY_CALL_WEIGHT = 8
 
-# Lane tables (CKernelWriter.table): positions a table holds at most, and the ops cheap enough
-# to compute again where they are used (a table's load costs about as much)
-_TABLE_LIMIT = 4096
-_CHEAP = frozenset({Op.NEG, Op.STOP_GRADIENT, Op.ABS, Op.ADD, Op.SUB, Op.MUL, Op.MAXIMUM,
-                    Op.MINIMUM, Op.WHERE, Op.CAST, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE,
-                    Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR, Op.LOGICAL_NOT,
-                    Op.BITWISE_NOT, Op.SIGN, Op.COPYSIGN, Op.ISNAN, Op.ISINF})
-
-
-class CKernelWriter(IndexedReads, ColumnMode):
+class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
                  column: int | None = None, costly_calls: int = 0,
                  tuning: CTuning | None = None):
@@ -237,64 +229,6 @@ class CKernelWriter(IndexedReads, ColumnMode):
             result = self.generate(node, index, target)
         target.memo[key] = result
         return result
-
-    def table(self, node: Node, index: Index, scope: Scope) -> str | None:
-        """A costly value of the vectorized loop's position alone, that loop inside others (a
-        batch norm's per-channel scale, `w / sqrt(var + eps)`, in a channels-last image's
-        loop over channels), computed once per position into a table before the loops and
-        read from it inside: computed where it is used, the inner loop would repeat its square
-        root and division for every pixel. The same expressions in the same order: the same
-        values. None where that does not apply (the value is computed in place)."""
-        if self.tabling or self.column is not None or self.root is None:
-            return None
-        names = set().union(*(e.variables() for e in index))
-        if len(names) != 1:
-            return None
-        (name,) = names
-        if name != self.simd_loop:
-            return None
-        extent = self.extents.get(name)
-        loop = self.defined_at.get(name)
-        if loop is not scope or loop.depth < 2 or not isinstance(extent, int) or \
-                not 1 < extent <= _TABLE_LIMIT or not self._tabulable(node):
-            return None
-        table, position = self.fresh("t"), self.fresh("v")
-        body = Scope(self.root, 1)
-        self.defined_at[name], self.tabling = body, True
-        try:
-            value = self.generate(node, index, body)
-        finally:
-            self.defined_at[name], self.tabling = loop, False
-        kind = compute_type(node.dtype)
-        self.emit(self.root, f"{kind} {table}[{extent}];")
-        self.emit(self.root, "#pragma omp simd")
-        self.emit(self.root, f"for (int64_t {name} = 0; {name} < {extent}; {name}++) {{")
-        for line in body.lines + [f"{table}[{name}] = {value};"]:
-            self.emit(self.root, "    " + line)
-        self.emit(self.root, "}")
-        self.emit(scope, f"{kind} {position} = {table}[{name}];")
-        return position
-
-    def _tabulable(self, node: Node) -> bool:
-        """Is `node` computed from loads and constants by pointwise ops and views alone, one
-        of them costlier than an add or a multiply?"""
-        costly, stack, seen = False, [node], set()
-        while stack:
-            current = stack.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            buffer = self.buffer_of.get(current)
-            if current.op is Op.FULL or (buffer is not None and current not in self.members
-                                         and buffer.role != "alias"
-                                         and current not in self.reloadable):
-                continue
-            if current.kind is Kind.POINTWISE:
-                costly = costly or current.op not in _CHEAP
-            elif current.kind is not Kind.VIEW:
-                return False
-            stack.extend(current.inputs)
-        return costly
 
     def define(self, scope: Scope, dtype: torch.dtype, expression: str) -> str:
         self.costly_calls += len(_COSTLY_CALL.findall(expression))
