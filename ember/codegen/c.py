@@ -146,7 +146,7 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
         # loops (see table)
         self.root: Scope | None = None
         self.extents: dict[str, Dim] = {}
-        self.tabling = False
+        self.tables: dict[tuple, str] = {}  # (a value at its positions -> its table)
         last = self.inner_groups[-1:] if kernel.axes else self.outer_groups[-1:]
         self.simd_loop = f"{'j' if kernel.axes else 'i'}{last[0][0]}" if last else None
 

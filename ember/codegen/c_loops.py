@@ -87,6 +87,11 @@ def _kept_dim_is_contiguous(writer: CKernelWriter, dim: int) -> bool:
                    for prefix in _prefixes(offset) for d in writer.inner_dims]
         if not any(strides):
             continue
+        # (nor do reads of one small vector the same for every kept position, a layer
+        # norm's weight along the channels it normalizes: it stays in L1, where the image
+        # streams)
+        if not any(offset.coefficient(Var(f"i{d}", shape[d])) for d in writer.outer_dims):
+            continue
         if offset.coefficient(Var(f"i{dim}", shape[dim])) == 1:
             along_kept += 1
         if any(stride in (1, 2) for stride in strides):

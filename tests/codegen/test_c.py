@@ -150,3 +150,26 @@ def test_a_cheap_or_row_major_per_channel_value_is_not_tabled():
     text = kernel_text(costly, image, torch.randn(8))
     assert "[8];" not in text and "expf(" in text
     check(costly, image, torch.randn(8), kernels=1)
+
+
+def test_a_layer_norm_across_a_row_major_image_s_channels_tables_its_statistics():
+    """ConvNeXt's layer norm over the channels of a row-major image (permuted channels-last):
+    its reductions walk the image along its pixels (column mode, the lanes contiguous, the
+    channels' stride ignored where only the weights stream along them), and the mean and
+    1 / sqrt(var + eps) of each pixel are computed once into tables of the block's lanes:
+    the variance's loop and the normalizing loop over the channels read the one mean table;
+    answers eager's."""
+    def fn(x, w, b):
+        return F.layer_norm(x.permute(0, 2, 3, 1), x.shape[1:2], w, b)
+
+    args = (torch.randn(2, 48, 8, 8), torch.randn(48), torch.randn(48))
+    text = kernel_text(fn, *args)
+    assert "lanes" in text
+    tables = re.findall(r"float (t\d+)\[\d+\];", text)
+    assert len(tables) == 2
+    last = text.rindex("for (int64_t j")
+    assert "sqrtf(" in text and text.rindex("sqrtf(") < last
+    assert all(f"{table}[l" in text[last:] for table in tables)
+    # (the mean's table: filled, read by the variance's loop and by the normalizing loop)
+    assert sorted(text.count(f"{table}[l") for table in tables) == [2, 3]
+    check(fn, *args, kernels=1)
