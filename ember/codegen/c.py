@@ -85,6 +85,7 @@ _COSTLY_CALL = re.compile(r"\b(?:ember_\w+|(?:exp|expm1|exp2|log|log1p|log2|log1
                           r"pow|lgamma|tgamma|cbrt|hypot)f?)\(")
 COSTLY_CALL_WEIGHT = 8
 
+
 class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
     def __init__(self, kernel: Kernel, plan: Plan, groups=None, checks: bool = False,
                  column: int | None = None, costly_calls: int = 0,
