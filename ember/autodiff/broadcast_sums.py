@@ -21,7 +21,7 @@ EMBER_FACTORED_SUMS=0 leaves the factors in.
 from __future__ import annotations
 
 from ember import config
-from ember.autodiff.centering import constant_along, sum_without_centered, terms
+from ember.autodiff.centering import constant_along, sums_to_zero, terms
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
@@ -34,30 +34,41 @@ def broadcast_sum(b: Builder, g: Node, axes: list[int], centered: set[Node]) -> 
     neither applies (the plain sum is the answer)."""
     if not axes:
         return None
-    if centered:
-        without = sum_without_centered(b, g, axes, centered)
-        if without is not None:
-            if without.op is not Op.SUM:
-                return without  # (every term was zero)
-            g = without.inputs[0]
-    else:
-        without = None
-    kept = terms(g)
-    if len(kept) != 1 or not g.dtype.is_floating_point or not config.settings.factored_sums:
-        return without
-    sign, term = kept[0]
+    found = terms(g)
+    kept = [(sign, term) for sign, term in found
+            if not (centered and sums_to_zero(term, axes, centered))]
+    if not kept:
+        return b.full(0, g.dtype, [1 if d in axes else n for d, n in enumerate(g.shape)])
+    if len(kept) == 1 and g.dtype.is_floating_point and config.settings.factored_sums:
+        factored = _factored_sum(b, *kept[0], axes)
+        if factored is not None:
+            return factored
+    if len(kept) == len(found):
+        return None
+    value = None
+    for sign, term in kept:
+        if value is None:
+            value = term if sign > 0 else b.unary(Op.NEG, term)
+        else:
+            value = b.add(value, term) if sign > 0 else b.sub(value, term)
+    return b.reduce(Op.SUM, value, axes, keepdim=True)
+
+
+def _factored_sum(b: Builder, sign: int, term: Node, axes: list[int]) -> Node | None:
+    """sign * sum_A(term), its factors constant along A taken out, or None where it has
+    none (or a divisor that varies along A)."""
     factors = _factors(term)
     constant = [(op, f) for op, f in factors
-                if constant_along(f, axes) and _unexpanded(f).ndim == g.ndim]
+                if constant_along(f, axes) and _unexpanded(f).ndim == term.ndim]
     varying = sorted((f for op, f in factors if op is Op.MUL and not constant_along(f, axes)),
                      key=lambda f: f.id)
     if not constant or len(varying) + len(constant) != len(factors):
-        return without   # (nothing to take out, or a varying divisor)
+        return None
     product = varying[0] if varying else None
     for factor in varying[1:]:
         product = b.mul(product, factor)
     if product is None:  # (every factor constant: the sum is the count times the product)
-        product = b.full(1, g.dtype, g.shape)
+        product = b.full(1, term.dtype, term.shape)
     summed = b.reduce(Op.SUM, product, axes, keepdim=True)
     for op, factor in constant:
         factor = _unexpanded(factor)

@@ -17,7 +17,6 @@ from __future__ import annotations
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.ir.patterns import broadcast_mean
-from ember.lower.builder import Builder
 
 _DEPTH = 8  # terms looked for this deep in a cotangent's sums
 
@@ -33,25 +32,6 @@ def centering_subtractions(expand: Node, users: dict[Node, list[Node]]) -> list[
             user.inputs[1] is expand]
 
 
-def sum_without_centered(b: Builder, g: Node, axes: list[int], centered: set[Node]
-                         ) -> Node | None:
-    """sum_A(g) with g's terms `c * d` (d centered over A, c constant along A) left out, or
-    None where g has no such term."""
-    found = terms(g)
-    kept = [(sign, term) for sign, term in found if not _centered(term, axes, centered)]
-    if len(kept) == len(found):
-        return None
-    if not kept:
-        return b.full(0, g.dtype, [1 if d in axes else n for d, n in enumerate(g.shape)])
-    value = None
-    for sign, term in kept:
-        if value is None:
-            value = term if sign > 0 else b.unary(Op.NEG, term)
-        else:
-            value = b.add(value, term) if sign > 0 else b.sub(value, term)
-    return b.reduce(Op.SUM, value, axes, keepdim=True)
-
-
 def terms(node: Node, sign: int = 1, depth: int = _DEPTH) -> list[tuple[int, Node]]:
     """`node` as a signed sum of terms, through ADD, SUB and NEG (`depth` of them at most)."""
     if depth and node.op in (Op.ADD, Op.SUB) and node.inputs[0].shape == node.shape and \
@@ -65,19 +45,20 @@ def terms(node: Node, sign: int = 1, depth: int = _DEPTH) -> list[tuple[int, Nod
     return [(sign, node)]
 
 
-def _centered(term: Node, axes: list[int], centered: set[Node]) -> bool:
-    """Is `term` a centered value times (or over) factors constant along `axes`?"""
+def sums_to_zero(term: Node, axes: list[int], centered: set[Node]) -> bool:
+    """Is `term` a centered value times (or over) factors constant along `axes` (its sum
+    along them is zero)?"""
     if term in centered:
         return True
     if term.op is Op.NEG:
-        return _centered(term.inputs[0], axes, centered)
+        return sums_to_zero(term.inputs[0], axes, centered)
     if term.op is Op.MUL:
         a, c = term.inputs
-        return (constant_along(c, axes) and _centered(a, axes, centered)) or \
-            (constant_along(a, axes) and _centered(c, axes, centered))
+        return (constant_along(c, axes) and sums_to_zero(a, axes, centered)) or \
+            (constant_along(a, axes) and sums_to_zero(c, axes, centered))
     if term.op is Op.DIV:
         return constant_along(term.inputs[1], axes) and \
-            _centered(term.inputs[0], axes, centered)
+            sums_to_zero(term.inputs[0], axes, centered)
     return False
 
 

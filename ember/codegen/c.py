@@ -146,7 +146,6 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
         # lane tables: values of the innermost loop's position alone, computed before the
         # loops (see table)
         self.root: Scope | None = None
-        self.extents: dict[str, Dim] = {}
         self.tables: dict[tuple, str] = {}  # (a value at its positions -> its table)
         last = self.inner_groups[-1:] if kernel.axes else self.outer_groups[-1:]
         self.simd_loop = f"{'j' if kernel.axes else 'i'}{last[0][0]}" if last else None
@@ -188,7 +187,6 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
             name = f"{prefix}{group[0]}"
             scope = Scope(scope, scope.depth + 1)
             self.defined_at[name] = scope
-            self.extents[name] = extent
             var = Expr.of(Var(name, extent))
             for d, position in zip(group, unravel(var, tuple(shape[d] for d in group))):
                 index[d] = position

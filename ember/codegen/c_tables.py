@@ -15,7 +15,7 @@ from ember.codegen.c_rules import compute_type
 from ember.codegen.text import Scope
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
-from ember.schedule.expr import Expr, Var
+from ember.schedule.expr import Expr, Opaque, Var
 from ember.schedule.indexing import Index
 
 # Positions a table holds at most, and the ops cheap enough to compute again where they are
@@ -28,7 +28,7 @@ _CHEAP = frozenset({Op.NEG, Op.STOP_GRADIENT, Op.ABS, Op.ADD, Op.SUB, Op.MUL, Op
 
 
 class LaneTables:
-    """The CKernelWriter's tables (its state: root, extents, simd_loop, tables,
+    """The CKernelWriter's tables (its state: root, simd_loop, tables,
     defined_at, column, block_scope, buffer_of, members, reloadable; emit, fresh and
     generate are the writer's)."""
 
@@ -41,57 +41,56 @@ class LaneTables:
         it is used, the inner loop would repeat its square root and division for every
         element. The same expressions in the same order: the same values. None where that
         does not apply (the value is computed in place)."""
-        if self.root is None:
+        lanes = self.column is not None  # (column mode: a table of the block's lanes)
+        where = self.block_scope if lanes else self.root
+        if where is None or scope.depth <= where.depth + 1 or \
+                (not lanes and scope is not self.defined_at.get(self.simd_loop)):
+            return None  # (no loop between the table's place and the value's)
+        atoms = {atom for e in index for atom in e.atoms() if isinstance(atom, (Var, Opaque))}
+        own = [a for a in atoms if isinstance(a, Var) and self.defined_at.get(a.name) is scope]
+        if len(own) != 1 or (lanes and not own[0].name.startswith("l")):
             return None
-        names = set().union(*(e.variables() for e in index))
-        found = [n for n in names if self.defined_at.get(n) is scope]
-        if len(found) != 1:
+        var = own[0]
+        # (the other positions it names are those of the table's place and around it)
+        if any(a is not var and (isinstance(a, Opaque) or a.name not in self.defined_at or
+                                 self.defined_at[a.name].depth > where.depth) for a in atoms):
             return None
-        (name,) = found
-        loop = scope
-        if self.column is None:  # (a table before the kernel's loops, of the loop's extent)
-            extent = self.extents.get(name)
-            if len(names) != 1 or name != self.simd_loop or loop.depth < 2 or \
-                    not isinstance(extent, int) or not 1 < extent <= _TABLE_LIMIT:
-                return None
-            where, size, bound = self.root, extent, str(extent)
-        else:  # (a table of the block's lanes, in the block, before the loops inside it;
-            # the other positions its index names are the block's and those around it)
-            block = self.block_scope
-            if not name.startswith("l") or block is None or loop.depth <= block.depth + 1 or \
-                    any(self.defined_at[n].depth > block.depth for n in names - {name}):
-                return None
-            where, size, bound = block, self.column, "lanes"
+        if not isinstance(var.extent, int) or not 1 < var.extent <= _TABLE_LIMIT:
+            return None
         # (the same value at the same positions, asked for in another loop over the lanes —
         # a layer norm's mean in its variance's loop and in its normalizing loop — is read
         # from the one table)
-        var = Var(name, size)
         key = (id(node), id(where),
-               tuple(e.substitute({var: Expr.of(Var("lane", size))}) for e in index))
-        kind = compute_type(node.dtype)
+               tuple(e.substitute({var: Expr.of(Var("lane", var.extent))}) for e in index))
         table = self.tables.get(key)
-        if table is not None:
-            position = self.fresh("v")
-            self.emit(scope, f"{kind} {position} = {table}[{name}];")
-            return position
-        if not self._tabulable(node):
-            return None
-        table, position = self.fresh("t"), self.fresh("v")
-        self.tables[key] = table
+        if table is None:
+            if not self._tabulable(node):
+                return None
+            table = self.tables[key] = self._fill(node, index, var, where,
+                                                  "lanes" if lanes else str(var.extent))
+        position = self.fresh("v")
+        self.emit(scope, f"{compute_type(node.dtype)} {position} = {table}[{var.name}];")
+        return position
+
+    def _fill(self, node: Node, index: Index, var: Var, where: Scope, bound: str) -> str:
+        """A table of `node` at `index` over `var`'s positions, filled by a loop emitted into
+        `where` (before the loops inside it); its name."""
+        table = self.fresh("t")
         body = Scope(where, where.depth + 1)
-        self.defined_at[name] = body
+        loop = self.defined_at[var.name]
+        self.defined_at[var.name] = body
         try:
             value = self.generate(node, index, body)
         finally:
-            self.defined_at[name] = loop
-        self.emit(where, f"{kind} {table}[{size}];")
+            self.defined_at[var.name] = loop
+        name = var.name
+        self.emit(where, f"{compute_type(node.dtype)} {table}[{var.extent}];")
         self.emit(where, "#pragma omp simd")
         self.emit(where, f"for (int64_t {name} = 0; {name} < {bound}; {name}++) {{")
         for line in body.lines + [f"{table}[{name}] = {value};"]:
             self.emit(where, "    " + line)
         self.emit(where, "}")
-        self.emit(scope, f"{kind} {position} = {table}[{name}];")
-        return position
+        return table
 
     def _tabulable(self, node: Node) -> bool:
         """Is `node` computed from loads and constants by pointwise ops and views alone (and
