@@ -5,6 +5,7 @@ super(). Reads of real objects go through `session.wrap`, which installs the gua
 from __future__ import annotations
 
 import collections
+import inspect
 import operator
 import types
 from typing import TYPE_CHECKING, Any
@@ -377,7 +378,9 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
     if member is not None:
         return member
     if hasattr(descriptor, "__get__"):
-        raise Unsupported(f"{value.cls.__qualname__}.{name} is a descriptor")
+        return _python_descriptor(session, descriptor, "__get__",
+                                  [value, session.wrap(value.cls, None, guard=False)],
+                                  f"{value.cls.__qualname__}.{name}")
     # a class attribute: read through the class (guarded; changes to a list or dict there
     # are written back to it)
     if value.cls_source is not None:
@@ -386,6 +389,20 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
         raise Unsupported(f"{value.cls.__qualname__}.{name}: a class attribute that holds a "
                           f"list, dict or set, reached by no source")
     return session.wrap(descriptor, None, guard=False)
+
+
+def _python_descriptor(session: Session, descriptor: Any, method: str, args: list[Value],
+                       what: str) -> Value:
+    """A descriptor's __get__ or __set__ on an object made during capture, where its class
+    writes it in Python (torch.distributions' lazy_property, a user's caching descriptor):
+    run, as eager runs it."""
+    function = inspect.getattr_static(type(descriptor), method, None)
+    if not isinstance(function, types.FunctionType):
+        raise Unsupported(f"{what} is a descriptor")
+    from ember.capture.calls import call_value
+
+    return call_value(session, session.wrap(function, None, guard=False),
+                      [session.wrap(descriptor, None, guard=False), *args], {})
 
 
 def _class_member(session: Session, descriptor: Any, cls: type, receiver: Value | None
@@ -428,8 +445,16 @@ def set_new_object_attribute(session: Session, target: NewObjectValue, name: str
     descriptor = class_lookup(target.cls, name)
     if isinstance(descriptor, types.MemberDescriptorType):
         pass  # a slot: tracked as any attribute, set through it when the object is made
-    elif hasattr(descriptor, "__set__"):  # (a property among them)
-        raise Unsupported(f"{target.cls.__qualname__}.{name} is a descriptor")
+    elif isinstance(descriptor, property) and isinstance(descriptor.fset, types.FunctionType):
+        from ember.capture.calls import call_value
+
+        call_value(session, session.wrap(descriptor.fset, None, guard=False), [target, value],
+                   {})
+        return
+    elif hasattr(descriptor, "__set__"):  # (a property without a Python setter among them)
+        _python_descriptor(session, descriptor, "__set__", [target, value],
+                           f"{target.cls.__qualname__}.{name}")
+        return
     elif not target.cls.__dictoffset__:
         raise Unsupported(f"{target.cls.__qualname__} object has no attribute {name!r} (its "
                           f"__slots__ do not name it)", "eager raises AttributeError here")

@@ -22,6 +22,7 @@ from ember.capture.values import (
     BoundMethodValue,
     Const,
     DictValue,
+    EndlessIteratorValue,
     IdentityConst,
     IteratorValue,
     ModuleValue,
@@ -104,13 +105,33 @@ def _slice(session: Session, *args: Value, **_: Any) -> Value:
 def _enumerate(session: Session, iterable: Value, start: Value | None = None,
                **_: Any) -> Value:
     first = python_value(start) if start is not None else 0
+    if isinstance(iterable, EndlessIteratorValue):  # (enumerate(itertools.count()))
+        return EndlessIteratorValue(
+            [], make=lambda k: SequenceValue([Const(first + k), iterable.next()], tuple),
+            what=f"enumerate of {iterable.what}")
     return IteratorValue([SequenceValue([Const(first + i), item], tuple)
                           for i, item in enumerate(unpack(session, iterable))])
 
 
+def _columns(session: Session, iterables: tuple[Value, ...]) -> list[list[Value]]:
+    """The items of zip's or map's iterables, as far as the shortest goes: an endless one
+    (itertools.count(), repeat(x)) gives as many as the others have."""
+    endless = [isinstance(it, EndlessIteratorValue) for it in iterables]
+    if iterables and all(endless):
+        raise Unsupported(f"zip or map of endless iterators alone ({iterables[0].what})")
+    columns = [None if end else unpack(session, it) for it, end in zip(iterables, endless)]
+    if any(endless):
+        length = min(len(c) for c in columns if c is not None)
+        for index, it in enumerate(iterables):
+            if endless[index]:
+                session.side_effects.changed(it)
+                columns[index] = it.take(length)
+    return columns
+
+
 @rule(zip)
 def _zip(session: Session, *iterables: Value, strict: Value | None = None, **_: Any) -> Value:
-    columns = [unpack(session, it) for it in iterables]
+    columns = _columns(session, iterables)
     if strict is not None and python_value(strict) and len({len(c) for c in columns}) > 1:
         raise Unsupported("zip(strict=True) of different lengths")
     return IteratorValue([SequenceValue(list(row), tuple) for row in zip(*columns)])
@@ -118,7 +139,7 @@ def _zip(session: Session, *iterables: Value, strict: Value | None = None, **_: 
 
 @rule(map)
 def _map(session: Session, function: Value, *iterables: Value, **_: Any) -> Value:
-    columns = [unpack(session, it) for it in iterables]
+    columns = _columns(session, iterables)
     return IteratorValue([call_value(session, function, list(row), {}) for row in zip(*columns)])
 
 

@@ -182,7 +182,7 @@ def _holds_object(value: Value) -> bool:
         return any(_holds_object(item) for item in value.items)
     if isinstance(value, DictValue):
         return any(_holds_object(item) for item in value.items.values())
-    return type(value) is ObjectValue
+    return type(value) in (ObjectValue, NewObjectValue)
 
 
 # -- torch ---------------------------------------------------------------------------------
@@ -533,6 +533,7 @@ from ember.api import graph_break, graph_break_rule  # noqa: E402  (ember/api.py
 from ember.capture import (  # noqa: E402,F401
     builtin_rules,
     copy_rules,
+    itertools_rules,
     mapping_rules,
     markers,
     module_calls,

@@ -26,6 +26,7 @@ from ember.capture.values import (
     CellValue,
     Const,
     DictValue,
+    EndlessIteratorValue,
     GradModeValue,
     IdentityConst,
     IteratorValue,
@@ -168,6 +169,8 @@ class Rebuilder:
         if isinstance(value, OutsideIteratorValue):
             # the real iterator (the effect that advances it runs before this is read)
             return value.source.expr()
+        if isinstance(value, EndlessIteratorValue):
+            raise Unsupported(f"{value.what} alive where the graph breaks")
         if isinstance(value, IteratorValue):
             items = ", ".join(self.expr(v) for v in value.items[value.position:])
             return self.temporary(value, f"iter([{items}])")

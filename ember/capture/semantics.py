@@ -31,6 +31,7 @@ from ember.capture.values import (
     CellValue,
     Const,
     DictValue,
+    EndlessIteratorValue,
     FunctionValue,
     IteratorValue,
     ModuleValue,
@@ -461,6 +462,9 @@ def unpack(session: Session, value: Value) -> list[Value]:
             not python_method(value.cls, "__iter__"):
         return [constant(k) for k in value.mapping.items]
     if isinstance(value, IteratorValue):
+        if isinstance(value, EndlessIteratorValue):
+            raise Unsupported(f"{value.what} taken whole (it never ends: eager would not "
+                              "return either)")
         if isinstance(value, OutsideIteratorValue):
             value.rest()
         items = value.items[value.position:]

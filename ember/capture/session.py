@@ -77,8 +77,9 @@ def is_torch_callable(value: Any) -> bool:
         # (torch's module code, its context-manager decorators, the optimizers' Python — an
         # LR scheduler's wrapper of optimizer.step among it — parametrizations' getters and
         # pytree's flattening and unflattening of containers, the associative scan's generic
-        # form are Python to inline)
+        # form, the distributions' classes and their methods are Python to inline)
         return not module.startswith(("torch.nn.modules", "torch.utils._contextlib",
+                                       "torch.distributions",
                                        "torch.autograd.grad_mode", "torch.optim",
                                        "torch.nn.utils.parametriz", "torch.utils._pytree",
                                        "torch.fx._pytree",

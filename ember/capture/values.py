@@ -222,6 +222,31 @@ class IteratorValue(Value):
         self.position += 1
         return self.items[self.position - 1]
 
+    def take(self, count: int) -> list[Value]:
+        """The next `count` items (fewer where it runs dry), taken."""
+        taken = []
+        while len(taken) < count:
+            item = self.next()
+            if item is None:
+                break
+            taken.append(item)
+        return taken
+
+
+@dataclasses.dataclass(eq=False)
+class EndlessIteratorValue(IteratorValue):
+    """An iterator with no end (itertools.count(), cycle(items), repeat(x)): its k-th item is
+    `make(k)`, made when the code takes it. Taken whole (list(), a zip of endless iterators
+    alone) it would run forever, as in eager: ember says so instead (semantics.unpack)."""
+
+    make: Any = None
+    what: str = "an endless iterator"
+
+    def next(self) -> Value | None:
+        while self.position >= len(self.items):
+            self.items.append(self.make(len(self.items)))
+        return super().next()
+
 
 @dataclasses.dataclass(eq=False)
 class OutsideIteratorValue(IteratorValue):
