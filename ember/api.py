@@ -27,7 +27,7 @@ import torch
 
 from ember import binding, config, dumps, logs, stances, torch_internals, warm_entries
 from ember import options as compile_options
-from ember.capture.errors import CaptureError, Unsupported
+from ember.capture.errors import AssumptionFailed, CaptureError, Unsupported
 from ember.capture.guards import (
     MISS,
     LazyGuard,
@@ -226,10 +226,13 @@ class CompiledFunction(GivingUp):
             arguments = self.binder(*args, **kwargs)
         except TypeError:
             return self.function(*args, **kwargs)  # eager raises the right TypeError
-        for entry in self.entries:
-            result = entry.call(arguments)
-            if result is not MISS:
-                return result
+        try:
+            for entry in self.entries:
+                result = entry.call(arguments)
+                if result is not MISS:
+                    return result
+        except AssumptionFailed:  # (a check the graph assumed passes does not: eager's turn)
+            return self.function(*args, **kwargs)
         if self.given_up:  # (no more versions: calls the kept ones do not take run eagerly)
             self.ran_eagerly()
             return self.function(*args, **kwargs)
@@ -245,7 +248,10 @@ class CompiledFunction(GivingUp):
             entry = self._entry_for(arguments)
         if entry is None:
             return self.function(*args, **kwargs)
-        return entry.run(arguments)
+        try:
+            return entry.run(arguments)
+        except AssumptionFailed:
+            return self.function(*args, **kwargs)
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the

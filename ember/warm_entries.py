@@ -381,15 +381,12 @@ def _rebuild(function: Any, record: dict, arguments: dict[str, Any]) -> Any:
         compile_guards,
         guard_source,
     )
-    from ember.capture.records import Decoder, Unresolved
+    from ember.capture.records import Decoder, imported_module
     from ember.resumes import passthrough
 
     scope_globals = [function.function.__globals__]
     for name in record["modules"]:
-        module = sys.modules.get(name)
-        if module is None:
-            raise Unresolved(f"the module {name} is not imported")
-        scope_globals.append(module.__dict__)
+        scope_globals.append(imported_module(name).__dict__)
     scope = {"GG": scope_globals, "G": scope_globals[0],
              "C": function.function.__closure__ or ()}
     reach = warm_reached.Reach(dict(scope, L=arguments))

@@ -102,6 +102,10 @@ def validated(x):  # (a closure reached through a class, a type that builtins do
 
 
 MODEL = torch.nn.Linear(4, 4)
+
+
+def density(x, y):  # (a distribution made inside: guards through ember's class_lookup, and
+    return torch.distributions.Normal(x, y.abs() + 0.1).log_prob(x * 0.5)  # checks assumed)
 """
 
 # Calls each named function of user_code on n x n inputs for each size, compares with
@@ -251,6 +255,15 @@ def test_a_closure_a_class_keeps_is_found_again_through_the_class(project, monke
     monkeypatch.setenv("LOWEST_SIZE", "5")
     third = _run(project, "validated")
     assert third["counts"] == _counts(refused=1, kept=1), third["said"][-3000:]
+
+
+def test_an_entry_whose_guards_use_embers_own_helpers_starts_warm(project):
+    # (the second process has not imported ember.capture.attributes, whose class_lookup the
+    # guards call: imported then, not a reason to capture again)
+    first = _run(project, "density")
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = _run(project, "density")
+    assert second["counts"] == _counts(hits=1), second["said"][-3000:]
 
 
 def test_a_training_graph_starts_warm_with_eager_s_gradients(project):

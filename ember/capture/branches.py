@@ -40,6 +40,51 @@ _READS = ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST",
           "LOAD_FAST_LOAD_FAST", "LOAD_CLOSURE", "STORE_FAST_LOAD_FAST")
 
 
+# What the side of a check that fails may hold before its `raise`: building the exception
+# and its message (never run by ember: see assume_it_passes)
+_MESSAGE_BUILDING = {
+    "LOAD_CONST", "LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD",
+    "LOAD_DEREF", "LOAD_NAME", "PUSH_NULL", "PRECALL", "CALL", "KW_NAMES", "BUILD_STRING",
+    "FORMAT_VALUE", "FORMAT_SIMPLE", "FORMAT_WITH_SPEC", "CONVERT_VALUE", "BUILD_TUPLE",
+    "BUILD_LIST", "BINARY_OP", "COPY", "SWAP", "NOP", "CACHE", "EXTENDED_ARG", "RESUME",
+    "LOAD_FAST_LOAD_FAST", "LOAD_ASSERTION_ERROR"}
+_MESSAGE_LIMIT = 80  # instructions
+
+
+def assume_it_passes(frame: Frame, instruction: dis.Instruction, condition: TensorValue,
+                     jumps_when: bool) -> bool:
+    """A check on a one-element tensor whose failing side only raises (`if not
+    torch._is_all_true(valid): raise ValueError(...)`, a distribution's validation; `assert
+    (x >= 0).all()`): assumed to pass, the frame going on along the passing side. The runner
+    tests the condition right after the graph, before any effect: where it fails, the
+    function runs eagerly from its start (AssumptionFailed), so eager's exception, its
+    message and any handler of it are eager's own. False where neither side or both only
+    raise."""
+    session = frame.session
+    if not session.assuming or condition.fake.numel() != 1:
+        return False
+    following, target = frame.pc, frame.index_of[instruction.argval]
+    raises_on, raises_off = _only_raises(frame, target), _only_raises(frame, following)
+    if raises_on == raises_off:
+        return False
+    # the jump is taken when the truth is `jumps_when`: that side raises, or the other does
+    session.assumptions.append((condition, not jumps_when if raises_on else jumps_when))
+    if raises_off:
+        frame.jump(instruction.argval)
+    return True
+
+
+def _only_raises(frame: Frame, start: int) -> bool:
+    """Do the instructions from `start` build an exception and raise it, with no jump,
+    store or return before?"""
+    for current in frame.instructions[start:start + _MESSAGE_LIMIT]:
+        if current.opname == "RAISE_VARARGS":
+            return current.arg >= 1
+        if current.opname not in _MESSAGE_BUILDING:
+            return False
+    return False
+
+
 def merge_both_sides(frame: Frame, instruction: dis.Instruction, condition: TensorValue,
                      jumps_when: bool) -> bool:
     """Run the body the jump skips, then merge it with the skipped side at the jump's

@@ -27,7 +27,7 @@ from ember.capture.breaks import (
     live_locals,
     stack_parameters,
 )
-from ember.capture.errors import Unsupported
+from ember.capture.errors import AssumptionFailed, AssumptionsRefused, Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
 from ember.capture.rebuild import Rebuilder
@@ -93,17 +93,23 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
     where `policy` says (dynamic=, marks, automatic dynamic): a capture starts static and
     starts again with a ShapeEnv at the first size that must be a symbol."""
     policy = policy if policy is not None else DynamicPolicy(dynamic=False)
-    captured, session, error = _capture(function, arguments, fullgraph,
-                                        Shapes(policy, False, where))
-    if session.builder.shapes.wants_symbols:
+    symbolic, assuming = False, True
+    while True:
         captured, session, error = _capture(function, arguments, fullgraph,
-                                            Shapes(policy, True, where))
-    return captured, session, error
+                                            Shapes(policy, symbolic, where), assuming)
+        if session.builder.shapes.wants_symbols and not symbolic:
+            symbolic = True   # (again, symbolic)
+        elif session.assumptions_refused:
+            assuming = False  # (again, each check a break)
+        else:
+            return captured, session, error
 
 
 def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
-             shapes: Shapes) -> tuple[Captured | None, Session, Unsupported | None]:
+             shapes: Shapes, assuming: bool = True
+             ) -> tuple[Captured | None, Session, Unsupported | None]:
     session = Session(fullgraph, shapes)
+    session.assuming = assuming
     code = function.__code__
     try:
         locals_ = {name: session.wrap(value, LocalSource(name))
@@ -120,6 +126,9 @@ def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph:
         except GraphBreak as stop:
             captured = package_break(session, stop, frame)
     except NeedsSymbols:  # (capture() starts again, symbolic)
+        return None, session, None
+    except AssumptionsRefused:  # (capture() starts again, assuming nothing)
+        session.assumptions_refused = True
         return None, session, None
     except Unsupported as error:
         return None, session, error
@@ -167,13 +176,63 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     """def run(L): fetch inputs, run the graph, then `tail` (effects, result or a break); and
     the lines after the fetch (a guarded runner fetches through its guards' variables)."""
     builder = session.builder
+    checks = _assumption_lines(session, writer)
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
-    after = ["outputs = compiled(*inputs)", *tail]
+    after = ["outputs = compiled(*inputs)", *checks, *tail]
     if _made_in_inference_mode(builder, writer.outputs):  # (its results: inference tensors)
         after[:1] = ["with torch.inference_mode():", "    outputs = compiled(*inputs)"]
     lines = [f"inputs = [{fetch}]", *after]
     return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
+
+
+def _assumption_lines(session: Session, writer: Rebuilder) -> list[str]:
+    """The runner's tests of the checks the capture assumed pass (branches.assume_it_passes),
+    right after the graph and before any effect: where one fails, AssumptionFailed (the
+    function runs eagerly from its start). Refused where the graph writes an input in place
+    (an eager rerun would write it twice): the capture starts again without assuming."""
+    if not session.assumptions:
+        return []
+    if _writes_inputs(session.builder.graph):
+        raise AssumptionsRefused()
+    failed = writer.constant(AssumptionFailed)
+    return [f"if bool({writer.expr(condition)}) is not {passes}: raise {failed}()"
+            for condition, passes in session.assumptions]
+
+
+# Calls whose result shares its input's memory: a write through one writes the input
+_VIEWS = {"view", "reshape", "transpose", "permute", "getitem", "select", "narrow", "expand",
+          "unsqueeze", "squeeze", "flatten", "unflatten", "t", "as_strided", "view_as",
+          "movedim", "swapaxes", "diagonal", "unbind", "split", "chunk", "detach", "real",
+          "imag", "view_as_real", "view_as_complex", "contiguous", "expand_as", "unfold"}
+
+
+def _writes_inputs(graph: torch.fx.Graph) -> bool:
+    """Does the graph write in place (x.add_(...), x[k] = v, out=) a tensor it was given or
+    one of its views?"""
+    def name(node: torch.fx.Node) -> str:
+        target = node.target
+        return (target if isinstance(target, str) else getattr(target, "__name__", "")) \
+            .strip("_")
+
+    def given(node: Any) -> bool:
+        while isinstance(node, torch.fx.Node) and node.op in ("call_method", "call_function") \
+                and name(node) in _VIEWS and node.args:
+            node = node.args[0]
+        return isinstance(node, torch.fx.Node) and node.op in ("placeholder", "get_attr")
+
+    for node in graph.nodes:
+        if node.op not in ("call_method", "call_function"):
+            continue
+        target = node.target if isinstance(node.target, str) else \
+            getattr(node.target, "__name__", "")
+        writes = (target.endswith("_") and not target.endswith("__")) or \
+            target in ("setitem", "__setitem__") or "out" in node.kwargs
+        written = node.kwargs.get("out", node.args[0] if node.args else None)
+        if writes and any(given(t) for t in (written if isinstance(written, (list, tuple))
+                                             else [written])):
+            return True
+    return False
 
 
 def _made_in_inference_mode(builder: Any, outputs: list[Any]) -> bool:

@@ -75,6 +75,17 @@ class Raised(Unsupported):
         self.exception = exception
 
 
+class AssumptionFailed(Exception):
+    """Raised by a runner whose graph assumed a check on a tensor's value passes (`if not
+    ok: raise ...`, branches.assume_it_passes) when, this call, it does not: the function
+    then runs eagerly from its start, and raises as eager raises (ember/api.py)."""
+
+
+class AssumptionsRefused(Exception):
+    """A capture that assumed checks pass cannot keep them (its graph writes a tensor in
+    place before the runner could test them): captured again, each such check a break."""
+
+
 class CaptureError(RuntimeError):
     """Raised to the user under fullgraph=True: names the file, line, construct and fix."""
 

@@ -304,9 +304,12 @@ def _conditional(when: bool | None, none_test: bool = False):
             try:
                 outcome = semantics.truth(frame.session, value)
             except Unsupported:
-                # (a body that only computes runs on both sides, merged at the target)
-                if isinstance(value, TensorValue) and \
-                        branches.merge_both_sides(frame, instruction, value, when):
+                # (a check whose failing side only raises: assumed to pass, tested after
+                # the graph; a body that only computes runs on both sides, merged at the
+                # target)
+                if isinstance(value, TensorValue) and (
+                        branches.assume_it_passes(frame, instruction, value, when) or
+                        branches.merge_both_sides(frame, instruction, value, when)):
                     return
                 raise
         if outcome == when:

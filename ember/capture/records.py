@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import importlib
 import os
 import sys
 import sysconfig
@@ -442,10 +443,20 @@ def _name(value: Any) -> tuple[str, str] | None:
 _WRAPPERS_FOLLOWED = 4
 
 
+def imported_module(name: str) -> types.ModuleType:
+    """The module `name` as this process has it; ember's own imported now (a guard's helper,
+    as capture.attributes.class_lookup, whose module a warm start has not needed yet); any
+    other module not imported yet: Unresolved (importing the user's modules is not ours)."""
+    module = sys.modules.get(name)
+    if module is None and name.startswith("ember."):
+        module = importlib.import_module(name)
+    if module is None:
+        raise Unresolved(f"the module {name} is not imported")
+    return module
+
+
 def _resolve(module_name: str, attribute: str) -> Any:
-    found: Any = sys.modules.get(module_name)
-    if found is None:
-        raise Unresolved(f"the module {module_name} is not imported")
+    found: Any = imported_module(module_name)
     parts = attribute.split(".")
     for at, part in enumerate(parts):
         try:  # (after "__dict__", an item of the class's own: a staticmethod as it is)
@@ -525,10 +536,7 @@ class Decoder:
         if kind == "op_namespace":
             return getattr(torch.ops, code[1])
         if kind == "module":
-            module = sys.modules.get(code[1])
-            if module is None:
-                raise Unresolved(f"the module {code[1]} is not imported")
-            return module
+            return imported_module(code[1])
         if kind == "function":
             function = _resolve(code[1], code[2])
             if not isinstance(function, types.FunctionType) or \

@@ -197,6 +197,12 @@ class Session:
         self.open_contexts: list[Any] = []
         # the exception an except block of the captured code handles (sys.exc_info()'s)
         self.handled_exception: BaseException | None = None
+        # checks on tensors' values assumed to pass (condition, the truth that passes),
+        # tested by the runner after the graph (branches.assume_it_passes); off when a
+        # capture starts again without them (captured.AssumptionsRefused)
+        self.assumptions: list[tuple[Any, bool]] = []
+        self.assuming = True
+        self.assumptions_refused = False
 
     @property
     def grad_enabled(self) -> bool:
