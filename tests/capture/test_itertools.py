@@ -33,7 +33,9 @@ import ember
 
 
 def t(*shape, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    # (drawn on the CPU, then on the tests' device: EMBER_TEST_DEVICE=cuda sets the default)
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       device="cpu").to(torch.get_default_device())
 
 
 def tensors(seed):
