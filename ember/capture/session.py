@@ -148,6 +148,7 @@ class Savepoint:
     inference_depth: int
     contexts: int
     regions: int
+    assumptions: int
 
 
 class Session:
@@ -237,13 +238,15 @@ class Session:
         a custom Function's forward traced — that, where it fails, is made another way)."""
         return Savepoint(self.side_effects.savepoint(), self.builder.last_node(),
                          self.builder.op_count, self.grad_enabled, self.builder.inference_depth,
-                         len(self.open_contexts), len(self.autocast_regions))
+                         len(self.open_contexts), len(self.autocast_regions),
+                         len(self.assumptions))
 
     def roll_back(self, point: Savepoint) -> None:
         """Put the graph, the side effects and the modes back as they were at `point`.
         Guards added since stay: they only make the entry more specific."""
         self.side_effects.roll_back(point.effects)
         del self.open_contexts[point.contexts:]
+        del self.assumptions[point.assumptions:]  # (their conditions' nodes are gone)
         while len(self.autocast_regions) > point.regions:  # (entered for real)
             _, leave = torch_internals.autocast_region_functions()
             leave(self.autocast_regions.pop().real)

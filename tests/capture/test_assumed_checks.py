@@ -97,3 +97,26 @@ def test_a_graph_that_writes_its_input_breaks_at_the_check_instead():
     eager_buffer, compiled_buffer, bad = torch.ones(3), torch.ones(3), -t(3).abs()
     assert raised(compiled, compiled_buffer, bad) == raised(scaled, eager_buffer, bad)
     torch.testing.assert_close(compiled_buffer, eager_buffer)
+
+
+def checked_then_printed(x):
+    if not torch._is_all_true(x > -10):
+        raise ValueError("too small")
+    y = x * 2
+    print("inside", tuple(y.shape))  # (a break inside the inlined call: its capture undone)
+    return y + 1
+
+
+def calls_the_checked(x):
+    y = x * 2 - 1  # (the root's graph computes before the call and after it)
+    return checked_then_printed(y) * y
+
+
+def test_a_check_in_a_call_that_breaks_is_undone_with_it(capsys):
+    x = t(3)
+    compiled = ember.compile(calls_the_checked)
+    got = compiled(x)
+    printed = capsys.readouterr().out
+    torch.testing.assert_close(got, calls_the_checked(x))
+    assert printed == capsys.readouterr().out == "inside (3,)\n"
+    assert raised(compiled, x - 20) == raised(calls_the_checked, x - 20) is not None
