@@ -61,9 +61,9 @@ def _repeat(session: Session, item: Value, times: Value | None = None, **_: Any)
 
 @rule(itertools.count)
 def _count(session: Session, start: Value = _ZERO, step: Value = _ONE, **_: Any) -> Value:
-    first, stride = _number(start, "itertools.count"), _number(step, "itertools.count")
-    return EndlessIteratorValue([], make=lambda k: Const(first + k * stride),
-                                what="itertools.count")
+    # (a real count makes the items, in order: its sums of floats round as eager's do)
+    real = itertools.count(_number(start, "itertools.count"), _number(step, "itertools.count"))
+    return EndlessIteratorValue([], make=lambda k: Const(next(real)), what="itertools.count")
 
 
 @rule(itertools.cycle)

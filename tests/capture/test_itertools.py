@@ -74,7 +74,8 @@ def calling(x, ys):
 
 
 def endless(x, ys):
-    counted = [x * i for i, _ in zip(count(1), ys)]
+    counted = [x * i for i, _ in zip(count(1), ys)] + \
+        [x * v for v, _ in zip(count(0.1, 0.1), range(12))]  # (floats summed as eager sums)
     cycled = list(map(lambda u, w: u * w, ys, cycle([1.0, -1.0])))
     repeated = list(map(torch.add, ys, repeat(x)))
     out = sum(counted) + sum(cycled) + sum(repeated)
