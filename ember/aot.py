@@ -30,7 +30,7 @@ import torch
 import torch.utils.flop_counter
 
 from ember.capture.captured import capture
-from ember.capture.errors import CaptureError
+from ember.capture.errors import AssumptionFailed, CaptureError
 from ember.capture.guards import MISS, compile_guards, first_failure
 from ember.capture.symbols import DynamicPolicy
 from ember.ir.graph import Node
@@ -122,7 +122,10 @@ class Compiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         function = self.lowered.function
         arguments = function.binder(*self.lowered.prefix, *args, **kwargs)
-        result = self.entry.call(arguments)
+        try:
+            result = self.entry.call(arguments)
+        except AssumptionFailed:  # (a check the graph assumed passes does not: eager's turn)
+            return function.function(*self.lowered.prefix, *args, **kwargs)
         if result is MISS:
             captured = self.lowered.captured
             scope = dict(captured.scope, L=arguments,

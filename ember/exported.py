@@ -468,6 +468,11 @@ def _result(captured: Any, gm: torch.fx.GraphModule, where: str, names: list[str
     result's nesting (read by running it on stand-ins of the outputs). Code that does more
     than compute the result from the outputs and the arguments (side effects on the model,
     its arguments or globals) cannot be exported."""
+    if captured.assumed_checks:
+        raise ExportError(f"ember.export: {where} checks a tensor's value and raises where it "
+                          f"fails ({captured.assumed_checks[0]}): compiled code runs the "
+                          f"function eagerly there, which an exported program cannot; export "
+                          f"it without the check (validate_args=False for a distribution)")
     lines = captured.runner_lines
     pure = bool(lines) and lines[0].startswith("outputs = compiled(") and all(
         re.match(r"^(\w+ = |return )", line) and

@@ -68,7 +68,8 @@ def assume_it_passes(frame: Frame, instruction: dis.Instruction, condition: Tens
     if raises_on == raises_off:
         return False
     # the jump is taken when the truth is `jumps_when`: that side raises, or the other does
-    session.assumptions.append((condition, not jumps_when if raises_on else jumps_when))
+    session.assumptions.append((condition, not jumps_when if raises_on else jumps_when,
+                                frame.location()))
     if raises_off:
         frame.jump(instruction.argval)
     return True

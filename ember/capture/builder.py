@@ -46,6 +46,8 @@ class GraphBuilder:
         self._names: dict[str, int] = {}
         self._numbers: dict[str, torch.fx.Node] = {}  # symbolic ints' placeholders
         self._last_placeholder: torch.fx.Node | None = None
+        # each tensor input's fake and its version when met (see writes_inputs)
+        self._input_versions: list[tuple[torch.Tensor, int]] = []
         self.op_count = 0
         self.inference_depth = 0  # inside torch.inference_mode() blocks
         self.grad_enabled = torch.is_grad_enabled()  # the captured code's mode (Session's)
@@ -82,6 +84,7 @@ class GraphBuilder:
             self.guards.add("tensor", source, (*signature[:3], shape, strides, signature[5]))
         node = self._placeholder(self._name(expr))
         node.meta["example_value"] = fake
+        self._input_versions.append((fake, fake._version))
         value = TensorValue(node, fake, source, type(tensor))
         self.input_sources.append(source)
         self.input_values.append(tensor)
@@ -98,6 +101,12 @@ class GraphBuilder:
             node = self.graph.placeholder(name)
         self._last_placeholder = node
         return node
+
+    def writes_inputs(self) -> bool:
+        """Has an op of the graph written a tensor input in place, or a view of one? (A
+        fake's version counter, which its views share, moves with each write. One undone by
+        a roll back still counts: an answer on the safe side.)"""
+        return any(fake._version != version for fake, version in self._input_versions)
 
     def input_node(self, source: Source) -> torch.fx.Node:
         """The placeholder of the tensor input read through `source`."""

@@ -84,6 +84,8 @@ class Captured:
     inlined_codes: list[types.CodeType] = dataclasses.field(default_factory=list)
     # what it read of modules that their identity guards alone stand for (Session's)
     identity_reads: list[str] = dataclasses.field(default_factory=list)
+    # where the checks it assumed pass are (branches.assume_it_passes: the runner tests them)
+    assumed_checks: list[str] = dataclasses.field(default_factory=list)
 
 
 def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
@@ -108,8 +110,7 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
 def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
              shapes: Shapes, assuming: bool = True
              ) -> tuple[Captured | None, Session, Unsupported | None]:
-    session = Session(fullgraph, shapes)
-    session.assuming = assuming
+    session = Session(fullgraph, shapes, assuming)
     code = function.__code__
     try:
         locals_ = {name: session.wrap(value, LocalSource(name))
@@ -193,46 +194,11 @@ def _assumption_lines(session: Session, writer: Rebuilder) -> list[str]:
     (an eager rerun would write it twice): the capture starts again without assuming."""
     if not session.assumptions:
         return []
-    if _writes_inputs(session.builder.graph):
+    if session.builder.writes_inputs():
         raise AssumptionsRefused()
     failed = writer.constant(AssumptionFailed)
     return [f"if bool({writer.expr(condition)}) is not {passes}: raise {failed}()"
-            for condition, passes in session.assumptions]
-
-
-# Calls whose result shares its input's memory: a write through one writes the input
-_VIEWS = {"view", "reshape", "transpose", "permute", "getitem", "select", "narrow", "expand",
-          "unsqueeze", "squeeze", "flatten", "unflatten", "t", "as_strided", "view_as",
-          "movedim", "swapaxes", "diagonal", "unbind", "split", "chunk", "detach", "real",
-          "imag", "view_as_real", "view_as_complex", "contiguous", "expand_as", "unfold"}
-
-
-def _writes_inputs(graph: torch.fx.Graph) -> bool:
-    """Does the graph write in place (x.add_(...), x[k] = v, out=) a tensor it was given or
-    one of its views?"""
-    def name(node: torch.fx.Node) -> str:
-        target = node.target
-        return (target if isinstance(target, str) else getattr(target, "__name__", "")) \
-            .strip("_")
-
-    def given(node: Any) -> bool:
-        while isinstance(node, torch.fx.Node) and node.op in ("call_method", "call_function") \
-                and name(node) in _VIEWS and node.args:
-            node = node.args[0]
-        return isinstance(node, torch.fx.Node) and node.op in ("placeholder", "get_attr")
-
-    for node in graph.nodes:
-        if node.op not in ("call_method", "call_function"):
-            continue
-        target = node.target if isinstance(node.target, str) else \
-            getattr(node.target, "__name__", "")
-        writes = (target.endswith("_") and not target.endswith("__")) or \
-            target in ("setitem", "__setitem__") or "out" in node.kwargs
-        written = node.kwargs.get("out", node.args[0] if node.args else None)
-        if writes and any(given(t) for t in (written if isinstance(written, (list, tuple))
-                                             else [written])):
-            return True
-    return False
+            for condition, passes, _ in session.assumptions]
 
 
 def _made_in_inference_mode(builder: Any, outputs: list[Any]) -> bool:
@@ -261,7 +227,8 @@ def package(session: Session, result: Value) -> Captured:
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     runner_lines=after, symbolic=builder.shapes.symbolic,
                     inlined_codes=list(session.inlined_codes),
-                    identity_reads=list(session.identity_reads))
+                    identity_reads=list(session.identity_reads),
+                    assumed_checks=[str(where) for *_, where in session.assumptions])
 
 
 def _size_guards(session: Session) -> None:
@@ -369,7 +336,8 @@ def package_break(session: Session, stop: GraphBreak, frame: Frame) -> Captured:
                     session.guards, text, writer.namespace, scope, builder.op_count,
                     stop.reason, resumptions, callees, runner_lines=after,
                     symbolic=builder.shapes.symbolic, inlined_codes=list(session.inlined_codes),
-                    identity_reads=list(session.identity_reads))
+                    identity_reads=list(session.identity_reads),
+                    assumed_checks=[str(where) for *_, where in session.assumptions])
 
 
 def _optimizer_step(callee: Value) -> bool:

@@ -152,7 +152,8 @@ class Savepoint:
 
 
 class Session:
-    def __init__(self, fullgraph: bool = False, shapes: Shapes | None = None):
+    def __init__(self, fullgraph: bool = False, shapes: Shapes | None = None,
+                 assuming: bool = True):
         self.allow_breaks = not fullgraph
         self.guards = GuardSet()
         self.builder = GraphBuilder(self.guards, shapes)
@@ -198,11 +199,11 @@ class Session:
         self.open_contexts: list[Any] = []
         # the exception an except block of the captured code handles (sys.exc_info()'s)
         self.handled_exception: BaseException | None = None
-        # checks on tensors' values assumed to pass (condition, the truth that passes),
+        # checks on tensors' values assumed to pass (condition, the truth that passes, where),
         # tested by the runner after the graph (branches.assume_it_passes); off when a
         # capture starts again without them (captured.AssumptionsRefused)
-        self.assumptions: list[tuple[Any, bool]] = []
-        self.assuming = True
+        self.assumptions: list[tuple[Any, bool, Any]] = []
+        self.assuming = assuming
         self.assumptions_refused = False
 
     @property

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import ember
+from ember.exported import ExportError
 
 
 def t(*shape, seed=0):
@@ -120,3 +121,12 @@ def test_a_check_in_a_call_that_breaks_is_undone_with_it(capsys):
     torch.testing.assert_close(got, calls_the_checked(x))
     assert printed == capsys.readouterr().out == "inside (3,)\n"
     assert raised(compiled, x - 20) == raised(calls_the_checked, x - 20) is not None
+
+
+def test_ahead_of_time_and_export_keep_eagers_check():
+    compiled = ember.compile(validated).lower(t(3), t(3, seed=1).abs() + 0.1).compile()
+    good, bad = (t(3), t(3, seed=1).abs() + 0.1), (t(3), -t(3, seed=1).abs())
+    torch.testing.assert_close(compiled(*good), validated(*good))
+    assert raised(compiled, *bad) == raised(validated, *bad) is not None
+    with pytest.raises(ExportError, match="checks a tensor.s value and raises"):
+        ember.export(validated, *good)
