@@ -17,7 +17,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
-from ember.capture import numbers
+from ember.capture import fake_rules, numbers
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.known_values import KnownValues, NumberReads
@@ -167,8 +167,11 @@ class GraphBuilder:
                 function = run if run is not None else \
                     getattr(fake_args[0], target) if kind == "call_method" else target
                 positional = fake_args[1:] if kind == "call_method" else fake_args
-                example = torch_internals.calling_composites(
-                    lambda: function(*positional, **fake_kwargs))
+                example = fake_rules.result(target, positional, fake_kwargs) \
+                    if kind == "call_function" and run is None else None
+                if example is None:
+                    example = torch_internals.calling_composites(
+                        lambda: function(*positional, **fake_kwargs))
         except torch_internals.data_dependent_errors() as error:
             folded = self.known.folded(args, kwargs)
             if folded is not None:

@@ -1,0 +1,61 @@
+"""Results on fake tensors that the capture computes itself, where torch's fake mode would
+run a Python decomposition of the op, each of its pieces dispatched through the fake mode
+again. A batch norm in eval is ~10 such pieces: 19 of them were a quarter of MobileNetV3's
+capture (2026-12-06). A rule answers only the plain case, where its answer is surely what
+the op gives; None leaves the op to the fake mode (and its errors to eager's own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ember import torch_internals
+
+
+def _static_dense(tensor: Any) -> bool:
+    """Sizes known (no symbol: asking would guard them) and laid out contiguously or
+    channels-last (an elementwise result's layout is then the input's own)."""
+    if not isinstance(tensor, torch.Tensor) or \
+            not all(isinstance(n, int) for n in (*tensor.shape, *tensor.stride())):
+        return False
+    return tensor.is_contiguous() or (tensor.dim() == 4 and
+                                      tensor.is_contiguous(memory_format=torch.channels_last))
+
+
+def _batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None,
+                bias: Any = None, training: bool = False, momentum: float = 0.1,
+                eps: float = 1e-5) -> Any:
+    """F.batch_norm that updates no running statistics and makes nothing autograd tracks:
+    a tensor like its input."""
+    per_channel = [running_mean, running_var, weight, bias]
+    if (training and (running_mean is not None or running_var is not None)) or \
+            (not training and (running_mean is None or running_var is None)) or \
+            not _static_dense(input) or input.dim() < 2 or not input.is_floating_point() or \
+            torch_internals.autocast_state() is not None:
+        return None
+    channels = input.shape[1]
+    if any(t is not None and (not isinstance(t, torch.Tensor) or t.shape != (channels,))
+           for t in per_channel):
+        return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                       for t in [input, *per_channel]):
+        return None
+    return torch.empty_like(input)
+
+
+_RULES: dict[Any, Callable[..., Any]] = {F.batch_norm: _batch_norm}
+
+
+def result(target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The fake result of `target(*args, **kwargs)` where a rule answers it, else None."""
+    rule = _RULES.get(target)
+    if rule is None:
+        return None
+    try:
+        return rule(*args, **kwargs)
+    except TypeError:  # (arguments the rule does not take: the fake mode's to answer)
+        return None
