@@ -111,7 +111,13 @@ class CallSource(Source):
 
 
 def _whole(source: Source) -> str:
-    return source.expr()
+    """source.expr(), kept on the source (frozen: its expression never changes; a guard
+    set writes a module's paths tens of thousands of times, each through its bases)."""
+    found = source.__dict__.get("_expression")
+    if found is None:
+        found = source.expr()
+        object.__setattr__(source, "_expression", found)
+    return found
 
 
 # what every expression read through an iterator's position contains
