@@ -579,6 +579,19 @@ def test_convolution_backend_names_eagers_kernel_family():
     assert backend in torch._C._ConvBackend.__members__
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_convolution_memory_format_is_that_of_eagers_result(channels_last):
+    x = torch.empty(2, 8, 6, 6)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    w = torch.empty(16, 8, 3, 3)
+    options = ([1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    memory_format = torch_internals.convolution_memory_format(x, w, None, None, *options)
+    result = torch.ops.aten.convolution.default(x.zero_(), w.zero_(), None, *options)
+    assert result.is_contiguous(memory_format=memory_format)
+    assert memory_format == (torch.channels_last if channels_last else torch.contiguous_format)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("channels_last", [False, True])

@@ -38,6 +38,9 @@ def main() -> None:
                         help="time this many calls (the second: what a first call left)")
     parser.add_argument("--switch-interval", type=float, default=0.0,
                         help="sys.setswitchinterval for the calls (seconds; 0: Python's own)")
+    parser.add_argument("--setup", default="",
+                        help="Python run before the timed calls (e.g. 'import triton': what a "
+                             "first call costs without that import beside it)")
     options = parser.parse_args()
     if not options.warm:
         cold = tempfile.mkdtemp(prefix="ember-first-call-")
@@ -60,6 +63,8 @@ def main() -> None:
         step.model_slot[0] = ember.compile(step.model)
     elif options.variant == "tc":
         step.model_slot[0] = torch.compile(step.model)
+    if options.setup:
+        exec(options.setup, {})  # noqa: S102 (the command line's own code)
     if options.switch_interval:
         import sys
 

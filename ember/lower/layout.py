@@ -9,6 +9,7 @@ only the real op knows). Nothing here lowers an op.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,9 +118,9 @@ def _batch_norm_statistics(training_argument: int | None):
 def run_on_stand_ins(func, args, kwargs, out, device_type: str,
                       row_major_as_meta: bool = True) -> Any:
     """`out` with the layouts the real op gives, from one run on stand-in tensors (zeros) of
-    the arguments' geometry on the device. For convolutions whose input or weight is not
-    row-major (a token sequence viewed as an image, channels-last models): oneDNN's, the slow
-    path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
+    the arguments' geometry on the device. For convolutions of symbolic sizes whose input or
+    weight is not row-major (convolution_layouts answers the others without a run): oneDNN's,
+    the slow path's and cuDNN's rules for channels-last results are not the meta kernel's; for SVD,
     LAPACK's column-major factors against the meta kernel's guess; for the attention kernels'
     backward kernels (autodiff/library_rules.py). (Row-major inputs keep the meta kernel's
     answer where `row_major_as_meta`: no run at compile time.)"""
@@ -141,6 +142,80 @@ def run_on_stand_ins(func, args, kwargs, out, device_type: str,
         if key is not None:
             _ran_by_geometry[key] = ran
     return fresh_meta(ran)
+
+
+CONVOLUTIONS = frozenset({torch.ops.aten.convolution.default,
+                          torch.ops.aten.convolution_backward.default})
+
+
+def convolution_layouts(func, args, kwargs, out, device_type: str) -> Any:
+    """`out` (a convolution's or its backward's meta results) laid out as eager's kernel lays
+    them out: in the memory format of the kernel family torch picks for operands of this
+    geometry (torch_internals.convolution_memory_format; asked of uninitialized tensors on
+    the device, once per geometry), the bias's gradient as it is. None where a size is
+    symbolic (a run on stand-ins answers then). A run of the convolution itself would cost
+    more: on CUDA cuDNN plans each new geometry (MobileNetV3's 46 convolutions switched
+    channels-last: about 2 s of a cold process's first call on an H100)."""
+    named = torch_internals.arguments_by_name(func, args, kwargs)
+    x, weight = named["input"], named["weight"]
+    if not all(type(n) is int for t in (x, weight) for n in (*t.shape, *t.stride())):
+        return None
+    bias = named.get("bias")
+    options = (tuple(named["stride"]), tuple(named["padding"]), tuple(named["dilation"]),
+               bool(named["transposed"]), tuple(named["output_padding"]), int(named["groups"]))
+    bias_sizes = named.get("bias_sizes")
+    memory_format = _convolution_format(
+        _geometry_of(x), _geometry_of(weight), None if bias is None else _geometry_of(bias),
+        None if bias_sizes is None else tuple(bias_sizes), options, device_type,
+        *_kernel_switches())
+
+    def laid_out(result: Any) -> Any:
+        if not isinstance(result, torch.Tensor):
+            return result
+        shape = tuple(result.shape)
+        if len(shape) == 3 and memory_format == torch.channels_last:
+            strides = torch.empty((shape[0], shape[1], 1, shape[2]), device="meta",
+                                  memory_format=memory_format).squeeze(2).stride()
+        elif memory_format == torch.contiguous_format and result.is_contiguous():
+            return result
+        else:
+            strides = torch.empty(shape, device="meta", memory_format=memory_format).stride()
+        return torch.empty_strided(shape, strides, dtype=result.dtype, device="meta")
+
+    if func is torch.ops.aten.convolution.default:
+        return laid_out(out)
+    grad_input, grad_weight, grad_bias = out
+    return laid_out(grad_input), laid_out(grad_weight), grad_bias
+
+
+def _geometry_of(tensor: torch.Tensor) -> tuple:
+    return tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype
+
+
+@functools.cache
+def _convolution_format(x: tuple, weight: tuple, bias: tuple | None, bias_sizes: tuple | None,
+                        options: tuple, device_type: str, *_switches: Any
+                        ) -> torch.memory_format:
+    """(`_switches`: eager's choice of kernel family depends on them too)"""
+    def stand_in(geometry: tuple) -> torch.Tensor:
+        shape, strides, dtype = geometry
+        return torch.empty_strided(shape, strides, dtype=dtype, device=device_type)
+
+    stride, padding, dilation, transposed, output_padding, groups = options
+    with torch_internals.outside_dispatch_modes():
+        return torch_internals.convolution_memory_format(
+            stand_in(x), stand_in(weight), None if bias is None else stand_in(bias),
+            None if bias_sizes is None else list(bias_sizes), list(stride), list(padding),
+            list(dilation), transposed, list(output_padding), groups)
+
+
+def _kernel_switches() -> tuple:
+    """The switches that steer eager's choice of a kernel (and so of its results' layout)."""
+    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
+    return (cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
+            torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
+            cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
+            cuda.math_sdp_enabled(), cuda.cudnn_sdp_enabled())
 
 
 def fresh_meta(value: Any) -> Any:
@@ -172,12 +247,7 @@ def _geometry(func: Any, device_type: str, leaves: list, spec: Any) -> tuple | N
     if not all(type(n) is int for part in parts if isinstance(part[0], tuple)
                for n in (*part[0], *part[1])):
         return None
-    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
-    switches = (cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
-                torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
-                cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
-                cuda.math_sdp_enabled(), cuda.cudnn_sdp_enabled())
-    return (func, device_type, str(spec), tuple(parts), switches)
+    return (func, device_type, str(spec), tuple(parts), _kernel_switches())
 
 
 # op -> whether row-major operands may keep the meta kernel's layout (no run then)
@@ -229,6 +299,10 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
     """
     if func in CPU_RESULTS and device_type == "cpu":
         return CPU_RESULTS[func](args, out)
+    if func in CONVOLUTIONS:
+        laid = convolution_layouts(func, args, kwargs, out, device_type)
+        if laid is not None:
+            return laid
     if func in LAYOUTS_FROM_A_RUN:
         return run_on_stand_ins(func, args, kwargs, out, device_type,
                                  LAYOUTS_FROM_A_RUN[func])

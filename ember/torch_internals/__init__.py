@@ -421,6 +421,23 @@ def convolution_backend(x: torch.Tensor, weight: torch.Tensor, stride: list[int]
     return backend.name
 
 
+def convolution_memory_format(x: torch.Tensor, weight: torch.Tensor, bias: Any,
+                              bias_sizes: Any, stride: list[int], padding: list[int],
+                              dilation: list[int], transposed: bool,
+                              output_padding: list[int], groups: int) -> torch.memory_format:
+    """The memory format eager's convolution of operands of this geometry (or its backward,
+    given `bias_sizes`) lays its results out in: torch's choice of kernel family for them,
+    then that family's format — the question torch's fake tensors ask. `x` and `weight` are
+    tensors of the operands' geometry on their device (uninitialized will do: no data is
+    read)."""
+    backend = torch._C._select_conv_backend(x, weight, bias, stride, padding, dilation,
+                                            transposed, output_padding, groups, bias_sizes)
+    if weight.ndim == 3:  # (a 1-d convolution runs as a 2-d one of height 1)
+        x = torch.empty(x.shape, dtype=x.dtype, device=x.device).unsqueeze(2)
+        weight = weight.unsqueeze(2)
+    return torch._C._conv_determine_backend_memory_format(x, weight, backend)
+
+
 _cudnn_enabled = torch._C._get_cudnn_enabled
 _cudnn_benchmark = torch._C._get_cudnn_benchmark
 _cudnn_deterministic = torch._C._get_cudnn_deterministic
