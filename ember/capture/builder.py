@@ -209,6 +209,10 @@ class GraphBuilder:
         if self.inference_depth:
             self.made_in_inference.add(node)
         result = self.wrap_result(node, example)
+        # an op that returns its operand (in place: `y.add_(1)`, `F.relu(y, inplace=True)`)
+        # gives the operand's own value, as eager gives the tensor itself (`is` holds); its
+        # later readers come after the node that wrote it, and the graph runs in order
+        result = _operand_returned(args, kwargs, example) or result
         self.known.follow(kind, target, self.known.operands(kind, target, args, kwargs),
                           result, example, versions)
         return result
@@ -285,6 +289,16 @@ class GraphBuilder:
 
 
 _UNLIKE = object()
+
+
+def _operand_returned(args: tuple, kwargs: dict[str, Any], example: Any) -> Value | None:
+    """The tensor operand whose fake the op returned as its result, if any."""
+    if not isinstance(example, torch.Tensor):
+        return None
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, TensorValue) and value.fake is example:
+            return value
+    return None
 
 
 def _alike(a: Any, b: Any) -> bool:

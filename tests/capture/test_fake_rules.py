@@ -94,3 +94,53 @@ def test_the_rule_answers_the_plain_case_only():
     with mode, torch.enable_grad():
         weight = stats[2].clone().requires_grad_()
         assert fake_rules.result(F.batch_norm, (x, stats[0], stats[1], weight), {}) is None
+
+
+def activations(x, inplace):
+    y = x * 2
+    a = F.hardswish(y, inplace=inplace)
+    b = F.hardsigmoid(a if inplace else y, inplace=inplace)
+    layout = (a.stride(), b.stride(), a.dtype, b.requires_grad, a is y, b is y)
+    return a + b, y, layout
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "sliced"])
+def test_activations_answer_as_eager(inplace, layout):
+    x = t(2, 8, 5, 6)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "sliced":
+        x = t(2, 8, 5, 12)[..., ::2]
+    with torch.no_grad():
+        report = ember.explain(activations)(x, inplace)
+        assert (report.graph_count, report.graph_break_count) == (1, 0)
+        got = ember.compile(activations)(x, inplace)
+        expected = activations(x, inplace)
+    assert got[2] == expected[2]
+    torch.testing.assert_close(got[:2], expected[:2])
+
+
+def test_activations_under_autograd_as_before():
+    x = t(2, 8).requires_grad_()
+    got = ember.compile(activations)(x, False)
+    expected = activations(x, False)
+    assert got[2] == expected[2] and got[2][3] is True
+    torch.testing.assert_close(got[:2], expected[:2])
+    got[0].sum().backward()
+    grad, x.grad = x.grad, None
+    expected[0].sum().backward()
+    torch.testing.assert_close(grad, x.grad)
+
+
+def test_an_activation_in_place_moves_the_version_as_eager():
+    from ember import torch_internals
+    from ember.capture import fake_rules
+
+    mode = torch_internals.make_fake_mode()
+    x = torch_internals.fake_of(mode, t(2, 8))
+    with mode, torch.no_grad():
+        version = x._version
+        assert fake_rules.result(F.hardswish, (x,), {"inplace": True}) is x
+        assert x._version == version + 1
+        assert fake_rules.result(F.hardswish, (x.long(),), {}) is None  # (eager's error)

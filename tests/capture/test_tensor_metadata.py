@@ -141,3 +141,26 @@ def test_no_grad_value_requires_no_grad_in_one_graph():
     explanation = ember.explain(made_under_no_grad)(x)
     assert explanation.graph_break_count == 0
     assert ember.compile(made_under_no_grad)(x)[:2] == (False, True)
+
+
+def in_place_results(x):
+    y = x * 2
+    a = y.add_(1)
+    b = torch.relu_(y)
+    c = torch.nn.functional.relu(y, inplace=True)
+    d = torch.nn.functional.hardswish(y, inplace=True)
+    e = y.mul_(2).add_(1)
+    f = y.add(1)
+    return y, a, (a is y, b is y, c is y, d is y, e is y, f is y)
+
+
+def test_an_in_place_op_returns_its_operand_itself():
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        report = ember.explain(in_place_results)(x)
+        got = ember.compile(in_place_results)(x)
+    expected = in_place_results(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    assert got[2] == expected[2] == (True,) * 5 + (False,)
+    assert got[1] is got[0]  # (one tensor returned twice, as eager returns it)
+    torch.testing.assert_close(got[:2], expected[:2])
