@@ -1,8 +1,9 @@
 """Results on fake tensors that the capture computes itself, where torch's fake mode would
 run a Python decomposition of the op, each of its pieces dispatched through the fake mode
 again. A batch norm in eval is ~10 such pieces: 19 of them were a quarter of MobileNetV3's
-capture (2026-12-06), its 29 hardswishes and hardsigmoids another 8%. A rule answers only the plain case, where its answer is surely what
-the op gives; None leaves the op to the fake mode (and its errors to eager's own).
+capture (2026-12-06), its 29 hardswishes and hardsigmoids another 8%. A rule answers only
+the plain case, where its answer is surely what the op gives; None leaves the op to the fake
+mode (and its errors to eager's own).
 """
 
 from __future__ import annotations
