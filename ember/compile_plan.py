@@ -9,6 +9,7 @@ not 16-byte aligned.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -316,10 +317,10 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
     if first or wide:
         logs.dump(dump, "kernels_int64.py" if wide else "kernels.py", text)
     logs.show_code(label, "Triton kernels" + (" (int64 indices)" if wide else ""), text)
-    module = triton_launch.load_module(text)
     sources = {launch.name: launch for launch in launches}
     kernels = [kernel for launch in launches for kernel in launch.kernels]
     if device_index is None:
+        module = triton_launch.load_module(text)
         logs.channel("kernels").info("%s: %d Triton kernels, interpreted (%s)", label,
                                      len(kernels), module.__name__)
         launches = triton_launch.interpreted_kernels(module, kernels)
@@ -332,7 +333,12 @@ def _triton_kernels(plan: Plan, label: str, dump: Any, wide: bool = False,
               not isinstance(launch.row, int) else 1 for name in k.sizes]
              for launch in launches for k in launch.kernels]
 
+    # (imported where the kernels compile, beside the first run: importing the module waits
+    # for Triton's own import, which warm_up's thread may still run)
+    module_of = functools.cache(lambda: triton_launch.load_module(text))
+
     def compiled(assume_inputs_aligned: bool, ready: Callable | None = None) -> dict[str, Any]:
+        module = module_of()
         aligned = [[_known_aligned(b, inputs, assume_inputs_aligned) for b in k.arguments]
                    + promised for k, promised in zip(kernels, sized)]
         start = time.perf_counter()

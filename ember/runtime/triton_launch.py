@@ -55,8 +55,12 @@ def dependent_launch_supported(device_index: int) -> bool:
     (compute capability 9.0 and later, a Triton that has gdc_wait)?"""
     if interpreting() or torch.cuda.get_device_capability(device_index)[0] < 9:
         return False
-    import triton.language as tl
+    start = time.perf_counter()
+    import triton.language as tl  # (where warm_up's thread still imports it: a wait)
 
+    waited = time.perf_counter() - start
+    if waited > 1e-3:
+        logs.channel("perf").info("waited %.1f ms for Triton's import", waited * 1e3)
     cuda = getattr(getattr(tl, "extra", None), "cuda", None)
     return hasattr(cuda, "gdc_wait") and hasattr(cuda, "gdc_launch_dependents")
 
