@@ -152,17 +152,19 @@ def convolution_layouts(func, args, kwargs, out, device_type: str) -> Any:
     """`out` (a convolution's or its backward's meta results) laid out as eager's kernel lays
     them out: in the memory format of the kernel family torch picks for operands of this
     geometry (torch_internals.convolution_memory_format; asked of uninitialized tensors on
-    the device, once per geometry), the bias's gradient as it is; where an operand's format
-    is ambiguous, a run on stand-ins. None where a size is symbolic. Runs of every
+    the device, once per geometry), the bias's gradient as it is; where an image's format is
+    ambiguous and a result's is not, a run on stand-ins. None where a size is symbolic. Runs of every
     convolution cost more: MobileNetV3's cold first call on an H100 4.66 s with them, 1.91
     without (its 46 channels-last convolutions planned and loaded by cuDNN at compile time,
     beside Triton's start)."""
     named = torch_internals.arguments_by_name(func, args, kwargs)
     x, weight = named["input"], named["weight"]
-    operands = [x, weight] + ([named["grad_output"]] if "grad_output" in named else [])
-    if not all(type(n) is int for t in operands for n in (*t.shape, *t.stride())):
+    images = [x] + ([named["grad_output"]] if "grad_output" in named else [])
+    if not all(type(n) is int for t in (*images, weight) for n in (*t.shape, *t.stride())):
         return None
-    if any(_both_formats(t) for t in operands):
+    results = [out] if isinstance(out, torch.Tensor) else [t for t in out if t is not None]
+    if any(_both_formats(t) for t in images) and \
+            not all(_both_formats(t) for t in results):
         return run_on_stand_ins(func, args, kwargs, out, device_type, row_major_as_meta=False)
     bias = named.get("bias")
     options = (tuple(named["stride"]), tuple(named["padding"]), tuple(named["dilation"]),
@@ -194,9 +196,9 @@ def convolution_layouts(func, args, kwargs, out, device_type: str) -> Any:
 
 def _both_formats(tensor: torch.Tensor) -> bool:
     """Is the tensor both row-major and channels-last (size-1 dims: a squeeze-excite's 1x1
-    image)? The kernels then may lay results out otherwise than the choice of format says
-    (on an H100 a backward's weight gradient came out row-major where it said channels-last;
-    on the CPU a 1x1 weight's result channels-last where the meta kernel said row-major)."""
+    image, a 1x1 convolution's weight)? Its results' layouts then matter only where they are
+    not so too: on an H100 the weight gradient (3x3) of a backward over a 1x1 image came out
+    row-major where the format said channels-last."""
     if tensor.ndim not in (4, 5):
         return False
     channels_last = torch.channels_last if tensor.ndim == 4 else torch.channels_last_3d

@@ -287,9 +287,16 @@ def test_the_size_cap_removes_the_least_recently_used(cache):
 
 
 def test_cache_info_and_clear(cache, capsys):
+    from ember.runtime import c_launcher
+
+    # (ember's C launcher is built into the cache of the first test that loads it: a GPU run
+    # of the suite may come here first)
+    c_launcher.launcher()
+    launchers = ember.cache_info()["kinds"].get("c", {}).get("entries", 0)
     _compile_once(torch.randn(100, device="cpu"))  # (a C build: an entry of ember's cache)
     info = ember.cache_info()
-    assert info["kinds"]["warm"]["entries"] == 1 and info["kinds"]["c"]["entries"] == 1
+    assert info["kinds"]["warm"]["entries"] == 1
+    assert info["kinds"]["c"]["entries"] == launchers + 1
     assert main(["cache", "--clear"]) == 0
     assert "warm" in capsys.readouterr().out
     assert ember.cache_info()["bytes"] == 0
