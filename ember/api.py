@@ -12,6 +12,7 @@ once their calls keep running eagerly, they are called directly (ember/giving_up
 from __future__ import annotations
 
 import builtins
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -46,7 +47,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
 )
 from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
-from ember.runtime import collector
+from ember.runtime import collector, switching
 
 if TYPE_CHECKING:
     from ember.capture.captured import Captured, Resumption
@@ -244,14 +245,17 @@ class CompiledFunction(GivingUp):
         return self.function(*args, **kwargs)
 
     def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
-        with collector.paused():  # (a capture and a compile: runtime/collector.py)
-            entry = self._entry_for(arguments)
-        if entry is None:
-            return self.function(*args, **kwargs)
-        try:
-            return entry.run(arguments)
-        except AssumptionFailed:
-            return self.function(*args, **kwargs)
+        # (on a GPU, ember's threads run Python beside the compile and the first run: the
+        # GIL handed over quickly, runtime/switching.py)
+        with switching.quick() if _on_gpu(arguments) else contextlib.nullcontext():
+            with collector.paused():  # (a capture and a compile: runtime/collector.py)
+                entry = self._entry_for(arguments)
+            if entry is not None:
+                try:
+                    return entry.run(arguments)
+                except AssumptionFailed:
+                    pass
+        return self.function(*args, **kwargs)
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the
@@ -546,6 +550,20 @@ def _calling(function: Callable) -> types.FunctionType:
 
     call.__name__ = call.__qualname__ = getattr(function, "__name__", type(function).__name__)
     return call
+
+
+def _on_gpu(arguments: dict[str, Any]) -> bool:
+    """Does a call with these arguments compile for CUDA (a tensor, or a module's parameters,
+    on a GPU)?"""
+    for value in arguments.values():
+        if isinstance(value, torch.Tensor):
+            if value.is_cuda:
+                return True
+        elif isinstance(value, torch.nn.Module):
+            parameter = next(value.parameters(), None)
+            if parameter is not None and parameter.is_cuda:
+                return True
+    return False
 
 
 def _warm_up_for(module: torch.nn.Module) -> None:

@@ -153,10 +153,10 @@ def convolution_layouts(func, args, kwargs, out, device_type: str) -> Any:
     them out: in the memory format of the kernel family torch picks for operands of this
     geometry (torch_internals.convolution_memory_format; asked of uninitialized tensors on
     the device, once per geometry), the bias's gradient as it is; where an image's format is
-    ambiguous and a result's is not, a run on stand-ins. None where a size is symbolic. Runs of every
-    convolution cost more: MobileNetV3's cold first call on an H100 4.66 s with them, 1.91
-    without (its 46 channels-last convolutions planned and loaded by cuDNN at compile time,
-    beside Triton's start)."""
+    ambiguous and a result's is not, a run on stand-ins. None where a size is symbolic. Runs
+    of every convolution cost more: MobileNetV3's cold first call on an H100 4.66 s with
+    them, 1.91 without (its 46 channels-last convolutions planned and loaded by cuDNN at
+    compile time, beside Triton's start)."""
     named = torch_internals.arguments_by_name(func, args, kwargs)
     x, weight = named["input"], named["weight"]
     images = [x] + ([named["grad_output"]] if "grad_output" in named else [])
