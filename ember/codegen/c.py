@@ -43,6 +43,7 @@ from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Kind, Op
 from ember.ir.sizes import Dim, Size
+from ember.runtime.build import UNIT_BREAK
 from ember.schedule.expr import ZERO, Expr, Var, unravel
 from ember.schedule.fuse import store_index
 from ember.schedule.indexing import Index, index_rules
@@ -590,6 +591,7 @@ def write_source(plan: Plan, tunings: dict[str, CTuning] | None = None
     sources = kernel_reuse.write_all(
         plan.kernels, plan, lambda kernel: write_kernel(kernel, plan, tunings.get(kernel.name)),
         "a_", set(tunings))
-    text = "\n\n".join([INCLUDES.strip(), vector_math_declarations(), PRELUDE.strip(),
-                        *(source.text for source in sources if source.same_as is None)]) + "\n"
+    # (each kernel may begin a translation unit of its own: runtime/build.units)
+    text = "\n\n".join([INCLUDES.strip(), vector_math_declarations(), PRELUDE.strip()]) + \
+        "".join(UNIT_BREAK + source.text for source in sources if source.same_as is None) + "\n"
     return text, sources

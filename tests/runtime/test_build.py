@@ -1,4 +1,5 @@
 """ember.runtime.build: the content-addressed disk cache, compile errors that name the file,
+libraries built as several translation units at once,
 and a missing compiler, which makes the graph run eagerly with a warning (never a crash)."""
 
 import logging
@@ -178,3 +179,63 @@ def test_one_source_built_by_threads_at_once(cache):
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+def _kernels_source(count, broken=None):
+    kernels = [f"int add_{i}(int* a) {{ a[0] += {i}; return 0; }}" if i != broken
+               else f"int add_{i}(int* a) {{ return a[0] +; }}" for i in range(count)]
+    return "#include <stdint.h>\n" + "".join(build_module.UNIT_BREAK + k for k in kernels) + "\n"
+
+
+def test_units_share_the_kernels_out_balanced_each_after_the_prelude():
+    source = _kernels_source(7)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(build_module, "_UNIT_BYTES", 1)
+        parts = build_module.units(source, cores=3)
+        assert build_module.units(source, cores=1) == [source]
+    assert len(parts) == 3
+    kernels = [k for part in parts for k in part.split(build_module.UNIT_BREAK)[1:]]
+    assert sorted(kernels) == sorted(source.split(build_module.UNIT_BREAK)[1:])
+    assert all(part.startswith("#include <stdint.h>\n") for part in parts)
+    assert build_module.units(source, cores=3) == [source]  # (too small to be worth it)
+
+
+def test_a_library_built_as_units_at_once_loads_every_kernel(cache, compiler_calls, monkeypatch):
+    monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
+    monkeypatch.setattr(build_module, "_cores", lambda: 3)
+    path, cached = build(_kernels_source(7), [])
+    compiles = [call for call in compiler_calls if "-c" in call]
+    links = [call for call in compiler_calls if "-shared" in call]
+    assert not cached and len(compiles) == 3 and len(links) == 1
+    assert not [f for f in cache.rglob("*") if f.suffix == ".o"]  # (the units' files gone)
+    library = load(path)
+    for i in range(7):
+        value = torch.tensor([100], dtype=torch.int32, device="cpu")
+        assert kernel_function(library, f"add_{i}", 1)(value.data_ptr()) == 0
+        assert value.item() == 100 + i
+
+
+def test_a_failing_unit_names_the_whole_generated_source(cache, monkeypatch):
+    monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
+    monkeypatch.setattr(build_module, "_cores", lambda: 3)
+    source = _kernels_source(6, broken=4)
+    with pytest.raises(BuildError) as error:
+        build(source, [])
+    path = str(error.value).split("generated kernel source ")[1].split(":")[0]
+    assert open(path).read() == source
+    assert not list(cache.rglob("*.so")) and not list(cache.rglob("*.o"))
+
+
+def test_a_graph_built_as_units_answers_as_eager(cache, compiler_calls, monkeypatch):
+    import ember
+
+    monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
+    monkeypatch.setattr(build_module, "_cores", lambda: 4)
+
+    def f(x, y):
+        a = torch.softmax(x, -1) * y
+        return a.sum(0), (x - a).amax(1), torch.tanh(a @ y.t()).mean(), (x * 2).cumsum(0)
+
+    x, y = torch.randn(16, 33, device="cpu"), torch.randn(16, 33, device="cpu")
+    torch.testing.assert_close(ember.compile(f)(x, y), f(x, y))
+    assert len([call for call in compiler_calls if "-c" in call]) >= 2
