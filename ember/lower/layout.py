@@ -227,9 +227,10 @@ def _convolution_format(x: tuple, weight: tuple, bias: tuple | None, bias_sizes:
 
 
 def _kernel_switches() -> tuple:
-    """The switches that steer eager's choice of a kernel (and so of its results' layout)."""
+    """The switches that steer eager's choice of a kernel (and so of its results' layout):
+    the thread count among them (a CPU convolution's family depends on it)."""
     cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
-    return (cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
+    return (torch.get_num_threads(), cudnn.enabled, cudnn.benchmark, cudnn.deterministic,
             torch.backends.mkldnn.enabled, torch.are_deterministic_algorithms_enabled(),
             cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
             cuda.math_sdp_enabled(), cuda.cudnn_sdp_enabled())
