@@ -47,7 +47,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
 )
 from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
-from ember.runtime import collector, switching
+from ember.runtime import collector, switching, triton_launch
 
 if TYPE_CHECKING:
     from ember.capture.captured import Captured, Resumption
@@ -245,17 +245,14 @@ class CompiledFunction(GivingUp):
         return self.function(*args, **kwargs)
 
     def _miss(self, arguments: dict[str, Any], args: tuple, kwargs: dict) -> Any:
-        # (on a GPU, ember's threads run Python beside the compile and the first run: the
-        # GIL handed over quickly, runtime/switching.py)
-        with switching.quick() if _on_gpu(arguments) else contextlib.nullcontext():
-            with collector.paused():  # (a capture and a compile: runtime/collector.py)
-                entry = self._entry_for(arguments)
-            if entry is not None:
-                try:
-                    return entry.run(arguments)
-                except AssumptionFailed:
-                    pass
-        return self.function(*args, **kwargs)
+        with collector.paused():  # (a capture and a compile: runtime/collector.py)
+            entry = self._entry_for(arguments)
+        if entry is None:
+            return self.function(*args, **kwargs)
+        try:
+            return entry.run(arguments)
+        except AssumptionFailed:
+            return self.function(*args, **kwargs)
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the
@@ -290,7 +287,11 @@ class CompiledFunction(GivingUp):
             keys = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
             entry = warm_entries.load(self, arguments, keys) if keys is not None else None
             if entry is None:
-                entry = self._capture(arguments)
+                gpu = triton_launch.on_gpu(arguments.values())
+                # (on a GPU, ember's threads run Python beside the capture and the compile:
+                # the GIL handed over quickly, runtime/switching.py)
+                with switching.quick() if gpu else contextlib.nullcontext():
+                    entry = self._capture(arguments, gpu)
                 if keys is not None and entry.captured is not None:
                     warm_entries.keep(self, entry, keys)
             # (a new list, not an insertion: threads looping over the old one see it whole)
@@ -368,7 +369,8 @@ class CompiledFunction(GivingUp):
             self.symbolic_refused = True
         return compiled
 
-    def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
+    def _capture(self, arguments: dict[str, Any], gpu: bool) -> CacheEntry:
+        """`gpu`: the call's tensors or module are on a GPU."""
         from ember import compiled_module
         from ember.capture import markers
         from ember.capture.captured import capture
@@ -381,8 +383,8 @@ class CompiledFunction(GivingUp):
             self.record(CaptureRecord(0, [], [refusal], "", time.perf_counter() - started))
             self.run_directly()
             return CacheEntry(lambda arguments: True, self.caller, None, "", refusal)
-        if any(isinstance(value, torch.Tensor) and value.is_cuda for value in arguments.values()):
-            _warm_up_triton()  # beside the capture and the lowering
+        if gpu:
+            triton_launch.warm_up_for_cuda()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph,
                                            DynamicPolicy(self.dynamic, self.frame_sizes,
                                                          automatic=self._automatic(arguments)),
@@ -522,7 +524,8 @@ def compile(model: Callable | torch.nn.Module | None = None, *, fullgraph: bool 
     if isinstance(model, torch.nn.Module):
         from ember import compiled_module
 
-        _warm_up_for(model)
+        if triton_launch.on_gpu([model]):  # (Triton's one-time costs start now, beside the
+            triton_launch.warm_up_for_cuda()  # user's program, before the first call)
         return compiled_module.CompiledModule(model, **chosen)
     if not callable(model):
         raise TypeError(f"ember.compile needs a function or an nn.Module, got "
@@ -550,35 +553,6 @@ def _calling(function: Callable) -> types.FunctionType:
 
     call.__name__ = call.__qualname__ = getattr(function, "__name__", type(function).__name__)
     return call
-
-
-def _on_gpu(arguments: dict[str, Any]) -> bool:
-    """Does a call with these arguments compile for CUDA (a tensor, or a module's parameters,
-    on a GPU)?"""
-    for value in arguments.values():
-        if isinstance(value, torch.Tensor):
-            if value.is_cuda:
-                return True
-        elif isinstance(value, torch.nn.Module):
-            parameter = next(value.parameters(), None)
-            if parameter is not None and parameter.is_cuda:
-                return True
-    return False
-
-
-def _warm_up_for(module: torch.nn.Module) -> None:
-    """A module on CUDA will compile Triton kernels at its first call: start importing Triton
-    and its driver now, in the background, while the user's program goes on."""
-    parameter = next(module.parameters(), None)
-    if parameter is not None and parameter.is_cuda:
-        _warm_up_triton()
-
-
-def _warm_up_triton() -> None:
-    from ember.runtime import triton_launch
-
-    if config.kernel_backend("cuda") == "triton":
-        triton_launch.warm_up()
 
 
 def reset() -> None:

@@ -17,14 +17,19 @@ import torch.nn.functional as F
 from ember import torch_internals
 
 
-def _static_dense(tensor: Any) -> bool:
-    """Sizes known (no symbol: asking would guard them) and laid out contiguously or
-    channels-last (an elementwise result's layout is then the input's own)."""
-    if not isinstance(tensor, torch.Tensor) or \
-            not all(isinstance(n, int) for n in (*tensor.shape, *tensor.stride())):
+def _plain(input: Any, *others: Any) -> bool:
+    """The case a rule answers: a floating-point input of known sizes (no symbol: asking would
+    guard them) laid out contiguously or channels-last (an elementwise result's layout is
+    then the input's own), no autocast, and no tensor among them that autograd tracks."""
+    if not isinstance(input, torch.Tensor) or not input.is_floating_point() or \
+            not all(isinstance(n, int) for n in (*input.shape, *input.stride())) or \
+            torch_internals.autocast_state() is not None:
         return False
-    return tensor.is_contiguous() or (tensor.dim() == 4 and
-                                      tensor.is_contiguous(memory_format=torch.channels_last))
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in (input, *others)):
+        return False
+    return input.is_contiguous() or (input.dim() == 4 and
+                                     input.is_contiguous(memory_format=torch.channels_last))
 
 
 def _batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = None,
@@ -35,15 +40,11 @@ def _batch_norm(input: Any, running_mean: Any, running_var: Any, weight: Any = N
     per_channel = [running_mean, running_var, weight, bias]
     if (training and (running_mean is not None or running_var is not None)) or \
             (not training and (running_mean is None or running_var is None)) or \
-            not _static_dense(input) or input.dim() < 2 or not input.is_floating_point() or \
-            torch_internals.autocast_state() is not None:
+            not _plain(input, *per_channel) or input.dim() < 2:
         return None
     channels = input.shape[1]
     if any(t is not None and (not isinstance(t, torch.Tensor) or t.shape != (channels,))
            for t in per_channel):
-        return None
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad
-                                       for t in [input, *per_channel]):
         return None
     return torch.empty_like(input)
 
@@ -52,9 +53,7 @@ def _elementwise(input: Any, inplace: bool = False) -> Any:
     """An activation (hardswish, hardsigmoid: torch's fake mode runs their decompositions) of
     a floating-point tensor that autograd does not track: a tensor like it, or the tensor
     itself, its version moved, in place."""
-    if not _static_dense(input) or not input.is_floating_point() or \
-            (torch.is_grad_enabled() and input.requires_grad) or \
-            torch_internals.autocast_state() is not None:
+    if not _plain(input):
         return None
     if inplace:
         torch.autograd.graph.increment_version(input)

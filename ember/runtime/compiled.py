@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ember import config, logs
+from ember.runtime import switching
 from ember.runtime.errors import raise_located
 from ember.runtime.wrappers import BuildNotKept, KernelsNotBuilt, LayoutMismatch, WrapperSource
 
@@ -277,13 +278,15 @@ _none_running_eagerly = threading.Condition()
 
 def eager_beside_the_compile(eager: Callable, args: tuple, label: str, count: int = 1) -> Any:
     """A graph's call, run by `eager` while its kernels compile (the first, `count` 1, said
-    on perf)."""
+    on perf), the GIL handed over quickly meanwhile: ember's threads load kernels beside it
+    (runtime/switching.py)."""
     global _running_eagerly
     started = time.perf_counter()
     with _none_running_eagerly:
         _running_eagerly += 1
     try:
-        result = eager(*args)
+        with switching.quick():
+            result = eager(*args)
     finally:
         with _none_running_eagerly:
             _running_eagerly -= 1

@@ -6,8 +6,10 @@ releases the GIL (torch's bindings do) and then waits to take it back; with a th
 Python beside it, that wait lasts until the other thread's switch interval ends, 5 ms by
 default. On an H100 a cold MobileNetV3 first call took 6.99 s at Python's interval and 3.75
 s at 0.2 ms (2026-12-06, device call 117c, one process each, the compile then running 46
-convolutions on stand-ins beside Triton's start). So while a first call compiles for CUDA
-the interval is 0.2 ms, and Python's (or the program's own) comes back after it.
+convolutions on stand-ins beside Triton's start). So while a call captures and compiles for
+CUDA (api.CompiledFunction._entry_for), and while a call runs eagerly beside its graph's
+kernels compiling (compiled.eager_beside_the_compile), the interval is 0.2 ms; Python's (or
+the program's own) comes back after. Calls that find their compiled graph never touch it.
 """
 
 from __future__ import annotations

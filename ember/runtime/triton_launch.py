@@ -254,6 +254,27 @@ class PendingLaunch:
 _warm_ups: dict[str, threading.Thread] = {}
 
 
+def on_gpu(values: Any) -> bool:
+    """Are any of these (a call's arguments) tensors on a GPU, or modules whose parameters
+    are?"""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.is_cuda:
+                return True
+        elif isinstance(value, torch.nn.Module):
+            parameter = next(value.parameters(), None)
+            if parameter is not None and parameter.is_cuda:
+                return True
+    return False
+
+
+def warm_up_for_cuda() -> None:
+    """warm_up, where graphs on CUDA compile to Triton kernels (not under EMBER_BACKEND=c or
+    interp)."""
+    if config.kernel_backend("cuda") == "triton":
+        warm_up()
+
+
 def warm_up(workers: bool = True) -> None:
     """Start Triton's one-time costs in the background, while the graph is being lowered:
     importing it, keying its compile cache, and starting its CUDA driver (on a cold cache

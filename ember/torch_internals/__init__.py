@@ -406,9 +406,8 @@ def convolution_uses_onednn(x: torch.Tensor, weight: torch.Tensor, stride: list[
                             padding: list[int], dilation: list[int], groups: int) -> bool:
     """Would eager's convolution of these tensors call oneDNN (which reorders the weight on
     every call)? torch decides by the tensors' geometry and the thread count of this moment."""
-    backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
-                                            [0] * len(stride), groups, None)
-    return backend == torch._C._ConvBackend.Mkldnn
+    return _backend(x, weight, None, None, stride, padding, dilation, False, [0] * len(stride),
+                    groups) == torch._C._ConvBackend.Mkldnn
 
 
 def convolution_backend(x: torch.Tensor, weight: torch.Tensor, stride: list[int],
@@ -416,9 +415,8 @@ def convolution_backend(x: torch.Tensor, weight: torch.Tensor, stride: list[int]
     """The kernel family eager's convolution of these tensors (no bias, not transposed) would
     call: `Cudnn`, `CudaDepthwise2d`, `Mkldnn`, `Slow2d`, ... (torch decides by the tensors'
     geometry, dtype and device, and by switches such as torch.backends.cudnn.enabled)."""
-    backend = torch._C._select_conv_backend(x, weight, None, stride, padding, dilation, False,
-                                            [0] * len(stride), groups, None)
-    return backend.name
+    return _backend(x, weight, None, None, stride, padding, dilation, False, [0] * len(stride),
+                    groups).name
 
 
 def convolution_memory_format(x: torch.Tensor, weight: torch.Tensor, bias: Any,
@@ -430,12 +428,20 @@ def convolution_memory_format(x: torch.Tensor, weight: torch.Tensor, bias: Any,
     then that family's format — the question torch's fake tensors ask. `x` and `weight` are
     tensors of the operands' geometry on their device (uninitialized will do: no data is
     read)."""
-    backend = torch._C._select_conv_backend(x, weight, bias, stride, padding, dilation,
-                                            transposed, output_padding, groups, bias_sizes)
+    backend = _backend(x, weight, bias, bias_sizes, stride, padding, dilation, transposed,
+                       output_padding, groups)
     if weight.ndim == 3:  # (a 1-d convolution runs as a 2-d one of height 1)
         x = torch.empty(x.shape, dtype=x.dtype, device=x.device).unsqueeze(2)
         weight = weight.unsqueeze(2)
     return torch._C._conv_determine_backend_memory_format(x, weight, backend)
+
+
+def _backend(x: torch.Tensor, weight: torch.Tensor, bias: Any, bias_sizes: Any,
+             stride: list[int], padding: list[int], dilation: list[int], transposed: bool,
+             output_padding: list[int], groups: int) -> Any:
+    """torch's choice of convolution kernel family (a torch._C._ConvBackend)."""
+    return torch._C._select_conv_backend(x, weight, bias, stride, padding, dilation,
+                                         transposed, output_padding, groups, bias_sizes)
 
 
 _cudnn_enabled = torch._C._get_cudnn_enabled
