@@ -12,7 +12,6 @@ once their calls keep running eagerly, they are called directly (ember/giving_up
 from __future__ import annotations
 
 import builtins
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -47,7 +46,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
 )
 from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
-from ember.runtime import collector, switching, triton_launch
+from ember.runtime import collector, triton_launch
 
 if TYPE_CHECKING:
     from ember.capture.captured import Captured, Resumption
@@ -287,11 +286,7 @@ class CompiledFunction(GivingUp):
             keys = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
             entry = warm_entries.load(self, arguments, keys) if keys is not None else None
             if entry is None:
-                gpu = triton_launch.on_gpu(arguments.values())
-                # (on a GPU, ember's threads run Python beside the capture and the compile:
-                # the GIL handed over quickly, runtime/switching.py)
-                with switching.quick() if gpu else contextlib.nullcontext():
-                    entry = self._capture(arguments, gpu)
+                entry = self._capture(arguments, triton_launch.on_gpu(arguments.values()))
                 if keys is not None and entry.captured is not None:
                     warm_entries.keep(self, entry, keys)
             # (a new list, not an insertion: threads looping over the old one see it whole)

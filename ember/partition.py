@@ -104,6 +104,14 @@ def keeps_its_place(node: torch.fx.Node, device: torch.device | None = None) -> 
     return draws(node) and elsewhere(node, device) is None
 
 
+def only_draws(node: torch.fx.Node) -> bool:
+    """Does the node keep its place only for the numbers it draws (not for memory it writes,
+    a mode it switches or a module it calls)? Its order matters among the graph's other
+    draws and writes, not beside a pure island's."""
+    return draws(node) and not (node.op == "call_module" or switches_grad_mode(node) or
+                                writes(node))
+
+
 def _name(node: torch.fx.Node) -> str:
     name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
     return name if isinstance(name, str) else ""
@@ -177,7 +185,8 @@ def split(module: torch.fx.GraphModule, islands: dict[str, str]) -> Partition:
         elif switches_grad_mode(node) or (node.target is operator.getitem and
                                           node.args[0] in reasons):
             reasons[node] = None  # (glue: run where it stands, between the regions)
-    levels = _levels(calls, reasons, {n for n in calls if keeps_its_place(n, device)})
+    fixed = {n for n in calls if keeps_its_place(n, device)}
+    levels = _levels(calls, reasons, fixed, {n for n in fixed if only_draws(n)})
     by_level: dict[int, list[torch.fx.Node]] = {}
     for node in calls:
         if node not in reasons:
@@ -193,12 +202,15 @@ def split(module: torch.fx.GraphModule, islands: dict[str, str]) -> Partition:
 
 
 def _levels(calls: list[torch.fx.Node], islands: dict[torch.fx.Node, Any],
-            fixed: set[torch.fx.Node]) -> dict[torch.fx.Node, int]:
+            fixed: set[torch.fx.Node], drawing: set[torch.fx.Node]) -> dict[torch.fx.Node, int]:
     """Region number for each node (islands: the region they follow). Region k runs, then
-    the islands of level k in the graph's order, then region k + 1."""
+    the islands of level k in the graph's order, then region k + 1. `fixed` nodes keep their
+    place; those of them only `drawing` keep it among the fixed only (a pure island may run
+    after a dropout that came later in the graph)."""
     level: dict[torch.fx.Node, int] = {}
     floor_region = floor_island = 0        # what nodes placed in order must wait for
     last_region, last_island = 0, -1       # the latest levels placed so far
+    last_fixed_island = -1                 # (of the islands that keep their place)
     for node in calls:
         island = node in islands
         bound = floor_island if island else floor_region
@@ -207,10 +219,13 @@ def _levels(calls: list[torch.fx.Node], islands: dict[torch.fx.Node, Any],
                 after = source in islands and not island  # (an island's result: next region)
                 bound = max(bound, level[source] + after)
         if node in fixed:
-            bound = max(bound, last_region, last_island + (not island))
+            before = last_fixed_island if node in drawing else last_island
+            bound = max(bound, last_region, before + (not island))
         level[node] = bound
         if island:
             last_island = max(last_island, bound)
+            if node in fixed:
+                last_fixed_island = max(last_fixed_island, bound)
         else:
             last_region = max(last_region, bound)
         if node in fixed:

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 
 from ember import config, logs
-from ember.runtime import switching
 from ember.runtime.errors import raise_located
 from ember.runtime.wrappers import BuildNotKept, KernelsNotBuilt, LayoutMismatch, WrapperSource
 
@@ -278,15 +277,13 @@ _none_running_eagerly = threading.Condition()
 
 def eager_beside_the_compile(eager: Callable, args: tuple, label: str, count: int = 1) -> Any:
     """A graph's call, run by `eager` while its kernels compile (the first, `count` 1, said
-    on perf), the GIL handed over quickly meanwhile: ember's threads load kernels beside it
-    (runtime/switching.py)."""
+    on perf)."""
     global _running_eagerly
     started = time.perf_counter()
     with _none_running_eagerly:
         _running_eagerly += 1
     try:
-        with switching.quick():
-            result = eager(*args)
+        result = eager(*args)
     finally:
         with _none_running_eagerly:
             _running_eagerly -= 1

@@ -352,7 +352,8 @@ def test_a_region_that_writes_an_input_another_input_aliases_writes_it_eagerly()
 
 class _LayerDrop(torch.nn.Module):
     """transformers' layer drop (Whisper, wav2vec2, BART): a draw on the CPU's generator per
-    layer, whatever the model's device; with layerdrop 0 no layer is ever dropped."""
+    layer, whatever the model's device; with layerdrop 0 no layer is ever dropped. Each
+    layer's dropout draws on the model's device, between the CPU's draws."""
 
     def __init__(self):
         super().__init__()
@@ -364,7 +365,7 @@ class _LayerDrop(torch.nn.Module):
             dropout_probability = torch.rand([])
             if self.training and dropout_probability < self.layerdrop:
                 continue
-            x = torch.tanh(layer(x))
+            x = torch.nn.functional.dropout(torch.tanh(layer(x)), 0.25, self.training)
         return x
 
 
