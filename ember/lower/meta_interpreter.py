@@ -65,7 +65,8 @@ def eager_autograd(module: torch.fx.GraphModule, example_inputs: list[Any]
     no elements: eager gives such an input a gradient of zeros, not None; fill's result still
     requires grad) or where eager's derivative formulas mark a result non-differentiable
     (layer norm's mean and rstd, lu's pivots). None when the graph cannot run on fakes."""
-    run = _run_on_fakes(module, example_inputs, torch.fx.Interpreter)
+    run = _recorded_run(module, example_inputs) or \
+        _run_on_fakes(module, example_inputs, torch.fx.Interpreter)
     if run is None:
         return None
     flat, leaves = run
@@ -114,6 +115,47 @@ def contained_leaves(module: torch.fx.GraphModule, example_inputs: list[Any]) ->
         if mine and not any(leaf in leaves for leaf in reached):
             exposed |= mine
     return set(made.values()) - exposed
+
+
+def _recorded_run(module: torch.fx.GraphModule, example_inputs: list[Any]
+                  ) -> tuple[list[Any], dict[int, int]] | None:
+    """_run_on_fakes's answer from the fake values the capture ran the graph on (each node's
+    example value, made under autograd as eager's are), without running it again (a BERT
+    training graph's run took 130 ms of its first call). None where a value is missing or
+    the inputs' fakes are not the leaves the inputs are (a graph a pass rewrote, a region),
+    and where the capture's Python may have changed a fake's autograd state after its node:
+    a result that is a leaf requiring grad but no input (`y.requires_grad_()` after the graph,
+    replayed as a side effect), a graph that makes leaves."""
+    if any(_makes_leaf(n.target, n.args, n.kwargs) for n in module.graph.nodes
+           if n.op in ("call_function", "call_method")):
+        return None
+    placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    leaves: dict[int, int] = {}
+    number = 0
+    for node, x in zip(placeholders, example_inputs):
+        if not isinstance(x, torch.Tensor):
+            continue
+        fake = node.meta.get("example_value")
+        if not isinstance(fake, torch.Tensor) or fake.requires_grad != x.requires_grad or \
+                (x.requires_grad and fake.grad_fn is not None):
+            return None
+        if x.requires_grad:
+            leaves[id(fake)] = number
+        number += 1
+    (output,) = (n for n in module.graph.nodes if n.op == "output")
+    flat = []
+    for value in tree_flatten(output.args[0])[0]:
+        if isinstance(value, torch.fx.Node):
+            if "example_value" not in value.meta:
+                return None
+            value = value.meta["example_value"]
+        flat.extend(tree_flatten(value)[0])
+    if any(isinstance(v, torch.Tensor) and v.requires_grad and v.grad_fn is None and
+           id(v) not in leaves for v in flat):
+        return None
+    return flat, leaves
 
 
 def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
