@@ -36,10 +36,22 @@ def _rule(op: Op):
     return register
 
 
+_reshaped: dict[tuple, Index] = {}  # (shape, source shape, index) -> the source's index
+_RESHAPED_KEPT = 1 << 16
+
+
 @_rule(Op.RESHAPE)
 def _reshape(node: Node, index: Index) -> Index:
+    """(Kept: a graph's reshapes between the same shapes are read at the same indices again
+    and again, by each kernel that inlines them and each question the schedule asks.)"""
     source = node.inputs[0]
-    return tuple(unravel(ravel(index, node.shape), source.shape))
+    key = (node.shape, source.shape, index)
+    found = _reshaped.get(key)
+    if found is None:
+        if len(_reshaped) >= _RESHAPED_KEPT:
+            _reshaped.clear()
+        found = _reshaped[key] = tuple(unravel(ravel(index, node.shape), source.shape))
+    return found
 
 
 @_rule(Op.PERMUTE)
