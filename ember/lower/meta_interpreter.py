@@ -32,7 +32,7 @@ from ember import torch_internals
 from ember.lower import attention
 from ember.lower.registry import Unsupported
 from ember.meta_keys import REQUIRES_GRAD
-from ember.torch_internals import tree_flatten, tree_map
+from ember.trees import leaves, map_leaves
 
 if TYPE_CHECKING:
     from ember.lower.tracer import Tracer
@@ -69,9 +69,9 @@ def eager_autograd(module: torch.fx.GraphModule, example_inputs: list[Any]
         _run_on_fakes(module, example_inputs, torch.fx.Interpreter)
     if run is None:
         return None
-    flat, leaves = run
-    reached = {leaves[leaf] for value in flat for leaf in _leaves_reached(value)
-               if leaf in leaves}
+    flat, leaf_numbers = run
+    reached = {leaf_numbers[leaf] for value in flat for leaf in _leaves_reached(value)
+               if leaf in leaf_numbers}
     return EagerAutograd([isinstance(v, torch.Tensor) and v.requires_grad for v in flat],
                          reached)
 
@@ -107,12 +107,12 @@ def contained_leaves(module: torch.fx.GraphModule, example_inputs: list[Any]) ->
     run = _run_on_fakes(module, example_inputs, Recording)
     if run is None:
         return set()
-    flat, leaves = run
+    flat, leaf_numbers = run
     exposed = set()
     for value in flat:
         reached = _leaves_reached(value)
         mine = {made[leaf] for leaf in reached if leaf in made}
-        if mine and not any(leaf in leaves for leaf in reached):
+        if mine and not any(leaf in leaf_numbers for leaf in reached):
             exposed |= mine
     return set(made.values()) - exposed
 
@@ -132,7 +132,7 @@ def _recorded_run(module: torch.fx.GraphModule, example_inputs: list[Any]
     placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
         return None
-    leaves: dict[int, int] = {}
+    leaf_numbers: dict[int, int] = {}
     number = 0
     for node, x in zip(placeholders, example_inputs):
         if not isinstance(x, torch.Tensor):
@@ -142,20 +142,20 @@ def _recorded_run(module: torch.fx.GraphModule, example_inputs: list[Any]
                 (x.requires_grad and fake.grad_fn is not None):
             return None
         if x.requires_grad:
-            leaves[id(fake)] = number
+            leaf_numbers[id(fake)] = number
         number += 1
     (output,) = (n for n in module.graph.nodes if n.op == "output")
     flat = []
-    for value in tree_flatten(output.args[0])[0]:
+    for value in leaves(output.args[0]):
         if isinstance(value, torch.fx.Node):
             if "example_value" not in value.meta:
                 return None
             value = value.meta["example_value"]
-        flat.extend(tree_flatten(value)[0])
+        flat.extend(leaves(value))
     if any(isinstance(v, torch.Tensor) and v.requires_grad and v.grad_fn is None and
-           id(v) not in leaves for v in flat):
+           id(v) not in leaf_numbers for v in flat):
         return None
-    return flat, leaves
+    return flat, leaf_numbers
 
 
 def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
@@ -165,7 +165,7 @@ def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
     do, and the ids of those fake inputs (numbered among the tensors). None when an op
     cannot run on fakes."""
     mode = torch_internals.make_fake_mode()
-    leaves: dict[int, int] = {}  # id of a fake input that requires grad -> its number
+    leaf_numbers: dict[int, int] = {}  # id of a fake input that requires grad -> its number
     try:
         args = [torch_internals.fake_of(mode, x.detach()) if isinstance(x, torch.Tensor)
                 else x for x in example_inputs]
@@ -173,12 +173,12 @@ def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
                    if isinstance(x, torch.Tensor)]
         for number, (fake, x) in enumerate(tensors):
             if x.requires_grad:
-                leaves[id(fake.requires_grad_())] = number
+                leaf_numbers[id(fake.requires_grad_())] = number
         with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
             result = interpreter(module).run(*args)
     except Exception:  # noqa: BLE001 (an op fake tensors cannot run: the IR's answer stands)
         return None
-    return tree_flatten(result)[0], leaves
+    return leaves(result), leaf_numbers
 
 
 def _leaves_reached(value: Any) -> set[int]:
@@ -228,9 +228,9 @@ class MetaInterpreter(torch.fx.Interpreter):
             # not reach through it. (An in-place op's result is its input itself — a buffer
             # updated under no_grad — and keeps its binding: its writes must reach the input.)
             args, kwargs = self.fetch_args_kwargs_from_env(n)
-            operands = {id(t) for t in tree_flatten((args, kwargs))[0]
+            operands = {id(t) for t in leaves((args, kwargs))
                         if isinstance(t, torch.Tensor)}
-            for value in tree_flatten(result)[0]:
+            for value in leaves(result):
                 if isinstance(value, torch.Tensor) and id(value) not in operands:
                     self.tracer.stop_gradient(value)
         return result
@@ -309,7 +309,7 @@ class MetaInterpreter(torch.fx.Interpreter):
         with x's dtype and device (the graph's) where the call names none, which the tracer
         keeps as a constant, as it keeps torch.tensor(...)'s. (On a meta tensor torch makes
         it without an op the tracer sees.) None where data holds tensors."""
-        if any(isinstance(v, torch.Tensor) for v in tree_flatten(data)[0]):
+        if any(isinstance(v, torch.Tensor) for v in leaves(data)):
             return None
         return torch.tensor(data, dtype=dtype if dtype is not None else base.dtype,
                             device=device if device is not None else self.device, **options)
@@ -372,9 +372,9 @@ def _opaque_call(tracer: Tracer, device: torch.device, target, args, kwargs) -> 
 
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
         with torch_internals.make_fake_mode():
-            fake_args, fake_kwargs = tree_map(lambda v: stand_in(v, device), (args, kwargs))
+            fake_args, fake_kwargs = map_leaves(lambda v: stand_in(v, device), (args, kwargs))
             result = target(*fake_args, **fake_kwargs)
-        out = tree_map(lambda v: stand_in(v, "meta"), result)
+        out = map_leaves(lambda v: stand_in(v, "meta"), result)
     tracer.call_library(target, args, kwargs, out)
     return out
 

@@ -26,7 +26,7 @@ from ember.lower.mutation import (
     with_defaults,
 )
 from ember.lower.registry import Decline, Unsupported, find_rule
-from ember.torch_internals import tree_flatten
+from ember.trees import leaves
 
 ViewChain = tuple[tuple[Op, dict[str, Any]], ...]
 _AS_STRIDED_IN_PLACE = torch.ops.aten.as_strided_.default
@@ -69,7 +69,7 @@ class ViewsAndWrites:
         base = args[0]
         if self.stops and base.dtype.is_floating_point and any(
                 t.dtype != base.dtype and t.dtype.to_real() != base.dtype
-                for t in tree_flatten(out)[0]):
+                for t in leaves(out)):
             # (the compiled graph's results reinterpret memory outside autograd's sight; but
             # eager's view_as_complex of a value that requires grad is differentiable, and so
             # are the compiled graph's: library calls, and OutputSpec.view_of's views)
@@ -77,10 +77,10 @@ class ViewsAndWrites:
         base_state = self.state(base)
         base_node = self.current(base)
         result = self._lower(func, args, kwargs, template_kwargs, out)
-        flat_out, _ = tree_flatten(out)
+        flat_out = leaves(out)
         if self._counts_from_storage(func, args, kwargs):
             self.from_storage_start.update(id(t) for t in flat_out)
-        flat_result, _ = tree_flatten(result)
+        flat_result = leaves(result)
         for meta, node in zip(flat_out, flat_result):
             steps = _view_chain(node, base_node)
             chain = None if steps is None or base_state.chain is None \
@@ -148,7 +148,7 @@ class ViewsAndWrites:
             raise Unsupported(f"{func} writes into an expanded tensor: eager raises here")
         # tensors the op returns besides those it writes (rrelu_with_noise writes `noise` and
         # returns a new tensor)
-        fresh = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)
+        fresh = [t for t in leaves(out) if isinstance(t, torch.Tensor)
                  and not any(t is target for target in targets)]
         out_names = {argument.name for _, argument in written if argument.kwarg_only}
         functional = functional_variant(func)
@@ -165,7 +165,7 @@ class ViewsAndWrites:
                 f_out = meta_results.call(functional, args, f_kwargs)
             except Exception as error:
                 raise Unsupported(f"{functional} cannot run on meta tensors: {error}") from error
-            values = tree_flatten(self._lower(functional, args, f_kwargs, f_template, f_out))[0]
+            values = leaves(self._lower(functional, args, f_kwargs, f_template, f_out))
             if returns_written_last(functional):
                 results, values = values[:len(fresh)], values[len(fresh):]
             else:
@@ -175,8 +175,7 @@ class ViewsAndWrites:
             positions = [position for position, _ in written]
             wrapper = CloneAndCall(func, positions, names)
             stand_ins = (*(t.clone() for t in targets), *fresh)  # meta stand-ins for results
-            values = tree_flatten(self._lower(wrapper, args, kwargs, template_kwargs,
-                                              stand_ins))[0]
+            values = leaves(self._lower(wrapper, args, kwargs, template_kwargs, stand_ins))
             results, values = values[len(targets):], values[:len(targets)]
         for target, value in zip(targets, values):
             if self.stops and not torch.is_grad_enabled() and value.dtype.is_floating_point \

@@ -43,7 +43,8 @@ from ember.lower.schemas import (
 )
 from ember.lower.storage import Storage, TensorState, ViewChain, ViewsAndWrites
 from ember.lower.symbolic import SymbolTable, symbolic_arguments
-from ember.torch_internals import tree_flatten, tree_map
+from ember.torch_internals import tree_flatten
+from ember.trees import leaves, map_leaves
 
 _METADATA = {torch.ops.prim.device.default, torch.ops.aten.sym_size.int,
              torch.ops.aten.sym_stride.int, torch.ops.aten.sym_numel.default,
@@ -144,7 +145,7 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
     def to_nodes(self, tree: Any) -> Any:
         if self.symbols is not None:
             tree = self.symbols.convert(tree)
-        return tree_map(lambda v: self.current(v) if isinstance(v, torch.Tensor) else v, tree)
+        return map_leaves(lambda v: self.current(v) if isinstance(v, torch.Tensor) else v, tree)
 
     def adopt_constant(self, tensor: torch.Tensor) -> torch.Tensor:
         """A real tensor met while tracing (torch.tensor(...) in the graph): a constant input."""
@@ -182,7 +183,7 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                 raise Unsupported(f"{func} creates a tensor on {device}, the graph is on "
                                   f"{self.graph.device}")
             kwargs["device"] = "meta"
-        args, kwargs = tree_map(self._meta_argument, (args, kwargs))
+        args, kwargs = map_leaves(self._meta_argument, (args, kwargs))
         written = [(position, argument) for position, argument in enumerate(schema.arguments)
                    if argument.alias_info is not None and argument.alias_info.is_write]
         before = [self._geometry(t) for t in self._written_tensors(written, args, kwargs)]
@@ -270,14 +271,14 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         tensors = []
         for position, argument in written:
             value = args[position] if position < len(args) else kwargs.get(argument.name)
-            tensors.extend(t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor))
+            tensors.extend(t for t in leaves(value) if isinstance(t, torch.Tensor))
         return tensors
 
     # -- functional ops -------------------------------------------------------------------
     def _lower(self, func, args, kwargs, template_kwargs, out) -> Any:
         """IR nodes for a functional op's results, shaped like `out`."""
-        flat_out, _ = tree_flatten(out)
-        tensors_in = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        flat_out = leaves(out)
+        tensors_in = [t for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         supported = all(t.dtype in dtypes.SUPPORTED for t in tensors_in + flat_out
                         if isinstance(t, torch.Tensor))
         rule = find_rule(func)
@@ -301,8 +302,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         return self._library(func, args, kwargs, template_kwargs, out)
 
     def _matches(self, result: Any, out: Any) -> bool:
-        flat_result, _ = tree_flatten(result)
-        flat_out, _ = tree_flatten(out)
+        flat_result = leaves(result)
+        flat_out = leaves(out)
         if len(flat_result) != len(flat_out):
             return False
         for node, meta in zip(flat_result, flat_out):
@@ -316,7 +317,7 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
 
     @staticmethod
     def _describe(out: Any) -> str:
-        flat, _ = tree_flatten(out)
+        flat = leaves(out)
         return ", ".join(f"{t.dtype}{list(t.shape)}" if isinstance(t, torch.Tensor) else repr(t)
                          for t in flat)
 
@@ -337,8 +338,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                 return Slot(len(inputs) - 1)
             return self.symbols.size(value) if self.symbols is not None else value
 
-        template_args = _options_per_dim(func, args, tree_map(slot, args))
-        template_kwargs = {key: (tree_map(slot, kwargs[key]) if key != "device" else value)
+        template_args = _options_per_dim(func, args, map_leaves(slot, args))
+        template_kwargs = {key: (map_leaves(slot, kwargs[key]) if key != "device" else value)
                            for key, value in template_kwargs.items()}
         flat_out, spec = tree_flatten(out)
         if not all(isinstance(t, torch.Tensor) for t in flat_out):
@@ -366,8 +367,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         return spec.unflatten(items) if hasattr(spec, "unflatten") else items
 
     def _bind_results(self, out: Any, result: Any) -> None:
-        flat_out, _ = tree_flatten(out)
-        flat_result, _ = tree_flatten(result)
+        flat_out = leaves(out)
+        flat_result = leaves(result)
         for meta, node in zip(flat_out, flat_result):
             if isinstance(meta, torch.Tensor):
                 self.bind(meta, node)
@@ -524,7 +525,7 @@ def _fetch_attr(module: torch.nn.Module, target: str) -> Any:
 
 
 def tensors_of(args: Any, kwargs: Any) -> list[torch.Tensor]:
-    return [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+    return [t for t in leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
 
 
 # where aten's convolutions take an option per spatial dim (stride, padding, dilation,
