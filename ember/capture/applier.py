@@ -24,6 +24,7 @@ from ember import torch_internals
 from ember.capture import semantics
 from ember.capture.errors import Unsupported
 from ember.capture.symbols import SYMBOLIC
+from ember.trees import leaves
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,14 +307,14 @@ class _WriteWatch(torch_internals.TorchDispatchMode):
             if argument.alias_info is None or not argument.alias_info.is_write:
                 continue
             written = args[position] if position < len(args) else kwargs.get(argument.name)
-            for tensor in torch_internals.tree_flatten(written)[0]:
+            for tensor in leaves(written):
                 if isinstance(tensor, torch.Tensor) and _storage(tensor) not in self.made:
                     raise Unsupported(f"{self.name} writes a tensor its forward did not make "
                                       f"({func}): it runs outside the graph")
-        inputs = {_storage(t) for t in torch_internals.tree_flatten((args, kwargs))[0]
+        inputs = {_storage(t) for t in leaves((args, kwargs))
                   if isinstance(t, torch.Tensor)}
         result = func(*args, **kwargs)
-        for tensor in torch_internals.tree_flatten(result)[0]:
+        for tensor in leaves(result):
             storage = _storage(tensor) if isinstance(tensor, torch.Tensor) else None
             if storage is not None and storage not in inputs:
                 self.made.add(storage)

@@ -52,6 +52,7 @@ from ember.capture.values import (
     TorchValue,
     Value,
 )
+from ember.trees import leaves
 
 if TYPE_CHECKING:
     from ember.capture.interpreter import Frame
@@ -332,7 +333,7 @@ def _returns_an_input_view(example: Any, operands: list) -> str | None:
     one call: a graph's library result may not share an operand's memory."""
     inputs = {torch_internals.storage_identity(t) for t in operands
               if isinstance(t, torch.Tensor)}
-    results = torch_internals.tree_flatten(example)[0]
+    results = leaves(example)
     if any(isinstance(t, torch.Tensor) and torch_internals.storage_identity(t) in inputs
            for t in results):
         return "a custom autograd.Function returns a view of its input: it runs outside " \

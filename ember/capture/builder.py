@@ -31,6 +31,7 @@ from ember.capture.symbols import (
     tracked_size,
 )
 from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
+from ember.trees import leaves
 
 
 class GraphBuilder:
@@ -197,8 +198,7 @@ class GraphBuilder:
             fx_args, fx_kwargs = numbers.plain_numbers(fx_args), numbers.plain_numbers(fx_kwargs)
             self._check_plain_numbers(kind, target, fake_args, fake_kwargs, example)
         if refuse is not None:
-            reason = refuse(example, list(torch_internals.tree_flatten((fake_args,
-                                                                       fake_kwargs))[0]))
+            reason = refuse(example, leaves((fake_args, fake_kwargs)))
             if reason is not None:
                 raise Unsupported(reason)
         node = self.graph.create_node(kind, target, fx_args, fx_kwargs,

@@ -21,6 +21,7 @@ import torch.fx
 from ember import torch_internals
 from ember.capture.symbols import SYMBOLIC
 from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
+from ember.trees import leaves
 
 # The most elements a known value may have: position tables and small masks fit, and running
 # an op again on them costs microseconds.
@@ -154,7 +155,7 @@ class KnownValues:
 
     def _run(self, kind: str, target: Any, operands: tuple[tuple, dict], result: Value,
              example: Any) -> bool:
-        made = [t for t in torch_internals.tree_flatten(example)[0]
+        made = [t for t in leaves(example)
                 if isinstance(t, torch.Tensor)]
         args, kwargs = operands
         if any(not _small(t) for t in made) or not (made or _real_tensors((args, kwargs))):
@@ -247,7 +248,7 @@ def _stand_in(fake: torch.Tensor) -> torch.Tensor | None:
 
 
 def _real_tensors(tree: Any) -> bool:
-    return any(isinstance(t, torch.Tensor) for t in torch_internals.tree_flatten(tree)[0])
+    return any(isinstance(t, torch.Tensor) for t in leaves(tree))
 
 
 def _tensors(tree: Any) -> list[TensorValue]:
