@@ -654,3 +654,71 @@ def test_the_dispatch_mode_stack_lists_the_active_modes():
     assert stack() == []
     with Passing() as mode:
         assert stack() == [mode]
+
+
+def _described(fake):
+    return (type(fake), fake.shape, fake.stride(), fake.dtype, fake.device, fake.requires_grad,
+            fake.is_leaf, isinstance(fake, torch.nn.Parameter), fake.storage_offset(),
+            fake.untyped_storage().nbytes())
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.nn.Parameter(torch.randn(5, 3)),
+    lambda: torch.nn.Parameter(torch.randn(3, 5).t()),
+    lambda: torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last),
+    lambda: torch.zeros(7, dtype=torch.int64),
+    lambda: torch.randn(4, requires_grad=True),
+], ids=["parameter", "transposed", "channels_last", "buffer", "leaf"])
+def test_a_plain_leafs_quick_fake_is_the_fake_from_tensor_makes(make):
+    from ember.torch_internals.fakes import quick_fake
+
+    tensor = make()
+    quick = quick_fake(torch_internals.make_fake_mode(), tensor)
+    assert quick is not None
+    with torch_internals.make_fake_mode() as mode:
+        slow = mode.from_tensor(tensor)
+    assert _described(quick) == _described(slow)
+    assert quick.fake_mode.from_tensor(tensor) is quick  # (in the mode's memo)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.randn(6)[2:],                             # a view
+    lambda: torch.randn(6).detach(),                         # (plain: the control)
+    lambda: _with_grad(torch.nn.Parameter(torch.randn(3))),  # a gradient attached
+    lambda: (torch.randn(3, requires_grad=True) * 2),        # not a leaf
+    lambda: _inference(),
+    lambda: torch.randn(6).as_strided((3,), (2,)),           # storage larger than the tensor
+    lambda: torch.randn(0),
+    lambda: torch.randn(3, dtype=torch.complex64).conj(),
+])
+def test_anything_else_is_left_to_from_tensor(make):
+    from ember.torch_internals.fakes import quick_fake
+
+    tensor = make()
+    plain = tensor.dim() == 1 and tensor.numel() == 6 and tensor._base is None
+    assert (quick_fake(torch_internals.make_fake_mode(), tensor) is not None) == plain
+
+
+def test_tensors_sharing_a_storage_keep_sharing_it_as_fakes():
+    weight = torch.nn.Parameter(torch.randn(4, 4))
+    alias = weight.detach()  # (shares the storage: no quick fake for either)
+    mode = torch_internals.make_fake_mode()
+    first, second = torch_internals.fake_of(mode, weight), torch_internals.fake_of(mode, alias)
+    assert torch_internals.storage_identity(first) == torch_internals.storage_identity(second)
+
+
+def _with_grad(parameter):
+    parameter.grad = torch.ones_like(parameter)
+    return parameter
+
+
+def _inference():
+    with torch.inference_mode():
+        return torch.randn(3)
+
+
+def test_a_quick_fake_made_under_inference_mode_is_no_inference_tensor():
+    tensor = torch.nn.Parameter(torch.randn(3))
+    with torch.inference_mode():
+        fake = torch_internals.fake_of(torch_internals.make_fake_mode(), tensor)
+    assert not fake.is_inference() and fake._version == 0

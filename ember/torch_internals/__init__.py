@@ -169,7 +169,13 @@ def make_fake_mode() -> Any:
 
 def fake_of(mode: Any, tensor: torch.Tensor) -> torch.Tensor:
     """`mode`'s fake of a real tensor, named by a plain source, without a structured trace
-    (it extracts a Python traceback per storage, and symbolizing it imports torch._dynamo)."""
+    (it extracts a Python traceback per storage, and symbolizing it imports torch._dynamo).
+    A plain leaf's is made directly (fakes.quick_fake)."""
+    from ember.torch_internals.fakes import quick_fake
+
+    quick = quick_fake(mode, tensor)
+    if quick is not None:
+        return quick
     with _dynamo_stand_in():
         return mode.from_tensor(tensor, source=_PlainSource(f"__ember_fake{next(_fakes)}"),
                                 trace=False)

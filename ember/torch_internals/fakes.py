@@ -1,0 +1,56 @@
+"""A fake of a plain tensor made directly (FakeTensor's constructor, the converter's memo,
+a storage's use count: torch internals, behind this adapter).
+
+FakeTensorMode.from_tensor describes a real tensor (its view chain, its storage, its
+autograd metadata) and rebuilds it on the meta device: about 180 us a tensor on this host.
+A model's parameters and buffers are mostly plain dense leaves that share their storage with
+no other tensor; for those the fake is an uninitialized meta tensor of the same geometry,
+wrapped, about 20 us — MobileNetV3's capture faked some 300 such tensors on every first call.
+The fake is put in the mode's memo, so that from_tensor answers it for that tensor after.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def quick_fake(mode: Any, tensor: torch.Tensor) -> torch.Tensor | None:
+    """`mode`'s fake of `tensor` made directly, or None where the tensor is not plain enough
+    (a view, a storage shared with another tensor or larger than the tensor, a gradient
+    attached, a subclass, an inference tensor, conjugate or negative bits, names, a layout
+    or device from_tensor treats apart): from_tensor answers those."""
+    if type(tensor) not in _PLAIN_TYPES or tensor.layout is not torch.strided or \
+            tensor.device.type not in ("cpu", "cuda") or tensor._base is not None or \
+            tensor.grad_fn is not None or tensor.grad is not None or \
+            tensor.is_inference() or tensor.is_conj() or tensor.is_neg() or \
+            tensor.is_quantized or tensor.storage_offset() != 0 or \
+            any(name is not None for name in getattr(tensor, "names", ())):
+        return None
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    converter = mode.fake_tensor_converter
+    if converter._get_memo(tensor) is not None:
+        return None  # (from_tensor answers from the memo)
+    from ember.torch_internals import storage_use_count
+
+    # (2: the tensor's own reference and the count's look at it; a view or an alias adds one)
+    if storage_use_count(tensor) != 2:
+        return None
+    span = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    if tensor.numel() == 0 or \
+            tensor.untyped_storage().nbytes() != span * tensor.element_size():
+        return None
+    with torch.inference_mode(False):  # (a normal tensor's fake is no inference tensor)
+        meta = torch.empty_strided(tuple(tensor.shape), tuple(tensor.stride()),
+                                   dtype=tensor.dtype, device="meta")
+        fake = FakeTensor(mode, meta, tensor.device)
+        if tensor.requires_grad:
+            fake.requires_grad_(True)
+    if isinstance(tensor, torch.nn.Parameter):
+        fake._is_param = True  # (isinstance(fake, nn.Parameter), as from_tensor's fake)
+    converter.set_tensor_memo(tensor, fake)
+    return fake
