@@ -28,6 +28,9 @@ from typing import Any
 # functions are timed in batches of calls whose total reaches it.
 SAMPLE_TARGET_S = 2e-4
 IMPORT_LIMIT_S = 300.0
+# How backends.compile_with_islands says a node runs eagerly inside a compiled graph (on the
+# fallbacks channel): an island, not a graph run eagerly.
+ISLAND_WORDS = "runs as an eager island"
 
 
 @dataclasses.dataclass
@@ -279,8 +282,12 @@ class Trial:
         if self.check is not None:
             parts.append("matches eager" if self.check.get("ok") else
                          f"FAIL {self.check.get('message')}")
-        if self.fallbacks:
-            parts.append(f"fell back to eager: {self.fallbacks[0]}")
+        islands = [m for m in self.fallbacks if ISLAND_WORDS in m]
+        others = [m for m in self.fallbacks if ISLAND_WORDS not in m]
+        if others:
+            parts.append(f"fell back to eager: {others[0]}")
+        if islands:  # (the graph compiled around them)
+            parts.append(f"{len(islands)} eager islands: {islands[0]}")
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ember.bench.harness import Trial, break_even, format_ms, ratio
+from ember.bench.harness import ISLAND_WORDS, Trial, break_even, format_ms, ratio
 from ember.bench.roofline import OVERHEAD, OVERHEAD_FLOOR_S, Ceilings, Regime, Work, regime
 
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
@@ -337,7 +337,9 @@ def problems(run: Run) -> list[str]:
                 kind, _, why = status.partition(": ")
                 lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
             for message in trial.fallbacks:  # (first lines: a traceback's tail says less)
-                lines.append(f"FALLBACK {_label(result)} {variant}: {message.splitlines()[0]}")
+                if ISLAND_WORDS not in message:  # (islands: in the capture table)
+                    lines.append(f"FALLBACK {_label(result)} {variant}: "
+                                 f"{message.splitlines()[0]}")
     return lines
 
 

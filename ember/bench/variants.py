@@ -25,7 +25,8 @@ class Compiles:
     graphs: int | None = None
     eager_graphs: int | None = None
     training_graphs: list = dataclasses.field(default_factory=list)
-    compiled: list = dataclasses.field(default_factory=list)  # (CompiledGraph, TrainingGraph)
+    # (CompiledGraph, TrainingGraph, PartitionedGraph: compiled regions and eager islands)
+    compiled: list = dataclasses.field(default_factory=list)
 
     @property
     def kernels(self) -> int | None:
@@ -60,6 +61,7 @@ def recording_backend(compiles: Compiles) -> Callable:
     otherwise look like a fast, correct run)."""
     from ember.backends import EagerGraph, backend
     from ember.runtime.compiled import CompiledGraph
+    from ember.runtime.partitioned import PartitionedGraph
     from ember.runtime.training import TrainingGraph
 
     compiles.graphs = compiles.eager_graphs = 0
@@ -69,7 +71,7 @@ def recording_backend(compiles: Compiles) -> Callable:
         compiles.graphs += 1
         if isinstance(result, TrainingGraph):
             compiles.training_graphs.append(result)
-        if isinstance(result, (CompiledGraph, TrainingGraph)):
+        if isinstance(result, (CompiledGraph, TrainingGraph, PartitionedGraph)):
             compiles.compiled.append(result)
         elif isinstance(result, EagerGraph):
             compiles.eager_graphs += 1

@@ -173,3 +173,16 @@ def test_work_is_counted_on_one_eager_call():
         work = count_work(model, (x,))
     assert work.flops == 2 * 16 * 8 * 4
     assert work.bytes == 4 * (16 * 8 + 8 * 4 + 4 + 16 * 4)  # x, weight, bias read; y written
+
+
+def test_eager_islands_are_no_fallbacks():
+    # (a graph compiled around its islands: the islands are in the capture table, not among
+    # the problems, and the summary line does not say the graph fell back)
+    island = "BART.forward (generic.py:939): rand runs as an eager island: makes a tensor on cpu"
+    run = synthetic_run()
+    for result in run.results:
+        if "ember" in result.trials and result.name == "S1":
+            result.trials["ember"].fallbacks = [island, island]
+            summary = result.trials["ember"].summary()
+    assert "fell back" not in summary and f"2 eager islands: {island}" in summary
+    assert not any("FALLBACK S1" in line for line in report.problems(run))

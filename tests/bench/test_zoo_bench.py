@@ -182,3 +182,31 @@ def test_a_failed_check_is_judged_by_float64():
         float64_judge(check, workload, options, outputs, expected)
         assert check["ok"] is passes, check
         assert check["eager_error_vs_float64"] == pytest.approx(eager_error)
+
+
+def test_the_benchs_counting_backend_counts_a_graph_compiled_around_islands(monkeypatch):
+    # (a graph with eager islands is compiled: its regions' kernels count, as in BART's
+    # training on CUDA, which the bench reported as "0 kernels ... fell back to eager")
+    import torch
+
+    import ember
+    from ember.bench.variants import Compiles, recording_backend
+    from ember.lower import Unsupported
+    from ember.lower.registry import aten, lowerings
+
+    def refused(*args, **kwargs):
+        raise Unsupported("refused by the test")
+
+    monkeypatch.setitem(lowerings, aten.exp.default, refused)
+
+    def fn(x):
+        return (torch.tanh(x) * 2).mean(0).exp() + 1
+
+    compiles = Compiles()
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(ember.compile(fn, backend=recording_backend(compiles))(x), fn(x))
+    assert (compiles.graphs, compiles.eager_graphs) == (1, 0)
+    (partitioned,) = compiles.compiled
+    assert (partitioned.region_count, partitioned.island_count) == (2, 1)
+    assert compiles.kernels == partitioned.kernel_count == \
+        sum(region.kernel_count for region in partitioned.regions.values()) >= 2
