@@ -28,7 +28,15 @@ import torch
 
 from ember import torch_internals
 from ember.lower.devices import same_device
-from ember.partition import CALLS, draws, example_value, module_device, switches_grad_mode, writes
+from ember.partition import (
+    CALLS,
+    draws,
+    elsewhere,
+    example_value,
+    module_device,
+    switches_grad_mode,
+    writes,
+)
 
 MOST_ELEMENTS = 1 << 20
 
@@ -39,6 +47,7 @@ def fold_constants_elsewhere(gm: torch.fx.GraphModule) -> int:
     device = module_device(gm)
     if device is None:
         return 0
+    _drop_unread_comparisons(gm, device)
     constant = _constant_nodes(gm)
     foreign = [n for n in constant if _on_another_device(n, device)]
     if not foreign:
@@ -74,6 +83,30 @@ def fold_constants_elsewhere(gm: torch.fx.GraphModule) -> int:
         gm.graph.erase_node(node)
     gm.recompile()
     return len(boundary)
+
+
+# Python's operators on tensors that only compute (no in-place spelling, no item assignment)
+_PURE_OPERATORS = {operator.lt, operator.le, operator.gt, operator.ge, operator.eq,
+                   operator.ne, operator.not_, operator.neg, operator.pos, operator.abs,
+                   operator.invert, operator.and_, operator.or_, operator.xor, operator.add,
+                   operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                   operator.mod, operator.pow}
+
+
+def _drop_unread_comparisons(gm: torch.fx.GraphModule, device: torch.device) -> None:
+    """Erase the operators on another device's tensors whose results nothing reads: a layer
+    drop's `torch.rand([]) < p` on the CPU once the capture decided its branch (BART, Whisper
+    and wav2vec2 in training: otherwise an eager island per layer beside the draw, which stays
+    for the generator). Only Python's own operators: an op ember does not know may be an
+    error check with no result."""
+    erased = 0
+    for node in reversed(list(gm.graph.nodes)):  # (a chain: its last node first)
+        if node.op == "call_function" and node.target in _PURE_OPERATORS and \
+                not node.users and elsewhere(node, device) is not None:
+            gm.graph.erase_node(node)
+            erased += 1
+    if erased:
+        gm.recompile()
 
 
 def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:

@@ -145,3 +145,20 @@ def test_an_index_made_on_another_device_moves_to_the_graphs_own():
                      ("picked", operator.getitem, ("x0", "positions")),
                      ("total", torch.sum, ("positions",))], "picked", "total")
     assert fold_constants_elsewhere(module) == 0
+
+
+def test_an_operator_on_the_cpus_draw_that_nothing_reads_is_dropped():
+    # (a layer drop once its branch is decided: the draw stays, for the CPU's generator; its
+    # comparison, read by nothing, would be an eager island for nothing)
+    module = _graph([
+        ("rand", torch.rand, ([],), {"device": "cpu"}),
+        ("lt", operator.lt, ("rand", 0.0)),
+        ("unread", operator.mul, ("lt", 2)),
+        ("rand_1", torch.rand, ([],), {"device": "cpu"}),
+        ("lt_1", operator.lt, ("rand_1", 0.0)),
+        ("read", operator.add, ("x0", "lt_1")),
+        ("neg", operator.neg, ("x0",)),  # (on the graph's device: lowering's to drop)
+    ], "read")
+    fold_constants_elsewhere(module)
+    calls = [n.name for n in module.graph.nodes if n.op == "call_function"]
+    assert calls == ["rand", "rand_1", "lt_1", "read", "neg"]
