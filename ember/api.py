@@ -286,7 +286,7 @@ class CompiledFunction(GivingUp):
             keys = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
             entry = warm_entries.load(self, arguments, keys) if keys is not None else None
             if entry is None:
-                entry = self._capture(arguments, triton_launch.on_gpu(arguments.values()))
+                entry = self._capture(arguments)
                 if keys is not None and entry.captured is not None:
                     warm_entries.keep(self, entry, keys)
             # (a new list, not an insertion: threads looping over the old one see it whole)
@@ -364,8 +364,7 @@ class CompiledFunction(GivingUp):
             self.symbolic_refused = True
         return compiled
 
-    def _capture(self, arguments: dict[str, Any], gpu: bool) -> CacheEntry:
-        """`gpu`: the call's tensors or module are on a GPU."""
+    def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
         from ember import compiled_module
         from ember.capture import markers
         from ember.capture.captured import capture
@@ -378,7 +377,7 @@ class CompiledFunction(GivingUp):
             self.record(CaptureRecord(0, [], [refusal], "", time.perf_counter() - started))
             self.run_directly()
             return CacheEntry(lambda arguments: True, self.caller, None, "", refusal)
-        if gpu:
+        if triton_launch.on_gpu(arguments.values()):
             triton_launch.warm_up_for_cuda()  # beside the capture and the lowering
         captured, session, error = capture(self.function, arguments, self.fullgraph,
                                            DynamicPolicy(self.dynamic, self.frame_sizes,

@@ -31,7 +31,7 @@ from ember.ir.ops import Op
 from ember.lower import Lowered, Unsupported, trace
 from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
-from ember.partition import MAX_ROUNDS, describe, find_islands
+from ember.partition import MAX_ROUNDS, find_islands, log_islands
 from ember.passes.pipeline import after_differentiation, run_passes
 from ember.runtime import collector, triton_launch, warm_cache
 from ember.runtime.build import BuildError
@@ -259,11 +259,8 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
         logs.channel("fallbacks").info("%s runs eagerly: %s", label, reason)
         return EagerGraph(gm, reason)
     partition, examples, lowered = found
-    notes = []
-    for island in partition.islands:
-        notes.append(f"{describe(island.node)} ({island.node.name}): {island.summary}")
-        logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
-                                       describe(island.node), island.reason)
+    notes = [island.note for island in partition.islands]
+    log_islands(label, partition)
     runs, eager, eager_regions = {}, {}, []
     for region in partition.regions:
         module, inputs, result = lowered[region.key()]
@@ -324,7 +321,7 @@ def island_report(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> list[s
         return [f"the whole graph: still more nodes ember cannot compile after {MAX_ROUNDS} "
                 f"rounds"]
     partition, _, lowered = found
-    report = [f"{describe(i.node)} ({i.node.name}): {i.summary}" for i in partition.islands]
+    report = [island.note for island in partition.islands]
     for region in partition.regions:
         result = lowered[region.key()][2]
         if isinstance(result, Exception):

@@ -66,6 +66,11 @@ class Island:
         end = line.find(". ", 40)
         return line[:end + 1] if end != -1 else line
 
+    @property
+    def note(self) -> str:
+        """What explain lists: `rand (rand_1): makes a tensor on cpu, ...`."""
+        return f"{describe(self.node)} ({self.node.name}): {self.summary}"
+
 
 @dataclasses.dataclass
 class Partition:
@@ -79,6 +84,17 @@ class Partition:
     @property
     def islands(self) -> list[Island]:
         return [p for p in self.pieces if isinstance(p, Island) and p.reason is not None]
+
+
+# How the fallbacks channel says a node runs eagerly inside a compiled graph (an island, not
+# a graph run eagerly: the bench's report tells the two apart by it).
+ISLAND_SAYS = "runs as an eager island"
+
+
+def log_islands(label: str, partition: Partition) -> None:
+    for island in partition.islands:
+        logs.channel("fallbacks").info("%s: %s " + ISLAND_SAYS + ": %s", label,
+                                       describe(island.node), island.reason)
 
 
 def describe(node: torch.fx.Node) -> str:

@@ -24,13 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ember.partition import ISLAND_SAYS
+
 # A sample shorter than this is dominated by timer resolution and loop overhead, so fast
 # functions are timed in batches of calls whose total reaches it.
 SAMPLE_TARGET_S = 2e-4
 IMPORT_LIMIT_S = 300.0
-# How backends.compile_with_islands says a node runs eagerly inside a compiled graph (on the
-# fallbacks channel): an island, not a graph run eagerly.
-ISLAND_WORDS = "runs as an eager island"
 
 
 @dataclasses.dataclass
@@ -282,8 +281,8 @@ class Trial:
         if self.check is not None:
             parts.append("matches eager" if self.check.get("ok") else
                          f"FAIL {self.check.get('message')}")
-        islands = [m for m in self.fallbacks if ISLAND_WORDS in m]
-        others = [m for m in self.fallbacks if ISLAND_WORDS not in m]
+        islands = [m for m in self.fallbacks if ISLAND_SAYS in m]
+        others = [m for m in self.fallbacks if ISLAND_SAYS not in m]
         if others:
             parts.append(f"fell back to eager: {others[0]}")
         if islands:  # (the graph compiled around them)

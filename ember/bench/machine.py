@@ -43,10 +43,9 @@ def load_average() -> float | None:
 
 
 def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    from ember.runtime.build import usable_cores as cores
+
+    return cores()
 
 
 def c_compiler() -> str:

@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ember.bench.harness import ISLAND_WORDS, Trial, break_even, format_ms, ratio
+from ember.bench.harness import Trial, break_even, format_ms, ratio
 from ember.bench.roofline import OVERHEAD, OVERHEAD_FLOOR_S, Ceilings, Regime, Work, regime
+from ember.partition import ISLAND_SAYS
 
 BASELINE, PEER, OURS = "eager", "inductor", "ember"
 NAMES = {"eager": "eager", "inductor": "torch.compile (inductor)", "ember": "ember.compile",
@@ -337,7 +338,7 @@ def problems(run: Run) -> list[str]:
                 kind, _, why = status.partition(": ")
                 lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
             for message in trial.fallbacks:  # (first lines: a traceback's tail says less)
-                if ISLAND_WORDS not in message:  # (islands: in the capture table)
+                if ISLAND_SAYS not in message:  # (islands: in the capture table)
                     lines.append(f"FALLBACK {_label(result)} {variant}: "
                                  f"{message.splitlines()[0]}")
     return lines

@@ -252,7 +252,7 @@ def units(source: str, cores: int | None = None) -> list[str]:
     on several cores) the part before the first break with each share of the kernels, the
     shares balanced by length."""
     prelude, *kernels = source.split(UNIT_BREAK)
-    cores = _cores() if cores is None else cores
+    cores = usable_cores() if cores is None else cores
     count = min(cores, len(kernels), len(source) // _UNIT_BYTES, _MAX_UNITS)
     if count < 2:
         return [source]
@@ -265,7 +265,7 @@ def units(source: str, cores: int | None = None) -> list[str]:
     return [prelude + "".join(UNIT_BREAK + kernel for kernel in share) for share in shares]
 
 
-def _cores() -> int:
+def usable_cores() -> int:
     """The cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))

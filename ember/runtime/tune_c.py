@@ -34,8 +34,7 @@ def cores() -> int:
     text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if text.isdigit() and int(text) > 0:
         return int(text)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        os.cpu_count() or 1
+    return build.usable_cores()
 
 
 def candidates(kernel: Kernel, plan: Plan) -> dict[str, CTuning | None]:

@@ -237,7 +237,7 @@ def _partitioned_record(graph: Any, gm: torch.fx.GraphModule) -> dict:
 
 def _partitioned_graph(record: dict, entry: Entry) -> Any:
     from ember.codegen.glue import write_glue
-    from ember.partition import describe, region_module, split
+    from ember.partition import log_islands, region_module, split
     from ember.runtime.partitioned import PartitionedGraph
 
     gm, label = entry.gm, entry.label
@@ -259,9 +259,7 @@ def _partitioned_graph(record: dict, entry: Entry) -> Any:
     glue = write_glue(partition, {**eager, **runs}, examples, set(runs))
     if glue.text != record["glue"]:
         raise ValueError("the glue written again differs from the one kept")
-    for island in partition.islands:  # (said as a cold compile says them)
-        logs.channel("fallbacks").info("%s: %s runs as an eager island: %s", label,
-                                       describe(island.node), island.reason)
+    log_islands(label, partition)  # (said as a cold compile says them)
     return PartitionedGraph(glue, label, partition, runs, eager, list(record["notes"]), [],
                             list(record["written_inputs"]), examples)
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ember.torch_internals import storage_use_count
+
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
@@ -35,8 +37,6 @@ def quick_fake(mode: Any, tensor: torch.Tensor) -> torch.Tensor | None:
     converter = mode.fake_tensor_converter
     if converter._get_memo(tensor) is not None:
         return None  # (from_tensor answers from the memo)
-    from ember.torch_internals import storage_use_count
-
     # (2: the tensor's own reference and the count's look at it; a view or an alias adds one)
     if storage_use_count(tensor) != 2:
         return None

@@ -202,7 +202,7 @@ def test_units_share_the_kernels_out_balanced_each_after_the_prelude():
 
 def test_a_library_built_as_units_at_once_loads_every_kernel(cache, compiler_calls, monkeypatch):
     monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
-    monkeypatch.setattr(build_module, "_cores", lambda: 3)
+    monkeypatch.setattr(build_module, "usable_cores", lambda: 3)
     path, cached = build(_kernels_source(7), [])
     compiles = [call for call in compiler_calls if "-c" in call]
     links = [call for call in compiler_calls if "-shared" in call]
@@ -217,7 +217,7 @@ def test_a_library_built_as_units_at_once_loads_every_kernel(cache, compiler_cal
 
 def test_a_failing_unit_names_the_whole_generated_source(cache, monkeypatch):
     monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
-    monkeypatch.setattr(build_module, "_cores", lambda: 3)
+    monkeypatch.setattr(build_module, "usable_cores", lambda: 3)
     source = _kernels_source(6, broken=4)
     with pytest.raises(BuildError) as error:
         build(source, [])
@@ -230,7 +230,7 @@ def test_a_graph_built_as_units_answers_as_eager(cache, compiler_calls, monkeypa
     import ember
 
     monkeypatch.setattr(build_module, "_UNIT_BYTES", 1)
-    monkeypatch.setattr(build_module, "_cores", lambda: 4)
+    monkeypatch.setattr(build_module, "usable_cores", lambda: 4)
 
     def f(x, y):
         a = torch.softmax(x, -1) * y
