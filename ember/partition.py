@@ -115,17 +115,19 @@ def keeps_its_place(node: torch.fx.Node, device: torch.device | None = None) -> 
     numbers, switches a global mode, or is a module call ember cannot see into)? A draw on
     another device than the graph's `device` uses that device's generator: its order among
     the graph's own nodes is not observable (among other draws there, islands keep it)."""
-    if node.op == "call_module" or switches_grad_mode(node) or writes(node):
-        return True
-    return draws(node) and elsewhere(node, device) is None
+    return _changes_state(node) or (draws(node) and elsewhere(node, device) is None)
 
 
 def only_draws(node: torch.fx.Node) -> bool:
-    """Does the node keep its place only for the numbers it draws (not for memory it writes,
-    a mode it switches or a module it calls)? Its order matters among the graph's other
-    draws and writes, not beside a pure island's."""
-    return draws(node) and not (node.op == "call_module" or switches_grad_mode(node) or
-                                writes(node))
+    """Does the node keep its place only for the numbers it draws? Its order matters among
+    the graph's other draws and writes, not beside a pure island's."""
+    return draws(node) and not _changes_state(node)
+
+
+def _changes_state(node: torch.fx.Node) -> bool:
+    """Does the node write memory, switch a global mode or call a module ember cannot see
+    into?"""
+    return node.op == "call_module" or switches_grad_mode(node) or writes(node)
 
 
 def _name(node: torch.fx.Node) -> str:
