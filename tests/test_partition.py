@@ -195,16 +195,20 @@ def _with_fake_values(calls, *shapes, device="cuda"):
     return module
 
 
+# (said, not left to the default device: EMBER_TEST_DEVICE=cuda makes CUDA the default)
+_ON_CPU = {"device": "cpu"}
+
+
 def test_a_draw_and_its_readers_on_the_cpu_are_islands_beside_a_cuda_graph():
     # a layer drop (whisper, wav2vec2, BART in training): `torch.rand([])` on the CPU, its
     # comparison read by nothing once the branch was decided; before, the region reading it
     # ran eagerly as a whole ("inputs live on several devices")
     module = _with_fake_values([
         ("relu", torch.relu, ("x0",)),
-        ("rand", torch.rand, ([],)),
+        ("rand", torch.rand, ([],), _ON_CPU),
         ("lt", operator.lt, ("rand", 0.0)),
         ("mul", operator.mul, ("relu", 2)),
-        ("rand_1", torch.rand, ([],)),
+        ("rand_1", torch.rand, ([],), _ON_CPU),
         ("lt_1", operator.lt, ("rand_1", 0.0)),
         ("add", operator.add, ("mul", 1))], (4, 8))
     device = module_device(module)
@@ -231,10 +235,10 @@ def test_the_cpus_draws_do_not_cut_a_cuda_graph_between_its_own_draws():
     # began a region of its own (24 islands cut BART's training graph into 25 compiles)
     module = _with_fake_values([
         ("relu", torch.relu, ("x0",)),
-        ("rand", torch.rand, ([],)),
+        ("rand", torch.rand, ([],), _ON_CPU),
         ("lt", operator.lt, ("rand", 0.0)),
         ("drop", torch.nn.functional.dropout, ("relu", 0.1, True)),
-        ("rand_1", torch.rand, ([],)),
+        ("rand_1", torch.rand, ([],), _ON_CPU),
         ("lt_1", operator.lt, ("rand_1", 0.0)),
         ("drop_1", torch.nn.functional.dropout, ("drop", 0.1, True)),
         ("add", operator.add, ("drop_1", 1))], (4, 8))
@@ -253,7 +257,7 @@ def test_a_write_still_waits_for_the_pure_islands_before_it():
     # (an island may read what the write changes: writes keep their place among islands)
     module = _with_fake_values([
         ("relu", torch.relu, ("x0",)),
-        ("rand", torch.rand, ([],)),
+        ("rand", torch.rand, ([],), _ON_CPU),
         ("lt", operator.lt, ("rand", 0.0)),
         ("add_", torch.Tensor.add_, ("relu", 1)),
         ("mul", operator.mul, ("add_", 2))], (4, 8))
@@ -270,7 +274,7 @@ def test_a_draw_on_the_graphs_device_keeps_its_place():
     module = _with_fake_values([
         ("relu", torch.relu, ("x0",)),
         ("rand", torch.rand, ([],), {"device": "cuda"}),
-        ("rand_1", torch.rand, ([],)),
+        ("rand_1", torch.rand, ([],), _ON_CPU),
         ("mul", operator.mul, ("relu", "rand"))], (4, 8))
     device = module_device(module)
     on_cuda, on_cpu = (n for n in module.graph.nodes if n.name in ("rand", "rand_1"))

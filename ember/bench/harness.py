@@ -246,6 +246,10 @@ class Trial:
     process_order: int = 0
     first_call_s: float | None = None
     second_call_s: float | None = None
+    # ember: from its first call's start until its calls run compiled code (calls that come
+    # while kernels still compile run eagerly, EMBER_EAGER_FIRST): what a first call that
+    # returns at eager's pace leaves to compile behind it
+    compiled_after_s: float | None = None
     first_call_warm_cache_s: float | None = None
     import_torch_s: float | None = None
     import_ember_s: float | None = None
@@ -274,6 +278,9 @@ class Trial:
         parts = []
         if self.first_call_s is not None:
             parts.append(f"first call {self.first_call_s:.2f} s")
+            if self.compiled_after_s is not None and \
+                    self.compiled_after_s > self.first_call_s + 0.05:
+                parts[-1] += f" (compiled after {self.compiled_after_s:.2f} s)"
         if self.steady is not None:
             parts.append(f"{format_ms(self.steady.median)} ms/call (IQR {self.steady.spread:.0%})")
         if self.kernels is not None:

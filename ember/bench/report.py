@@ -46,6 +46,17 @@ class WorkloadResult:
         trial = self.trials.get(variant)
         return None if trial is None or trial.error is not None else trial.first_call_s
 
+    def compiled_after(self, variant: str) -> float | None:
+        """When `variant`'s calls run compiled code, from its first call's start: ember's
+        first calls may run eagerly while its kernels compile; other variants' first call
+        runs compiled."""
+        trial = self.trials.get(variant)
+        if trial is None or trial.error is not None:
+            return None
+        later = trial.compiled_after_s
+        return trial.first_call_s if later is None or trial.first_call_s is None else \
+            max(later, trial.first_call_s)
+
     def break_even(self, variant: str) -> int | str | None:
         """Calls until `variant` beats eager (first call included): a count, "never", or None
         when a number is missing."""
@@ -89,6 +100,9 @@ class WorkloadResult:
             "ember_over_inductor": ratio(self.steady(OURS), self.steady(PEER)),
             "inductor_over_eager": ratio(self.steady(PEER), self.steady(BASELINE)),
             "first_call_ember_over_inductor": ratio(self.first_call(OURS), self.first_call(PEER)),
+            "compiled_after_s": {v: self.compiled_after(v) for v in self.trials},
+            "compiled_after_ember_over_inductor": ratio(self.compiled_after(OURS),
+                                                        self.first_call(PEER)),
             "break_even_calls": {v: self.break_even(v) for v in self.trials if v != BASELINE},
             "status": {v: self.status(v) for v in self.trials},
         }
@@ -237,6 +251,12 @@ def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
     both = has(OURS) and has(PEER)
     if both:
         headers.append(f"{OURS}/{PEER}")
+    later = has(OURS) and any(OURS in r.trials and r.trials[OURS].compiled_after_s is not None
+                              for r in run.results)
+    if later:
+        headers.append(f"{OURS} compiled after s")
+        if has(PEER):
+            headers.append(f"that/{PEER} 1st")
     if has(BASELINE):
         headers += [f"break-even {v}" for v in compiled]
     rows = []
@@ -246,6 +266,11 @@ def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
                 for v in compiled]
         if both:
             row.append(ratio_text(ratio(result.first_call(OURS), result.first_call(PEER))))
+        if later:
+            row.append(_s(result.compiled_after(OURS)))
+            if has(PEER):
+                row.append(ratio_text(ratio(result.compiled_after(OURS),
+                                            result.first_call(PEER))))
         if has(BASELINE):
             row += [_calls(result.break_even(v)) for v in compiled]
         rows.append(row)
@@ -421,8 +446,11 @@ def markdown(run: Run) -> str:
     if any(v != BASELINE for v in run.variants):
         lines += [
             "First call (`1st`, s): capture and compile on cold caches in a fresh process, "
-            "imports excluded. Break-even: calls until the compiled variant, first call "
-            "included, has spent no more time than eager.",
+            "imports excluded. Ember's first calls may return at eager's pace while its "
+            "kernels compile beside them (later calls run eagerly until they are in): "
+            "`compiled after` is when its calls run compiled code, from the first call's "
+            "start, against Inductor's first call. Break-even: calls until the compiled "
+            "variant, first call included, has spent no more time than eager.",
             "",
             markdown_table(*first_call_table(run)),
             "",

@@ -20,7 +20,8 @@ def synthetic_run(load=0.1):
     s1 = report.WorkloadResult("S1", "gelu_ish", "0.5*x*(...)", {
         "eager": trial("S1", "eager", 0.5, 0.490),
         "inductor": trial("S1", "inductor", 17.5, 0.049, check=ok),
-        "ember": trial("S1", "ember", 0.25, 0.0245, check=ok, kernels=1, graphs=1),
+        "ember": trial("S1", "ember", 0.25, 0.0245, check=ok, kernels=1, graphs=1,
+                       compiled_after_s=1.75),  # (its first call ran eagerly, kernels beside)
     })
     s5 = report.WorkloadResult("S5", "mlp3_b16_fwd", "mlp", {
         "eager": trial("S5", "eager", 0.1, 0.064),
@@ -51,6 +52,7 @@ def test_summary_derives_ratios_and_break_even():
     assert summary["ember_over_eager"] == 0.0245 / 0.490
     assert summary["ember_over_inductor"] == 0.5
     assert summary["first_call_ember_over_inductor"] == 0.25 / 17.5
+    assert summary["compiled_after_ember_over_inductor"] == 1.75 / 17.5
     # ember: 0.25 + (n-1)*0.0245 <= n*0.49  ->  n = 1 (first call cheaper than an eager call)
     # inductor: 17.5 + (n-1)*0.049 <= n*0.49  ->  n >= 39.57  ->  40
     assert summary["break_even_calls"] == {"inductor": 40, "ember": 1}
@@ -66,10 +68,11 @@ def test_terminal_tables_and_problems():
     row = next(line for line in lines if line.startswith("S1 gelu_ish") and "ms" not in line)
     assert row.split() == ["S1", "gelu_ish", "490", "49.0", "24.5", "0.050x", "0.50x", "ok"]
     first = [line for line in lines if line.startswith("S1 gelu_ish")][1]
-    assert first.split() == ["S1", "gelu_ish", "17.5", "0.25", "0.014x", "40", "1"]
-    s5_first = [line for line in lines if line.startswith("S5")][1]
-    assert s5_first.split() == ["S5", "mlp3_b16_fwd", "7.60*", "0.30*", "0.039x", "never",
-                                "never"]
+    assert first.split() == ["S1", "gelu_ish", "17.5", "0.25", "0.014x", "1.75", "0.10x",
+                             "40", "1"]
+    s5_first = [line for line in lines if line.startswith("S5")][1]  # (its first call compiled)
+    assert s5_first.split() == ["S5", "mlp3_b16_fwd", "7.60*", "0.30*", "0.039x", "0.30",
+                                "0.039x", "never", "never"]
     assert "S5 mlp3_b16_fwd      64.0         64.0      70.0" in text
     assert "ember FAIL" in text and "inductor error, ember error" in text
     assert "FAIL S5 mlp3_b16_fwd ember: output 0: Tensor-likes are not close!" in lines
@@ -87,8 +90,8 @@ def test_tables_leave_out_columns_of_variants_not_run():
     headers, rows = report.steady_table(run)
     assert headers == ["workload", "eager ms", "ember ms", "ember/eager", "check"]
     headers, rows = report.first_call_table(run)
-    assert headers == ["workload", "ember 1st s", "break-even ember"]
-    assert rows[0] == ["S1 gelu_ish", "0.25", "1"]
+    assert headers == ["workload", "ember 1st s", "ember compiled after s", "break-even ember"]
+    assert rows[0] == ["S1 gelu_ish", "0.25", "1.75", "1"]
 
 
 def test_written_files_hold_the_numbers(tmp_path):
@@ -96,7 +99,7 @@ def test_written_files_hold_the_numbers(tmp_path):
     markdown_path, json_path = report.write(run, tmp_path / "out")
     markdown = markdown_path.read_text()
     assert "| S1 gelu_ish | 490 | 49.0 | 24.5 | 0.050x | 0.50x | ok |" in markdown
-    assert "| S1 gelu_ish | 17.5 | 0.25 | 0.014x | 40 | 1 |" in markdown
+    assert "| S1 gelu_ish | 17.5 | 0.25 | 0.014x | 1.75 | 0.10x | 40 | 1 |" in markdown
     assert "- CPU: AMD EPYC, 2 cores (2 usable)" in markdown
     assert "2026-11-29T10:00:00+00:00" in markdown and "torch 2.13.0+cpu" in markdown
     assert "- **FAIL S5 mlp3_b16_fwd ember: output 0" in markdown
