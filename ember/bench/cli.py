@@ -68,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
                              f"(default {','.join(VARIANTS)}; with --models "
                              f"{','.join(MODEL_VARIANTS)})")
     parser.add_argument("--out", type=Path, default=Path("ember-bench"),
-                        help="folder for report.md and results.json (default ./ember-bench)")
+                        help="folder for report.md, results.json and logs/ (each measuring "
+                             "process's stderr) (default ./ember-bench)")
     parser.add_argument("--process", choices=("trial", "variant"), default=None,
                         help="a fresh process per workload and variant (every first call cold; "
                              "default for full size) or one per variant (faster; default for "
@@ -195,7 +196,7 @@ def measure(chosen: list[workloads.Workload], variants: list[str], options: argp
         found = run_trials(batch, variant, size=options.size, timing=timing,
                            check=variant != "eager" and not options.no_check,
                            cache_root=caches, timeout=options.timeout, threads=options.threads,
-                           device=device, on_progress=progress)
+                           device=device, on_progress=progress, logs=options.out / "logs")
         if options.warm_cache and variant != "eager":
             progress.variant = f"{variant} (warm cache)"
             warm = run_trials(batch, variant, size=options.size, cache_root=caches,

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import queue
+import shutil
 import signal
 import statistics
 import subprocess
@@ -336,15 +337,17 @@ def run_trials(workloads: list[str], variant: str, *, size: str = "full",
                timing: TimingOptions | None = None, check: bool = False,
                cache_root: Path | None = None, timeout: float = 600.0,
                threads: int | None = None, device: str | None = None,
-               on_progress: Progress | None = None) -> list[Trial]:
+               on_progress: Progress | None = None, logs: Path | None = None) -> list[Trial]:
     """Measure `variant` on each workload, in order, in one fresh Python process: the first call
     (capture and compile; every workload gets empty caches of its own under `cache_root`, so
     they are cold unless an earlier run filled that root), then with `timing` the steady state,
     and with `check` the outputs against eager. When the process dies or a workload runs past
     `timeout` seconds, that workload's Trial says so and the rest go on in a new process.
     `threads` sets OMP_NUM_THREADS for the process; `device` goes to builders that take one
-    (the zoo's: "cuda"). Failures come back in `Trial.error`, never
-    as exceptions; every finished workload is announced as a `done: <summary>` progress line."""
+    (the zoo's: "cuda"). `logs`: a folder that keeps each process's stderr
+    (`<variant>-<n>.txt`: EMBER_LOGS's channels, where set). Failures come back in
+    `Trial.error`, never as exceptions; every finished workload is announced as a
+    `done: <summary>` progress line."""
     on_progress = on_progress or (lambda workload, line: None)
     results: dict[str, Trial] = {}
     pending = list(workloads)
@@ -368,6 +371,9 @@ def run_trials(workloads: list[str], variant: str, *, size: str = "full",
             with open(log_path, "w") as log:
                 current, status = _run_child(command, child_environment(threads), log,
                                              timeout, on_progress)
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log_path, logs / f"{variant}-{attempt}.txt")
             if result_path.exists():
                 for line in result_path.read_text().splitlines():
                     trial = Trial.from_json(json.loads(line))

@@ -108,6 +108,8 @@ def test_without_a_c_compiler_ember_runs_eagerly_and_says_so(tmp_path):
     assert "no C compiler found" in ember["fallbacks"][1]
     assert "FALLBACK S1 gelu_ish ember: 1 of 1 graphs ran eagerly" in done.stdout
     assert "C compiler: none found" in (tmp_path / "report.md").read_text()
+    # the measuring process's stderr is kept beside the report (its fallbacks channel here)
+    assert "no C compiler found" in (tmp_path / "logs" / "ember-1.txt").read_text()
 
 
 def test_options():
