@@ -30,7 +30,7 @@ from ember.ir.graph import Graph
 from ember.lower import Unsupported
 from ember.lower.tracer import OutputSpec
 from ember.passes.library_ops import calls_for
-from ember.runtime import c_launcher, triton_launch, tune_c, tune_triton
+from ember.runtime import c_launcher, library_warmup, triton_launch, tune_c, tune_triton
 from ember.runtime.build import PendingFunction, build, is_built, kernel_function, load
 from ember.runtime.compiled import CompiledGraph, make_function
 from ember.runtime.interpreted import InterpretedGraph
@@ -184,8 +184,11 @@ def compile_ir(graph: Graph, outputs: list[OutputSpec], output_tree: Any,
         checked, fast = wrappers_of(functions)
     else:  # (the first run's wrapper waits for each kernel; both are written once compiled)
         checked, fast = wrap(functions, True, fallback, wide, called_by_wrapper=False), None
+        # (where the calls meanwhile run eagerly, its convolutions' first uses are made too)
+        warming = library_warmup.start(plan, device, label) \
+            if eager_first or kernels_later else None
         wrappers_later = _background.submit(compiled_later, first_build, loaded, wrappers_of,
-                                            label)
+                                            label, warming)
     clock("wrapper")
     clock.report()
     library_calls = sum(1 for step in plan.steps if isinstance(step, LibraryCall))
@@ -236,11 +239,12 @@ def _compiles_later(dump: Any, triton: bool = True) -> bool:
 
 def compiled_later(first_build: Callable[..., dict[str, Any]],
                    loaded: dict[str, concurrent.futures.Future],
-                   wrappers_of: Callable[[dict[str, Any]], list[Any]], label: str
-                   ) -> list[Any]:
+                   wrappers_of: Callable[[dict[str, Any]], list[Any]], label: str,
+                   warming: concurrent.futures.Future | None = None) -> list[Any]:
     """The first build's kernels compiled and loaded, each kernel's future in `loaded` settled
     as soon as it is (the first run's launches wait for them), then its wrappers written with
-    them."""
+    them, once the convolutions `warming` runs on stand-ins are done (runtime/library_warmup:
+    the calls meanwhile run eagerly)."""
     start = time.perf_counter()
     try:
         built = first_build(lambda name, launch: loaded[name].set_result(launch))
@@ -252,6 +256,8 @@ def compiled_later(first_build: Callable[..., dict[str, Any]],
     for name, future in loaded.items():  # (each was told already: none may wait forever)
         if not future.done():
             future.set_result(built[name])
+    if warming is not None:
+        warming.result()  # (never raises)
     logs.channel("perf").info("%s: kernels compiled and loaded %.1f ms after their compile "
                               "began (the first calls meanwhile)", label,
                               (time.perf_counter() - start) * 1e3)

@@ -186,6 +186,10 @@ FLAGS: tuple[Flag, ...] = (
          "worker processes, a C library in the compiler's) run eagerly beside them, and so "
          "does a training graph's first call while its backward compiled ahead compiles "
          "(later calls wait for it); 0: the first call runs compiled, waiting for them"),
+    Flag("warm_library", "EMBER_WARM_LIBRARY", "1", _flag,
+         "CUDA: while a graph's first calls run eagerly beside its kernels' compile, its "
+         "convolutions run once on stand-ins, so that its first compiled run finds cuDNN's "
+         "plans made (see runtime/library_warmup.py)"),
     Flag("triton_workers", "EMBER_TRITON_WORKERS", "8", _count(0),
          "Triton: processes that compile a graph's kernels side by side (started with the "
          "first CUDA capture, at most one per core; 0: compile in threads of this process "
@@ -263,6 +267,7 @@ class Settings:
     triton_launcher: bool
     kernels_later: bool
     eager_first: bool
+    warm_library: bool
     triton_workers: int
     matmul_epilogue: bool
     saved_outputs: bool

@@ -247,9 +247,9 @@ class Trial:
     process_order: int = 0
     first_call_s: float | None = None
     second_call_s: float | None = None
-    # ember: from its first call's start until its calls run compiled code (calls that come
-    # while kernels still compile run eagerly, EMBER_EAGER_FIRST): what a first call that
-    # returns at eager's pace leaves to compile behind it
+    # ember: from its first call's start to the end of its first compiled run (calls that
+    # come while kernels still compile run eagerly, EMBER_EAGER_FIRST): what a first call
+    # that returns at eager's pace leaves behind it
     compiled_after_s: float | None = None
     first_call_warm_cache_s: float | None = None
     import_torch_s: float | None = None

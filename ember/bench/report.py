@@ -47,7 +47,7 @@ class WorkloadResult:
         return None if trial is None or trial.error is not None else trial.first_call_s
 
     def compiled_after(self, variant: str) -> float | None:
-        """When `variant`'s calls run compiled code, from its first call's start: ember's
+        """The end of `variant`'s first compiled call, from its first call's start: ember's
         first calls may run eagerly while its kernels compile; other variants' first call
         runs compiled."""
         trial = self.trials.get(variant)
@@ -448,7 +448,7 @@ def markdown(run: Run) -> str:
             "First call (`1st`, s): capture and compile on cold caches in a fresh process, "
             "imports excluded. Ember's first calls may return at eager's pace while its "
             "kernels compile beside them (later calls run eagerly until they are in): "
-            "`compiled after` is when its calls run compiled code, from the first call's "
+            "`compiled after` is the end of its first compiled call, from the first call's "
             "start, against Inductor's first call. Break-even: calls until the compiled "
             "variant, first call included, has spent no more time than eager.",
             "",
