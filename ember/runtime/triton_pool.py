@@ -53,8 +53,11 @@ class CompilePool:
 
     def submit(self, path: str, name: str, signature: dict, attrs: dict, options: dict,
                target: tuple) -> concurrent.futures.Future:
+        """Compile kernel `name` of the module file at `path` into the Triton cache this
+        process reads now (TRITON_CACHE_DIR as it is set at this call)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
-        self.tasks.put(((path, name, signature, attrs, options, target), future))
+        cache = os.environ.get("TRITON_CACHE_DIR")
+        self.tasks.put(((path, name, signature, attrs, options, target, cache), future))
         return future
 
     def _serve(self, index: int, warming: bool) -> None:

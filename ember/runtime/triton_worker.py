@@ -5,7 +5,9 @@ of the ember package: it imports Triton only (no torch, no ember), so it starts 
 second. Requests and replies are pickles, each preceded by its length (8 bytes, little-endian),
 on stdin and stdout:
 
-    request  (path, name, signature, attrs, options, target)   a kernel in the module file
+    request  (path, name, signature, attrs, options, target, cache)   a kernel in the module
+             file, compiled into the Triton cache folder `cache` (the asking process's
+             TRITON_CACHE_DIR now, None for Triton's default)
     reply    (True, seconds) | (False, "Error: message")
 
 With `warm=<target>` the worker first compiles a small kernel for that target and says so in
@@ -17,8 +19,12 @@ asking process captures and lowers the graph, they are off its first kernels' pa
 kernel compiles into a cache folder of its own, deleted after: a cache hit would pay none of
 those costs, and the user's cache stays clean.
 
-The compiled kernel lands in Triton's cache (TRITON_CACHE_DIR, inherited); the process that
-asked compiles the same source again and finds it there.
+The compiled kernel lands in the asking process's Triton cache (its TRITON_CACHE_DIR when it
+asked: a process that points the variable elsewhere after the workers started, as the
+benchmark does for each workload, must not have them compile into the old folder, where it
+never looks: then it compiled every kernel again itself, BERT's training step after GPT-2's
+on an H100 spending 90 s of its threads' time on them, 2026-12-06); the process that asked
+compiles the same source again and finds it there.
 """
 
 import importlib.util
@@ -70,8 +76,12 @@ def main() -> None:
         request = _read(requests)
         if request is None:
             return
-        path, name, signature, attrs, options, target = request
+        path, name, signature, attrs, options, target, cache = request
         started = time.perf_counter()
+        if cache is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = cache
         try:
             module = modules.get(path)
             if module is None:  # (the module's name as the asking process has it)

@@ -47,8 +47,19 @@ SCRIPT = textwrap.dedent('''
     triton_launch.install_file_key()
     triton.compile(ASTSource(module.good, signature, {}, {}), target=GPUTarget("cuda", 90, 32),
                    options={"num_warps": 4})
+    after = len(os.listdir(cache))
+    # the process points Triton's cache elsewhere (the benchmark does, workload by workload):
+    # the workers started before compile into the new folder
+    os.environ["TRITON_CACHE_DIR"] = moved = tempfile.mkdtemp()
+    again = pool.submit(module.__file__, "good", signature, {}, {"num_warps": 8},
+                        ("cuda", 90, 32)).result()
+    moved_before = len(os.listdir(moved))
+    triton.compile(ASTSource(module.good, signature, {}, {}), target=GPUTarget("cuda", 90, 32),
+                   options={"num_warps": 8})
     pool.close()
-    print(json.dumps({"replies": replies, "before": before, "after": len(os.listdir(cache))}))
+    print(json.dumps({"replies": replies, "before": before, "after": after, "again": again,
+                      "moved": [moved_before, len(os.listdir(moved))],
+                      "old": len(os.listdir(cache))}))
 ''')
 
 
@@ -62,6 +73,8 @@ def test_a_worker_compiles_into_the_cache_this_process_reads():
     assert good_done and not bad_done
     assert "power of 2" in why or "arange" in why, why
     assert found["before"] == found["after"] >= 1  # (the good kernel's entry, found again)
+    assert found["again"][0] and found["moved"][0] == found["moved"][1] >= 1
+    assert found["old"] == found["after"]  # (nothing more written where it no longer looks)
 
 
 WARM_SCRIPT = textwrap.dedent('''
