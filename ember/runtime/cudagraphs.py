@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 from ember import config, logs, torch_internals
+from ember.runtime import library_warmup
 
 # After this many recordings (parameters that keep moving), stop recording.
 MAX_RECORDINGS = 4
@@ -252,6 +253,7 @@ class CudaGraphed:
             written |= {positions[i] for i in known}
         graph = torch.cuda.CUDAGraph()
         pool = torch.cuda.graph_pool_handle()
+        library_warmup.settle()  # (another thread's launches would break the recording)
         with torch.cuda.graph(graph, pool=pool, stream=stream):
             static_result = self.compiled(*statics)
         leaves, spec = torch_internals.tree_flatten(static_result)

@@ -12,19 +12,19 @@ first call.
 
 Where a graph's first calls run eagerly while its kernels compile (EMBER_EAGER_FIRST), each
 distinct convolution of its plan is called once on a thread of its own with operands of the
-shapes, strides and dtypes the wrapper will pass (zeros; on CUDA on a side stream), and the
-graph's compiled form waits for that as it waits for its kernels: the calls meanwhile still
-run eagerly. Torch's convolution entry points release the interpreter lock, and cuDNN's plans
-are cached process-wide, so the graph's first compiled run finds them made. Nothing the
-caller has is read or written. EMBER_WARM_LIBRARY=0 turns it off. Not on the CPU: there the
-stand-in calls compute as the real ones do, on the cores the eager calls use (ResNet-50's
-full-size inference: 1.9 s of them, its first compiled call no quicker).
+shapes, strides and dtypes the wrapper will pass (zeros, on the thread's current stream: the
+memory they took serves the graph's own runs after), and the graph's compiled form waits for
+that as it waits for its kernels: the calls meanwhile still run eagerly. Torch's convolution
+entry points release the interpreter lock, and cuDNN's plans are cached process-wide, so the
+graph's first compiled run finds them made. Nothing the caller has is read or written.
+EMBER_WARM_LIBRARY=0 turns it off. Not on the CPU: there the stand-in calls compute as the real
+ones do, on the cores the eager calls use (ResNet-50's full-size inference: 1.9 s of them, its
+first compiled call no quicker).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import math
 import time
 
@@ -36,6 +36,7 @@ from ember.schedule.plan import LibraryCall, Plan
 
 # (one thread: graphs that compile together warm their convolutions in turn)
 _thread = concurrent.futures.ThreadPoolExecutor(1, "ember-library-warmup")
+_pending: set[concurrent.futures.Future] = set()
 
 
 def warmed(call: LibraryCall) -> bool:
@@ -50,7 +51,16 @@ def start(plan: Plan, device: torch.device, label: str) -> concurrent.futures.Fu
     calls = [step for step in plan.steps if isinstance(step, LibraryCall) and warmed(step)]
     if not calls or not config.settings.warm_library or device.type != "cuda":
         return None  # (on the CPU the calls would compute: 1.9 s of ResNet-50's, no gain)
-    return _thread.submit(_warm, calls, device, label)
+    future = _thread.submit(_warm, calls, device, label)
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+    return future
+
+
+def settle() -> None:
+    """Wait for the warm-ups under way (a CUDA graph's recording must not meet another
+    thread's launches and allocations: runtime/cudagraphs)."""
+    concurrent.futures.wait(list(_pending))
 
 
 def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
@@ -58,10 +68,8 @@ def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
     started = time.perf_counter()
     done: set[tuple] = set()
     failed = 0
-    stream = torch.cuda.Stream(device) if device.type == "cuda" else None
     try:
-        with torch.no_grad(), torch.cuda.stream(stream) if stream is not None else \
-                contextlib.nullcontext():
+        with torch.no_grad():
             for call in calls:
                 operands = _operands(call)
                 if operands is None:
@@ -78,8 +86,6 @@ def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
                                               **fill(call.node.attrs["kwargs"], tensors))
                 except Exception:  # noqa: BLE001 (the graph's own run says what fails)
                     failed += 1
-        if stream is not None:
-            stream.synchronize()
     except Exception as error:  # noqa: BLE001
         logs.channel("perf").info("%s: warming its convolutions stopped: %s", label, error)
         return
