@@ -16,7 +16,8 @@ shapes, strides and dtypes the wrapper will pass (zeros, on the thread's current
 memory they took serves the graph's own runs after), and the graph's compiled form waits for
 that as it waits for its kernels: the calls meanwhile still run eagerly. Torch's convolution
 entry points release the interpreter lock, and cuDNN's plans are cached process-wide, so the
-graph's first compiled run finds them made. Nothing the caller has is read or written.
+graph's first compiled run finds them made. Nothing the caller has is read or written; a
+call whose stand-ins would take more than an eighth of the device's free memory is left.
 EMBER_WARM_LIBRARY=0 turns it off. Not on the CPU: there the stand-in calls compute as the real
 ones do, on the cores the eager calls use (ResNet-50's full-size inference: 1.9 s of them, its
 first compiled call no quicker).
@@ -67,7 +68,7 @@ def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
     """Each distinct call once; never raises (a call that fails here is the run's to meet)."""
     started = time.perf_counter()
     done: set[tuple] = set()
-    failed = 0
+    failed = skipped = 0
     try:
         with torch.no_grad():
             for call in calls:
@@ -79,6 +80,9 @@ def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
                 if key in done:
                     continue
                 done.add(key)
+                if not _room_for(operands, device):
+                    skipped += 1
+                    continue
                 try:
                     tensors = [_stand_in(shape, strides, dtype, device)
                                for shape, strides, dtype in operands]
@@ -91,8 +95,23 @@ def _warm(calls: list[LibraryCall], device: torch.device, label: str) -> None:
         return
     logs.channel("perf").info(
         "%s: %d convolutions run once on stand-ins in %.1f ms, beside its kernels' compile%s",
-        label, len(done), (time.perf_counter() - started) * 1e3,
-        f" ({failed} failed)" if failed else "")
+        label, len(done) - skipped, (time.perf_counter() - started) * 1e3,
+        "".join(f" ({n} {what})" for n, what in ((failed, "failed"),
+                                                 (skipped, "left: too large")) if n))
+
+
+# (the stand-ins' share of the device's free memory: the eager calls meanwhile need theirs)
+ROOM = 8
+
+
+def _room_for(operands: list[tuple], device: torch.device) -> bool:
+    """Is there room for these stand-ins beside what the eager calls meanwhile allocate (at
+    most an eighth of the device's free memory)?"""
+    needed = sum(_span(shape, strides) * dtype.itemsize for shape, strides, dtype in operands)
+    if device.type != "cuda":
+        return True
+    free, _ = torch.cuda.mem_get_info(device)
+    return needed * ROOM <= free
 
 
 def _operands(call: LibraryCall) -> list[tuple] | None:
@@ -113,5 +132,10 @@ def _stand_in(shape: tuple, strides: tuple, dtype: torch.dtype, device: torch.de
               ) -> torch.Tensor:
     """Zeros laid out so (uninitialised memory could hold denormals, which slow a CPU's
     arithmetic; strides may overlap, as an expanded operand's)."""
-    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if math.prod(shape) else 0
-    return torch.zeros(span, dtype=dtype, device=device).as_strided(shape, strides)
+    return torch.zeros(_span(shape, strides), dtype=dtype, device=device).as_strided(
+        shape, strides)
+
+
+def _span(shape: tuple, strides: tuple) -> int:
+    """Elements a tensor of this shape and strides reaches (its last one's end)."""
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if math.prod(shape) else 0

@@ -84,3 +84,13 @@ def test_a_failing_call_or_a_symbolic_size_is_passed_over():
     shape = call.inputs[0].shape
     call.inputs[0].shape = ("s0", *shape[1:])
     assert library_warmup._operands(call) is None
+
+
+def test_stand_ins_take_at_most_an_eighth_of_the_free_memory(monkeypatch):
+    operands = [((4, 1024), (1024, 1), torch.float32), ((1024,), (0,), torch.float32)]
+    needed = 4 * 1024 * 4 + 1 * 4  # (an expanded operand spans one element)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (needed * 8, 1 << 40))
+    assert library_warmup._room_for(operands, cuda)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (needed * 8 - 1, 1 << 40))
+    assert not library_warmup._room_for(operands, cuda)
