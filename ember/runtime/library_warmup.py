@@ -130,8 +130,8 @@ def _operands(call: LibraryCall) -> list[tuple] | None:
 
 def _stand_in(shape: tuple, strides: tuple, dtype: torch.dtype, device: torch.device
               ) -> torch.Tensor:
-    """Zeros laid out so (uninitialised memory could hold denormals, which slow a CPU's
-    arithmetic; strides may overlap, as an expanded operand's)."""
+    """Zeros laid out so (deterministic work, whatever the memory held; strides may overlap,
+    as an expanded operand's)."""
     return torch.zeros(_span(shape, strides), dtype=dtype, device=device).as_strided(
         shape, strides)
 
