@@ -256,7 +256,7 @@ def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
     if later:
         headers.append(f"{OURS} compiled after s")
         if has(PEER):
-            headers.append(f"that/{PEER} 1st")
+            headers.append(f"compiled after/{PEER} 1st")
     if has(BASELINE):
         headers += [f"break-even {v}" for v in compiled]
     rows = []
