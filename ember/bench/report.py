@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ember.bench.harness import Trial, break_even, format_ms, ratio
+from ember.bench.plots import PLOTS, write_plots
 from ember.bench.roofline import OVERHEAD, OVERHEAD_FLOOR_S, Ceilings, Regime, Work, regime
 from ember.partition import ISLAND_SAYS
 
@@ -170,7 +171,7 @@ def _calls(value: int | str | None) -> str:
     return "—" if value is None else str(value)
 
 
-def _label(result: WorkloadResult) -> str:
+def label_of(result: WorkloadResult) -> str:
     return result.name if result.name == result.title else f"{result.name} {result.title}"
 
 
@@ -199,7 +200,7 @@ def steady_table(run: Run) -> tuple[list[str], list[list[str]]]:
     headers += [f"{a}/{b}" for a, b in ratios] + ["check"]
     rows = []
     for result in run.results:
-        rows.append([_label(result)] + [_ms(result.steady(v)) for v in variants]
+        rows.append([label_of(result)] + [_ms(result.steady(v)) for v in variants]
                     + [ratio_text(ratio(result.steady(a), result.steady(b))) for a, b in ratios]
                     + [_check_cell(result, variants)])
     return headers, rows
@@ -221,7 +222,7 @@ def roofline_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
     rows = []
     for result in run.results:
         work = result.work
-        row = [_label(result)]
+        row = [label_of(result)]
         row += ["—"] * 3 if work is None else [f"{work.bytes / 1e6:.1f}",
                                                f"{work.flops / 1e9:.2f}",
                                                f"{work.intensity:.1f}"]
@@ -261,7 +262,7 @@ def first_call_table(run: Run) -> tuple[list[str], list[list[str]]]:
         headers += [f"break-even {v}" for v in compiled]
     rows = []
     for result in run.results:
-        row = [_label(result)]
+        row = [label_of(result)]
         row += [_s(result.first_call(v)) + ("*" if _warm_process(result, v) else "")
                 for v in compiled]
         if both:
@@ -314,7 +315,7 @@ def capture_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
         worst = check.get("max_abs_error")
         tail = ["—" if worst is None else f"{worst:.1e}", _check_cell(result, [OURS])]
         if isinstance(trial.capture, str):
-            rows.append([_label(result), "—", "—", "—", "—", *tail, trial.capture[:160]])
+            rows.append([label_of(result), "—", "—", "—", "—", *tail, trial.capture[:160]])
             continue
         calls = trial.capture
         reasons = _reasons(trial)
@@ -322,7 +323,7 @@ def capture_table(run: Run) -> tuple[list[str], list[list[str]]] | None:
         compiled = "—" if trial.graphs is None else str(trial.graphs)
         if eager:
             compiled += f" ({eager.split(' of ')[0]} eager)"
-        rows.append([_label(result)] + [" / ".join(str(c[key]) for c in calls)
+        rows.append([label_of(result)] + [" / ".join(str(c[key]) for c in calls)
                                         for key in ("graphs", "breaks")]
                     + [" / ".join(str(len(c["islands"])) for c in calls), compiled, *tail,
                        reasons[0][:160] if reasons else ""])
@@ -348,7 +349,7 @@ def decoding_lines(run: Run) -> list[str]:
         rates = [(v, t.tokens_per_call / result.steady(v)) for v, t in result.trials.items()
                  if t.tokens_per_call and result.steady(v)]
         if rates:
-            lines.append(f"{_label(result)}: " + ", ".join(f"{v} {rate:.0f} tokens/s"
+            lines.append(f"{label_of(result)}: " + ", ".join(f"{v} {rate:.0f} tokens/s"
                                                            for v, rate in rates))
     return lines
 
@@ -361,10 +362,10 @@ def problems(run: Run) -> list[str]:
             status = result.status(variant)
             if status not in ("ok", ""):
                 kind, _, why = status.partition(": ")
-                lines.append(f"{kind.upper()} {_label(result)} {variant}: {why}")
+                lines.append(f"{kind.upper()} {label_of(result)} {variant}: {why}")
             for message in trial.fallbacks:  # (first lines: a traceback's tail says less)
                 if ISLAND_SAYS not in message:  # (islands: in the capture table)
-                    lines.append(f"FALLBACK {_label(result)} {variant}: "
+                    lines.append(f"FALLBACK {label_of(result)} {variant}: "
                                  f"{message.splitlines()[0]}")
     return lines
 
@@ -471,7 +472,7 @@ def markdown(run: Run) -> str:
     lines += ["## Workloads", ""]
     for result in run.results:
         inputs = f" Inputs: {result.description}." if result.description else ""
-        lines += [f"### {_label(result)}", "", f"{result.what}.{inputs}", "",
+        lines += [f"### {label_of(result)}", "", f"{result.what}.{inputs}", "",
                   markdown_table(*_detail_rows(result)), ""]
     lines += ["## How this was measured", ""] + [f"- {line}" for line in _method(run)] + [""]
     return "\n".join(lines)
@@ -494,7 +495,7 @@ def _capture_lines(run: Run) -> list[str]:
         trial = result.trials.get(OURS)
         reasons = _reasons(trial) if trial is not None else []
         if reasons:
-            lines += [f"{_label(result)}, break and island reasons:", ""]
+            lines += [f"{label_of(result)}, break and island reasons:", ""]
             lines += [f"- {reason}" for reason in reasons] + [""]
     return lines
 
@@ -546,65 +547,6 @@ def _method(run: Run) -> list[str]:
         "Correctness: the first two outputs of each compiled variant against eager's on the "
         "same (seeded) inputs, with torch.testing.assert_close at the workload's tolerance.",
     ]
-
-
-PLOTS = ("first_call_vs_steady.png", "steady_state.png")
-
-
-def write_plots(run: Run, folder: Path) -> dict[str, bool]:
-    """PNG figures (matplotlib): per workload, the first call beside the steady state of each
-    variant (the seeds' cold-vs-warm figure); and every workload's steady state relative to
-    eager. Without matplotlib, none (the report says so)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return {name: False for name in PLOTS}
-    colors = {"eager": "tab:gray", "inductor": "tab:blue", "ember": "tab:red",
-              "dynamo+ember": "tab:orange", "ember-model": "tab:pink"}
-    results = [r for r in run.results if any(r.steady(v) for v in run.variants)]
-    if not results:
-        return {name: False for name in PLOTS}
-    figure, axes = plt.subplots(len(results), 2, figsize=(10, 2.6 * len(results)),
-                                squeeze=False)
-    for row, result in zip(axes, results):
-        variants = [v for v in run.variants if result.steady(v) is not None]
-        first = [result.first_call(v) or 0.0 for v in variants]
-        steady = [result.steady(v) * 1e3 for v in variants]
-        shades = [colors.get(v, "tab:green") for v in variants]
-        row[0].bar(variants, first, color=shades)
-        row[0].set_ylabel("first call (s)")
-        row[0].set_title(f"{_label(result)}: first call (capture + compile)", fontsize=9)
-        row[1].bar(variants, steady, color=shades)
-        row[1].set_ylabel("ms per call")
-        row[1].set_title(f"{_label(result)}: steady state", fontsize=9)
-        for axis in row:
-            axis.grid(True, axis="y", alpha=0.3)
-            axis.tick_params(axis="x", labelsize=8)
-    figure.tight_layout()
-    figure.savefig(folder / PLOTS[0], dpi=110)
-    plt.close(figure)
-
-    compiled = [v for v in run.variants if v != BASELINE]
-    figure, axis = plt.subplots(figsize=(max(6, 1.3 * len(results)), 3.6))
-    width = 0.8 / max(1, len(compiled))
-    for k, variant in enumerate(compiled):
-        values = [ratio(r.steady(BASELINE), r.steady(variant)) or 0.0 for r in results]
-        axis.bar([i + k * width for i in range(len(results))], values, width,
-                 label=NAMES.get(variant, variant), color=colors.get(variant, "tab:green"))
-    axis.axhline(1.0, color="black", linewidth=0.8)
-    axis.set_xticks([i + width * (len(compiled) - 1) / 2 for i in range(len(results))])
-    axis.set_xticklabels([r.name for r in results], fontsize=8)
-    axis.set_ylabel("speedup over eager (x)")
-    axis.set_title("steady state per workload (higher is faster)", fontsize=10)
-    axis.legend(fontsize=8)
-    axis.grid(True, axis="y", alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(folder / PLOTS[1], dpi=110)
-    plt.close(figure)
-    return {name: True for name in PLOTS}
 
 
 def write(run: Run, folder: Path) -> tuple[Path, Path]:

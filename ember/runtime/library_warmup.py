@@ -107,9 +107,9 @@ ROOM = 8
 def _room_for(operands: list[tuple], device: torch.device) -> bool:
     """Is there room for these stand-ins beside what the eager calls meanwhile allocate (at
     most an eighth of the device's free memory)?"""
-    needed = sum(_span(shape, strides) * dtype.itemsize for shape, strides, dtype in operands)
     if device.type != "cuda":
         return True
+    needed = sum(_span(shape, strides) * dtype.itemsize for shape, strides, dtype in operands)
     free, _ = torch.cuda.mem_get_info(device)
     return needed * ROOM <= free
 
