@@ -33,7 +33,7 @@ from ember.lower.meta_interpreter import eager_autograd, turns_grad_on
 from ember.lower.tracer import OutputSpec
 from ember.partition import MAX_ROUNDS, find_islands, log_islands
 from ember.passes.pipeline import after_differentiation, run_passes
-from ember.runtime import collector, triton_launch, warm_cache
+from ember.runtime import collector, switches, triton_launch, warm_cache
 from ember.runtime.build import BuildError
 from ember.runtime.compiled import CompiledGraph
 from ember.runtime.interpreted import InterpretedGraph
@@ -112,7 +112,7 @@ class EagerGraph:
     fallback_count = 0
 
     def __init__(self, gm: torch.fx.GraphModule, reason: str):
-        self.forward = gm.forward
+        self.forward = switches.restoring(gm)
         self.reason = reason
 
     def __call__(self, *args: Any) -> Any:
@@ -230,7 +230,7 @@ def _compile_stages(gm: torch.fx.GraphModule, example_inputs: list[Any], label: 
                                 gm, label, dump, clock)
     # (an ahead-of-time compile's first call is its compiled form's: ember/aot.py)
     return compile_ir(graph, lowered.outputs, lowered.output_tree, extras, tensor_positions,
-                      len(example_inputs), gm.forward, label, dump, clock,
+                      len(example_inputs), switches.restoring(gm), label, dump, clock,
                       lowered.library_calls,
                       _example_sizes(graph, example_inputs, tensor_positions, extras),
                       eager_first=config.settings.eager_first and
@@ -290,8 +290,10 @@ def compile_with_islands(gm: torch.fx.GraphModule, example_inputs: list[Any], la
 def explaining_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
     """explain()'s backend: the graph runs as backend="eager" runs it, and says which of its
     nodes ember's backend would run as eager islands (found by lowering; nothing is built)."""
+    forward = switches.restoring(gm)
+
     def run(*args: Any) -> Any:
-        return gm.forward(*args)
+        return forward(*args)
 
     run.islands = island_report(gm, example_inputs)
     return run
@@ -482,7 +484,7 @@ def compile_training(graph: Graph, lowered: Any, extras: list[torch.Tensor],
 
     return TrainingGraph(forward, deferred.future, split, lowered.outputs,
                          lowered.output_tree, output_count, tensor_positions, extras, label,
-                         gm.forward, grad_inside=not torch.is_grad_enabled(),
+                         switches.restoring(gm), grad_inside=not torch.is_grad_enabled(),
                          without=without if specializing else None, ahead=ahead,
                          start_backward=deferred.start,
                          # (not an ahead-of-time compile's: ember/aot.py)

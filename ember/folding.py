@@ -34,7 +34,7 @@ from ember.partition import (
     elsewhere,
     example_value,
     module_device,
-    switches_grad_mode,
+    switches_mode,
     writes,
 )
 
@@ -116,7 +116,7 @@ def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     constant: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
         if node.op not in CALLS or node.op == "call_module" or draws(node) or \
-                switches_grad_mode(node) or node.kwargs.get("requires_grad") is True:
+                switches_mode(node) or node.kwargs.get("requires_grad") is True:
             continue
         if all(source in constant for source in _sources(node)):
             constant.add(node)

@@ -21,6 +21,7 @@ import torch.fx
 from ember import config, logs, torch_internals
 from ember.lower import Unsupported, trace
 from ember.lower.devices import graph_device, same_device
+from ember.runtime import switches
 
 CALLS = ("call_function", "call_method", "call_module")
 
@@ -44,17 +45,19 @@ class Region:
     inputs: list[torch.fx.Node] = dataclasses.field(default_factory=list)
     outputs: list[torch.fx.Node] = dataclasses.field(default_factory=list)
     grad_enabled: bool = True  # the grad mode it runs in
+    switches: tuple = ()  # the backend switches it runs under (runtime/switches.py)
 
     def key(self) -> tuple:
         """Equal keys: the same region (its compiled form can be reused)."""
         return (tuple(n.name for n in self.nodes), tuple(n.name for n in self.inputs),
-                tuple(n.name for n in self.outputs), self.grad_enabled)
+                tuple(n.name for n in self.outputs), self.grad_enabled,
+                tuple(map(repr, self.switches)))
 
 
 @dataclasses.dataclass
 class Island:
     """A node run as eager runs it. `reason`: why ember cannot compile it; None for glue the
-    partition adds itself (an item of an island's tuple, a grad-mode switch)."""
+    partition adds itself (an item of an island's tuple, a grad-mode or backend switch)."""
 
     node: torch.fx.Node
     reason: str | None
@@ -110,6 +113,13 @@ def switches_grad_mode(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is torch_internals.set_grad_enabled
 
 
+def switches_mode(node: torch.fx.Node) -> bool:
+    """Does the node switch a global mode: grad mode, or a backend switch entered or left
+    (runtime/switches.py)?"""
+    return switches_grad_mode(node) or node.op == "call_function" and (
+        isinstance(node.target, switches.Switch) or node.target is switches.leave)
+
+
 def keeps_its_place(node: torch.fx.Node, device: torch.device | None = None) -> bool:
     """Is the node's order among the others observable (it writes memory, draws random
     numbers, switches a global mode, or is a module call ember cannot see into)? A draw on
@@ -127,7 +137,7 @@ def only_draws(node: torch.fx.Node) -> bool:
 def _changes_state(node: torch.fx.Node) -> bool:
     """Does the node write memory, switch a global mode or call a module ember cannot see
     into?"""
-    return node.op == "call_module" or switches_grad_mode(node) or writes(node)
+    return node.op == "call_module" or switches_mode(node) or writes(node)
 
 
 def _name(node: torch.fx.Node) -> str:
@@ -200,8 +210,8 @@ def split(module: torch.fx.GraphModule, islands: dict[str, str]) -> Partition:
     for node in calls:
         if node.name in islands:
             reasons[node] = islands[node.name]
-        elif switches_grad_mode(node) or (node.target is operator.getitem and
-                                          node.args[0] in reasons):
+        elif switches_mode(node) or (node.target is operator.getitem and
+                                     node.args[0] in reasons):
             reasons[node] = None  # (glue: run where it stands, between the regions)
     fixed = {n for n in calls if keeps_its_place(n, device)}
     levels = _levels(calls, reasons, fixed, {n for n in fixed if only_draws(n)})
@@ -266,18 +276,26 @@ def _levels(calls: list[torch.fx.Node], islands: dict[torch.fx.Node, Any],
 
 
 def _connect(module: torch.fx.GraphModule, pieces: list[Region | Island]) -> None:
-    """Each region's inputs and outputs, and the grad mode it runs in."""
+    """Each region's inputs and outputs, and the grad mode and backend switches it runs
+    in."""
     owner: dict[torch.fx.Node, Region] = {}
     for piece in pieces:
         if isinstance(piece, Region):
             owner.update((node, piece) for node in piece.nodes)
     grad = torch.is_grad_enabled()
+    entered: dict[torch.fx.Node, switches.Switch] = {}
     for piece in pieces:
         if isinstance(piece, Island):
             if switches_grad_mode(piece.node):
                 grad = bool(piece.node.args[0])
+            elif switches_mode(piece.node):
+                if piece.node.target is switches.leave:
+                    entered.pop(piece.node.args[0], None)
+                else:
+                    entered[piece.node] = piece.node.target
             continue
         piece.grad_enabled = grad
+        piece.switches = tuple(entered.values())
         for node in piece.nodes:
             for source in node.all_input_nodes:
                 if owner.get(source) is not piece and source.op != "get_attr" and \
@@ -376,7 +394,8 @@ def region_examples(partition: Partition, example_inputs: list[Any]
     examples: dict[int, list[Example]] = {}
     aliased: dict[int, set[str]] = {}
     shared: dict[int, set[int]] = {}
-    with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
+    # (the graph may switch grad mode, and enter backend switches an error leaves entered)
+    with mode, torch.set_grad_enabled(torch.is_grad_enabled()), switches.contained():
         for piece in partition.pieces:
             if isinstance(piece, Island):
                 nodes = [piece.node]
@@ -531,7 +550,7 @@ def _lower_region(gm: torch.fx.GraphModule, region: Region, examples: list[Examp
                                if node.op == "placeholder" else None)
               for node, example in zip(region.inputs, examples)]
     try:
-        with torch.set_grad_enabled(region.grad_enabled):
+        with torch.set_grad_enabled(region.grad_enabled), switches.entered(region.switches):
             return module, inputs, trace(module, inputs)
     except Unsupported as error:
         return module, inputs, error

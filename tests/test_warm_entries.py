@@ -106,6 +106,13 @@ MODEL = torch.nn.Linear(4, 4)
 
 def density(x, y):  # (a distribution made inside: guards through ember's class_lookup, and
     return torch.distributions.Normal(x, y.abs() + 0.1).log_prob(x * 0.5)  # checks assumed)
+
+
+def switched(q, k):  # (torch's backend switches: an enum of torch's C++, a flag)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]), torch.backends.cudnn.flags(enabled=False):
+        return F.scaled_dot_product_attention(q[None], k[None], k[None]).sin()
 """
 
 # Calls each named function of user_code on n x n inputs for each size, compares with
@@ -263,6 +270,13 @@ def test_an_entry_whose_guards_use_embers_own_helpers_starts_warm(project):
     first = _run(project, "density")
     assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
     second = _run(project, "density")
+    assert second["counts"] == _counts(hits=1), second["said"][-3000:]
+
+
+def test_a_function_under_backend_switches_starts_warm(project):
+    first = _run(project, "switched")
+    assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
+    second = _run(project, "switched")
     assert second["counts"] == _counts(hits=1), second["said"][-3000:]
 
 

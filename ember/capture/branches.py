@@ -116,7 +116,7 @@ def _run_body(frame: Frame, instruction: dis.Instruction, condition: TensorValue
     stack, local_values = list(frame.stack), dict(frame.locals)
     cells = _cell_contents(frame)
     last, grad_enabled = session.builder.last_node(), session.grad_enabled
-    contexts = (len(session.open_contexts), len(session.autocast_regions))
+    contexts = (len(session.open_contexts), len(session.entered_regions))
     try:
         while frame.pc != target:
             if not start <= frame.pc < target:  # (a jump out of the body: else, return)
@@ -134,7 +134,7 @@ def _run_body(frame: Frame, instruction: dis.Instruction, condition: TensorValue
         frame.current = instruction
     if effects.changed_outside(activity, changes, born) or session.grad_enabled != \
             grad_enabled or contexts != (len(session.open_contexts),
-                                         len(session.autocast_regions)) or \
+                                         len(session.entered_regions)) or \
             len(frame.stack) != len(stack) or any(a is not b for a, b in
                                                   zip(frame.stack, stack)) or \
             cells != _cell_contents(frame) or \

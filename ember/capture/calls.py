@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import torch_internals
-from ember.capture import attributes, container_methods, known_values, numbers, semantics
+from ember.capture import (
+    attributes,
+    container_methods,
+    contexts,
+    known_values,
+    numbers,
+    semantics,
+)
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.inlining import inline_function, inline_nested
 from ember.capture.semantics import python_value, unpack
@@ -110,6 +117,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
             return semantics.constant(real(
                 *specialized([python_value(a) for a in args], f"{real.__name__}()"),
                 **specialized({k: python_value(v) for k, v in kwargs.items()})))
+    switch = contexts.backend_switch(session, callee, args, kwargs)  # (cudnn.flags(...))
+    if switch is not None:
+        return switch
     marked = markers.call_marked(session, callee, args, kwargs, frame)  # (torch's markers)
     if marked is not None:
         return marked

@@ -16,6 +16,7 @@ import torch.fx
 from ember import config, logs, torch_internals
 from ember.capture import (  # noqa: F401  (register the opcode handlers)
     container_opcodes,
+    contexts,
     exception_opcodes,
     opcodes,
 )
@@ -142,9 +143,8 @@ def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph:
                                              code.co_filename, code.co_firstlineno, reason)
         return None, session, Unsupported(reason)
     finally:
-        while session.autocast_regions:  # (regions the capture entered and never left)
-            _, leave = torch_internals.autocast_region_functions()
-            leave(session.autocast_regions.pop().real)
+        while session.entered_regions:  # (regions the capture entered and never left)
+            contexts.leave_for_real(session.entered_regions.pop())
     return captured, session, None
 
 

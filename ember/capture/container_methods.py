@@ -26,6 +26,7 @@ from ember.capture.values import (
     OutsideListValue,
     SequenceValue,
     SetValue,
+    SwitchValue,
     Value,
 )
 
@@ -39,6 +40,11 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
         return Const(None)
     if isinstance(receiver, LockContextValue) and name == "__exit__":
         contexts.exit_lock(session, receiver)
+        return Const(None)
+    if isinstance(receiver, SwitchValue) and name in ("__enter__", "__exit__"):
+        if name == "__enter__":
+            return contexts.enter_context(session, receiver)[1]
+        contexts.exit_switch(session, receiver)
         return Const(None)
     if isinstance(receiver, AutocastValue) and name in ("__enter__", "__exit__"):
         if name == "__enter__":

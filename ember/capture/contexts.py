@@ -1,6 +1,7 @@
 """With-blocks in captured code: grad-mode and inference-mode switches, autocast regions,
-threading locks (their side effects replayed under the lock) and context managers written in
-Python (their __enter__ run as code, their __exit__ where the block ends)."""
+torch's backend switches (runtime/switches.py), threading locks (their side effects replayed
+under the lock) and context managers written in Python (their __enter__ run as code, their
+__exit__ where the block ends)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ from typing import TYPE_CHECKING
 
 from ember import torch_internals
 from ember.capture.errors import Unsupported
-from ember.capture.semantics import python_method
+from ember.capture.semantics import is_enum_member, is_known, python_method, python_value
 from ember.capture.values import (
     AutocastValue,
     Const,
+    DictValue,
     GradModeValue,
     LockContextValue,
     NewObjectValue,
     NullContextValue,
     ObjectValue,
+    SwitchValue,
     Value,
     ValueMethodValue,
     of_torch,
 )
+from ember.runtime import switches
 
 if TYPE_CHECKING:
     from ember.capture.session import Session
@@ -38,6 +42,8 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
     if isinstance(manager, AutocastValue):
         enter_autocast(session, manager)
         return ValueMethodValue(manager, "__exit__"), manager
+    if isinstance(manager, SwitchValue):
+        return ValueMethodValue(manager, "__exit__"), enter_switch(session, manager)
     cls = manager.cls if isinstance(manager, NewObjectValue) else \
         type(manager.value) if type(manager) is ObjectValue else None
     if type(manager) is ObjectValue and torch_internals.is_thread_lock(manager.value):
@@ -93,16 +99,72 @@ def enter_autocast(session: Session, region: AutocastValue) -> None:
         raise Unsupported("an autocast region entered twice")
     region.node = session.builder.graph.call_function(enter, region.arguments)
     region.real = enter(*region.arguments)
-    session.autocast_regions.append(region)
+    session.entered_regions.append(region)
 
 
 def exit_autocast(session: Session, region: AutocastValue) -> None:
     _, leave = torch_internals.autocast_region_functions()
-    if not session.autocast_regions or session.autocast_regions[-1] is not region:
+    if not session.entered_regions or session.entered_regions[-1] is not region:
         raise Unsupported("autocast regions left out of order")
     session.builder.graph.call_function(leave, (region.node,))
-    session.autocast_regions.pop()
+    session.entered_regions.pop()
     leave(region.real)
+
+
+def backend_switch(session: Session, callee: Value, args: list[Value],
+                   kwargs: dict[str, Value]) -> SwitchValue | None:
+    """A call that makes one of torch's backend switches from Python values (flags, kernel
+    choices): the switch, kept to be entered by a with-block; None for any other call."""
+    function = getattr(callee, "value", None)
+    if not switches.is_switch_factory(function):
+        return None
+    values = []
+    for argument in (*args, *kwargs.values()):
+        if not is_known(argument) or not _plain(python_value(argument)):
+            return None
+        values.append(python_value(argument))
+    return SwitchValue(switches.Switch(function, tuple(values[:len(args)]),
+                                       dict(zip(kwargs, values[len(args):]))))
+
+
+def _plain(value: object) -> bool:
+    """A flag, a number, a name, an enum member or a list or tuple of them."""
+    if isinstance(value, (list, tuple)):
+        return all(_plain(item) for item in value)
+    return value is None or isinstance(value, (bool, int, float, str)) or is_enum_member(value)
+
+
+def enter_switch(session: Session, value: SwitchValue) -> Value:
+    """A node that enters the switch, and the switch entered for real while capture runs
+    inside it; what the with-block's `as` binds."""
+    if value.node is not None:
+        raise Unsupported(f"{value.describe()} entered twice")
+    value.node = session.builder.graph.call_function(value.switch, ())
+    value.real = value.switch()
+    session.entered_regions.append(value)
+    bound = switches.bound(value.real)
+    if type(bound) is dict and not bound:  # (sdpa_kernel's: a new empty dict each time)
+        return DictValue({})
+    if not _plain(bound):
+        raise Unsupported(f"{value.describe()} gives its block a {type(bound).__name__}")
+    return Const(bound)
+
+
+def exit_switch(session: Session, value: SwitchValue) -> None:
+    if not session.entered_regions or session.entered_regions[-1] is not value:
+        raise Unsupported("backend switches left out of order")
+    session.builder.graph.call_function(switches.leave, (value.node,))
+    session.entered_regions.pop()
+    switches.leave(value.real)
+
+
+def leave_for_real(region: AutocastValue | SwitchValue) -> None:
+    """Leave a region the capture entered for real and the code did not leave (a break,
+    a rollback)."""
+    if isinstance(region, SwitchValue):
+        switches.leave(region.real)
+    else:
+        torch_internals.autocast_region_functions()[1](region.real)
 
 
 def set_grad_mode(session: Session, enabled: bool) -> None:

@@ -154,11 +154,12 @@ class Frame:
     def unbreakable(self, instruction: dis.Instruction, breakable: bool
                     ) -> tuple[str, str] | None:
         """Where this instruction lies if the graph cannot break there, and what to do:
-        inside an autocast region or a with-block of a Python context manager (the resumed
-        code would have to enter it again). A try body can break: the runner sends an
-        exception of the native part to the handler's resume function."""
-        if breakable and self.session.autocast_regions:
-            return "inside an autocast region", ""
+        inside an autocast region, a backend switch or a with-block of a Python context
+        manager (the resumed code would have to enter it again). A try body can break: the
+        runner sends an exception of the native part to the handler's resume function."""
+        if breakable and self.session.entered_regions:
+            return f"inside {self.session.entered_regions[-1].describe()}", \
+                "keep the with-block outside the compiled function, or what breaks out of it"
         if breakable and self.session.open_contexts:
             return "inside a with-block of a Python context manager", \
                 "keep the with-block outside the compiled function, or what breaks out of it"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import enum
 import functools
 import hashlib
 import importlib
@@ -32,9 +31,11 @@ import torch
 from ember import torch_internals
 from ember.capture import sources
 from ember.capture.guards import GuardSet
+from ember.capture.semantics import is_enum_member
 from ember.capture.sources import Source
 from ember.capture.symbols import Relation, SymbolRead
 from ember.meta_keys import REQUIRES_GRAD
+from ember.runtime import switches
 
 
 class NotKept(Exception):
@@ -280,6 +281,9 @@ class Encoder:
         namespace = torch_internals.op_namespace_name(value)
         if namespace is not None:  # (torch.ops.aten)
             return ["op_namespace", namespace]
+        if kind is switches.Switch:  # (a with-block's backend switch: the call that makes it)
+            return ["switch", self._encode(value.factory), self._encode(list(value.args)),
+                    self._encode(value.kwargs)]
         if isinstance(value, types.ModuleType):
             if sys.modules.get(value.__name__) is not value:
                 raise NotKept(f"the module {value.__name__}, which sys.modules does not hold")
@@ -411,9 +415,10 @@ def _name(value: Any) -> tuple[str, str] | None:
     if isinstance(qualified, str) and qualified.startswith("__torch__."):  # Python name)
         module_name, _, attribute = qualified.removeprefix("__torch__.").rpartition(".")
         candidates.append((module_name, attribute))
-    if isinstance(value, enum.Enum):  # (a member: by its class's name and its own)
-        kind = type(value)
-        candidates.append((kind.__module__, f"{kind.__qualname__}.{value.name}"))
+    if is_enum_member(value):  # (a member: by its class's name and its own)
+        kind = type(value)  # (pybind11's may be named otherwise where its module holds it)
+        candidates.extend((kind.__module__, f"{name}.{value.name}")
+                          for name in {kind.__qualname__, kind.__name__})
     for module_name, attribute in candidates:
         try:
             found = _resolve(module_name, attribute)
@@ -545,6 +550,9 @@ class Decoder:
             return function
         if kind == "global":
             return _resolve(code[1], code[2])
+        if kind == "switch":
+            return switches.Switch(self.value(code[1]), tuple(self.value(code[2])),
+                                   self.value(code[3]))
         raise ValueError(f"unknown kind {kind!r}")
 
     def guards(self, encoded: list, reads: list = ()) -> GuardSet:

@@ -6,6 +6,7 @@ Python values run at capture time; the rest is `Unsupported` with a reason.
 from __future__ import annotations
 
 import collections
+import enum
 import operator
 import sys
 import types
@@ -89,6 +90,13 @@ def constant(value: Any) -> Value:
     if type(value) is dict:
         return DictValue({k: constant(v) for k, v in value.items()})
     return Const(value)
+
+
+def is_enum_member(value: object) -> bool:
+    """A member of an enum: Python's, or one of a C++ extension's (pybind11's, as torch's
+    SDPBackend)."""
+    return isinstance(value, enum.Enum) or type(type(value)).__name__ == "pybind11_type" and \
+        isinstance(getattr(value, "name", None), str) and hasattr(type(value), "__members__")
 
 
 def python_value(value: Value) -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from ember import torch_internals
-from ember.capture import numbers
+from ember.capture import contexts, numbers
 from ember.capture.builder import GraphBuilder
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
@@ -193,7 +193,8 @@ class Session:
         self.builder.inference_depth = int(inference)
         self.guards.add("global", None, ("default_dtype", torch.get_default_dtype()))
         self.guards.add("global", None, ("autocast", torch_internals.autocast_state()))
-        self.autocast_regions: list[Any] = []  # entered by the captured code, innermost last
+        # autocast regions and backend switches entered by the captured code, innermost last
+        self.entered_regions: list[Any] = []
         # the __exit__ of each Python context manager whose block the code is inside (no
         # break there: its __exit__ would not see an exception a native rerun raises)
         self.open_contexts: list[Any] = []
@@ -239,7 +240,7 @@ class Session:
         a custom Function's forward traced — that, where it fails, is made another way)."""
         return Savepoint(self.side_effects.savepoint(), self.builder.last_node(),
                          self.builder.op_count, self.grad_enabled, self.builder.inference_depth,
-                         len(self.open_contexts), len(self.autocast_regions),
+                         len(self.open_contexts), len(self.entered_regions),
                          len(self.assumptions))
 
     def roll_back(self, point: Savepoint) -> None:
@@ -248,9 +249,8 @@ class Session:
         self.side_effects.roll_back(point.effects)
         del self.open_contexts[point.contexts:]
         del self.assumptions[point.assumptions:]  # (their conditions' nodes are gone)
-        while len(self.autocast_regions) > point.regions:  # (entered for real)
-            _, leave = torch_internals.autocast_region_functions()
-            leave(self.autocast_regions.pop().real)
+        while len(self.entered_regions) > point.regions:  # (entered for real)
+            contexts.leave_for_real(self.entered_regions.pop())
         self.builder.rollback(point.last_node, point.op_count)
         self.grad_enabled = point.grad_enabled
         self.builder.inference_depth = point.inference_depth

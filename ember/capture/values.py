@@ -9,6 +9,7 @@ object from the function's arguments, globals or closure — for guards and grap
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -363,6 +364,28 @@ class AutocastValue(Value):
 
     def python_type(self) -> type:
         return torch.autocast
+
+    def describe(self) -> str:
+        return "an autocast region"
+
+
+@dataclasses.dataclass(eq=False)
+class SwitchValue(Value):
+    """A backend switch of torch's made by the captured code (`torch.backends.cudnn.flags(
+    enabled=False)`, `sdpa_kernel(SDPBackend.MATH)`; runtime/switches.py) as a with-block:
+    entering and leaving it are nodes of the graph and, while capture runs inside it, the
+    switch entered for real."""
+
+    switch: Any  # runtime/switches.Switch
+    node: Any = None  # the graph's node entering it, once entered
+    real: Any = None  # the handle of the switch entered while capturing
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        return contextlib.AbstractContextManager
+
+    def describe(self) -> str:
+        return f"a with-block of {self.switch!r}"
 
 
 @dataclasses.dataclass(eq=False)

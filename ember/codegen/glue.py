@@ -19,7 +19,16 @@ import torch
 import torch.fx
 
 from ember.codegen.wrapper import WrapperSource
-from ember.partition import Example, Island, Partition, Region, describe
+from ember.partition import (
+    Example,
+    Island,
+    Partition,
+    Region,
+    describe,
+    switches_grad_mode,
+    switches_mode,
+)
+from ember.runtime import switches
 
 
 class _Names:
@@ -83,6 +92,11 @@ def write_glue(partition: Partition, runs: dict[int, Callable],
                                  piece.number in compiled, names))
     output = next(n for n in module.graph.nodes if n.op == "output")
     lines.append(f"return {names.render(output.args[0])}")
+    if any(isinstance(piece, Island) and switches_mode(piece.node) and
+           not switches_grad_mode(piece.node) for piece in partition.pieces):
+        # (a backend switch the glue enters: left again if a piece raises inside its block)
+        lines = [f"with {names.add('contained', switches.contained)}():"] + \
+            ["    " + line for line in lines]
     text = "def call(*args):\n" + "".join(f"    {line}\n" for line in lines)
     return WrapperSource(text, names.namespace)
 

@@ -27,6 +27,7 @@ from ember.lower.tracer import OutputSpec
 from ember.passes.convolution_calls import ConvolutionCall, convolution_call
 from ember.runtime import memory
 from ember.runtime.memory import empty_cpu
+from ember.runtime.switches import Switched
 from ember.runtime.triton_launch import DeviceLaunch, PendingLaunch
 from ember.runtime.wrappers import (  # noqa: F401  (re-exported: the wrapper's helpers)
     BuildNotKept,
@@ -331,7 +332,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
             arguments = [_fill(value, slots, w) for value in node.attrs["args"]]
             arguments += [f"{key}={_fill(value, slots, w)}"
                           for key, value in node.attrs["kwargs"].items()]
-            call = _cudnn_call(node, step.inputs, w.device)
+            switched = node.attrs.get("switches")  # (a library call made under torch's
+            # backend switches: eager's dispatch reads their flags, cuDNN's entry point not)
+            call = _cudnn_call(node, step.inputs, w.device) if not switched else None
             if call is not None:
                 target = w.constant(torch_internals.cudnn_convolution, "op")
                 arguments = [*arguments[:2], repr(call.stride), repr(call.padding),
@@ -345,6 +348,9 @@ def write_wrapper(plan: Plan, outputs: list[OutputSpec], output_tree: Any,
                         lines.append(f"{buffer.name} = {result}[{index}]")
             else:
                 lines.append(f"{step.outputs[0].name} = {target}({', '.join(arguments)})")
+            if switched:
+                lines[first:] = [f"with {w.constant(Switched(switched), 'switched')}:"] + \
+                    ["    " + line for line in lines[first:]]
             if config.settings.profile:
                 lines[first:] = _labelled(f"ember {_call_name(node.attrs['target'])}",
                                           lines[first:], w)

@@ -44,8 +44,11 @@ def format_template(template: Any) -> str:
 
 
 def call(attrs: dict[str, Any], tensors: Sequence[torch.Tensor]) -> Any:
+    from ember.runtime import switches
+
     target = attrs["target"]
-    return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))
+    with switches.entered(attrs.get("switches", ())):  # (the backend switches it ran under)
+        return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))
 
 
 def returns_views(attrs: dict[str, Any]) -> bool:

@@ -33,7 +33,8 @@ def format_attrs(node: Node) -> str:
         target = getattr(node.attrs["target"], "__name__", str(node.attrs["target"]))
         arguments = format_template(node.attrs["args"])
         extra = format_template(node.attrs["kwargs"])
-        return f" {target}{arguments[:-1]}{', ' + extra if extra else ''})"
+        under = "".join(f" under {switch!r}" for switch in node.attrs.get("switches", ()))
+        return f" {target}{arguments[:-1]}{', ' + extra if extra else ''}){under}"
     shown = {k: v for k, v in node.attrs.items()
              if not (k in _TYPE_ATTRS and node.op in (Op.INPUT, Op.FULL, Op.IOTA))
              and not (node.op is Op.CAST and k == "shape")}

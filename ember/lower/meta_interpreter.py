@@ -32,6 +32,7 @@ from ember import torch_internals
 from ember.lower import attention
 from ember.lower.registry import Unsupported
 from ember.meta_keys import REQUIRES_GRAD
+from ember.runtime import switches
 from ember.trees import leaves, map_leaves
 
 if TYPE_CHECKING:
@@ -174,8 +175,8 @@ def _run_on_fakes(module: torch.fx.GraphModule, example_inputs: list[Any],
         for number, (fake, x) in enumerate(tensors):
             if x.requires_grad:
                 leaf_numbers[id(fake.requires_grad_())] = number
-        with mode, torch.set_grad_enabled(torch.is_grad_enabled()):  # (the graph may switch it)
-            result = interpreter(module).run(*args)
+        with mode, torch.set_grad_enabled(torch.is_grad_enabled()), switches.contained():
+            result = interpreter(module).run(*args)  # (the graph may switch grad mode)
     except Exception:  # noqa: BLE001 (an op fake tensors cannot run: the IR's answer stands)
         return None
     return leaves(result), leaf_numbers

@@ -43,6 +43,7 @@ from ember.lower.schemas import (
 )
 from ember.lower.storage import Storage, TensorState, ViewChain, ViewsAndWrites
 from ember.lower.symbolic import SymbolTable, symbolic_arguments
+from ember.runtime import switches
 from ember.torch_internals import tree_flatten
 from ember.trees import leaves, map_leaves
 
@@ -352,9 +353,11 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                               f"conj/neg bits): the graph runs eagerly")
         results = tuple((self.dims(t.shape), t.dtype, self.dims(t.stride())) for t in flat_out)
         tuple_result = not isinstance(out, torch.Tensor)
+        switched = switches.active()  # (made inside `with torch.backends.cudnn.flags(...)`)
         node = self.graph.add(Op.LIBRARY, inputs, target=func, args=template_args,
                               kwargs=template_kwargs, results=results,
-                              tuple_result=tuple_result, operand_strides=tuple(operand_strides))
+                              tuple_result=tuple_result, operand_strides=tuple(operand_strides),
+                              **({"switches": switched} if switched else {}))
         self.library_calls += counted
         if not tuple_result:
             node.strides = results[0][2]
@@ -508,7 +511,7 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
     # (the graph's grad-mode switches run as it is traced: the caller's mode is restored)
     tracer.stops = stops
     leaves_inside = contained_leaves(module, example_inputs)
-    with mode, tracer, torch.set_grad_enabled(torch.is_grad_enabled()):
+    with mode, tracer, torch.set_grad_enabled(torch.is_grad_enabled()), switches.contained():
         out = MetaInterpreter(module, attributes, device, tracer, stops,
                               leaves_inside).run(*arguments)
     specs, tree = tracer.finish(out)

@@ -20,6 +20,7 @@ import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 
+from ember.runtime import switches
 from ember.torch_internals import tree_flatten
 
 # 'File "x.py", line 12, in fn' — the innermost frame of an FX node's stack trace
@@ -100,7 +101,8 @@ def _backward_eagerly(module: torch.fx.GraphModule, args: tuple, grads: list[Any
             fx_traceback.preserve_node_meta(), torch.autograd.detect_anomaly(check_nan=False):
         warnings.simplefilter("always")
         try:
-            outputs = torch.fx.Interpreter(module).run(*copies)
+            with switches.contained():
+                outputs = torch.fx.Interpreter(module).run(*copies)
             pairs = [(out, grad) for out, grad in zip(tree_flatten(outputs)[0], grads)
                      if isinstance(out, torch.Tensor) and out.requires_grad and grad is not None]
             torch.autograd.grad([out for out, _ in pairs], leaves, [g for _, g in pairs],
@@ -115,7 +117,8 @@ def _run_eagerly(module: torch.fx.GraphModule, args: tuple
                  ) -> tuple[torch.fx.Node, Exception] | None:
     copies = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
     try:
-        _Locating(module).run(*copies)
+        with switches.contained():
+            _Locating(module).run(*copies)
     except _Located as located:
         return located.node, located.error
     except Exception:  # noqa: BLE001 (an error outside any node: keep the compiled one)
