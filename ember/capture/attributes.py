@@ -22,6 +22,7 @@ from ember.capture.values import (
     BoundMethodValue,
     Const,
     DictValue,
+    GeneratorContextValue,
     GradModeValue,
     ModuleValue,
     NestedFunctionValue,
@@ -108,8 +109,8 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
             return value.receiver
         if isinstance(value.function, ObjectValue) and name in _FUNCTION_FACTS:
             return session.wrap(getattr(value.function.value, name), None, guard=False)
-    if isinstance(value, (GradModeValue, NullContextValue, AutocastValue, SwitchValue)) and \
-            name in ("__enter__", "__exit__"):
+    if isinstance(value, (GradModeValue, NullContextValue, AutocastValue, SwitchValue,
+                          GeneratorContextValue)) and name in ("__enter__", "__exit__"):
         return ValueMethodValue(value, name)
     raise Unsupported(f"attribute {name!r} of {value.describe()}")
 

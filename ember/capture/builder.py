@@ -257,8 +257,10 @@ class GraphBuilder:
                 getter.meta["example_value"] = item
                 items.append(TensorValue(getter, item))
             return SequenceValue(items, type(example))  # list, tuple or a named tuple type
-        if isinstance(example, (bool, int, float, torch.dtype, *SYMBOLIC)) or example is None:
-            # (computed from fake tensors: from what the guards check — shapes, dtypes)
+        if isinstance(example, (bool, int, float, torch.dtype, torch.device, *SYMBOLIC)) or \
+                example is None:
+            # (computed from fake tensors: from what the guards check — shapes, dtypes,
+            # devices; or read from torch's global state: call_torch guards the answer)
             return Const(example)
         if isinstance(example, torch.Size):
             return SequenceValue([Const(tracked_size(d)) for d in example], torch.Size)

@@ -120,6 +120,9 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
     switch = contexts.backend_switch(session, callee, args, kwargs)  # (cudnn.flags(...))
     if switch is not None:
         return switch
+    manager = contexts.generator_context(session, callee, args, kwargs, frame)
+    if manager is not None:  # (a @contextmanager function's call)
+        return manager
     marked = markers.call_marked(session, callee, args, kwargs, frame)  # (torch's markers)
     if marked is not None:
         return marked
@@ -219,10 +222,12 @@ def call_torch(session: Session, target: Any, args: list[Value], kwargs: dict[st
         args, kwargs = numbers.method_numbers(session, getattr(target, "__name__", ""),
                                               list(args), kwargs)
     result = session.builder.call("call_function", target, tuple(args), kwargs)
-    if type(result) is Const and type(result.value) in (bool, int, float) and not kwargs and \
+    if type(result) is Const and type(result.value) in (bool, int, float, torch.device,
+                                                        torch.dtype) and not kwargs and \
             all(type(a) is Const for a in args):
-        # a number from torch's global state (are_deterministic_algorithms_enabled(),
-        # get_num_threads()): asked again by the guard on each call
+        # a number or a setting from torch's global state (are_deterministic_algorithms_
+        # enabled(), get_num_threads(), get_default_device()): asked again by the guard on
+        # each call
         name = getattr(target, "__name__", "a torch function")
         session.guard_answer(target, tuple(a.value for a in args), result.value,
                              f"torch's {name}() no longer answers {result.value!r}")

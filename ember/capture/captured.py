@@ -350,7 +350,8 @@ def _optimizer_step(callee: Value) -> bool:
 
 def _callee(callee: Value, writer: Rebuilder, callees: dict[str, Any]) -> str:
     """The expression of what the break calls natively: user functions and module forwards
-    are called through their own ember-compiled version (named in `callees`)."""
+    are called through their own ember-compiled version (named in `callees`); a generator
+    or coroutine function natively (the generator it makes runs as the caller drives it)."""
     from ember import torch_internals
 
     def compiled(function: types.FunctionType) -> str:
@@ -358,15 +359,22 @@ def _callee(callee: Value, writer: Rebuilder, callees: dict[str, Any]) -> str:
         callees[name] = function
         return name
 
-    if isinstance(callee, FunctionValue):
+    if isinstance(callee, FunctionValue) and _plain_function(callee.value):
         return compiled(callee.value)
-    if isinstance(callee, BoundMethodValue) and isinstance(callee.function, FunctionValue):
+    if isinstance(callee, BoundMethodValue) and isinstance(callee.function, FunctionValue) \
+            and _plain_function(callee.function.value):
         return f"{compiled(callee.function.value)}.__get__({writer.expr(callee.receiver)})"
     if isinstance(callee, ModuleValue) and not torch_internals.module_has_hooks(callee.value):
         forward = type(callee.value).forward
-        if isinstance(forward, types.FunctionType):
+        if isinstance(forward, types.FunctionType) and _plain_function(forward):
             return f"{compiled(forward)}.__get__({writer.expr(callee)})"
     return writer.expr(callee)
+
+
+def _plain_function(function: Any) -> bool:
+    """A Python function that returns when called (not a generator or coroutine function)."""
+    return isinstance(function, types.FunctionType) and not function.__code__.co_flags & (
+        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
 
 def _effect_line(effect: Effect, writer: Rebuilder) -> str:

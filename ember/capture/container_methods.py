@@ -20,6 +20,7 @@ from ember.capture.values import (
     AutocastValue,
     Const,
     DictValue,
+    GeneratorContextValue,
     GradModeValue,
     LockContextValue,
     NullContextValue,
@@ -41,6 +42,12 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     if isinstance(receiver, LockContextValue) and name == "__exit__":
         contexts.exit_lock(session, receiver)
         return Const(None)
+    if isinstance(receiver, GeneratorContextValue) and name in ("__enter__", "__exit__"):
+        if name == "__enter__":
+            return contexts.enter_context(session, receiver)[1]
+        if any(not (isinstance(a, Const) and a.value is None) for a in args):
+            raise Unsupported(f"{receiver.describe()} left with an exception")
+        return contexts.exit_generator_context(session, receiver)
     if isinstance(receiver, SwitchValue) and name in ("__enter__", "__exit__"):
         if name == "__enter__":
             return contexts.enter_context(session, receiver)[1]

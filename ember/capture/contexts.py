@@ -5,15 +5,21 @@ __exit__ where the block ends)."""
 
 from __future__ import annotations
 
+import contextlib
+import types
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import is_enum_member, is_known, python_method, python_value
+from ember.capture.sources import AttrSource
 from ember.capture.values import (
     AutocastValue,
     Const,
     DictValue,
+    FunctionValue,
+    GeneratorContextValue,
     GradModeValue,
     LockContextValue,
     NewObjectValue,
@@ -27,6 +33,7 @@ from ember.capture.values import (
 from ember.runtime import switches
 
 if TYPE_CHECKING:
+    from ember.capture.interpreter import Frame
     from ember.capture.session import Session
 
 
@@ -44,6 +51,8 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         return ValueMethodValue(manager, "__exit__"), manager
     if isinstance(manager, SwitchValue):
         return ValueMethodValue(manager, "__exit__"), enter_switch(session, manager)
+    if isinstance(manager, GeneratorContextValue):
+        return enter_generator_context(session, manager)
     cls = manager.cls if isinstance(manager, NewObjectValue) else \
         type(manager.value) if type(manager) is ObjectValue else None
     if type(manager) is ObjectValue and torch_internals.is_thread_lock(manager.value):
@@ -109,6 +118,65 @@ def exit_autocast(session: Session, region: AutocastValue) -> None:
     session.builder.graph.call_function(leave, (region.node,))
     session.entered_regions.pop()
     leave(region.real)
+
+
+def generator_context(session: Session, callee: Value, args: list[Value],
+                      kwargs: dict[str, Value], frame: Frame | None
+                      ) -> GeneratorContextValue | None:
+    """A call of a `@contextlib.contextmanager` function (not one of torch's): its manager,
+    whose generator is made now and run when the with-block enters and leaves; None for
+    any other call."""
+    function = getattr(callee, "value", None)
+    if not isinstance(function, types.FunctionType) or \
+            function.__code__ is not _CONTEXTMANAGER_CODE or of_torch(function.__module__):
+        return None
+    wrapped = getattr(function, "__wrapped__", None)
+    if not isinstance(wrapped, types.FunctionType):
+        return None
+    from ember.capture.inlining import inline_function
+
+    source = AttrSource(callee.source, "__wrapped__") if callee.source is not None else None
+    generator = inline_function(session, FunctionValue(wrapped, source), args, kwargs, frame,
+                                lazy=True)
+    return GeneratorContextValue(function, list(args), dict(kwargs), generator)
+
+
+def enter_generator_context(session: Session, manager: GeneratorContextValue
+                            ) -> tuple[Value, Value]:
+    """Run the manager's generator to its first yield (what `as` binds); the body runs while
+    it is suspended there, inside whatever its own with-blocks entered."""
+    from ember.capture.inlining import resume
+
+    if manager.entered:
+        raise Unsupported(f"{manager.describe()} entered twice")
+    entered = resume(session, manager.generator, Const(None))
+    if manager.generator.frame.finished:
+        raise Unsupported(f"{manager.generator.name}() did not yield",
+                          "eager raises RuntimeError here")
+    manager.entered = True
+    exit_ = ValueMethodValue(manager, "__exit__")
+    session.open_contexts.append(exit_)
+    return exit_, entered
+
+
+def exit_generator_context(session: Session, manager: GeneratorContextValue) -> Value:
+    """Run the manager's generator on to its end (the block left without an exception)."""
+    from ember.capture.inlining import resume
+
+    resume(session, manager.generator, Const(None))
+    if not manager.generator.frame.finished:
+        raise Unsupported(f"{manager.generator.name}() did not stop",
+                          "eager raises RuntimeError here")
+    return Const(False)
+
+
+@contextlib.contextmanager
+def _probe() -> Iterator[None]:
+    yield
+
+
+# the code of every function @contextlib.contextmanager makes (its `helper`)
+_CONTEXTMANAGER_CODE = _probe.__code__
 
 
 def backend_switch(session: Session, callee: Value, args: list[Value],

@@ -18,6 +18,7 @@ from ember.capture.sources import AttrSource, ItemSource
 from ember.capture.values import (
     DictValue,
     FunctionValue,
+    GeneratorValue,
     IteratorValue,
     NestedFunctionValue,
     SequenceValue,
@@ -90,9 +91,16 @@ def bind_arguments(code: types.CodeType, name: str, defaults: tuple[Value, ...],
 
 def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
                bound: dict[str, Value], cells: dict[str, Any], name: str,
-               parent: Frame | None) -> Value:
+               parent: Frame | None, lazy: bool = False) -> Value:
     from ember.capture.interpreter import Frame
 
+    if lazy:  # (a generator run as it is driven: resume())
+        if not code.co_flags & inspect.CO_GENERATOR:
+            raise Unsupported(f"{name} is not a generator function")
+        session.inlined_codes.append(code)
+        frame = Frame(session, code, globals_, bound, cells, name, parent, generator=True)
+        frame.lazy = True
+        return GeneratorValue(frame, name)
     if session.inline_depth >= MAX_INLINE_DEPTH:
         raise Unsupported("calls nest too deep (recursion?)", "recursion is not captured")
     # A generator expression is consumed where it is made (sum(x for x in xs)), so running
@@ -117,8 +125,28 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
     return IteratorValue(frame.yielded) if generator else result
 
 
+def resume(session: Session, generator: GeneratorValue, sent: Value) -> Value:
+    """Run a lazy generator on to its next yield (its value) or its end (its return value;
+    the frame `finished`), `sent` the value of the yield it stopped at."""
+    frame = generator.frame
+    if frame.finished:
+        raise Unsupported(f"{generator.describe()} has already finished")
+    if generator.started:
+        frame.push(sent)
+    generator.started = True
+    if session.inline_depth >= MAX_INLINE_DEPTH:
+        raise Unsupported("calls nest too deep (recursion?)", "recursion is not captured")
+    session.inline_depth += 1
+    try:
+        return frame.run()
+    finally:
+        session.inline_depth -= 1
+
+
 def inline_function(session: Session, callee: FunctionValue, args: list[Value],
-                    kwargs: dict[str, Value], parent: Frame | None) -> Value:
+                    kwargs: dict[str, Value], parent: Frame | None, lazy: bool = False
+                    ) -> Value:
+    """The call's result; `lazy`: a generator function's generator, run as it is driven."""
     function = callee.value
     source = callee.source
     if getattr(function, "__wrapped__", None) is not None and \
@@ -138,7 +166,7 @@ def inline_function(session: Session, callee: FunctionValue, args: list[Value],
                                  "cell_contents") if source else None
         cells[name] = RealCell(cell, cell_source)
     return _run_frame(session, code, function.__globals__, bound, cells, function.__name__,
-                      parent)
+                      parent, lazy)
 
 
 def inline_nested(session: Session, callee: NestedFunctionValue, args: list[Value],

@@ -57,6 +57,13 @@ class Return(Exception):
         self.value = value
 
 
+class Yielded(Exception):
+    """A lazy generator's frame suspends at a yield (Frame.run returns the value)."""
+
+    def __init__(self, value: Value):
+        self.value = value
+
+
 @functools.lru_cache(maxsize=4096)
 def _stack_trace(frames: tuple[tuple[str, int, str], ...]) -> str:
     """(filename, line, function) of each frame, innermost first, as a traceback's text (a
@@ -102,6 +109,10 @@ class Frame:
         self.pc = 0
         self.current: dis.Instruction | None = None
         self.yielded: list[Value] = []  # a generator expression's values, all of them
+        # a generator run as it is driven (inlining.resume): each yield suspends the frame,
+        # `finished` once it returned
+        self.lazy = False
+        self.finished = False
         self.handling = 0  # except blocks this frame is inside (PUSH_EXC_INFO, POP_EXCEPT)
 
     # -- stack ----------------------------------------------------------------------------
@@ -205,7 +216,10 @@ class Frame:
                         raise self.refused(instruction, error, unbreakable, snapshot) from None
                     raise
         except Return as result:
+            self.finished = True
             return result.value
+        except Yielded as suspended:  # (a lazy generator: resumed where it stopped)
+            return suspended.value
         except Unsupported as error:
             raise error.at(self.location(), session.inline_depth) from None
         finally:
@@ -249,7 +263,7 @@ class Frame:
         break here, or the frame eagerly) and the user's program goes on."""
         try:
             fn(self, instruction)
-        except (Unsupported, GraphBreak, Return):
+        except (Unsupported, GraphBreak, Return, Yielded):
             raise
         except Exception as error:
             if "raise" in config.settings.logs:

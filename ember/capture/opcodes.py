@@ -13,7 +13,7 @@ import importlib
 
 from ember.capture import attributes, branches, contexts, semantics
 from ember.capture.errors import Raised, Unsupported
-from ember.capture.interpreter import Frame, Return, handler
+from ember.capture.interpreter import Frame, Return, Yielded, handler
 from ember.capture.values import (
     NULL,
     BoundMethodValue,
@@ -429,6 +429,8 @@ def _return_generator(frame: Frame, instruction: Instruction) -> None:
 
 @handler("YIELD_VALUE")
 def _yield_value(frame: Frame, instruction: Instruction) -> None:
+    if frame.lazy:  # (suspended: inlining.resume pushes what is sent when it goes on)
+        raise Yielded(frame.pop())
     frame.yielded.append(frame.pop())
     frame.push(Const(None))
 

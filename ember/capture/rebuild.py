@@ -27,6 +27,7 @@ from ember.capture.values import (
     Const,
     DictValue,
     EndlessIteratorValue,
+    GeneratorContextValue,
     GradModeValue,
     IdentityConst,
     IteratorValue,
@@ -222,6 +223,11 @@ class Rebuilder:
             if body:
                 self.lines.append(f"{name}.__dict__.update({{{body}}})")
             return name
+        if isinstance(value, GeneratorContextValue) and not value.entered:
+            # (made again: its generator runs nothing until the with-block enters)
+            parts = [*(self.expr(a) for a in value.args),
+                     *(f"{k}={self.expr(v)}" for k, v in value.kwargs.items())]
+            return self.temporary(value, f"{self.constant(value.factory)}({', '.join(parts)})")
         if isinstance(value, PartialValue):
             parts = [self.expr(value.function), *(self.expr(a) for a in value.args)]
             parts += [f"{k}={self.expr(v)}" for k, v in value.keywords.items()]

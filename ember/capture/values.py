@@ -389,6 +389,42 @@ class SwitchValue(Value):
 
 
 @dataclasses.dataclass(eq=False)
+class GeneratorValue(Value):
+    """A generator made by the captured code and run as it is driven (a frame suspended at
+    each yield, resumed with what is sent): a contextmanager's generator, whose with-block
+    body runs between its yields."""
+
+    frame: Any  # interpreter.Frame, lazy
+    name: str
+    started: bool = False
+
+    def python_type(self) -> type:
+        return types.GeneratorType
+
+    def describe(self) -> str:
+        return f"the generator {self.name}"
+
+
+@dataclasses.dataclass(eq=False)
+class GeneratorContextValue(Value):
+    """`@contextlib.contextmanager`'s manager made by the captured code: `factory(*args,
+    **kwargs)` (the decorated function) made it; its generator runs to its first yield when
+    the with-block is entered and on to its end when the block is left."""
+
+    factory: Any  # the decorated function, real
+    args: list[Value]
+    kwargs: dict[str, Value]
+    generator: GeneratorValue
+    entered: bool = False
+
+    def python_type(self) -> type:
+        return contextlib._GeneratorContextManager
+
+    def describe(self) -> str:
+        return f"a with-block of {self.generator.name}()"
+
+
+@dataclasses.dataclass(eq=False)
 class PartialValue(Value):
     """functools.partial(function, *args, **keywords) made while capturing."""
 
