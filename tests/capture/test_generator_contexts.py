@@ -175,3 +175,22 @@ def test_a_generator_that_does_not_yield_raises_eager_s_error():
         fn(t(3))
     with pytest.raises(RuntimeError, match="generator didn't yield"):
         ember.compile(fn)(t(3))
+
+
+def test_a_generator_driven_by_send_at_a_break_runs_natively():
+    """A generator the code drives with send() (which capture does not follow) breaks the
+    graph; the generator function is called natively there, not handed to ember.compile."""
+    def running_total(x):
+        total = x
+        while True:
+            sent = yield total
+            total = total + (0 if sent is None else sent)
+
+    def fn(x):
+        totals = running_total(x)
+        first = next(totals)
+        return first + totals.send(x * 2) + totals.send(x * 3)
+
+    compiled = ember.compile(fn)
+    for seed in range(2):
+        same(compiled(t(3, seed=seed)), fn(t(3, seed=seed)))

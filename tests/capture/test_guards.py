@@ -800,6 +800,23 @@ def test_torch_s_global_state_asked_by_the_code_is_asked_again_on_each_call():
     same(compiled(x), fn(x))
 
 
+def test_torch_s_default_device_and_dtype_asked_by_the_code_are_asked_again():
+    def fn(x):
+        return x + torch.ones(3, device=torch.get_default_device()), torch.get_default_dtype()
+
+    report = ember.explain(fn)(t(3))
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+    compiled = ember.compile(fn, fullgraph=True)
+    dtype = torch.get_default_dtype()
+    try:
+        for default in (torch.float32, torch.float64):
+            torch.set_default_dtype(default)
+            same(compiled(t(3)), fn(t(3)))
+    finally:
+        torch.set_default_dtype(dtype)
+    assert len(compiled.records) == 2
+
+
 def test_a_set_read_by_the_code_is_guarded_on_its_members():
     class Model(torch.nn.Module):
         def __init__(self):
