@@ -57,7 +57,8 @@ def channels_last_convolutions(graph: Graph) -> int:
     candidates = [node for node in graph.nodes
                   if _switchable(node, outputs, read_by_kernels_only)
                   and (graph.device.type != "cuda" or every or
-                       _faster_channels_last_on_cuda(node))]
+                       _faster_channels_last_on_cuda(node))
+                  and (graph.device.type != "cpu" or not _crashes_one_dnn(node))]
     for node in candidates:
         if node.inputs[node.attrs["args"][0].index].op is Op.INPUT and len(candidates) < 2:
             continue  # (a lone convolution of an input: the copy would cost what it gains)
@@ -97,6 +98,18 @@ def _switchable(node: Node, outputs: set[Node], read_by_kernels_only) -> bool:
         tuple(node.attrs["results"][0][2]) == row_major(node.shape) and \
         x.op not in (Op.LIBRARY, Op.ITEM) and x not in outputs and \
         read_by_kernels_only(node)
+
+
+def _crashes_one_dnn(node: Node) -> bool:
+    """A 1x1 convolution with a stride over 2 to 7 channels: oneDNN's weight gradient for it
+    over a channels-last image takes the process down (a segfault or a corrupt heap in
+    aten.convolution_backward, torch 2.13 on the CPU; eager's row-major image never meets
+    it): RepVGG's and many stems' strided 1x1 shortcut over the RGB image, in training. 1 and
+    8 or more channels, a 3x3 window, stride 1: no crash."""
+    call = convolution_call(node)
+    _, channels, kh, kw = call.weight.shape
+    return (kh, kw) == (1, 1) and any(s > 1 for s in call.stride) and \
+        2 <= channels * call.groups <= 7
 
 
 def _faster_channels_last_on_cuda(node: Node) -> bool:

@@ -71,6 +71,44 @@ def test_a_lone_convolution_of_an_input_stays_row_major():
                                                 groups=16).relu(), *args) == [True, True]
 
 
+def test_a_strided_1x1_convolution_over_few_channels_stays_row_major():
+    """(oneDNN's weight gradient of such a convolution over a channels-last image crashes
+    the process; a RepVGG stem's shortcut over the RGB image, trained, met it)"""
+    def stem(x, w3, w1, w):
+        return F.conv2d(F.conv2d(x, w3, stride=2, padding=1) + F.conv2d(x, w1, stride=2),
+                        w, padding=1).relu()
+
+    args = (make(2, 3, 16, 16), make(8, 3, 3, 3, seed=1), make(8, 3, 1, 1, seed=2),
+            make(8, 8, 3, 3, seed=3))
+    assert _switched(stem, *args) == [True, False, True]
+
+
+def test_a_repvgg_stem_trains_as_eager_does():
+    import ember
+
+    class Stem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wide = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+            self.shortcut = torch.nn.Conv2d(3, 8, 1, stride=2)
+            self.next = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+        def forward(self, x):
+            return self.next((self.wide(x) + self.shortcut(x)).relu()).relu().sum()
+
+    torch.manual_seed(0)
+    model, x = Stem(), torch.randn(4, 3, 32, 32)
+    compiled = ember.compile(model)
+    for _ in range(2):
+        compiled(x).backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).backward()
+        for have, want in zip(got, [p.grad for p in model.parameters()]):
+            torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
+        model.zero_grad()
+
+
 def test_on_cuda_only_convolutions_cudnn_runs_faster_channels_last_switch():
     # (decided per convolution from its weight: the graph here is the CPU's, the rule the
     # one the pass applies to CUDA graphs)
