@@ -101,15 +101,16 @@ def _switchable(node: Node, outputs: set[Node], read_by_kernels_only) -> bool:
 
 
 def _crashes_one_dnn(node: Node) -> bool:
-    """A 1x1 convolution with a stride over 2 to 7 channels: oneDNN's weight gradient for it
-    over a channels-last image takes the process down (a segfault or a corrupt heap in
-    aten.convolution_backward, torch 2.13 on the CPU; eager's row-major image never meets
-    it): RepVGG's and many stems' strided 1x1 shortcut over the RGB image, in training. 1 and
-    8 or more channels, a 3x3 window, stride 1: no crash."""
+    """A 1x1 convolution with a stride: oneDNN's weight gradient for it over a channels-last
+    image can take the process down (a segfault, or a heap corrupted silently and found
+    later, in aten.convolution_backward; torch 2.13 on a CPU without AVX-512; eager's
+    row-major image never meets it): RepVGG's strided 1x1 shortcut over the RGB image, in
+    training. Seen with 2 to 7 channels in one call each; a sweep of layouts showed it over
+    1 channel too, so every such convolution keeps eager's layout (a 3x3 window, stride 1:
+    no crash)."""
     call = convolution_call(node)
-    _, channels, kh, kw = call.weight.shape
-    return (kh, kw) == (1, 1) and any(s > 1 for s in call.stride) and \
-        2 <= channels * call.groups <= 7
+    _, _, kh, kw = call.weight.shape
+    return (kh, kw) == (1, 1) and any(s > 1 for s in call.stride)
 
 
 def _faster_channels_last_on_cuda(node: Node) -> bool:

@@ -125,6 +125,13 @@ def _check_case(dtype, shape, f, groups, k, stride, dilation, x_layout, w_layout
             out = aten.convolution.default(*[_on_device(a) for a in (x, weight, b)], *options)
     except RuntimeError:
         return
+    if DEVICE == "cpu" and k == 1 and stride > 1 and \
+            (x_layout, w_layout) != ("row_major", "row_major"):
+        # (eager's own weight gradient of a strided 1x1 convolution takes the process down
+        # on some CPUs — a corrupt heap or a segfault in oneDNN, torch 2.13 — where the image
+        # or the weight is not row-major: passes/convolution_layout.py keeps ember from
+        # making such a call)
+        return
     for grad in (torch.empty_strided(out.shape, out.stride(), dtype=dtype),
                  torch.empty(out.shape, dtype=dtype)):
         _check(aten.convolution_backward.default,
