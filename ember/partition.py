@@ -550,7 +550,7 @@ def _lower_region(gm: torch.fx.GraphModule, region: Region, examples: list[Examp
                                if node.op == "placeholder" else None)
               for node, example in zip(region.inputs, examples)]
     try:
-        with torch.set_grad_enabled(region.grad_enabled), switches.entered(region.switches):
+        with torch.set_grad_enabled(region.grad_enabled), switches.Switched(region.switches):
             return module, inputs, trace(module, inputs)
     except Unsupported as error:
         return module, inputs, error

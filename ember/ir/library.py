@@ -44,10 +44,13 @@ def format_template(template: Any) -> str:
 
 
 def call(attrs: dict[str, Any], tensors: Sequence[torch.Tensor]) -> Any:
-    from ember.runtime import switches
-
     target = attrs["target"]
-    with switches.entered(attrs.get("switches", ())):  # (the backend switches it ran under)
+    switched = attrs.get("switches")
+    if not switched:
+        return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))
+    from ember.runtime.switches import Switched
+
+    with Switched(switched):  # (the backend switches it was traced under)
         return target(*fill(attrs["args"], tensors), **fill(attrs["kwargs"], tensors))
 
 

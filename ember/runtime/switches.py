@@ -59,8 +59,10 @@ class Switch:
 def leave(handle: list) -> None:
     """Leave the switch `handle` entered (a graph's node calls it where the block ends)."""
     stack = _entered()
-    if handle in stack:
-        stack.remove(handle)
+    for position in range(len(stack) - 1, -1, -1):  # (by identity: innermost first)
+        if stack[position] is handle:
+            del stack[position]
+            break
     handle[1].__exit__(None, None, None)
 
 
@@ -72,19 +74,6 @@ def bound(handle: list) -> Any:
 def active() -> tuple[Switch, ...]:
     """The switches this thread is inside, outermost first."""
     return tuple(handle[0] for handle in _entered())
-
-
-@contextlib.contextmanager
-def entered(switches: tuple[Switch, ...]) -> Iterator[None]:
-    """Run the block under `switches`, outermost first."""
-    handles = []
-    try:
-        for switch in switches:
-            handles.append(switch())
-        yield
-    finally:
-        for handle in reversed(handles):
-            leave(handle)
 
 
 @contextlib.contextmanager
@@ -116,7 +105,9 @@ def restoring(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 
 @dataclasses.dataclass(eq=False)
 class Switched:
-    """`with switched:` in a wrapper, around a library call traced under `switches`."""
+    """`with Switched(switches):` — the block under `switches`, outermost first (a wrapper's
+    constant, around a library call traced under them; reusable, as a generator-based
+    manager is not)."""
 
     switches: tuple
 
