@@ -179,7 +179,12 @@ def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value
     if item is None:
         if default:
             return default[0]
-        raise Raised(StopIteration())
+        returned = iterator.returned
+        if returned is not None and not isinstance(returned, Const):
+            raise Unsupported(f"the return value of {iterator.describe()} through next()",
+                              "the exception's value holds no tracked value")
+        raise Raised(StopIteration(*([returned.value] if returned is not None and
+                                     returned.value is not None else [])))
     return item
 
 

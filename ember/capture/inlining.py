@@ -122,7 +122,7 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
         raise Unsupported(f"the generator {name} changes state while it runs",
                           "its laziness could reorder those changes; make it a function "
                           "that returns a list")
-    return IteratorValue(frame.yielded) if generator else result
+    return IteratorValue(frame.yielded, returned=result) if generator else result
 
 
 def resume(session: Session, generator: GeneratorValue, sent: Value) -> Value:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import builtins
 import dis
 import importlib
+import sys
 
-from ember.capture import attributes, branches, contexts, semantics
+from ember.capture import attributes, branches, contexts, inlining, semantics
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.interpreter import Frame, Return, Yielded, handler
 from ember.capture.values import (
@@ -20,6 +21,7 @@ from ember.capture.values import (
     CellValue,
     Const,
     DictValue,
+    GeneratorValue,
     IteratorValue,
     NestedFunctionValue,
     SequenceValue,
@@ -433,6 +435,48 @@ def _yield_value(frame: Frame, instruction: Instruction) -> None:
         raise Yielded(frame.pop())
     frame.yielded.append(frame.pop())
     frame.push(Const(None))
+
+
+@handler("GET_YIELD_FROM_ITER")
+def _get_yield_from_iter(frame: Frame, instruction: Instruction) -> None:
+    if not isinstance(frame.peek(), IteratorValue | GeneratorValue):
+        frame.push(semantics.iterate(frame.session, frame.pop()))
+
+
+@handler("SEND")
+def _send(frame: Frame, instruction: Instruction) -> None:
+    """`yield from`'s step: the delegate's next item, or at its end its return value (3.11:
+    in the delegate's place; 3.12: above it, for END_SEND) and a jump past the loop."""
+    sent = frame.pop()
+    delegate = frame.peek()
+    if isinstance(delegate, GeneratorValue):
+        item = inlining.resume(frame.session, delegate, sent)
+        done = delegate.frame.finished
+    elif isinstance(delegate, IteratorValue):
+        if not semantics.is_none(sent):
+            raise Unsupported(f"a value sent through `yield from` to {delegate.describe()}",
+                              "only a generator takes what is sent")
+        frame.session.side_effects.changed(delegate)
+        item = delegate.next()
+        done = item is None
+        if done:
+            item = delegate.returned or Const(None)
+    else:
+        raise Unsupported(f"`yield from` over {delegate.describe()}")
+    if not done:
+        frame.push(item)
+        return
+    if sys.version_info < (3, 12):
+        frame.pop()
+    frame.push(item)
+    frame.jump(instruction.argval)
+
+
+@handler("END_SEND", versions=((3, 12),))
+def _end_send(frame: Frame, instruction: Instruction) -> None:
+    value = frame.pop()
+    frame.pop()
+    frame.push(value)
 
 
 @handler("LOAD_ASSERTION_ERROR")

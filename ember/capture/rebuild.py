@@ -51,6 +51,13 @@ from ember.capture.values import (
 _NULL_CONTEXT = contextlib.nullcontext()
 
 
+
+def replay(items: list[Any], returned: Any) -> Any:
+    """A generator that the captured code ran ahead to its end (it changed nothing), handed
+    on unfinished: a generator again, its items and return value as eager's would give."""
+    yield from items
+    return returned
+
 class Rebuilder:
     def __init__(self, shapes: Any = None, live_cells: set[int] | frozenset = frozenset()):
         self.shapes = shapes  # (symbols.Shapes: how a symbolic size is read from the call)
@@ -174,6 +181,9 @@ class Rebuilder:
             raise Unsupported(f"{value.what} alive where the graph breaks")
         if isinstance(value, IteratorValue):
             items = ", ".join(self.expr(v) for v in value.items[value.position:])
+            if value.returned is not None:  # (a generator, run ahead: a generator again)
+                return self.temporary(value, f"{self.constant(replay)}([{items}], "
+                                             f"{self.expr(value.returned)})")
             return self.temporary(value, f"iter([{items}])")
         if isinstance(value, ObjectValue):
             return self.constant(value.value)

@@ -213,6 +213,7 @@ class IteratorValue(Value):
     position: int = 0
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)
+    returned: Value | None = None  # a generator's return value (what `yield from` gives)
 
     def python_type(self) -> type:
         return type(iter(()))

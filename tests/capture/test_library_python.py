@@ -345,6 +345,77 @@ def test_a_generator_that_changes_state_breaks_and_runs_natively():
     assert model.log == log == [0, 1, 2]
 
 
+def chained(xs):
+    """torch.nn.Module.named_modules' shape: a recursive generator delegating with yield from."""
+    total = 0
+    for x in xs:
+        if isinstance(x, list):
+            total += yield from chained(x)
+        else:
+            yield x
+            total += 1
+    return total
+
+
+def test_yield_from_delegates_and_gives_the_delegate_s_return_value_in_one_graph():
+    def fn(x):
+        items = [x, [x * 2, [x + 1]], x.sin()]
+        gathered = list(chained(items))
+        counted = yield_from_count(items)
+        return torch.stack(gathered).sum(0) * counted
+
+    def yield_from_count(items):
+        generator = chained(items)
+        while True:
+            try:
+                next(generator)
+            except StopIteration as stop:
+                return stop.value
+
+    x = t(3)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_yield_from_over_a_plain_iterable_and_a_generator_expression():
+    def pieces(x):
+        yield from (x, x * 2)
+        yield from (y + 1 for y in (x, -x))
+        yield from range(2)
+
+    def fn(x):
+        return [p * 2 for p in pieces(x)]
+
+    x = t(2, 3)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_a_generator_handed_back_unfinished_is_a_generator_with_eager_s_items_and_value():
+    def fn(x):
+        generator = chained([x, [x * 2, x + 1]])
+        first = next(generator)
+        return first * 2, generator
+
+    x = t(3)
+    expected_first, expected = fn(x)
+    first, generator = ember.compile(fn)(x)
+    same(first, expected_first)
+    assert counts(fn, x) == (1, 0)
+    assert inspect.isgenerator(generator)
+    same(drained(generator), drained(expected))
+
+
+def drained(generator):
+    """Its items and then its return value (StopIteration's)."""
+    items = []
+    while True:
+        try:
+            items.append(next(generator))
+        except StopIteration as stop:
+            return items, stop.value
+
+
 # -- copies and attribute hooks -------------------------------------------------------------------
 class Settings:
     """A config-like object: names mapped at read and write time, as transformers' configs."""
