@@ -155,9 +155,20 @@ def _filter(session: Session, function: Value, iterable: Value, **_: Any) -> Val
 
 @rule(sorted)
 def _sorted(session: Session, iterable: Value, frame: Any = None, **kwargs: Value) -> Value:
-    values = [python_value(v) for v in unpack(session, iterable)]
-    options = {k: python_value(v) for k, v in kwargs.items()}
-    return SequenceValue([semantics.constant(v) for v in sorted(values, **options)], list)
+    return SequenceValue(sorted_items(session, unpack(session, iterable), **kwargs), list)
+
+
+def sorted_items(session: Session, items: list[Value], key: Value | None = None,
+                 reverse: Value | None = None) -> list[Value]:
+    """The items themselves in sorted()'s order: by their keys' values (`key` called on each,
+    in order, as sorted() calls it), stable, reversed as sorted() reverses."""
+    if key is None or semantics.is_none(key):
+        keys = [python_value(item) for item in items]
+    else:
+        keys = [python_value(call_value(session, key, [item], {})) for item in items]
+    backwards = bool(python_value(reverse)) if reverse is not None else False
+    order = sorted(range(len(items)), key=keys.__getitem__, reverse=backwards)
+    return [items[index] for index in order]
 
 
 @rule(reversed)

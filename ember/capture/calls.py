@@ -53,6 +53,7 @@ from ember.capture.values import (
     Value,
     ValueMethodValue,
     VmappedValue,
+    births,
 )
 
 if TYPE_CHECKING:
@@ -183,6 +184,11 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
         return call_builtin(session, callee.value, args, kwargs)
     if isinstance(callee, ObjectValue):
         return call_object(session, callee, args, kwargs, frame)
+    if isinstance(callee, NewObjectValue):  # (an object made here, whose class is callable)
+        call = attributes.class_lookup(callee.cls, "__call__")
+        if isinstance(call, types.FunctionType):
+            return call_value(session, session.wrap(call, None, guard=False),
+                              [callee, *args], kwargs, frame)
     if isinstance(callee, Const) and isinstance(callee.value, type) and \
             issubclass(callee.value, BaseException):
         return Const(callee.value(*[python_value(a) for a in args]))
@@ -440,11 +446,47 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         # warning_once: called after the graph, in order with the other side effects)
         session.side_effects.call(obj, list(args))
         return Const(None)
+    if isinstance(obj, functools._lru_cache_wrapper):
+        return _call_cached(session, callee, args, kwargs, parent)
     if isinstance(obj, weakref.ref) and not args and not kwargs and callee.source is not None:
         # (nn.RNNBase checks its weights through weak references on every call): the
         # referent, guarded as any object reached through the reference is
         return session.wrap(obj(), CallSource(callee.source))
     raise Unsupported(f"calling {callee.describe()}")
+
+
+def _call_cached(session: Session, callee: ObjectValue, args: list[Value],
+                 kwargs: dict[str, Value], parent: Frame | None) -> Value:
+    """A functools.lru_cache'd function (libraries' version and feature probes, tables by
+    size). Called with plain constants: called now, as eager's call calls it (the cache
+    answers, or fills as eager's first call fills it), its answer a constant of the graph.
+    Otherwise its own function is inlined where it has no effects (the cache not consulted,
+    as under Dynamo); one with effects (which eager's cache runs once) runs natively."""
+    cached = callee.value
+    operands = [*args, *kwargs.values()]
+    if all(type(a) is Const and _plain_constant(a.value) for a in operands):
+        result = cached(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+        if _plain_constant(result):
+            return semantics.constant(result)
+    wrapped = getattr(cached, "__wrapped__", None)
+    if not isinstance(wrapped, types.FunctionType):
+        raise Unsupported(f"calling the cached {callee.describe()} (no Python function "
+                          f"under its cache)")
+    source = AttrSource(callee.source, "__wrapped__") if callee.source else None
+    effects = session.side_effects
+    activity, changes, born = effects.activity, len(effects.births_changed), next(births)
+    result = inline_function(session, FunctionValue(wrapped, source), args, kwargs, parent)
+    if effects.changed_outside(activity, changes, born):
+        raise Unsupported(f"the cached {callee.describe()} has effects",
+                          "eager's cache runs them once: it is called natively")
+    return result
+
+
+def _plain_constant(value: Any) -> bool:
+    """A value a graph may hold as a constant: a number, a string, None, a tuple of them."""
+    if isinstance(value, tuple):
+        return all(_plain_constant(item) for item in value)
+    return type(value) in (bool, int, float, str, bytes, type(None))
 
 
 def _new_stateless_module(session: Session, cls: type, args: list[Value],

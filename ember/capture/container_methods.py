@@ -95,7 +95,7 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     raise Unsupported(f"method {name} of {receiver.describe()}")
 
 
-_LIST_MUTATIONS = {"append", "extend", "insert", "pop", "clear", "reverse"}
+_LIST_MUTATIONS = {"append", "extend", "insert", "pop", "clear", "reverse", "sort"}
 
 
 def _sequence_method(session: Session, sequence: SequenceValue, name: str, args: list[Value],
@@ -133,6 +133,10 @@ def _sequence_method(session: Session, sequence: SequenceValue, name: str, args:
         items.clear()
     elif name == "reverse" and mutable:
         items.reverse()
+    elif name == "sort" and mutable and not args:
+        from ember.capture.builtin_rules import sorted_items
+
+        items[:] = sorted_items(session, list(items), **kwargs)
     elif name == "copy":
         return SequenceValue(list(items), sequence.kind)
     elif name == "index":
