@@ -722,3 +722,10 @@ def test_a_quick_fake_made_under_inference_mode_is_no_inference_tensor():
     with torch.inference_mode():
         fake = torch_internals.fake_of(torch_internals.make_fake_mode(), tensor)
     assert not fake.is_inference() and fake._version == 0
+
+
+def test_an_autocast_object_s_settings_are_read_as_torch_autocast_took_them():
+    region = torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)
+    assert torch_internals.autocast_arguments(region) == ("cpu", torch.bfloat16, True, False)
+    off = torch.autocast("cpu", enabled=False)
+    assert torch_internals.autocast_arguments(off)[2] is False

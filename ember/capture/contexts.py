@@ -10,6 +10,8 @@ import types
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import torch
+
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import is_enum_member, is_known, python_method, python_value
@@ -53,6 +55,11 @@ def enter_context(session: Session, manager: Value) -> tuple[Value, Value]:
         return ValueMethodValue(manager, "__exit__"), enter_switch(session, manager)
     if isinstance(manager, GeneratorContextValue):
         return enter_generator_context(session, manager)
+    if type(manager) is ObjectValue and isinstance(manager.value, torch.autocast):
+        # (an autocast object made outside: `@torch.autocast(...)` on a function, whose
+        # wrapper enters the decorator's object on every call)
+        region = AutocastValue(torch_internals.autocast_arguments(manager.value))
+        return enter_context(session, region)
     cls = manager.cls if isinstance(manager, NewObjectValue) else \
         type(manager.value) if type(manager) is ObjectValue else None
     if type(manager) is ObjectValue and torch_internals.is_thread_lock(manager.value):

@@ -214,6 +214,12 @@ def autocast_region_functions() -> tuple[Any, Any]:
     return _enter_autocast, _exit_autocast
 
 
+def autocast_arguments(region: torch.autocast) -> tuple:
+    """A torch.autocast object's settings, as torch.autocast(...) takes them: (device_type,
+    dtype, enabled, cache_enabled)."""
+    return region.device, region.fast_dtype, region._enabled, region._cache_enabled
+
+
 def custom_op_overload(value: Any) -> OpOverload | None:
     """The op a torch.library.custom_op function calls (a CustomOpDef: torch.ops.ns.name's
     default overload), or None for anything else."""

@@ -127,3 +127,30 @@ def test_sorted_and_list_sort_order_items_holding_tensors_by_their_keys():
     x = t(3)
     same(ember.compile(fn)(x), fn(x))
     assert counts(fn, x) == (1, 0)
+
+
+@torch.autocast("cpu", dtype=torch.bfloat16)
+def projected(x, weight):
+    return x @ weight
+
+
+class Projection(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(t(8, 8, seed=1))
+
+    @torch.autocast("cpu", enabled=False)
+    def exact(self, x):
+        return x.float() @ self.weight
+
+    def forward(self, x):
+        return projected(x, self.weight).float() + self.exact(x)
+
+
+def test_torch_autocast_as_a_decorator_is_its_region_in_the_graph():
+    model = Projection()
+    x = t(4, 8)
+    expected = model(x)
+    assert projected(x, model.weight).dtype == torch.bfloat16
+    same(ember.compile(model)(x), expected)
+    assert counts(model, x) == (1, 0)
