@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import math
 import os
@@ -351,3 +352,17 @@ def run_warm_program(project: Path, program: str, *argv: str, warm: str = "1") -
     report = json.loads(done.stdout.split("report ", 1)[1])
     report["said"] = done.stderr
     return report
+
+
+def small_tiles(monkeypatch: Any, **more: Any) -> Any:
+    """Triton's tiles and split thresholds scaled down (and `more` changed), so that the
+    interpreter (Python per reduced pair in tl.reduce, per program) runs looped and split
+    rows in seconds: the same paths as the GPU's tiles, at a few hundred elements a row.
+    Returns the heuristics now in force."""
+    from ember.codegen import triton_tiling
+
+    scaled = dict(looped_rblock=64, split_min_row=256, split_target_programs=16,
+                  split_max_parts=8, persistent_max=256)
+    small = dataclasses.replace(triton_tiling.HEURISTICS, **{**scaled, **more})
+    monkeypatch.setattr(triton_tiling, "HEURISTICS", small)
+    return small

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check, make, watching_fallbacks
+from helpers import check, make, small_tiles, watching_fallbacks
 
 import ember
 from ember import config
-from ember.codegen import triton_tiling
 from ember.codegen.triton import KernelLaunches, render
 from ember.codegen.triton_module import write_module
 from ember.codegen.triton_rules import TANH_SPLIT
@@ -153,11 +152,11 @@ def test_reductions_of_one_level_share_their_loop_over_the_row():
     check(spread, make(3, long), kernels=1)
 
 
-def test_a_variance_folds_in_its_mean_s_walk():
+def test_a_variance_folds_in_its_mean_s_walk(monkeypatch):
     # the sum of (x - mean)**2 as Welford's running statistics beside the mean's sum: one
     # walk of a long row, one stage of a split one (a batch norm's statistics), the rows'
     # masked tails skipped; eager's values far from zero, at inf and NaN
-    long = HEURISTICS.persistent_max + 8
+    long = small_tiles(monkeypatch).persistent_max + 8
     moments = lambda x: (x.mean(1), x.var(1))  # noqa: E731
     (one,) = launches(moments, make(3, long))
     assert one.kernels[0].text.count("for r") == 1
@@ -184,8 +183,8 @@ def test_a_split_batch_norm_s_welford_statistics_are_eager_s():
     check(_batch_norm, _IMAGE, kernels=1)
 
 
-def test_split_reductions_combine_partial_results():
-    x = make(3 * HEURISTICS.split_min_row + 5)
+def test_split_reductions_combine_partial_results(monkeypatch):
+    x = make(3 * small_tiles(monkeypatch).split_min_row + 5)
     (split,) = launches(lambda x: x.sum(), x)
     assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0"]
     assert split.kernels[0].grid[1] > 1 and split.kernels[1].grid == (1, 1, 1)
@@ -207,10 +206,10 @@ def test_a_split_reductions_last_chunk_stops_at_the_rows_end():
     check(lambda x: (x.sum(0), x.amax(0), x.mean(0)), x)
 
 
-def test_split_reductions_run_one_stage_per_dependent_level():
+def test_split_reductions_run_one_stage_per_dependent_level(monkeypatch):
     # the sum of the rows less their maximum reads the maximum: a second pass over the rows;
     # the values are stored by the finishing kernel, one program per chunk
-    x = make(2, 2 * HEURISTICS.split_min_row + 3)
+    x = make(2, 2 * small_tiles(monkeypatch).split_min_row + 3)
     fn = lambda x: x / (x - x.amax(1, keepdim=True)).abs().sum(1, keepdim=True)  # noqa: E731
     (split,) = launches(fn, x)
     assert [k.name for k in split.kernels] == ["kernel0_stage1", "kernel0_stage2", "kernel0"]
@@ -222,9 +221,7 @@ def test_a_gathering_stage_finishes_each_row_once_for_the_stages_after_it(monkey
     # a later stage that runs a program per chunk loads each row's finished reductions, not
     # every chunk's partials (where that would read more than gather_stage_bytes): a stage
     # of their own finishes them, one program per row block; booleans and positions too
-    monkeypatch.setattr(triton_tiling, "HEURISTICS",
-                        dataclasses.replace(HEURISTICS, gather_stage_bytes=0))
-    x = make(2, 2 * HEURISTICS.split_min_row + 3)
+    x = make(2, 2 * small_tiles(monkeypatch, gather_stage_bytes=0).split_min_row + 3)
     x[1, 7] = 9.0
     fn = lambda x: x / (x - x.amax(1, keepdim=True)).abs().sum(1, keepdim=True)  # noqa: E731
     (split,) = launches(fn, x)
@@ -295,7 +292,6 @@ def test_an_index_out_of_range_raises():
 
 def test_swapping_the_module_heuristics_changes_the_tiles(monkeypatch):
     # (what python -m ember.bench.gpu --tune does between compiles)
-    import dataclasses
 
     from ember.codegen import triton_tiling as codegen
 
@@ -332,10 +328,10 @@ def test_a_channels_last_result_is_walked_in_its_memory_order():
     assert "tl.load(p_in0 + x," in same_order and "tl.store(p_out0 + x," in same_order
 
 
-def test_a_sum_of_exp_less_the_row_maximum_folds_in_the_maximum_s_walk():
+def test_a_sum_of_exp_less_the_row_maximum_folds_in_the_maximum_s_walk(monkeypatch):
     # a loss's or a softmax's statistics over long rows: the running sum rescaled as the
     # maximum grows, one walk of the row instead of two; eager's values at -inf, inf and NaN
-    long = HEURISTICS.persistent_max + 8
+    long = small_tiles(monkeypatch, split_min_row=1 << 20).persistent_max + 8  # (walked)
     lse = lambda x: torch.logsumexp(x, 1)  # noqa: E731
     stats = lambda x: (x.amax(1), (x - x.amax(1, keepdim=True)).exp().sum(1))  # noqa: E731
     for fn in (lse, stats, lambda x: F.log_softmax(x, 1), lambda x: F.softmax(x, 1)):

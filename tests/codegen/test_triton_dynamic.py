@@ -6,7 +6,6 @@ exact counts of builds (one Triton module per compile, said on EMBER_LOGS=kernel
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -15,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import small_tiles
 from torch import nn
 
 import ember
 from ember import config
-from ember.codegen import triton_tiling, wrapper
+from ember.codegen import wrapper
 from ember.codegen.triton_module import write_module
 from ember.lower import trace
 from ember.passes.pipeline import run_passes
@@ -135,19 +135,16 @@ CASES = {
 }
 
 
-@pytest.fixture
-def small_tiles(monkeypatch):
-    """Tiles and split thresholds scaled down, so that the interpreter (Python per reduced
-    pair in tl.reduce) runs split rows in seconds: the same paths as the GPU's tiles."""
-    small = dataclasses.replace(triton_tiling.HEURISTICS, looped_rblock=64,
-                                split_min_row=256, split_target_programs=16,
-                                split_max_parts=8, persistent_max=256,
-                                aligned_elements=4096)
-    monkeypatch.setattr(triton_tiling, "HEURISTICS", small)
+# (var's Welford combine runs in Python per pair of a 64 x 64 tile under the interpreter:
+# 25 s a call at any size; CI's slice of the slow tests, the GPU's run and -m slow run it)
+SLOW = {"mean_var_dim0"}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_one_build_serves_every_size_of_a_class(name, builds, small_tiles):
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=[pytest.mark.slow, pytest.mark.slow_in_interpreter]
+                 if name in SLOW else []) for name in sorted(CASES)])
+def test_one_build_serves_every_size_of_a_class(name, builds, monkeypatch):
+    small_tiles(monkeypatch, aligned_elements=4096)
     fn, make, sizes, count = CASES[name]
     compiled = ember.compile(fn)
     with torch.no_grad():

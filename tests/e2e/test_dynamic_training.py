@@ -7,13 +7,12 @@ file built or loaded, per Triton module made), captures on `compiled.records`.""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import watching_fallbacks
+from helpers import small_tiles, watching_fallbacks
 from training_models import TransformerModel  # (attention by matmuls, a GELU MLP, a head)
 
 import ember
@@ -198,13 +197,8 @@ def test_a_training_step_on_triton_compiles_once_for_every_batch(kernel_backend,
     # the tiny case under Triton's interpreter (and C's): dynamic=True, four batch sizes.
     # A reduction over a symbolic batch (the loss, bias gradients) is split at any size
     # into up to 256 programs, each interpreted in Python (~30 s a step): the split
-    # thresholds are scaled down, as tests/codegen/test_triton_dynamic.py's small_tiles
-    # does — the same paths as the GPU's tiles
-    from ember.codegen import triton_tiling
-
-    monkeypatch.setattr(triton_tiling, "HEURISTICS", dataclasses.replace(
-        triton_tiling.HEURISTICS, looped_rblock=64, split_min_row=256,
-        split_target_programs=16, split_max_parts=8, persistent_max=256))
+    # thresholds are scaled down (helpers.small_tiles) — the same paths as the GPU's tiles
+    small_tiles(monkeypatch)
     shapes = [((b, 8), (b, 2)) for b in [3, 5, 2, 7]]
     model = lambda: torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(),  # noqa: E731
                                         torch.nn.Linear(8, 2))
