@@ -332,7 +332,8 @@ class TinyViT(torch.nn.Module):
 
 @pytest.mark.parametrize("build, make_input", [
     (ResidualCNN, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
-    (Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g, device="cpu")),
+    pytest.param(Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g, device="cpu"),
+                 marks=pytest.mark.slow_in_interpreter),  # (28 s under the interpreter)
     (TinyViT, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
 ], ids=["residual_cnn", "lstm", "vit"])
 def test_more_model_shapes_train_as_eager_does(build, make_input):
