@@ -4,6 +4,7 @@ operations: ember/capture/torch_rules.py)."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 import types
@@ -218,6 +219,16 @@ def _dict(session: Session, *args: Value, frame: Any = None, **kwargs: Value) ->
                 items[semantics.key_of(key)] = value
     items.update(kwargs)
     return DictValue(items)
+
+
+@rule(collections.defaultdict)
+def _defaultdict(session: Session, factory: Value | None = None, *args: Value,
+                 frame: Any = None, **kwargs: Value) -> Value:
+    """collections.defaultdict(factory, ...) made in the captured code: a dict whose missing
+    keys get factory()'s value (item_semantics._missing)."""
+    made = _dict(session, *args, **kwargs)
+    return DictValue(made.items, collections.defaultdict,
+                     default_factory=factory if factory is not None else Const(None))
 
 
 @rule(functools.reduce)

@@ -5,8 +5,9 @@ there: this module is loaded at the end of that one)."""
 
 from __future__ import annotations
 
+import collections
 import operator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,6 +20,7 @@ from ember.capture.semantics import (
     equal_constants,
     identical,
     is_known,
+    is_none,
     key_of,
     protocol,
     python_method,
@@ -62,7 +64,7 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, DictValue):
         index = key_of(key)
         if index not in container.items:
-            raise Raised(KeyError(index))
+            return _missing(session, container, index)
         return container.items[index]
     if isinstance(container, ModuleValue):
         index = python_value(key)
@@ -134,6 +136,29 @@ def _outside_item(session: Session, container: ObjectValue, key: Value) -> Value
             if hasattr(type(obj), "__missing__") else ItemSource(container.source, index)
         return session.wrap(result, source)
     raise Unsupported(f"indexing {container.describe()} (its own __getitem__ in C)")
+
+
+def _missing(session: Session, mapping: DictValue, index: Any) -> Value:
+    """mapping[index] where it has no such key: a dict's KeyError, a Counter's 0 (nothing
+    inserted), a defaultdict's new item (its factory called and the item inserted, as its
+    __missing__ does); another class's own __missing__ runs natively."""
+    if issubclass(mapping.kind, collections.Counter):
+        return Const(0)
+    if issubclass(mapping.kind, collections.defaultdict):
+        factory = mapping.default_factory
+        if factory is None or is_none(factory):
+            raise Raised(KeyError(index))
+        from ember.capture.calls import call_value
+
+        value = call_value(session, factory, [], {})
+        session.side_effects.changed(mapping)  # (before: a break undoes the change)
+        mapping.items[index] = value
+        session.side_effects.mutated(mapping)
+        return value
+    if hasattr(mapping.kind, "__missing__"):
+        raise Unsupported(f"a missing key {index!r} of a {mapping.kind.__name__} (its "
+                          f"__missing__)")
+    raise Raised(KeyError(index))
 
 
 def set_item(session: Session, container: Value, key: Value, value: Value) -> None:

@@ -162,6 +162,10 @@ class Rebuilder:
             body = ", ".join(f"{self._key(k)}: {self.expr(v)}" for k, v in value.items.items())
             if value.kind is collections.OrderedDict:
                 return self.temporary(value, f"{self.constant(value.kind)}({{{body}}})")
+            if value.kind is collections.defaultdict and value.default_factory is not None:
+                return self.temporary(value, f"{self.constant(value.kind)}("
+                                             f"{self.expr(value.default_factory)}, "
+                                             f"{{{body}}})")
             if value.kind is not dict:  # (a Counter's, a defaultdict's own state)
                 raise Unsupported(f"a {value.kind.__name__} made in the compiled code "
                                   f"leaves it")

@@ -371,7 +371,11 @@ class Session:
                 (lambda k: ItemSource(source, written(k)))
             items = {k: self.wrap(v, read(k) if source else None, guard)
                      for k, v in value.items()}
-            return DictValue(items, type(value), source)
+            factory = None
+            if isinstance(value, collections.defaultdict):  # (what a missing key makes)
+                factory = self.wrap(value.default_factory, AttrSource(source, "default_factory")
+                                    if source else None, guard)
+            return DictValue(items, type(value), source, default_factory=factory)
         if isinstance(value, range):
             if guard:
                 self.guards.add("equals", source, value)

@@ -178,6 +178,7 @@ class DictValue(Value):
     kind: type = dict
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)
+    default_factory: Value | None = None  # a defaultdict's (None: it has none)
 
     def python_type(self) -> type:
         return self.kind

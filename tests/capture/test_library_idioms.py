@@ -1,11 +1,13 @@
 """Small idioms of library Python captured without a break: functools.lru_cache'd helpers,
 objects of the user's classes made inside and then called, dataclasses.replace of them,
-sorted() and list.sort() with a key over items that hold tensors. Each compares with eager
-and counts graphs and breaks; a cached helper with effects runs natively (its cache runs
-them once, as eager's does)."""
+sorted() and list.sort() with a key over items that hold tensors, defaultdicts and Counters
+(a missing key is their factory's item or 0, not a KeyError), torch.autocast as a
+decorator. Each compares with eager and counts graphs and breaks; a cached helper with
+effects runs natively (its cache runs them once, as eager's does)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 
@@ -154,3 +156,48 @@ def test_torch_autocast_as_a_decorator_is_its_region_in_the_graph():
     assert projected(x, model.weight).dtype == torch.bfloat16
     same(ember.compile(model)(x), expected)
     assert counts(model, x) == (1, 0)
+
+
+def test_a_defaultdict_made_inside_gives_its_factory_s_items_and_leaves_as_a_defaultdict():
+    def fn(x):
+        groups = collections.defaultdict(list)
+        for i in range(3):
+            groups[i % 2].append(x * i)
+        return sum(groups[0]) + sum(groups[1]), groups
+
+    x = t(3)
+    (total, groups), (expected_total, expected) = ember.compile(fn)(x), fn(x)
+    same(total, expected_total)
+    assert type(groups) is collections.defaultdict and groups.default_factory is list
+    same(dict(groups), dict(expected))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_a_missing_key_of_a_passed_defaultdict_or_counter_is_no_key_error():
+    # (a KeyError that eager does not raise would be caught by the handler: another answer)
+    def fn(x, table, seen):
+        try:
+            value = table["a"]
+        except KeyError:
+            value = 100
+        return x + value + seen["never"] + seen["once"]
+
+    x = t(2)
+    ours = collections.defaultdict(int), collections.Counter(once=2)
+    theirs = collections.defaultdict(int), collections.Counter(once=2)
+    same(ember.compile(fn)(x, *ours), fn(x, *theirs))
+    assert [dict(m) for m in ours] == [dict(m) for m in theirs] == [{"a": 0}, {"once": 2}]
+    assert counts(fn, x, collections.defaultdict(int), collections.Counter(once=2)) == (1, 0)
+
+
+def test_a_defaultdict_without_a_factory_raises_key_error_as_eager_does():
+    def fn(x):
+        table = collections.defaultdict(None, {"a": 1})
+        try:
+            return x + table["b"]
+        except KeyError:
+            return x - table["a"]
+
+    x = t(3)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
