@@ -78,3 +78,9 @@ def _restore(target: Any, snapshot: Any) -> None:
         target.update(snapshot)
     elif isinstance(target, list):
         target[:] = snapshot
+
+
+def counts(fn: Callable, *args: Any, **kwargs: Any) -> tuple[int, int]:
+    """(graphs, breaks) that ember.explain finds in fn(*args, **kwargs)."""
+    report = ember.explain(fn)(*args, **kwargs)
+    return report.graph_count, report.graph_break_count

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from checks import counts
 
 import ember
 from ember.exported import ExportError
@@ -16,11 +17,6 @@ def t(*shape, seed=0):
     # (drawn on the CPU, then on the tests' device: EMBER_TEST_DEVICE=cuda sets the default)
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
                        device="cpu").to(torch.get_default_device())
-
-
-def counts(fn, *args):
-    report = ember.explain(fn)(*args)
-    return report.graph_count, report.graph_break_count
 
 
 def raised(fn, *args):

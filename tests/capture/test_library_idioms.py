@@ -12,7 +12,7 @@ import dataclasses
 import functools
 
 import torch
-from checks import same
+from checks import counts, same
 
 import ember
 
@@ -20,11 +20,6 @@ import ember
 def t(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
                        device="cpu").to(torch.get_default_device())
-
-
-def counts(fn, *args, **kwargs):
-    report = ember.explain(fn)(*args, **kwargs)
-    return report.graph_count, report.graph_break_count
 
 
 CALLS: list = []

@@ -14,7 +14,7 @@ import logging
 
 import pytest
 import torch
-from checks import same
+from checks import counts, same
 
 import ember
 
@@ -25,11 +25,6 @@ def t(*shape, seed=0):
     # (drawn on the CPU, then on the tests' device: EMBER_TEST_DEVICE=cuda sets the default)
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
                        device="cpu").to(torch.get_default_device())
-
-
-def counts(fn, *args, **kwargs):
-    report = ember.explain(fn)(*args, **kwargs)
-    return report.graph_count, report.graph_break_count
 
 
 def opaque(x):
