@@ -231,6 +231,23 @@ def _defaultdict(session: Session, factory: Value | None = None, *args: Value,
                      default_factory=factory if factory is not None else Const(None))
 
 
+@rule(collections.Counter)
+def _counter(session: Session, iterable: Value | None = None, frame: Any = None,
+             **kwargs: Value) -> Value:
+    """collections.Counter(...) made in the captured code: a dict of counts whose missing keys
+    count 0 (item_semantics._missing)."""
+    if iterable is None or isinstance(iterable, DictValue):
+        made = _dict(session, *([iterable] if iterable is not None else []), **kwargs)
+        return DictValue(made.items, collections.Counter)
+    if kwargs:
+        raise Unsupported("Counter(iterable, **counts)")
+    counted: dict[Any, Value] = {}
+    for item in unpack(session, iterable):
+        key = semantics.key_of(item)
+        counted[key] = Const(python_value(counted[key]) + 1 if key in counted else 1)
+    return DictValue(counted, collections.Counter)
+
+
 @rule(functools.reduce)
 def _reduce(session: Session, function: Value, iterable: Value, *initial: Value,
             frame: Any = None, **_: Any) -> Value:

@@ -160,7 +160,7 @@ class Rebuilder:
             return f"{self.constant(value.kind)}(({items}{',' if value.items else ''}))"
         if isinstance(value, DictValue):
             body = ", ".join(f"{self._key(k)}: {self.expr(v)}" for k, v in value.items.items())
-            if value.kind is collections.OrderedDict:
+            if value.kind in (collections.OrderedDict, collections.Counter):
                 return self.temporary(value, f"{self.constant(value.kind)}({{{body}}})")
             if value.kind is collections.defaultdict and value.default_factory is not None:
                 return self.temporary(value, f"{self.constant(value.kind)}("

@@ -196,3 +196,17 @@ def test_a_defaultdict_without_a_factory_raises_key_error_as_eager_does():
     x = t(3)
     same(ember.compile(fn)(x), fn(x))
     assert counts(fn, x) == (1, 0)
+
+
+def test_counters_made_inside_or_passed_in_and_changed_are_eager_s():
+    def fn(x, seen, words=("a", "b", "a")):
+        seen["calls"] += 1
+        counted = collections.Counter(words)
+        counted["c"] += 2
+        return x * counted["a"] + counted["missing"], counted, collections.Counter({"z": 2}, y=1)
+
+    x = t(2)
+    ours, theirs = collections.Counter(calls=1), collections.Counter(calls=1)
+    same(ember.compile(fn)(x, ours), fn(x, theirs))
+    assert ours == theirs == collections.Counter(calls=2)
+    assert counts(fn, x, collections.Counter()) == (1, 0)
