@@ -371,8 +371,8 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
                for key in value.attributes):
             raise Unsupported(f"__dict__ of a {value.cls.__qualname__} object with slots set")
         return DictValue(value.attributes)
-    if mapping_method(value, name):
-        return ValueMethodValue(value.mapping, name)
+    if mapping_method(value, name):  # (bound to the object: a break calls it on the object)
+        return ValueMethodValue(value, name)
     descriptor = class_lookup(value.cls, name)
     if descriptor is _MISSING:
         raise Raised(AttributeError(f"{value.cls.__qualname__!r} object has no attribute "

@@ -23,6 +23,7 @@ from ember.capture.values import (
     GeneratorContextValue,
     GradModeValue,
     LockContextValue,
+    NewObjectValue,
     NullContextValue,
     OutsideListValue,
     SequenceValue,
@@ -65,14 +66,18 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
             return Const(None)
         if name == "__enter__":
             return contexts.enter_context(session, receiver)[1]
+    if isinstance(receiver, NewObjectValue) and receiver.mapping is not None:
+        # (dict's own method of a dict-subclass object: it acts on the object's items)
+        return dict_method(session, receiver.mapping, name, args, kwargs)
     if isinstance(receiver, SequenceValue):
         return _sequence_method(session, receiver, name, args, kwargs)
     if isinstance(receiver, DictValue):
         return dict_method(session, receiver, name, args, kwargs)
-    if isinstance(receiver, SetValue) and name == "add":
-        session.side_effects.changed(receiver)
-        receiver.items.append(args[0])
-        return Const(None)
+    if isinstance(receiver, SetValue) and name in _SET_MUTATIONS:
+        return _set_mutation(session, receiver, name, args, kwargs)
+    if isinstance(receiver, SetValue) and name not in _SET_QUERIES:
+        # (the known set's Python copy would take the change, not the set: refused)
+        raise Unsupported(f"method {name} of a set")
     if semantics.is_known(receiver) and all(semantics.is_known(a) for a in args) and \
             all(semantics.is_known(v) for v in kwargs.values()):
         method = getattr(python_value(receiver), name)
@@ -96,6 +101,39 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
 
 
 _LIST_MUTATIONS = {"append", "extend", "insert", "pop", "clear", "reverse", "sort"}
+_SET_MUTATIONS = {"add", "discard", "remove", "update", "clear"}
+# what a set answers without changing (run on its known Python value)
+_SET_QUERIES = {"union", "intersection", "difference", "symmetric_difference", "issubset",
+                "issuperset", "isdisjoint", "copy", "__contains__", "__len__"}
+
+
+def _set_mutation(session: Session, receiver: SetValue, name: str, args: list[Value],
+                  kwargs: dict[str, Value]) -> Value:
+    """set.add/discard/remove/update/clear on a set of the captured code: its items change
+    (an item is the same as another where identical or an equal constant, as in make_set)."""
+    if kwargs or (name != "update" and len(args) != (0 if name == "clear" else 1)):
+        raise Unsupported(f"set.{name} with these arguments")
+    session.side_effects.changed(receiver)  # (before: a break undoes the change)
+    items = receiver.items
+    if name == "clear":
+        items.clear()
+        return Const(None)
+    added = [args[0]] if name == "add" else \
+        [item for arg in args for item in unpack(session, arg)] if name == "update" else []
+    for item in added:
+        if not any(_same_item(session, item, kept) for kept in items):
+            items.append(item)
+    if name in ("discard", "remove"):
+        found = [kept for kept in items if _same_item(session, args[0], kept)]
+        if not found and name == "remove":
+            raise Raised(KeyError(python_value(args[0]) if semantics.is_known(args[0])
+                                  else args[0].describe()))
+        items[:] = [kept for kept in items if kept not in found]
+    return Const(None)
+
+
+def _same_item(session: Session, one: Value, other: Value) -> bool:
+    return semantics.identical(one, other, session) or semantics.equal_constants(one, other)
 
 
 def _sequence_method(session: Session, sequence: SequenceValue, name: str, args: list[Value],

@@ -1,8 +1,9 @@
 """Small idioms of library Python captured without a break: functools.lru_cache'd helpers,
 objects of the user's classes made inside and then called, dataclasses.replace of them,
 sorted() and list.sort() with a key over items that hold tensors, defaultdicts and Counters
-(a missing key is their factory's item or 0, not a KeyError), torch.autocast as a
-decorator. Each compares with eager and counts graphs and breaks; a cached helper with
+(a missing key is their factory's item or 0, not a KeyError), a set's own changes,
+torch.autocast as a decorator; and a dict subclass's method at a break changing the object
+itself. Each compares with eager and counts graphs and breaks; a cached helper with
 effects runs natively (its cache runs them once, as eager's does)."""
 
 from __future__ import annotations
@@ -210,3 +211,30 @@ def test_counters_made_inside_or_passed_in_and_changed_are_eager_s():
     same(ember.compile(fn)(x, ours), fn(x, theirs))
     assert ours == theirs == collections.Counter(calls=2)
     assert counts(fn, x, collections.Counter()) == (1, 0)
+
+
+def test_a_set_s_own_changes_change_the_set():
+    # (discard and remove ran on the known set's Python copy: the set kept the item)
+    def fn(x):
+        kept = {3, 1, 2}
+        kept.discard(1)
+        kept.update([7, 3])
+        kept.remove(2)
+        kept |= {5}
+        return x * sum(kept), sorted(kept)
+
+    x = t(3)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
+
+
+def test_a_dict_subclass_s_own_method_at_a_break_changes_the_object_itself():
+    # (move_to_end breaks the graph: it ran on a copy of the OrderedDict's items, and the
+    # resumed code read the object without the change)
+    def fn(x):
+        order = collections.OrderedDict(b=1, a=2)
+        order.move_to_end("b")
+        return x * order["a"], list(order)
+
+    x = t(3)
+    same(ember.compile(fn)(x), fn(x))
