@@ -356,6 +356,17 @@ def _sum(session: Session, iterable: Value, start: Value | None = None, **_: Any
 def _extremum(pick: Callable):
     def run(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
         values = unpack(session, args[0]) if len(args) == 1 else list(args)
+        key = kwargs.get("key")
+        if key is not None and not semantics.is_none(key) and set(kwargs) <= {"key",
+                                                                              "default"}:
+            # (by key: the item itself, the first of the least or greatest keys, as the
+            # builtin picks; the items may hold tensors)
+            if not values:
+                if "default" in kwargs:
+                    return kwargs["default"]
+                raise Raised(ValueError(f"{pick.__name__}() iterable argument is empty"))
+            keys = [python_value(call_value(session, key, [v], {}, frame)) for v in values]
+            return values[pick(range(len(values)), key=keys.__getitem__)]
         if any(isinstance(v, TensorValue) for v in values):
             raise Unsupported(f"builtin {pick.__name__}() compares tensors (data-dependent)",
                               f"use torch.{'maximum' if pick is max else 'minimum'} instead")

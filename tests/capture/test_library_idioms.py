@@ -113,14 +113,16 @@ def test_dataclasses_replace_and_asdict_of_an_object_made_inside():
     assert counts(fn, x) == (1, 0)
 
 
-def test_sorted_and_list_sort_order_items_holding_tensors_by_their_keys():
+def test_sorted_list_sort_min_and_max_order_items_holding_tensors_by_their_keys():
     def fn(x):
         pairs = [(3, x), (1, x * 2), (2, x + 1), (1, x - 1)]
         ascending = sorted(pairs, key=lambda pair: pair[0])
         descending = list(pairs)
         descending.sort(key=lambda pair: pair[0], reverse=True)
         names = sorted(["b", "a", "c"], reverse=True)
-        return [p[1] for p in ascending], [p[1] for p in descending], names
+        least, most = min(pairs, key=lambda pair: pair[0]), max(pairs, key=lambda p: p[0])
+        return ([p[1] for p in ascending], [p[1] for p in descending], names, least[1],
+                most[1], max([], key=len, default=x))
 
     x = t(3)
     same(ember.compile(fn)(x), fn(x))
