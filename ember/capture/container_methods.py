@@ -34,6 +34,7 @@ from ember.capture.values import (
 
 if TYPE_CHECKING:
     from ember.capture.session import Session
+    from ember.capture.side_effects import SideEffects
 
 
 def call_value_method(session: Session, receiver: Value, name: str, args: list[Value],
@@ -199,6 +200,22 @@ _SUBCLASS_SAFE = {"get", "keys", "values", "items", "__getitem__", "__contains__
                   "__iter__", "__delitem__", "pop", "setdefault", "clear", "__setitem__"}
 
 
+def _view_items(mapping: DictValue, which: str) -> list[Value]:
+    if which == "keys":
+        return [semantics.constant(k) for k in mapping.items]
+    if which == "values":
+        return list(mapping.items.values())
+    return [SequenceValue([semantics.constant(k), v], tuple) for k, v in mapping.items.items()]
+
+
+def refresh_views(effects: SideEffects, mapping: DictValue) -> None:
+    """A dict changed: the views taken of it (keys(), values(), items()) show it changed, as
+    a dict's views do."""
+    for view, which in mapping.views:
+        effects.changed(view)  # (before: a break undoes the change)
+        view.items[:] = _view_items(mapping, which)
+
+
 def dict_method(session: Session, mapping: DictValue, name: str, args: list[Value],
                  kwargs: dict[str, Value]) -> Value:
     items = mapping.items
@@ -207,13 +224,10 @@ def dict_method(session: Session, mapping: DictValue, name: str, args: list[Valu
     if name == "get":
         key = semantics.key_of(args[0])
         return items.get(key, args[1] if len(args) > 1 else Const(None))
-    if name == "keys":
-        return SequenceValue([semantics.constant(k) for k in items], list)
-    if name == "values":
-        return SequenceValue(list(items.values()), list)
-    if name == "items":
-        return SequenceValue([SequenceValue([semantics.constant(k), v], tuple)
-                              for k, v in items.items()], list)
+    if name in ("keys", "values", "items") and not args and not kwargs:
+        view = SequenceValue(_view_items(mapping, name), list)
+        mapping.views.append((view, name))  # (live: refresh_views when the dict changes)
+        return view
     if name == "copy":
         return DictValue(dict(items), mapping.kind)
     if name == "__getitem__":

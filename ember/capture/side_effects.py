@@ -155,6 +155,10 @@ class SideEffects:
         """A list or dict changed; one from outside gets its final contents written back.
         NOTE: its state to undo is kept by changed(), which must come before the change."""
         self.changed(container)
+        if isinstance(container, DictValue) and container.views:
+            from ember.capture.container_methods import refresh_views
+
+            refresh_views(self, container)
         if container.source is None or id(container) in self.containers:
             return
         self._keep(self.containers, id(container))
