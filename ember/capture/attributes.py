@@ -363,8 +363,7 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
     if name in value.attributes:
         return value.attributes[name]
     if name == "__class__":  # (reached where its class was: its attributes guarded there)
-        return session.wrap(value.cls, value.cls_source) if value.cls_source is not None \
-            else session.wrap(value.cls, None, guard=False)
+        return session.wrap(value.cls, value.cls_source, guard=value.cls_source is not None)
     if name == "__dict__" and value.cls.__dictoffset__:
         # (its attributes themselves: a write through it is a write of an attribute)
         if any(isinstance(class_lookup(value.cls, key), types.MemberDescriptorType)

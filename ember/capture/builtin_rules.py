@@ -191,12 +191,12 @@ def _next(session: Session, iterator: Value, *default: Value, **_: Any) -> Value
     if item is None:
         if default:
             return default[0]
-        returned = iterator.returned
-        if returned is not None and not isinstance(returned, Const):
+        returned = iterator.returned or Const(None)
+        if not isinstance(returned, Const):
             raise Unsupported(f"the return value of {iterator.describe()} through next()",
                               "the exception's value holds no tracked value")
-        raise Raised(StopIteration(*([returned.value] if returned is not None and
-                                     returned.value is not None else [])))
+        raise Raised(StopIteration() if returned.value is None else
+                     StopIteration(returned.value))
     return item
 
 
@@ -241,11 +241,9 @@ def _counter(session: Session, iterable: Value | None = None, frame: Any = None,
         return DictValue(made.items, collections.Counter)
     if kwargs:
         raise Unsupported("Counter(iterable, **counts)")
-    counted: dict[Any, Value] = {}
-    for item in unpack(session, iterable):
-        key = semantics.key_of(item)
-        counted[key] = Const(python_value(counted[key]) + 1 if key in counted else 1)
-    return DictValue(counted, collections.Counter)
+    counted = collections.Counter(semantics.key_of(v) for v in unpack(session, iterable))
+    return DictValue({key: Const(count) for key, count in counted.items()},
+                     collections.Counter)
 
 
 @rule(functools.reduce)
@@ -357,8 +355,8 @@ def _extremum(pick: Callable):
     def run(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
         values = unpack(session, args[0]) if len(args) == 1 else list(args)
         key = kwargs.get("key")
-        if key is not None and not semantics.is_none(key) and set(kwargs) <= {"key",
-                                                                              "default"}:
+        by_key = key is not None and not semantics.is_none(key)
+        if by_key and set(kwargs) <= {"key", "default"}:
             # (by key: the item itself, the first of the least or greatest keys, as the
             # builtin picks; the items may hold tensors)
             if not values:

@@ -53,7 +53,6 @@ from ember.capture.values import (
     Value,
     ValueMethodValue,
     VmappedValue,
-    births,
 )
 
 if TYPE_CHECKING:
@@ -464,29 +463,21 @@ def _call_cached(session: Session, callee: ObjectValue, args: list[Value],
     as under Dynamo); one with effects (which eager's cache runs once) runs natively."""
     cached = callee.value
     operands = [*args, *kwargs.values()]
-    if all(type(a) is Const and _plain_constant(a.value) for a in operands):
+    if all(type(a) is Const and semantics.plain_constant(a.value) for a in operands):
         result = cached(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
-        if _plain_constant(result):
+        if semantics.plain_constant(result):
             return semantics.constant(result)
     wrapped = getattr(cached, "__wrapped__", None)
     if not isinstance(wrapped, types.FunctionType):
         raise Unsupported(f"calling the cached {callee.describe()} (no Python function "
                           f"under its cache)")
     source = AttrSource(callee.source, "__wrapped__") if callee.source else None
-    effects = session.side_effects
-    activity, changes, born = effects.activity, len(effects.births_changed), next(births)
+    before = session.side_effects.mark()
     result = inline_function(session, FunctionValue(wrapped, source), args, kwargs, parent)
-    if effects.changed_outside(activity, changes, born):
+    if session.side_effects.changed_outside(*before):
         raise Unsupported(f"the cached {callee.describe()} has effects",
                           "eager's cache runs them once: it is called natively")
     return result
-
-
-def _plain_constant(value: Any) -> bool:
-    """A value a graph may hold as a constant: a number, a string, None, a tuple of them."""
-    if isinstance(value, tuple):
-        return all(_plain_constant(item) for item in value)
-    return type(value) in (bool, int, float, str, bytes, type(None))
 
 
 def _new_stateless_module(session: Session, cls: type, args: list[Value],

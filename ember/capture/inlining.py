@@ -23,7 +23,6 @@ from ember.capture.values import (
     NestedFunctionValue,
     SequenceValue,
     Value,
-    births,
     of_torch,
 )
 
@@ -109,8 +108,7 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
     # effects, its laziness could reorder them.
     expression = code.co_name == "<genexpr>"
     generator = expression or bool(code.co_flags & inspect.CO_GENERATOR)
-    effects = session.side_effects
-    activity, changes, born = effects.activity, len(effects.births_changed), next(births)
+    before = session.side_effects.mark()
     session.inline_depth += 1
     session.inlined_codes.append(code)
     try:
@@ -118,7 +116,7 @@ def _run_frame(session: Session, code: types.CodeType, globals_: dict[str, Any],
         result = frame.run()
     finally:
         session.inline_depth -= 1
-    if generator and not expression and effects.changed_outside(activity, changes, born):
+    if generator and not expression and session.side_effects.changed_outside(*before):
         raise Unsupported(f"the generator {name} changes state while it runs",
                           "its laziness could reorder those changes; make it a function "
                           "that returns a list")

@@ -51,12 +51,12 @@ from ember.capture.values import (
 _NULL_CONTEXT = contextlib.nullcontext()
 
 
-
 def replay(items: list[Any], returned: Any) -> Any:
     """A generator that the captured code ran ahead to its end (it changed nothing), handed
     on unfinished: a generator again, its items and return value as eager's would give."""
     yield from items
     return returned
+
 
 class Rebuilder:
     def __init__(self, shapes: Any = None, live_cells: set[int] | frozenset = frozenset()):

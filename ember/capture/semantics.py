@@ -196,6 +196,13 @@ def field_names(kind: type) -> tuple[str, ...]:
     return tuple(getattr(kind, "_fields", None) or getattr(kind, "__match_args__", ()) or ())
 
 
+def plain_constant(value: Any) -> bool:
+    """A value a graph may hold as a constant: a number, a string, None, a tuple of them."""
+    if isinstance(value, tuple):
+        return all(plain_constant(item) for item in value)
+    return type(value) in (bool, int, float, str, bytes, type(None))
+
+
 def is_none(value: Value) -> bool:
     return isinstance(value, Const) and value.value is None
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ember.capture.sources import Source
-from ember.capture.values import Const, DictValue, SequenceValue, Value
+from ember.capture.values import Const, DictValue, SequenceValue, Value, births
 
 
 @dataclasses.dataclass
@@ -63,6 +63,11 @@ class SideEffects:
         self._undo.clear()
         self._saved.clear()
         self._mark = len(self.effects)
+
+    def mark(self) -> tuple[int, int, int]:
+        """Where the effects stand now, for changed_outside(*mark): values born from here on
+        are the code's own."""
+        return self.activity, len(self.births_changed), next(births)
 
     def changed_outside(self, activity: int, changes: int, born: int) -> bool:
         """Has anything made before birth `born` changed, or an effect been recorded, since

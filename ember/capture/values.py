@@ -179,9 +179,7 @@ class DictValue(Value):
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)
     default_factory: Value | None = None  # a defaultdict's (None: it has none)
-    # keys(), values() and items() taken of it (lists kept as its views are: refreshed at
-    # each change, container_methods.refresh_views)
-    views: list = dataclasses.field(default_factory=list)
+    views: list = dataclasses.field(default_factory=list)  # its keys() etc.: refresh_views
 
     def python_type(self) -> type:
         return self.kind
