@@ -58,6 +58,12 @@ _FUNCTION_FACTS = ("__name__", "__qualname__", "__module__", "__doc__", "__code_
 
 
 def get_attribute(session: Session, value: Value, name: str) -> Value:
+    if name == "__class__" and not isinstance(value, (ObjectValue, NewObjectValue,
+                                                      PythonModuleValue)):
+        # (what type(value) answers: a tensor's, a list's; an object's own is read from it)
+        from ember.capture.builtin_rules import type_of
+
+        return type_of(session, value)
     if isinstance(value, TensorValue):
         return tensor_attribute(session, value, name)
     if isinstance(value, ModuleValue):

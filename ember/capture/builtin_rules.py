@@ -324,6 +324,11 @@ def _type(session: Session, value: Value, *more: Value, **_: Any) -> Value:
     if more:
         raise Unsupported("type(name, bases, namespace) makes a class",
                           "make the class outside the compiled function")
+    return type_of(session, value)
+
+
+def type_of(session: Session, value: Value) -> Value:
+    """type(value), value.__class__."""
     kind = value.python_type() if not isinstance(value, ObjectValue) else type(value.value)
     # (a class known by identity — the value's type is guarded — with a source, so what is
     # read from it, type(self).ATTR, is guarded as read)

@@ -216,6 +216,15 @@ def _signature(session: Session, value: Value, frame: Frame | None = None,
     raise Unsupported(f"inspect.signature of {value.describe()}")
 
 
+@rule(torch.autograd.grad, torch.autograd.backward)
+def _autograd_call(session: Session, *args: Value, frame: Any = None, **_: Any) -> Value:
+    """A backward pass asked for inside: the graph breaks there (the graph's forward runs
+    inside its own autograd node, so autograd cannot run through it), as at
+    tensor.backward()."""
+    raise Unsupported("torch.autograd.grad/backward runs outside the graph",
+                      "expected in a training step or a gradient penalty")
+
+
 @rule(torch.is_grad_enabled)
 def _is_grad_enabled(session: Session, frame: Any = None, **_: Any) -> Value:
     return Const(session.grad_enabled)

@@ -2,9 +2,10 @@
 objects of the user's classes made inside and then called, dataclasses.replace of them,
 sorted() and list.sort() with a key over items that hold tensors, defaultdicts and Counters
 (a missing key is their factory's item or 0, not a KeyError), a set's own changes,
-torch.autocast as a decorator; and a dict subclass's method at a break changing the object
-itself. Each compares with eager and counts graphs and breaks; a cached helper with
-effects runs natively (its cache runs them once, as eager's does)."""
+torch.autocast as a decorator, `__class__` of tensors and containers; and a dict
+subclass's method at a break changing the object itself. Each compares with eager and
+counts graphs and breaks; a cached helper with effects runs natively (its cache runs them
+once, as eager's does); a gradient taken inside breaks the graph there."""
 
 from __future__ import annotations
 
@@ -253,3 +254,35 @@ def test_a_dict_view_taken_before_a_change_sees_the_change():
     x = t(2)
     same(ember.compile(fn)(x), fn(x))
     assert counts(fn, x) == (1, 0)
+
+
+def test_the_class_of_a_tensor_or_a_container_is_eager_s():
+    # (tensor.__class__ was the tensor's method of that name: `is torch.Tensor` said False)
+    weight = torch.nn.Parameter(t(2))
+
+    def fn(x, w):
+        kinds = (x.__class__ is torch.Tensor, w.__class__.__name__, [1].__class__ is list,
+                 {}.__class__, x.shape.__class__, (3).__class__)
+        return x * w, kinds
+
+    x = t(2)
+    same(ember.compile(fn)(x, weight), fn(x, weight))
+    assert counts(fn, x, weight) == (1, 0)
+
+
+def test_a_gradient_taken_inside_breaks_the_graph_and_gives_eager_s_gradients():
+    # (torch.autograd.grad was put in the graph, whose forward runs inside its own autograd
+    # node: an internal error, then the whole function ran eagerly)
+    def penalty(x):
+        y = x.detach().requires_grad_()
+        g, = torch.autograd.grad((y * 2).sin().sum(), y, create_graph=True)
+        return (x * g).sum()
+
+    results = []
+    for run in (penalty, ember.compile(penalty)):
+        x = t(4).requires_grad_()
+        value = run(x)
+        value.backward()
+        results.append((value.detach(), x.grad))
+    same(results[1], results[0])
+    assert counts(penalty, t(4).requires_grad_()) == (2, 1)
