@@ -218,12 +218,12 @@ def refresh_views(effects: SideEffects, mapping: DictValue) -> None:
 
 def dict_method(session: Session, mapping: DictValue, name: str, args: list[Value],
                  kwargs: dict[str, Value]) -> Value:
-    items = mapping.items
     if mapping.kind not in (dict, collections.OrderedDict) and name not in _SUBCLASS_SAFE:
         raise Unsupported(f"method {name} of a {mapping.kind.__name__}")
-    if name == "get":
-        key = semantics.key_of(args[0])
-        return items.get(key, args[1] if len(args) > 1 else Const(None))
+    if name == "get":  # (before `items`: a large dict from outside is read by this key alone)
+        found = mapping.read(semantics.key_of(args[0]))
+        return found if found is not None else args[1] if len(args) > 1 else Const(None)
+    items = mapping.items
     if name in ("keys", "values", "items") and not args and not kwargs:
         view = SequenceValue(_view_items(mapping, name), list)
         mapping.views.append((view, name))  # (live: refresh_views when the dict changes)

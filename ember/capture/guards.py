@@ -412,7 +412,7 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
     if kind == "length":
         return f"len({name}) changed {expected} -> {len(actual)}"
     if kind == "equals":
-        return f"{name} changed {expected!r} -> {actual!r}"
+        return f"{name} changed {_short(expected)} -> {_short(actual)}"
     if kind == "at_least":
         return f"{name} is {actual!r}, less than {expected!r}"
     if kind == "outcome":
@@ -423,10 +423,24 @@ def describe_failure(guard: Guard, namespace: dict[str, Any], writer: _Writer) -
             f"{name} {form} {other}" if left else f"{other} {form} {name}"
         return f"{test} is no longer {outcome} ({name} is {actual!r})"
     if kind == "keys":
-        return f"{name}.keys() changed {list(expected)} -> {list(actual.keys())}"
+        return f"{name}.keys() changed: {_keys_change(list(expected), list(actual.keys()))}"
     if kind == "same":
         return f"{name} is no longer the same object as {expected.expr()}"
     return f"{name} failed its {kind} guard"
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _keys_change(before: list, after: list) -> str:
+    """What changed in a dict's keys, in a line (sys.modules has thousands)."""
+    added = [k for k in after if k not in set(before)]
+    removed = [k for k in before if k not in set(after)]
+    parts = [f"{label} {_short(keys[:8])[1:-1]}{' ...' if len(keys) > 8 else ''}"
+             for label, keys in (("added", added), ("removed", removed)) if keys]
+    return "; ".join(parts) if parts else f"their order ({_short(after)})"
+
 
 def same_tensor(arguments: dict[str, Any]) -> str | None:
     """Two arguments that are one tensor: the tensor guards' C++ check refuses duplicates

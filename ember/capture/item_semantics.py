@@ -63,9 +63,8 @@ def get_item(session: Session, container: Value, key: Value) -> Value:
             raise Unsupported(f"{type(error).__name__}: {error}") from None
     if isinstance(container, DictValue):
         index = key_of(key)
-        if index not in container.items:
-            return _missing(session, container, index)
-        return container.items[index]
+        found = container.read(index)
+        return _missing(session, container, index) if found is None else found
     if isinstance(container, ModuleValue):
         index = python_value(key)
         item = container.value[index]

@@ -73,8 +73,8 @@ def _dict_contains(session: Session, mapping: Value, key: Value, **_: Any) -> Va
 def _get(session: Session, mapping: Value, key: Value, default: Value | None = None,
          **_: Any) -> Value:
     if isinstance(mapping, DictValue):
-        index = semantics.key_of(key)
-        return mapping.items.get(index, Const(None) if default is None else default)
+        found = mapping.read(semantics.key_of(key))
+        return found if found is not None else Const(None) if default is None else default
     obj, index = _outside_mapping(mapping, "get"), python_value(key)
     if not _contains(session, mapping, obj, index):
         return Const(None) if default is None else default

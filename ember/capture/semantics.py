@@ -361,7 +361,7 @@ def contains(session: Session, container: Value, item: Value) -> bool:
     if isinstance(container, TensorValue) or isinstance(item, TensorValue):
         raise Unsupported("`in` on a tensor needs its values", "use (x == v).any() instead")
     if isinstance(container, DictValue):
-        return key_of(item) in container.items
+        return container.read(key_of(item)) is not None
     if isinstance(container, NewObjectValue):
         return truth(session, protocol(session, container, "__contains__", item))
     if isinstance(container, (SequenceValue, SetValue)):

@@ -20,7 +20,7 @@ from ember.capture.builder import GraphBuilder
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
 from ember.capture.side_effects import SideEffects
-from ember.capture.sources import Source
+from ember.capture.sources import AttrSource, CallSource, ItemSource, Source
 from ember.capture.symbols import Shapes
 from ember.capture.values import (
     BuiltinValue,
@@ -29,6 +29,7 @@ from ember.capture.values import (
     FunctionValue,
     ModuleValue,
     ObjectValue,
+    OutsideDictValue,
     PythonModuleValue,
     RangeValue,
     SequenceValue,
@@ -43,6 +44,9 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None), type(Ellipsis),
 _TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 # iterators whose __reduce__ gives (iter, (sequence,), position)
 _SEQUENCE_ITERATORS = (type(iter([])), type(iter(())), type(iter(range(0))))
+# a dict from outside with more items than this is read item by item (guarded alone), not
+# whole (its keys guarded)
+LARGE_MAPPING = 256
 # mappings from outside whose items are tracked (their own methods: calls.py)
 _MAPPINGS = (dict, collections.OrderedDict, collections.Counter, collections.defaultdict)
 # mutable objects from outside tracked as one value however many paths reach them
@@ -85,7 +89,7 @@ def is_torch_callable(value: Any) -> bool:
                                        "torch.fx._pytree",
                                        "torch._higher_order_ops.associative_scan"))
     objclass = getattr(value, "__objclass__", None)
-    return objclass is not None and issubclass(objclass, torch._C.TensorBase)
+    return isinstance(objclass, type) and issubclass(objclass, torch._C.TensorBase)
 
 
 def _named_in_module(function: types.FunctionType) -> bool:
@@ -302,8 +306,6 @@ class Session:
         return self._containers.get(id(obj))
 
     def _wrap(self, value: Any, source: Source | None, guard: bool) -> Value:
-        from ember.capture.sources import AttrSource, CallSource, ItemSource
-
         unwrapped = _ember_compiled(value, source)
         if unwrapped is not None:  # (a compiled model or function called inside: its code)
             return self.wrap(*unwrapped, guard)
@@ -354,28 +356,11 @@ class Session:
             items = [self.wrap(item, ItemSource(source, i) if source else None, guard)
                      for i, item in enumerate(value)]
             return SequenceValue(items, type(value), source)
+        if type(value) in (dict, collections.OrderedDict) and guard and source is not None \
+                and len(value) > LARGE_MAPPING:
+            return self._outside_dict(value, source)
         if type(value) in _MAPPINGS:
-            if not all(_plain_key(k) or _kept_key(k) for k in value):
-                raise Unsupported("a dict with tensors as keys")
-            if guard:
-                self.guards.add("type", source, type(value))
-                self.guards.add("keys", source, tuple(value.keys()))
-
-            def written(key: Any) -> Any:
-                return key if _plain_key(key) else _KeyRef(self.constant_source(key).expr())
-
-            # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
-            # an item's guard may come before the keys' guard)
-            read = (lambda k: CallSource(source, "get", (written(k),))) \
-                if hasattr(type(value), "__missing__") else \
-                (lambda k: ItemSource(source, written(k)))
-            items = {k: self.wrap(v, read(k) if source else None, guard)
-                     for k, v in value.items()}
-            factory = None
-            if isinstance(value, collections.defaultdict):  # (what a missing key makes)
-                factory = self.wrap(value.default_factory, AttrSource(source, "default_factory")
-                                    if source else None, guard)
-            return DictValue(items, type(value), source, default_factory=factory)
+            return self._wrap_mapping(value, source, guard)
         if isinstance(value, range):
             if guard:
                 self.guards.add("equals", source, value)
@@ -441,6 +426,45 @@ class Session:
         if type(value) in _SEQUENCE_ITERATORS and source is not None:
             return self._outside_iterator(value, source)
         return ObjectValue(value, source)
+
+    def _wrap_mapping(self, value: Any, source: Source | None, guard: bool) -> Value:
+        """A dict (an OrderedDict, a Counter, a defaultdict) read whole: its keys guarded,
+        each item wrapped."""
+        if not all(_plain_key(k) or _kept_key(k) for k in value):
+            raise Unsupported("a dict with tensors as keys")
+        if guard:
+            self.guards.add("type", source, type(value))
+            self.guards.add("keys", source, tuple(value.keys()))
+
+        def written(key: Any) -> Any:
+            return key if _plain_key(key) else _KeyRef(self.constant_source(key).expr())
+
+        # (guards read a defaultdict's items with get(): its [] inserts a missing key, and
+        # an item's guard may come before the keys' guard)
+        read = (lambda k: CallSource(source, "get", (written(k),))) \
+            if hasattr(type(value), "__missing__") else \
+            (lambda k: ItemSource(source, written(k)))
+        items = {k: self.wrap(v, read(k) if source else None, guard)
+                 for k, v in value.items()}
+        factory = None
+        if isinstance(value, collections.defaultdict):  # (what a missing key makes)
+            factory = self.wrap(value.default_factory, AttrSource(source, "default_factory")
+                                if source else None, guard)
+        return DictValue(items, type(value), source, default_factory=factory)
+
+    def _outside_dict(self, value: dict, source: Source) -> Value:
+        """A large dict from outside, read key by key until read whole
+        (values.OutsideDictValue)."""
+        self.guards.add("type", source, type(value))
+
+        def lookup(key: Any) -> Value | None:
+            if key in value:
+                return self.wrap(value[key], ItemSource(source, key), True)
+            self.guards.add("equals", CallSource(source, "__contains__", (key,)), False)
+            return None
+
+        return OutsideDictValue(type(value), source,
+                                lambda: self._wrap_mapping(value, source, True).items, lookup)
 
     def _outside_iterator(self, iterator: Any, source: Source) -> Value:
         """An iterator over a list, tuple or range from outside, read as the code takes items

@@ -184,6 +184,48 @@ class DictValue(Value):
     def python_type(self) -> type:
         return self.kind
 
+    def read(self, key: Any) -> Value | None:
+        """The item under `key`, None where there is none."""
+        return self.items.get(key)
+
+
+class OutsideDictValue(DictValue):
+    """A large dict from outside (sys.modules, a registry) read by key: until the capture
+    reads it whole (iterates it, takes its length, changes it), each key it looks up is read
+    and guarded alone (`read`: the item, or that the key is missing), so a call checks a few
+    guards, not thousands, and an import does not recompile. Read whole, `materialize`
+    wraps every item (the keys guarded), keeping the items already read."""
+
+    def __init__(self, kind: type, source: Any, materialize: Any, lookup: Any):
+        self.kind, self.source, self.born = kind, source, next(births)
+        self.default_factory, self.views = None, []
+        self._materialize, self._lookup = materialize, lookup
+        self._items: dict[Any, Value] | None = None
+        self.read_items: dict[Any, Value | None] = {}  # (None: missing, on a guard)
+
+    @property
+    def items(self) -> dict[Any, Value]:
+        if self._items is None:
+            whole = self._materialize()
+            self._items = {k: self.read_items.get(k) or v for k, v in whole.items()}
+        return self._items
+
+    @items.setter
+    def items(self, value: dict[Any, Value]) -> None:
+        self._items = value
+
+    def read(self, key: Any) -> Value | None:
+        """The item under `key` (None where there is none), read alone while the dict is
+        unread whole."""
+        if self._items is not None or type(key) not in (str, int):
+            return self.items.get(key)
+        if key not in self.read_items:
+            self.read_items[key] = self._lookup(key)
+        return self.read_items[key]
+
+    def __repr__(self) -> str:
+        return f"OutsideDictValue({self.source})"
+
 
 @dataclasses.dataclass(eq=False)
 class SetValue(Value):
