@@ -14,6 +14,7 @@ import torch
 
 from ember.capture import contexts, semantics
 from ember.capture.errors import Raised, Unsupported
+from ember.capture.outside_values import OutsideListValue
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
 from ember.capture.values import (
@@ -25,7 +26,6 @@ from ember.capture.values import (
     LockContextValue,
     NewObjectValue,
     NullContextValue,
-    OutsideListValue,
     SequenceValue,
     SetValue,
     SwitchValue,

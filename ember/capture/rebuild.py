@@ -18,6 +18,7 @@ import torch
 
 from ember.capture.attributes import class_lookup
 from ember.capture.errors import Unsupported
+from ember.capture.outside_values import OutsideIteratorValue
 from ember.capture.semantics import RealCell
 from ember.capture.sources import AHEAD_MARK
 from ember.capture.symbols import SYMBOLIC
@@ -35,7 +36,6 @@ from ember.capture.values import (
     NewObjectValue,
     NullContextValue,
     ObjectValue,
-    OutsideIteratorValue,
     PartialValue,
     PassedNumber,
     RangeValue,

@@ -16,6 +16,7 @@ import torch
 
 from ember.capture import numbers
 from ember.capture.errors import Unsupported
+from ember.capture.outside_values import OutsideIteratorValue
 from ember.capture.sources import (
     AttrSource,
     CallSource,
@@ -39,7 +40,6 @@ from ember.capture.values import (
     NestedFunctionValue,
     NewObjectValue,
     ObjectValue,
-    OutsideIteratorValue,
     PassedNumber,
     RangeValue,
     SequenceValue,

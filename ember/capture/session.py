@@ -19,6 +19,7 @@ from ember.capture import contexts, numbers
 from ember.capture.builder import GraphBuilder
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet
+from ember.capture.outside_values import OutsideDictValue, OutsideIteratorValue, OutsideListValue
 from ember.capture.side_effects import SideEffects
 from ember.capture.sources import AttrSource, CallSource, ItemSource, Source
 from ember.capture.symbols import Shapes
@@ -29,7 +30,6 @@ from ember.capture.values import (
     FunctionValue,
     ModuleValue,
     ObjectValue,
-    OutsideDictValue,
     PythonModuleValue,
     RangeValue,
     SequenceValue,
@@ -340,8 +340,6 @@ class Session:
                 self.guards.add("equals", source, value)
             return SequenceValue([Const(int(d)) for d in value], torch.Size, source)
         if type(value) is list and guard and source is not None:
-            from ember.capture.values import OutsideListValue
-
             self.guards.add("type", source, list)
 
             def materialize() -> list[Value]:
@@ -454,7 +452,7 @@ class Session:
 
     def _outside_dict(self, value: dict, source: Source) -> Value:
         """A large dict from outside, read key by key until read whole
-        (values.OutsideDictValue)."""
+        (outside_values.OutsideDictValue)."""
         self.guards.add("type", source, type(value))
 
         def lookup(key: Any) -> Value | None:
@@ -470,8 +468,6 @@ class Session:
         """An iterator over a list, tuple or range from outside, read as the code takes items
         (see OutsideIteratorValue); the real one is advanced after the graph."""
         from ember.capture.sources import AheadSource, items_left
-        from ember.capture.values import OutsideIteratorValue
-
         self.guards.add("type", source, type(iterator))
         left = items_left(source)
 
