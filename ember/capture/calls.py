@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 Rule = Callable[..., Value]
 # Rules keyed by the real callable (a builtin, a torch function, a class).
 call_rules: dict[Any, Rule] = {}
+# Rules for calling an object of a type whose call is no Python function (operator's
+# getters): (session, callee, args, kwargs, parent frame) -> the result.
+object_call_rules: dict[type, Rule] = {}
 
 
 # Rules for torch._dynamo's own functions wait until something imports torch._dynamo (ember
@@ -447,6 +450,8 @@ def call_object(session: Session, callee: ObjectValue, args: list[Value],
         return Const(None)
     if isinstance(obj, functools._lru_cache_wrapper):
         return _call_cached(session, callee, args, kwargs, parent)
+    if type(obj) in object_call_rules:
+        return object_call_rules[type(obj)](session, callee, args, kwargs, parent)
     if isinstance(obj, weakref.ref) and not args and not kwargs and callee.source is not None:
         # (nn.RNNBase checks its weights through weak references on every call): the
         # referent, guarded as any object reached through the reference is
@@ -585,6 +590,7 @@ from ember.capture import (  # noqa: E402,F401
     mapping_rules,
     markers,
     module_calls,
+    operator_rules,
     torch_rules,
     vmap_rules,
 )

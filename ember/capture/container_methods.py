@@ -79,6 +79,11 @@ def call_value_method(session: Session, receiver: Value, name: str, args: list[V
     if isinstance(receiver, SetValue) and name not in _SET_QUERIES:
         # (the known set's Python copy would take the change, not the set: refused)
         raise Unsupported(f"method {name} of a set")
+    if isinstance(receiver, Const) and isinstance(receiver.value, str) and name == "join" and \
+            len(args) == 1 and not kwargs and not semantics.is_known(args[0]):
+        # (`", ".join(str(d) for d in x.shape)`: the generator's or map's items, taken as
+        # join takes them)
+        args = [SequenceValue(unpack(session, args[0]), list)]
     if semantics.is_known(receiver) and all(semantics.is_known(a) for a in args) and \
             all(semantics.is_known(v) for v in kwargs.values()):
         method = getattr(python_value(receiver), name)
@@ -225,7 +230,7 @@ def dict_method(session: Session, mapping: DictValue, name: str, args: list[Valu
         return found if found is not None else args[1] if len(args) > 1 else Const(None)
     items = mapping.items
     if name in ("keys", "values", "items") and not args and not kwargs:
-        view = SequenceValue(_view_items(mapping, name), list)
+        view = SequenceValue(_view_items(mapping, name), list, view=name)
         mapping.views.append((view, name))  # (live: refresh_views when the dict changes)
         return view
     if name == "copy":

@@ -302,6 +302,13 @@ def binary(session: Session, symbol: str, left: Value, right: Value) -> Value:
     passed = numbers.arithmetic(session, symbol, left, right)
     if passed is not None:
         return passed
+    if symbol.rstrip("=") in ("&", "|", "-", "^") and is_known(left) and is_known(right) and \
+            any(getattr(v, "view", None) in ("keys", "items") for v in (left, right)):
+        # (a dict's keys or items view with another iterable: a set, as the view's
+        # operators answer)
+        operands = [set(python_value(v)) if isinstance(v, SequenceValue) else python_value(v)
+                    for v in (left, right)]
+        return constant(BINARY[symbol.rstrip("=")](*operands))
     if is_known(left) and is_known(right):
         try:
             operands = _numpy_operands([python_value(left), python_value(right)], symbol)

@@ -131,6 +131,7 @@ class SequenceValue(Value):
     kind: type = tuple
     source: Source | None = None
     born: int = dataclasses.field(default_factory=births.__next__)
+    view: str | None = None  # a dict's keys(), values() or items() (kept as a list)
 
     def python_type(self) -> type:
         return self.kind

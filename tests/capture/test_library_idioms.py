@@ -2,16 +2,18 @@
 objects of the user's classes made inside and then called, dataclasses.replace of them,
 sorted() and list.sort() with a key over items that hold tensors, defaultdicts and Counters
 (a missing key is their factory's item or 0, not a KeyError), a set's own changes,
-torch.autocast as a decorator, `__class__` of tensors and containers; and a dict
-subclass's method at a break changing the object itself. Each compares with eager and
-counts graphs and breaks; a cached helper with effects runs natively (its cache runs them
-once, as eager's does); a gradient taken inside breaks the graph there."""
+torch.autocast as a decorator, `__class__` of tensors and containers, operator's getters,
+str.join of a generator, set operators of dict views; and a dict subclass's method at a
+break changing the object itself. Each compares with eager and counts graphs and breaks; a
+cached helper with effects runs natively (its cache runs them once, as eager's does); a
+gradient taken inside breaks the graph there."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
 import functools
+import operator
 
 import torch
 from checks import counts, same
@@ -286,3 +288,35 @@ def test_a_gradient_taken_inside_breaks_the_graph_and_gives_eager_s_gradients():
         results.append((value.detach(), x.grad))
     same(results[1], results[0])
     assert counts(penalty, t(4).requires_grad_()) == (2, 1)
+
+
+BY_SECOND = operator.itemgetter(1)
+
+
+def test_operator_getters_made_inside_or_passed_in_read_as_they_do():
+    # (an itemgetter, attrgetter or methodcaller made inside broke the graph twice)
+    def fn(x, pairs):
+        first_and_third = operator.itemgetter(0, 2)([x, x * 2, x * 3])
+        rows = operator.attrgetter("shape")(x)[0]
+        total = operator.methodcaller("sum", dim=0)(x)
+        ranked = sorted(pairs, key=BY_SECOND)
+        return first_and_third, rows * total, [name for name, _ in ranked]
+
+    x, pairs = t(3, 2), [("a", 3), ("b", 1), ("c", 2)]
+    same(ember.compile(fn)(x, pairs), fn(x, pairs))
+    assert counts(fn, x, pairs) == (1, 0)
+
+
+def test_str_join_of_a_generator_and_set_operators_of_dict_views_are_eager_s():
+    # (join took only known lists; a keys() or items() view was a list, so `&` raised where
+    # eager's view answers a set, and the whole function ran eagerly)
+    def fn(x):
+        label = ", ".join(str(d) for d in x.shape) + "".join(map(str, [1, 2]))
+        table = {"a": 1, "b": 2}
+        common = table.keys() & {"a", "c"}
+        rest = sorted(table.keys() - ["a"]) + sorted(table.items() | {("c", 3)})
+        return x * len(label), sorted(common), rest
+
+    x = t(2, 3)
+    same(ember.compile(fn)(x), fn(x))
+    assert counts(fn, x) == (1, 0)
