@@ -75,14 +75,14 @@ def explain(function: Callable | torch.nn.Module, **options: Any) -> Callable[..
 
         options.setdefault("backend", explaining_backend)  # (eager, and which nodes would be)
         compiled = compile(function, **options)
+        # (a module is called as a call calls it: its hooks — a lazy module's initializing
+        # pre-hook among them — run around the compiled forward)
         target = compiled._compiled_forward if isinstance(compiled, CompiledModule) \
             else compiled
-        if isinstance(compiled, CompiledModule):
-            args = (compiled._orig_mod, *args)
         collector: list[CaptureRecord] = []
         target.reset()
         target.collector = collector
-        target(*args, **kwargs)
+        compiled(*args, **kwargs)
         records = collector
         graphs = [r.graph for r in records if r.graph is not None]
         return ExplainOutput(

@@ -211,17 +211,23 @@ def generated(model: torch.nn.Module, batch: dict[str, torch.Tensor],
                           do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
 
 
-def captures(compiled: Any) -> dict[str, int]:
+def captures(compiled: Any, seen: set[int] | None = None) -> dict[str, int]:
     """How many captures a compiled function (or module) made, its resume functions' and the
-    functions it compiled apart included, and how many of their graphs run eagerly."""
+    functions it compiled apart included, and how many of their graphs run eagerly. (A
+    resume function of a break inside a loop resumes into itself: each is counted once.)"""
     from ember.backends import EagerGraph
 
+    seen = set() if seen is None else seen
     function = getattr(compiled, "_compiled_forward", compiled)
+    found = {"captures": 0, "eager": 0}
+    if id(function) in seen:
+        return found
+    seen.add(id(function))
     found = {"captures": len(function.records),
              "eager": sum(isinstance(r.compiled, EagerGraph) for r in function.records)}
     inner = [r.compiled for r in function.resumes.values() if r.compiled is not None]
     for part in [*inner, *function.callees.values()]:
-        for key, count in captures(part).items():
+        for key, count in captures(part, seen).items():
             found[key] += count
     return found
 

@@ -12,6 +12,8 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
+import torch.utils._contextlib
+
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import RealCell
 from ember.capture.sources import AttrSource, ItemSource
@@ -148,7 +150,11 @@ def inline_function(session: Session, callee: FunctionValue, args: list[Value],
     function = callee.value
     source = callee.source
     if getattr(function, "__wrapped__", None) is not None and \
-            of_torch(function.__module__):
+            of_torch(function.__module__) and \
+            function.__code__.co_filename != torch.utils._contextlib.__file__:
+        # (a wrapper of torch's own other than its context-manager decorators', whose
+        # `with ctx(): return func(...)` is captured as a with-block: `@torch.no_grad()` on
+        # spectral norm's power method)
         raise Unsupported(f"decorated torch function {function.__qualname__}")
     defaults = tuple(session.wrap(v, ItemSource(AttrSource(source, "__defaults__"), i)
                                   if source else None)
