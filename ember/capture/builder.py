@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +34,22 @@ from ember.capture.symbols import (
 )
 from ember.capture.values import Const, DictValue, SequenceValue, SliceValue, TensorValue, Value
 from ember.trees import leaves
+
+# the modules a graph's compile and run issue an op's warnings from: ember's own, FX's
+# generated code (no __name__: "<string>") and its interpreter
+_EMBER_CODE = r"(ember\.|torch\.fx\.|<string>$)"
+
+
+def _quiet_in_ember(message: str, category: type[Warning]) -> None:
+    """An op's warning is issued from the user's line after the graph (SideEffects.warn):
+    the same warning from the graph's compile and run — ember's and FX's code — is filtered
+    out by a filter (not a catch_warnings around every call: that resets every module's
+    registry of the warnings already shown), added where the filters lack it (a
+    catch_warnings around the compile takes it away on its way out)."""
+    kept = ("ignore", re.compile(re.escape(message), re.I), category, re.compile(_EMBER_CODE),
+            0)
+    if kept not in warnings.filters:
+        warnings.filterwarnings("ignore", re.escape(message), category, _EMBER_CODE)
 
 
 class GraphBuilder:
@@ -57,6 +75,8 @@ class GraphBuilder:
         # the frame whose instruction is running (interpreter.Frame.run sets it): each op's
         # node records the user's position, for errors the compiled graph raises at run time
         self.frame: Any = None
+        # the warnings ops issued while captured, by the user's line (see _warned)
+        self.warned: set[tuple] = set()
 
     # -- inputs ---------------------------------------------------------------------------
     def input_tensor(self, tensor: torch.Tensor, source: Source) -> TensorValue:
@@ -146,6 +166,33 @@ class GraphBuilder:
     def call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any],
              refuse: Callable[[Any, list], str | None] | None = None,
              run: Callable[..., Any] | None = None) -> Value:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            result = self._call(kind, target, args, kwargs, refuse, run)
+        for warning in said:
+            self._warned(warning)
+        return result
+
+    def _warned(self, warning: warnings.WarningMessage) -> None:
+        """A warning an op issued as it ran on fakes (or on constants: known_values.py):
+        issued after the graph from the user's line, as eager issues it there, once however
+        often the capture ran the op (SideEffects.warn); the graph's own compile and run of
+        the op are kept from issuing it again from ember's lines (_quiet_in_ember)."""
+        frame = self.frame
+        if frame is None:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                                   warning.lineno)
+            return
+        location = frame.location()
+        key = (location.filename, location.line, str(warning.message), warning.category)
+        if key not in self.warned:
+            self.warned.add(key)
+            frame.session.side_effects.warn(frame, warning.message, warning.category)
+            _quiet_in_ember(str(warning.message), warning.category)
+
+    def _call(self, kind: str, target: Any, args: tuple, kwargs: dict[str, Any],
+              refuse: Callable[[Any, list], str | None] | None,
+              run: Callable[..., Any] | None) -> Value:
         """Add call_function/call_method `target` on tracked arguments; return the result.
         `refuse(example, fake_args)`: why the call, as run on fakes, cannot be a node (no
         node is made then: Unsupported). `run`: what runs on the fakes in the target's stead
@@ -176,7 +223,7 @@ class GraphBuilder:
         except torch_internals.data_dependent_errors() as error:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
-                return self.call(kind, target, *folded, refuse, run)
+                return self._call(kind, target, *folded, refuse, run)
             known = self.known.operands(kind, target, args, kwargs) is not None
             raise Unsupported(f"{_name_of(target)} needs tensor values to know its result "
                               f"({type(error).__name__})"
@@ -193,7 +240,7 @@ class GraphBuilder:
         if isinstance(reads, NumberReads) and reads.seen:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
-                return self.call(kind, target, *folded, refuse, run)
+                return self._call(kind, target, *folded, refuse, run)
         if run is None and numbers.holds_numpy_scalars((fx_args, fx_kwargs)):
             fx_args, fx_kwargs = numbers.plain_numbers(fx_args), numbers.plain_numbers(fx_kwargs)
             self._check_plain_numbers(kind, target, fake_args, fake_kwargs, example)

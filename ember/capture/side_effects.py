@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -127,6 +128,20 @@ class SideEffects:
                         result=result)
         self.effects.append(effect)
         return effect
+
+    def warn(self, frame: Any, message: str | Warning, category: type[Warning]) -> None:
+        """A warning issued after the graph (in order with the other effects) as eager
+        issues it at `frame`'s line: through its module's registry, so the filters show it
+        as often as eager's."""
+        from ember.capture.values import ObjectValue
+
+        location = frame.location()
+        registry = frame.globals.setdefault("__warningregistry__", {})
+        module = frame.globals.get("__name__", "<string>")
+        self.call(warnings.warn_explicit, [
+            ObjectValue(message, None) if isinstance(message, Warning) else Const(message),
+            ObjectValue(category, None), Const(location.filename), Const(location.line),
+            Const(module), ObjectValue(registry, None)])  # (the registry itself, not a copy)
 
     def drop_last(self, effect: Effect) -> bool:
         """Take back `effect` if it is the last one; did it? (Where it came before the

@@ -122,13 +122,7 @@ def _warn(session: Session, message: Value, category: Value | None = None,
     if where is None or source is not None or not isinstance(level, int) or \
             not isinstance(text, (str, Warning)):
         raise Unsupported("warnings.warn() with a message or a place ember cannot give")
-    location = where.location()
-    registry = where.globals.setdefault("__warningregistry__", {})
-    module = where.globals.get("__name__", "<string>")
-    session.side_effects.call(warnings.warn_explicit, [
-        ObjectValue(text, None) if isinstance(text, Warning) else Const(text),
-        ObjectValue(kind, None), Const(location.filename), Const(location.line),
-        Const(module), ObjectValue(registry, None)])  # (the registry itself, not a copy)
+    session.side_effects.warn(where, text, kind)
     return Const(None)
 
 

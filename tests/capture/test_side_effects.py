@@ -272,3 +272,25 @@ def test_python_context_managers_run_their_enter_and_exit_in_the_graph():
     with redirect_stdout(io.StringIO()):
         same(ember.compile(broken)(x, log), x + 1)
     assert log == [("enter", "b"), ("exit", "b")]
+
+
+def test_an_op_s_own_warnings_are_eager_s_from_the_user_s_line():
+    # (a C++ warning of an op, and torch's copy-construct warning, were issued while the op
+    # ran on fakes, on constants and in the graph: up to three times, from ember's and FX's
+    # lines)
+    def fn(x):
+        spread = torch.tensor([1.0]).var()
+        copied = x.new_tensor(x)
+        return x + spread.nan_to_num() + copied
+
+    x = t(3)
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for policy in ("always", "default"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(policy)
+                for _ in range(2):
+                    same(run(x), x * 2)
+            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
+    assert seen[:2] == seen[2:] and len(seen[0]) == 4 and len(seen[1]) == 2
+    assert {w[2] for w in seen[0]} == {__file__}
