@@ -43,6 +43,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
     GivingUp,
     counted_eager_call,
     ending_the_streak,
+    hooked_tensor_types,
 )
 from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
@@ -283,8 +284,10 @@ class CompiledFunction(GivingUp):
                     logs.channel("recompiles").info(
                         "%s is compiled again: the call%s needed a new version because %s.",
                         self.where, logs.from_site(), self.why_missed(self.entries[0], arguments))
-            keys = warm_entries.key_of(self, arguments) if warm_entries.wanted(self) else None
-            entry = warm_entries.load(self, arguments, keys) if keys is not None else None
+            entry = self._hooked_entry(arguments)
+            keys = warm_entries.key_of(self, arguments) \
+                if entry is None and warm_entries.wanted(self) else None
+            entry = warm_entries.load(self, arguments, keys) if keys is not None else entry
             if entry is None:
                 entry = self._capture(arguments)
                 if keys is not None and entry.captured is not None:
@@ -293,6 +296,24 @@ class CompiledFunction(GivingUp):
             self.entries = [entry, *self.entries]
             self.eager_streak = 0
             return entry
+
+    def _hooked_entry(self, arguments: dict[str, Any]) -> CacheEntry | None:
+        """Tensors whose class has its own __torch_function__ among the arguments: an eager
+        entry, before anything reads them (a capture's and its guards' reads would reach
+        the hook, where eager's do not); its guard reads only their types."""
+        hooked = hooked_tensor_types(arguments)
+        if not hooked:
+            return None
+        refusal = Unsupported(f"tensors of {', '.join(hooked)} call their own "
+                              f"__torch_function__, which would see ember's reads")
+        logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, refusal)
+        self.record(CaptureRecord(0, [], [refusal], "", 0.0))
+
+        def still_hooked(arguments: dict[str, Any]) -> bool:
+            return hooked_tensor_types(arguments) == hooked
+
+        return CacheEntry(still_hooked, self.caller, None, "", refusal,
+                          call=counted_eager_call(self, still_hooked))
 
     def why_missed(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
         if entry.captured is None:

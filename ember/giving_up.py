@@ -66,6 +66,26 @@ class GivingUp:
         self.direct_modes = self.direct_modes | {grad_enabled()}
 
 
+# what plain tensors' and parameters' __torch_function__ are (a subclass that keeps them
+# adds no hook of its own)
+_PLAIN_TORCH_FUNCTIONS = (torch.Tensor.__torch_function__.__func__,
+                          torch.nn.Parameter.__torch_function__)
+
+
+def hooked_tensor_types(arguments: dict[str, Any]) -> list[str]:
+    """The tensor subclasses among the arguments with a __torch_function__ of their own: it
+    runs on every torch call on them, attribute reads included, so a capture's and its
+    guards' reads would be seen by the hook (a count, a log) where eager's are not."""
+    found = set()
+    for value in arguments.values():
+        if isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor,
+                                                                   torch.nn.Parameter):
+            hook = type(value).__torch_function__
+            if getattr(hook, "__func__", hook) not in _PLAIN_TORCH_FUNCTIONS:
+                found.add(type(value).__qualname__)
+    return sorted(found)
+
+
 def counted_eager_call(compiled: CompiledFunction, guard: Callable[[dict], bool]
                        ) -> Callable[[dict], Any]:
     """An eager entry's call: its guards, then the function as it is, counted towards

@@ -184,3 +184,33 @@ def test_assert_that_fails_raises_assertion_error():
     same(compiled(t(2), 3), t(2) * 3)
     with pytest.raises(AssertionError, match="n must be positive"):
         compiled(t(2), -1)
+
+
+class _Counted(torch.Tensor):
+    """A tensor subclass with a __torch_function__ of its own: it sees every torch call."""
+
+    seen: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(getattr(func, "__name__", str(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_a_tensor_subclass_with_its_own_torch_function_runs_as_eager_runs_it():
+    # (it was captured and then run eagerly: its hook saw 73 calls on the first call, the
+    # capture's and the guards' reads of strides and sizes, and 7 on each call after)
+    def fn(x):
+        return (x * 2).sum()
+
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for _ in range(2):
+            _Counted.seen = []
+            result = run(t(3).as_subclass(_Counted))
+            seen.append((type(result), result.as_subclass(torch.Tensor), _Counted.seen))
+    same([s[1] for s in seen[2:]], [s[1] for s in seen[:2]])
+    assert [(s[0], s[2]) for s in seen[2:]] == [(s[0], s[2]) for s in seen[:2]]
+    report = ember.explain(fn)(t(3).as_subclass(_Counted))
+    assert (report.graph_count, report.graph_break_count) == (0, 1)
+    assert "__torch_function__" in report.break_reasons[0].reason
