@@ -27,7 +27,7 @@ import torch
 
 from ember import binding, config, dumps, logs, stances, torch_internals, warm_entries
 from ember import options as compile_options
-from ember.capture.errors import AssumptionFailed, CaptureError, Unsupported
+from ember.capture.errors import AssumptionFailed, CaptureError, GraphRaised, Unsupported
 from ember.capture.guards import (
     MISS,
     LazyGuard,
@@ -232,7 +232,11 @@ class CompiledFunction(GivingUp):
                 result = entry.call(arguments)
                 if result is not MISS:
                     return result
-        except AssumptionFailed:  # (a check the graph assumed passes does not: eager's turn)
+        except AssumptionFailed as failed:  # (a check the graph assumed passes does not, or
+            turn = self._eager_turn(failed)  # the graph raised: eager's turn)
+        else:
+            turn = False
+        if turn:  # (outside the handler: eager's exception chains to nothing of ember's)
             return self.function(*args, **kwargs)
         if self.given_up:  # (no more versions: calls the kept ones do not take run eagerly)
             self.ran_eagerly()
@@ -251,8 +255,18 @@ class CompiledFunction(GivingUp):
             return self.function(*args, **kwargs)
         try:
             return entry.run(arguments)
-        except AssumptionFailed:
-            return self.function(*args, **kwargs)
+        except AssumptionFailed as failed:
+            self._eager_turn(failed)
+        return self.function(*args, **kwargs)
+
+    def _eager_turn(self, failed: AssumptionFailed) -> bool:
+        """The call runs eagerly from the function's start (the caller runs it, outside
+        its handler: eager's exception, if it raises, chains to nothing of ember's)."""
+        if isinstance(failed, GraphRaised):
+            logs.channel("fallbacks").info(
+                "%s: its graph raised %s at run time; the call ran eagerly from the "
+                "function's start", self.where, failed)
+        return True
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the

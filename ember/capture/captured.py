@@ -28,7 +28,12 @@ from ember.capture.breaks import (
     live_locals,
     stack_parameters,
 )
-from ember.capture.errors import AssumptionFailed, AssumptionsRefused, Unsupported
+from ember.capture.errors import (
+    AssumptionFailed,
+    AssumptionsRefused,
+    GraphRaised,
+    Unsupported,
+)
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
 from ember.capture.rebuild import Rebuilder
@@ -180,9 +185,13 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     checks = _assumption_lines(session, writer)
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
-    after = ["outputs = compiled(*inputs)", *checks, *tail]
+    run = ["outputs = compiled(*inputs)"]
     if _made_in_inference_mode(builder, writer.outputs):  # (its results: inference tensors)
-        after[:1] = ["with torch.inference_mode():", "    outputs = compiled(*inputs)"]
+        run = ["with torch.inference_mode():", "    outputs = compiled(*inputs)"]
+    if not builder.writes_inputs():  # (an eager rerun finds the inputs as they came)
+        run = ["try:", *(f"    {line}" for line in run), "except Exception as error:",
+               f"    raise {writer.constant(GraphRaised)}(error) from None"]
+    after = [*run, *checks, *tail]
     lines = [f"inputs = [{fetch}]", *after]
     return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
 

@@ -81,6 +81,17 @@ class AssumptionFailed(Exception):
     then runs eagerly from its start, and raises as eager raises (ember/api.py)."""
 
 
+class GraphRaised(AssumptionFailed):
+    """Raised by a runner whose graph raised at run time (a factorization that fails, an
+    index out of range, inside the user's try statement or not), where the graph writes no
+    input: the function runs eagerly from its start, so eager raises the error from the
+    user's own line, or the user's handler catches it, as in eager."""
+
+    def __init__(self, error: Exception):
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
+
+
 class AssumptionsRefused(Exception):
     """A capture that assumed checks pass cannot keep them (its graph writes a tensor in
     place before the runner could test them): captured again, each such check a break."""

@@ -1,7 +1,9 @@
 """A Python exception that the captured code raises and catches (a missing key behind
 Mapping.get, os.getenv, `try: d[k] except KeyError`, a `raise ... from None` in a helper) runs
 its handler in the capture, as eager does: one graph, no break, eager's answers and side
-effects. One that nothing in the captured code catches still raises as eager raises."""
+effects. One that nothing in the captured code catches still raises as eager raises. One the
+graph raises at run time (a factorization that fails, an index out of range) reaches the
+user's handler: the call runs eagerly from the function's start."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import os
 
 import pytest
 import torch
-from checks import check_calls
+from checks import check_calls, same
 
 import ember
 
@@ -165,3 +167,36 @@ def test_an_exception_nothing_catches_raises_as_eager():
         ember.compile(fn, backend="eager")(t(3), {})
     with pytest.raises(ember.capture.errors.CaptureError, match="KeyError"):
         ember.compile(fn, fullgraph=True, backend="eager")(t(3), {})
+
+
+def _factor_or_zeros(x, log):
+    try:
+        factor = torch.linalg.cholesky(x)
+    except torch.linalg.LinAlgError:
+        log.append("not positive-definite")
+        factor = torch.zeros_like(x)
+    return factor * 2
+
+
+def _row_or_zeros(x, rows):
+    try:
+        return x[rows] * 2
+    except IndexError:
+        return x * 0
+
+
+def test_an_error_the_graph_raises_at_run_time_reaches_the_user_s_handler():
+    # (the graph's run raised the factorization's error past the user's except clause: the
+    # program crashed where eager's handler returned zeros)
+    for fn, calls in ((_factor_or_zeros, [torch.eye(3) * 2, -torch.eye(3), torch.eye(3)]),
+                      (_row_or_zeros, [torch.tensor([1]), torch.tensor([5])])):
+        compiled = ember.compile(fn)
+        for value in calls:
+            if fn is _factor_or_zeros:
+                ours, theirs = [], []
+                same(compiled(value, ours), fn(value, theirs))
+                assert ours == theirs
+            else:
+                x = t(3)
+                same(compiled(x, value), fn(x, value))
+        assert len(compiled.entries) == 1

@@ -12,6 +12,7 @@ import torch
 from checks import same
 
 import ember
+from ember.capture.errors import GraphRaised
 
 
 @pytest.fixture(autouse=True)
@@ -215,7 +216,7 @@ def test_a_with_lock_block_is_captured_and_its_effects_replayed_under_the_lock(m
     # (the replay takes the lock around the block that changed something, and only there)
     captured = compiled.entries[0].captured
     called = [getattr(value, "__name__", "") for name, value in captured.runner_namespace.items()
-              if f"{name}(" in captured.runner_source]
+              if f"{name}(" in captured.runner_source and value is not GraphRaised]
     assert called == ["acquire", "append", "release"]
 
 
