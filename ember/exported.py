@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ember.capture.captured import after_graph_call
 from ember.capture.symbols import mark_dynamic
 from ember.exported_signature import (
     InputMismatch,
@@ -473,16 +474,16 @@ def _result(captured: Any, gm: torch.fx.GraphModule, where: str, names: list[str
                           f"fails ({captured.assumed_checks[0]}): compiled code runs the "
                           f"function eagerly there, which an exported program cannot; export "
                           f"it without the check (validate_args=False for a distribution)")
-    lines = captured.runner_lines
-    pure = bool(lines) and lines[0].startswith("outputs = compiled(") and all(
+    lines = after_graph_call(captured.runner_lines)
+    pure = lines is not None and all(
         re.match(r"^(\w+ = |return )", line) and
         (_over_arguments(line, names) or "L[" not in line) and
-        not re.search(r"\b(?:G|GG|C|K)\[", line) for line in lines[1:])
+        not re.search(r"\b(?:G|GG|C|K)\[", line) for line in lines)
     if not pure:
         raise ExportError(f"ember.export: {where} has side effects beside its result (it "
                           f"sets attributes, appends to lists or changes globals); an exported "
                           f"program returns its result only")
-    source = "def result(L, outputs):\n" + "".join(f"    {line}\n" for line in lines[1:])
+    source = "def result(L, outputs):\n" + "".join(f"    {line}\n" for line in lines)
     output_node = next(node for node in gm.graph.nodes if node.op == "output")
     count = len(output_node.args[0]) if isinstance(output_node.args[0], (tuple, list)) else 1
     try:

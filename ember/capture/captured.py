@@ -196,6 +196,15 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
 
 
+def after_graph_call(lines: list[str]) -> list[str] | None:
+    """The runner's lines after its plain graph call (runner_text's: in a try statement or
+    not), None where they do not start with one (a call under inference mode)."""
+    call = "outputs = compiled(*inputs)"
+    if lines[:2] == ["try:", f"    {call}"]:
+        return lines[4:]
+    return lines[1:] if lines[:1] == [call] else None
+
+
 def _assumption_lines(session: Session, writer: Rebuilder) -> list[str]:
     """The runner's tests of the checks the capture assumed pass (branches.assume_it_passes),
     right after the graph and before any effect: where one fails, AssumptionFailed (the
