@@ -16,7 +16,7 @@ def _net(x, w1, w2, wt):
     y = F.conv2d(x, w1, padding=1).relu()
     z = F.conv2d(y, w1, padding=1).relu()  # (the same geometry again: warmed once)
     u = F.conv2d(z, w2, stride=2)
-    return F.conv_transpose2d(u, wt) @ torch.ones(8, 8)
+    return F.conv_transpose2d(u, wt) @ torch.ones(8, 8, device=x.device)
 
 
 def _plan(device="cpu"):
