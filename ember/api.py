@@ -43,7 +43,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
     GivingUp,
     counted_eager_call,
     ending_the_streak,
-    hooked_tensor_types,
+    hooked_arguments,
 )
 from ember.giving_up import grad_enabled as _grad_enabled
 from ember.resumes import Resume, passthrough
@@ -260,8 +260,8 @@ class CompiledFunction(GivingUp):
         return self.function(*args, **kwargs)
 
     def _eager_turn(self, failed: AssumptionFailed) -> bool:
-        """The call runs eagerly from the function's start (the caller runs it, outside
-        its handler: eager's exception, if it raises, chains to nothing of ember's)."""
+        """The call runs eagerly from the function's start (the caller runs it outside
+        its handler: eager's exception chains to nothing of ember's)."""
         if isinstance(failed, GraphRaised):
             logs.channel("fallbacks").info(
                 "%s: its graph raised %s at run time; the call ran eagerly from the "
@@ -312,22 +312,16 @@ class CompiledFunction(GivingUp):
             return entry
 
     def _hooked_entry(self, arguments: dict[str, Any]) -> CacheEntry | None:
-        """Tensors whose class has its own __torch_function__ among the arguments: an eager
-        entry, before anything reads them (a capture's and its guards' reads would reach
-        the hook, where eager's do not); its guard reads only their types."""
-        hooked = hooked_tensor_types(arguments)
-        if not hooked:
+        """An eager entry for arguments with a __torch_function__ of their own, made before
+        anything reads them (giving_up.hooked_arguments)."""
+        hooked = hooked_arguments(arguments)
+        if hooked is None:
             return None
-        refusal = Unsupported(f"tensors of {', '.join(hooked)} call their own "
-                              f"__torch_function__, which would see ember's reads")
+        refusal, guard = hooked
         logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, refusal)
         self.record(CaptureRecord(0, [], [refusal], "", 0.0))
-
-        def still_hooked(arguments: dict[str, Any]) -> bool:
-            return hooked_tensor_types(arguments) == hooked
-
-        return CacheEntry(still_hooked, self.caller, None, "", refusal,
-                          call=counted_eager_call(self, still_hooked))
+        return CacheEntry(guard, self.caller, None, "", refusal,
+                          call=counted_eager_call(self, guard))
 
     def why_missed(self, entry: CacheEntry, arguments: dict[str, Any]) -> str:
         if entry.captured is None:

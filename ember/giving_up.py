@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ember import logs
+from ember.capture.errors import Unsupported
 from ember.capture.guards import MISS
 
 if TYPE_CHECKING:
@@ -72,10 +73,22 @@ _PLAIN_TORCH_FUNCTIONS = (torch.Tensor.__torch_function__.__func__,
                           torch.nn.Parameter.__torch_function__)
 
 
+def hooked_arguments(arguments: dict[str, Any]
+                     ) -> tuple[Unsupported, Callable[[dict], bool]] | None:
+    """Why arguments of tensor subclasses with a __torch_function__ of their own run as
+    eager runs them — the hook runs on every torch call on them, attribute reads included,
+    so it would see the warm-start key's, the capture's and the guards' reads (a count, a
+    log) where eager's are not — and the eager entry's guard, which reads only types."""
+    hooked = hooked_tensor_types(arguments)
+    if not hooked:
+        return None
+    refusal = Unsupported(f"tensors of {', '.join(hooked)} call their own "
+                          f"__torch_function__, which would see ember's reads")
+    return refusal, lambda arguments: hooked_tensor_types(arguments) == hooked
+
+
 def hooked_tensor_types(arguments: dict[str, Any]) -> list[str]:
-    """The tensor subclasses among the arguments with a __torch_function__ of their own: it
-    runs on every torch call on them, attribute reads included, so a capture's and its
-    guards' reads would be seen by the hook (a count, a log) where eager's are not."""
+    """The tensor subclasses among the arguments with a __torch_function__ of their own."""
     found = set()
     for value in arguments.values():
         if isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor,

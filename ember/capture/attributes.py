@@ -1,6 +1,7 @@
-"""Attribute reads and writes on tracked values: tensor metadata and methods, module
-parameters, buffers and submodules, object attributes (properties, methods, class attributes),
-super(). Reads of real objects go through `session.wrap`, which installs the guards."""
+"""Attribute reads and writes on tracked values: module parameters, buffers and submodules,
+object attributes (properties, methods, class attributes), super(); a tensor's metadata and
+methods are tensor_attributes.py's. Reads of real objects go through `session.wrap`, which
+installs the guards."""
 
 from __future__ import annotations
 
@@ -12,11 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import torch_internals
+from ember.capture import tensor_attributes
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import field_names, python_value
 from ember.capture.sources import AttrSource, EntrySource
-from ember.capture.symbols import tracked_size
 from ember.capture.values import (
     AutocastValue,
     BoundMethodValue,
@@ -36,7 +36,6 @@ from ember.capture.values import (
     SliceValue,
     SuperValue,
     SwitchValue,
-    TensorMethodValue,
     TensorValue,
     Value,
     ValueMethodValue,
@@ -47,11 +46,6 @@ if TYPE_CHECKING:
     from ember.capture.session import Session
 
 
-_TENSOR_CONSTANT_ATTRIBUTES = ("dtype", "device", "ndim", "is_cuda", "is_cpu", "is_sparse",
-                               "layout", "requires_grad", "is_leaf", "is_quantized", "is_meta",
-                               "is_nested", "is_mkldnn")
-
-
 # what a bound method tells of its function, as the function itself tells it
 _FUNCTION_FACTS = ("__name__", "__qualname__", "__module__", "__doc__", "__code__",
                    "__defaults__", "__kwdefaults__", "__wrapped__", "__annotations__")
@@ -60,12 +54,10 @@ _FUNCTION_FACTS = ("__name__", "__qualname__", "__module__", "__doc__", "__code_
 def get_attribute(session: Session, value: Value, name: str) -> Value:
     if name == "__class__" and not isinstance(value, (ObjectValue, NewObjectValue,
                                                       PythonModuleValue)):
-        # (what type(value) answers: a tensor's, a list's; an object's own is read from it)
-        from ember.capture.builtin_rules import type_of
-
-        return type_of(session, value)
+        kind = value.python_type()  # (type(value): a tensor's, a list's; an object's is its)
+        return session.wrap(kind, session.constant_source(kind), guard=False)
     if isinstance(value, TensorValue):
-        return tensor_attribute(session, value, name)
+        return tensor_attributes.tensor_attribute(session, value, name)
     if isinstance(value, ModuleValue):
         return module_attribute(session, value, name)
     if isinstance(value, PythonModuleValue):
@@ -123,43 +115,6 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
 
 _MISSING = object()
 _GENERIC_GETATTRIBUTE = object.__getattribute__  # (how object reads an attribute, past hooks)
-
-
-def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
-    fake = value.fake
-    if name in _TENSOR_CONSTANT_ATTRIBUTES:
-        return Const(getattr(fake, name))
-    if name == "shape":
-        return SequenceValue([Const(tracked_size(d)) for d in fake.shape], torch.Size)
-    if name == "T":
-        return session.builder.call("call_method", "permute", (value,),
-                                    {"dims": Const(tuple(reversed(range(fake.ndim))))})
-    if name == "mT" or (name == "mH" and not fake.is_complex()):
-        return session.builder.call("call_method", "transpose",
-                                    (value, Const(-2), Const(-1)), {})
-    if name in ("mH", "H"):  # (conjugated: complex; H of at most two dims, as eager checks)
-        if name == "H" and fake.ndim > 2:
-            raise Unsupported("tensor.H of more than two dims (eager refuses it too)")
-        return session.builder.call("call_function", torch.adjoint, (value,), {})
-    if name == "data":
-        # (not detach(): .data has a version counter of its own, so `p.data.clamp_()` leaves
-        # what autograd saved of p valid, as it must when the graph runs eagerly)
-        for getter in torch_internals.data_attribute_getters():
-            return session.builder.call("call_function", getter, (value,), {})
-        return session.builder.call("call_method", "detach", (value,), {})
-    if name == "real" and not fake.is_complex():
-        return value
-    if name in ("real", "imag"):  # (views of a complex tensor's parts)
-        return session.builder.call("call_function", getattr(torch, name), (value,), {})
-    if name in ("grad", "grad_fn", "_base", "_version"):
-        raise Unsupported(f"tensor.{name} inside the compiled function",
-                          f"read tensor.{name} outside the compiled function")
-    attribute = getattr(torch.Tensor, name, _MISSING)
-    if attribute is _MISSING:
-        raise Unsupported(f"tensors have no attribute {name!r}")
-    if callable(attribute):
-        return TensorMethodValue(value, name)
-    raise Unsupported(f"tensor attribute {name!r} is not supported yet")
 
 
 def module_attribute(session: Session, value: ModuleValue, name: str) -> Value:
@@ -553,33 +508,9 @@ def delete_attribute(session: Session, receiver: Value, name: str) -> None:
     del receiver.attributes[name]
 
 
-def set_requires_grad(session: Session, tensor: TensorValue, wanted: Value,
-                      method: bool) -> Value:
-    """`x.requires_grad = b` (`method`: `x.requires_grad_(b)`), as eager answers it. True on
-    a tensor that requires no grad makes it a new autograd leaf: a node of the graph, which
-    lowering keeps inside the compiled graph where eager's gradient of the leaf is
-    unobservable, and runs as an eager island (on the real tensor) where it is not
-    (ember/lower/meta_interpreter.py). False would stop the gradient of a tensor the graph
-    already differentiates: a break."""
-    requires = python_value(wanted)
-    fake = tensor.fake
-    if type(requires) is not bool:
-        raise Unsupported(f"requires_grad set to a {type(requires).__name__}",
-                          "eager wants a bool here")
-    if not fake.is_leaf and not (method and requires):
-        raise Unsupported("requires_grad set on a tensor that is not a leaf (eager raises "
-                          "here)", "set it on a leaf, or detach() the tensor first")
-    if fake.requires_grad == requires:
-        return tensor  # (nothing changes)
-    if not requires:
-        raise Unsupported("requires_grad turned off inside the compiled function",
-                          "set it before calling the compiled function")
-    return session.builder.call("call_method", "requires_grad_", (tensor,), {})
-
-
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
     if isinstance(receiver, TensorValue) and name == "requires_grad":
-        set_requires_grad(session, receiver, value, method=False)
+        tensor_attributes.set_requires_grad(session, receiver, value, method=False)
         return
     if isinstance(receiver, NewObjectValue):
         setter = class_lookup(receiver.cls, "__setattr__")

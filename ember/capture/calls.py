@@ -28,6 +28,7 @@ from ember.capture import (
     known_values,
     numbers,
     semantics,
+    tensor_attributes,
 )
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.inlining import inline_function, inline_nested
@@ -270,7 +271,7 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
                           "keep it outside the compiled function, or use tensor operations")
     if name == "requires_grad_" and len(args) + len(kwargs) <= 1:
         wanted = args[0] if args else kwargs.get("requires_grad", Const(True))
-        return attributes.set_requires_grad(session, tensor, wanted, method=True)
+        return tensor_attributes.set_requires_grad(session, tensor, wanted, method=True)
     if name == "is_inference" and not args:
         if tensor.node.op == "placeholder":
             raise Unsupported("is_inference() of an input (not guarded)")
