@@ -173,6 +173,17 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     if member is not None:
         _guard_class_member(session, value, cls, name, descriptor)
         return member
+    getter = class_lookup(type(descriptor), "__get__") if descriptor is not _MISSING else None
+    if isinstance(getter, types.FunctionType) and receiver is not None and any(
+            key[0] == id(obj) for key in session.side_effects.attributes):
+        # (a Python descriptor of an object the capture wrote to: its __get__ run as code,
+        # reading what was written; read natively, it would read the object as it was)
+        from ember.capture.calls import call_value
+
+        _guard_class_member(session, value, cls, name, descriptor)
+        return call_value(session, session.wrap(getter, None, guard=False),
+                          [session.wrap(descriptor, None, guard=False), receiver,
+                           session.wrap(cls, None, guard=False)], {})
     try:
         real = _GENERIC_GETATTRIBUTE(obj, name) if past_hooks else getattr(obj, name)
     except AttributeError:
@@ -508,6 +519,48 @@ def delete_attribute(session: Session, receiver: Value, name: str) -> None:
     del receiver.attributes[name]
 
 
+def set_outside_attribute(session: Session, receiver: ObjectValue, name: str, value: Value,
+                          hooks: bool = True) -> None:
+    """`obj.name = value` on an object from outside (`hooks`: False for
+    object.__setattr__, past the class's own __setattr__)."""
+    obj = receiver.value
+    if not isinstance(obj, torch.nn.Module) and _python_setter(session, receiver, name, value,
+                                                               hooks):
+        return
+    if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \
+            name in obj.__dict__.get("_parameters", {}):
+        raise Unsupported("assigning a tensor to a module parameter",
+                          "update the parameter in place, or outside the compiled function")
+    session.side_effects.set_attribute(obj, receiver.source, name, value)
+
+
+def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Value,
+                   hooks: bool = True) -> bool:
+    """`obj.name = value` on an object from outside whose class sets it in Python: its own
+    __setattr__ (`hooks`: a transformers config maps names through it), a property's
+    setter, a data descriptor's __set__ — run as code, as eager runs them (a plain write
+    would be read back where eager reads the descriptor). False: a plain write."""
+    from ember.capture.calls import call_value
+
+    cls = type(receiver.value)
+    setter = class_lookup(cls, "__setattr__")
+    if hooks and isinstance(setter, types.FunctionType):
+        call_value(session, session.wrap(setter, None, guard=False),
+                   [receiver, Const(name), value], {})
+        return True
+    descriptor = class_lookup(cls, name)
+    if isinstance(descriptor, property) and isinstance(descriptor.fset, types.FunctionType):
+        call_value(session, session.wrap(descriptor.fset, None, guard=False),
+                   [receiver, value], {})
+        return True
+    custom = class_lookup(type(descriptor), "__set__") if descriptor is not _MISSING else None
+    if isinstance(custom, types.FunctionType):
+        call_value(session, session.wrap(custom, None, guard=False),
+                   [session.wrap(descriptor, None, guard=False), receiver, value], {})
+        return True
+    return False
+
+
 def set_attribute(session: Session, receiver: Value, name: str, value: Value) -> None:
     if isinstance(receiver, TensorValue) and name == "requires_grad":
         tensor_attributes.set_requires_grad(session, receiver, value, method=False)
@@ -525,12 +578,7 @@ def set_attribute(session: Session, receiver: Value, name: str, value: Value) ->
         set_new_object_attribute(session, receiver, name, value)
         return
     if isinstance(receiver, ObjectValue) and receiver.source is not None:
-        obj = receiver.value
-        if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \
-                name in obj.__dict__.get("_parameters", {}):
-            raise Unsupported("assigning a tensor to a module parameter",
-                              "update the parameter in place, or outside the compiled function")
-        session.side_effects.set_attribute(obj, receiver.source, name, value)
+        set_outside_attribute(session, receiver, name, value)
         return
     raise Unsupported(f"setting attribute {name!r} of {receiver.describe()}")
 

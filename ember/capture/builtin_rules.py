@@ -313,6 +313,20 @@ def _setattr(session: Session, obj: Value, name: Value, value: Value, **_: Any) 
     return Const(None)
 
 
+@rule(object.__setattr__)
+def _object_setattr(session: Session, target: Value, name: Value, value: Value,
+                    **_: Any) -> Value:
+    """object.__setattr__(self, name, value): how a frozen dataclass's __init__ sets fields,
+    and a class's own __setattr__ (a config's) sets past itself."""
+    if isinstance(target, NewObjectValue):
+        attributes.set_new_object_attribute(session, target, python_value(name), value)
+        return Const(None)
+    if type(target) is ObjectValue and target.source is not None:
+        attributes.set_outside_attribute(session, target, python_value(name), value, False)
+        return Const(None)
+    raise Unsupported(f"object.__setattr__ on {target.describe()}")
+
+
 @rule(delattr)
 def _delattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
     attributes.delete_attribute(session, obj, python_value(name))

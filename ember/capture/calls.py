@@ -63,8 +63,8 @@ if TYPE_CHECKING:
 Rule = Callable[..., Value]
 # Rules keyed by the real callable (a builtin, a torch function, a class).
 call_rules: dict[Any, Rule] = {}
-# Rules for calling an object of a type whose call is no Python function (operator's
-# getters): (session, callee, args, kwargs, parent frame) -> the result.
+# Rules for calling objects by type (operator's getters): (session, callee, args, kwargs,
+# parent frame) -> the result
 object_call_rules: dict[type, Rule] = {}
 
 
@@ -313,16 +313,6 @@ def _not_plain(cls: type) -> str | None:
         if hooks:
             return f"{klass.__qualname__} defines {', '.join(sorted(hooks))}"
     return None
-
-
-@rule(object.__setattr__)
-def _object_setattr(session: Session, target: Value, name: Value, value: Value,
-                    **_: Any) -> Value:
-    """object.__setattr__(self, name, value): how a frozen dataclass's __init__ sets fields."""
-    if isinstance(target, NewObjectValue):
-        attributes.set_new_object_attribute(session, target, python_value(name), value)
-        return Const(None)
-    raise Unsupported(f"object.__setattr__ on {target.describe()}")
 
 
 @rule(functools.partial)
