@@ -524,8 +524,9 @@ def set_outside_attribute(session: Session, receiver: ObjectValue, name: str, va
     """`obj.name = value` on an object from outside (`hooks`: False for
     object.__setattr__, past the class's own __setattr__)."""
     obj = receiver.value
-    if not isinstance(obj, torch.nn.Module) and _python_setter(session, receiver, name, value,
-                                                               hooks):
+    registered = isinstance(obj, torch.nn.Module) and any(
+        name in obj.__dict__.get(table, {}) for table in ("_parameters", "_buffers", "_modules"))
+    if not registered and _python_setter(session, receiver, name, value, hooks):
         return
     if isinstance(obj, torch.nn.Module) and isinstance(value, TensorValue) and \
             name in obj.__dict__.get("_parameters", {}):
@@ -537,14 +538,16 @@ def set_outside_attribute(session: Session, receiver: ObjectValue, name: str, va
 def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Value,
                    hooks: bool = True) -> bool:
     """`obj.name = value` on an object from outside whose class sets it in Python: its own
-    __setattr__ (`hooks`: a transformers config maps names through it), a property's
-    setter, a data descriptor's __set__ — run as code, as eager runs them (a plain write
-    would be read back where eager reads the descriptor). False: a plain write."""
+    __setattr__ (`hooks`; not a module's: a transformers config maps names through it), a
+    property's setter, a data descriptor's __set__ (a module's too) — run as code, as eager
+    runs them (a plain write would be read back where eager reads the descriptor). False: a
+    plain write."""
     from ember.capture.calls import call_value
 
     cls = type(receiver.value)
     setter = class_lookup(cls, "__setattr__")
-    if hooks and isinstance(setter, types.FunctionType):
+    if hooks and isinstance(setter, types.FunctionType) and \
+            not isinstance(receiver.value, torch.nn.Module):  # (a module's: the plain write)
         call_value(session, session.wrap(setter, None, guard=False),
                    [receiver, Const(name), value], {})
         return True

@@ -371,3 +371,29 @@ def test_a_passed_object_s_setters_run_as_eager_runs_them():
     same(ember.compile(fn)(x, ours), fn(x, theirs))
     assert vars(ours) == vars(theirs)
     assert counts(fn, x, _Settings()) == (1, 0)
+
+
+class _Tempered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._temperature = 1.0
+
+    @property
+    def temperature(self):
+        return self._temperature * 10
+
+    @temperature.setter
+    def temperature(self, value):
+        self._temperature = value + 1
+
+    def forward(self, x):
+        self.temperature = 2
+        return x * self.temperature
+
+
+def test_a_module_s_property_setter_runs_as_eager_runs_it():
+    x = t(2)
+    ours, theirs = _Tempered(), _Tempered()
+    same(ember.compile(ours)(x), theirs(x))
+    assert ours._temperature == theirs._temperature == 3
+    assert counts(_Tempered(), x) == (1, 0)
