@@ -151,9 +151,15 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     What object.__getattribute__ read past a class's own is guarded as read that way too
     (`AttrSource.past_hooks`: the guard does not run the hook again on every call)."""
     obj = value.value
-    shadow = session.side_effects.attributes.get((id(obj), name))
+    stored = _stored(session, obj)  # (its __dict__ read as a dict: what that holds now)
+    found = stored.read(name) if stored is not None and name != "__dict__" else None
+    shadow = found or session.side_effects.attributes.get((id(obj), name))
     if shadow is not None:
         return shadow
+    if name == "__dict__" and value.source is not None and \
+            not isinstance(obj, (type, torch.nn.Module)) and isinstance(
+                getattr(obj, "__dict__", None), dict):
+        return _instance_dict_value(session, value)
     if hooks:
         hooked = _through_own_getattribute(session, value, name)
         if hooked is not None:
@@ -195,6 +201,29 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
         function = session.wrap(real.__func__, None, guard=False)
         return BoundMethodValue(function, value)
     return session.wrap(real, source)
+
+
+def _stored(session: Session, obj: Any) -> DictValue | None:
+    """The tracked dict of an outside object's __dict__, where the capture read it."""
+    own = obj.__dict__ if not isinstance(obj, (type, torch.nn.Module)) and \
+        isinstance(getattr(obj, "__dict__", None), dict) else None
+    tracked = session.tracked(own) if own is not None else None
+    return tracked if isinstance(tracked, DictValue) else None
+
+
+def _instance_dict_value(session: Session, value: ObjectValue) -> DictValue:
+    """`obj.__dict__` of an object from outside: its dict, tracked, holding what the
+    capture wrote to the object before (attribute writes after it change it too,
+    set_outside_attribute), so `o.__dict__[k] = v; o.k` and `setattr(o, k, v);
+    o.__dict__[k]` read what eager reads."""
+    obj = value.value
+    stored = session.wrap(obj.__dict__, AttrSource(value.source, "__dict__"))
+    if not isinstance(stored, DictValue):
+        raise Unsupported(f"__dict__ of {value.describe()}")
+    for (owner, name), written in session.side_effects.attributes.items():
+        if owner == id(obj):
+            stored.items[name] = written
+    return stored
 
 
 def _own_getattribute(cls: type) -> types.FunctionType | None:
@@ -533,6 +562,9 @@ def set_outside_attribute(session: Session, receiver: ObjectValue, name: str, va
         raise Unsupported("assigning a tensor to a module parameter",
                           "update the parameter in place, or outside the compiled function")
     session.side_effects.set_attribute(obj, receiver.source, name, value)
+    stored = _stored(session, obj)
+    if stored is not None:  # (its __dict__, read as a dict before: it shows the write)
+        stored.items[name] = value
 
 
 def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Value,

@@ -397,3 +397,27 @@ def test_a_module_s_property_setter_runs_as_eager_runs_it():
     same(ember.compile(ours)(x), theirs(x))
     assert ours._temperature == theirs._temperature == 3
     assert counts(_Tempered(), x) == (1, 0)
+
+
+class _Plain:
+    def __init__(self):
+        self.a, self.b = 1, 2
+
+
+def test_a_passed_object_s_dict_and_its_attributes_are_one_store():
+    # (the __dict__ was a copy of the object's dict at capture, apart from the attributes
+    # written: o.__dict__["a"] = 7 then o.a read 1, setattr(o, "z", 3) then
+    # o.__dict__.get("z", 0) read 0)
+    def fn(x, o):
+        o.__dict__["a"] = 7
+        setattr(o, "z", 3)
+        stored = o.__dict__
+        o.q = 5
+        return x * o.a + stored.get("z", 0) + stored["q"] + len(stored)
+
+    x = t(2)
+    for _ in range(2):
+        ours, theirs = _Plain(), _Plain()
+        same(ember.compile(fn)(x, ours), fn(x, theirs))
+        assert vars(ours) == vars(theirs)
+    assert counts(fn, x, _Plain()) == (1, 0)
