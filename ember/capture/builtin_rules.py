@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils.checkpoint
 
-from ember.capture import attributes, semantics
+from ember.capture import attribute_writes, attributes, semantics
 from ember.capture.calls import call_rules, call_value, rule
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
@@ -309,7 +309,7 @@ def _guard_absent(session: Session, obj: Value, name: str, error: Unsupported) -
 
 @rule(setattr)
 def _setattr(session: Session, obj: Value, name: Value, value: Value, **_: Any) -> Value:
-    attributes.set_attribute(session, obj, python_value(name), value)
+    attribute_writes.set_attribute(session, obj, python_value(name), value)
     return Const(None)
 
 
@@ -319,17 +319,17 @@ def _object_setattr(session: Session, target: Value, name: Value, value: Value,
     """object.__setattr__(self, name, value): how a frozen dataclass's __init__ sets fields,
     and a class's own __setattr__ (a config's) sets past itself."""
     if isinstance(target, NewObjectValue):
-        attributes.set_new_object_attribute(session, target, python_value(name), value)
+        attribute_writes.set_new_object_attribute(session, target, python_value(name), value)
         return Const(None)
     if type(target) is ObjectValue and target.source is not None:
-        attributes.set_outside_attribute(session, target, python_value(name), value, False)
+        attribute_writes.set_outside_attribute(session, target, python_value(name), value, False)
         return Const(None)
     raise Unsupported(f"object.__setattr__ on {target.describe()}")
 
 
 @rule(delattr)
 def _delattr(session: Session, obj: Value, name: Value, **_: Any) -> Value:
-    attributes.delete_attribute(session, obj, python_value(name))
+    attribute_writes.delete_attribute(session, obj, python_value(name))
     return Const(None)
 
 

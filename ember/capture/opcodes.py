@@ -12,7 +12,7 @@ import dis
 import importlib
 import sys
 
-from ember.capture import attributes, branches, contexts, inlining, semantics
+from ember.capture import attribute_writes, attributes, branches, contexts, inlining, semantics
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.interpreter import Frame, Return, Yielded, handler
 from ember.capture.values import (
@@ -181,7 +181,7 @@ def _load_super_attr(frame: Frame, instruction: Instruction) -> None:
 def _store_attr(frame: Frame, instruction: Instruction) -> None:
     receiver = frame.pop()
     value = frame.pop()
-    attributes.set_attribute(frame.session, receiver, instruction.argval, value)
+    attribute_writes.set_attribute(frame.session, receiver, instruction.argval, value)
 
 
 # -- operators -----------------------------------------------------------------------------
@@ -536,4 +536,4 @@ __all__ = ["BoundMethodValue", "TensorValue", "Value", "SetValue"]
 
 @handler("DELETE_ATTR")
 def _delete_attr(frame: Frame, instruction: Instruction) -> None:
-    attributes.delete_attribute(frame.session, frame.pop(), instruction.argval)
+    attribute_writes.delete_attribute(frame.session, frame.pop(), instruction.argval)
