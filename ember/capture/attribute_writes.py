@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ember.capture import tensor_attributes
-from ember.capture.attributes import _MISSING, _python_descriptor, _stored, class_lookup
+from ember.capture.attributes import MISSING, class_lookup, python_descriptor, stored_dict
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.values import Const, NewObjectValue, ObjectValue, TensorValue, Value
 
@@ -33,7 +33,7 @@ def set_new_object_attribute(session: Session, target: NewObjectValue, name: str
                    {})
         return
     elif hasattr(descriptor, "__set__"):  # (a property without a Python setter among them)
-        _python_descriptor(session, descriptor, "__set__", [target, value],
+        python_descriptor(session, descriptor, "__set__", [target, value],
                            f"{target.cls.__qualname__}.{name}")
         return
     elif not target.cls.__dictoffset__:
@@ -77,7 +77,7 @@ def set_outside_attribute(session: Session, receiver: ObjectValue, name: str, va
         raise Unsupported("assigning a tensor to a module parameter",
                           "update the parameter in place, or outside the compiled function")
     session.side_effects.set_attribute(obj, receiver.source, name, value)
-    stored = _stored(session, obj)
+    stored = stored_dict(session, obj)
     if stored is not None:  # (its __dict__, read as a dict before: it shows the write)
         stored.items[name] = value
 
@@ -103,7 +103,7 @@ def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Va
         call_value(session, session.wrap(descriptor.fset, None, guard=False),
                    [receiver, value], {})
         return True
-    custom = class_lookup(type(descriptor), "__set__") if descriptor is not _MISSING else None
+    custom = class_lookup(type(descriptor), "__set__") if descriptor is not MISSING else None
     if isinstance(custom, types.FunctionType):
         call_value(session, session.wrap(custom, None, guard=False),
                    [session.wrap(descriptor, None, guard=False), receiver, value], {})

@@ -61,8 +61,8 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, ModuleValue):
         return module_attribute(session, value, name)
     if isinstance(value, PythonModuleValue):
-        real = getattr(value.value, name, _MISSING)
-        if real is _MISSING:
+        real = getattr(value.value, name, MISSING)
+        if real is MISSING:
             raise Unsupported(f"module {value.value.__name__} has no attribute {name!r}")
         from ember.capture.session import is_stable_module
 
@@ -80,8 +80,8 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     if isinstance(value, SuperValue):  # (3.11: super() is a value, then its attribute)
         return _past(session, value.klass, value.receiver, name)
     if isinstance(value, Const):
-        real = getattr(value.value, name, _MISSING)
-        if real is _MISSING:
+        real = getattr(value.value, name, MISSING)
+        if real is MISSING:
             raise Unsupported(f"{value.describe()} has no attribute {name!r}")
         if callable(real) and not isinstance(real, type):
             return ValueMethodValue(value, name)
@@ -113,7 +113,7 @@ def get_attribute(session: Session, value: Value, name: str) -> Value:
     raise Unsupported(f"attribute {name!r} of {value.describe()}")
 
 
-_MISSING = object()
+MISSING = object()
 _GENERIC_GETATTRIBUTE = object.__getattribute__  # (how object reads an attribute, past hooks)
 
 
@@ -151,7 +151,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     What object.__getattribute__ read past a class's own is guarded as read that way too
     (`AttrSource.past_hooks`: the guard does not run the hook again on every call)."""
     obj = value.value
-    stored = _stored(session, obj)  # (its __dict__ read as a dict: what that holds now)
+    stored = stored_dict(session, obj)  # (its __dict__ read as a dict: what that holds now)
     found = stored.read(name) if stored is not None and name != "__dict__" else None
     shadow = found or session.side_effects.attributes.get((id(obj), name))
     if shadow is not None:
@@ -179,7 +179,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     if member is not None:
         _guard_class_member(session, value, cls, name, descriptor)
         return member
-    getter = class_lookup(type(descriptor), "__get__") if descriptor is not _MISSING else None
+    getter = class_lookup(type(descriptor), "__get__") if descriptor is not MISSING else None
     if isinstance(getter, types.FunctionType) and receiver is not None and any(
             key[0] == id(obj) for key in session.side_effects.attributes):
         # (a Python descriptor of an object the capture wrote to: its __get__ run as code,
@@ -203,7 +203,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     return session.wrap(real, source)
 
 
-def _stored(session: Session, obj: Any) -> DictValue | None:
+def stored_dict(session: Session, obj: Any) -> DictValue | None:
     """The tracked dict of an outside object's __dict__, where the capture read it."""
     own = obj.__dict__ if not isinstance(obj, (type, torch.nn.Module)) and \
         isinstance(getattr(obj, "__dict__", None), dict) else None
@@ -246,7 +246,7 @@ def _through_own_getattribute(session: Session, value: ObjectValue, name: str
         return None
     cls = type(obj)
     hook = _own_getattribute(cls)
-    if hook is None or class_lookup(cls, "__getattr__") is not _MISSING:
+    if hook is None or class_lookup(cls, "__getattr__") is not MISSING:
         return None
     from ember.capture.calls import call_value
 
@@ -354,7 +354,7 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
             return call_value(session, session.wrap(hook, None, guard=False),
                               [value, Const(name)], {})
     if name not in value.attributes and name != "__dict__" and \
-            class_lookup(value.cls, name) is _MISSING:
+            class_lookup(value.cls, name) is MISSING:
         fallback = class_lookup(value.cls, "__getattr__")
         if isinstance(fallback, types.FunctionType):
             from ember.capture.calls import call_value
@@ -374,14 +374,14 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
     if mapping_method(value, name):  # (bound to the object: a break calls it on the object)
         return ValueMethodValue(value, name)
     descriptor = class_lookup(value.cls, name)
-    if descriptor is _MISSING:
+    if descriptor is MISSING:
         raise Raised(AttributeError(f"{value.cls.__qualname__!r} object has no attribute "
                                     f"{name!r}"))
     member = _class_member(session, descriptor, value.cls, value)
     if member is not None:
         return member
     if hasattr(descriptor, "__get__"):
-        return _python_descriptor(session, descriptor, "__get__",
+        return python_descriptor(session, descriptor, "__get__",
                                   [value, session.wrap(value.cls, None, guard=False)],
                                   f"{value.cls.__qualname__}.{name}")
     # a class attribute: read through the class (guarded; changes to a list or dict there
@@ -394,7 +394,7 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
     return session.wrap(descriptor, None, guard=False)
 
 
-def _python_descriptor(session: Session, descriptor: Any, method: str, args: list[Value],
+def python_descriptor(session: Session, descriptor: Any, method: str, args: list[Value],
                        what: str) -> Value:
     """A descriptor's __get__ or __set__ on an object made during capture, where its class
     writes it in Python (torch.distributions' lazy_property, a user's caching descriptor):
@@ -445,11 +445,11 @@ def _guard_class_member(session: Session, value: ObjectValue, cls: type, name: s
 
 def class_lookup(cls: type, name: str) -> Any:
     """`name` as the class's MRO has it (what object.__getattribute__ finds on the class),
-    else _MISSING. Also a guard (a method not replaced): on every call."""
+    else MISSING. Also a guard (a method not replaced): on every call."""
     for namespace in class_dicts(cls):
         if name in namespace:
             return namespace[name]
-    return _MISSING
+    return MISSING
 
 
 def class_dicts(cls: type) -> tuple:
