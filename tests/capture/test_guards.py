@@ -897,7 +897,7 @@ def test_guard_variables_are_reused_once_dead_and_the_runner_runs_on_a_small_fra
 def test_class_lookups_see_a_class_changed_after_they_looked_in_it():
     # (the classes' dicts are kept as live views per class: a name set on a base later, or
     # bases assigned, must be seen by the guards that look there on every call)
-    from ember.capture.attributes import _MISSING, class_lookup, lacks, lacks_past_hooks
+    from ember.capture.attributes import MISSING, class_lookup, lacks, lacks_past_hooks
 
     class Base:
         pass
@@ -906,7 +906,7 @@ def test_class_lookups_see_a_class_changed_after_they_looked_in_it():
         pass
 
     obj = Derived()
-    assert class_lookup(Derived, "f") is _MISSING and lacks_past_hooks(obj, "f") and lacks(obj, "f")
+    assert class_lookup(Derived, "f") is MISSING and lacks_past_hooks(obj, "f") and lacks(obj, "f")
     Base.f = 1
     assert class_lookup(Derived, "f") == 1
     assert not lacks_past_hooks(obj, "f") and not lacks(obj, "f")
@@ -915,7 +915,7 @@ def test_class_lookups_see_a_class_changed_after_they_looked_in_it():
         g = 2
 
     Derived.__bases__ = (Other,)
-    assert class_lookup(Derived, "f") is _MISSING and class_lookup(Derived, "g") == 2
+    assert class_lookup(Derived, "f") is MISSING and class_lookup(Derived, "g") == 2
     assert lacks_past_hooks(obj, "f") and not lacks_past_hooks(obj, "g")
     obj.f = 3
     assert not lacks_past_hooks(obj, "f") and not lacks(obj, "f")
