@@ -227,16 +227,16 @@ class CompiledFunction(GivingUp):
             arguments = self.binder(*args, **kwargs)
         except TypeError:
             return self.function(*args, **kwargs)  # eager raises the right TypeError
+        rerun = False
         try:
             for entry in self.entries:
                 result = entry.call(arguments)
                 if result is not MISS:
                     return result
         except AssumptionFailed as failed:  # (a check the graph assumed passes does not, or
-            turn = self._eager_turn(failed)  # the graph raised: eager's turn)
-        else:
-            turn = False
-        if turn:  # (outside the handler: eager's exception chains to nothing of ember's)
+            self._eager_turn(failed)         # the graph raised: eager's turn)
+            rerun = True
+        if rerun:  # (outside the handler: eager's exception chains to nothing of ember's)
             return self.function(*args, **kwargs)
         if self.given_up:  # (no more versions: calls the kept ones do not take run eagerly)
             self.ran_eagerly()
@@ -259,14 +259,13 @@ class CompiledFunction(GivingUp):
             self._eager_turn(failed)
         return self.function(*args, **kwargs)
 
-    def _eager_turn(self, failed: AssumptionFailed) -> bool:
-        """The call runs eagerly from the function's start (the caller runs it outside
-        its handler: eager's exception chains to nothing of ember's)."""
+    def _eager_turn(self, failed: AssumptionFailed) -> None:
+        """Says why the call runs eagerly from the function's start (the caller runs it
+        outside its handler: eager's exception chains to nothing of ember's)."""
         if isinstance(failed, GraphRaised):
             logs.channel("fallbacks").info(
                 "%s: its graph raised %s at run time; the call ran eagerly from the "
                 "function's start", self.where, failed)
-        return True
 
     def _entry_for(self, arguments: dict[str, Any]) -> CacheEntry | None:
         """The entry that serves these arguments, captured now if none does; None past the

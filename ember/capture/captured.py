@@ -178,6 +178,9 @@ def advance_lines(session: Session, writer: Rebuilder) -> list[str]:
     return lines
 
 
+_GRAPH_CALL = "outputs = compiled(*inputs)"  # (the runner's call of the graph)
+
+
 def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[str, list[str]]:
     """def run(L): fetch inputs, run the graph, then `tail` (effects, result or a break); and
     the lines after the fetch (a guarded runner fetches through its guards' variables)."""
@@ -185,9 +188,9 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     checks = _assumption_lines(session, writer)
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
-    run = ["outputs = compiled(*inputs)"]
+    run = [_GRAPH_CALL]
     if _made_in_inference_mode(builder, writer.outputs):  # (its results: inference tensors)
-        run = ["with torch.inference_mode():", "    outputs = compiled(*inputs)"]
+        run = ["with torch.inference_mode():", f"    {_GRAPH_CALL}"]
     if not builder.writes_inputs():  # (an eager rerun finds the inputs as they came)
         run = ["try:", *(f"    {line}" for line in run), "except Exception as error:",
                f"    raise {writer.constant(GraphRaised)}(error) from None"]
@@ -199,10 +202,9 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
 def after_graph_call(lines: list[str]) -> list[str] | None:
     """The runner's lines after its plain graph call (runner_text's: in a try statement or
     not), None where they do not start with one (a call under inference mode)."""
-    call = "outputs = compiled(*inputs)"
-    if lines[:2] == ["try:", f"    {call}"]:
+    if lines[:2] == ["try:", f"    {_GRAPH_CALL}"]:
         return lines[4:]
-    return lines[1:] if lines[:1] == [call] else None
+    return lines[1:] if lines[:1] == [_GRAPH_CALL] else None
 
 
 def _assumption_lines(session: Session, writer: Rebuilder) -> list[str]:

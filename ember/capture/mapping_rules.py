@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.capture import semantics
 from ember.capture.calls import rule
+from ember.capture.container_methods import dict_method
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.sources import CallSource
@@ -73,8 +74,8 @@ def _dict_contains(session: Session, mapping: Value, key: Value, **_: Any) -> Va
 def _get(session: Session, mapping: Value, key: Value, default: Value | None = None,
          **_: Any) -> Value:
     if isinstance(mapping, DictValue):
-        found = mapping.read(semantics.key_of(key))
-        return found if found is not None else Const(None) if default is None else default
+        return dict_method(session, mapping, "get", [key] if default is None else
+                           [key, default], {})
     obj, index = _outside_mapping(mapping, "get"), python_value(key)
     if not _contains(session, mapping, obj, index):
         return Const(None) if default is None else default
