@@ -105,8 +105,7 @@ def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Va
         return True
     custom = class_lookup(type(descriptor), "__set__") if descriptor is not MISSING else None
     if isinstance(custom, types.FunctionType):
-        call_value(session, session.wrap(custom, None, guard=False),
-                   [session.wrap(descriptor, None, guard=False), receiver, value], {})
+        python_descriptor(session, descriptor, "__set__", [receiver, value], name)
         return True
     return False
 

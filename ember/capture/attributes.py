@@ -184,12 +184,9 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
             key[0] == id(obj) for key in session.side_effects.attributes):
         # (a Python descriptor of an object the capture wrote to: its __get__ run as code,
         # reading what was written; read natively, it would read the object as it was)
-        from ember.capture.calls import call_value
-
         _guard_class_member(session, value, cls, name, descriptor)
-        return call_value(session, session.wrap(getter, None, guard=False),
-                          [session.wrap(descriptor, None, guard=False), receiver,
-                           session.wrap(cls, None, guard=False)], {})
+        return python_descriptor(session, descriptor, "__get__",
+                                 [receiver, session.wrap(cls, None, guard=False)], name)
     try:
         real = _GENERIC_GETATTRIBUTE(obj, name) if past_hooks else getattr(obj, name)
     except AttributeError:
@@ -396,9 +393,9 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
 
 def python_descriptor(session: Session, descriptor: Any, method: str, args: list[Value],
                        what: str) -> Value:
-    """A descriptor's __get__ or __set__ on an object made during capture, where its class
-    writes it in Python (torch.distributions' lazy_property, a user's caching descriptor):
-    run, as eager runs it."""
+    """A descriptor's __get__ or __set__, where its class writes it in Python
+    (torch.distributions' lazy_property, a user's caching descriptor), on an object made
+    during capture or one from outside that the capture wrote to: run, as eager runs it."""
     function = inspect.getattr_static(type(descriptor), method, None)
     if not isinstance(function, types.FunctionType):
         raise Unsupported(f"{what} is a descriptor")

@@ -43,6 +43,19 @@ if TYPE_CHECKING:
     from ember.capture.session import Session
 
 
+def answered_now(*functions: Callable) -> None:
+    """Rules for functions of what the capture knows (torch.finfo, operator.itemgetter): called
+    at capture on the values, their answer a value of the capture."""
+    def rule_for(function: Callable) -> Callable:
+        def answer(session: Session, *args: Value, frame: Any = None, **kwargs: Value) -> Value:
+            return session.wrap(function(*[python_value(a) for a in args],
+                                         **{k: python_value(v)
+                                            for k, v in kwargs.items()}), None, guard=False)
+        return answer
+
+    call_rules.update({function: rule_for(function) for function in functions})
+
+
 @rule(len)
 def _len(session: Session, value: Value, **_: Any) -> Value:
     if isinstance(value, TensorValue):

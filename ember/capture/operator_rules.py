@@ -12,7 +12,8 @@ import operator
 from typing import TYPE_CHECKING
 
 from ember.capture import semantics
-from ember.capture.calls import call_rules, call_value, object_call_rules
+from ember.capture.builtin_rules import answered_now
+from ember.capture.calls import call_value, object_call_rules
 from ember.capture.errors import Unsupported
 from ember.capture.values import ObjectValue, SequenceValue, Value
 
@@ -21,16 +22,6 @@ if TYPE_CHECKING:
     from ember.capture.session import Session
 
 GETTERS = (operator.itemgetter, operator.attrgetter, operator.methodcaller)
-
-
-def _make(session: Session, kind: type, args: tuple[Value, ...],
-          kwargs: dict[str, Value]) -> Value:
-    operands = [*args, *kwargs.values()]
-    if not all(semantics.is_known(a) for a in operands):
-        raise Unsupported(f"operator.{kind.__name__} of values not known at capture")
-    made = kind(*[semantics.python_value(a) for a in args],
-                **{k: semantics.python_value(v) for k, v in kwargs.items()})
-    return session.wrap(made, None, guard=False)
 
 
 def _call(session: Session, callee: ObjectValue, args: list[Value], kwargs: dict[str, Value],
@@ -65,7 +56,5 @@ def _call(session: Session, callee: ObjectValue, args: list[Value], kwargs: dict
     return found[0] if len(found) == 1 else SequenceValue(found, tuple)
 
 
-for _kind in GETTERS:
-    call_rules[_kind] = (lambda kind: lambda session, *a, frame=None, **k:
-                         _make(session, kind, a, k))(_kind)
-    object_call_rules[_kind] = _call
+answered_now(*GETTERS)  # (made from constants)
+object_call_rules.update(dict.fromkeys(GETTERS, _call))

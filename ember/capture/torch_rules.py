@@ -17,6 +17,7 @@ import torch.utils.checkpoint
 
 from ember import torch_internals
 from ember.capture import contexts
+from ember.capture.builtin_rules import answered_now
 from ember.capture.calls import call_rules, call_value, rule, when_dynamo_imported
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value, unpack
@@ -249,17 +250,8 @@ def _size(session: Session, dims: Value = None, frame: Any = None, **_: Any) -> 
     return SequenceValue(unpack(session, dims) if dims is not None else [], torch.Size)
 
 
-def _constant_call(session: Session, function: Any, args: list[Value],
-                   kwargs: dict[str, Value]) -> Value:
-    return session.wrap(function(*[python_value(a) for a in args],
-                                 **{k: python_value(v) for k, v in kwargs.items()}),
-                        None, guard=False)
-
-
-for _function in (torch.device, torch.finfo, torch.iinfo, torch.promote_types,
-                  torch.result_type, torch.can_cast):
-    call_rules[_function] = (lambda function: lambda session, *a, frame=None, **k:
-                             _constant_call(session, function, list(a), k))(_function)
+answered_now(torch.device, torch.finfo, torch.iinfo, torch.promote_types, torch.result_type,
+             torch.can_cast)
 
 # (model code takes its compiler-friendly branches under ember as under torch.compile: the
 # Dynamo spellings of the test answer as torch.compiler.is_compiling does)
