@@ -212,7 +212,9 @@ def _holds_object(value: Value) -> bool:
 # -- torch ---------------------------------------------------------------------------------
 # (unwrapped: importing torch._dynamo wraps torch.manual_seed and friends in new functions)
 _TORCH_SIDE_EFFECTS = {inspect.unwrap(f) for f in (
-    torch.manual_seed, torch.seed, torch.set_default_dtype, torch.set_grad_enabled,
+    torch.manual_seed, torch.seed, torch.set_rng_state, torch.cuda.manual_seed,
+    torch.cuda.manual_seed_all, torch.cuda.seed, torch.cuda.seed_all, torch.cuda.set_rng_state,
+    torch.cuda.set_rng_state_all, torch.set_default_dtype, torch.set_grad_enabled,
     torch.use_deterministic_algorithms, torch.set_printoptions, torch.save, torch.load)}
 
 

@@ -294,3 +294,24 @@ def test_an_op_s_own_warnings_are_eager_s_from_the_user_s_line():
             seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
     assert seen[:2] == seen[2:] and len(seen[0]) == 4 and len(seen[1]) == 2
     assert {w[2] for w in seen[0]} == {__file__}
+
+
+def test_setting_the_global_random_state_inside_draws_eagers_numbers():
+    # torch.set_rng_state between two draws rewinds the generator: the second draw repeats
+    # the first. The graph's draws cannot see a state set between them, so the call breaks.
+    def fn(x):
+        state = torch.get_rng_state()
+        first = torch.rand(3)
+        torch.set_rng_state(state)
+        return first + x, torch.rand(3) + x
+
+    compiled = ember.compile(fn)
+    for _ in range(2):
+        torch.manual_seed(7)
+        expected = fn(torch.ones(3))
+        after_eager = torch.rand(1)
+        torch.manual_seed(7)
+        actual = compiled(torch.ones(3))
+        same(actual, expected)
+        same(torch.rand(1), after_eager)
+        torch.testing.assert_close(actual[0], actual[1])
