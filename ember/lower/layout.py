@@ -301,9 +301,11 @@ CPU_CAT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
 
 
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
-# kernels follow the input's layout (log_sigmoid's only on the CPU).
+# kernels follow the input's layout (log_sigmoid's only on the CPU; `2 ** x`: pow.Scalar's
+# structured kernel allocates its result with no strides asked).
 ROW_MAJOR_RESULTS = frozenset({torch.ops.aten.log_sigmoid_forward.default,
-                               torch.ops.aten.rrelu_with_noise.default})
+                               torch.ops.aten.rrelu_with_noise.default,
+                               torch.ops.aten.pow.Scalar, torch.ops.aten.float_power.Scalar})
 ROW_MAJOR_ON_CPU_ONLY = frozenset({torch.ops.aten.log_sigmoid_forward.default})
 
 

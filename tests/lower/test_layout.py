@@ -38,6 +38,7 @@ def _argument_lists():
     for a in operands:
         yield (a,)
         yield (a, 2.0)
+        yield (2.0, a)  # (a number as `self`: pow.Scalar's result is row-major, whatever `a`)
         for b in operands:
             yield (a, b)
             yield (a, b, operands[3])
