@@ -5,6 +5,7 @@ backward and any optimizer sees ordinary .grad tensors."""
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -51,6 +52,7 @@ class TrainingGraph:
         self._backward = backward
         # (starts that compile: see after_backward)
         self._start_backward = start_backward
+        self._taking = threading.Lock()  # (the backward taken in once from its Future)
         self._backward_ran = False
         # (what wraps the backward once it is compiled: see wrap_backward)
         self._backward_wrapper: Callable[[Any], Any] | None = None
@@ -89,11 +91,14 @@ class TrainingGraph:
 
     @property
     def backward_graph(self) -> Any:
-        if isinstance(self._backward, concurrent.futures.Future):
+        pending = self._backward
+        if isinstance(pending, concurrent.futures.Future):
             self._start_deferred_backward()  # (not started yet: now, and waited for)
-            backward = self._backward.result()
-            wrapper, self._backward_wrapper = self._backward_wrapper, None
-            self._backward = wrapper(backward) if wrapper is not None else backward
+            backward = pending.result()
+            with self._taking:  # (the warm cache's thread may take it in at the same time)
+                if self._backward is pending:
+                    wrapper, self._backward_wrapper = self._backward_wrapper, None
+                    self._backward = wrapper(backward) if wrapper is not None else backward
         return self._backward
 
     @backward_graph.setter
@@ -109,10 +114,11 @@ class TrainingGraph:
         """Replace the backward for every output by `wrapper(backward)` (a CUDA-graph
         recording of it): now where it is compiled, else when it is first taken — a graph
         whose calls take no backward (a decoding loop under grad mode) never compiles it."""
-        if self.backward_compiled:
-            self._backward = wrapper(self._backward)
-        else:
-            self._backward_wrapper = wrapper
+        with self._taking:
+            if self.backward_compiled:
+                self._backward = wrapper(self._backward)
+            else:
+                self._backward_wrapper = wrapper
 
     def _compiling(self) -> str | None:
         """What of the forward and the backwards compiled ahead is not in: "graphs" (one
