@@ -295,9 +295,15 @@ INPUT_LAYOUT_RESULTS = frozenset({
     torch.ops.aten.rad2deg.default, torch.ops.aten.flip.default,
 })
 
-# roll: the CPU kernel is a cat of two narrowed pieces, so its result takes cat's layout:
-# channels-last when the input is, else row-major (CUDA's kernel: row-major).
-CPU_CAT_LAYOUT_RESULTS = frozenset({torch.ops.aten.roll.default})
+# Ops whose CPU kernels allocate their result in the input's suggested memory format
+# (channels-last when the input is, else row-major), where the meta kernels say row-major.
+# roll's CPU kernel is a cat of two narrowed pieces (CUDA's kernel: row-major, as meta says);
+# the padding and shuffling kernels' layouts on other devices come from a run on stand-ins.
+CPU_SUGGESTED_LAYOUT_RESULTS = frozenset({
+    torch.ops.aten.roll.default, torch.ops.aten.reflection_pad2d.default,
+    torch.ops.aten.reflection_pad3d.default, torch.ops.aten.replication_pad2d.default,
+    torch.ops.aten.replication_pad3d.default, torch.ops.aten.channel_shuffle.default,
+    torch.ops.aten.native_channel_shuffle.default})
 
 
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
@@ -332,8 +338,10 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
                         if isinstance(t, torch.Tensor) else t, out)
     if not isinstance(out, torch.Tensor) or out.numel() == 0 or out.ndim < 2:
         return out
-    if func in CPU_CAT_LAYOUT_RESULTS and device_type == "cpu":
+    if func in CPU_SUGGESTED_LAYOUT_RESULTS and device_type == "cpu":
         strides = suggested_layout(tuple(out.shape), args[0])
+    elif func in CPU_SUGGESTED_LAYOUT_RESULTS and func is not torch.ops.aten.roll.default:
+        return run_on_stand_ins(func, args, kwargs, out, device_type)
     elif func in INPUT_LAYOUT_RESULTS:
         strides = like_strides(args[0])
     elif torch.Tag.pointwise not in func.tags or any(
