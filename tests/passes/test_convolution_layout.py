@@ -62,6 +62,15 @@ def test_switched_off():
         assert _switched(_block, *_args()) == [False, False, False]
 
 
+def test_float64_images_stay_row_major_on_the_cpu():
+    """(oneDNN does not convolve float64: the slow path would copy each channels-last image
+    back to row-major; float16 and bfloat16 switch)"""
+    args = _args()
+    assert _switched(_block, *(a.double() for a in args)) == [False, False, False]
+    assert _switched(_block, *(a.bfloat16() for a in args)) == [True, True, True]
+    assert _switched(_block, *(a.half() for a in args)) == [True, True, True]
+
+
 def test_a_lone_convolution_of_an_input_stays_row_major():
     """(the input's copy to channels-last would cost what the convolution gains)"""
     args = _args()[:3]
