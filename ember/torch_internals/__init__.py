@@ -371,7 +371,10 @@ def storage_use_count(tensor: torch.Tensor) -> int:
 
 def storage_identity(tensor: torch.Tensor) -> int:
     """Equal for tensors that share one storage, fake tensors too (whose data pointers are all
-    0): eager islands must see the aliases eager makes."""
+    0): eager islands must see the aliases eager makes. A sparse or other non-strided tensor
+    has no storage of its own to share: its own identity."""
+    if tensor.layout is not torch.strided:
+        return id(tensor)
     return tensor.untyped_storage()._cdata
 
 

@@ -268,6 +268,23 @@ def test_a_data_dependent_shape_makes_its_readers_islands():
     assert "depends on the data" in graph.islands[1]
 
 
+def test_sparse_tensors_are_made_and_read_in_islands():
+    # a sparse tensor has no storage to compare: the islands' alias check raised
+    # NotImplementedError, and the whole graph ran eagerly as after an internal error
+    def fn(x, values):
+        sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 2]]), values, (3, 3))
+        return torch.sparse.mm(sparse, x.sin()) + 1, sparse.to_dense() * 2
+
+    x, values = make(3, 2).cpu(), make(2, seed=1).cpu()
+    compiled = ember.compile(fn)
+    with watching_fallbacks() as fallbacks:
+        for _ in range(2):
+            assert_close(compiled(x, values), fn(x, values))
+    assert not [m for m in fallbacks.messages if "internal error" in m], fallbacks.messages
+    report = ember.explain(fn)(x, values)
+    assert (report.graph_count, report.graph_break_count, len(report.eager_islands)) == (1, 0, 3)
+
+
 def test_explain_lists_each_island_and_why(refuse):
     refuse(aten.mean.dim)
 
