@@ -102,14 +102,23 @@ def _named_in_module(function: types.FunctionType) -> bool:
 
 
 def _ember_compiled(value: Any, source: Source | None) -> tuple[Any, Source | None] | None:
-    """What an ember-compiled module or function called inside compiled code stands for —
-    the module, the function — and its source; None for anything else. (Traced as it is, the
-    capture went through ember's own runtime: its guards, its timers.)"""
+    """What an ember-compiled (or torch.compile'd) module or function called inside compiled
+    code stands for — the module, the function — and its source; None for anything else.
+    (Traced as it is, the capture went through ember's own runtime, its guards and timers;
+    or through Dynamo's, which then tried to compile ember's own code.)"""
     from ember import api, compiled_module
     from ember.capture.sources import AttrSource
 
     def under(name: str) -> Source | None:
         return AttrSource(source, name) if source is not None else None
+
+    original = torch_internals.torch_compiled_original(value)
+    if original is not None:
+        if isinstance(value, torch.nn.Module):
+            return original, under("_orig_mod")
+        if isinstance(value, types.MethodType):
+            return original, None
+        return original, under("_torchdynamo_inline")
 
     if isinstance(value, compiled_module.CompiledModule) and value._wrapped is None:
         return value._orig_mod, under("_orig_mod")

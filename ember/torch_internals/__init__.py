@@ -55,6 +55,7 @@ from ember.torch_internals.dynamo import (  # noqa: F401  (re-exported)
     lookup_dynamo_backend,
     register_dynamo_backend,
     reset_dynamo,
+    torch_compiled_original,
 )
 from ember.torch_internals.modules import (  # noqa: F401  (re-exported)
     call_as_eager,

@@ -454,6 +454,28 @@ def disabled_reason(value: Any) -> str | None:
     return None
 
 
+def torch_compiled_original(value: Any) -> Any:
+    """What a torch.compile'd function or module stands for when compiled code calls it —
+    the function Dynamo itself would inline, the module it wraps — or None for anything
+    else (a torch.compiler.disable'd one included: that mark is disabled_reason's)."""
+    function = getattr(value, "__func__", value)
+    if isinstance(function, types.FunctionType):
+        marks = function.__dict__
+        inline = marks.get("_torchdynamo_inline")
+        if inline is None or marks.get("_torchdynamo_disable"):
+            return None
+        if function is not value:  # (a compiled method: bound again to its object)
+            return types.MethodType(inline, value.__self__)
+        return inline
+    if isinstance(value, torch.nn.Module) and dynamo_imported():
+        from torch._dynamo.eval_frame import DisableContext, OptimizedModule
+
+        if isinstance(value, OptimizedModule) and \
+                not isinstance(value.dynamo_ctx, DisableContext):
+            return value._orig_mod
+    return None
+
+
 def allowed_in_graph(function: Any) -> bool:
     """Did the user mark `function` with torch.compiler.allow_in_graph (a call of it is one
     node of the graph, not traced into)? torch's own callables are torch's business."""

@@ -268,6 +268,33 @@ def test_compiling_a_disabled_function_or_forward_runs_it_eagerly_from_the_first
     assert (report.graph_count, report.graph_break_count) == (0, 1)
 
 
+# -- torch.compile'd code called from ember-compiled code -----------------------------------
+def test_torch_compiled_functions_modules_and_methods_inside_are_traced_as_their_code():
+    # as Dynamo inlines a nested torch.compile: called as they were, Dynamo's frame hook
+    # came on inside ember's runner and tried to compile ember's own capture (a crash)
+    helper = torch.compile(lambda x: x.cos() + 1, backend="eager")
+    linear = torch.nn.Linear(4, 4)
+    compiled_linear = torch.compile(linear, backend="eager")
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        @torch.compile(backend="eager")
+        def scaled(self, x):
+            return self.linear(x) * 3
+
+        def forward(self, x):
+            return self.scaled(x) + helper(x) + compiled_linear(x).relu()
+
+    model = Model()
+    x = t(3, 4)
+    same(ember.compile(model)(x), model.linear(x) * 3 + x.cos() + 1 + linear(x).relu())
+    report = ember.explain(model)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+
+
 # -- allow_in_graph -------------------------------------------------------------------------
 allowed_calls: list[int] = []
 
