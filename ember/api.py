@@ -216,6 +216,10 @@ class CompiledFunction(GivingUp):
         self.first_call_ran = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_dynamo_compiling():
+            # (torch.compile traces code that calls this: it traces the function itself, as
+            # it inlines a nested torch.compile, not ember's runtime)
+            return self._eager(args, kwargs)
         direct = self.direct
         if direct is not None and _grad_enabled() in self.direct_modes:
             return direct(*args, **kwargs)

@@ -82,6 +82,8 @@ class CompiledModule(torch.nn.Module):
         return aot.lower(self._compiled_forward, args, kwargs, prefix=(self._orig_mod,))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_dynamo_compiling():  # (torch.compile traces the module itself)
+            return self._orig_mod(*args, **kwargs)
         if self._forward_hooks or self._forward_pre_hooks:
             return super().__call__(*args, **kwargs)
         forward = self._compiled_forward

@@ -295,6 +295,23 @@ def test_torch_compiled_functions_modules_and_methods_inside_are_traced_as_their
     assert (report.graph_count, report.graph_break_count) == (1, 0)
 
 
+def test_ember_compiled_code_inside_torch_compile_is_traced_by_dynamo_as_its_code():
+    # (Dynamo traced ember's runtime, then tried to compile ember's capture: a crash)
+    import torch._dynamo
+
+    helper = ember.compile(lambda x: x.sin() * 2)
+    linear = torch.nn.Linear(4, 4)
+    compiled_linear = ember.compile(linear)
+
+    def fn(x):
+        return helper(x) + compiled_linear(x).relu()
+
+    x = t(3, 4)
+    same(torch.compile(fn, backend="eager")(x), x.sin() * 2 + linear(x).relu())
+    report = torch._dynamo.explain(fn)(x)
+    assert (report.graph_count, report.graph_break_count) == (1, 0)
+
+
 # -- allow_in_graph -------------------------------------------------------------------------
 allowed_calls: list[int] = []
 
