@@ -434,6 +434,21 @@ def test_symbolic_fakes_ints_ranges_guards_and_their_rendering(stand_in, monkeyp
             torch.nonzero(y)
 
 
+def test_a_0d_tensor_s_item_and_a_view_s_storage_offset_name_their_symbols():
+    # a number read as a 0-d tensor (capture/numbers.number_input) whose value the capture
+    # asks (.item(): torchvision RetinaNet's `topk_idxs % num_classes`) is a symbol with an
+    # item source and no lower bound (an internal error in capture: the source has no
+    # `prop`, and int(-oo)); a view's storage offset is a symbol of its own kind
+    fake_mode, shape_env = torch_internals.make_symbolic_fake_mode()
+    number = torch_internals.symbolic_fake(fake_mode, torch.tensor(7), "N", [])
+    with fake_mode:
+        value = number.item()
+    assert isinstance(value, torch.SymInt)
+    symbol = next(iter(torch_internals.symbol_origins(shape_env)))
+    assert torch_internals.symbol_origins(shape_env)[symbol] == ("N", "item", None)
+    assert torch_internals.symbol_range(shape_env, symbol) == (torch_internals.LOWEST, None)
+
+
 def test_the_stand_in_sources_name_a_symbolic_fake_s_sizes_as_torch_s_do():
     # (a symbolic fake made while torch._dynamo is not imported takes them: see
     # dynamo.symbolic_stand_in; another torch's naming falls back to its own classes)

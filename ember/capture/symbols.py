@@ -19,7 +19,7 @@ import torch
 import torch.fx
 
 from ember import logs, torch_internals
-from ember.capture.sources import AttrSource, Source
+from ember.capture.sources import AttrSource, NumberTensorSource, Source
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -232,17 +232,21 @@ class SymbolRead:
     """Where a symbol's value is read on each call: a tensor's size or stride, or an int."""
 
     source: Source
-    kind: str | None = None   # "size", "stride", or None: the int itself
-    index: int | None = None
+    kind: str | None = None   # "size", "stride", "storage_offset", "item" (a 0-d tensor's),
+    index: int | None = None  # or None: the int itself
 
     def code(self, variable: str) -> str:
         if self.kind is None:
             return variable
+        if self.index is None:  # (storage_offset(), item())
+            return f"{variable}.{self.kind}()"
         return f"{variable}.{'shape' if self.kind == 'size' else 'stride()'}[{self.index}]"
 
     def describe(self) -> str:
         if self.kind is None:
             return self.source.expr()
+        if self.index is None:
+            return f"{self.source.expr()}.{self.kind}()"
         return f"{self.source.expr()}.{self.kind}()[{self.index}]"
 
 
@@ -298,6 +302,7 @@ class Shapes:
         if not self.symbolic:
             return torch_internals.fake_of(self.fake_mode, tensor)
         self._base_source(tensor, source)
+        self.sources[source.expr()] = source  # (a 0-d one's .item() may make a symbol)
         return torch_internals.symbolic_fake(self.fake_mode, tensor, source.expr(),
                                              [None] * tensor.dim())
 
@@ -324,7 +329,10 @@ class Shapes:
             if symbol not in self.names:
                 name = f"s{len(self.names)}"
                 self.names[symbol] = name
-                self.reads[name] = SymbolRead(self.sources[base], kind, index)
+                source = self.sources[base]
+                if kind == "item" and isinstance(source, NumberTensorSource):
+                    source, kind = source.base, None  # (a number from the call, read as it is)
+                self.reads[name] = SymbolRead(source, kind, index)
 
     # -- guards
     def relations(self) -> list[Relation]:
@@ -335,7 +343,10 @@ class Shapes:
         relations = []
         for symbol, name in self.names.items():
             low, high = torch_internals.symbol_range(self.shape_env, symbol)
-            text = f"{low} <= {name}" + (f" <= {high}" if high is not None else "")
+            if low == torch_internals.LOWEST and high is None:
+                continue  # (any int)
+            text = " <= ".join([*([str(low)] if low != torch_internals.LOWEST else []), name,
+                                *([str(high)] if high is not None else [])])
             relations.append(Relation(text, (name,)))
         for source, fake in self.strided:
             strides = [self.render(s) for s in fake.stride()]

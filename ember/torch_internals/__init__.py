@@ -74,6 +74,7 @@ from ember.torch_internals.modules import (  # noqa: F401  (re-exported)
     scheduler_wrapped_optimizer,
 )
 from ember.torch_internals.symbolic import (  # noqa: F401  (re-exported)
+    LOWEST,
     ConcreteSizesAsked,
     calling_composites,
     dynamo_dim_marks,

@@ -253,26 +253,36 @@ def expression_of(value: Any) -> Any:
 
 def symbol_origins(shape_env: Any) -> dict[Any, tuple[str, str | None, int | None]]:
     """Each symbol's first origin: (the name symbolic_fake/symbolic_int was given, "size" /
-    "stride" / "storage_offset" or None for an int, the dim or None)."""
+    "stride" / "storage_offset", "item" (a 0-d tensor's value, read by the fake tensor's
+    .item()) or None for an int, the dim or None)."""
     origins = {}
     for symbol, sources in shape_env.var_to_sources.items():
         source = sources[0]
         base = getattr(source, "base", None)
         if base is None:
             origins[symbol] = (source.name, None, None)
+        elif getattr(source, "prop", None) is None:
+            origins[symbol] = (base.name, "item", None)
         else:
             kind = source.prop.name.lower()
             origins[symbol] = (base.name, kind, source.idx)
     return origins
 
 
+# the lower bound of a symbol unbounded below (a number read from a 0-d tensor by .item()
+# may be negative)
+LOWEST = -(2 ** 63)
+
+
 def symbol_range(shape_env: Any, symbol: Any) -> tuple[int, int | None]:
-    """The range a symbol is known to lie in (after the guards): (lower, upper or None)."""
+    """The range a symbol is known to lie in (after the guards): (lower or LOWEST, upper or
+    None)."""
     import sympy
 
     bounds = shape_env.var_to_range[symbol]
-    upper = bounds.upper
-    return int(bounds.lower), (None if upper in (_unbounded(), sympy.oo) else int(upper))
+    lower, upper = bounds.lower, bounds.upper
+    return (LOWEST if lower in (-_unbounded(), -sympy.oo) else int(lower),
+            None if upper in (_unbounded(), sympy.oo) else int(upper))
 
 
 def shape_guards(shape_env: Any) -> list[Any]:

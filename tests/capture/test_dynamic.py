@@ -388,3 +388,19 @@ def test_an_int_attribute_that_never_changes_stays_a_constant():
         x = t(2, 3, seed=step)
         same(compiled(x, cache), windowed(x, theirs), f"call {step}")
     assert len(graphs) == 1 and not compiled.entries[0].captured.symbolic
+
+
+def test_a_view_whose_storage_offset_is_a_symbol_compiles_twice(logged):
+    # pieces of a split whose sizes change (torchvision RetinaNet's levels): the offset is a
+    # symbol, read as x.storage_offset() (read as x.stride()[None], the guard failed on
+    # every call and each call compiled again, to the recompile limit)
+    def fn(x):
+        return x * 2
+
+    compiled = ember.compile(fn)
+    for k in range(3, 9):
+        piece = t(1, 3 * k + 5, 4, seed=k).split([2 * k, k + 5], dim=1)[1][0]
+        same(compiled(piece), fn(piece))
+    assert len(compiled.records) == 2
+    assert any("storage_offset()" in line and "[None]" not in line
+               for line in logged.messages)
