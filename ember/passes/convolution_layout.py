@@ -115,12 +115,28 @@ def _crashes_one_dnn(node: Node) -> bool:
 
 
 def _one_dnn_convolves(node: Node) -> bool:
-    """oneDNN convolves float32, bfloat16 and float16 images channels-last; a float64 one
-    goes to the CPU's slow path, which copies a channels-last image back to row-major first:
-    timm's ResNet-18 in float64 (batch 2, 96x96, 2 threads, 2026-12-07) took 57.6 ms switched
-    against 40.5 as eager lays it out (eager 42.0); in float16 and bfloat16, 84 and 96 ms
-    switched against 276 and 275 (eager 271 and 278)."""
-    return node.dtype != torch.float64
+    """Does eager's CPU convolution call oneDNN for this one (aten's use_mkldnn)? Otherwise
+    its slow path (per-image GEMMs) copies a channels-last image back to row-major first.
+    float64 never goes to oneDNN: timm's ResNet-18 in float64 (batch 2, 96x96, 2 threads,
+    2026-12-07) took 57.6 ms switched against 40.5 as eager lays it out (eager 42.0).
+    bfloat16 and float16 switch (84 and 96 ms against 276 and 275). float32 goes to oneDNN
+    unless the image is one small picture (batch 1, at most 20480 values) convolved by an
+    ungrouped window of 3x3 or less — or, on one thread, a 1x1 filter over fewer than 16
+    images without stride or dilation: torchvision's RetinaNet head over its smaller FPN
+    levels (1x256x8x8 and below, 120 of its 150 convolutions) ran 89 ms switched against
+    56 as eager lays it out."""
+    if node.dtype == torch.float64:
+        return False
+    if node.dtype != torch.float32:
+        return True
+    call = convolution_call(node)
+    images, channels, height, width = call.x.shape
+    _, _, kh, kw = call.weight.shape
+    if not (any(s != 1 for s in call.stride) or any(d != 1 for d in call.dilation) or
+            images >= 16 or (kh, kw) != (1, 1) or torch.get_num_threads() > 1):
+        return False
+    return call.groups > 1 or (kh > 3 and kw > 3) or images > 1 or \
+        images * channels * height * width > 20480
 
 
 def _faster_channels_last_on_cuda(node: Node) -> bool:

@@ -71,6 +71,19 @@ def test_float64_images_stay_row_major_on_the_cpu():
     assert _switched(_block, *(a.half() for a in args)) == [True, True, True]
 
 
+def test_a_small_single_image_that_eager_convolves_on_its_slow_path_stays_row_major():
+    """(eager convolves one image of at most 20480 values by an ungrouped 3x3 window on its
+    slow path, which copies a channels-last image to row-major first: torchvision
+    RetinaNet's head over its smaller FPN levels)"""
+    def chain(x, w1, w2):
+        return F.conv2d(F.conv2d(x, w1, padding=1).relu(), w2, padding=1).relu()
+
+    weights = make(8, 8, 3, 3, seed=1), make(8, 8, 3, 3, seed=2)
+    assert _switched(chain, make(1, 8, 6, 6), *weights) == [False, False]
+    assert _switched(chain, make(2, 8, 6, 6), *weights) == [True, True]
+    assert _switched(chain, make(1, 8, 64, 48), *weights) == [True, True]  # (24576 values)
+
+
 def test_a_lone_convolution_of_an_input_stays_row_major():
     """(the input's copy to channels-last would cost what the convolution gains)"""
     args = _args()[:3]
