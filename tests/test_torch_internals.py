@@ -744,3 +744,15 @@ def test_an_autocast_object_s_settings_are_read_as_torch_autocast_took_them():
     assert torch_internals.autocast_arguments(region) == ("cpu", torch.bfloat16, True, False)
     off = torch.autocast("cpu", enabled=False)
     assert torch_internals.autocast_arguments(off)[2] is False
+
+
+def test_torch_compiled_original_names_what_dynamo_would_inline():
+    def f(x):
+        return x + 1
+
+    linear = torch.nn.Linear(2, 2)
+    assert torch_internals.torch_compiled_original(torch.compile(f, backend="eager")) is f
+    assert torch_internals.torch_compiled_original(torch.compile(linear)) is linear
+    assert torch_internals.torch_compiled_original(torch.compiler.disable(f)) is None
+    assert torch_internals.torch_compiled_original(f) is None
+    assert torch_internals.torch_compiled_original(linear) is None
