@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 def call_module(session: Session, module_value: ModuleValue, args: list[Value],
                 kwargs: dict[str, Value], parent: Frame | None) -> Value:
     module = module_value.value
+    if isinstance(module, torch.jit.ScriptModule):  # (scripted or traced: no Python forward)
+        raise Unsupported(f"{type(module).__name__} is a TorchScript module: it runs "
+                          "natively, outside the graph",
+                          "compile the Python module instead of its scripted or traced form")
     if torch_internals.is_distributed_data_parallel(module):
         session.compile_apart.append(module.module)
         raise Unsupported("DistributedDataParallel's forward runs outside the graph (it readies "

@@ -312,6 +312,28 @@ def test_ember_compiled_code_inside_torch_compile_is_traced_by_dynamo_as_its_cod
     assert (report.graph_count, report.graph_break_count) == (1, 0)
 
 
+def test_scripted_and_traced_submodules_run_natively_at_a_break_that_says_so():
+    # (inlined, the class's `forward` of a ScriptModule raised inside torch.jit: an internal
+    # error in capture)
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(5, 5)
+            self.traced = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(5, 5),
+                                                              torch.nn.ReLU()), t(2, 5))
+            self.scripted = torch.jit.script(torch.nn.Linear(5, 3))
+
+        def forward(self, x):
+            return self.scripted(self.traced(self.linear(x).tanh())) * 2
+
+    model = Model()
+    x = t(3, 5)
+    same(ember.compile(model)(x), model(x))
+    report = ember.explain(model)(x)
+    assert (report.graph_count, report.graph_break_count) == (3, 2)
+    assert all("TorchScript module" in r.reason for r in report.break_reasons)
+
+
 # -- allow_in_graph -------------------------------------------------------------------------
 allowed_calls: list[int] = []
 
