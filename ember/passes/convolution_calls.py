@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ember import torch_internals
 from ember.ir.graph import Node
 from ember.ir.library import Slot
 from ember.ir.ops import Op
@@ -50,3 +51,16 @@ def channels_last(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Channels-last strides of an N x C x H x W shape."""
     n, c, h, w = shape
     return (h * w * c, 1, w * c, c)
+
+
+def uses_onednn(x: Node, x_strides: tuple[int, ...], weight: Node, w_strides: tuple[int, ...],
+                stride: Any, padding: Any, dilation: Any, groups: int = 1) -> bool:
+    """Would eager's CPU convolution of operands of these shapes laid out so call oneDNN?
+    torch decides by their geometry, dtype and the thread count of this moment (asked with
+    uninitialized stand-ins)."""
+    def stand_in(node: Node, strides: tuple[int, ...]) -> torch.Tensor:
+        return torch.empty_strided(node.shape, strides, dtype=node.dtype)
+
+    return torch_internals.convolution_uses_onednn(
+        stand_in(x, x_strides), stand_in(weight, w_strides), list(stride), list(padding),
+        list(dilation), groups)

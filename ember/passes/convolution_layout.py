@@ -35,7 +35,7 @@ from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import VIEWS, Op
 from ember.lower.layout import eager_layout
-from ember.passes.convolution_calls import channels_last, convolution_call
+from ember.passes.convolution_calls import channels_last, convolution_call, uses_onednn
 
 aten = torch.ops.aten
 
@@ -115,28 +115,20 @@ def _crashes_one_dnn(node: Node) -> bool:
 
 
 def _one_dnn_convolves(node: Node) -> bool:
-    """Does eager's CPU convolution call oneDNN for this one (aten's use_mkldnn)? Otherwise
-    its slow path (per-image GEMMs) copies a channels-last image back to row-major first.
-    float64 never goes to oneDNN: timm's ResNet-18 in float64 (batch 2, 96x96, 2 threads,
-    2026-12-07) took 57.6 ms switched against 40.5 as eager lays it out (eager 42.0).
-    bfloat16 and float16 switch (84 and 96 ms against 276 and 275). float32 goes to oneDNN
-    unless the image is one small picture (batch 1, at most 20480 values) convolved by an
-    ungrouped window of 3x3 or less — or, on one thread, a 1x1 filter over fewer than 16
-    images without stride or dilation: torchvision's RetinaNet head over its smaller FPN
-    levels (1x256x8x8 and below, 120 of its 150 convolutions) ran 89 ms switched against
-    56 as eager lays it out."""
-    if node.dtype == torch.float64:
-        return False
-    if node.dtype != torch.float32:
+    """Would eager convolve this image channels-last without copying it back? Where torch
+    picks its slow path (per-image GEMMs) for a float32 or float64 one, that path copies a
+    channels-last image to row-major first: timm's ResNet-18 in float64 (batch 2, 96x96, 2
+    threads, 2026-12-07) took 57.6 ms switched against 40.5 as eager lays it out (eager
+    42.0); torchvision RetinaNet's head, whose smaller FPN levels (1x256x8x8 and below, 120
+    of its 150 convolutions) take the slow path, 89 ms against 56. bfloat16 and float16 take
+    the slow path too on a CPU without their oneDNN kernels, and there switched runs faster
+    (ResNet-18: 84 and 96 ms against 276 and 275, eager 271 and 278): they switch."""
+    if node.dtype in (torch.bfloat16, torch.float16):
         return True
     call = convolution_call(node)
-    images, channels, height, width = call.x.shape
-    _, _, kh, kw = call.weight.shape
-    if not (any(s != 1 for s in call.stride) or any(d != 1 for d in call.dilation) or
-            images >= 16 or (kh, kw) != (1, 1) or torch.get_num_threads() > 1):
-        return False
-    return call.groups > 1 or (kh > 3 and kw > 3) or images > 1 or \
-        images * channels * height * width > 20480
+    return uses_onednn(call.x, channels_last(call.x.shape), call.weight,
+                       row_major(call.weight.shape), call.stride, call.padding, call.dilation,
+                       call.groups)
 
 
 def _faster_channels_last_on_cuda(node: Node) -> bool:

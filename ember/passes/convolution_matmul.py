@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from ember import config, torch_internals
+from ember import config
 from ember.ir.graph import Graph, Node, row_major
 from ember.ir.library import Slot
 from ember.ir.ops import Op
-from ember.passes.convolution_calls import channels_last, convolution_call
+from ember.passes.convolution_calls import channels_last, convolution_call, uses_onednn
 from ember.passes.rewrite import rewrite
 from ember.runtime.matmul_convolution import (
     channels_last_gradients,
@@ -71,7 +71,7 @@ def convolutions_as_matmuls(graph: Graph) -> int:
         pointwise = weight.shape[2:] == (1, 1) and tuple(stride) == (1, 1) and \
             not any(padding) and _image(x) and \
             _same_layout(x.shape, x_strides, channels_last(x.shape))
-        if not pointwise and not (positions <= node.shape[1] and _uses_onednn(
+        if not pointwise and not (positions <= node.shape[1] and uses_onednn(
                 x, x_strides, weight, w_strides or row_major(weight.shape), stride, padding,
                 dilation)):
             return None
@@ -118,7 +118,7 @@ def _backward(graph: Graph, node: Node) -> Node | None:
     # block's). The GEMMs pay where oneDNN's reorders of the weight dominate: few positions
     # and a weight of 32K elements or more (0.4-0.9x eager's time; below, 1.3-1.4x).
     if not (positions <= grad.shape[1] and _image(x) and weight.numel >= BACKWARD_WEIGHT
-            and _uses_onednn(x, x_strides, weight, w_strides, stride, padding, dilation)):
+            and uses_onednn(x, x_strides, weight, w_strides, stride, padding, dilation)):
         return None
     call = graph.add(Op.LIBRARY, node.inputs, **dict(node.attrs,
                                                      target=convolution_backward_as_matmul))
@@ -143,13 +143,3 @@ def _same_layout(shape: tuple[int, ...], strides: tuple[int, ...] | None,
     """(a size-1 dim's stride places nothing)"""
     return strides is not None and all(s == e for n, s, e in zip(shape, strides, expected)
                                        if n != 1)
-
-
-def _uses_onednn(x: Node, x_strides, weight: Node, w_strides, stride, padding,
-                 dilation) -> bool:
-    def stand_in(node: Node, strides) -> torch.Tensor:
-        return torch.empty_strided(node.shape, strides, dtype=node.dtype)
-
-    return torch_internals.convolution_uses_onednn(
-        stand_in(x, x_strides), stand_in(weight, w_strides), list(stride), list(padding),
-        list(dilation), 1)
