@@ -42,6 +42,7 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
     EAGER_CALLS_BEFORE_DIRECT,
     GivingUp,
     counted_eager_call,
+    dynamo_compiling,
     ending_the_streak,
     hooked_arguments,
 )
@@ -216,9 +217,7 @@ class CompiledFunction(GivingUp):
         self.first_call_ran = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():
-            # (torch.compile traces code that calls this: it traces the function itself, as
-            # it inlines a nested torch.compile, not ember's runtime)
+        if dynamo_compiling():  # (torch.compile tracing: see giving_up.dynamo_compiling)
             return self._eager(args, kwargs)
         direct = self.direct
         if direct is not None and _grad_enabled() in self.direct_modes:

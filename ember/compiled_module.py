@@ -10,6 +10,7 @@ import torch
 
 from ember import api, logs, torch_internals
 from ember.capture.module_calls import eager_fast_path
+from ember.giving_up import dynamo_compiling
 
 
 def compile_apart(module: torch.nn.Module, options: dict[str, Any], itself: bool = True
@@ -82,7 +83,7 @@ class CompiledModule(torch.nn.Module):
         return aot.lower(self._compiled_forward, args, kwargs, prefix=(self._orig_mod,))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_dynamo_compiling():  # (torch.compile traces the module itself)
+        if dynamo_compiling():  # (torch.compile traces the module itself)
             return self._orig_mod(*args, **kwargs)
         if self._forward_hooks or self._forward_pre_hooks:
             return super().__call__(*args, **kwargs)

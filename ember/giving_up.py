@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 # eagerly). ember.reset() forgets it. Said once, on EMBER_LOGS=fallbacks.
 EAGER_CALLS_BEFORE_DIRECT = 8
 grad_enabled = torch.is_grad_enabled
+# (asked first on every call, bound once: True while torch.compile traces code that calls a
+# compiled function or module, which then traces the function itself, not ember's runtime)
+dynamo_compiling = torch.compiler.is_dynamo_compiling
 
 
 class GivingUp:
