@@ -27,10 +27,9 @@ def set_new_object_attribute(session: Session, target: NewObjectValue, name: str
     if isinstance(descriptor, types.MemberDescriptorType):
         pass  # a slot: tracked as any attribute, set through it when the object is made
     elif isinstance(descriptor, property) and isinstance(descriptor.fset, types.FunctionType):
-        from ember.capture.calls import call_value
+        from ember.capture.calls import call_code
 
-        call_value(session, session.wrap(descriptor.fset, None, guard=False), [target, value],
-                   {})
+        call_code(session, descriptor.fset, [target, value])
         return
     elif hasattr(descriptor, "__set__"):  # (a property without a Python setter among them)
         python_descriptor(session, descriptor, "__set__", [target, value],
@@ -50,10 +49,9 @@ def delete_attribute(session: Session, receiver: Value, name: str) -> None:
         raise Unsupported(f"deleting attribute {name!r} of {receiver.describe()}")
     deleter = class_lookup(receiver.cls, "__delattr__")
     if isinstance(deleter, types.FunctionType):
-        from ember.capture.calls import call_value
+        from ember.capture.calls import call_code
 
-        call_value(session, session.wrap(deleter, None, guard=False),
-                   [receiver, Const(name)], {})
+        call_code(session, deleter, [receiver, Const(name)])
         return
     if deleter is not object.__delattr__:
         raise Unsupported(f"{receiver.cls.__qualname__} has its own __delattr__")
@@ -89,19 +87,17 @@ def _python_setter(session: Session, receiver: ObjectValue, name: str, value: Va
     property's setter, a data descriptor's __set__ (a module's too) — run as code, as eager
     runs them (a plain write would be read back where eager reads the descriptor). False: a
     plain write."""
-    from ember.capture.calls import call_value
+    from ember.capture.calls import call_code
 
     cls = type(receiver.value)
     setter = class_lookup(cls, "__setattr__")
     if hooks and isinstance(setter, types.FunctionType) and \
             not isinstance(receiver.value, torch.nn.Module):  # (a module's: the plain write)
-        call_value(session, session.wrap(setter, None, guard=False),
-                   [receiver, Const(name), value], {})
+        call_code(session, setter, [receiver, Const(name), value])
         return True
     descriptor = class_lookup(cls, name)
     if isinstance(descriptor, property) and isinstance(descriptor.fset, types.FunctionType):
-        call_value(session, session.wrap(descriptor.fset, None, guard=False),
-                   [receiver, value], {})
+        call_code(session, descriptor.fset, [receiver, value])
         return True
     custom = class_lookup(type(descriptor), "__set__") if descriptor is not MISSING else None
     if isinstance(custom, types.FunctionType):
@@ -117,10 +113,9 @@ def set_attribute(session: Session, receiver: Value, name: str, value: Value) ->
     if isinstance(receiver, NewObjectValue):
         setter = class_lookup(receiver.cls, "__setattr__")
         if isinstance(setter, types.FunctionType):  # its own __setattr__, in Python: run it
-            from ember.capture.calls import call_value
+            from ember.capture.calls import call_code
 
-            call_value(session, session.wrap(setter, None, guard=False),
-                       [receiver, Const(name), value], {})
+            call_code(session, setter, [receiver, Const(name), value])
             return
         if setter is not object.__setattr__:
             raise Unsupported(f"{receiver.cls.__qualname__} has its own __setattr__")

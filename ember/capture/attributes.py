@@ -245,14 +245,13 @@ def _through_own_getattribute(session: Session, value: ObjectValue, name: str
     hook = _own_getattribute(cls)
     if hook is None or class_lookup(cls, "__getattr__") is not MISSING:
         return None
-    from ember.capture.calls import call_value
+    from ember.capture.calls import call_code
 
     session.guard_answer(class_lookup, (session.constant_source(cls), "__getattribute__"),
                          hook, f"{cls.__qualname__}.__getattribute__ was replaced", kind="id")
     point = session.savepoint()
     try:
-        return call_value(session, session.wrap(hook, None, guard=False),
-                          [value, Const(name)], {})
+        return call_code(session, hook, [value, Const(name)])
     except Unsupported as error:
         # (missing as the hook was followed, and for real: hasattr and getattr's default
         # answer it; a hook that catches the AttributeError itself is not followed)
@@ -346,18 +345,16 @@ def new_object_attribute(session: Session, value: NewObjectValue, name: str,
     if hooks:
         hook = class_lookup(value.cls, "__getattribute__")
         if isinstance(hook, types.FunctionType):
-            from ember.capture.calls import call_value
+            from ember.capture.calls import call_code
 
-            return call_value(session, session.wrap(hook, None, guard=False),
-                              [value, Const(name)], {})
+            return call_code(session, hook, [value, Const(name)])
     if name not in value.attributes and name != "__dict__" and \
             class_lookup(value.cls, name) is MISSING:
         fallback = class_lookup(value.cls, "__getattr__")
         if isinstance(fallback, types.FunctionType):
-            from ember.capture.calls import call_value
+            from ember.capture.calls import call_code
 
-            return call_value(session, session.wrap(fallback, None, guard=False),
-                              [value, Const(name)], {})
+            return call_code(session, fallback, [value, Const(name)])
     if name in value.attributes:
         return value.attributes[name]
     if name == "__class__":  # (reached where its class was: its attributes guarded there)
@@ -399,10 +396,9 @@ def python_descriptor(session: Session, descriptor: Any, method: str, args: list
     function = inspect.getattr_static(type(descriptor), method, None)
     if not isinstance(function, types.FunctionType):
         raise Unsupported(f"{what} is a descriptor")
-    from ember.capture.calls import call_value
+    from ember.capture.calls import call_code
 
-    return call_value(session, session.wrap(function, None, guard=False),
-                      [session.wrap(descriptor, None, guard=False), *args], {})
+    return call_code(session, function, [session.wrap(descriptor, None, guard=False), *args])
 
 
 def _class_member(session: Session, descriptor: Any, cls: type, receiver: Value | None
@@ -411,10 +407,9 @@ def _class_member(session: Session, descriptor: Any, cls: type, receiver: Value 
     or class method, or a method bound to `receiver` (None: read from the class itself,
     unbound). None for anything else."""
     if isinstance(descriptor, property) and receiver is not None:
-        from ember.capture.calls import call_value
+        from ember.capture.calls import call_code
 
-        getter = session.wrap(descriptor.fget, None, guard=False)
-        return call_value(session, getter, [receiver], {})
+        return call_code(session, descriptor.fget, [receiver])
     if isinstance(descriptor, staticmethod):
         return session.wrap(descriptor.__func__, None, guard=False)
     if isinstance(descriptor, classmethod):

@@ -103,6 +103,12 @@ def rule(*callables: Any):
     return register
 
 
+def call_code(session: Session, function: Any, args: list[Value]) -> Value:
+    """A class's own Python function (a hook, a setter, a descriptor's method, __init__) run as
+    code on `args`: no guard of its own (the class lookup that found it guards it)."""
+    return call_value(session, session.wrap(function, None, guard=False), args, {})
+
+
 def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[str, Value],
                frame: Frame | None = None) -> Value:
     if callee is NULL:
@@ -507,7 +513,7 @@ def new_object_protocol(session: Session, value: NewObjectValue, name: str,
     one acts on its items."""
     method = attributes.class_lookup(value.cls, name)
     if isinstance(method, types.FunctionType):
-        return call_value(session, session.wrap(method, None, guard=False), [value, *args], {})
+        return call_code(session, method, [value, *args])
     if attributes.mapping_method(value, name):
         return container_methods.dict_method(session, value.mapping, name, args, {})
     raise Unsupported(f"{name} of {value.describe()}")

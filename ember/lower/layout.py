@@ -296,14 +296,14 @@ INPUT_LAYOUT_RESULTS = frozenset({
 })
 
 # Ops whose CPU kernels allocate their result in the input's suggested memory format
-# (channels-last when the input is, else row-major), where the meta kernels say row-major.
-# roll's CPU kernel is a cat of two narrowed pieces (CUDA's kernel: row-major, as meta says);
-# the padding and shuffling kernels' layouts on other devices come from a run on stand-ins.
-CPU_SUGGESTED_LAYOUT_RESULTS = frozenset({
-    torch.ops.aten.roll.default, torch.ops.aten.reflection_pad2d.default,
-    torch.ops.aten.reflection_pad3d.default, torch.ops.aten.replication_pad2d.default,
-    torch.ops.aten.replication_pad3d.default, torch.ops.aten.channel_shuffle.default,
-    torch.ops.aten.native_channel_shuffle.default})
+# (channels-last when the input is, else row-major), where the meta kernels say row-major:
+# padding and shuffling, whose layouts on other devices come from a run on stand-ins; and
+# roll, whose CPU kernel is a cat of two narrowed pieces (CUDA's: row-major, as meta says).
+PADS_AND_SHUFFLES = frozenset({
+    torch.ops.aten.reflection_pad2d.default, torch.ops.aten.reflection_pad3d.default,
+    torch.ops.aten.replication_pad2d.default, torch.ops.aten.replication_pad3d.default,
+    torch.ops.aten.channel_shuffle.default, torch.ops.aten.native_channel_shuffle.default})
+CPU_SUGGESTED_LAYOUT_RESULTS = PADS_AND_SHUFFLES | {torch.ops.aten.roll.default}
 
 
 # Ops whose kernels return row-major results whatever their inputs' layout, where the meta
@@ -340,7 +340,7 @@ def eager_layout(func, args, kwargs, out, device_type: str = "cpu") -> Any:
         return out
     if func in CPU_SUGGESTED_LAYOUT_RESULTS and device_type == "cpu":
         strides = suggested_layout(tuple(out.shape), args[0])
-    elif func in CPU_SUGGESTED_LAYOUT_RESULTS and func is not torch.ops.aten.roll.default:
+    elif func in PADS_AND_SHUFFLES:
         return run_on_stand_ins(func, args, kwargs, out, device_type)
     elif func in INPUT_LAYOUT_RESULTS:
         strides = like_strides(args[0])
