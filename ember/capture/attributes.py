@@ -156,9 +156,7 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
     shadow = found or session.side_effects.attributes.get((id(obj), name))
     if shadow is not None:
         return shadow
-    if name == "__dict__" and value.source is not None and \
-            not isinstance(obj, (type, torch.nn.Module)) and isinstance(
-                getattr(obj, "__dict__", None), dict):
+    if name == "__dict__" and value.source is not None and _plain_dict(obj) is not None:
         return _instance_dict_value(session, value)
     if hooks:
         hooked = _through_own_getattribute(session, value, name)
@@ -180,8 +178,8 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
         _guard_class_member(session, value, cls, name, descriptor)
         return member
     getter = class_lookup(type(descriptor), "__get__") if descriptor is not MISSING else None
-    if isinstance(getter, types.FunctionType) and receiver is not None and any(
-            key[0] == id(obj) for key in session.side_effects.attributes):
+    if isinstance(getter, types.FunctionType) and receiver is not None and \
+            session.side_effects.written_attributes(obj):
         # (a Python descriptor of an object the capture wrote to: its __get__ run as code,
         # reading what was written; read natively, it would read the object as it was)
         _guard_class_member(session, value, cls, name, descriptor)
@@ -202,10 +200,18 @@ def object_attribute(session: Session, value: ObjectValue, name: str, hooks: boo
 
 def stored_dict(session: Session, obj: Any) -> DictValue | None:
     """The tracked dict of an outside object's __dict__, where the capture read it."""
-    own = obj.__dict__ if not isinstance(obj, (type, torch.nn.Module)) and \
-        isinstance(getattr(obj, "__dict__", None), dict) else None
+    own = _plain_dict(obj)
     tracked = session.tracked(own) if own is not None else None
     return tracked if isinstance(tracked, DictValue) else None
+
+
+def _plain_dict(obj: Any) -> dict | None:
+    """An outside object's own __dict__, read and written as a dict (not a class's or a
+    module's, which their own rules read); None where it has none."""
+    if isinstance(obj, (type, torch.nn.Module)):
+        return None
+    own = getattr(obj, "__dict__", None)
+    return own if isinstance(own, dict) else None
 
 
 def _instance_dict_value(session: Session, value: ObjectValue) -> DictValue:
@@ -217,9 +223,7 @@ def _instance_dict_value(session: Session, value: ObjectValue) -> DictValue:
     stored = session.wrap(obj.__dict__, AttrSource(value.source, "__dict__"))
     if not isinstance(stored, DictValue):
         raise Unsupported(f"__dict__ of {value.describe()}")
-    for (owner, name), written in session.side_effects.attributes.items():
-        if owner == id(obj):
-            stored.items[name] = written
+    stored.items.update(session.side_effects.written_attributes(obj))
     return stored
 
 

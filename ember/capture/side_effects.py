@@ -105,6 +105,11 @@ class SideEffects:
         self._undo.append(lambda: mapping.pop(key, None) if old is _MISSING
                           else mapping.__setitem__(key, old))
 
+    def written_attributes(self, obj: Any) -> dict[str, Value]:
+        """What the capture wrote to `obj`'s attributes so far, by name."""
+        return {name: value for (owner, name), value in self.attributes.items()
+                if owner == id(obj)}
+
     def set_attribute(self, obj: Any, source: Source, name: str, value: Value) -> None:
         self._keep(self.attributes, (id(obj), name))
         self.attributes[(id(obj), name)] = value
