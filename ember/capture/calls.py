@@ -63,8 +63,6 @@ if TYPE_CHECKING:
 Rule = Callable[..., Value]
 # Rules keyed by the real callable (a builtin, a torch function, a class).
 call_rules: dict[Any, Rule] = {}
-
-
 # Rules for calling objects by type (operator's getters): (session, callee, args, kwargs,
 # parent frame) -> the result
 object_call_rules: dict[type, Rule] = {}

@@ -343,11 +343,10 @@ class Shapes:
         relations = []
         for symbol, name in self.names.items():
             low, high = torch_internals.symbol_range(self.shape_env, symbol)
-            if low == torch_internals.LOWEST and high is None:
-                continue  # (any int)
-            text = " <= ".join([*([str(low)] if low != torch_internals.LOWEST else []), name,
-                                *([str(high)] if high is not None else [])])
-            relations.append(Relation(text, (name,)))
+            bounds = ([] if low == torch_internals.LOWEST else [str(low)]) + [name] + \
+                ([] if high is None else [str(high)])
+            if len(bounds) > 1:  # (else any int)
+                relations.append(Relation(" <= ".join(bounds), (name,)))
         for source, fake in self.strided:
             strides = [self.render(s) for s in fake.stride()]
             if any(isinstance(s, torch.SymInt) for s in fake.stride()):
