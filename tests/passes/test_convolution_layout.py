@@ -84,6 +84,23 @@ def test_a_small_single_image_that_eager_convolves_on_its_slow_path_stays_row_ma
     assert _switched(chain, make(1, 8, 64, 48), *weights) == [True, True]  # (24576 values)
 
 
+def test_1x1_convolutions_switch_on_one_thread_where_the_matmul_pass_takes_them():
+    """(on one thread eager's slow path takes a 1x1 filter over fewer than 16 images; the
+    matmul pass runs it channels-last as a GEMM on a view of the image all the same)"""
+    def chain(x, w1, w2):
+        return F.conv2d(F.conv2d(x, w1).relu(), w2).relu()
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        args = make(2, 8, 6, 6), make(8, 8, 1, 1, seed=1), make(8, 8, 1, 1, seed=2)
+        assert _switched(chain, *args) == [True, True]
+        with config.override(convolution_matmul=False):
+            assert _switched(chain, *args) == [False, False]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_a_lone_convolution_of_an_input_stays_row_major():
     """(the input's copy to channels-last would cost what the convolution gains)"""
     args = _args()[:3]
