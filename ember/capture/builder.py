@@ -66,7 +66,10 @@ class GraphBuilder:
         self._numbers: dict[str, torch.fx.Node] = {}  # symbolic ints' placeholders
         self._last_placeholder: torch.fx.Node | None = None
         # each tensor input's fake and its version when met (see writes_inputs)
-        self._input_versions: list[tuple[torch.Tensor, int]] = []
+        self._input_versions: list[tuple[torch.Tensor, int, int]] = []
+        # has an op been recorded where the captured code's try statement would catch what
+        # it raises? (see written_inputs)
+        self.caught_inside = False
         self.op_count = 0
         self.inference_depth = 0  # inside torch.inference_mode() blocks
         self.grad_enabled = torch.is_grad_enabled()  # the captured code's mode (Session's)
@@ -105,7 +108,7 @@ class GraphBuilder:
             self.guards.add("tensor", source, (*signature[:3], shape, strides, signature[5]))
         node = self._placeholder(self._name(expr))
         node.meta["example_value"] = fake
-        self._input_versions.append((fake, fake._version))
+        self._input_versions.append((fake, fake._version, len(self.input_sources)))
         value = TensorValue(node, fake, source, type(tensor))
         self.input_sources.append(source)
         self.input_values.append(tensor)
@@ -127,7 +130,13 @@ class GraphBuilder:
         """Has an op of the graph written a tensor input in place, or a view of one? (A
         fake's version counter, which its views share, moves with each write. One undone by
         a roll back still counts: an answer on the safe side.)"""
-        return any(fake._version != version for fake, version in self._input_versions)
+        return bool(self.written_inputs())
+
+    def written_inputs(self) -> list[int]:
+        """The positions, among the graph's inputs, of the tensor inputs it writes in place
+        (writes_inputs)."""
+        return [position for fake, version, position in self._input_versions
+                if fake._version != version]
 
     def input_node(self, source: Source) -> torch.fx.Node:
         """The placeholder of the tensor input read through `source`."""
@@ -252,6 +261,8 @@ class GraphBuilder:
                                       self._name(_name_of(target)))
         if self.frame is not None:
             node.meta["stack_trace"] = self.frame.stack_trace()
+            if not self.caught_inside:
+                self.caught_inside = self.frame.inside_a_handler_s_reach()
         self.op_count += 1
         if self.inference_depth:
             self.made_in_inference.add(node)

@@ -191,20 +191,42 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     run = [_GRAPH_CALL]
     if _made_in_inference_mode(builder, writer.outputs):  # (its results: inference tensors)
         run = ["with torch.inference_mode():", f"    {_GRAPH_CALL}"]
-    if not builder.writes_inputs():  # (an eager rerun finds the inputs as they came)
-        run = ["try:", *(f"    {line}" for line in run), "except Exception as error:",
-               f"    raise {writer.constant(GraphRaised)}(error) from None"]
-    after = [*run, *checks, *tail]
+    written = builder.written_inputs()
+    save, restore, rerun = [], [], not written  # (an eager rerun finds the inputs as they came)
+    if written and builder.caught_inside:
+        # (the user's handler may catch what the graph raises: the inputs it writes are
+        # kept, and put back before the eager rerun, which writes them once)
+        save = [f"saved = {writer.constant(_save_inputs)}(inputs, {tuple(written)})"]
+        restore = [f"    {writer.constant(_restore_inputs)}(inputs, {tuple(written)}, saved)"]
+        rerun = True
+    # (a graph that raises inside its `with torch.no_grad()` leaves the mode as it came)
+    run = ["try:", *(f"    {line}" for line in run), "except Exception as error:",
+           f"    torch._C._set_grad_enabled({session.initial_grad_enabled})", *restore,
+           f"    raise {writer.constant(GraphRaised)}(error) from None" if rerun else "    raise"]
+    after = [*save, *run, *checks, *tail]
     lines = [f"inputs = [{fetch}]", *after]
     return "def run(L):\n" + "".join(f"    {line}\n" for line in lines), after
 
 
 def after_graph_call(lines: list[str]) -> list[str] | None:
     """The runner's lines after its plain graph call (runner_text's: in a try statement or
-    not), None where they do not start with one (a call under inference mode)."""
+    not), None where they do not start with one (a call under inference mode, or one that
+    keeps the inputs it writes)."""
     if lines[:2] == ["try:", f"    {_GRAPH_CALL}"]:
-        return lines[4:]
+        return lines[5:]
     return lines[1:] if lines[:1] == [_GRAPH_CALL] else None
+
+
+def _save_inputs(inputs: list, positions: tuple[int, ...]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [inputs[i].clone() for i in positions]
+
+
+def _restore_inputs(inputs: list, positions: tuple[int, ...], saved: list[torch.Tensor]
+                    ) -> None:
+    with torch.no_grad():
+        for i, value in zip(positions, saved):
+            inputs[i].copy_(value)
 
 
 def _assumption_lines(session: Session, writer: Rebuilder) -> list[str]:

@@ -84,8 +84,9 @@ class AssumptionFailed(Exception):
 class GraphRaised(AssumptionFailed):
     """Raised by a runner whose graph raised at run time (a factorization that fails, an
     index out of range, inside the user's try statement or not), where the graph writes no
-    input: the function runs eagerly from its start, so eager raises the error from the
-    user's own line, or the user's handler catches it, as in eager."""
+    input, or puts back the inputs it wrote (one whose ops a try statement of the captured
+    code covers): the function runs eagerly from its start, so eager raises the error from
+    the user's own line, or the user's handler catches it, as in eager."""
 
     def __init__(self, error: Exception):
         super().__init__(f"{type(error).__name__}: {error}")

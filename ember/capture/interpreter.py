@@ -162,6 +162,30 @@ class Frame:
                 return entry
         return None
 
+    def inside_a_handler_s_reach(self) -> bool:
+        """Would an exception raised by the running instruction, or by the calls of the
+        frames that inlined this one, reach an except or finally block of the captured
+        code? (A with-block's exit and an except block's cleanup pass it on: followed to the
+        block around them.)"""
+        frame = self
+        while frame is not None:
+            if frame.current is not None and frame._caught_at(frame.current.offset):
+                return True
+            frame = frame.parent
+        return False
+
+    def _caught_at(self, offset: int) -> bool:
+        for _ in range(16):  # (nested blocks, each passing the exception outward)
+            entry = self.handler_of(offset)
+            if entry is None:
+                return False
+            target = self.index_of[entry.target]
+            names = [i.opname for i in self.instructions[target:target + 2]]
+            if names[0] == "PUSH_EXC_INFO" and names[1:] != ["WITH_EXCEPT_START"]:
+                return True
+            offset = entry.target
+        return True  # (deeper than any code writes: on the safe side)
+
     def unbreakable(self, instruction: dis.Instruction, breakable: bool
                     ) -> tuple[str, str] | None:
         """Where this instruction lies if the graph cannot break there, and what to do:

@@ -200,3 +200,85 @@ def test_an_error_the_graph_raises_at_run_time_reaches_the_user_s_handler():
                 x = t(3)
                 same(compiled(x, value), fn(x, value))
         assert len(compiled.entries) == 1
+
+
+class _CountedFactor(torch.nn.Module):
+    """A buffer written in place, then a factorization that may fail, inside try."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.log = []
+
+    def forward(self, x):
+        try:
+            self.calls.add_(1)
+            factor = torch.linalg.cholesky(x)
+        except torch.linalg.LinAlgError:
+            self.log.append("not positive-definite")
+            factor = torch.zeros_like(x)
+        return factor * self.calls
+
+
+def _scale_then_factor(x, y):
+    # (the input written in place inside a with-block, inside the try statement)
+    try:
+        with torch.no_grad():
+            y.mul_(2)
+            return torch.linalg.cholesky(x) + y.sum()
+    except torch.linalg.LinAlgError:
+        return x * 0 + y.sum()
+
+
+def test_an_error_the_graph_raises_after_writing_an_input_reaches_the_user_s_handler():
+    # (an eager rerun would write the input twice: the graph keeps what it writes and puts
+    # it back before the rerun, where a handler of the captured code could catch the error)
+    ours, theirs = _CountedFactor(), _CountedFactor()
+    compiled = ember.compile(ours)
+    for value in (torch.eye(3) * 2, -torch.eye(3), torch.eye(3), -torch.eye(3)):
+        same(compiled(value), theirs(value))
+        same(ours.calls, theirs.calls)
+        assert ours.log == theirs.log
+    assert ours.log == ["not positive-definite"] * 2
+    compiled = ember.compile(_scale_then_factor)
+    for value in (torch.eye(3) * 2, -torch.eye(3)):
+        y, y_eager = t(3), t(3)
+        same(compiled(value, y), _scale_then_factor(value, y_eager))
+        same(y, y_eager)
+    assert len(compiled.entries) == 1
+
+
+def test_a_graph_that_writes_an_input_outside_any_try_statement_keeps_no_copy():
+    def fn(x, y):
+        y.add_(1)
+        return torch.linalg.cholesky(x) * y
+
+    compiled = ember.compile(fn)
+    y, y_eager = t(3), t(3)
+    same(compiled(torch.eye(3), y), fn(torch.eye(3), y_eager))
+    same(y, y_eager)
+    (entry,) = compiled.entries
+    assert "saved = " not in entry.captured.runner_source
+
+
+def test_a_graph_that_raises_inside_no_grad_leaves_grad_mode_as_it_came():
+    # (the graph's own `_set_grad_enabled(False)` stayed in force past its error: the user's
+    # handler, and every later call, ran without autograd)
+    def factor(x):
+        with torch.no_grad():
+            return torch.linalg.cholesky(x)
+
+    def factor_or_zeros(x):
+        try:
+            return factor(x)
+        except torch.linalg.LinAlgError:
+            return (x * 0).requires_grad_(torch.is_grad_enabled())
+
+    compiled, caller = ember.compile(factor), ember.compile(factor_or_zeros)
+    same(compiled(torch.eye(3)), factor(torch.eye(3)))
+    with pytest.raises(torch.linalg.LinAlgError):
+        compiled(-torch.eye(3))
+    assert torch.is_grad_enabled()
+    for value in (torch.eye(3), -torch.eye(3)):
+        same(caller(value), factor_or_zeros(value))
+        assert torch.is_grad_enabled()
