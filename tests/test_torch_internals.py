@@ -538,6 +538,9 @@ def test_size_hints_guardless_equality_and_min_max_of_symbolic_sizes():
     assert torch_internals.size_hint(rows) == 4 and torch_internals.size_hint(columns) == 3
     assert not torch_internals.known_equal((rows, 3), (4, 3))  # (4 now, not for every call)
     assert torch_internals.known_equal((rows, 3), (rows, 3))
+    assert torch_internals.known_true(rows >= 2) and not torch_internals.known_true(rows <= 1)
+    assert not torch_internals.known_true(rows == 4) and torch_internals.known_true(3 > 2)
+    assert torch_internals.symbolic_expression(rows * 3 // rows) == 3
     assert not shape_env.guards  # (no question above guarded)
     size = torch.sym_max(1, rows - 1)
     kind, arguments = torch_internals.min_max_arguments(

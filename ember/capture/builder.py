@@ -19,7 +19,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
-from ember.capture import fake_rules, numbers
+from ember.capture import fake_rules, numbers, size_warnings
 from ember.capture.errors import Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.known_values import KnownValues, NumberReads
@@ -178,6 +178,9 @@ class GraphBuilder:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             result = self._call(kind, target, args, kwargs, refuse, run)
+            if _name_of(target) in size_warnings.NAMES:  # (warnings the fakes do not raise)
+                said += size_warnings.size_warnings(_name_of(target), to_fake(args),
+                                                    to_fake(kwargs), to_fake(result))
         for warning in said:
             self._warned(warning)
         return result

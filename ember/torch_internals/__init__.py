@@ -83,6 +83,7 @@ from ember.torch_internals.symbolic import (  # noqa: F401  (re-exported)
     is_symbol,
     is_symbolic,
     known_equal,
+    known_true,
     make_symbolic_fake_mode,
     min_max_arguments,
     polynomial_terms,

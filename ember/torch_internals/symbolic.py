@@ -389,6 +389,14 @@ def min_max_arguments(expression: Any) -> tuple[str, tuple] | None:
     return None
 
 
+def known_true(condition: Any) -> bool:
+    """Does a condition on sizes hold for every value of their symbols (a bool as it is)?
+    Never guards."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return bool(condition) if isinstance(condition, bool) else statically_known_true(condition)
+
+
 def known_equal(a: Any, b: Any) -> bool:
     """Are two sizes (or shapes) equal for every value of their symbols? Never guards: `==`
     of SymInts read as a bool would pin a symbol to the value it has now (a sequence length

@@ -296,6 +296,34 @@ def test_an_op_s_own_warnings_are_eager_s_from_the_user_s_line():
     assert {w[2] for w in seen[0]} == {__file__}
 
 
+def _spread(x):
+    return x.std(0, True) + torch.var_mean(x, dim=1, correction=4)[0].sum()
+
+
+def test_a_reduction_left_without_degrees_of_freedom_warns_as_eager_from_the_user_s_line():
+    # (eager's kernels warn from the input's sizes; the op's run on fakes does not, and
+    # ember's kernels did not: no warning at all)
+    def fn(x):
+        return _spread(x) * 2
+
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for policy in ("always", "default"):
+            xs = [t(*shape) for shape in ((1, 4), (1, 4), (3, 4))]
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(policy)
+                results = [run(x) for x in xs]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for x, result in zip(xs, results):
+                    same(result, fn(x))
+            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
+                         if "degrees of freedom" in str(w.message)])
+    assert seen[:2] == seen[2:]
+    assert [w[0][:10] for w in seen[0]] == ["std(): deg", "var_mean()"] * 2 + ["var_mean()"]
+    assert {w[2] for w in seen[0]} == {__file__} and len(seen[1]) == 2
+
+
 def test_setting_the_global_random_state_inside_draws_eagers_numbers():
     # torch.set_rng_state between two draws rewinds the generator: the second draw repeats
     # the first. The graph's draws cannot see a state set between them, so the call breaks.
