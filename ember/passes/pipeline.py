@@ -15,6 +15,7 @@ from ember.passes.convolution_matmul import convolutions_as_matmuls
 from ember.passes.cse import eliminate_common_subexpressions
 from ember.passes.dce import eliminate_dead_code
 from ember.passes.fold_constants import fold_constants
+from ember.passes.joined_cats import joined_cats
 from ember.passes.matmul_operands import (
     aligned_matmuls,
     matmuls_onto_sums,
@@ -38,6 +39,7 @@ PASSES: tuple[Pass, ...] = (
     channels_last_convolutions,
     convolutions_as_matmuls,
     pooled_maxima,
+    joined_cats,
     eliminate_common_subexpressions,
     eliminate_dead_code,
 )
@@ -47,7 +49,8 @@ PASSES: tuple[Pass, ...] = (
 # cotangents, and autodiff knows convolution, not the product that replaces it. A training
 # graph's forward takes them after the split (`after_differentiation`).
 AFTER_DIFFERENTIATION: tuple[Pass, ...] = (depthwise_convolutions, convolutions_as_matmuls,
-                                           pooled_maxima, eliminate_common_subexpressions)
+                                           pooled_maxima, joined_cats,
+                                           eliminate_common_subexpressions)
 
 
 def run_passes(graph: Graph, dump: Path | None = None, check: bool = False,

@@ -23,14 +23,14 @@ def test_passes_run_in_order_and_dump_their_ir(tmp_path):
                                             "aligned_matmuls", "depthwise_convolutions",
                                             "channels_last_convolutions",
                                             "convolutions_as_matmuls", "pooled_maxima",
-                                            "eliminate_common_subexpressions",
+                                            "joined_cats", "eliminate_common_subexpressions",
                                             "eliminate_dead_code"]
     assert str(graph) == """\
 graph(%0: f32[2]) {
   %8 = add(%0, %0) : f32[2]
   return (%8)
 }"""
-    assert (tmp_path / "ir_13_eliminate_dead_code.txt").read_text().startswith(
+    assert (tmp_path / "ir_14_eliminate_dead_code.txt").read_text().startswith(
         "# eliminate_dead_code: ")
 
 
