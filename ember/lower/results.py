@@ -35,6 +35,9 @@ class OutputSpec:
     value: Any = None
     dtype: torch.dtype | None = None
     from_storage_start: bool = False  # offset counts from the storage's start (as_strided's)
+    # a view: made where eager's autograd recorded it (True: it has a grad_fn), or not (False:
+    # made under no_grad inside the function); None: as the call's grad mode says
+    recorded: bool | None = None
 
     def view_of(self, base: torch.Tensor,
                 bindings: Mapping[str, int] | None = None) -> torch.Tensor:

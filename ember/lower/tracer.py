@@ -73,6 +73,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
         self.stops = False
         self.input_metas: set[int] = set()  # (ids: an input returned is that object itself)
         self.from_storage_start: set[int] = set()  # (ids: see _counts_from_storage)
+        # (ids of views: was grad mode on where the graph made them? see OutputSpec.recorded)
+        self.views_made_with_grad: dict[int, bool] = {}
 
     def dims(self, values: Any) -> tuple:
         """Sizes, strides or an offset as the IR holds them (SymInts become `Size`)."""
@@ -211,6 +213,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
             self._lower_mutation(func, args, kwargs, template_kwargs, out, written)
         elif any(r.alias_info is not None for r in schema.returns) or func in UNTRACKED_VIEWS:
             self._lower_view(func, args, kwargs, template_kwargs, out)
+            for view in leaves(out):  # (grad mode's own state, which autograd records by)
+                self.views_made_with_grad[id(view)] = torch.is_grad_enabled()
         else:
             out = eager_layout(func, args, kwargs, out, self.graph.device.type)
             self._bind_results(out, self._lower(func, args, kwargs, template_kwargs, out))
@@ -406,7 +410,8 @@ class Tracer(ViewsAndWrites, torch_internals.TorchDispatchMode):
                 else:
                     specs.append(OutputSpec("view", index=storage.input_index, **geometry,
                                             from_storage_start=id(value) in
-                                            self.from_storage_start))
+                                            self.from_storage_start,
+                                            recorded=self.views_made_with_grad.get(id(value))))
             elif state.chain is not None and id(storage) in root_outputs:
                 # memory another output already holds: a view of that output, as in eager
                 specs.append(OutputSpec("view", index=root_outputs[id(storage)],

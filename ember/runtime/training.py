@@ -297,7 +297,11 @@ class TrainingGraph:
                 leaves.append(self.input(args, spec.index))
             elif spec.kind == "view":
                 base = results[spec.index] if spec.of_output else self.input(args, spec.index)
-                leaves.append(spec.view_of(base, bindings))
+                if spec.recorded is None or spec.recorded is torch.is_grad_enabled():
+                    leaves.append(spec.view_of(base, bindings))
+                else:  # (a view the function made under a grad mode of its own)
+                    with torch.set_grad_enabled(spec.recorded):
+                        leaves.append(spec.view_of(base, bindings))
             elif spec.kind == "same":
                 leaves.append(leaves[spec.index])
             else:

@@ -1228,3 +1228,32 @@ def test_a_graph_dropped_before_its_first_backward_leaves_nothing_to_wait_for():
     assert all(job.running() or job.done() for job in backends._background)
     backends.wait_for_background_compiles()
     assert not backends._background
+
+
+def test_a_view_of_an_input_returned_from_inside_enable_grad_under_no_grad_is_tracked():
+    # (the view was taken outside the step, under the caller's no_grad: it required grad
+    # with no grad_fn, and its backward left the input without a gradient; DBRX's experts
+    # index a view of their weights after a graph break inside no_grad)
+    import ember
+
+    def tracked(v):
+        with torch.enable_grad():
+            return v.view(-1, 3, 3), v[2:] * 2
+
+    def indexed(v, m, i):
+        with torch.no_grad():
+            a = m[i]  # (a break: a 0-d index tensor)
+        return (v.view(-1, 3, 3)[i] * a).sum()
+
+    m, i = torch.randn(4, 3, device=DEVICE), torch.tensor(1, device=DEVICE)
+    for fn, under_no_grad in ((tracked, True), (indexed, False)):
+        grads = []
+        for run in (fn, ember.compile(fn)):
+            v = torch.arange(36.0, device=DEVICE).view(12, 3).requires_grad_()
+            with torch.set_grad_enabled(not under_no_grad):
+                outputs = run(v, m, i) if fn is indexed else run(v)
+            outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+            assert all(o.grad_fn is not None for o in outputs)
+            sum(o.sum() for o in outputs).backward()
+            grads.append(v.grad)
+        torch.testing.assert_close(grads[1], grads[0], **TOLERANCE)
