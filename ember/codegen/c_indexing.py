@@ -119,7 +119,10 @@ class IndexedReads:
         if node.op is Op.TAKE and node.attrs["wrap"]:
             self.emit(scope, f"{name} = {name} < 0 ? {name} + {_int(size)} : {name};")
         self.uses_checks = True
-        self.emit(scope, f"status |= ({name} < 0) | ({name} >= {_int(size)});")
+        out_of_range = f"({name} < 0) | ({name} >= {_int(size)})"
+        if self.under_guard(index):  # (where a pad reads nothing, no index is taken)
+            out_of_range = f"({self.guard[0]}) & ({out_of_range})"
+        self.emit(scope, f"status |= {out_of_range};")
         self.emit(scope, f"{name} = ember_clamp_index({name}, {_int(size)});")
         self.defined_at[name] = scope
         highest = size - 1 if isinstance(size, Size) else max(size - 1, 0)

@@ -199,6 +199,20 @@ def test_nearest_upsampling_and_pixel_shuffle():
     check(fn, image, signal, volume, library=0)
 
 
+def test_a_pad_of_an_upsampling_takes_no_index_where_it_pads():
+    # (the C kernel checked the nearest index at the pad's border positions too, where the
+    # pad reads nothing: an index error of ember's own, and the graph ran eagerly from then
+    # on; timm's GhostNetV2 gates its features so before a padded depthwise convolution)
+    image, gate = make(1, 4, 4, 4), make(1, 4, 8, 8, seed=1)
+    weight = make(4, 1, 3, 3, seed=2)
+
+    def fn(image, gate, weight):
+        up = F.interpolate(image, scale_factor=2, mode="nearest")
+        return F.pad(up, (1, 1, 1, 1)), F.conv2d(gate * up, weight, padding=1, groups=4)
+
+    check(fn, image, gate, weight, atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("index_dtype", (torch.int64, torch.int32), ids=str)
 def test_index_select_and_embedding(index_dtype):
     x = make(6, 5)
