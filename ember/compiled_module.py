@@ -66,7 +66,7 @@ class CompiledModule(torch.nn.Module):
             # hooks (FSDP's all-gather and reshard, a user's) run as eager runs them, around
             # the compiled forward
             return torch_internals.call_with_forward(module, self._call_forward, args, kwargs)
-        fast_path = eager_fast_path(module, args, kwargs)
+        fast_path = eager_fast_path(module, args, kwargs, torch.is_grad_enabled())
         if fast_path is not None:
             logs.channel("fallbacks").info("%s runs eagerly: %s", type(module).__name__,
                                            fast_path)

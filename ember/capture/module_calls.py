@@ -59,7 +59,7 @@ def call_module(session: Session, module_value: ModuleValue, args: list[Value],
             # its forward compiled on its own)
             session.compile_apart.append(module)
             raise
-    fast_path = eager_fast_path(module, args, kwargs)
+    fast_path = eager_fast_path(module, args, kwargs, session.grad_enabled)
     if fast_path is not None:
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
     if type(module) is torch.nn.TransformerEncoder:  # (eager_fast_path read it unguarded)
@@ -125,7 +125,7 @@ def _call_with_hooks(session: Session, module_value: ModuleValue, args: list[Val
     if not isinstance(keywords, DictValue):
         raise Unsupported(f"a forward pre-hook's keyword arguments are {keywords.describe()}")
     positional = semantics.unpack(session, arguments)
-    fast_path = eager_fast_path(module, positional, keywords.items)
+    fast_path = eager_fast_path(module, positional, keywords.items, session.grad_enabled)
     if fast_path is not None:
         raise Unsupported(fast_path, "expected: eager's result differs from the traced path's")
     result = _call_forward(session, module_value, positional, dict(keywords.items), parent)
@@ -249,19 +249,20 @@ def _is_tuple(value: Value) -> bool:
         isinstance(value, Const) and type(value.value) is tuple
 
 
-def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
-                    ) -> str | None:
+def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any],
+                    grad_enabled: bool) -> str | None:
     """Why `module(*args, **kwargs)` must run as eager runs it, or None. (Arguments: values
-    or tracked values.) nn.TransformerEncoder in eval with a padding mask runs its layers on
-    a nested tensor, whose padded positions come out 0 — a path chosen from the mask's data,
-    and skipped where torch.compiler.is_compiling(), which capture answers True."""
+    or tracked values; `grad_enabled`: the grad mode the call meets, the captured code's.)
+    nn.TransformerEncoder in eval with a padding mask runs its layers on a nested tensor,
+    whose padded positions come out 0 — a path chosen from the mask's data, and skipped
+    where torch.compiler.is_compiling(), which capture answers True."""
     if type(module) is not torch.nn.TransformerEncoder or \
             not getattr(module, "use_nested_tensor", False) or module.layers[0].training:
         return None
     mask = kwargs.get("src_key_padding_mask", args[2] if len(args) > 2 else None)
     if mask is None or (isinstance(mask, Const) and mask.value is None):
         return None
-    if torch.is_grad_enabled() and any(p.requires_grad for p in module.parameters()):
+    if grad_enabled and any(p.requires_grad for p in module.parameters()):
         return None  # (eager's slow path too)
     return ("nn.TransformerEncoder with a padding mask in eval runs eager's nested-tensor "
             "path (its padded positions come out 0)")

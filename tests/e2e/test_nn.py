@@ -367,8 +367,16 @@ def test_a_transformer_encoder_with_a_padding_mask_in_eval_gives_eagers_zeros():
     def model(x, padding):  # (the encoder called from a compiled function, too)
         return torch.tanh(encoder(x * 2, src_key_padding_mask=padding))
 
+    def inside_no_grad(x, padding):  # (no_grad entered by the compiled code itself: the
+        with torch.no_grad():       # choice read the caller's grad mode, and traced)
+            return encoder(x, src_key_padding_mask=padding)
+
     x = torch.randn(2, 4, 8)
     padding = torch.tensor([[False, False, True, True], [False, False, False, False]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(ember.compile(inside_no_grad)(x, padding),
+                                   inside_no_grad(x, padding))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for run, want in ((ember.compile(encoder), encoder(x, src_key_padding_mask=padding)),
