@@ -15,7 +15,7 @@ import torch
 import torch.utils.checkpoint
 
 from ember.capture import attribute_writes, attributes, semantics
-from ember.capture.calls import call_rules, call_value, rule
+from ember.capture.calls import call_code, call_rules, call_value, rule
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import python_value, unpack
 from ember.capture.symbols import has_symbols, specialized, tracked_size
@@ -73,6 +73,10 @@ def _len(session: Session, value: Value, **_: Any) -> Value:
         return Const(length)
     if isinstance(value, NewObjectValue):
         return Const(python_value(semantics.protocol(session, value, "__len__")))
+    if isinstance(value, ObjectValue) and value.source is not None and \
+            semantics.python_method(type(value.value), "__len__"):
+        # (an object from outside: its own __len__ run as code, its reads guarded)
+        return Const(python_value(call_code(session, type(value.value).__len__, [value])))
     return Const(len(python_value(value)))
 
 

@@ -32,6 +32,8 @@ from ember.capture.values import (
 if TYPE_CHECKING:
     from ember.capture.session import Session
 
+# what a set from outside may hold for ember to copy it as constants
+_ATOMS = (bool, int, float, str, bytes, type(None))
 # classes whose copies ember makes itself from what it tracks (no copy protocol of their own)
 _PROTOCOL = ("__copy__", "__deepcopy__", "__reduce__", "__reduce_ex__", "__getstate__",
              "__setstate__", "__getnewargs__", "__getnewargs_ex__")
@@ -83,6 +85,14 @@ def _copy(session: Session, value: Value, memo: dict[int, Value], deep: bool) ->
         if value.mapping is not None:
             made.mapping = DictValue({key: item(v) for key, v in value.mapping.items.items()},
                                      value.mapping.kind)
+    elif isinstance(value, ObjectValue) and value.source is not None and \
+            type(value.value) in (set, frozenset) and \
+            all(type(v) in _ATOMS for v in value.value):
+        # (a set of constants from outside, its contents guarded: a config's set of names)
+        contents = type(value.value)(value.value)  # (a copy of ours: the guard's own)
+        session.guards.add("equals", value.source, contents)
+        made = SetValue([Const(v) for v in contents]) if type(contents) is set else \
+            Const(contents)
     elif isinstance(value, ObjectValue) and value.source is not None and \
             _plain_instance(value.value):
         made = _copy_outside_object(session, value, memo, item)

@@ -449,7 +449,7 @@ def truth(session: Session, value: Value) -> bool:
                           TensorMethodValue, ValueMethodValue)):
         if isinstance(value, ObjectValue) and type(value.value).__module__ != "builtins" and \
                 any(hasattr(type(value.value), m) for m in ("__bool__", "__len__")):
-            raise Unsupported(f"truth of {value.describe()} runs its own __bool__/__len__")
+            return _outside_truth(session, value)
         return True
     if value is NULL:
         return False
@@ -519,6 +519,24 @@ def unpack(session: Session, value: Value) -> list[Value]:
             value.source is not None:
         return _outside_view(session, value)
     raise Unsupported(f"iteration over {value.describe()}")
+
+
+def _outside_truth(session: Session, value: ObjectValue) -> bool:
+    """The truth of an object from outside whose class answers it in Python (a KV cache's
+    `__len__`: `if past_key_values and ...`): its method run as code, reading the object
+    through its source (each read guarded)."""
+    from ember.capture.calls import call_code
+
+    cls = type(value.value)
+    for name in ("__bool__", "__len__"):
+        owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
+        if owner is None:
+            continue
+        method = owner.__dict__[name]
+        if value.source is None or not isinstance(method, types.FunctionType):
+            break
+        return bool(python_value(call_code(session, method, [value])))
+    raise Unsupported(f"truth of {value.describe()} runs its own __bool__/__len__")
 
 
 def python_method(cls: type, name: str) -> bool:

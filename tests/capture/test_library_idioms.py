@@ -12,6 +12,7 @@ gradient taken inside breaks the graph there."""
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import operator
@@ -462,3 +463,43 @@ def test_a_tensor_s_grad_is_read_as_the_call_passes_it():
         same(compiled(x, w), fn(x, w))
     assert len(compiled.entries) == 2  # (None, then a tensor: guarded, then an input)
     assert counts(fn, x, w) == (1, 0)
+
+
+class _Layers:
+    """A KV cache in small: its truth and length are its layers'."""
+
+    def __init__(self):
+        self.layers = []
+
+    def __len__(self):
+        return len(self.layers)
+
+
+class _Named:
+    def __init__(self):
+        self.scale = 2.0
+        self.names = {"a", "b"}
+
+
+def test_an_outside_object_s_own_len_and_a_set_in_a_deep_copy_are_code_and_guards():
+    # (`if past_key_values and ...` broke the graph; so did deep-copying a config that holds
+    # a set, as transformers' get_text_config does for a cache made in forward: Moonshine)
+    def truth(x, cache):
+        if cache:
+            return x + len(cache)
+        return x - 1
+
+    def copied(x, config):
+        made = copy.deepcopy(config)
+        made.names.add("c")
+        return x * made.scale * len(made.names) + ("b" in made.names)
+
+    cache, config, x = _Layers(), _Named(), t(3)
+    compiled_truth, compiled_copy = ember.compile(truth), ember.compile(copied)
+    for step in range(3):
+        same(compiled_truth(x, cache), truth(x, cache))
+        same(compiled_copy(x, config), copied(x, config))
+        assert config.names == ({"a", "b"} if step == 0 else {"a"})  # (the copy's change
+        cache.layers.append(step)                                      # stays in the copy)
+        config.names.discard("b")
+    assert counts(truth, x, cache) == (1, 0) and counts(copied, x, config) == (1, 0)
