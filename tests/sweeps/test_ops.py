@@ -2528,14 +2528,9 @@ TRITON_SUBSET = [
 # so (name -> (status, reason)); heavy cases (CI runs a slice of them)
 HALF_IN_FLOAT32 = ("float16/bfloat16 chains are computed in float32 and rounded once (by design, "
                    "as torch.compile): eager rounds (and overflows) at every op")
-NO_CPP_WARNING = ("eager's C++ warning (var/std: degrees of freedom <= 0) is not given by the "
-                  "compiled kernel")
 XFAIL: dict = {
     "float16_overflow_inf": HALF_IN_FLOAT32,
     "grad_through_dtype_casts": HALF_IN_FLOAT32,
-    "var_std_corrections_single_element": NO_CPP_WARNING,
-    "reductions_over_empty_dims": NO_CPP_WARNING,
-    "grad_std_single_element": NO_CPP_WARNING,
     "out_arguments_with_resize": (
         "out= resized: the warning comes from torch's Python reference, whose text differs from "
         "eager's C++ one (torch.Size([5]) and a literal '{str(shape)}')"),
@@ -2561,8 +2556,6 @@ def test_op(name):
 
 TRITON_XFAIL: dict = {
     "float16_overflow_inf": HALF_IN_FLOAT32,
-    "var_std_corrections_single_element": NO_CPP_WARNING,
-    "reductions_over_empty_dims": NO_CPP_WARNING,
 }
 TRITON_SLOW: set = {
     "advanced_indexing_mixtures", "all_any_on_non_bool", "argmax_argmin_ties_and_nan",
