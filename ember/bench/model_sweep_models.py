@@ -25,6 +25,14 @@ _DECODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 max_position_embeddings=64)
 _ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=128, vocab_size=256, max_position_embeddings=64)
+# (added 2026-12-07: BART-style encoder-decoders' and wav2vec2-style speech models' sizes)
+_BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+             decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+             vocab_size=256, max_position_embeddings=64)
+_SPEECH = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=128, vocab_size=32, conv_dim=(32, 32, 32),
+               conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+               num_conv_pos_embedding_groups=4, pad_token_id=0)
 TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("mistral", "MistralForCausalLM", _DECODER),
     ("gemma", "GemmaForCausalLM", dict(_DECODER, head_dim=16)),
@@ -288,6 +296,87 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("vaultgemma", "VaultGemmaForCausalLM", dict(_DECODER, head_dim=16)),
     ("nanochat", "NanoChatForCausalLM", _DECODER),
     ("jetmoe", "JetMoeForCausalLM", _DECODER),
+    # added 2026-12-07 (architectures not yet swept): T5 relatives (UMT5's per-layer relative
+    # bias, LongT5's transient-global attention, Switch Transformers' capacity-limited expert
+    # routing), BART relatives (Marian, M2M-100's padded sinusoidal positions, LED's windowed
+    # encoder, Blenderbot, PLBart, BigBird-Pegasus's block-sparse attention), encoders with
+    # their own attention (BigBird, ConvBERT's span convolutions, SqueezeBERT's grouped 1x1
+    # convolutions, RoFormer's rotary values, ESM's rotary and token dropout rescaling, LUKE's
+    # entity-aware attention, Nystromformer's landmarks and iterative pseudo-inverse, YOSO's
+    # expectation of LSH collisions, RemBERT's decoupled embeddings, Megatron-BERT's
+    # pre-norm, X-MOD's per-language adapters), speech models (WavLM's gated relative
+    # position bias, SEW's squeeze and upsample, UniSpeech-SAT, the Audio Spectrogram
+    # Transformer's overlapping patches, Moonshine's raw-waveform encoder with partial rotary),
+    # decoders (Zamba's shared attention beside Mamba layers, DBRX's clipped QKV and MoE,
+    # GPT-NeoX-Japanese's biased residual, TrOCR's decoder alone)
+    ("umt5", "UMT5ForConditionalGeneration", dict(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+        vocab_size=256, decoder_start_token_id=0, pad_token_id=0)),
+    ("longt5", "LongT5ForConditionalGeneration", dict(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+        vocab_size=256, decoder_start_token_id=0, pad_token_id=0,
+        encoder_attention_type="transient-global", local_radius=2, global_block_size=4)),
+    ("switch_transformers", "SwitchTransformersForConditionalGeneration", dict(
+        d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+        vocab_size=256, decoder_start_token_id=0, pad_token_id=0, num_experts=4,
+        expert_capacity=8, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1,
+        router_jitter_noise=0.0)),
+    ("marian", "MarianMTModel", dict(_BART, pad_token_id=0, decoder_start_token_id=0)),
+    ("m2m_100", "M2M100ForConditionalGeneration", _BART),
+    ("led", "LEDForConditionalGeneration", dict(
+        _BART, attention_window=4, max_encoder_position_embeddings=64,
+        max_decoder_position_embeddings=64)),
+    ("blenderbot", "BlenderbotForConditionalGeneration", _BART),
+    ("plbart", "PLBartForConditionalGeneration", _BART),
+    ("bigbird_pegasus", "BigBirdPegasusForConditionalGeneration", dict(
+        _BART, attention_type="block_sparse", block_size=1, num_random_blocks=2)),
+    ("big_bird", "BigBirdForMaskedLM", dict(_ENCODER, attention_type="block_sparse",
+                                            block_size=1, num_random_blocks=2)),
+    ("convbert", "ConvBertForMaskedLM", dict(_ENCODER, embedding_size=64, conv_kernel_size=3)),
+    ("squeezebert", "SqueezeBertForMaskedLM", dict(_ENCODER, embedding_size=64)),
+    ("roformer", "RoFormerForMaskedLM", dict(_ENCODER, embedding_size=64, rotary_value=True)),
+    ("esm", "EsmForMaskedLM", dict(_ENCODER, pad_token_id=1, mask_token_id=2,
+                                   position_embedding_type="rotary", token_dropout=True,
+                                   emb_layer_norm_before=False)),
+    ("luke", "LukeForMaskedLM", dict(_ENCODER, entity_vocab_size=16, entity_emb_size=32)),
+    ("nystromformer", "NystromformerForMaskedLM", dict(_ENCODER, num_landmarks=4,
+                                                       segment_means_seq_len=LENGTH,
+                                                       conv_kernel_size=3)),
+    ("yoso", "YosoForMaskedLM", dict(_ENCODER, use_expectation=True, hash_code_len=4,
+                                     num_hash=8, conv_window=3)),
+    ("rembert", "RemBertForMaskedLM", dict(_ENCODER, input_embedding_size=32,
+                                           output_embedding_size=32, bos_token_id=1,
+                                           eos_token_id=2)),
+    ("megatron-bert", "MegatronBertForMaskedLM", _ENCODER),
+    ("xmod", "XmodForMaskedLM", dict(_ENCODER, languages=["en_XX", "de_DE"],
+                                     default_language="en_XX")),
+    ("wavlm", "WavLMForCTC", dict(_SPEECH, num_buckets=32, max_bucket_distance=64)),
+    ("sew", "SEWForCTC", dict(_SPEECH, squeeze_factor=2)),
+    ("unispeech-sat", "UniSpeechSatForCTC", _SPEECH),
+    ("audio-spectrogram-transformer", "ASTForAudioClassification", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        patch_size=8, frequency_stride=4, time_stride=4, max_length=32, num_mel_bins=16,
+        num_labels=10)),
+    ("moonshine", "MoonshineForConditionalGeneration", dict(
+        hidden_size=64, intermediate_size=128, encoder_num_hidden_layers=2,
+        decoder_num_hidden_layers=2, encoder_num_attention_heads=4,
+        decoder_num_attention_heads=4, encoder_num_key_value_heads=4,
+        decoder_num_key_value_heads=2, vocab_size=256, max_position_embeddings=64,
+        pad_token_id=0)),
+    ("zamba", "ZambaForCausalLM", dict(_DECODER, num_hidden_layers=5, attn_layer_period=2,
+                                       attn_layer_offset=0, n_mamba_heads=2,
+                                       mamba_d_state=8, mamba_dt_rank=8,
+                                       use_mamba_kernels=False)),
+    ("dbrx", "DbrxForCausalLM", dict(
+        d_model=64, n_heads=4, n_layers=2, max_seq_len=64, vocab_size=256,
+        attn_config=dict(kv_n_heads=2, clip_qkv=8.0, rope_theta=10000.0),
+        ffn_config=dict(hidden_size=64, ffn_hidden_size=128, moe_num_experts=4, moe_top_k=2))),
+    ("gpt_neox_japanese", "GPTNeoXJapaneseForCausalLM", dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_multiple_size=2,
+        vocab_size=256, max_position_embeddings=64, bos_token_id=1, eos_token_id=2)),
+    ("trocr", "TrOCRForCausalLM", dict(d_model=64, decoder_layers=2, decoder_attention_heads=4,
+                                       decoder_ffn_dim=128, vocab_size=256,
+                                       max_position_embeddings=64)),
 )
 # what the transformers models other than text models take (the rest: input_ids)
 INPUTS = {"whisper": "audio features", "clip": "text and image", "vit": "image",
@@ -295,7 +384,9 @@ INPUTS = {"whisper": "audio features", "clip": "text and image", "vit": "image",
           "wav2vec2": "waveform", "layoutlm": "text and boxes", "yolos": "detection",
           "dinov2": "image", "hubert": "waveform", "siglip": "text and image",
           "vit_mae": "masked image", "detr": "detection", "patchtst": "time series",
-          "speech_to_text": "filter banks", "data2vec-vision": "image"}
+          "speech_to_text": "filter banks", "data2vec-vision": "image",
+          "wavlm": "waveform", "sew": "waveform", "unispeech-sat": "waveform",
+          "audio-spectrogram-transformer": "spectrogram", "moonshine": "waveform and tokens"}
 # what a model answers, by kind of input, where it is not `logits`
 OUTPUTS = {"text and image": "logits_per_image", "time series": "prediction_outputs"}
 # timm architectures, small variants, random weights
@@ -342,11 +433,24 @@ TIMM: tuple[tuple[str, dict[str, Any]], ...] = (
     ("fasternet_t0", {}), ("davit_tiny", dict(depths=(1, 1, 1, 1))),
     ("twins_svt_small", dict(depths=(1, 1, 1, 1))), ("mvitv2_tiny", dict(img_size=IMAGE)),
     ("hiera_tiny_224", dict(img_size=IMAGE)), ("convit_tiny", dict(img_size=IMAGE)),
+    # added 2026-12-07 (architectures not yet swept): NAS-found inverted residuals (MnasNet,
+    # ReXNet's partial residual adds), gated depthwise blocks without SSM (MambaOut),
+    # element-wise star products (StarNet), dense concatenation (RDNet), focal modulation
+    # (FocalNet), MBConv beside relative attention (CoAtNet), Visformer's conv-attention
+    # stages, affine-only MLP blocks (ResMLP), Inception depthwise token mixers
+    # (InceptionNeXt), decoupled fully connected attention (GhostNetV2), lambda layers
+    # (LambdaNet), pixel-in-patch transformers (TNT)
+    ("mnasnet_050", {}), ("rexnet_100", {}), ("mambaout_femto", {}), ("starnet_s1", {}),
+    ("rdnet_tiny", {}), ("focalnet_tiny_srf", {}),
+    ("coatnet_nano_rw_224", dict(img_size=IMAGE)), ("visformer_tiny", dict(img_size=IMAGE)),
+    ("resmlp_12_224", dict(img_size=IMAGE)), ("inception_next_tiny", {}),
+    ("ghostnetv2_100", {}), ("lambda_resnet26t", dict(img_size=IMAGE)),
+    ("tnt_s_patch16_224", dict(img_size=IMAGE, depth=2)),
 )
 
 
 def _seq2seq(model_class: str) -> bool:
-    return model_class.endswith("ForConditionalGeneration")
+    return model_class.endswith(("ForConditionalGeneration", "MTModel"))
 
 
 def decoders() -> set[str]:
@@ -441,6 +545,14 @@ def _inputs(kind: str, config: Any, seq2seq: bool, generator: torch.Generator
     if kind == "waveform":  # (the CTC loss wants labels shorter than the 19 frames)
         return ({"input_values": torch.randn(BATCH, 400, generator=generator)},
                 {"labels": tokens(6, config.vocab_size)})
+    if kind == "spectrogram":  # (frames by mel bins, as the AST feature extractor gives)
+        return ({"input_values": torch.randn(BATCH, config.max_length, config.num_mel_bins,
+                                             generator=generator)},
+                {"labels": torch.randint(0, config.num_labels, (BATCH,), generator=generator)})
+    if kind == "waveform and tokens":  # (Moonshine: raw audio in, text out)
+        target = tokens(LENGTH // 2)
+        return ({"input_values": torch.randn(BATCH, 1600, generator=generator),
+                 "decoder_input_ids": target}, {"labels": target})
     if kind == "audio features":
         features = torch.randn(BATCH, config.num_mel_bins, 2 * config.max_source_positions,
                                generator=generator)
