@@ -759,3 +759,9 @@ def test_torch_compiled_original_names_what_dynamo_would_inline():
     assert torch_internals.torch_compiled_original(torch.compiler.disable(f)) is None
     assert torch_internals.torch_compiled_original(f) is None
     assert torch_internals.torch_compiled_original(linear) is None
+
+
+def test_parse_to_reads_to_s_arguments():
+    assert torch_internals.parse_to(torch.float64) == (None, torch.float64, False, None)
+    assert torch_internals.parse_to("cpu", dtype=torch.float16, non_blocking=True) == \
+        (torch.device("cpu"), torch.float16, True, None)

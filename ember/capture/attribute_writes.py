@@ -110,8 +110,6 @@ def set_attribute(session: Session, receiver: Value, name: str, value: Value) ->
     if isinstance(receiver, TensorValue) and name == "requires_grad":
         tensor_attributes.set_requires_grad(session, receiver, value, method=False)
         return
-    if isinstance(receiver, TensorValue) and name == "data" and value is receiver:
-        return  # (`p.data = p`: nn.Module.to of a parameter already as asked)
     if isinstance(receiver, NewObjectValue):
         setter = class_lookup(receiver.cls, "__setattr__")
         if isinstance(setter, types.FunctionType):  # its own __setattr__, in Python: run it

@@ -20,7 +20,7 @@ import torch.fx
 
 from ember import torch_internals
 from ember.capture import fake_rules, numbers, size_warnings
-from ember.capture.errors import Unsupported
+from ember.capture.errors import FailedOnFakes, Unsupported
 from ember.capture.guards import GuardSet, tensor_signature
 from ember.capture.known_values import KnownValues, NumberReads
 from ember.capture.sources import Source
@@ -138,14 +138,6 @@ class GraphBuilder:
         return [position for fake, version, position in self._input_versions
                 if fake._version != version]
 
-    def passed_tensor(self, source: Source) -> torch.Tensor | None:
-        """The tensor the call passed through `source`, if the graph takes it as an input."""
-        value = self._by_source.get(source.expr())
-        if value is None:
-            return None
-        tensor = self.input_values[self.input_sources.index(value.source)]
-        return tensor if isinstance(tensor, torch.Tensor) else None
-
     def input_node(self, source: Source) -> torch.fx.Node:
         """The placeholder of the tensor input read through `source`."""
         return self._by_source[source.expr()].node
@@ -254,9 +246,13 @@ class GraphBuilder:
         except Unsupported:
             raise
         except Exception as error:
-            raise Unsupported(f"{_name_of(target)} failed while capturing: "
-                              f"{type(error).__name__}: {error}",
-                              "eager raises the same error; fix the call") from None
+            # (where a handler of the captured code may catch it, the break runs the op
+            # natively, and eager's error reaches the handler)
+            caught = self.frame is not None and self.frame.inside_a_handler_s_reach()
+            failure = FailedOnFakes if _refused_by_the_op(error) and not caught else Unsupported
+            raise failure(f"{_name_of(target)} failed while capturing: "
+                          f"{type(error).__name__}: {error}",
+                          "eager raises the same error; fix the call") from None
         if isinstance(reads, NumberReads) and reads.seen:
             folded = self.known.folded(args, kwargs)
             if folded is not None:
@@ -390,6 +386,15 @@ def _alike(a: Any, b: Any) -> bool:
 
 # the Python values a torch function may answer with, settings rather than data
 _SETTINGS = (bool, int, float, str, torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _refused_by_the_op(error: Exception) -> bool:
+    """Did the op's own checks refuse its arguments (a shape that does not broadcast, an index
+    out of range), rather than the fake tensors lack a way to run it (no meta kernel, an
+    operator fake tensors do not support)?"""
+    return isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) and \
+        not isinstance(error, NotImplementedError) and \
+        not type(error).__module__.startswith("torch._subclasses")
 
 
 def _name_of(target: Any) -> str:

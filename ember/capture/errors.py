@@ -75,6 +75,16 @@ class Raised(Unsupported):
         self.exception = exception
 
 
+class FailedOnFakes(Unsupported):
+    """An op refused its arguments as the capture ran it on fake tensors (shapes that do not
+    broadcast), and no handler of the captured code catches it. Eager may raise there too,
+    or never get there: the capture answers torch.compiler.is_compiling() True, and libraries
+    take other paths then (transformers builds a full attention mask under compilation that
+    Nystromformer's landmark scores cannot take). Not a graph break, which would hand the
+    compiled path's values to eager code: the call runs eagerly from the function's start,
+    where eager's own path decides."""
+
+
 class AssumptionFailed(Exception):
     """Raised by a runner whose graph assumed a check on a tensor's value passes (`if not
     ok: raise ...`, branches.assume_it_passes) when, this call, it does not: the function

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember import config, logs
 from ember.capture.breaks import CALLS, JUMPS, OPERATORS, GraphBreak, Snapshot, call_parts
-from ember.capture.errors import Location, Raised, Unsupported
+from ember.capture.errors import FailedOnFakes, Location, Raised, Unsupported
 from ember.capture.values import (
     BuiltinValue,
     CellValue,
@@ -235,6 +235,8 @@ class Frame:
                     if unbreakable is not None or snapshot is not None:
                         raise self.refused(instruction, error, unbreakable, snapshot) from None
                     raise
+                except FailedOnFakes:
+                    raise  # (no break: the call runs eagerly from its start)
                 except Unsupported as error:
                     if unbreakable is not None or snapshot is not None:
                         raise self.refused(instruction, error, unbreakable, snapshot) from None

@@ -268,6 +268,37 @@ def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[s
             "path (its padded positions come out 0)")
 
 
+def cast_changes_nothing(session: Session, receiver: ModuleValue, args: list[Value],
+                         kwargs: dict[str, Value]) -> bool:
+    """Does `module.to(...)` leave every parameter and buffer as it is (a router cast to the
+    dtype it has, each call)? Then the call is the module itself: nn.Module.to's _apply reads
+    each parameter's gradient and sets its .data, which a graph cannot hold. Guarded; False
+    where the arguments are not plain values (a tensor to take the dtype of)."""
+    try:
+        values = [semantics.python_value(a) for a in args]
+        keywords = {k: semantics.python_value(v) for k, v in kwargs.items()}
+        device, dtype, _, memory_format = torch_internals.parse_to(*values, **keywords)
+    except (Unsupported, TypeError, RuntimeError):
+        return False
+    if memory_format is not None or not _cast_changes_nothing(receiver.value, device, dtype):
+        return False
+    session.guard_module_answer(receiver, _cast_changes_nothing, (device, dtype), True,
+                                f"{receiver.describe()}.to(...) now changes its tensors")
+    return True
+
+
+def _cast_changes_nothing(module: torch.nn.Module, device: torch.device | None,
+                          dtype: torch.dtype | None) -> bool:
+    for tensor in (*module.parameters(), *module.buffers()):
+        if dtype is not None and tensor.dtype != dtype and \
+                (tensor.is_floating_point() or tensor.is_complex()):
+            return False
+        if device is not None and (tensor.device.type != device.type or
+                                   device.index is not None and tensor.device != device):
+            return False
+    return True
+
+
 # nn.Module's own generator methods: (which registry they walk, whole tree or direct
 # children, with names). They read the module tree and nothing else, so running them at
 # capture time is safe; the tree they saw is guarded (each registry's keys and contents).

@@ -11,7 +11,6 @@ import torch
 from ember import torch_internals
 from ember.capture.errors import Unsupported
 from ember.capture.semantics import python_value
-from ember.capture.sources import AttrSource
 from ember.capture.symbols import tracked_size
 from ember.capture.values import Const, SequenceValue, TensorMethodValue, TensorValue, Value
 
@@ -51,12 +50,6 @@ def tensor_attribute(session: Session, value: TensorValue, name: str) -> Value:
         return value
     if name in ("real", "imag"):  # (views of a complex tensor's parts)
         return session.builder.call("call_function", getattr(torch, name), (value,), {})
-    if name == "grad" and value.source is not None:
-        # (an input's gradient as it is when the call comes: None, guarded, or a tensor
-        # input of its own; nn.Module.to reads each parameter's)
-        tensor = session.builder.passed_tensor(value.source)
-        if tensor is not None:
-            return session.wrap(tensor.grad, AttrSource(value.source, "grad"))
     if name in ("grad", "grad_fn", "_base", "_version"):
         raise Unsupported(f"tensor.{name} inside the compiled function",
                           f"read tensor.{name} outside the compiled function")

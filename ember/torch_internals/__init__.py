@@ -311,6 +311,12 @@ def is_context_decorator(value: Any) -> bool:
     return isinstance(value, _DecoratorContextManager)
 
 
+def parse_to(*args: Any, **kwargs: Any) -> tuple:
+    """What nn.Module.to and Tensor.to make of their arguments: (device, dtype, non_blocking,
+    memory_format), each None where not given."""
+    return torch._C._nn._parse_to(*args, **kwargs)
+
+
 # Is a torch.autocast region active, for any device type? (A C function: the per-call guard
 # of every compiled function calls it directly.)
 any_autocast = torch._C._is_any_autocast_enabled

@@ -282,3 +282,44 @@ def test_a_graph_that_raises_inside_no_grad_leaves_grad_mode_as_it_came():
     for value in (torch.eye(3), -torch.eye(3)):
         same(caller(value), factor_or_zeros(value))
         assert torch.is_grad_enabled()
+
+
+def _mask(x):
+    # (transformers' mask helpers in small: under compilation they build a full mask that
+    # eager's path never builds)
+    if torch.compiler.is_compiling():
+        return torch.zeros(x.shape[0], 1, x.shape[1], x.shape[1])
+    return None
+
+
+class _Landmarks(torch.nn.Module):
+    def forward(self, x, mask):
+        scores = x[:, None, :2, :] * 2  # (2 landmarks by the whole sequence)
+        if mask is not None:
+            scores = scores + mask  # (refused by the shapes: the compiled path's own mask)
+        return scores.softmax(-1)
+
+
+_LANDMARKS = _Landmarks()
+
+
+def _landmarks(x):
+    return _LANDMARKS(x.relu(), _mask(x)) * 2
+
+
+def test_an_op_that_refuses_its_arguments_on_the_compiled_path_runs_eagerly_from_the_start():
+    # (a break there handed the compiled path's mask to eager's add, which raised where
+    # eager runs: Nystromformer's landmark scores under transformers' compiled-path mask)
+    x = t(2, 5, 3)
+    same(ember.compile(_landmarks)(x), _landmarks(x))
+    report = ember.explain(_landmarks)(x)
+    assert report.graph_count == 0 and "failed while capturing" in str(report.break_reasons[0])
+
+    def caught(x):  # (where the captured code's handler may catch it: a break, as before)
+        try:
+            return x.view(3, -1)
+        except RuntimeError:
+            return x * 2
+
+    same(ember.compile(caught)(t(4)), caught(t(4)))
+    assert counts(caught, t(4)) == (1, 1, [])
