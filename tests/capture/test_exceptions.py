@@ -188,8 +188,11 @@ def _row_or_zeros(x, rows):
 def test_an_error_the_graph_raises_at_run_time_reaches_the_user_s_handler():
     # (the graph's run raised the factorization's error past the user's except clause: the
     # program crashed where eager's handler returned zeros)
-    for fn, calls in ((_factor_or_zeros, [torch.eye(3) * 2, -torch.eye(3), torch.eye(3)]),
-                      (_row_or_zeros, [torch.tensor([1]), torch.tensor([5])])):
+    cases = [(_factor_or_zeros, [torch.eye(3) * 2, -torch.eye(3), torch.eye(3)])]
+    if torch.get_default_device().type == "cpu":  # (on CUDA an index out of range is a
+        # device-side assert, eager's too: the process's CUDA context is lost)
+        cases.append((_row_or_zeros, [torch.tensor([1]), torch.tensor([5])]))
+    for fn, calls in cases:
         compiled = ember.compile(fn)
         for value in calls:
             if fn is _factor_or_zeros:
