@@ -41,6 +41,12 @@ SHARED_READS_LIMIT = 2
 # depthwise convolution (about 12 ops, 8 more taps) is; x * 2 + 1 before a 3x3 max pool (3)
 # is not.
 REREAD_COST_LIMIT = 32
+# A pointwise value of at least BROADCAST_OPS ops that a reduction reads broadcast (its
+# space this many times the value's size, less one, times the value's inlined cost) is
+# computed once into a buffer; a layer norm's backward reading rsqrt(var + eps) per row
+# (two ops) keeps its one kernel.
+BROADCAST_COST_LIMIT = 64
+BROADCAST_OPS = 4
 
 
 def natural_space(node: Node) -> Space:
@@ -85,6 +91,7 @@ class Realizing:
                 self._view_computed_value(node)
         self._realize_shared()
         self._realize_reread()
+        self._realize_broadcast()
         self._decided = True
 
     def _chain_base(self, node: Node) -> Node:
@@ -294,6 +301,39 @@ class Realizing:
                           if len(found) > 1 and (node.kind is Kind.POINTWISE or
                                                  node.op is Op.PAD) and
                           (len(found) - 1) * self._reread_cost(node) >= REREAD_COST_LIMIT}
+            topmost = [node for node in candidates
+                       if not self._below(node, candidates, parents)]
+            if not topmost:
+                return
+            self.realized.update(topmost)
+
+    def _realize_broadcast(self) -> None:
+        """Realize pointwise values that a reduction reads broadcast, where computing them
+        again at every point of its larger space costs more than a buffer: Mamba-2's
+        chunked scan sums products of SiLU(x)·dt and exp(segment sums) over a space 128 times
+        the values' own size (the two exp a value, 128 times each: 7.7 ms of a 17 ms call,
+        eager's 9). The topmost such value of a chain first, as _realize_reread."""
+        for _ in range(4):
+            parents: dict[Node, set[Node]] = {}
+            factor: dict[Node, float] = {}
+            for root in self.graph.nodes:
+                if root not in self.realized or root.kind is not Kind.REDUCTION:
+                    continue  # (a pointwise kernel's loops hoist what they do not vary)
+                space = guess(math.prod(natural_space(root)[0]))
+                stack = [(source, root) for source in root.inputs]
+                while stack:
+                    node, parent = stack.pop()
+                    if node in self.realized:
+                        continue
+                    parents.setdefault(node, set()).add(parent)
+                    if node in factor:
+                        continue
+                    factor[node] = space / max(guess(node.numel), 1)
+                    stack.extend((source, node) for source in node.inputs)
+            candidates = {node for node, times in factor.items()
+                          if node.kind is Kind.POINTWISE and times >= 2 and
+                          self._inline_cost(node)[0] >= BROADCAST_OPS and
+                          (times - 1) * self._inline_cost(node)[0] >= BROADCAST_COST_LIMIT}
             topmost = [node for node in candidates
                        if not self._below(node, candidates, parents)]
             if not topmost:
