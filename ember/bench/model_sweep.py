@@ -107,16 +107,24 @@ def run_case(name: str, make: Callable[[], tuple], mode: str, device: str = "cpu
         return _run_case(name, make, mode, device)
 
 
+def build_case(make: Callable[[], tuple]) -> tuple | str:
+    """The case's (model, batch, forward, loss), or why it could not be built."""
+    try:
+        return make()
+    except Exception as error:  # noqa: BLE001 (a config this transformers does not take)
+        return f"not built: {type(error).__name__}: {str(error)[:120]}"
+
+
 def _run_case(name: str, make: Callable[[], tuple], mode: str, device: str
               ) -> dict[str, Any]:
     import ember
 
     found: dict[str, Any] = {"model": name, "mode": mode}
-    try:
-        model, batch, forward, loss = make()
-    except Exception as error:  # noqa: BLE001 (a config this transformers does not take)
-        found["status"] = f"not built: {type(error).__name__}: {str(error)[:120]}"
+    case = build_case(make)
+    if isinstance(case, str):
+        found["status"] = case
         return found
+    model, batch, forward, loss = case
     if device != "cpu":
         model = model.to(device)
         batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ember.bench.model_sweep import build_case
 from ember.bench.model_sweep_models import SEED, cases
 
 SLOWER = 1.05  # (a ratio above this is listed as ember costing more than eager)
@@ -50,11 +51,11 @@ def time_case(name: str, make: Callable[[], tuple], mode: str, rounds: int, call
     from ember.bench.harness import wait_for_ember
 
     found: dict[str, Any] = {"model": name, "mode": mode}
-    try:
-        model, batch, forward, loss = make()
-    except Exception as error:  # noqa: BLE001 (a config this transformers does not take)
-        found["status"] = f"not built: {type(error).__name__}: {str(error)[:120]}"
+    case = build_case(make)
+    if isinstance(case, str):
+        found["status"] = case
         return found
+    model, batch, forward, loss = case
     model.train(mode == "train")
     compiled = ember.compile(copy.deepcopy(model))
     runs = {"eager": model, "ember": compiled}
