@@ -159,13 +159,11 @@ def call_value(session: Session, callee: Value, args: list[Value], kwargs: dict[
                                                    args, kwargs)
     if isinstance(callee, BoundMethodValue):
         receiver = getattr(callee.receiver, "value", None)
-        walk = module_calls.MODULE_WALKS.get(getattr(callee.function, "value", None))
-        if walk is not None and isinstance(callee.receiver, ModuleValue):
-            return module_calls.walk_module(session, callee.receiver, walk, args, kwargs)
-        if getattr(callee.function, "value", None) is torch.nn.Module.to and \
-                isinstance(callee.receiver, ModuleValue) and \
-                module_calls.cast_changes_nothing(session, callee.receiver, args, kwargs):
-            return callee.receiver
+        if isinstance(callee.receiver, ModuleValue):
+            answer = module_calls.module_method(
+                session, callee.receiver, getattr(callee.function, "value", None), args, kwargs)
+            if answer is not None:
+                return answer
         if isinstance(callee.receiver, ObjectValue) and \
                 isinstance(receiver, torch.optim.Optimizer):
             name = getattr(callee.function, "value", None)

@@ -268,6 +268,18 @@ def eager_fast_path(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[s
             "path (its padded positions come out 0)")
 
 
+def module_method(session: Session, receiver: ModuleValue, method: Any, args: list[Value],
+                  kwargs: dict[str, Value]) -> Value | None:
+    """What nn.Module's own methods that ember answers without running them give (its walks,
+    a `to` that changes nothing), or None: the method is run as code."""
+    walk = MODULE_WALKS.get(method)
+    if walk is not None:
+        return walk_module(session, receiver, walk, args, kwargs)
+    if method is torch.nn.Module.to and cast_changes_nothing(session, receiver, args, kwargs):
+        return receiver
+    return None
+
+
 def cast_changes_nothing(session: Session, receiver: ModuleValue, args: list[Value],
                          kwargs: dict[str, Value]) -> bool:
     """Does `module.to(...)` leave every parameter and buffer as it is (a router cast to the
