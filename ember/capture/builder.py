@@ -391,8 +391,9 @@ _SETTINGS = (bool, int, float, str, torch.dtype, torch.device, torch.memory_form
 def _refused_by_the_op(error: Exception) -> bool:
     """Did the op's own checks refuse its arguments (a shape that does not broadcast, an index
     out of range), rather than the fake tensors lack a way to run it (no meta kernel, an
-    operator fake tensors do not support)?"""
-    return isinstance(error, (RuntimeError, ValueError, IndexError, TypeError)) and \
+    operator fake tensors do not support)? (A TypeError or ValueError may be how an
+    argument came to the fakes: those still break the graph there.)"""
+    return isinstance(error, (RuntimeError, IndexError)) and \
         not isinstance(error, NotImplementedError) and \
         not type(error).__module__.startswith("torch._subclasses")
 
