@@ -47,6 +47,8 @@ REREAD_COST_LIMIT = 32
 # (two ops) keeps its one kernel.
 BROADCAST_COST_LIMIT = 64
 BROADCAST_OPS = 4
+# (and of this many elements: a loss's per-row scale, six values, is no kernel of its own)
+BROADCAST_ELEMENTS = 1024
 
 
 def natural_space(node: Node) -> Space:
@@ -332,6 +334,7 @@ class Realizing:
                     stack.extend((source, node) for source in node.inputs)
             candidates = {node for node, times in factor.items()
                           if node.kind is Kind.POINTWISE and times >= 2 and
+                          guess(node.numel) >= BROADCAST_ELEMENTS and
                           self._inline_cost(node)[0] >= BROADCAST_OPS and
                           (times - 1) * self._inline_cost(node)[0] >= BROADCAST_COST_LIMIT}
             topmost = [node for node in candidates

@@ -305,18 +305,18 @@ def test_a_copied_operand_views_a_value_as_that_value_is_finally_laid_out():
 
 
 def test_a_costly_value_a_sum_reads_broadcast_is_computed_once():
-    # (Mamba-2's chunked scan: SiLU(x)·exp(dt) summed against a wider operand, 64 times the
+    # (Mamba-2's chunked scan: SiLU(x)·exp(dt) summed against a wider operand, 16 times the
     # value's size; inlined, its exp and sigmoid ran at every point of the sum's space:
     # Bamba's forward 1.9x eager's time on the CPU, 0.44x computed once)
     def scan(x, dt, b):
         gated = F.silu(x) * torch.exp(dt - dt.amax())  # (chunk, state): four ops and more
         return (gated[:, None, :] * b).sum(-1)
 
-    x, dt, b = torch.randn(32, 16), torch.randn(32, 16), torch.randn(32, 64, 16)
+    x, dt, b = torch.randn(64, 32), torch.randn(64, 32), torch.randn(64, 16, 32)
     check(scan, x, dt, b, kernels=2, atol=1e-5, rtol=1e-5)
     first, summed = _plan(scan, x, dt, b).steps
     # (the max, then the gated value stored once at its own size; the sum reads it)
-    assert len(first.members) == 2 and [s.buffer.shape for s in first.stores] == [(32, 16)]
+    assert len(first.members) == 2 and [s.buffer.shape for s in first.stores] == [(64, 32)]
     assert len(summed.members) == 1
 
     def cheap(x, b):  # (a value of few ops stays inlined: a layer norm's rsqrt per row)
