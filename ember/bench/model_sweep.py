@@ -107,12 +107,14 @@ def run_case(name: str, make: Callable[[], tuple], mode: str, device: str = "cpu
         return _run_case(name, make, mode, device)
 
 
-def build_case(make: Callable[[], tuple]) -> tuple | str:
-    """The case's (model, batch, forward, loss), or why it could not be built."""
+def build_case(make: Callable[[], tuple], found: dict[str, Any]) -> tuple | None:
+    """The case's (model, batch, forward, loss); None where it cannot be built, said in
+    found["status"]."""
     try:
         return make()
     except Exception as error:  # noqa: BLE001 (a config this transformers does not take)
-        return f"not built: {type(error).__name__}: {str(error)[:120]}"
+        found["status"] = f"not built: {type(error).__name__}: {str(error)[:120]}"
+        return None
 
 
 def _run_case(name: str, make: Callable[[], tuple], mode: str, device: str
@@ -120,9 +122,8 @@ def _run_case(name: str, make: Callable[[], tuple], mode: str, device: str
     import ember
 
     found: dict[str, Any] = {"model": name, "mode": mode}
-    case = build_case(make)
-    if isinstance(case, str):
-        found["status"] = case
+    case = build_case(make, found)
+    if case is None:
         return found
     model, batch, forward, loss = case
     if device != "cpu":

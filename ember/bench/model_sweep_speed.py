@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import math
 import statistics
@@ -31,6 +32,7 @@ import torch
 
 from ember.bench.model_sweep import build_case
 from ember.bench.model_sweep_models import SEED, cases
+from ember.bench.zoo_ab import interleaved
 
 SLOWER = 1.05  # (a ratio above this is listed as ember costing more than eager)
 
@@ -51,9 +53,8 @@ def time_case(name: str, make: Callable[[], tuple], mode: str, rounds: int, call
     from ember.bench.harness import wait_for_ember
 
     found: dict[str, Any] = {"model": name, "mode": mode}
-    case = build_case(make)
-    if isinstance(case, str):
-        found["status"] = case
+    case = build_case(make, found)
+    if case is None:
         return found
     model, batch, forward, loss = case
     model.train(mode == "train")
@@ -68,13 +69,10 @@ def time_case(name: str, make: Callable[[], tuple], mode: str, rounds: int, call
                 _call(model, batch, forward, loss, mode)
                 _call(compiled, batch, forward, loss, mode)
             wait_for_ember()
-            times: dict[str, list[float]] = {variant: [] for variant in runs}
-            for _ in range(rounds):
-                for variant, module in runs.items():
-                    started = time.perf_counter()
-                    for _ in range(calls):
-                        _call(module, batch, forward, loss, mode)
-                    times[variant].append((time.perf_counter() - started) * 1e3 / calls)
+            times = interleaved({variant: functools.partial(_call, module, batch, forward,
+                                                            loss, mode)
+                                 for variant, module in runs.items()},
+                                rounds, calls, lambda: None)
     except Exception as error:  # noqa: BLE001 (said, and the sweep goes on)
         found["status"] = f"raised: {type(error).__name__}: {str(error)[:160]}"
         return found
