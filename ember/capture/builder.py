@@ -329,12 +329,6 @@ class GraphBuilder:
             return Const(example)
         if isinstance(example, torch.Size):
             return SequenceValue([Const(tracked_size(d)) for d in example], torch.Size)
-        if type(example) is tuple and all(isinstance(e, _SETTINGS) or e is None
-                                          for e in example):
-            # (an argument parser's answer: nn.Module.to's torch._C._nn._parse_to; the graph
-            # keeps no node of it)
-            self.graph.erase_node(node)
-            return SequenceValue([Const(e) for e in example], tuple)
         raise Unsupported(f"{_name_of(node.target)} returned a {type(example).__name__}, which "
                           "ember cannot keep in a graph")
 
@@ -382,10 +376,6 @@ def _alike(a: Any, b: Any) -> bool:
     if isinstance(a, (tuple, list)) and type(a) is type(b):
         return len(a) == len(b) and all(_alike(x, y) for x, y in zip(a, b))
     return type(a) is type(b)
-
-
-# the Python values a torch function may answer with, settings rather than data
-_SETTINGS = (bool, int, float, str, torch.dtype, torch.device, torch.memory_format, torch.layout)
 
 
 def _refused_by_the_op(error: Exception) -> bool:

@@ -164,9 +164,10 @@ class Frame:
 
     def inside_a_handler_s_reach(self) -> bool:
         """Would an exception raised by the running instruction, or by the calls of the
-        frames that inlined this one, reach an except or finally block of the captured
-        code? (A with-block's exit and an except block's cleanup pass it on: followed to the
-        block around them.)"""
+        frames that inlined this one, reach an except clause of the captured code? (A
+        with-block's exit, a finally block and an except block's cleanup pass it on:
+        followed to the block around them. transformers' output-capturing wrapper holds
+        every model's forward in a try/finally.)"""
         frame = self
         while frame is not None:
             if frame.current is not None and frame._caught_at(frame.current.offset):
@@ -179,12 +180,26 @@ class Frame:
             entry = self.handler_of(offset)
             if entry is None:
                 return False
-            target = self.index_of[entry.target]
-            names = [i.opname for i in self.instructions[target:target + 2]]
-            if names[0] == "PUSH_EXC_INFO" and names[1:] != ["WITH_EXCEPT_START"]:
+            if self._an_except_clause(self.index_of[entry.target]):
                 return True
             offset = entry.target
         return True  # (deeper than any code writes: on the safe side)
+
+    def _an_except_clause(self, start: int) -> bool:
+        """Does the handler at instruction `start` begin an except clause: a bare `except:`
+        (the exception popped at once) or the test of one (its classes loaded, then
+        CHECK_EXC_MATCH)? Not a with-block's exit, a finally block or a cleanup."""
+        following = self.instructions[start:start + 2]
+        if [i.opname for i in following] == ["PUSH_EXC_INFO", "POP_TOP"]:
+            return True  # (a bare except)
+        if following[0].opname != "PUSH_EXC_INFO":
+            return False
+        for instruction in self.instructions[start + 1:]:
+            if instruction.opname == "CHECK_EXC_MATCH":
+                return True
+            if not instruction.opname.startswith(("LOAD_", "BUILD_TUPLE", "PUSH_NULL")):
+                return False
+        return False
 
     def unbreakable(self, instruction: dis.Instruction, breakable: bool
                     ) -> tuple[str, str] | None:

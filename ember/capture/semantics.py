@@ -529,13 +529,11 @@ def _outside_truth(session: Session, value: ObjectValue) -> bool:
 
     cls = type(value.value)
     for name in ("__bool__", "__len__"):
-        owner = next((klass for klass in cls.__mro__ if name in klass.__dict__), None)
-        if owner is None:
+        if not hasattr(cls, name):
             continue
-        method = owner.__dict__[name]
-        if value.source is None or not isinstance(method, types.FunctionType):
+        if value.source is None or not python_method(cls, name):
             break
-        return bool(python_value(call_code(session, method, [value])))
+        return bool(python_value(call_code(session, getattr(cls, name), [value])))
     raise Unsupported(f"truth of {value.describe()} runs its own __bool__/__len__")
 
 

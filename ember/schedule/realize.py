@@ -335,13 +335,18 @@ class Realizing:
             candidates = {node for node, times in factor.items()
                           if node.kind is Kind.POINTWISE and times >= 2 and
                           guess(node.numel) >= BROADCAST_ELEMENTS and
-                          self._inline_cost(node)[0] >= BROADCAST_OPS and
-                          (times - 1) * self._inline_cost(node)[0] >= BROADCAST_COST_LIMIT}
+                          self._broadcast_cost(node, times) >= BROADCAST_COST_LIMIT}
             topmost = [node for node in candidates
                        if not self._below(node, candidates, parents)]
             if not topmost:
                 return
             self.realized.update(topmost)
+
+    def _broadcast_cost(self, node: Node, times: float) -> float:
+        """What computing `node` again at each of `times` points per element costs, in ops;
+        0 for a value of fewer than BROADCAST_OPS ops."""
+        ops = self._inline_cost(node)[0]
+        return (times - 1) * ops if ops >= BROADCAST_OPS else 0
 
     def _reread_cost(self, node: Node) -> int:
         """What computing `node` again costs: a pad's own test is a masked load either way

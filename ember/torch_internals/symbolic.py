@@ -401,13 +401,11 @@ def known_equal(a: Any, b: Any) -> bool:
     """Are two sizes (or shapes) equal for every value of their symbols? Never guards: `==`
     of SymInts read as a bool would pin a symbol to the value it has now (a sequence length
     of 4 compared with a batch of 4)."""
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-
     if isinstance(a, (tuple, list, torch.Size)):
         return len(a) == len(b) and all(known_equal(x, y) for x, y in zip(a, b))
     if not isinstance(a, torch.SymInt) and not isinstance(b, torch.SymInt):
         return a == b
-    return statically_known_true(a == b)
+    return known_true(a == b)
 
 
 def size_hint(value: Any) -> int:
