@@ -178,9 +178,10 @@ class GraphBuilder:
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             result = self._call(kind, target, args, kwargs, refuse, run)
-            if _name_of(target) in size_warnings.NAMES:  # (warnings the fakes do not raise)
-                said += size_warnings.size_warnings(_name_of(target), to_fake(args),
-                                                    to_fake(kwargs), to_fake(result))
+            name = _name_of(target)
+            if name in size_warnings.NAMES:  # (warnings the fakes do not raise)
+                said += size_warnings.size_warnings(name, to_fake(args), to_fake(kwargs),
+                                                    to_fake(result))
         for warning in said:
             self._warned(warning)
         return result

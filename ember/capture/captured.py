@@ -201,7 +201,7 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
         rerun = True
     # (a graph that raises inside its `with torch.no_grad()` leaves the mode as it came)
     run = ["try:", *(f"    {line}" for line in run), "except Exception as error:",
-           f"    torch._C._set_grad_enabled({session.initial_grad_enabled})", *restore,
+           f"    torch.set_grad_enabled({session.initial_grad_enabled})", *restore,
            f"    raise {writer.constant(GraphRaised)}(error) from None" if rerun else "    raise"]
     after = [*save, *run, *checks, *tail]
     lines = [f"inputs = [{fetch}]", *after]
