@@ -277,8 +277,6 @@ def test_conv_model_with_buffers():
 
 
 def test_lstm_and_gru_match_eager():
-    # their CompositeImplicit forms split gate pre-activations with unsafe_split (views
-    # without alias annotations): ember lowers them to slices
     class Recurrent(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -301,6 +299,35 @@ def test_lstm_and_gru_match_eager():
     tolerance = dict(rtol=1e-3, atol=1e-3) if x.is_cuda else MATMUL_TOLERANCE
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, **tolerance)
+
+
+RECURRENT_LAYERS = {
+    "lstm": (torch.lstm, lambda h: (h, h)),
+    "gru": (torch.gru, lambda h: h),
+    "rnn_tanh": (torch.rnn_tanh, lambda h: h),
+    "rnn_relu": (torch.rnn_relu, lambda h: h),
+}
+
+
+@pytest.mark.parametrize("name", RECURRENT_LAYERS)
+def test_a_recurrent_layer_over_a_sequence_is_one_library_call(name):
+    # (eager runs each layer as one oneDNN or cuDNN call; the composite a meta tensor gets
+    # is one matrix product and one gates kernel per time step)
+    layer, state = RECURRENT_LAYERS[name]
+    gates = {"lstm": 4, "gru": 3}.get(name, 1)
+
+    def layer_weights(inputs, seed):  # (input-to-hidden and hidden-to-hidden, and biases)
+        return [make(gates * 6, inputs, seed=seed), make(gates * 6, 6, seed=seed + 1),
+                make(gates * 6, seed=seed + 2), make(gates * 6, seed=seed + 3)]
+
+    def fn(x, h, weights):
+        return layer(torch.tanh(x), state(h), weights, True, 2, 0.0, False, False, True)[0] * 2
+
+    x, h = make(3, 7, 5), make(2, 3, 6, seed=9)
+    weights = layer_weights(5, seed=0) + layer_weights(6, seed=4)
+    tolerance = dict(rtol=1e-3, atol=1e-3) if DEVICE == "cuda" else MATMUL_TOLERANCE
+    compiled = check(fn, x, h, weights, kernels=2, library=0, dynamo=True, **tolerance)
+    assert compiled.library_count == 1  # (tanh before it and the product after: kernels)
 
 
 def test_unsafe_split_is_a_view_not_a_library_call():

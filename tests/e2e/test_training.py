@@ -315,6 +315,23 @@ class Recurrent(torch.nn.Module):
         return self.head(out[:, -1])
 
 
+class RecurrentStack(torch.nn.Module):
+    """Each recurrent layer kind over a whole sequence: one library call each, differentiated
+    by eager's own autograd (its record kept on the step's tape)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(6, 8, num_layers=2, batch_first=True, bidirectional=True)
+        self.lstm = torch.nn.LSTM(16, 8, proj_size=4)
+        self.rnn = torch.nn.RNN(4, 5, nonlinearity="relu", batch_first=True)
+
+    def forward(self, x):
+        y, h = self.gru(torch.tanh(x))
+        y, (h2, c) = self.lstm(y.transpose(0, 1) * 2, (h[:1, :, :4], h[1:2]))
+        z, _ = self.rnn(y.transpose(0, 1))
+        return z.sum(1) + h2.sum(0).mean() + c.mean()
+
+
 class TinyViT(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -334,8 +351,9 @@ class TinyViT(torch.nn.Module):
     (ResidualCNN, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
     pytest.param(Recurrent, lambda g: torch.randint(0, 20, (2, 5), generator=g, device="cpu"),
                  marks=pytest.mark.slow_in_interpreter),  # (28 s under the interpreter)
+    (RecurrentStack, lambda g: torch.randn(3, 7, 6, generator=g, device="cpu")),
     (TinyViT, lambda g: torch.randn(2, 3, 8, 8, generator=g, device="cpu")),
-], ids=["residual_cnn", "lstm", "vit"])
+], ids=["residual_cnn", "lstm", "recurrent_stack", "vit"])
 def test_more_model_shapes_train_as_eager_does(build, make_input):
     torch.manual_seed(0)
     eager_model = build().to(DEVICE)
