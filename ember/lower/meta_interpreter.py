@@ -29,7 +29,7 @@ import torch
 import torch.fx
 
 from ember import torch_internals
-from ember.lower import attention
+from ember.lower import attention, matmul_folds
 from ember.lower.registry import Unsupported
 from ember.meta_keys import REQUIRES_GRAD
 from ember.runtime import switches
@@ -206,8 +206,11 @@ def _leaves_reached(value: Any) -> set[int]:
 class MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
                  device: torch.device, tracer: Tracer, stops: bool = False,
-                 leaves_inside: set[str] | frozenset[str] = frozenset()):
+                 leaves_inside: set[str] | frozenset[str] = frozenset(),
+                 inputs_requiring_grad: frozenset[str] = frozenset()):
         super().__init__(module)
+        self.inputs_requiring_grad = inputs_requiring_grad  # (placeholders, by name)
+        self.propagated_requires_grad: dict[str, bool] = {}  # (see run_node)
         self.leaves_inside = leaves_inside  # (see contained_leaves)
         self.attribute_metas = attributes
         self.device = device
@@ -222,6 +225,14 @@ class MetaInterpreter(torch.fx.Interpreter):
             if n.op in ("call_function", "call_method", "call_module"):
                 error.at(n.name)  # (before torch.fx adds its own note to the message)
             raise
+        if n.op in ("call_function", "call_method") and "example_value" not in n.meta:
+            # (eager's flag where the graph keeps no example value: a graph made by
+            # torch.fx.symbolic_trace. A float result of an op with an operand requiring
+            # grad, made with grad on, requires grad)
+            self.propagated_requires_grad[n.name] = \
+                torch.is_grad_enabled() and n.target not in _DETACHES and \
+                isinstance(result, torch.Tensor) and result.is_floating_point() and \
+                any(self._requires_grad_in_eager(a) for a in leaves((n.args, n.kwargs)))
         if self.stops and n.op in ("call_function", "call_method") and (
                 not torch.is_grad_enabled() or n.target in _DETACHES):
             # made under torch.no_grad() (the graph's _set_grad_enabled nodes switch it while
@@ -257,6 +268,10 @@ class MetaInterpreter(torch.fx.Interpreter):
                                               self._operands_wanting_grad())
             if fused is not None:
                 return fused
+        if target in _MATMULS or target in _LINEARS:
+            folded = self._folded_product(target, args, kwargs)
+            if folded is not None:
+                return folded
         if target in (operator.getitem, operator.setitem) and \
                 isinstance(args[0], torch.Tensor) and len(args) > 1:
             # x[[0, 2]]: torch makes the list an index tensor on x's device — for a meta
@@ -268,10 +283,9 @@ class MetaInterpreter(torch.fx.Interpreter):
         return torch_internals.calling_composites(lambda: call(target, args, kwargs))
 
     def _operands_wanting_grad(self) -> frozenset[str] | None:
-        """In a training graph, the attention call's operands that require grad in eager (by
-        the captured example values, or the module's own tensor: the meta values here carry
-        no autograd state); None where that is not known (a graph made by
-        torch.fx.symbolic_trace keeps no example values)."""
+        """In a training graph, the attention call's operands that require grad in eager; None
+        where that is not known (a graph made by torch.fx.symbolic_trace keeps no example
+        values)."""
         if not self.stops or not torch.is_grad_enabled():
             return frozenset()
         node = self.node
@@ -280,24 +294,67 @@ class MetaInterpreter(torch.fx.Interpreter):
         for name, value in bound.items():
             if not isinstance(value, torch.fx.Node):
                 continue
-            if value.op == "get_attr":
-                example = self.fetch_attr(value.target)
-            else:
-                example = value.meta.get("example_value", value.meta.get("val"))
-            # (a graph rebuilt from a warm-start record holds no example values: their bit)
-            requires_grad = example.requires_grad if isinstance(example, torch.Tensor) else \
-                value.meta.get(REQUIRES_GRAD)
+            requires_grad = self._requires_grad_in_eager(value)
             if requires_grad is None:
                 return None
             if requires_grad:
                 wanted.add(name)
         return frozenset(wanted)
 
+    def _requires_grad_in_eager(self, value: Any) -> bool | None:
+        """Does the graph's value `value` (an argument of the node being run) require grad in
+        eager? By the captured example value, or the module's own tensor (the meta values
+        here carry no autograd state); None where that is not known."""
+        if not isinstance(value, torch.fx.Node):
+            return False
+        if value.op == "get_attr":
+            example = self.fetch_attr(value.target)
+        else:
+            example = value.meta.get("example_value", value.meta.get("val"))
+        if isinstance(example, torch.Tensor):
+            return example.requires_grad
+        if value.op == "placeholder" and value.name in self.inputs_requiring_grad:
+            return True
+        if value.name in self.propagated_requires_grad:
+            return self.propagated_requires_grad[value.name]
+        # (a graph rebuilt from a warm-start record holds no example values: their bit)
+        return value.meta.get(REQUIRES_GRAD)
+
+    def _folded_product(self, target, args, kwargs) -> Any:
+        """A matmul or linear whose batched operand eager folds because the other requires
+        grad (matmul_folds); None where the call is traced as it is."""
+        node = self.node
+        if target in _LINEARS:
+            bound = dict(zip(("input", "weight", "bias"), args), **kwargs)
+            operands = dict(zip(("input", "weight", "bias"), node.args), **node.kwargs)
+            names = ("input", "weight")
+        else:
+            bound = dict(zip(("input", "other"), args), **kwargs)
+            operands = dict(zip(("input", "other"), node.args), **node.kwargs)
+            names = ("input", "other")
+        tensors = [bound.get(name) for name in names]
+        if not all(isinstance(t, torch.Tensor) for t in tensors) or \
+                max(t.dim() for t in tensors) < 3:
+            return None
+        wants_grad = tuple(bool(self._requires_grad_in_eager(operands.get(name)))
+                           for name in names)
+        if not any(wants_grad):
+            return None
+        if target in _LINEARS:
+            bias = bound.get("bias")
+            return matmul_folds.folded_linear(*tensors, bias if isinstance(
+                bias, torch.Tensor) else None, wants_grad)
+        return matmul_folds.folded_matmul(*tensors, wants_grad)
+
     def call_method(self, target, args, kwargs):
         if _makes_leaf(target, args, kwargs):
             return self._new_leaf(target, args, kwargs, super().call_method)
         if target in ("__getitem__", "__setitem__") and len(args) > 1:
             args = (args[0], _listed_indices(args[1]), *args[2:])
+        if target in ("matmul", "__matmul__"):
+            folded = self._folded_product(torch.matmul, args, kwargs)
+            if folded is not None:
+                return folded
         if target == "new_tensor":
             made = self._new_tensor(*args, **kwargs)
             if made is not None:
@@ -338,6 +395,8 @@ class MetaInterpreter(torch.fx.Interpreter):
 
 
 _REQUIRES_GRAD = ("requires_grad_", torch.Tensor.requires_grad_)
+_MATMULS = (torch.matmul, operator.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__)
+_LINEARS = (torch.nn.functional.linear,)
 
 
 def _makes_leaf(target, args, kwargs) -> bool:

@@ -243,32 +243,52 @@ class _Counting(torch_internals.TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _kernel_calls(graph, inputs, word: str) -> tuple[list[str], list[str]]:
+    """The aten calls naming `word` that a training step of `graph` makes: (forwards,
+    backwards)."""
+    with _Counting() as counted:
+        graph(*inputs).sum().backward()
+    kernels = [name for name in counted.names if word in name]
+    return [n for n in kernels if "backward" not in n], [n for n in kernels if "backward" in n]
+
+
 @pytest.mark.parametrize("taped", [True, False])
 def test_attention_in_a_training_step_runs_once_forward_and_once_backward(taped):
-    # (its forward keeps eager's autograd record on the step's tape, and the backward uses
-    # it; without the tape, for CUDA graphs, the backward runs the forward again)
+    # (its operands known to require grad, the CPU's flash kernel's backward is called by the
+    # backward graph on what the forward kept: no tape, and nothing run again without one)
     def fn(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
 
     q, k, v = (make(2, 2, 8, 4).requires_grad_() for _ in range(3))
     with tape.kept(taped):
         graph = compile_graph(torch.fx.symbolic_trace(fn), [q, k, v])
-    assert isinstance(graph, TrainingGraph) and graph.split.tapes == int(taped)
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
     expected = fn(q, k, v)
     expected.sum().backward()
     expected_grads = [t.grad for t in (q, k, v)]
     for t in (q, k, v):
         t.grad = None
-    with _Counting() as counted:
-        result = graph(q, k, v)
-        result.sum().backward()
-    kernels = [name for name in counted.names if "attention" in name]
-    forwards = [name for name in kernels if "backward" not in name]
-    assert len(forwards) == (1 if taped else 2), kernels
-    assert len(kernels) - len(forwards) == 1, kernels
-    torch.testing.assert_close(result, expected, rtol=0, atol=0)
+    forwards, backwards = _kernel_calls(graph, (q, k, v), "attention")
+    assert len(forwards) == 1 and len(backwards) == 1, forwards + backwards
+    torch.testing.assert_close(graph(q, k, v), expected, rtol=0, atol=0)
     for t, grad in zip((q, k, v), expected_grads):
         torch.testing.assert_close(t.grad, grad, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("taped", [True, False])
+def test_a_library_call_without_a_rule_runs_once_forward_with_the_tape(taped):
+    # (its forward keeps eager's autograd record on the step's tape, and the backward uses
+    # it; without the tape, for CUDA graphs, the backward runs the forward again)
+    def fn(x, grid):
+        return F.grid_sample(x, grid, align_corners=False) * 2
+
+    x, grid = make(2, 3, 5, 5).requires_grad_(), make(2, 4, 4, 2, seed=1).requires_grad_()
+    with tape.kept(taped):
+        graph = compile_graph(torch.fx.symbolic_trace(fn), [x, grid])
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == int(taped)
+    forwards, backwards = _kernel_calls(graph, (x, grid), "grid_sampler")
+    assert len(forwards) == (1 if taped else 2) and len(backwards) == 1, forwards + backwards
+    check_grad(fn, x.detach(), grid.detach(), **TOLERANCE)
 
 
 def test_attention_with_a_row_masked_by_the_most_negative_float_has_eager_s_gradients():
@@ -360,6 +380,35 @@ def test_a_convolution_of_an_input_without_grad_asks_only_for_the_weights():
     expected = w.detach().clone().requires_grad_()
     F.conv2d(x, expected).sum().backward()
     torch.testing.assert_close(w.grad, expected.grad, **TOLERANCE)
+
+
+FOLDED_PRODUCTS = {
+    # (a transposed activation: folding copies it; eager folds when the weight requires grad)
+    "linear": (lambda x, w, b: F.linear(x.transpose(1, 2), w, b).transpose(1, 2) + x,
+               (4, 6, 5), (6, 6)),
+    "linear_no_bias": (lambda x, w, b: F.linear(x.transpose(1, 2), w) * b, (4, 6, 5), (6, 6)),
+    "matmul_4d": (lambda x, w, b: torch.relu(x.transpose(2, 3) @ w) + b, (2, 3, 6, 5),
+                  (6, 6)),
+    "matrix_first": (lambda x, w, b: (w @ x.transpose(1, 2)).sum(1) + b, (4, 6, 5), (6, 5)),
+    "batch_of_one": (lambda x, w, b: torch.matmul(w.unsqueeze(0), x).sum() + b,
+                     (4, 6, 5), (6, 6)),
+}
+
+
+@pytest.mark.parametrize("name", FOLDED_PRODUCTS)
+def test_a_product_eager_folds_for_its_weight_s_gradient_is_folded(name):
+    # (eager's matmul folds a batched operand into one product when the other operand
+    # requires grad, even where that copies a transposed activation, and drops a batch of one
+    # from an operand that requires grad: the weight's gradient is then one product, not a
+    # batched product summed over the batch — ResMLP's token mixing)
+    fn, x_shape, w_shape = FOLDED_PRODUCTS[name]
+    x, w, b = make(*x_shape), make(*w_shape, seed=1), make(w_shape[0], seed=2)
+    check_grad(fn, x, w, b, **TOLERANCE)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [t.clone().requires_grad_()
+                                                        for t in (x, w, b)])
+    targets = {n.attrs["target"] for part in (graph.split.forward, graph.split.backward)
+               for n in part.nodes if n.op is Op.LIBRARY}
+    assert torch.ops.aten.bmm.default not in targets, targets
 
 
 def test_values_the_forward_realizes_for_a_matmul_are_saved_not_recomputed():
