@@ -103,8 +103,9 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
     policy = policy if policy is not None else DynamicPolicy(dynamic=False)
     symbolic, assuming = False, True
     while True:
-        captured, session, error = _capture(function, arguments, fullgraph,
-                                            Shapes(policy, symbolic, where), assuming)
+        with torch_internals.quiet_failed_meta_runs():
+            captured, session, error = _capture(function, arguments, fullgraph,
+                                                Shapes(policy, symbolic, where), assuming)
         if session.builder.shapes.wants_symbols and not symbolic:
             symbolic = True   # (again, symbolic)
         elif session.assumptions_refused:

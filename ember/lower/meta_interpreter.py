@@ -21,6 +21,7 @@ eager gives on the graph's device:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import operator
 from typing import TYPE_CHECKING, Any
@@ -431,8 +432,11 @@ def _opaque_call(tracer: Tracer, device: torch.device, target, args, kwargs) -> 
             return value
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=on)
 
+    # (cuDNN's recurrent layers lay their results out otherwise than their fake kernels say —
+    # a batch-first output is a transposed view: one run on the device, uninitialized, tells)
+    real = target in _RECURRENT_LAYERS and device.type == "cuda"
     with torch_internals.outside_dispatch_modes(), torch.no_grad():
-        with torch_internals.make_fake_mode():
+        with contextlib.nullcontext() if real else torch_internals.make_fake_mode():
             fake_args, fake_kwargs = map_leaves(lambda v: stand_in(v, device), (args, kwargs))
             result = target(*fake_args, **fake_kwargs)
         out = map_leaves(lambda v: stand_in(v, "meta"), result)

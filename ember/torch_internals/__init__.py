@@ -11,7 +11,8 @@ re-exported here, so that callers spell each one `torch_internals.NAME`:
 - dynamo.py: torch._dynamo without importing it (the stand-in fake tensors run with, deferred
   disable), backend registration, Dynamo's markers, config and stance;
 - symbolic.py: the symbolic fake mode, ShapeEnv and sympy helpers;
-- modules.py: nn.Module's call (hooks, forward routing), DDP and LR-scheduler detection.
+- modules.py: nn.Module's call (hooks, forward routing), DDP and LR-scheduler detection;
+- fakes.py: a plain tensor's fake made directly; FakeTensorMode's log of failed ops kept quiet.
 
 NOTE: a test's monkeypatch of `torch_internals.NAME` reaches the callers outside this package
 (they look NAME up here at call time), not a call from inside the submodule that defines NAME
@@ -185,6 +186,14 @@ def fake_of(mode: Any, tensor: torch.Tensor) -> torch.Tensor:
 
 
 _fakes = itertools.count()
+
+
+def quiet_failed_meta_runs() -> Any:
+    """A context: FakeTensorMode's log of an op failing on fakes dropped in this thread
+    (fakes.py says why)."""
+    from ember.torch_internals.fakes import quiet_failed_meta_runs as quiet
+
+    return quiet()
 
 
 def data_dependent_errors() -> tuple[type, ...]:

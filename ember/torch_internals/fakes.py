@@ -7,10 +7,17 @@ A model's parameters and buffers are mostly plain dense leaves that share their 
 no other tensor; for those the fake is an uninitialized meta tensor of the same geometry,
 wrapped, about 20 us — MobileNetV3's capture faked some 300 such tensors on every first call.
 The fake is put in the mode's memo, so that from_tensor answers it for that tensor after.
+
+Also here: `quiet_failed_meta_runs`, which keeps FakeTensorMode's own log of an op that
+failed on fakes off the user's stderr while ember captures.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -54,3 +61,36 @@ def quick_fake(mode: Any, tensor: torch.Tensor) -> torch.Tensor | None:
         fake._is_param = True  # (isinstance(fake, nn.Parameter), as from_tensor's fake)
     converter.set_tensor_memo(tensor, fake)
     return fake
+
+
+# FakeTensorMode logs an op that raised on fakes (with its traceback, at ERROR level, through
+# torch's own handler) before the error goes on. Ember's capture catches that error and does
+# what eager would (a graph break where the code catches it, eager's own run otherwise), and
+# says so on its fallbacks channel; the record would be a page of an internal traceback on the
+# user's stderr for a program that then runs correctly (transformers' Nystromformer, whose
+# mask under compilation does not broadcast).
+_FAKE_TENSOR_LOGGER = "torch._subclasses.fake_tensor"
+_FAILED_META_RUN = "failed while attempting to run meta"
+_capturing = threading.local()
+
+
+class _FailedMetaRuns(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (getattr(_capturing, "depth", 0) and
+                    str(record.msg).startswith(_FAILED_META_RUN))
+
+
+_filter = _FailedMetaRuns()
+
+
+@contextlib.contextmanager
+def quiet_failed_meta_runs() -> Iterator[None]:
+    """FakeTensorMode's record of an op failing on fakes dropped in this thread, inside."""
+    logger = logging.getLogger(_FAKE_TENSOR_LOGGER)
+    if _filter not in logger.filters:
+        logger.addFilter(_filter)
+    _capturing.depth = getattr(_capturing, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _capturing.depth -= 1

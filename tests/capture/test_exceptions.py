@@ -169,6 +169,36 @@ def test_an_exception_nothing_catches_raises_as_eager():
         ember.compile(fn, fullgraph=True, backend="eager")(t(3), {})
 
 
+def test_an_op_failing_on_fakes_leaves_no_traceback_on_the_user_s_stderr():
+    # (FakeTensorMode logs an op that raised on fakes, traceback and all, at ERROR level;
+    # capture handles the error as eager does — here the user's except clause — so the record
+    # is noise on the user's stderr)
+    import logging
+
+    def fn(x, y):
+        try:
+            z = x + y
+        except RuntimeError:
+            z = x * 2
+        return z + 1
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    handler = Keep(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        x, y = t(3, 4), t(5, 4, seed=1)
+        same(ember.compile(fn)(x, y), fn(x, y))
+    finally:
+        logger.removeHandler(handler)
+    assert [r.getMessage() for r in records if r.levelno >= logging.ERROR] == []
+
+
 def _factor_or_zeros(x, log):
     try:
         factor = torch.linalg.cholesky(x)

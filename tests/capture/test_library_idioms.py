@@ -134,7 +134,10 @@ def test_sorted_list_sort_min_and_max_order_items_holding_tensors_by_their_keys(
     assert counts(fn, x) == (1, 0)
 
 
-@torch.autocast("cpu", dtype=torch.bfloat16)
+_DEVICE = torch.get_default_device().type  # (the suite's: tests/conftest.py sets it)
+
+
+@torch.autocast(_DEVICE, dtype=torch.bfloat16)
 def projected(x, weight):
     return x @ weight
 
@@ -144,7 +147,7 @@ class Projection(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(t(8, 8, seed=1))
 
-    @torch.autocast("cpu", enabled=False)
+    @torch.autocast(_DEVICE, enabled=False)
     def exact(self, x):
         return x.float() @ self.weight
 

@@ -74,9 +74,12 @@ def compare(name: str, optimizer: str) -> None:
         got = train(compiled, OPTIMIZERS[optimizer](ember_model.parameters()), data, target)
     want = train(eager_model, OPTIMIZERS[optimizer](eager_model.parameters()), data, target)
     assert not fallbacks.messages, "; ".join(fallbacks.messages)
-    torch.testing.assert_close(got, want, **TOLERANCE)
+    # (cuDNN convolves in TF32, 10 bits of mantissa, and ember's channels-last convolutions
+    # sum in another order than eager's row-major ones: 6e-4 apart after 20 steps on an H100)
+    tolerance = dict(rtol=1e-3, atol=1e-3) if DEVICE == "cuda" and name == "cnn" else TOLERANCE
+    torch.testing.assert_close(got, want, **tolerance)
     for (path, a), b in zip(ember_model.named_parameters(), eager_model.parameters()):
-        torch.testing.assert_close(a, b, **TOLERANCE, msg=lambda m, path=path: f"{path}: {m}")
+        torch.testing.assert_close(a, b, **tolerance, msg=lambda m, path=path: f"{path}: {m}")
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -327,7 +330,8 @@ class RecurrentStack(torch.nn.Module):
 
     def forward(self, x):
         y, h = self.gru(torch.tanh(x))
-        y, (h2, c) = self.lstm(y.transpose(0, 1) * 2, (h[:1, :, :4], h[1:2]))
+        # (cuDNN takes only contiguous states, as eager's call does)
+        y, (h2, c) = self.lstm(y.transpose(0, 1) * 2, (h[:1, :, :4].contiguous(), h[1:2]))
         z, _ = self.rnn(y.transpose(0, 1))
         return z.sum(1) + h2.sum(0).mean() + c.mean()
 
