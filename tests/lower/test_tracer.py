@@ -205,11 +205,14 @@ def test_attention_is_one_library_call_with_eagers_result_and_layout(fused_atten
     check(_attention, q, k, v, mask, kernels=2, library=0, rtol=0, atol=0)
 
 
-def test_a_training_graph_calls_the_attention_composite_whole(fused_attention_here):
+def test_a_training_graph_calls_eager_s_attention_kernel(fused_attention_here):
+    # (its operands known to require grad: the CPU's flash kernel, as eager chooses it, whose
+    # backward kernel the backward graph calls)
     q, k, v = (make(2, 3, 8, 16, seed=s).requires_grad_() for s in range(3))
     lowered = _lower(lambda q, k, v: _attention(q, k, v, None), q, k, v)
     calls = [n for n in lowered.graph.nodes if n.op is Op.LIBRARY]
-    assert [n.attrs["target"] for n in calls] == [aten.scaled_dot_product_attention.default] * 2
+    kernel = aten._scaled_dot_product_flash_attention_for_cpu.default
+    assert [n.attrs["target"] for n in calls] == [kernel] * 2
 
 
 def test_every_layer_reads_one_converted_mask(fused_attention_here):
