@@ -15,7 +15,7 @@ from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.ir.sizes import Dim, Size
-from ember.schedule.expr import ZERO, Expr, Opaque, proved, symbolic_range
+from ember.schedule.expr import ZERO, Expr, Opaque, proved, proved_le, symbolic_range
 from ember.schedule.indexing import Index, cat_pieces_reached, pad_source, take_source
 
 
@@ -60,6 +60,9 @@ class IndexedReads:
         source_index, checks = pad_source(node, index)
         if not checks:
             return self.value(node.inputs[0], source_index, scope)
+        if all(step == 1 and self.scope_for((relative,), scope) is not scope
+               for relative, _, step in checks):
+            return self._pad_of_outer_positions(node, index, scope)
         conditions = []
         variables: set[str] = set()
         for relative, size, step in checks:
@@ -91,6 +94,32 @@ class IndexedReads:
             self.guard = outer
         padding = literal(node.attrs["value"], node.dtype)
         return self.define(scope, node.dtype, select(condition, inner, padding, node.dtype))
+
+    def _pad_of_outer_positions(self, node: Node, index: Index, scope: Scope) -> str:
+        """A pad whose tested positions are all fixed inside the loop reading it (an image
+        read channels-last, the loop over its channels innermost: a window's taps test the
+        row and column only): its input is read at the positions clamped into it, in bounds,
+        in the loop where they are defined, and the pad's value selected in where they fall
+        outside. A load under such a condition kept the loop scalar — gcc unswitches a loop
+        on one invariant condition, not on a window's nine: timm's PVT-v2 depthwise
+        convolution over a transposed view took 4.3 ms a call, against 0.6 once vectorized
+        (2026-12-07)."""
+        source = node.inputs[0]
+        read, conditions = [], []
+        for position, size, (low, _high, _interior) in zip(index, source.shape,
+                                                           node.attrs["pads"]):
+            relative = position - low
+            lowest, highest = symbolic_range(relative)
+            if proved_le(0, lowest) and proved_le(highest, size - 1):
+                read.append(relative)
+                continue
+            text = render(relative)
+            conditions.append(f"({text} >= 0 && {text} < {_int(size)})")
+            read.append(self.clamp(relative, size, scope))
+        inner = self.value(source, tuple(read), scope)
+        padding = literal(node.attrs["value"], node.dtype)
+        return self.define(scope, node.dtype,
+                           select(f"({' && '.join(conditions)})", inner, padding, node.dtype))
 
     def cat(self, node: Node, index: Index, scope: Scope) -> str:
         dim = node.attrs["dim"]

@@ -50,8 +50,64 @@ def _reshape(node: Node, index: Index) -> Index:
     if found is None:
         if len(_reshaped) >= _RESHAPED_KEPT:
             _reshaped.clear()
-        found = _reshaped[key] = tuple(unravel(ravel(index, node.shape), source.shape))
+        found = _reshaped[key] = _reshaped_index(index, node.shape, source.shape)
     return found
+
+
+def _reshaped_index(index: Index, shape: tuple, source: tuple) -> Index:
+    """The source's index of a reshape read at `index`, dims merged or split group by group
+    (runs of dims whose sizes multiply to the same on both sides), not through one position
+    over the whole shape: where an index is out of its dim's range under a check that skips
+    the read (a pad's border, a cat's other pieces), the whole shape's position carries
+    into the dims before it, and its division and remainder stay in the kernel. A depthwise
+    convolution's taps over a channels-last view (timm's PVT-v2: `x.transpose(1, 2).view(B,
+    C, H, W)`) read the image at `(position + 239) % 256 + 256 * ((position + 239) / 256)`
+    and the like, per tap and element: the kernel took 4.7 ms where its taps are 0.3 ms of
+    arithmetic (2026-12-07)."""
+    groups = _reshape_groups(shape, source)
+    if groups is None:
+        return tuple(unravel(ravel(index, shape), source))
+    result: list[Expr] = [ZERO] * len(source)
+    for dims, source_dims in groups:
+        within = ravel([index[d] for d in dims], [shape[d] for d in dims])
+        for d, coordinate in zip(source_dims, unravel(within, tuple(source[d]
+                                                                     for d in source_dims))):
+            result[d] = coordinate
+    return tuple(result)
+
+
+def _reshape_groups(shape: tuple, source: tuple
+                    ) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
+    """Pairs (dims of `shape`, dims of `source`) covering both in order, each pair's sizes
+    multiplying to the same; dims of size 1 left over on either side join no pair (their
+    index is 0). None where a size is 0, or symbolic sizes do not pair off one to one."""
+    if any(d == 0 for d in (*shape, *source)):
+        return None
+    dims = [d for d, n in enumerate(shape) if n != 1]
+    source_dims = [d for d, n in enumerate(source) if n != 1]
+    groups = []
+    i = j = 0
+    while i < len(dims) and j < len(source_dims):
+        mine, theirs = [dims[i]], [source_dims[j]]
+        a, b = shape[dims[i]], source[source_dims[j]]
+        i, j = i + 1, j + 1
+        while a != b:
+            if not (isinstance(a, int) and isinstance(b, int)):
+                return None
+            if a < b and i < len(dims):
+                a *= shape[dims[i]]
+                mine.append(dims[i])
+                i += 1
+            elif b < a and j < len(source_dims):
+                b *= source[source_dims[j]]
+                theirs.append(source_dims[j])
+                j += 1
+            else:
+                return None
+        groups.append((tuple(mine), tuple(theirs)))
+    if i < len(dims) or j < len(source_dims):
+        return None
+    return groups
 
 
 @_rule(Op.PERMUTE)

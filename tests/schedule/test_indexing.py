@@ -56,6 +56,30 @@ def test_view_index_maps_point_where_torch_views_do():
                 torch.arange(4.0))
 
 
+def test_reshapes_point_where_torch_reshapes_do_dim_group_by_dim_group():
+    shapes = [((4, 6), (2, 2, 6)), ((4, 6), (24,)), ((2, 3, 4), (6, 4)), ((2, 3, 4), (2, 12)),
+              ((6, 4), (2, 3, 2, 2)), ((4, 6), (3, 8)), ((1, 24), (2, 1, 3, 4, 1)),
+              ((2, 1, 12), (2, 3, 4))]
+    for source_shape, shape in shapes:
+        graph = Graph(torch.device("cpu"))
+        x = graph.add_input(source_shape, torch.float32)
+        value = torch.arange(24.0).reshape(source_shape)
+        _check_view(graph.add(Op.RESHAPE, (x,), shape=shape), value, value.reshape(shape))
+
+
+def test_a_reshape_merging_trailing_dims_leaves_the_others_alone():
+    # (a position outside its dim's range — a pad's border, under the pad's check — does not
+    # carry into the dims before it: the depthwise taps over a channels-last view read the
+    # image at affine positions, no division or remainder per element)
+    graph = Graph(torch.device("cpu"))
+    x = graph.add_input((4, 256, 256), torch.float32)
+    image = graph.add(Op.RESHAPE, (x,), shape=(4, 256, 16, 16))
+    i, c, h, w = (Expr.of(Var(name, n)) for name, n in (("i0", 4), ("i1", 256), ("i2", 16),
+                                                         ("i3", 16)))
+    mapped = index_rules[Op.RESHAPE](image, (i, c, h - 1, w + 1))
+    assert mapped == (i, c, h * 16 + w - 15)
+
+
 def test_pad_and_cat_say_which_input_element_they_read():
     graph = Graph(torch.device("cpu"))
     x = graph.add_input((3,), torch.float32)
