@@ -20,7 +20,7 @@ _DECODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 max_position_embeddings=64)
 _ENCODER = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=128, vocab_size=256, max_position_embeddings=64)
-# (added 2026-12-07: BART-style encoder-decoders' and wav2vec2-style speech models' sizes)
+# (BART-style encoder-decoders' and wav2vec2-style speech models' sizes)
 _BART = dict(d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
              decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
              vocab_size=256, max_position_embeddings=64)
@@ -61,14 +61,8 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
                                                  local_attention=8, pad_token_id=0,
                                                  bos_token_id=1, eos_token_id=2,
                                                  cls_token_id=1, sep_token_id=2)),
-    ("mbart", "MBartForConditionalGeneration", dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256,
-        max_position_embeddings=64)),
-    ("pegasus", "PegasusForConditionalGeneration", dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256,
-        max_position_embeddings=64)),
+    ("mbart", "MBartForConditionalGeneration", _BART),
+    ("pegasus", "PegasusForConditionalGeneration", _BART),
     # added 2026-12 (issue 17's held-out models): more decoders (biased QKV, Llama 3's rope
     # scaling, multi-query attention, CodeGen's fused QKV and rotary, XGLM's sinusoidal
     # positions), encoder-decoders (T5 v1.1's gated GELU, Whisper's audio features), encoders
@@ -92,9 +86,7 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
         vocab_size=256, decoder_start_token_id=0, pad_token_id=0)),
     ("whisper", "WhisperForConditionalGeneration", dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256,
-        num_mel_bins=16, max_source_positions=32, max_target_positions=64,
+        _BART, num_mel_bins=16, max_source_positions=32, max_target_positions=64,
         decoder_start_token_id=1, pad_token_id=0)),
     ("longformer", "LongformerForMaskedLM", dict(_ENCODER, attention_window=4,
                                                  max_position_embeddings=80, pad_token_id=1)),
@@ -230,9 +222,7 @@ TRANSFORMERS: tuple[tuple[str, str, dict[str, Any]], ...] = (
         prediction_length=8, d_model=32, num_attention_heads=4, ffn_dim=64,
         num_hidden_layers=2)),
     ("speech_to_text", "Speech2TextForConditionalGeneration", dict(
-        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=256,
-        conv_channels=32, input_feat_per_channel=16, max_source_positions=64,
+        _BART, conv_channels=32, input_feat_per_channel=16, max_source_positions=64,
         max_target_positions=64, decoder_start_token_id=1, pad_token_id=0)),
     ("data2vec-vision", "Data2VecVisionForImageClassification", dict(
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,

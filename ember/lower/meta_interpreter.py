@@ -324,27 +324,22 @@ class MetaInterpreter(torch.fx.Interpreter):
     def _folded_product(self, target, args, kwargs) -> Any:
         """A matmul or linear whose batched operand eager folds because the other requires
         grad (matmul_folds); None where the call is traced as it is."""
-        node = self.node
-        if target in _LINEARS:
-            bound = dict(zip(("input", "weight", "bias"), args), **kwargs)
-            operands = dict(zip(("input", "weight", "bias"), node.args), **node.kwargs)
-            names = ("input", "weight")
-        else:
-            bound = dict(zip(("input", "other"), args), **kwargs)
-            operands = dict(zip(("input", "other"), node.args), **node.kwargs)
-            names = ("input", "other")
-        tensors = [bound.get(name) for name in names]
+        linear = target in _LINEARS
+        names = ("input", "weight", "bias") if linear else ("input", "other")
+        bound = dict(zip(names, args), **kwargs)
+        operands = dict(zip(names, self.node.args), **self.node.kwargs)
+        tensors = [bound.get(name) for name in names[:2]]
         if not all(isinstance(t, torch.Tensor) for t in tensors) or \
                 max(t.dim() for t in tensors) < 3:
             return None
         wants_grad = tuple(bool(self._requires_grad_in_eager(operands.get(name)))
-                           for name in names)
+                           for name in names[:2])
         if not any(wants_grad):
             return None
-        if target in _LINEARS:
+        if linear:
             bias = bound.get("bias")
-            return matmul_folds.folded_linear(*tensors, bias if isinstance(
-                bias, torch.Tensor) else None, wants_grad)
+            return matmul_folds.folded_linear(
+                *tensors, bias if isinstance(bias, torch.Tensor) else None, wants_grad)
         return matmul_folds.folded_matmul(*tensors, wants_grad)
 
     def call_method(self, target, args, kwargs):

@@ -169,15 +169,21 @@ def _as_strided(node: Node, index: Index) -> Index:
 def pad_source(node: Node, index: Index) -> tuple[Index, list[tuple[Expr, int, int]]]:
     """The input index a pad reads at `index`, and the checks (expr, size, step) that say it
     reads the input at all: 0 <= expr < size*step and expr % step == 0 (trivial ones dropped)."""
+    source, checks = pad_checks(node, index)
+    return source, [check for _, *check in checks]
+
+
+def pad_checks(node: Node, index: Index) -> tuple[Index, list[tuple[int, Expr, int, int]]]:
+    """pad_source's answer with each check's dim: (dim, expr, size, step)."""
     source, checks = [], []
-    for position, n, (low, _high, interior) in zip(index, node.inputs[0].shape,
-                                                    node.attrs["pads"]):
+    for dim, (position, n, (low, _high, interior)) in enumerate(
+            zip(index, node.inputs[0].shape, node.attrs["pads"])):
         step = interior + 1
         relative = position - low
         source.append(relative // step)
         lowest, highest = symbolic_range(relative)
         if step > 1 or not (proved_le(0, lowest) and proved_le(highest, (n - 1) * step)):
-            checks.append((relative, n, step))
+            checks.append((dim, relative, n, step))
     return tuple(source), checks
 
 

@@ -86,9 +86,7 @@ _filter = _FailedMetaRuns()
 @contextlib.contextmanager
 def quiet_failed_meta_runs() -> Iterator[None]:
     """FakeTensorMode's record of an op failing on fakes dropped in this thread, inside."""
-    logger = logging.getLogger(_FAKE_TENSOR_LOGGER)
-    if _filter not in logger.filters:
-        logger.addFilter(_filter)
+    logging.getLogger(_FAKE_TENSOR_LOGGER).addFilter(_filter)  # (once: addFilter checks)
     _capturing.depth = getattr(_capturing, "depth", 0) + 1
     try:
         yield
