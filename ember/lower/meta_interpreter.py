@@ -208,9 +208,9 @@ class MetaInterpreter(torch.fx.Interpreter):
     def __init__(self, module: torch.fx.GraphModule, attributes: dict[str, torch.Tensor],
                  device: torch.device, tracer: Tracer, stops: bool = False,
                  leaves_inside: set[str] | frozenset[str] = frozenset(),
-                 inputs_requiring_grad: frozenset[str] = frozenset()):
+                 inputs_require_grad: dict[str, bool] | None = None):
         super().__init__(module)
-        self.inputs_requiring_grad = inputs_requiring_grad  # (placeholders, by name)
+        self.inputs_require_grad = inputs_require_grad or {}  # (tensor placeholders' flags)
         self.propagated_requires_grad: dict[str, bool] = {}  # (see run_node)
         self.leaves_inside = leaves_inside  # (see contained_leaves)
         self.attribute_metas = attributes
@@ -314,12 +314,14 @@ class MetaInterpreter(torch.fx.Interpreter):
             example = value.meta.get("example_value", value.meta.get("val"))
         if isinstance(example, torch.Tensor):
             return example.requires_grad
-        if value.op == "placeholder" and value.name in self.inputs_requiring_grad:
-            return True
-        if value.name in self.propagated_requires_grad:
-            return self.propagated_requires_grad[value.name]
-        # (a graph rebuilt from a warm-start record holds no example values: their bit)
-        return value.meta.get(REQUIRES_GRAD)
+        if value.op == "placeholder" and value.name in self.inputs_require_grad:
+            return self.inputs_require_grad[value.name]
+        # (a graph rebuilt from a warm-start record holds no example values: their bit, as
+        # eager's value had it; else propagated through a symbolically traced graph)
+        recorded = value.meta.get(REQUIRES_GRAD)
+        if recorded is not None:
+            return recorded
+        return self.propagated_requires_grad.get(value.name)
 
     def _folded_product(self, target, args, kwargs) -> Any:
         """A matmul or linear whose batched operand eager folds because the other requires

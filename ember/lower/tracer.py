@@ -517,11 +517,11 @@ def trace(module: torch.fx.GraphModule, example_inputs: list[Any],
     tracer.stops = stops
     leaves_inside = contained_leaves(module, example_inputs)
     placeholders = [n.name for n in module.graph.nodes if n.op == "placeholder"]
-    requiring_grad = frozenset(name for name, value in zip(placeholders, example_inputs)
-                               if isinstance(value, torch.Tensor) and value.requires_grad)
+    require_grad = {name: value.requires_grad for name, value in zip(placeholders, example_inputs)
+                    if isinstance(value, torch.Tensor)}
     with mode, tracer, torch.set_grad_enabled(torch.is_grad_enabled()), switches.contained():
         out = MetaInterpreter(module, attributes, device, tracer, stops,
-                              leaves_inside, requiring_grad).run(*arguments)
+                              leaves_inside, require_grad).run(*arguments)
     specs, tree = tracer.finish(out)
     return Lowered(graph, specs, tree, attribute_names, tracer.constants, tracer.library_calls)
 
