@@ -252,6 +252,7 @@ def test_a_symbolic_entry_s_other_row_classes_compile_cold_from_what_it_kept(pro
     assert "captured in" not in second["said"]
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_a_closure_a_class_keeps_is_found_again_through_the_class(project, monkeypatch):
     first = _run(project, "validated")
     assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
@@ -264,6 +265,7 @@ def test_a_closure_a_class_keeps_is_found_again_through_the_class(project, monke
     assert third["counts"] == _counts(refused=1, kept=1), third["said"][-3000:]
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_an_entry_whose_guards_use_embers_own_helpers_starts_warm(project):
     # (the second process has not imported ember.capture.attributes, whose class_lookup the
     # guards call: imported then, not a reason to capture again)
@@ -273,6 +275,7 @@ def test_an_entry_whose_guards_use_embers_own_helpers_starts_warm(project):
     assert second["counts"] == _counts(hits=1), second["said"][-3000:]
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_a_function_under_backend_switches_starts_warm(project):
     first = _run(project, "switched")
     assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
@@ -297,6 +300,7 @@ def test_guards_are_still_checked_on_every_call(project):
     assert "captured with symbolic sizes" in report["said"]
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_an_entry_captured_with_symbolic_sizes_serves_other_sizes(project):
     first = _run(project, "f,g", "4,5")
     assert first["counts"] == _counts(misses=4, kept=4), first["said"][-3000:]
@@ -323,6 +327,7 @@ def test_a_changed_function_is_captured_again(project):
     assert report["counts"] == _counts(hits=1, misses=1, kept=1)
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_a_changed_file_of_inlined_code_is_captured_again(project):
     _run(project, "f,g")
     _write(project, {"helpers.py": HELPERS.replace("0.5", "0.25")})
@@ -334,7 +339,8 @@ def test_a_changed_file_of_inlined_code_is_captured_again(project):
 
 @pytest.mark.parametrize("change", [
     ("user_code.py", USER_CODE, "SCALE = 2.0", "SCALE = 3.0", "f"),  # (a global of its own)
-    ("constants.py", CONSTANTS, "0.01", "0.02", "g"),  # (another module's, read through it)
+    pytest.param(("constants.py", CONSTANTS, "0.01", "0.02", "g"),  # (another module's, read
+                 marks=pytest.mark.slow),  # through it; two processes: a CI slice)
 ])
 def test_a_changed_global_is_captured_again(project, change):
     file, text, old, new, name = change
@@ -373,6 +379,7 @@ def test_warm_start_off_keeps_nothing(project):
     assert not _entries(project)
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_a_function_that_calls_a_global_module_starts_warm(project):
     # (the module's identity guard is kept as what it stood for: the module read again
     # through the global, its class by name; tests/runtime/test_warm_start_modules.py)

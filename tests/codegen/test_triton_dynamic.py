@@ -208,6 +208,7 @@ def test_torch_compile_dynamic_true_on_triton_builds_once(builds):
     assert len(builds()) == 1, builds()
 
 
+@pytest.mark.slow  # (20-30 s of Triton's interpreter; a CI slice)
 def test_calls_whose_offsets_may_pass_int32_run_the_int64_build(builds, monkeypatch):
     # the limit lowered so that small calls cross it: the same graph, int64 indices, built on
     # the first call that needs it

@@ -177,7 +177,8 @@ def test_a_second_process_lowers_and_builds_nothing(tmp_path, backend):
     _second_process_hits(tmp_path / "cache", PROGRAM, backend, graphs=4)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["c", pytest.param("triton", marks=[
+    pytest.mark.slow, *BACKENDS[1].marks])])  # (Triton's interpreter: 20 s, a CI slice)
 def test_a_graph_with_eager_islands_is_kept_whole(tmp_path, backend):
     _, second = _second_process_hits(tmp_path / "cache", ISLANDS, backend, graphs=2)
     # (still said: the islands run eagerly in the new process too)

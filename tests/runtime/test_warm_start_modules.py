@@ -169,7 +169,7 @@ def _counts(**found: int) -> dict:
     return {**{name: 0 for name in warm_entries.counts}, **found}
 
 
-@pytest.mark.parametrize("mode", ["infer", "train"])
+@pytest.mark.parametrize("mode", [pytest.param("infer", marks=pytest.mark.slow), "train"])
 def test_a_module_starts_warm_in_a_second_process(project, mode):
     first = _run(project, mode)
     assert first["counts"] == _counts(misses=1, kept=1), first["said"][-3000:]
@@ -178,6 +178,7 @@ def test_a_module_starts_warm_in_a_second_process(project, mode):
     assert second["imported"] == []  # (nothing captured, nothing compiled)
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_the_user_s_script_run_twice_starts_warm(project):
     assert _run(project, program="train.py")["counts"] == _counts(misses=2, kept=2)
     second = _run(project, program="train.py")
@@ -189,7 +190,7 @@ def test_a_hook_on_the_compiled_module_itself_runs_around_the_warm_entry(project
     assert _run(project, changes="root_hook")["counts"] == _counts(hits=1)
 
 
-@pytest.mark.parametrize("change", ["scale", "train"])
+@pytest.mark.parametrize("change", [pytest.param("scale", marks=pytest.mark.slow), "train"])
 def test_a_changed_attribute_is_captured_again_with_eager_s_answer(project, change):
     _run(project)
     report = _run(project, changes=change)
@@ -201,8 +202,10 @@ def test_a_changed_attribute_is_captured_again_with_eager_s_answer(project, chan
 
 @pytest.mark.parametrize(("change", "reason"), [
     ("swap", "is a Identity, not a LayerNorm"),
-    ("shared", "is now L['self']._modules['blocks']._modules['0']"),
-    ("hook", "a hook, or a forward, was set on a module the compiled code calls"),
+    pytest.param("shared", "is now L['self']._modules['blocks']._modules['0']",
+                 marks=pytest.mark.slow),  # (two processes each: CI runs a slice of these)
+    pytest.param("hook", "a hook, or a forward, was set on a module the compiled code calls",
+                 marks=pytest.mark.slow),
 ])
 def test_another_module_tree_refuses_the_entry(project, change, reason):
     _run(project)
@@ -221,6 +224,7 @@ def test_a_lambda_a_module_holds_is_found_again_through_the_module(project):
     assert _run(project, changes="lambda")["counts"] == _counts(hits=1)
 
 
+@pytest.mark.slow  # (two processes; CI runs a slice of these: tests/conftest.py)
 def test_a_hooked_module_is_captured_in_each_process_and_says_why(project):
     first = _run(project, changes="hook")
     assert first["counts"] == _counts(misses=1, not_kept=1), first["said"][-3000:]
