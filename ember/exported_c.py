@@ -3,11 +3,12 @@
 `<stem>.h` (the run function and each input's and output's shape) and `lib<stem>.so`, so
 that a C program calls the model with no Python at all.
 
-Takes a program whose graph is static, on the CPU, and made only of ember's C kernels and
-matrix products (linear, mm, bmm, addmm, matmul: done here by a plain strided loop nest);
-gives the files. It refuses, naming them, graphs with other library calls, symbolic sizes,
-writes to inputs, or results that are inputs or views of them. It must not change how the
-Python program runs: it only reads the program's plan.
+Takes a program whose graph is static, on the CPU, and made only of ember's C kernels,
+matrix products (linear, mm, bmm, addmm, matmul: done here by a plain strided loop nest) and
+the cats of passes/joined_cats (torch.cat into a buffer: done here by a strided copy of each
+input into its slice); gives the files. It refuses, naming them, graphs with other library
+calls, symbolic sizes, writes to inputs, or results that are inputs or views of them. It must
+not change how the Python program runs: it only reads the program's plan.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ember.codegen.c import write_source
 from ember.exported_signature import render_structure
 from ember.ir.library import Slot
 from ember.ir.sizes import any_symbolic
+from ember.passes.joined_cats import JoinedCall
 from ember.runtime import build
 from ember.schedule.plan import Buffer, Copy, Kernel, LibraryCall, Plan
 
@@ -70,11 +72,12 @@ def _plan(program: Any) -> Plan:
         raise CExportError("save(format='c'): the program has dynamic sizes; C libraries are "
                            "made of static graphs for now (export without dynamic_shapes)")
     others = sorted({_library_name(step) for step in plan.steps
-                     if isinstance(step, LibraryCall)} - MATRIX_PRODUCTS)
+                     if isinstance(step, LibraryCall) and not _written_here(step)})
     if others:
         raise CExportError(f"save(format='c'): the graph calls {', '.join(others)} from "
-                           f"torch's library; a C library holds only ember's kernels and "
-                           f"matrix products ({', '.join(sorted(MATRIX_PRODUCTS))})")
+                           f"torch's library; a C library holds only ember's kernels, "
+                           f"matrix products ({', '.join(sorted(MATRIX_PRODUCTS))}) and the "
+                           f"cats of ember's joined_cats pass")
     if any(isinstance(step, Copy) for step in plan.steps) or program.compiled.written_inputs:
         raise CExportError("save(format='c'): the graph writes its inputs in place")
     unsupported = sorted({str(b.dtype) for b in plan.buffers if b.dtype not in C_TYPES})
@@ -94,6 +97,13 @@ def _plan(program: Any) -> Plan:
             raise CExportError(f"save(format='c'): result {buffer.name} is not a new "
                                f"row-major array")
     return plan
+
+
+def _written_here(step: LibraryCall) -> bool:
+    """Whether the C library does `step` itself: a matrix product, or a cat joined_cats made
+    (not another library call of torch.cat)."""
+    return _library_name(step) in MATRIX_PRODUCTS or \
+        isinstance(step.node.attrs["target"], JoinedCall)
 
 
 def _library_name(step: LibraryCall) -> str:
@@ -211,7 +221,10 @@ class _Writer:
                     self.ready(buffer)
                 for buffer in step.outputs:
                     self.ready(buffer)
-                self.lines.append(self._product(step))
+                if isinstance(step.node.attrs["target"], JoinedCall):
+                    self.lines += self._cat(step)
+                else:
+                    self.lines.append(self._product(step))
         for index, buffer in enumerate(plan.outputs):
             self.ready(buffer)
             if self.pointer[buffer] != f"out{index}":
@@ -303,6 +316,46 @@ class _Writer:
         return (f"    ember_gemm_{ctype}({batch}, {m}, {n}, {k}, {self.pointer[a]}, {sab}, "
                 f"{sam}, {sak}, {self.pointer[b]}, {sbb}, {sbk}, {sbn}, {bias_pointer}, "
                 f"{sbiasm}, {sbias}, {self.pointer[result]}, {scb}, {scm}, {scn});")
+
+    def _cat(self, step: LibraryCall) -> list[str]:
+        """A cat joined_cats made: each input copied into its slice of the result, which is
+        laid out as the plan says (the inputs' strides may be anything)."""
+        dim, result = step.node.attrs["target"].dim, step.outputs[0]
+        sources = [step.inputs[v.index] if isinstance(v, Slot) else v
+                   for v in step.node.attrs["args"]]
+        if step.node.attrs["kwargs"] or not all(
+                isinstance(x, Buffer) and x.dtype == result.dtype and
+                len(x.shape) == len(result.shape) for x in sources):
+            raise CExportError(f"save(format='c'): a cat into {result.name} of operands that "
+                               f"are not tensors of its rank and dtype ({result.dtype})")
+        lines, start = [], 0
+        for source in sources:
+            lines.append(f"    /* {result.name}[{start}:{start + source.shape[dim]} along dim "
+                         f"{dim}] = {source.name} */")
+            lines += _copy(source, self.pointer[source], result.strides,
+                           f"({self.pointer[result]} + {start * result.strides[dim]})")
+            start += source.shape[dim]
+        return lines
+
+
+def _copy(source: Buffer, pointer: str, strides: tuple[int, ...], into: str) -> list[str]:
+    """A loop nest that copies `source` (at `pointer`) into an array of its shape and
+    `strides` at `into`; the loops follow the target's strides, so that it is written in
+    order."""
+    order = sorted(range(len(source.shape)), key=lambda d: -strides[d])
+
+    def index(steps: tuple[int, ...]) -> str:
+        return " + ".join(f"i{d} * {steps[d]}" for d in order)
+
+    lines = []
+    if source.numel >= config.settings.parallel_threshold:
+        lines.append(f"    #pragma omp parallel for collapse({max(len(order) - 1, 1)})")
+    for depth, d in enumerate(order):
+        lines.append(f"    {'    ' * depth}for (int64_t i{d} = 0; i{d} < {source.shape[d]}; "
+                     f"i{d}++)")
+    lines.append(f"    {'    ' * len(order)}{into}[{index(strides)}] = "
+                 f"{pointer}[{index(source.strides)}];")
+    return lines
 
 
 def _rows(buffer: Buffer) -> tuple[int, int]:

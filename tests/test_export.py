@@ -23,6 +23,8 @@ from ember.exported import ExportError
 from ember.exported_c import CExportError
 from ember.exported_file import ExportFileError
 from ember.exported_signature import InputMismatch
+from ember.passes.joined_cats import JoinedCall
+from ember.schedule.plan import LibraryCall
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -425,3 +427,63 @@ def test_c_refuses_graphs_with_other_library_calls(tmp_path):
     loaded = ember.load(ember.export(Net(), torch.randn(3, 8)).save(tmp_path / "n.ember"))
     with pytest.raises(CExportError, match="a loaded program"):
         loaded.save(tmp_path / "again", format="c")
+
+
+class Joined(torch.nn.Module):
+    """Cats that joined_cats makes one call of torch.cat, with pointwise kernels around them:
+    along dim 0 with a transposed and a sliced input read in place, along dim 1 of
+    channels-last tensors into a channels-last buffer, and one that is a result itself."""
+
+    def forward(self, x, y, z, w):
+        rows = torch.cat([x * 2, y.t(), z[:, 1::2]], dim=0)
+        features = torch.cat([w, w.abs(), w * w], dim=1)
+        return (rows.relu() + 1, (features - 1).contiguous(),
+                torch.cat([x, x + 1, x * 3], dim=-1))
+
+
+C_JOINED_MAIN = r'''
+#include <stdio.h>
+#include "joined.h"
+int main(int argc, char** argv) {
+    static float x[64 * 128], y[128 * 64], z[32 * 257], w[2 * 16 * 8 * 32];
+    static float out0[160 * 128], out1[2 * 48 * 8 * 32], out2[64 * 384];
+    FILE* f = fopen(argv[1], "rb");
+    if (fread(x, sizeof x, 1, f) != 1 || fread(y, sizeof y, 1, f) != 1 ||
+        fread(z, sizeof z, 1, f) != 1 || fread(w, sizeof w, 1, f) != 1) return 2;
+    fclose(f);
+    int status = joined_run(x, y, z, w, out0, out1, out2);
+    f = fopen(argv[2], "wb");
+    fwrite(out0, sizeof out0, 1, f); fwrite(out1, sizeof out1, 1, f);
+    fwrite(out2, sizeof out2, 1, f);
+    fclose(f);
+    return status;
+}
+'''
+
+
+def test_a_c_program_runs_joined_cats_as_strided_copies(tmp_path):
+    torch.manual_seed(0)
+    x, y, z = torch.randn(64, 128), torch.randn(128, 64), torch.randn(32, 257)
+    w = torch.randn(2, 16, 8, 32).to(memory_format=torch.channels_last)
+    program = ember.export(Joined(), x, y, z, w)
+    calls = [s for s in program.compiled.plan.steps if isinstance(s, LibraryCall)]
+    assert [type(s.node.attrs["target"]) for s in calls] == [JoinedCall] * 3
+    assert [(b.strides, b.offset) for b in calls[0].inputs[1:]] == [((1, 64), 0), ((257, 2), 1)]
+    assert calls[1].outputs[0].strides == (12288, 1, 1536, 48)  # (channels-last, as w)
+    with config.override(parallel_threshold=8192):  # (all copies in parallel but z's slice)
+        program.save(tmp_path / "joined", format="c")
+    assert (tmp_path / "joined.c").read_text().count("    #pragma omp parallel for collapse(") == 8
+    (tmp_path / "main.c").write_text(C_JOINED_MAIN)
+    (tmp_path / "in.bin").write_bytes(b"".join(
+        t.numpy().tobytes() for t in (x, y, z, w.permute(0, 2, 3, 1).contiguous())))
+    done = subprocess.run("cc main.c -L. -ljoined -Wl,-rpath,'$ORIGIN' -o main && "
+                          "./main in.bin out.bin", shell=True, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr[-3000:]
+    flat = torch.from_numpy(np.fromfile(tmp_path / "out.bin", dtype=np.float32))
+    want = _eager(Joined(), x, y, z, w)
+    sizes = [t.numel() for t in want]
+    assert flat.numel() == sum(sizes)
+    for got, expected in zip(flat.split(sizes), want):
+        assert torch.equal(got.reshape(expected.shape), expected)
