@@ -400,6 +400,10 @@ def _library(b, node, primal, g):
     target = node.attrs["target"]
     if node.attrs["tuple_result"]:
         return NotImplemented  # multi-output calls: differentiate.py handles them
+    if node.dtype.is_complex:
+        # (the products' rules below are real ones: a complex product's derivative takes
+        # the other operand's conjugate, as torch's own backward does — library_vjp)
+        return NotImplemented
     if target is aten.mm.default and node.attrs["args"] and not node.attrs["kwargs"]:
         x, y = (primal(v) for v in node.inputs)
         return [_mm(b, g, b.transpose(y, 0, 1)), _mm(b, b.transpose(x, 0, 1), g)]

@@ -36,6 +36,9 @@ PROGRAMS = {
     "cat": lambda x: torch.view_as_real(torch.cat([complex_of(x), complex_of(x) * 1j])),
     "where": lambda x: torch.view_as_real(torch.where(x[:, 0] > 0, complex_of(x), 0)),
     "used_twice": lambda x: torch.view_as_real(complex_of(x) * complex_of(x).exp()),
+    # (the product's derivative conjugates the other operand: a real rule gave wrong ones)
+    "mm": lambda x: torch.view_as_real(torch.mm(complex_of(x).view(2, 3),
+                                                complex_of(x).view(3, 2) * (1 + 2j))),
 }
 
 
