@@ -78,7 +78,7 @@ class GraphBuilder:
         # the frame whose instruction is running (interpreter.Frame.run sets it): each op's
         # node records the user's position, for errors the compiled graph raises at run time
         self.frame: Any = None
-        # the warnings ops issued while captured, by the user's line (see _warned)
+        # the warnings ops issued while captured, by the user's line (see warn)
         self.warned: set[tuple] = set()
 
     # -- inputs ---------------------------------------------------------------------------
@@ -183,14 +183,15 @@ class GraphBuilder:
                 said += size_warnings.size_warnings(name, to_fake(args), to_fake(kwargs),
                                                     to_fake(result))
         for warning in said:
-            self._warned(warning)
+            self.warn(warning)
         return result
 
-    def _warned(self, warning: warnings.WarningMessage) -> None:
-        """A warning an op issued as it ran on fakes (or on constants: known_values.py):
-        issued after the graph from the user's line, as eager issues it there, once however
-        often the capture ran the op (SideEffects.warn); the graph's own compile and run of
-        the op are kept from issuing it again from ember's lines (_quiet_in_ember)."""
+    def warn(self, warning: warnings.WarningMessage) -> None:
+        """A warning an op issued as it ran on fakes (or on constants: known_values.py), or
+        one its capture rule knows eager issues (covariance_rules.py): issued after the
+        graph from the user's line, as eager issues it there, once however often the
+        capture ran the op (SideEffects.warn); the graph's own compile and run of the op are
+        kept from issuing it again from ember's lines (_quiet_in_ember)."""
         frame = self.frame
         if frame is None:
             warnings.warn_explicit(warning.message, warning.category, warning.filename,

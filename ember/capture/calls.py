@@ -66,6 +66,9 @@ call_rules: dict[Any, Rule] = {}
 # Rules for calling objects by type (operator's getters): (session, callee, args, kwargs,
 # parent frame) -> the result
 object_call_rules: dict[type, Rule] = {}
+# Rules for tensor methods, by name: `x.cov()` as the rule of torch.Tensor.cov takes it,
+# (session, tensor, *args, **kwargs) -> the result
+method_rules: dict[str, Rule] = {}
 
 
 # Rules for torch._dynamo's own functions wait until something imports torch._dynamo (ember
@@ -293,6 +296,9 @@ def call_tensor_method(session: Session, tensor: TensorValue, name: str, args: l
         if isinstance(result, torch.Size):
             return SequenceValue([Const(tracked_size(d)) for d in result], torch.Size)
         return semantics.constant(result)
+    special = method_rules.get(name)
+    if special is not None:
+        return special(session, tensor, *args, **kwargs)
     operands, kwargs = numbers.method_numbers(session, name, [tensor, *args], kwargs)
     return session.builder.call("call_method", name, tuple(operands), kwargs)
 
@@ -587,6 +593,7 @@ from ember.api import graph_break, graph_break_rule  # noqa: E402  (ember/api.py
 from ember.capture import (  # noqa: E402,F401
     builtin_rules,
     copy_rules,
+    covariance_rules,
     itertools_rules,
     mapping_rules,
     markers,

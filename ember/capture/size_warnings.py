@@ -1,8 +1,10 @@
 """Warnings an op issues from its sizes as it runs, which its run on fakes does not issue:
 `var()`, `std()`, `var_mean()` and `std_mean()` with no degree of freedom left (a reduction
-over one element with the default correction — a batch of one, a 1-wide dimension). Eager
-warns on every such call; the capture issues the warning from the user's line after each
-run of the graph (GraphBuilder._warned), whatever kernel computes the op.
+over one element with the default correction — a batch of one, a 1-wide dimension), and
+`cov()` (`corrcoef()`'s too) without weights over no more observations than its correction
+(captured as its arithmetic: covariance_rules.py). Eager warns on every such call; the
+capture issues the warning from the user's line after each run of the graph
+(GraphBuilder.warn), whatever kernel computes the op.
 """
 
 from __future__ import annotations
@@ -61,3 +63,13 @@ def _correction(positional: tuple, keywords: dict) -> int | float | None:
     else:
         value = 1
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def covariance_warnings(correction: int) -> list[warnings.WarningMessage]:
+    """The warnings eager's cov() without weights issues where its observations leave no
+    degree of freedom (observations - correction <= 0, so a correction of at least 0): its
+    own message, which is the same for any such count, from a run on no observations."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        torch.cov(torch.zeros(1, 0), correction=correction)
+    return list(said)
