@@ -9,7 +9,12 @@ graphs; this judges the steady state a user meets on the CPU once the compile is
 Per model and mode: ms per call of eager and of ember (the median of the rounds; each round
 both variants in turn make `--calls` calls), their ratio, the spread, and the first call's
 seconds. Inference is the model's forward under no_grad; training is the forward, the loss
-and its backward (no optimizer: the sweep's models have no step of their own). The models
+and its backward, the gradients then set to None as a training loop's zero_grad() does (no
+optimizer: the sweep's models have no step of their own; gradients accumulated from call to
+call instead measure the C library's allocator: ember's backward hands every parameter's
+gradient over at once, and the memory freed after their sums goes back to the OS, to be
+faulted in again on the next call — MLP-Mixer 9-13k page faults a call against eager's
+4-5k, 1.2x eager's time, 0.9x with zero_grad). The models
 are small (two layers, hidden size 64): the figures weigh what a call costs around its
 arithmetic (guards, the runner, launches) far more than the zoo's full-size models do, so a
 ratio above 1 here is an overhead to find, and a model under 1 may gain less at full size.
@@ -44,6 +49,7 @@ def _call(model: Any, batch: dict[str, Any], forward: Callable, loss: Callable, 
         forward(model, batch)
     else:
         loss(model, batch).backward()
+        model.zero_grad(set_to_none=True)
 
 
 def time_case(name: str, make: Callable[[], tuple], mode: str, rounds: int, calls: int

@@ -15,7 +15,7 @@ from ember.codegen.text import render_c as render
 from ember.ir.graph import Node
 from ember.ir.ops import Op
 from ember.ir.sizes import Dim, Size
-from ember.schedule.expr import ZERO, Expr, Opaque, proved, symbolic_range
+from ember.schedule.expr import ZERO, Expr, Opaque, Var, proved, symbolic_range
 from ember.schedule.indexing import (
     Index,
     cat_pieces_reached,
@@ -75,6 +75,11 @@ class IndexedReads:
             conditions.append(f"({text} >= 0 && {text} < {_int(size * step)})")
             if step > 1:
                 conditions.append(f"({text} % {step} == 0)")
+            elif isinstance(size, int) and isinstance(relative.const, int) and \
+                    len(relative.terms) == 1 and isinstance(relative.terms[0][0], Var) and \
+                    relative.terms[0][1] == 1:  # (a loop variable plus a constant)
+                self.splits.setdefault(relative.terms[0][0].name, []).append(
+                    (conditions[-1], -relative.const, size - relative.const))
             variables |= relative.variables()
             self.tested.append(relative)  # (for the loop plan, as a clamp is)
             for name in relative.variables():  # (i2, r0: the dim a loop variable walks)

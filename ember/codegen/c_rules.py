@@ -142,6 +142,11 @@ static inline float ember_erff(float x) {
 static inline int64_t ember_clamp_index(int64_t i, int64_t n) {
     return i < 0 ? 0 : (i >= n ? n - 1 : i);
 }
+/* The identity on every index a kernel loads at (under a pad's test, a negative one is read
+   at 0 and its value dropped), that gcc cannot take for affine: see CKernelWriter.offset */
+static inline int64_t ember_gathered(int64_t i) {
+    return i < 0 ? 0 : i;
+}
 """
 
 

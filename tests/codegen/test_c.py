@@ -173,3 +173,40 @@ def test_a_layer_norm_across_a_row_major_image_s_channels_tables_its_statistics(
     # (the mean's table: filled, read by the variance's loop and by the normalizing loop)
     assert sorted(text.count(f"{table}[l") for table in tables) == [2, 3]
     check(fn, *args, kernels=1)
+
+
+def test_a_pad_along_the_vectorized_loop_cuts_the_loop_where_its_test_changes():
+    """A pad along the innermost dim (as a split's or a narrow's gradient reads its piece):
+    the loop over that dim is cut at the pad's edges and each piece reads with the test
+    written as the constant it is there. Under the test a load is conditional, and gcc
+    vectorized no loop whose conditional load fed a vector math call or was strided."""
+    def fn(x):
+        return torch.erf(F.pad(x, (3, 5))) * 2
+
+    x = torch.randn(8, 37)
+    text = kernel_text(fn, x)
+    for first, end in ((0, 3), (3, 40), (40, 45)):
+        assert f"for (int64_t i1 = {first}; i1 < {end}; i1++)" in text, text
+    assert ">= 0 &&" not in text, text  # (no test left in any piece)
+    check(fn, x, kernels=1)
+
+
+def test_a_load_sixteen_or_more_elements_apart_from_lane_to_lane_is_a_gather():
+    """A transposed operand read along its rows: its lanes lie 64 floats apart. gcc 12
+    leaves a simd loop holding such a load scalar from 16 floats apart (8 apart it vectorizes
+    the load itself); through an index it cannot take for affine, it gathers. A load 2 apart
+    stays as it is."""
+    def transposed(x, y):
+        return torch.sin(x.t()) * y
+
+    x, y = torch.randn(20, 64), torch.randn(64, 20)  # (the result laid out as y)
+    text = kernel_text(transposed, x, y)
+    assert "ember_gathered(" in text, text
+    check(transposed, x, y, kernels=1)
+
+    def every_other(x):
+        return torch.sin(x[:, ::2]) + 1
+
+    text = kernel_text(every_other, x)
+    assert "ember_gathered(" not in text, text
+    check(every_other, x, kernels=1)
