@@ -141,10 +141,10 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
         # dims whose positions a pad tests (the loop plan keeps them out of the merged
         # parallel loop: a test of a merged index is a division and a remainder per element)
         self.padded_dims: set[int] = set()
-        # a pad's tests of one loop variable plus a constant, by the variable: (the test as
-        # written, the variable's first and end positions where it holds); the loop is cut
-        # where they change (see split_loop)
-        self.splits: dict[str, list[tuple[str, int, int]]] = {}
+        # a pad's or a cat's tests of one loop variable plus a constant, by the variable: (the
+        # test as written, the variable's first position where it holds or None for every
+        # one below the end, and its end); the loop is cut where they change (split_loop)
+        self.splits: dict[str, list[tuple[str, int | None, int]]] = {}
         # inside a pad: (the condition that its input is read, the loop variables it names,
         # the index expressions it tests)
         self.guard: tuple[str, frozenset[str], Index] | None = None
@@ -218,9 +218,10 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
     def split_loop(self, name: str, bound: str, pragma: str, lines: list[str]
                    ) -> list[tuple[str, str, list[str]]]:
         """The pieces of a vectorized loop (first, end, body) between the positions where a
-        pad's test of its variable changes (a cat's or a split's gradient, a pad along the
-        innermost dim): in each the test is written as the constant it is there, and the
-        compiler drops the loads and arithmetic of the side not taken. Under the test, a
+        pad's or a cat's test of its variable changes (a split's or a narrow's gradient, a
+        pad or a cat along the innermost dim: RoPE's rotate_half): in each the test is
+        written as the constant it is there, and the compiler drops the loads and arithmetic
+        of the side not taken (and a cat's clamps, the piece's bounds known). Under the test, a
         load is conditional, and gcc vectorizes no loop holding one that is strided (no
         masked gather on AVX2) or that feeds a vector math call: gMLP's gated-unit gradient
         ran scalar, 0.88 ms a call, 0.33 with clamped reads, less cut (2026-12-07)."""
@@ -231,7 +232,7 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
             return whole
         extent = int(bound)
         cuts = sorted({0, extent} | {min(max(p, 0), extent) for _, low, high in tests
-                                      for p in (low, high)})
+                                      for p in (low, high) if p is not None})
         pieces = list(zip(cuts, cuts[1:]))
         if len(pieces) < 2 or len(pieces) > self.MAX_PIECES:
             return whole
@@ -239,7 +240,8 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
         for first, end in pieces:
             body = lines
             for test, low, high in tests:
-                holds = low <= first and end <= high  # (else it fails over the whole piece)
+                # (else it fails over the whole piece)
+                holds = (low is None or low <= first) and end <= high
                 body = [line.replace(test, "1" if holds else "0") for line in body]
             result.append((str(first), str(end), body))
         return result

@@ -75,11 +75,8 @@ class IndexedReads:
             conditions.append(f"({text} >= 0 && {text} < {_int(size * step)})")
             if step > 1:
                 conditions.append(f"({text} % {step} == 0)")
-            elif isinstance(size, int) and isinstance(relative.const, int) and \
-                    len(relative.terms) == 1 and isinstance(relative.terms[0][0], Var) and \
-                    relative.terms[0][1] == 1:  # (a loop variable plus a constant)
-                self.splits.setdefault(relative.terms[0][0].name, []).append(
-                    (conditions[-1], -relative.const, size - relative.const))
+            else:
+                self._splits_at(relative, conditions[-1], 0, size)
             variables |= relative.variables()
             self.tested.append(relative)  # (for the loop plan, as a clamp is)
             for name in relative.variables():  # (i2, r0: the dim a loop variable walks)
@@ -136,8 +133,22 @@ class IndexedReads:
         expression = choices[-1][0]
         position = render(index[dim])
         for value, end in reversed(choices[:-1]):
-            expression = select(f"({position} < {_int(end)})", value, expression, node.dtype)
+            test = f"({position} < {_int(end)})"
+            self._splits_at(index[dim], test, None, end)
+            expression = select(test, value, expression, node.dtype)
         return self.define(scope, node.dtype, expression)
+
+    def _splits_at(self, position: Expr, test: str, first: Dim | None, end: Dim) -> None:
+        """Note `test` (first <= position < end, written as the text given; no first: below
+        end only) for the loop over `position`'s variable, where that position is the
+        variable plus a constant: the loop is cut where it changes (CKernelWriter.split_loop)."""
+        if not (len(position.terms) == 1 and isinstance(position.terms[0][0], Var) and
+                position.terms[0][1] == 1 and isinstance(position.const, int) and
+                isinstance(end, int) and isinstance(first, (int, type(None)))):
+            return
+        low = None if first is None else first - position.const
+        self.splits.setdefault(position.terms[0][0].name, []).append(
+            (test, low, end - position.const))
 
     def take(self, node: Node, index: Index, scope: Scope) -> str:
         x, selector = node.inputs

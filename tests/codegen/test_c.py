@@ -210,3 +210,19 @@ def test_a_load_sixteen_or_more_elements_apart_from_lane_to_lane_is_a_gather():
     text = kernel_text(every_other, x)
     assert "ember_gathered(" not in text, text
     check(every_other, x, kernels=1)
+
+
+def test_a_cat_along_the_vectorized_loop_cuts_the_loop_at_its_pieces():
+    """RoPE's rotate_half, a cat of the two halves of the innermost dim: each half of the loop
+    reads its piece with no select and no clamp left to the compiler (its bounds are the
+    piece's), so its loads are contiguous; one loop over both gathered through the clamps."""
+    def rope(q, cos, sin):
+        half = q.shape[-1] // 2
+        return q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+
+    q, cos, sin = torch.randn(2, 3, 5, 64), torch.randn(5, 64), torch.randn(5, 64)
+    text = kernel_text(rope, q, cos, sin)
+    for first, end in ((0, 32), (32, 64)):
+        assert f"for (int64_t i3 = {first}; i3 < {end}; i3++)" in text, text
+    assert "(i3 < 32)" not in text, text
+    check(rope, q, cos, sin, kernels=1)
