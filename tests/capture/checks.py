@@ -4,6 +4,7 @@ results, what happened to the arguments, and module/global state the tests expos
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -84,3 +85,23 @@ def counts(fn: Callable, *args: Any, **kwargs: Any) -> tuple[int, int]:
     """(graphs, breaks) that ember.explain finds in fn(*args, **kwargs)."""
     report = ember.explain(fn)(*args, **kwargs)
     return report.graph_count, report.graph_break_count
+
+
+def warnings_of_each_run(fn: Callable, inputs: list[torch.Tensor],
+                         keep: Callable[[str], bool] = lambda message: True) -> list[list]:
+    """What eager's fn and ember.compile(fn) warn over one call per input, under the "always"
+    filter and then the "default" one (eager's two lists, then ember's), each warning kept
+    as (message, category, file, line); every result is checked against eager's."""
+    seen = []
+    for run in (fn, ember.compile(fn)):
+        for policy in ("always", "default"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter(policy)
+                results = [run(x) for x in inputs]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for x, result in zip(inputs, results):
+                    same(result, fn(x))
+            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
+                         if keep(str(w.message))])
+    return seen

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from checks import same
+from checks import same, warnings_of_each_run
 
 import ember
 
@@ -61,18 +61,7 @@ def test_no_degrees_of_freedom_warns_as_eager_from_the_user_s_line():
     # (eager's composite warns "cov(): degrees of freedom is <= 0" from the values of its
     # factor; ember knows the factor from the sizes and warns from the user's line after each
     # call, whatever computes the graph)
-    seen = []
-    for run in (spread, ember.compile(spread)):
-        for policy in ("always", "default"):
-            xs = [t(*shape) for shape in ((3, 1), (3, 1), (3, 5), (2, 0))]
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter(policy)
-                results = [run(x) for x in xs]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for x, result in zip(xs, results):
-                    same(result, spread(x))
-            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught])
+    seen = warnings_of_each_run(spread, [t(*shape) for shape in ((3, 1), (3, 1), (3, 5), (2, 0))])
     assert seen[:2] == seen[2:]
     assert len(seen[0]) == 6 and len(seen[1]) == 2 and {w[2] for w in seen[0]} == {__file__}
     assert all(w[0].startswith("cov(): degrees of freedom is <= 0") for w in seen[0])

@@ -9,7 +9,7 @@ import warnings
 from contextlib import redirect_stdout
 
 import torch
-from checks import check_calls, same
+from checks import check_calls, same, warnings_of_each_run
 
 import ember
 
@@ -306,19 +306,8 @@ def test_a_reduction_left_without_degrees_of_freedom_warns_as_eager_from_the_use
     def fn(x):
         return _spread(x) * 2
 
-    seen = []
-    for run in (fn, ember.compile(fn)):
-        for policy in ("always", "default"):
-            xs = [t(*shape) for shape in ((1, 4), (1, 4), (3, 4))]
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter(policy)
-                results = [run(x) for x in xs]
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                for x, result in zip(xs, results):
-                    same(result, fn(x))
-            seen.append([(str(w.message), w.category, w.filename, w.lineno) for w in caught
-                         if "degrees of freedom" in str(w.message)])
+    seen = warnings_of_each_run(fn, [t(*shape) for shape in ((1, 4), (1, 4), (3, 4))],
+                                lambda message: "degrees of freedom" in message)
     assert seen[:2] == seen[2:]
     assert [w[0][:10] for w in seen[0]] == ["std(): deg", "var_mean()"] * 2 + ["var_mean()"]
     assert {w[2] for w in seen[0]} == {__file__} and len(seen[1]) == 2
