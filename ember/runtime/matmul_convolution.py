@@ -108,6 +108,16 @@ def convolution_backward_as_matmul(grad: torch.Tensor, x: torch.Tensor, weight: 
         if kh * kw == 1 and list(stride) == [1, 1] and not any(padding):
             grad_input = patches.view(n, h, w, c).permute(0, 3, 1, 2).contiguous(
                 memory_format=layout)
+        elif list(stride) == [kh, kw] and list(dilation) == [1, 1] and not any(padding) and \
+                oh * kh == h and ow * kw == w:
+            # patches that tile the image (a patch embedding inside the network, PVT's
+            # spatial reduction, ConvNeXt's downsampling): each input position lies in one
+            # patch, so the gradient is the patches' gradients rearranged, one copy (added
+            # tap by tap, a 8x8 kernel's backward was 64 strided adds)
+            grad_input = torch.empty((n, c, h, w), dtype=x.dtype, device=x.device,
+                                     memory_format=layout)
+            grad_input.unflatten(3, (ow, kw)).unflatten(2, (oh, kh)).copy_(
+                patches.permute(0, 5, 1, 3, 2, 4))
         else:
             padded = torch.zeros((n, c, h + 2 * padding[0], w + 2 * padding[1]),
                                  dtype=x.dtype, device=x.device).contiguous(

@@ -137,12 +137,13 @@ def test_a_pointwise_convolutions_backward_is_two_gemms_where_the_weight_is_larg
     assert calls == ([[True, True, bias]] if weight == "large" and onednn else [])
 
 
-@pytest.mark.parametrize("kernel, stride, padding, dilation", [
-    (1, 1, 0, 1), (1, 2, 0, 1), (3, 1, 1, 1), (3, 2, 1, 1), (2, 2, 0, 1), (3, 1, 2, 2)])
+@pytest.mark.parametrize("kernel, stride, padding, dilation, size", [
+    (1, 1, 0, 1, 7), (1, 2, 0, 1, 7), (3, 1, 1, 1, 7), (3, 2, 1, 1, 7), (2, 2, 0, 1, 7),
+    (3, 1, 2, 2, 7), (2, 2, 0, 1, 8), (3, 3, 0, 1, 9)])  # (the last two: patches tile x)
 @pytest.mark.parametrize("layout", ["rows", "channels_last", "channels_last_weight"])
-def test_the_gemms_give_eagers_gradients_and_layouts(kernel, stride, padding, dilation,
+def test_the_gemms_give_eagers_gradients_and_layouts(kernel, stride, padding, dilation, size,
                                                       layout):
-    x, w = make(2, 5, 7, 6), make(4, 5, kernel, kernel, seed=1)
+    x, w = make(2, 5, size, 6 if size == 7 else size), make(4, 5, kernel, kernel, seed=1)
     if layout != "rows":
         x, w = _channels_last(x, w)
     if layout == "channels_last_weight":
