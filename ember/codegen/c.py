@@ -23,7 +23,7 @@ from ember import config
 from ember.codegen import kernel_reuse
 from ember.codegen.c_columns import ColumnMode
 from ember.codegen.c_indexing import IndexedReads
-from ember.codegen.c_loops import plan_groups
+from ember.codegen.c_loops import plan_groups, split_loop
 from ember.codegen.c_rules import (
     INCLUDES,
     PRELUDE,
@@ -143,7 +143,7 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
         self.padded_dims: set[int] = set()
         # a pad's or a cat's tests of one loop variable plus a constant, by the variable: (the
         # test as written, the variable's first position where it holds or None for every
-        # one below the end, and its end); the loop is cut where they change (split_loop)
+        # one below the end, and its end); the loop is cut where they change (c_loops.split_loop)
         self.splits: dict[str, list[tuple[str, int | None, int]]] = {}
         # inside a pad: (the condition that its input is read, the loop variables it names,
         # the index expressions it tests)
@@ -204,48 +204,14 @@ class CKernelWriter(IndexedReads, ColumnMode, LaneTables):
             if not scope.lines:
                 continue  # nothing to do per iteration
             text = []
-            for first, end, lines in self.split_loop(name, bound, pragma, scope.lines):
+            for first, end, lines in split_loop(self.splits.get(name), bound, pragma,
+                                                scope.lines):
                 if pragma:
                     text.append(pragma)
                 text.append(f"for (int64_t {name} = {first}; {name} < {end}; {name}++) {{")
                 text += ["    " + line for line in lines]
                 text.append("}")
             scope.parent.lines.extend(text)
-
-    # A loop is cut into at most this many: its body is written once per piece.
-    MAX_PIECES = 4
-
-    def split_loop(self, name: str, bound: str, pragma: str, lines: list[str]
-                   ) -> list[tuple[str, str, list[str]]]:
-        """The pieces of a vectorized loop (first, end, body) between the positions where a
-        pad's or a cat's test of its variable changes (a split's or a narrow's gradient, a
-        pad or a cat along the innermost dim: RoPE's rotate_half): in each the test is
-        written as the constant it is there, and the compiler drops the loads and arithmetic
-        of the side not taken (and a cat's clamps, the piece's bounds known). Under the test, a
-        load is conditional, and gcc vectorizes no loop holding one that is strided (no
-        masked gather on AVX2) or that feeds a vector math call: gMLP's gated-unit gradient
-        ran scalar, 0.88 ms a call; cut, its strided loads gathered (offset), 0.13 ms
-        (2026-12-07). Loops of a symbolic extent, and parallel ones, stay whole."""
-        tests = self.splits.get(name)
-        whole = [("0", bound, lines)]
-        if not tests or "omp simd" not in pragma or "parallel" in pragma or \
-                not bound.isdigit():
-            return whole
-        extent = int(bound)
-        cuts = sorted({0, extent} | {min(max(p, 0), extent) for _, low, high in tests
-                                      for p in (low, high) if p is not None})
-        pieces = list(zip(cuts, cuts[1:]))
-        if len(pieces) < 2 or len(pieces) > self.MAX_PIECES:
-            return whole
-        result = []
-        for first, end in pieces:
-            body = lines
-            for test, low, high in tests:
-                # (else it fails over the whole piece)
-                holds = (low is None or low <= first) and end <= high
-                body = [line.replace(test, "1" if holds else "0") for line in body]
-            result.append((str(first), str(end), body))
-        return result
 
     def emit(self, scope: Scope, line: str) -> None:
         scope.lines.append(line)

@@ -141,7 +141,7 @@ class IndexedReads:
     def _splits_at(self, position: Expr, test: str, first: Dim | None, end: Dim) -> None:
         """Note `test` (first <= position < end, written as the text given; no first: below
         end only) for the loop over `position`'s variable, where that position is the
-        variable plus a constant: the loop is cut where it changes (CKernelWriter.split_loop)."""
+        variable plus a constant: the loop is cut where it changes (c_loops.split_loop)."""
         if not (len(position.terms) == 1 and isinstance(position.terms[0][0], Var) and
                 position.terms[0][1] == 1 and isinstance(position.const, int) and
                 isinstance(end, int) and isinstance(first, (int, type(None)))):
