@@ -19,6 +19,7 @@ from ember.capture import (  # noqa: F401  (register the opcode handlers)
     contexts,
     exception_opcodes,
     opcodes,
+    scalar_indices,
 )
 from ember.capture.breaks import (
     STACK_PREFIX,
@@ -33,6 +34,7 @@ from ember.capture.errors import (
     AssumptionsRefused,
     GraphRaised,
     Unsupported,
+    ViewsRefused,
 )
 from ember.capture.guards import GuardSet
 from ember.capture.interpreter import Frame
@@ -101,23 +103,27 @@ def capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: 
     where `policy` says (dynamic=, marks, automatic dynamic): a capture starts static and
     starts again with a ShapeEnv at the first size that must be a symbol."""
     policy = policy if policy is not None else DynamicPolicy(dynamic=False)
-    symbolic, assuming = False, True
+    symbolic, assuming, views_refused = False, True, frozenset()
     while True:
         with torch_internals.quiet_failed_meta_runs():
             captured, session, error = _capture(function, arguments, fullgraph,
-                                                Shapes(policy, symbolic, where), assuming)
+                                                Shapes(policy, symbolic, where), assuming,
+                                                views_refused)
         if session.builder.shapes.wants_symbols and not symbolic:
             symbolic = True   # (again, symbolic)
         elif session.assumptions_refused:
             assuming = False  # (again, each check a break)
+        elif session.views_refused - views_refused:
+            views_refused |= session.views_refused  # (again, those subscripts breaks)
         else:
             return captured, session, error
 
 
 def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph: bool,
-             shapes: Shapes, assuming: bool = True
+             shapes: Shapes, assuming: bool = True,
+             views_refused: frozenset = frozenset()
              ) -> tuple[Captured | None, Session, Unsupported | None]:
-    session = Session(fullgraph, shapes, assuming)
+    session = Session(fullgraph, shapes, assuming, views_refused)
     code = function.__code__
     try:
         locals_ = {name: session.wrap(value, LocalSource(name))
@@ -137,6 +143,9 @@ def _capture(function: types.FunctionType, arguments: dict[str, Any], fullgraph:
         return None, session, None
     except AssumptionsRefused:  # (capture() starts again, assuming nothing)
         session.assumptions_refused = True
+        return None, session, None
+    except ViewsRefused as refused:  # (capture() starts again, those subscripts breaks)
+        session.views_refused = frozenset(refused.sites)
         return None, session, None
     except Unsupported as error:
         return None, session, error
@@ -187,6 +196,7 @@ def runner_text(session: Session, writer: Rebuilder, tail: list[str]) -> tuple[s
     the lines after the fetch (a guarded runner fetches through its guards' variables)."""
     builder = session.builder
     checks = _assumption_lines(session, writer)
+    scalar_indices.check(session, writer.outputs)
     builder.output(writer.outputs)
     fetch = ", ".join(source.expr() for source in builder.input_sources)
     run = [_GRAPH_CALL]

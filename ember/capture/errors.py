@@ -108,6 +108,15 @@ class AssumptionsRefused(Exception):
     place before the runner could test them): captured again, each such check a break."""
 
 
+class ViewsRefused(Exception):
+    """Gathers standing for eager's views (scalar_indices.py) that something could tell from
+    the views: captured again, each subscript at `sites` a break."""
+
+    def __init__(self, sites: set):
+        super().__init__(f"{len(sites)} subscripts")
+        self.sites = sites
+
+
 class CaptureError(RuntimeError):
     """Raised to the user under fullgraph=True: names the file, line, construct and fix."""
 

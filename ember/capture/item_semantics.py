@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember.capture import numbers
+from ember.capture import numbers, scalar_indices
 from ember.capture.errors import Raised, Unsupported
 from ember.capture.semantics import (
     _module_entries,
@@ -48,7 +48,13 @@ if TYPE_CHECKING:
 
 def get_item(session: Session, container: Value, key: Value) -> Value:
     if isinstance(container, TensorValue):
-        return _tensor_call(session, operator.getitem, container, key)
+        try:
+            return _tensor_call(session, operator.getitem, container, key)
+        except Unsupported:
+            gathered = scalar_indices.get_item(session, container, key)
+            if gathered is None:
+                raise
+            return gathered
     if isinstance(container, SequenceValue):
         if isinstance(key, TensorValue):  # (a list indexed by a tensor: its __index__)
             key = session.builder.known.number(key, operator.index) or key
@@ -162,7 +168,11 @@ def _missing(session: Session, mapping: DictValue, index: Any) -> Value:
 
 def set_item(session: Session, container: Value, key: Value, value: Value) -> None:
     if isinstance(container, TensorValue):
-        _tensor_call(session, operator.setitem, container, key, value)
+        try:
+            _tensor_call(session, operator.setitem, container, key, value)
+        except Unsupported:
+            if not scalar_indices.set_item(session, container, key, value):
+                raise
         return
     if isinstance(container, SequenceValue) and container.kind is list:
         index = python_value(key)

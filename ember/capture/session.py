@@ -166,7 +166,7 @@ class Savepoint:
 
 class Session:
     def __init__(self, fullgraph: bool = False, shapes: Shapes | None = None,
-                 assuming: bool = True):
+                 assuming: bool = True, views_refused: frozenset = frozenset()):
         self.allow_breaks = not fullgraph
         self.guards = GuardSet()
         self.builder = GraphBuilder(self.guards, shapes)
@@ -218,6 +218,11 @@ class Session:
         # capture starts again without them (captured.AssumptionsRefused)
         self.assumptions: list[tuple[Any, bool, Any]] = []
         self.assuming = assuming
+        # gathers standing for eager's select views (`x[i]`, i a 0-d integer tensor),
+        # checked at the graph's end (scalar_indices.check); the subscripts (code, offset)
+        # where an earlier capture found one told apart from the view: breaks this time
+        self.copied_views: list[Any] = []
+        self.views_refused = views_refused
         self.assumptions_refused = False
 
     @property

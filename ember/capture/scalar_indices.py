@@ -1,0 +1,186 @@
+"""Subscripts with 0-d integer tensors: `x[i]`, `x[:, i]`, `x[i] = v` where `i` is a 0-d
+integer tensor (a diffusion scheduler's `alphas[t]`, a loop over `torch.arange(n)`).
+
+Eager reads i's value and indexes with that number: `x[i]` is the view `x.select(d, i)`,
+whose offset depends on a tensor's value, which a graph cannot make. Capture takes a gather
+instead — `aten.index` with `i` at dimension d — which gives eager's values, eager's
+IndexError for an index out of range (negative ones count from the end as select's do) and
+eager's gradient. It differs from eager's view only where something writes the result or the
+tensor it came from afterwards, or the result leaves the graph (as an output, a resumed
+frame's local, a side effect's value): the capture assumes none of that happens and checks at
+its end (`check`); where one does, it starts again with that subscript refused
+(ViewsRefused), which then breaks the graph as it did before.
+
+`x[i] = v` writes through the view eager makes; where the rest of the subscript is full
+slices, the write is `index_put_` at the same elements, exact with no assumption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import torch
+
+from ember import torch_internals
+from ember.capture.errors import ViewsRefused
+from ember.capture.values import Const, SequenceValue, SliceValue, TensorValue, Value
+
+if TYPE_CHECKING:
+    from ember.capture.session import Session
+
+_INDEX = torch.ops.aten.index.Tensor
+
+
+@dataclasses.dataclass
+class CopiedView:
+    """A gather standing for eager's select view (`copy` of `base`), with each one's version
+    counter as it was when the gather was made (views share their base's counter: a write
+    to either, or to any view of either, moves it)."""
+
+    base: torch.Tensor
+    base_version: int
+    copy: torch.Tensor
+    copy_version: int
+    site: tuple  # the subscript's (code, instruction offset)
+
+
+def _as_items(key: Value) -> list[Value] | None:
+    if isinstance(key, SequenceValue) and key.kind is tuple:
+        return list(key.items)
+    return [key]
+
+
+def _is_scalar_index(item: Value) -> bool:
+    """A 0-d integer tensor, which eager indexes with as a number (bool and uint8 ones are
+    masks: `x[torch.tensor(True)]` adds a dimension)."""
+    return isinstance(item, TensorValue) and item.fake.dim() == 0 and \
+        not item.fake.dtype.is_floating_point and not item.fake.dtype.is_complex and \
+        item.fake.dtype not in (torch.bool, torch.uint8)
+
+
+def _dims_consumed(item: Value) -> int | None:
+    """How many of the indexed tensor's dimensions a subscript item consumes; None for
+    Ellipsis, and for anything this walk does not know (the subscript is left alone)."""
+    if isinstance(item, SliceValue):
+        return 1
+    if isinstance(item, TensorValue):
+        if item.fake.dtype in (torch.bool, torch.uint8):
+            return item.fake.dim()
+        return 1
+    if isinstance(item, SequenceValue) and item.kind is list:
+        return 1
+    if isinstance(item, Const):
+        value = item.value
+        if value is None or isinstance(value, bool):
+            return 0
+        if isinstance(value, (int, torch.SymInt)):
+            return 1
+    return None
+
+
+def scalar_positions(items: list[Value], ndim: int) -> dict[int, int] | None:
+    """{item's position: the dimension it indexes} for the 0-d integer tensors of a
+    subscript of a tensor of `ndim` dimensions; None where it has none, or an item this
+    walk does not know."""
+    ellipses = [i for i, item in enumerate(items)
+                if isinstance(item, Const) and item.value is Ellipsis]
+    consumed = [0 if i in ellipses else _dims_consumed(item) for i, item in enumerate(items)]
+    if len(ellipses) > 1 or any(c is None for c in consumed):
+        return None
+    positions, dim = {}, 0
+    for i, item in enumerate(items):
+        if i in ellipses:
+            dim += ndim - sum(consumed)
+        elif _is_scalar_index(item):
+            positions[i] = dim
+        dim += consumed[i]
+    return positions or None
+
+
+def get_item(session: Session, container: TensorValue, key: Value) -> Value | None:
+    """`container[key]` with 0-d integer tensors in the key, as a gather per such tensor
+    then the rest of the subscript; None where the key has none or the capture may not
+    assume (the caller's subscript breaks the graph)."""
+    from ember.capture.item_semantics import get_item as plain_get_item
+
+    frame = session.builder.frame
+    site = (frame.code, frame.current.offset) \
+        if frame is not None and frame.current is not None else None
+    if site is None or site in session.views_refused:
+        return None
+    positions = scalar_positions(_as_items(key), container.fake.dim())
+    if positions is None:
+        return None
+    items = _as_items(key)
+    gathered, device = container, container.fake.device
+    for position in sorted(positions, key=positions.__getitem__, reverse=True):
+        indices = [Const(None)] * positions[position] + [_long(session, items[position], device)]
+        gathered = session.builder.call("call_function", _INDEX,
+                                        (gathered, SequenceValue(indices, list)), {})
+    session.copied_views.append(CopiedView(container.fake, container.fake._version,
+                                           gathered.fake, gathered.fake._version, site))
+    rest = [item for i, item in enumerate(items) if i not in positions]
+    if not rest:
+        return gathered
+    return plain_get_item(session, gathered, SequenceValue(rest, tuple))
+
+
+def set_item(session: Session, container: TensorValue, key: Value, value: Value) -> bool:
+    """`container[key] = value` where the key is 0-d integer tensors, full slices and an
+    Ellipsis: `index_put_` of the value (cast to the container's dtype and device, as the
+    view's copy_ casts it). False where the key is anything else."""
+    items = _as_items(key)
+    positions = scalar_positions(items, container.fake.dim())
+    if positions is None or not all(i in positions or _full_slice(item) or
+                                    (isinstance(item, Const) and item.value is Ellipsis)
+                                    for i, item in enumerate(items)):
+        return False
+    fake = container.fake
+    if isinstance(value, TensorValue):
+        if value.fake.dim() > fake.dim() - len(positions):
+            return False  # (copy_ drops the value's leading ones; index_put_ does not)
+    elif not (isinstance(value, Const) and isinstance(value.value, (int, float, complex))):
+        return False
+    indices: list[Value] = [Const(None)] * (max(positions.values()) + 1)
+    for position, dim in positions.items():
+        indices[dim] = _long(session, items[position], fake.device)
+    if isinstance(value, TensorValue):
+        if value.fake.dtype != fake.dtype or value.fake.device != fake.device:
+            value = session.builder.call("call_method", "to", (value,),
+                                         {"dtype": Const(fake.dtype),
+                                          "device": Const(fake.device)})
+    else:
+        value = session.builder.call("call_function", torch.scalar_tensor, (value,),
+                                     {"dtype": Const(fake.dtype), "device": Const(fake.device)})
+    session.builder.call("call_function", torch.ops.aten.index_put_.default,
+                         (container, SequenceValue(indices, list), value), {})
+    return True
+
+
+def _long(session: Session, index: TensorValue, device: torch.device) -> TensorValue:
+    """The index as the gather takes it: int64 or int32 (eager's number reads any integer),
+    on the indexed tensor's device (eager reads a CPU index's number for a CUDA tensor)."""
+    if index.fake.dtype in (torch.int64, torch.int32) and index.fake.device == device:
+        return index
+    return session.builder.call("call_method", "to", (index,),
+                                {"device": Const(device), "dtype": Const(torch.int64)})
+
+
+def _full_slice(item: Value) -> bool:
+    return isinstance(item, SliceValue) and all(
+        isinstance(part, Const) and part.value is None
+        for part in (item.start, item.stop, item.step))
+
+
+def check(session: Session, outputs: list[TensorValue]) -> None:
+    """At a graph's end: refuse (ViewsRefused: the capture starts again, each such subscript
+    a break) the gathers standing for views that were written, whose base was written after
+    them, or that (or a view of them) leave the graph."""
+    leaving = {torch_internals.storage_identity(v.fake) for v in outputs}
+    refused = {view.site for view in session.copied_views
+               if view.base._version != view.base_version or
+               view.copy._version != view.copy_version or
+               torch_internals.storage_identity(view.copy) in leaving}
+    if refused:
+        raise ViewsRefused(refused)
