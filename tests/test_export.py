@@ -26,6 +26,20 @@ from ember.exported_signature import InputMismatch
 from ember.passes.joined_cats import JoinedCall
 from ember.schedule.plan import LibraryCall
 
+
+@pytest.fixture(autouse=True)
+def on_the_cpu():
+    """ember.export writes CPU programs (C, or Triton under its interpreter): these tests make
+    CPU tensors even where EMBER_TEST_DEVICE=cuda puts other tests' on the GPU."""
+    previous = torch.get_default_device()
+    if previous.type == "cpu":  # (no device mode to put in: set_default_device makes one)
+        yield
+        return
+    torch.set_default_device("cpu")
+    yield
+    torch.set_default_device(previous)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 
 MODEL = '''
@@ -310,6 +324,9 @@ def test_a_triton_program_keeps_its_examples_row_class_and_calls_eager_for_other
     # length; the file keeps the example's build, a row of another class runs eagerly, said
     # once)
     pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter runs CPU tensors (tests/conftest.py sets it off "
+                    "EMBER_TEST_DEVICE=cuda runs)")
     with config.override(backend="triton"):
         program = ember.export(_scaled_softmax, torch.randn(3, 20),
                                dynamic_shapes={"x": {1: Dim("n", min=2, max=4096)}})
