@@ -40,6 +40,7 @@ from ember.capture.guards import (
 from ember.capture.symbols import FrameSizes
 from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-exported)
     EAGER_CALLS_BEFORE_DIRECT,
+    EagerTrial,
     GivingUp,
     counted_eager_call,
     dynamo_compiling,
@@ -168,6 +169,7 @@ class CompiledFunction(GivingUp):
         self.direct: Callable | None = None
         self.direct_modes: frozenset[bool] = frozenset()
         self.eager_streak = 0
+        self.trial: EagerTrial | None = None  # (a function whose graph breaks: on trial)
         self.first_call_ran = False  # (stance eager_then_compile: its first call ran eagerly)
         self.depth = depth              # 0, or how many breaks led to this resume function
         self.collector = collector      # shared with resume functions, for explain()
@@ -214,6 +216,7 @@ class CompiledFunction(GivingUp):
         self.direct = None
         self.direct_modes = frozenset()
         self.eager_streak = 0
+        self.trial = None
         self.first_call_ran = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -222,6 +225,9 @@ class CompiledFunction(GivingUp):
         direct = self.direct
         if direct is not None and _grad_enabled() in self.direct_modes:
             return direct(*args, **kwargs)
+        trial = self.trial
+        if trial is not None and trial.takes_calls():  # (see giving_up.TRIAL_ROUNDS)
+            return trial.call(self, args, kwargs)
         if config.settings.disable or stances.current() == "force_eager":
             return self._eager(args, kwargs)
         if self.bound_self is not None:
@@ -495,6 +501,9 @@ class CompiledFunction(GivingUp):
                                   cuda_graph, compiled))
         if breaks:  # (after record: a function compiled at a break knows its callers' lines)
             logs.channel("graph_breaks").info("graph break at %s", breaks[0].said_where())
+            if config.settings.eager_trial and self.depth == 0 and not self.called_from and \
+                    self.collector is None and self.mode != "reduce-overhead":
+                self.trial = EagerTrial(breaks[0].location)
         return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
 
     def limit(self) -> int:

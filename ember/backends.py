@@ -534,6 +534,14 @@ class Deferred:
         threading.Thread(target=run, name="ember-backward").start()
 
 
+def compiling_beside() -> bool:
+    """Is a compile that ember started beside the calls still running (a backward, Triton
+    kernels)? Deferred ones not yet started do not count."""
+    from ember.compile_plan import kernels_compiling
+
+    return any(not job.done() for job in (*_background.copy(), *kernels_compiling.copy()))
+
+
 def wait_for_background_compiles(timeout: float | None = None, start_deferred: bool = True
                                  ) -> None:
     """Return once the compiles that ember runs on beside the first calls are done, Triton

@@ -181,6 +181,10 @@ FLAGS: tuple[Flag, ...] = (
          "Triton: a graph's first run starts while its kernels still compile, each launch "
          "waiting for its kernel (the first run's library calls meanwhile); 0: the compile "
          "returns with every kernel loaded (see compile_plan.compiled_later)"),
+    Flag("eager_trial", "EMBER_EAGER_TRIAL", "1", _flag,
+         "a function whose graph breaks is timed against eager once its compiles are done "
+         "(a few calls each way), and called directly where its compiled calls cost more "
+         "(see giving_up.TRIAL_ROUNDS)"),
     Flag("eager_first", "EMBER_EAGER_FIRST", "1", _flag,
          "a graph's calls that come while its kernels still compile (Triton's in their "
          "worker processes, a C library in the compiler's) run eagerly beside them, and so "
@@ -266,6 +270,7 @@ class Settings:
     c_launcher: bool
     triton_launcher: bool
     kernels_later: bool
+    eager_trial: bool
     eager_first: bool
     warm_library: bool
     triton_workers: int

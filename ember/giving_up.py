@@ -6,6 +6,9 @@ past the recompile limit, as they count.
 
 from __future__ import annotations
 
+import statistics
+import sys
+import time
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,22 @@ if TYPE_CHECKING:
 # other mode is tried, and the direct call serves only the modes whose calls all ran
 # eagerly). ember.reset() forgets it. Said once, on EMBER_LOGS=fallbacks.
 EAGER_CALLS_BEFORE_DIRECT = 8
+
+# NOTE: a function whose graph breaks can cost more than eager: each graph adds its guards,
+# its runner and, in training, an autograd node per call, and a break between small graphs
+# leaves little for the kernels to win (XMOD's per-language adapters, a masked select in
+# every layer: 27 graphs for 120 ops, 1.33x eager's training step). Such a function is put
+# on trial once its compiles are done: TRIAL_WARM calls run compiled, then TRIAL_ROUNDS
+# rounds each run one call eagerly and the next compiled, timed (the device synchronized
+# around each); where the median of the rounds' compiled/eager ratios is above
+# TRIAL_MARGIN, the function is called directly from then on in that grad mode, said once
+# on EMBER_LOGS=fallbacks (ember.reset() tries again); otherwise the trial ends and costs
+# nothing more. Eager's calls give the same answers: only the time differs. A training
+# call's backward runs after the call returns and is not in its time. EMBER_EAGER_TRIAL=0
+# turns it off.
+TRIAL_WARM = 2
+TRIAL_ROUNDS = 5
+TRIAL_MARGIN = 1.10
 grad_enabled = torch.is_grad_enabled
 # (asked first on every call, bound once: True while torch.compile traces code that calls a
 # compiled function or module, which then traces the function itself, not ember's runtime)
@@ -45,6 +64,7 @@ class GivingUp:
     direct: Callable | None
     direct_modes: frozenset[bool]
     eager_streak: int
+    trial: EagerTrial | None
 
     def ran_eagerly(self) -> None:
         """One more call ran eagerly: past EAGER_CALLS_BEFORE_DIRECT in a row, with no
@@ -68,6 +88,74 @@ class GivingUp:
         self.direct = self.function if self.bound_self is None else \
             types.MethodType(self.function, self.bound_self)
         self.direct_modes = self.direct_modes | {grad_enabled()}
+
+
+class EagerTrial:
+    """Compiled calls against eager ones, for a function whose graph breaks (see
+    TRIAL_ROUNDS): `call` takes the calls while the trial runs."""
+
+    def __init__(self, breaks_at: Any):
+        self.breaks_at = breaks_at  # (the first break's Location)
+        self.warm = 0
+        self.eager_seconds: float | None = None  # (the round's eager call, its compiled next)
+        self.ratios: list[float] = []
+
+    def takes_calls(self) -> bool:
+        """False while compiles ember started beside the calls still run (its calls then
+        run eagerly, or share the host with them)."""
+        from ember.backends import compiling_beside
+
+        return not compiling_beside()
+
+    def call(self, compiled: CompiledFunction, args: tuple, kwargs: dict) -> Any:
+        if self.warm < TRIAL_WARM:
+            self.warm += 1
+            return _untried(compiled, args, kwargs)
+        _synchronize()
+        start = time.perf_counter()
+        if self.eager_seconds is None:
+            result = compiled._eager(args, kwargs)
+            _synchronize()
+            self.eager_seconds = time.perf_counter() - start
+            return result
+        result = _untried(compiled, args, kwargs)
+        _synchronize()
+        self.ratios.append((time.perf_counter() - start) / max(self.eager_seconds, 1e-9))
+        self.eager_seconds = None
+        if len(self.ratios) == TRIAL_ROUNDS:
+            self.judge(compiled)
+        return result
+
+    def judge(self, compiled: CompiledFunction) -> None:
+        ratio = statistics.median(self.ratios)
+        compiled.trial = None
+        if ratio <= TRIAL_MARGIN:
+            logs.channel("perf").info("%s: its compiled calls take %.2fx eager's time (the "
+                                      "median of %d rounds): compiled it stays",
+                                      compiled.where, ratio, len(self.ratios))
+            return
+        logs.channel("fallbacks").info(
+            "%s: its compiled calls took %.2fx eager's time (the median of %d rounds; its "
+            "graph breaks at %s); it is called directly from now on in this grad mode "
+            "(ember.reset() tries again)", compiled.where, ratio, len(self.ratios),
+            f"{self.breaks_at.filename}:{self.breaks_at.line}" if self.breaks_at else "a call")
+        compiled.run_directly()
+
+
+def _untried(compiled: CompiledFunction, args: tuple, kwargs: dict) -> Any:
+    """The compiled function's call as it is without its trial."""
+    trial, compiled.trial = compiled.trial, None
+    try:
+        return compiled(*args, **kwargs)
+    finally:
+        if compiled.trial is None:  # (a recompile that broke again started a new one)
+            compiled.trial = trial
+
+
+def _synchronize() -> None:
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and cuda.is_initialized():
+        cuda.synchronize()
 
 
 # what plain tensors' and parameters' __torch_function__ are (a subclass that keeps them

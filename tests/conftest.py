@@ -27,6 +27,10 @@ os.environ.setdefault("EMBER_CHECK_REUSED_KERNELS", "1")
 # compile beside it): a test that calls once checks the kernels, not eager's answer again;
 # tests/runtime/test_compiled.py and tests/test_backends.py test the eager first call.
 os.environ["EMBER_EAGER_FIRST"] = "0"
+# A function whose graph breaks is timed against eager after its first calls and may be
+# called directly from then on (giving_up.TRIAL_ROUNDS): a decision the host's load could
+# tip, so tests/test_eager_trial.py turns it on where it tests it, with the times set.
+os.environ["EMBER_EAGER_TRIAL"] = "0"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

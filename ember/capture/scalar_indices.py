@@ -113,9 +113,13 @@ def get_item(session: Session, container: TensorValue, key: Value) -> Value | No
     if positions is None:
         return None
     items = _as_items(key)
-    gathered, device = container, container.fake.device
+    gathered = container
     for position in sorted(positions, key=positions.__getitem__, reverse=True):
-        indices = [Const(None)] * positions[position] + [_long(session, items[position], device)]
+        dim = positions[position]
+        index = _in_range(session, gathered, dim, items[position])
+        if index is None:
+            return None
+        indices = [Const(None)] * dim + [index]
         gathered = session.builder.call("call_function", _INDEX,
                                         (gathered, SequenceValue(indices, list)), {})
     session.copied_views.append(CopiedView(container.fake, container.fake._version,
@@ -144,7 +148,10 @@ def set_item(session: Session, container: TensorValue, key: Value, value: Value)
         return False
     indices: list[Value] = [Const(None)] * (max(positions.values()) + 1)
     for position, dim in positions.items():
-        indices[dim] = _long(session, items[position], fake.device)
+        index = _in_range(session, container, dim, items[position])
+        if index is None:
+            return False
+        indices[dim] = index
     if isinstance(value, TensorValue):
         if value.fake.dtype != fake.dtype or value.fake.device != fake.device:
             value = session.builder.call("call_method", "to", (value,),
@@ -156,6 +163,32 @@ def set_item(session: Session, container: TensorValue, key: Value, value: Value)
     session.builder.call("call_function", torch.ops.aten.index_put_.default,
                          (container, SequenceValue(indices, list), value), {})
     return True
+
+
+def _in_range(session: Session, tensor: TensorValue, dim: int, index: TensorValue
+              ) -> TensorValue | None:
+    """The index the gather (or index_put_) takes at `dim`. On the CPU the index itself: the
+    kernel raises eager's IndexError for one out of range. On a GPU an index out of range is a
+    device-side assert, which ends the process's use of the device, where eager reads the
+    number and raises IndexError: there the gather takes the index modulo the size (always
+    in range; eager's element for any index in range), and the capture assumes the index is
+    in range — the runner tests it after the graph, and where it is not, the call runs
+    eagerly from its start (AssumptionFailed: eager's IndexError). None where the capture may
+    not assume, or the dimension is empty (the caller's subscript breaks)."""
+    from ember.capture.calls import call_tensor_method
+    from ember.capture.semantics import binary
+
+    index = _long(session, index, tensor.fake.device)
+    if tensor.fake.device.type == "cpu":
+        return index
+    size = call_tensor_method(session, tensor, "size", [Const(dim)], {})
+    if not session.assuming or (isinstance(size.value, int) and size.value == 0):
+        return None
+    below = binary(session, "<", index, size)
+    above = binary(session, ">=", binary(session, "+", index, size), Const(0))
+    frame = session.builder.frame
+    session.assumptions.append((binary(session, "&", below, above), True, frame.location()))
+    return binary(session, "%", index, size)
 
 
 def _long(session: Session, index: TensorValue, device: torch.device) -> TensorValue:
