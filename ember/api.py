@@ -6,38 +6,35 @@ function (its guards, then the run; MISS where a guard fails). A call binds the 
 name, finds the first entry whose guards accept them and runs it; a miss captures
 again (logging why on EMBER_LOGS=recompiles) until the recompile limit, after which the
 function runs eagerly with one warning. Functions ember cannot capture run eagerly, and say so;
-once their calls keep running eagerly, they are called directly (ember/giving_up.py).
+once their calls keep running eagerly, they are called directly (ember/giving_up.py). How an
+entry is made — capture, the backend's compile, the runner and its guards — is
+ember/entries.py's.
 """
 
 from __future__ import annotations
 
-import builtins
-import dataclasses
 import functools
 import inspect
 import threading
-import time
 import types
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ember import binding, config, dumps, logs, stances, torch_internals, warm_entries
+from ember import binding, config, logs, stances, torch_internals, warm_entries
 from ember import options as compile_options
-from ember.capture.errors import AssumptionFailed, CaptureError, GraphRaised, Unsupported
-from ember.capture.guards import (
-    MISS,
-    LazyGuard,
-    compile_guarded_runner,
-    compile_guards,
-    first_failure,
-    guard_source,
-    same_tensor,
-)
+from ember.capture.errors import AssumptionFailed, GraphRaised, Unsupported
+from ember.capture.guards import MISS, first_failure, same_tensor
 from ember.capture.symbols import FrameSizes
+from ember.entries import (  # noqa: F401  (CUDA_GRAPH_MODES, CaptureRecord: re-exported)
+    CUDA_GRAPH_MODES,
+    MODES,
+    CacheEntry,
+    CaptureRecord,
+    Capturing,
+)
 from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-exported)
     EAGER_CALLS_BEFORE_DIRECT,
     EagerTrial,
@@ -48,12 +45,11 @@ from ember.giving_up import (  # noqa: F401  (EAGER_CALLS_BEFORE_DIRECT: re-expo
     hooked_arguments,
 )
 from ember.giving_up import grad_enabled as _grad_enabled
-from ember.resumes import Resume, passthrough
+from ember.resumes import Resume
 from ember.runtime import collector, triton_launch
 
 if TYPE_CHECKING:
-    from ember.capture.captured import Captured, Resumption
-    from ember.runtime.cudagraphs import CudaGraphed
+    from ember.capture.captured import Resumption
 
 # NOTE: the capture's interpreter, the compiler (ember.backends) and CUDA graphs are imported
 # where a call first captures or compiles: a new process whose first call starts warm
@@ -61,9 +57,6 @@ if TYPE_CHECKING:
 
 _registry: weakref.WeakSet = weakref.WeakSet()
 
-# torch.compile's modes; the ones that replay CUDA graphs (ember/runtime/cudagraphs.py)
-MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def resolve_backend(backend: str | Callable) -> Callable:
@@ -86,39 +79,7 @@ def _eager_backend(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Calla
 _eager_backend.serves_any_shape = True  # (a graph with symbolic sizes needs no per-shape copy)
 
 
-@dataclasses.dataclass
-class CacheEntry:
-    guard: Callable[[dict], bool]
-    run: Callable[[dict], Any]
-    captured: Captured | None
-    guard_source: str
-    eager_reason: Unsupported | None = None
-    # guard and run as one function, MISS when a guard fails (the run fetches its inputs
-    # through what the guards read)
-    call: Callable[[dict], Any] | None = None
-    compiled: Any = None  # what the backend returned (None for an eager entry)
-
-    def __post_init__(self) -> None:
-        if self.call is None:
-            guard, run = self.guard, self.run
-            self.call = lambda arguments: run(arguments) if guard(arguments) else MISS
-
-
-@dataclasses.dataclass
-class CaptureRecord:
-    """What one capture produced, for explain()."""
-
-    graphs: int
-    ops: list[int]
-    breaks: list[Unsupported]
-    guards: str
-    seconds: float
-    graph: torch.fx.GraphModule | None = None
-    cuda_graph: CudaGraphed | None = None   # mode="reduce-overhead"
-    compiled: Callable | None = None         # what the backend returned
-
-
-class CompiledFunction(GivingUp):
+class CompiledFunction(GivingUp, Capturing):
     def __init__(self, function: Callable, fullgraph: bool = False, dynamic: bool | None = None,
                  mode: str | None = None, backend: str | Callable = "ember", depth: int = 0,
                  collector: list | None = None, where: str | None = None,
@@ -375,136 +336,6 @@ class CompiledFunction(GivingUp):
         if found is None:  # (setdefault: one Resume per place, for every thread)
             found = self.resumes.setdefault(key, Resume(self, spec, start, lasti))
         return found
-
-    def _serves_any_shape(self) -> bool:
-        """Does the backend compile a symbolic graph once for every shape (so that automatic
-        dynamic pays)? ember's own does for what its C and Triton backends serve symbolically
-        (issue 18, stages 2 and 4): see _automatic."""
-        return getattr(self.backend, "serves_any_shape", False)
-
-    def _automatic(self, arguments: dict[str, Any]) -> bool:
-        """Does a recompile under dynamic=None make the changed sizes symbols?"""
-        from ember import shapes
-
-        return self._serves_any_shape() or (not self.symbolic_refused and shapes.automatic(
-            self.backend, [v for v in arguments.values() if isinstance(v, torch.Tensor)]))
-
-    def _for_every_shape(self, captured: Any) -> Callable:
-        """A symbolic capture's compiled graph: for every shape, or per shape."""
-        from ember import shapes
-
-        compiled = shapes.for_a_capture(captured.graph_module, list(captured.example_inputs),
-                                        self.backend, self.where)
-        if isinstance(compiled, shapes.ShapeSpecialized) and self.dynamic is None:
-            # (automatic dynamic did not pay here: later recompiles stay static, so a
-            # decoding loop is not compiled per shape under each new symbolic capture)
-            self.symbolic_refused = True
-        return compiled
-
-    def _capture(self, arguments: dict[str, Any]) -> CacheEntry:
-        from ember import compiled_module
-        from ember.capture import markers
-        from ember.capture.captured import capture
-        from ember.capture.symbols import DynamicPolicy
-
-        started = time.perf_counter()
-        refusal = markers.frame_refusal(self.function)
-        if refusal is not None:  # (torch.compiler.disable'd: eager whatever comes in)
-            logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, refusal)
-            self.record(CaptureRecord(0, [], [refusal], "", time.perf_counter() - started))
-            self.run_directly()
-            return CacheEntry(lambda arguments: True, self.caller, None, "", refusal)
-        if triton_launch.on_gpu(arguments.values()):
-            triton_launch.warm_up_for_cuda()  # beside the capture and the lowering
-        captured, session, error = capture(self.function, arguments, self.fullgraph,
-                                           DynamicPolicy(self.dynamic, self.frame_sizes,
-                                                         automatic=self._automatic(arguments)),
-                                           self.where)
-        logs.channel("perf").info("%s: captured in %.1f ms", self.where,
-                                  (time.perf_counter() - started) * 1e3)
-        for module in session.compile_apart:
-            compiled_module.compile_apart(module, dict(
-                fullgraph=self.fullgraph, dynamic=self.dynamic, mode=self.mode,
-                backend=self.backend_option, settings=self.settings,
-                recompile_limit=self.recompile_limit))
-        if error is not None:
-            if self.fullgraph:
-                raise CaptureError(error) from None
-            logs.channel("graph_breaks").info("%s runs eagerly: %s", self.where, error)
-            self.record(CaptureRecord(0, [], [error], "", time.perf_counter() - started))
-            scope = {"GG": session.globals_dicts, "G": self.function.__globals__,
-                     "K": session.constants, "C": self.function.__closure__ or ()}
-            # An eager entry runs the function as it is, right for any input: its guards only
-            # say when capturing again could succeed (other types, dtypes, shapes, global
-            # modes), not which objects came in (a fresh object per call would otherwise
-            # make every call capture again)
-            eager_guards = session.guards.only({"global", "type", "tensor", "length"})
-            guard, text = compile_guards(eager_guards, scope, arguments)
-            return CacheEntry(guard, self.caller, None, text, error,
-                              call=counted_eager_call(self, guard))
-        return self._entry(captured, arguments, started)
-
-    def _entry(self, captured: Captured, arguments: dict[str, Any], started: float
-               ) -> CacheEntry:
-        """The backend's compile of a capture, its guards and its runner, as an entry."""
-        from ember.autodiff import tape
-        from ember.runtime.cudagraphs import CudaGraphed
-
-        if self.site is not None:  # (EMBER_DUMP's folder: the user's line, see dumps.py)
-            captured.graph_module.meta["ember_label"] = \
-                f"{self.function.__qualname__} ({Path(self.site[0]).name}:{self.site[1]})"
-        compiled = passthrough(captured.graph_module)
-        if compiled is None and captured.symbolic and \
-                not self._serves_any_shape():
-            compiled = self._for_every_shape(captured)
-        if compiled is None:
-            # (a CUDA graph's replays run no Python: no library call's autograd record can
-            # be kept for its backward, which runs the call again instead)
-            with tape.kept(self.mode not in CUDA_GRAPH_MODES), \
-                    config.override(**self.settings):
-                compiled = self.backend(captured.graph_module, list(captured.example_inputs))
-        if captured.symbolic:
-            # NOTE: a symbolic lowering runs on the capture's ShapeEnv: what it guarded must
-            # hold of a call as well (a relation, or a symbol it specialized)
-            captured.guards.add_size_relations()
-            symbols = captured.guards.symbol_reads
-            logs.channel("recompiles").info(
-                "%s: captured with symbolic sizes %s", self.where, ", ".join(
-                    f"{name} = {read.describe()}" for name, read in symbols.items()))
-        cuda_graph = None
-        if self.mode in CUDA_GRAPH_MODES and not getattr(compiled, "passthrough", False):
-            compiled = cuda_graph = CudaGraphed(compiled, list(captured.example_inputs),
-                                                self.where)
-        scope = dict(captured.scope, C=self.function.__closure__ or ())
-        namespace = dict(captured.runner_namespace, **scope, compiled=compiled)
-        resumes = [self.resume(resumption) for resumption in captured.resumptions]
-        namespace.update((r.name, resume) for r, resume in zip(captured.resumptions, resumes))
-        for name, function in captured.callees.items():
-            namespace[name] = self.callee(function, captured.break_reason)
-        exec(builtins.compile(captured.runner_source, f"<ember runner {self.where}>", "exec"),
-             namespace)  # noqa: S102 (our own code)
-        runner = namespace["run"]
-        call = compile_guarded_runner(captured.guards, scope, arguments, captured.input_sources,
-                                      captured.runner_lines, namespace, self.where)
-        # (where the guards run inside `call`, the guard alone is asked only after a miss)
-        text, guard_namespace = guard_source(captured.guards, scope, arguments)
-        guard = LazyGuard(captured.guards, scope, text, guard_namespace)
-        if logs.enabled("guards"):
-            logs.channel("guards").info("guards of %s:\n%s", self.where, text)
-        folder = dumps.dump_entry(captured, text, call, self.where)
-        for resume in resumes:
-            resume.dump_folder = resume.dump_folder or folder
-
-        breaks = [captured.break_reason] if captured.break_reason is not None else []
-        self.record(CaptureRecord(1, [captured.op_count], breaks, text,
-                                  time.perf_counter() - started, captured.graph_module,
-                                  cuda_graph, compiled))
-        if breaks:  # (after record: a function compiled at a break knows its callers' lines)
-            logs.channel("graph_breaks").info("graph break at %s", breaks[0].said_where())
-            if config.settings.eager_trial and self.depth == 0 and not self.called_from and \
-                    self.collector is None and self.mode != "reduce-overhead":
-                self.trial = EagerTrial(breaks[0].location)
-        return CacheEntry(guard, runner, captured, text, call=call, compiled=compiled)
 
     def limit(self) -> int:
         """How many versions this function keeps: ember.compile's recompile_limit, else
