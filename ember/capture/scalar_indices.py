@@ -43,6 +43,7 @@ class CopiedView:
     copy: torch.Tensor
     copy_version: int
     site: tuple  # the subscript's (code, instruction offset)
+    key: Value   # (as the subscript took it: `x[t] += v` stores through the same one)
 
 
 def _as_items(key: Value) -> list[Value] | None:
@@ -123,7 +124,7 @@ def get_item(session: Session, container: TensorValue, key: Value) -> Value | No
         gathered = session.builder.call("call_function", _INDEX,
                                         (gathered, SequenceValue(indices, list)), {})
     session.copied_views.append(CopiedView(container.fake, container.fake._version,
-                                           gathered.fake, gathered.fake._version, site))
+                                           gathered.fake, gathered.fake._version, site, key))
     rest = [item for i, item in enumerate(items) if i not in positions]
     if not rest:
         return gathered
@@ -131,14 +132,19 @@ def get_item(session: Session, container: TensorValue, key: Value) -> Value | No
 
 
 def set_item(session: Session, container: TensorValue, key: Value, value: Value) -> bool:
-    """`container[key] = value` where the key is 0-d integer tensors, full slices and an
-    Ellipsis: `index_put_` of the value (cast to the container's dtype and device, as the
-    view's copy_ casts it). False where the key is anything else."""
+    """`container[key] = value` where the key holds 0-d integer tensors beside basic items
+    (slices, numbers, None, an Ellipsis): the rest of the key, with each 0-d tensor kept as a
+    full slice, is the view eager writes through; `index_put_` of the value at the 0-d
+    tensors' dimensions of that view (the value cast to the container's dtype and device, as
+    copy_ casts it). False where the key holds anything else (an advanced index beside)."""
+    from ember.capture.item_semantics import get_item as plain_get_item
+
     items = _as_items(key)
     positions = scalar_positions(items, container.fake.dim())
-    if positions is None or not all(i in positions or _full_slice(item) or
-                                    (isinstance(item, Const) and item.value is Ellipsis)
-                                    for i, item in enumerate(items)):
+    if positions is None:
+        return False
+    kept = _kept_dims(items, positions, container.fake.dim())
+    if kept is None:
         return False
     fake = container.fake
     if isinstance(value, TensorValue):
@@ -146,13 +152,25 @@ def set_item(session: Session, container: TensorValue, key: Value, value: Value)
             return False  # (copy_ drops the value's leading ones; index_put_ does not)
     elif not (isinstance(value, Const) and isinstance(value.value, (int, float, complex))):
         return False
-    indices: list[Value] = [Const(None)] * (max(positions.values()) + 1)
-    for position, dim in positions.items():
-        index = _in_range(session, container, dim, items[position])
+    written_back = _written_back(session, container, key, value)
+    target = container
+    if not all(i in positions or _full_slice(item) or _is_ellipsis(item)
+               for i, item in enumerate(items)):
+        full = SliceValue(Const(None), Const(None), Const(None))
+        target = plain_get_item(session, container, SequenceValue(
+            [full if i in positions else item for i, item in enumerate(items)], tuple))
+    indices: list[Value] = [Const(None)] * (max(kept.values()) + 1)
+    for position, dim in kept.items():
+        index = _in_range(session, target, dim, items[position])
         if index is None:
             return False
         indices[dim] = index
     if isinstance(value, TensorValue):
+        if torch_internals.storage_identity(value.fake) == \
+                torch_internals.storage_identity(fake):
+            # (`x[t] += v` resumed after a break: the value is eager's view of the very
+            # elements written; index_put_ refuses a source that overlaps its target)
+            value = session.builder.call("call_method", "clone", (value,), {})
         if value.fake.dtype != fake.dtype or value.fake.device != fake.device:
             value = session.builder.call("call_method", "to", (value,),
                                          {"dtype": Const(fake.dtype),
@@ -161,8 +179,62 @@ def set_item(session: Session, container: TensorValue, key: Value, value: Value)
         value = session.builder.call("call_function", torch.scalar_tensor, (value,),
                                      {"dtype": Const(fake.dtype), "device": Const(fake.device)})
     session.builder.call("call_function", torch.ops.aten.index_put_.default,
-                         (container, SequenceValue(indices, list), value), {})
+                         (target, SequenceValue(indices, list), value), {})
+    if written_back is not None:  # (the gather was the statement's own temporary: gone)
+        session.copied_views.remove(written_back)
     return True
+
+
+def _kept_dims(items: list[Value], positions: dict[int, int], ndim: int
+               ) -> dict[int, int] | None:
+    """{item's position: its dimension in the view the key makes with each 0-d tensor taken
+    as a full slice}; None where an item is not basic (a tensor or list index, a bool)."""
+    consumed = sum(_dims_consumed(item) or 0 for item in items if not _is_ellipsis(item))
+    kept, dim = {}, 0
+    for i, item in enumerate(items):
+        if i in positions:
+            kept[i] = dim
+            dim += 1
+        elif _is_ellipsis(item):
+            dim += ndim - consumed
+        elif isinstance(item, SliceValue) or (isinstance(item, Const) and item.value is None):
+            dim += 1
+        elif not (isinstance(item, Const) and isinstance(item.value, (int, torch.SymInt)) and
+                  not isinstance(item.value, bool)):
+            return None
+    return kept
+
+
+def _is_ellipsis(item: Value) -> bool:
+    return isinstance(item, Const) and item.value is Ellipsis
+
+
+def _written_back(session: Session, container: TensorValue, key: Value, value: Value
+                  ) -> CopiedView | None:
+    """The gather that `container[key] = value` writes back, where the store ends an
+    augmented assignment `x[t] += v` (or `x[t, 1:] *= v`) of it: the value is the gather or
+    a view of it made by that statement's subscript (the same key), written once by its
+    in-place operator, and nothing ran since but the stack's swaps — so no one read the base
+    between, eager's base holds after the store what ember's holds, and the temporary the
+    gather stood for is gone with the statement."""
+    frame = session.builder.frame
+    if frame is None or frame.current is None or frame.current.opname != "STORE_SUBSCR" or \
+            not isinstance(value, TensorValue):
+        return None
+    before = frame.index_of[frame.current.offset] - 1
+    while before >= 0 and frame.instructions[before].opname == "SWAP":
+        before -= 1
+    operator_ = frame.instructions[before] if before >= 0 else None
+    if operator_ is None or operator_.opname != "BINARY_OP" or \
+            not operator_.argrepr.endswith("="):
+        return None
+    shared = torch_internals.storage_identity(value.fake)
+    for view in session.copied_views:
+        if torch_internals.storage_identity(view.copy) == shared and \
+                view.base is container.fake and view.key is key and \
+                view.site[0] is frame.code and view.copy._version == view.copy_version + 1:
+            return view
+    return None
 
 
 def _in_range(session: Session, tensor: TensorValue, dim: int, index: TensorValue

@@ -201,3 +201,38 @@ def test_a_write_casts_and_broadcasts_the_value_as_eager_s_copy():
     ours, eagers = x.clone(), x.clone()
     same(compiled(ours, index(2), v[:1]), write(eagers, index(2), v[:1]))
     same(ours, eagers)
+
+
+def augmented(counts, idx, v):
+    counts = counts.clone()
+    counts[idx] += 1            # a gather, written, then stored back by the same statement
+    counts[idx, 1:] *= v
+    return counts
+
+
+def test_an_augmented_assignment_is_one_graph_with_eager_s_values():
+    counts, v = t(4, 3), t(2, seed=6)
+    assert shape_of(ember.explain(augmented)(counts, index(2), v)) == (1, 0, [])
+    compiled = ember.compile(augmented, fullgraph=True)
+    for row in (2, -1, 0):
+        same(compiled(counts, index(row), v), augmented(counts, index(row), v))
+
+
+def written_then_read(x, i):
+    y = x[i]
+    y.add_(1)            # writes x's row in eager
+    total = x.sum()      # which this reads
+    x[i] = y             # (y is eager's view here: the store copies it onto itself)
+    return total
+
+
+def test_a_gather_written_and_its_base_read_before_the_store_breaks():
+    # (the store after the read does not make the gather a view: the subscript breaks, and
+    # the resumed code's store takes a value that overlaps its target)
+    x = t(5, 4)
+    assert shape_of(ember.explain(written_then_read)(x.clone(), index(1)))[:2] == (2, 1)
+    compiled = ember.compile(written_then_read)
+    for row in (1, -2):
+        ours, eagers = x.clone(), x.clone()
+        same(compiled(ours, index(row)), written_then_read(eagers, index(row)))
+        same(ours, eagers)
