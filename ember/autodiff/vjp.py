@@ -21,7 +21,7 @@ import torch
 
 from ember.autodiff.tape import owned_gradients
 from ember.ir.graph import Node
-from ember.ir.library import fill
+from ember.ir.library import Slot, fill
 from ember.ir.ops import Op
 from ember.lower.builder import Builder
 
@@ -416,16 +416,28 @@ def _library(b, node, primal, g):
         grads = [_mm(b, g, w), _mm(b, b.transpose(g, 0, 1), x)]
         return grads + [_bias_grad(b, g, node.inputs[2])] if len(node.inputs) == 3 else grads
     if target is aten.addmm.default and not node.attrs["kwargs"] and \
-            node.inputs[0].shape == (node.shape[1],):
+            node.attrs["args"] == (Slot(0), Slot(1), Slot(2)) and \
+            _broadcasts_to(node.inputs[0].shape, node.shape):
         bias, x, y = (primal(v) for v in node.inputs)  # bias + x @ y (whole_biased_matmuls)
         return [_bias_grad(b, g, bias), _mm(b, g, b.transpose(y, 0, 1)),
                 _mm(b, b.transpose(x, 0, 1), g)]
     return NotImplemented
 
 
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    return len(shape) <= len(target) and all(
+        n in (1, m) for n, m in zip(reversed(shape), reversed(target)))
+
+
 def _bias_grad(b: Builder, g: Node, bias: Node) -> Node:
-    """The gradient of a bias broadcast over the rows of a product: g summed over the rows."""
-    return b.cast(b.reduce(Op.SUM, g, [0]), bias.dtype)
+    """The gradient of a bias broadcast over a product's result (a row of biases, a column
+    of them as a Linear layer with one output gets: (rows, 1), or one number): g summed over
+    the dimensions the bias was broadcast along, in the bias's shape and dtype."""
+    leading = g.ndim - bias.ndim
+    padded = (1,) * leading + tuple(bias.shape)
+    dims = [d for d in range(g.ndim) if padded[d] == 1 and g.shape[d] != 1]
+    summed = b.reduce(Op.SUM, g, dims, keepdim=True) if dims else g
+    return b.cast(b.reshape(summed, bias.shape), bias.dtype)
 
 
 def library_vjp(call: Any, differentiable: tuple[bool, ...], count: int,

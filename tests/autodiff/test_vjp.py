@@ -589,3 +589,22 @@ def test_a_taped_result_laid_out_otherwise_than_planned_is_said_once(monkeypatch
     torch.testing.assert_close(got, fn(x))
     relaid = [r.getMessage() for r in said if "not the planned" in r.getMessage()]
     assert len(relaid) == 1 and "(24, 4, 1)" in relaid[0] and "(6, 1, 30)" in relaid[0]
+
+
+@pytest.mark.parametrize("out_features", [1, 5])
+def test_a_biased_product_s_gradient_is_ember_s_own_whatever_the_bias_s_broadcast(
+        out_features):
+    # (a Linear whose result is the graph's output is addmm again (whole_biased_matmuls);
+    # with one output feature its bias comes as a column, (rows, 1), and the rule took only
+    # a row of biases: the product was taped, its backward a nested autograd call each step
+    # — a tiny MLP's training step 2x eager's time)
+    def fn(x, w1, b1, w2, b2):
+        return F.linear(F.linear(x, w1, b1).relu(), w2, b2)
+
+    x = make(8, 6)
+    params = [make(6, 6, seed=1), make(6, seed=2), make(out_features, 6, seed=3),
+              make(out_features, seed=4)]
+    graph = compile_graph(torch.fx.symbolic_trace(fn),
+                          [x, *(p.clone().requires_grad_() for p in params)])
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
+    check_grad(fn, x, *params, **TOLERANCE)
