@@ -3,7 +3,8 @@ max pooling, attention kernels): each backward is eager's own backward kernel, c
 backward graph on what the forward kept (its mask, indices, statistics, log-sum-exp), as
 eager's autograd calls it — never the forward run again, nor eager's autograd record.
 `library_rule` is what autodiff/differentiate.py asks; NotImplemented sends a call to its
-generic backward (vjp.library_vjp, or the step's tape).
+generic backward (vjp.library_vjp, or the step's tape). `avg_pool2d` (one result) is asked by
+vjp's rule of single-result calls, its layouts found as max pooling's.
 """
 
 from __future__ import annotations
@@ -45,28 +46,57 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
 def _max_pool2d(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
                 item: Callable[[int], Node]) -> list[Node | None]:
     """max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode) ->
-    (out, indices): eager's max_pool2d_with_indices_backward, from the forward's indices.
-    The incoming gradient is handed over laid out as the forward's result (as eager's
-    autograd has it from a channels-last model's next layer: a row-major gradient sent
-    eager's kernel down its slow path and came back row-major, for the relu before it to
-    read across the grain); the result's layout is the kernel's own, from one run."""
+    (out, indices): eager's max_pool2d_with_indices_backward, from the forward's indices
+    (_pool_backward: the layouts)."""
     g = grads.get(0)
-    args = node.attrs["args"]
-    if g is None or node.attrs["kwargs"] or not args or not isinstance(args[0], Slot) or \
-            any(isinstance(a, Slot) for a in args[1:]):
+    x = _pooled(node)
+    if g is None or x is None:
         return NotImplemented
-    x = node.inputs[args[0].index]
-    results = node.attrs["results"]
-    if any(isinstance(d, Size) for d in x.shape) or \
-            any(strides is None for _, _, strides in results):
-        return NotImplemented  # (the result's layout comes from a run at concrete sizes)
+    args = node.attrs["args"]
     options = list(args[1:]) + [[], 0, 1, False][len(args) - 2:]
-    operands = [g, primal(x), primal(item(1))]
-    template = (Slot(0), Slot(1), *options, Slot(2))
-    operand_strides = (results[0][2], *(o.strides or row_major(o.shape) for o in operands[1:]))
+    return _pool_backward(b, node, aten.max_pool2d_with_indices_backward.default,
+                          [g, primal(x), primal(item(1))], (Slot(0), Slot(1), *options, Slot(2)))
+
+
+def avg_pool2d(b: Builder, node: Node, primal: Primal, g: Node) -> list[Node | None]:
+    """avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+    divisor_override): eager's avg_pool2d_backward, called by the backward graph, its
+    layouts as max_pool2d's (a taped call cost a nested autograd run each step: DenseNet's
+    three transitions). Asked by vjp's rule of single-result library calls."""
+    x = _pooled(node)
+    if x is None:
+        return NotImplemented
+    args = node.attrs["args"]
+    options = list(args[1:]) + [[], 0, False, True, None][len(args) - 2:]
+    return _pool_backward(b, node, aten.avg_pool2d_backward.default, [g, primal(x)],
+                          (Slot(0), Slot(1), *options))
+
+
+def _pooled(node: Node) -> Node | None:
+    """A pooling call's input, where its template is the input then constants only, at
+    concrete sizes (the backward's layout comes from a run at them); else None."""
+    args = node.attrs["args"]
+    if node.attrs["kwargs"] or not args or not isinstance(args[0], Slot) or \
+            any(isinstance(a, Slot) for a in args[1:]):
+        return None
+    x = node.inputs[args[0].index]
+    if any(isinstance(d, Size) for d in x.shape) or \
+            any(strides is None for _, _, strides in node.attrs["results"]):
+        return None
+    return x
+
+
+def _pool_backward(b: Builder, node: Node, target: Any, operands: list[Node],
+                   template: tuple) -> list[Node | None]:
+    """The pooling backward `target` on `operands` (the incoming gradient first, handed over
+    laid out as the forward's result: a channels-last model's next layer gives it so, and a
+    row-major one sent eager's kernel down its slow path to come back row-major, for the
+    relu before it to read across the grain); the result's layout is the kernel's own, from
+    one run on stand-ins."""
+    operand_strides = (node.attrs["results"][0][2],
+                       *(o.strides or row_major(o.shape) for o in operands[1:]))
     metas = [torch.empty_strided(o.shape, strides, dtype=o.dtype, device="meta")
              for o, strides in zip(operands, operand_strides)]
-    target = aten.max_pool2d_with_indices_backward.default
     ran = run_on_stand_ins(target, fill(template, metas), {}, None, b.graph.device.type,
                            row_major_as_meta=False)
     call = b.graph.add(Op.LIBRARY, tuple(operands), target=target, args=template, kwargs={},
@@ -74,7 +104,7 @@ def _max_pool2d(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
                        tuple_result=False, operand_strides=operand_strides)
     call.strides = tuple(ran.stride())
     found: list[Node | None] = [None] * len(node.inputs)
-    found[args[0].index] = call
+    found[node.attrs["args"][0].index] = call
     return found
 
 

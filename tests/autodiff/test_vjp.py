@@ -608,3 +608,22 @@ def test_a_biased_product_s_gradient_is_ember_s_own_whatever_the_bias_s_broadcas
                           [x, *(p.clone().requires_grad_() for p in params)])
     assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
     check_grad(fn, x, *params, **TOLERANCE)
+
+
+@pytest.mark.parametrize("options", [
+    dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, ceil_mode=True, count_include_pad=False),
+    dict(kernel_size=2, stride=1, divisor_override=3)], ids=str)
+@pytest.mark.parametrize("channels_last", [False, True], ids=["rows", "channels_last"])
+def test_an_average_pooling_s_gradient_is_eager_s_kernel_not_the_tape(options, channels_last):
+    # (its backward is avg_pool2d_backward in the backward graph; taped, each step ran a
+    # nested autograd call for it: DenseNet's transitions)
+    def fn(x):
+        return F.avg_pool2d(x.relu() * 2, **options) + 1
+
+    x = make(2, 3, 7, 6)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.clone().requires_grad_()])
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
+    check_grad(fn, x, **TOLERANCE)
