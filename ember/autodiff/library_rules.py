@@ -1,10 +1,10 @@
 """Vector-Jacobian products of library calls with several results (batch norm, dropout,
-max pooling, attention kernels): each backward is eager's own backward kernel, called by the
-backward graph on what the forward kept (its mask, indices, statistics, log-sum-exp), as
-eager's autograd calls it — never the forward run again, nor eager's autograd record.
-`library_rule` is what autodiff/differentiate.py asks; NotImplemented sends a call to its
-generic backward (vjp.library_vjp, or the step's tape). `avg_pool2d` (one result) is asked by
-vjp's rule of single-result calls, its layouts found as max pooling's.
+max pooling, top-k, attention kernels): each backward is eager's own backward kernel, called
+by the backward graph on what the forward kept (its mask, indices, statistics,
+log-sum-exp), as eager's autograd calls it — never the forward run again, nor eager's
+autograd record. `library_rule` is what autodiff/differentiate.py asks; NotImplemented sends
+a call to its generic backward (vjp.library_vjp, or the step's tape). `avg_pool2d` (one
+result) is asked by vjp's rule of single-result calls, its layouts found as max pooling's.
 """
 
 from __future__ import annotations
@@ -40,7 +40,31 @@ def library_rule(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
         return _efficient_attention(b, node, primal, grads, item)
     if node.attrs["target"] is aten.max_pool2d_with_indices.default:
         return _max_pool2d(b, node, primal, grads, item)
+    if node.attrs["target"] is aten.topk.default:
+        return _topk(b, node, primal, grads, item)
     return NotImplemented
+
+
+def _topk(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],
+          item: Callable[[int], Node]) -> list[Node | None]:
+    """topk(x, k, dim=-1, largest, sorted) -> (values, indices): eager's backward of the
+    values, value_selecting_reduction_backward (the gradient scattered at the indices into
+    zeros of x's shape), from the forward's indices (taped, each step ran a nested autograd
+    call for it: Mixtral's router)."""
+    g = grads.get(0)
+    args = node.attrs["args"]
+    if g is None or node.attrs["kwargs"] or not args or not isinstance(args[0], Slot) or \
+            any(isinstance(a, Slot) for a in args[1:]):
+        return NotImplemented
+    x = node.inputs[args[0].index]
+    if any(isinstance(d, Size) for d in x.shape) or x.ndim == 0:
+        return NotImplemented
+    dim = (args[2] if len(args) > 2 else -1) % x.ndim
+    call = b.library(aten.value_selecting_reduction_backward.default,
+                     [g, dim, primal(item(1)), list(x.shape), True], x.shape, g.dtype)
+    found: list[Node | None] = [None] * len(node.inputs)
+    found[args[0].index] = call
+    return found
 
 
 def _max_pool2d(b: Builder, node: Node, primal: Primal, grads: dict[int, Node],

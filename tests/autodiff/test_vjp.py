@@ -627,3 +627,17 @@ def test_an_average_pooling_s_gradient_is_eager_s_kernel_not_the_tape(options, c
     graph = compile_graph(torch.fx.symbolic_trace(fn), [x.clone().requires_grad_()])
     assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
     check_grad(fn, x, **TOLERANCE)
+
+
+@pytest.mark.parametrize("dim, largest", [(-1, True), (0, False), (1, True)])
+def test_topk_s_gradient_is_eager_s_scatter_not_the_tape(dim, largest):
+    # (a router's top-k: the values' gradient scattered at the indices, in the backward
+    # graph; taped, each step ran a nested autograd call for it)
+    def fn(x):
+        values, indices = torch.topk(x * 2, 2, dim=dim, largest=largest)
+        return values.softmax(-1) + indices.float()
+
+    x = make(4, 5, 3)
+    graph = compile_graph(torch.fx.symbolic_trace(fn), [x.clone().requires_grad_()])
+    assert isinstance(graph, TrainingGraph) and graph.split.tapes == 0
+    check_grad(fn, x, **TOLERANCE)
