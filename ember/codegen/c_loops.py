@@ -1,14 +1,15 @@
 """Loop planning for C kernels, from the memory accesses of a first writing: which adjacent
 dims share one loop (every access affine across them), which loops are merged so the parallel
 one has enough iterations, and when a reduction runs in column mode (vectorized across the
-contiguous kept dim); and where a vectorized loop is cut into pieces (split_loop)."""
+contiguous kept dim); where a vectorized loop is cut into pieces (split_loop); and when
+the parallel decision waits for the run's sizes (at_run_time)."""
 
 from __future__ import annotations
 
 import math
 from typing import TYPE_CHECKING
 
-from ember.ir.sizes import guess
+from ember.ir.sizes import Dim, Size, guess
 from ember.schedule.expr import Expr, Var
 
 if TYPE_CHECKING:
@@ -141,3 +142,14 @@ def split_loop(tests: list[tuple[str, int | None, int]] | None, bound: str, prag
             body = [line.replace(test, "1" if holds else "0") for line in body]
         result.append((str(first), str(end), body))
     return result
+
+
+def at_run_time(work: Dim, threshold: int) -> str:
+    """The C condition `work >= threshold` where the symbols' ranges leave it open, else ""
+    (the static decision stands)."""
+    if not isinstance(work, Size):
+        return ""
+    low, high = work.bounds()
+    if low >= threshold or high < threshold:
+        return ""
+    return f"{work.render_c()} >= {threshold}"
