@@ -103,7 +103,7 @@ class EagerTrial:
     def takes_calls(self) -> bool:
         """False while compiles ember started beside the calls still run (its calls then
         run eagerly, or share the host with them)."""
-        from ember.backends import compiling_beside
+        from ember.runtime.background import compiling_beside
 
         return not compiling_beside()
 

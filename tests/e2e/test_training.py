@@ -1244,15 +1244,15 @@ def test_a_graph_dropped_before_its_first_backward_leaves_nothing_to_wait_for():
     # wait for it (it hung the suite once)
     import gc
 
-    from ember import backends
+    from ember.runtime import background
 
     eager_model, ember_model, compiled, x, labels = _loss_inside_pair()
     compiled(x, labels)
     del compiled, ember_model
     gc.collect()
-    assert all(job.running() or job.done() for job in backends._background)
-    backends.wait_for_background_compiles()
-    assert not backends._background
+    assert all(job.running() or job.done() for job in background._background)
+    background.wait_for_background_compiles()
+    assert not background._background
 
 
 def test_a_view_of_an_input_returned_from_inside_enable_grad_under_no_grad_is_tracked():
