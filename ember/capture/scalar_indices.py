@@ -110,10 +110,10 @@ def get_item(session: Session, container: TensorValue, key: Value) -> Value | No
         if frame is not None and frame.current is not None else None
     if site is None or site in session.views_refused:
         return None
-    positions = scalar_positions(_as_items(key), container.fake.dim())
-    if positions is None:
-        return None
     items = _as_items(key)
+    positions = scalar_positions(items, container.fake.dim())
+    if positions is None or (container.fake.device.type != "cpu" and not session.assuming):
+        return None
     gathered = container
     for position in sorted(positions, key=positions.__getitem__, reverse=True):
         dim = positions[position]
@@ -144,7 +144,7 @@ def set_item(session: Session, container: TensorValue, key: Value, value: Value)
     if positions is None:
         return False
     kept = _kept_dims(items, positions, container.fake.dim())
-    if kept is None:
+    if kept is None or (container.fake.device.type != "cpu" and not session.assuming):
         return False
     fake = container.fake
     if isinstance(value, TensorValue):
@@ -250,12 +250,13 @@ def _in_range(session: Session, tensor: TensorValue, dim: int, index: TensorValu
     from ember.capture.calls import call_tensor_method
     from ember.capture.semantics import binary
 
+    on_cpu = tensor.fake.device.type == "cpu"
+    if not on_cpu and (not session.assuming or tensor.fake.shape[dim] == 0):
+        return None  # (before any node is made: the caller's break finds the graph as it was)
     index = _long(session, index, tensor.fake.device)
-    if tensor.fake.device.type == "cpu":
+    if on_cpu:
         return index
     size = call_tensor_method(session, tensor, "size", [Const(dim)], {})
-    if not session.assuming or (isinstance(size.value, int) and size.value == 0):
-        return None
     below = binary(session, "<", index, size)
     above = binary(session, ">=", binary(session, "+", index, size), Const(0))
     frame = session.builder.frame
