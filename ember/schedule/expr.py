@@ -271,7 +271,10 @@ def _make(terms: Iterable[tuple[Atom, Dim]], const: Dim) -> Expr:
         merged[atom] = merged.get(atom, 0) + coefficient
     merged = {atom: c for atom, c in merged.items() if not _is_zero(c)}
     # Recombine d*k*(x // d) + k*(x % d) into k*x: the inverse of splitting an index. Here
-    # (e // a) // d is stored as e // (a*d), so that quotient is looked for too.
+    # (e // a) // d is stored as e // (a*d), so that quotient is looked for too. And
+    # d*k*((x % m) // d) + k*(x % d) into k*(x % m) where d divides m: a dim of m split in
+    # two after a mod (a view (.., 16, 16) of (.., 256) read through its own reshape back:
+    # PVT-v2's gelu backward read its input through divisions per element, unvectorized).
     while True:
         for atom in [a for a in merged if isinstance(a, Mod)]:
             k = merged[atom]
@@ -284,11 +287,31 @@ def _make(terms: Iterable[tuple[Atom, Dim]], const: Dim) -> Expr:
                     merged = {a: c for a, c in merged.items() if not _is_zero(c)}
                     break
             else:
-                continue
+                wider = _wider_mod(atom, merged, k)
+                if wider is None:
+                    continue
+                quotient, outer = wider
+                del merged[atom], merged[quotient]
+                merged[outer] = merged.get(outer, 0) + k
+                merged = {a: c for a, c in merged.items() if not _is_zero(c)}
             break
         else:
             break
     return Expr(tuple(sorted(merged.items(), key=lambda item: str(item[0]))), const)
+
+
+def _wider_mod(atom: Mod, merged: dict[Atom, Dim], k: Dim) -> tuple[Div, Mod] | None:
+    """For k*(x % d): a term d*k*((x % m) // d) with d dividing m, as (that quotient, x % m)."""
+    for quotient, coefficient in merged.items():
+        if not isinstance(quotient, Div) or quotient.divisor != atom.divisor or \
+                coefficient != k * atom.divisor or not _is_zero(quotient.expr.const) or \
+                len(quotient.expr.terms) != 1 or quotient.expr.terms[0][1] != 1:
+            continue
+        outer = quotient.expr.terms[0][0]
+        if isinstance(outer, Mod) and outer.expr == atom.expr and \
+                _exact(outer.divisor, atom.divisor) is not None:
+            return quotient, outer
+    return None
 
 
 def _quotients(atom: Mod) -> list[Div]:

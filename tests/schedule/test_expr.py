@@ -53,6 +53,18 @@ def test_split_indices_recombine():
     assert ravel(unravel(vk * 3 + vi, (5, 3)), (5, 3)) == vk * 3 + vi
 
 
+def test_a_dim_split_after_a_modulo_recombines():
+    # (a (4, 256, 16, 16) view of a (4, 256, 256) buffer read as the buffer: PVT-v2's gelu
+    # backward computed this identity with divisions per element, and gcc left it scalar)
+    i0 = Expr.of(Var("i0", 262144))
+    split = ((i0 // 256) % 256 // 16) * 4096 + ((i0 // 256) % 16) * 256
+    assert split == ((i0 // 256) % 256) * 256
+    assert split + i0 % 256 + (i0 // 65536) * 65536 == i0
+    n = Expr.of(Var("n", 100))
+    assert ((n % 12) // 4) * 12 + (n % 4) * 3 == (n % 12) * 3   # 4 divides 12
+    assert ((n % 10) // 4) * 4 + n % 4 != n % 10                # 4 does not divide 10
+
+
 def test_unravel_of_a_row_major_index_is_the_index():
     assert unravel(ravel((vk, vj), (5, 3)), (5, 3)) == [vk, vj]
     assert unravel(ravel((vk, ZERO, vj), (5, 1, 3)), (5, 1, 3)) == [vk, ZERO, vj]
