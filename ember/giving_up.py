@@ -96,6 +96,7 @@ class EagerTrial:
 
     def __init__(self, breaks_at: Any):
         self.breaks_at = breaks_at  # (the first break's Location)
+        self.grad_enabled = grad_enabled()  # (the mode it judges: calls in the other pass)
         self.warm = 0
         self.eager_seconds: float | None = None  # (the round's eager call, its compiled next)
         self.ratios: list[float] = []
@@ -108,6 +109,8 @@ class EagerTrial:
         return not compiling_beside()
 
     def call(self, compiled: CompiledFunction, args: tuple, kwargs: dict) -> Any:
+        if grad_enabled() != self.grad_enabled:
+            return _untried(compiled, args, kwargs)
         if self.warm < TRIAL_WARM:
             self.warm += 1
             return _untried(compiled, args, kwargs)

@@ -136,3 +136,26 @@ def test_a_training_call_judged_in_its_grad_mode_only(monkeypatch):
     with torch.no_grad():  # (inference: captured again, and on trial on its own)
         torch.testing.assert_close(compiled(x), step(x))
     assert compiled.direct_modes == frozenset({True}) and compiled.trial is not None
+
+
+def test_a_trial_times_only_the_calls_of_its_own_grad_mode(monkeypatch):
+    # (calls alternately with and without grad: the trial started by the no_grad capture
+    # takes only no_grad calls; the others pass through it untimed)
+    slowed(monkeypatch, "compiled")
+    linear = torch.nn.Linear(3, 3)
+
+    def step(x):
+        y = linear(x).relu()
+        print("", end="")
+        return y.sum()
+
+    compiled = ember.compile(step)
+    x = torch.randn(4, 3)
+    compiled(x)
+    with torch.no_grad():
+        compiled(x)  # (captured again: the trial now is this mode's)
+    for _ in range(CALLS):
+        compiled(x)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), step(x))
+    assert compiled.direct_modes == frozenset({False}) and compiled.trial is None
